@@ -1,0 +1,78 @@
+"""The array namespace a session computes with, and the few things the Array API lacks.
+
+Everything NumPy-only (erf, host conversion) lives here so that the operators stay
+portable across NumPy, CuPy and array_api_strict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from array_api_compat import array_namespace, is_cupy_array
+
+BACKENDS = ("numpy", "cupy", "array_api_strict")
+DTYPES = ("float64", "float32")
+
+
+class BackendError(ValueError):
+    """A backend or dtype that cannot be used on this machine."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An array namespace plus the float dtype every tensor of a session uses."""
+
+    name: str
+    xp: ModuleType
+    dtype: Any
+
+    def asarray(self, values: Any) -> Any:
+        return self.xp.asarray(np.asarray(values, dtype=np.float64), dtype=self.dtype)
+
+    def erf(self, x: Any) -> Any:
+        """Elementwise erf; the Array API has none, so each library supplies its own."""
+        if self.name == "cupy":
+            from cupyx.scipy.special import erf
+
+            return erf(x)
+        host = np.frompyfunc(math.erf, 1, 1)(to_host(x)).astype(np.float64)
+        return self.asarray(host)
+
+
+def make_backend(name: str = "numpy", dtype: str = "float64") -> Backend:
+    """Return the backend called `name` computing in `dtype`.
+
+    Args:
+        name: one of BACKENDS.
+        dtype: "float64" (default, exact enough to match printed tables) or "float32".
+    """
+    if name not in BACKENDS:
+        raise BackendError(f"unknown backend {name!r} (expected one of {', '.join(BACKENDS)})")
+    if dtype not in DTYPES:
+        raise BackendError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+    try:
+        module = __import__(name)
+    except ImportError as error:
+        raise BackendError(f"backend {name!r} is not installed ({error})") from None
+    xp = array_namespace(module.asarray([0.0]))
+    if name == "cupy":
+        _require_gpu(module)
+    return Backend(name=name, xp=xp, dtype=getattr(xp, dtype))
+
+
+def _require_gpu(cupy: ModuleType) -> None:
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # CuPy raises its own runtime error types
+        raise BackendError(f"backend 'cupy' has no usable GPU ({error})") from None
+
+
+def to_host(x: Any) -> np.ndarray:
+    """The one place where a backend array becomes a host NumPy array."""
+    if is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)

@@ -1,0 +1,233 @@
+"""The transformer forward pass over one chunk of new tokens, as a stream of operators.
+
+`Transformer.forward` is a generator: it yields an `Op` after every operator and
+returns the logits. The same code serves prefill (many tokens, empty cache),
+chunked prefill (C tokens onto P cached ones) and cached decode (one token), so
+that a full recompute and the cached path differ only in what they are fed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from . import ops
+from .backend import Backend
+from .spec import ModelSpec
+from .trace import LayerCache
+
+Array = Any
+
+
+class StaleCacheError(RuntimeError):
+    """A cache computed with other weights was about to be extended."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An array an operator reads or writes, with how to label its rows and columns.
+
+    rows/cols are label schemes resolved by the session: "chunk" (the new tokens),
+    "keys" (every cached position), "last" (the last new token), "features",
+    "vocab", "in"/"out" (a weight's input/output features), "choice".
+    """
+
+    name: str
+    values: Array
+    rows: str = "chunk"
+    cols: str = "features"
+
+
+@dataclass(frozen=True)
+class Op(Operand):
+    kind: str = ""
+    layer: int | None = None
+    head: int | None = None
+    inputs: tuple[Operand, ...] = ()
+
+
+OpStream = Generator[Op, None, Array]
+
+
+class Transformer:
+    def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str):
+        self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
+        self.weights = {name: backend.asarray(w) for name, w in weights.items()}
+        self.allow_stale = False
+
+    def param(self, name: str) -> Operand:
+        return Operand(name, self.weights[name], rows="in", cols="out")
+
+    def empty_caches(self) -> list[LayerCache]:
+        empty = self.xp.zeros((0, self.spec.d_attn), dtype=self.backend.dtype)
+        return [LayerCache(empty, empty, self.fingerprint) for _ in range(self.spec.n_layers)]
+
+    def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache]) -> OpStream:
+        """Run `ids` (at absolute `positions`) through every layer, appending to `caches`."""
+        xp, spec = self.xp, self.spec
+        embed = self.param("embed")
+        x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind="embed", inputs=(embed,))
+        yield x
+        if spec.positions != "none":
+            x = yield from self._add_positions(x, positions)
+        for layer in range(spec.n_layers):
+            x = yield from self._block(layer, x, positions[0], caches)
+        if spec.final_norm:
+            x = self._norm("ln_final", x, layer=None)
+            yield x
+        logits = Op("unembed.hook_out", x.values @ self._unembed().values, cols="vocab",
+                    kind="logits", inputs=(x, self._unembed()))
+        yield logits
+        return logits
+
+    def _unembed(self) -> Operand:
+        if self.spec.tied_unembed:
+            return Operand("embed.T", self.xp.matrix_transpose(self.weights["embed"]), rows="in", cols="vocab")
+        return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")
+
+    def _add_positions(self, x: Op, positions: list[int]) -> OpStream:
+        xp, spec = self.xp, self.spec
+        where = xp.asarray(positions)
+        if spec.positions == "learned":
+            table = self.param("pos_embed")
+            pos = Op("hook_pos_embed", xp.take(table.values, where, axis=0), kind="embed", inputs=(table,))
+        else:
+            encode = ops.seed_sin_positions if spec.positions == "seed_sin" else ops.sinusoidal_positions
+            pos = Op("hook_pos_embed", encode(xp, where, spec.d_model, self.backend.dtype), kind="positions")
+        yield pos
+        resid = Op("blocks.0.hook_resid_pre", x.values + pos.values, kind="residual", layer=0, inputs=(x, pos))
+        yield resid
+        return resid
+
+    # -- one block -----------------------------------------------------------------
+    def _block(self, layer: int, x: Op, past: int, caches: list[LayerCache]) -> OpStream:
+        pre = self.spec.norm.placement == "pre"
+        block = f"blocks.{layer}"
+        h = x
+        if pre and self.spec.norm.kind != "none":
+            h = self._norm(f"{block}.ln1", x, layer)
+            yield h
+        attn_out = yield from self._attention(layer, h, past, caches)
+        mid = Op(f"{block}.hook_resid_mid", x.values + attn_out.values, kind="residual",
+                 layer=layer, inputs=(x, attn_out))
+        yield mid
+        if not pre and self.spec.norm.kind != "none":
+            mid = self._norm(f"{block}.ln1", mid, layer)
+            yield mid
+        h = mid
+        if pre and self.spec.norm.kind != "none":
+            h = self._norm(f"{block}.ln2", mid, layer)
+            yield h
+        mlp_out = yield from self._mlp(layer, h)
+        post = Op(f"{block}.hook_resid_post", mid.values + mlp_out.values, kind="residual",
+                  layer=layer, inputs=(mid, mlp_out))
+        yield post
+        if not pre and self.spec.norm.kind != "none":
+            post = self._norm(f"{block}.ln2", post, layer)
+            yield post
+        return post
+
+    def _norm(self, prefix: str, x: Op, layer: int | None) -> Op:
+        norm = self.spec.norm
+        normalize = ops.layer_norm if norm.kind == "layernorm" else ops.rms_norm
+        y = normalize(self.xp, x.values, norm.eps)
+        inputs = [x]
+        if norm.affine:
+            gain = self.param(f"{prefix}.w")
+            y = y * gain.values
+            inputs.append(gain)
+            if norm.kind == "layernorm":
+                bias = self.param(f"{prefix}.b")
+                y = y + bias.values
+                inputs.append(bias)
+        return Op(f"{prefix}.hook_normalized", y, kind="norm", layer=layer, inputs=tuple(inputs))
+
+    def _linear(self, name: str, x: Op, weight: str, bias: str | None, kind: str, layer: int, cols="features") -> Op:
+        w = self.param(weight)
+        y = x.values @ w.values
+        inputs = (x, w)
+        if bias is not None and self.spec.bias:
+            b = self.param(bias)
+            y = y + b.values
+            inputs = (x, w, b)
+        return Op(name, y, cols=cols, kind=kind, layer=layer, inputs=inputs)
+
+    def _attention(self, layer: int, h: Op, past: int, caches: list[LayerCache]) -> OpStream:
+        xp, spec = self.xp, self.spec
+        block = f"blocks.{layer}.attn"
+        q, k, v = (self._linear(f"{block}.hook_{n}", h, f"{block}.w{n}", f"{block}.b{n}", "linear", layer)
+                   for n in "qkv")
+        yield q
+        yield k
+        yield v
+        caches[layer] = self._append(caches[layer], k.values, v.values)
+        keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
+        values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
+        visible = ops.causal_mask(xp, q.values.shape[0], past) if spec.causal else None
+        heads = []
+        for head in range(spec.n_heads):
+            part = slice(head * spec.d_head, (head + 1) * spec.d_head)
+            z = yield from self._head(layer, head, part, q, keys, values, visible)
+            heads.append(z)
+        concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
+                    kind="concat", layer=layer, inputs=tuple(heads))
+        yield concat
+        out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", "linear", layer)
+        yield out
+        return out
+
+    def _head(self, layer, head, part, q: Operand, keys: Operand, values: Operand, visible) -> OpStream:
+        xp, block = self.xp, f"blocks.{layer}.attn"
+        q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
+        k_h = Operand(f"{keys.name}[head {head}]", keys.values[:, part], rows="keys")
+        v_h = Operand(f"{values.name}[head {head}]", values.values[:, part], rows="keys")
+        scores = Op(f"{block}.hook_attn_scores", ops.attention_scores(xp, q_h.values, k_h.values, visible),
+                    cols="keys", kind="scores", layer=layer, head=head, inputs=(q_h, k_h))
+        yield scores
+        pattern = Op(f"{block}.hook_pattern", ops.softmax(xp, scores.values), cols="keys",
+                     kind="softmax", layer=layer, head=head, inputs=(scores,))
+        yield pattern
+        z = Op(f"{block}.hook_z", pattern.values @ v_h.values, kind="mix", layer=layer, head=head,
+               inputs=(pattern, v_h))
+        yield z
+        return z
+
+    def _append(self, cache: LayerCache, k: Array, v: Array) -> LayerCache:
+        if cache.fingerprint != self.fingerprint and not self.allow_stale:
+            raise StaleCacheError(
+                f"the cache was computed with weights {cache.fingerprint}, the model now has {self.fingerprint}"
+            )
+        xp = self.xp
+        return LayerCache(xp.concat([cache.k, k], axis=0), xp.concat([cache.v, v], axis=0), cache.fingerprint)
+
+    def _mlp(self, layer: int, h: Op) -> OpStream:
+        xp, spec, mlp = self.xp, self.spec, f"blocks.{layer}.mlp"
+        if spec.ffn == "gated_silu":
+            gate = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_gate", f"{mlp}.b_gate", "linear", layer)
+            up = self._linear(f"{mlp}.hook_pre_linear", h, f"{mlp}.w_up", f"{mlp}.b_up", "linear", layer)
+            yield gate
+            yield up
+            post = Op(f"{mlp}.hook_post", ops.silu(xp, gate.values) * up.values, kind="activation",
+                      layer=layer, inputs=(gate, up))
+            down = f"{mlp}.w_down", f"{mlp}.b_down"
+        else:
+            pre = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_in", f"{mlp}.b_in", "linear", layer)
+            yield pre
+            post = Op(f"{mlp}.hook_post", self._activation(pre.values), kind="activation", layer=layer,
+                      inputs=(pre,))
+            down = f"{mlp}.w_out", f"{mlp}.b_out"
+        yield post
+        out = self._linear(f"blocks.{layer}.hook_mlp_out", post, *down, "linear", layer)
+        yield out
+        return out
+
+    def _activation(self, x: Array) -> Array:
+        xp, kind = self.xp, self.spec.ffn
+        if kind == "relu":
+            return ops.relu(xp, x)
+        if kind == "tanh":
+            return xp.tanh(x)
+        if kind == "gelu_tanh":
+            return ops.gelu_tanh(xp, x)
+        return ops.gelu_from_erf(x, self.backend.erf(x / 2**0.5))

@@ -1,0 +1,80 @@
+"""Operators as small pure functions over an Array API namespace `xp`.
+
+Shapes: T = new tokens in this chunk, S = all visible key positions (past + new),
+D = d_model, dh = head width, V = vocabulary size.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Array = Any
+
+
+def layer_norm(xp, x: Array, eps: float) -> Array:
+    """(T, D) -> (T, D): each row minus its mean, over its (biased) standard deviation."""
+    mean = xp.mean(x, axis=-1, keepdims=True)
+    var = xp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) / xp.sqrt(var + eps)
+
+
+def rms_norm(xp, x: Array, eps: float) -> Array:
+    """(T, D) -> (T, D): each row over its root mean square."""
+    return x / xp.sqrt(xp.mean(x**2, axis=-1, keepdims=True) + eps)
+
+
+def causal_mask(xp, n_new: int, past: int) -> Array:
+    """(T, P+T) booleans: query i (absolute position past+i) may read key j iff j ≤ past + i."""
+    keys = xp.arange(past + n_new)
+    queries = xp.arange(n_new) + past
+    return keys[None, :] <= queries[:, None]
+
+
+def attention_scores(xp, q: Array, k: Array, visible: Array | None) -> Array:
+    """(T, dh) · (S, dh) -> (T, S) scaled scores, −∞ where a key is not visible."""
+    scores = (q @ xp.matrix_transpose(k)) / math.sqrt(q.shape[-1])
+    if visible is None:
+        return scores
+    return xp.where(visible, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+
+
+def softmax(xp, x: Array) -> Array:
+    """Row-wise softmax; −∞ entries get probability exactly 0."""
+    shifted = x - xp.max(x, axis=-1, keepdims=True)
+    e = xp.exp(shifted)
+    return e / xp.sum(e, axis=-1, keepdims=True)
+
+
+def silu(xp, x: Array) -> Array:
+    return x / (1.0 + xp.exp(-x))
+
+
+def relu(xp, x: Array) -> Array:
+    return xp.where(x > 0, x, xp.zeros_like(x))
+
+
+def gelu_tanh(xp, x: Array) -> Array:
+    """GPT-2's `gelu_new`: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))."""
+    return 0.5 * x * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def gelu_from_erf(x: Array, erf_x_over_sqrt2: Array) -> Array:
+    """Exact GELU 0.5·x·(1 + erf(x/√2)); erf comes from the backend."""
+    return 0.5 * x * (1.0 + erf_x_over_sqrt2)
+
+
+def seed_sin_positions(xp, positions: Array, d_model: int, dtype) -> Array:
+    """The 003 walkthrough's position term: 0.1·sin((p+1)/(j+1))."""
+    p = xp.astype(positions, dtype)[:, None] + 1.0
+    j = xp.astype(xp.arange(d_model), dtype)[None, :] + 1.0
+    return 0.1 * xp.sin(p / j)
+
+
+def sinusoidal_positions(xp, positions: Array, d_model: int, dtype) -> Array:
+    """The original Transformer encoding: sin on even features, cos on odd, base 10000."""
+    p = xp.astype(positions, dtype)[:, None]
+    j = xp.arange(d_model)
+    even = xp.astype(j - j % 2, dtype)[None, :]
+    angle = p / (10000.0 ** (even / d_model))
+    return xp.where((j % 2 == 0)[None, :], xp.sin(angle), xp.cos(angle))

@@ -1,0 +1,67 @@
+"""Every weight of a model, by name and shape.
+
+One naming scheme serves the scenario file, the engine, messages and edits:
+`embed`, `pos_embed`, `blocks.L.ln1.w|b`, `blocks.L.attn.wq|wk|wv|wo` (`bq|bk|bv|bo`),
+`blocks.L.ln2.w|b`, `blocks.L.mlp.w_gate|w_up|w_down` (or `w_in|w_out`), `ln_final.w|b`,
+`unembed`. Matrices are written [input feature, output feature]: y = x @ W.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .spec import ModelSpec
+
+Shape = tuple[int, ...]
+
+
+def parameter_shapes(model: ModelSpec, vocab_size: int) -> dict[str, Shape]:
+    """All parameters `model` needs, in document order, with their shapes."""
+    d, a, f = model.d_model, model.d_attn, model.d_ff
+    shapes: dict[str, Shape] = {"embed": (vocab_size, d)}
+    if model.positions == "learned":
+        shapes["pos_embed"] = (model.max_positions, d)
+    for layer in range(model.n_layers):
+        block = f"blocks.{layer}"
+        shapes.update(_norm_shapes(model, f"{block}.ln1"))
+        shapes.update({f"{block}.attn.{w}": (d, a) for w in ("wq", "wk", "wv")})
+        shapes[f"{block}.attn.wo"] = (a, d)
+        if model.bias:
+            shapes.update({f"{block}.attn.{b}": (a,) for b in ("bq", "bk", "bv")})
+            shapes[f"{block}.attn.bo"] = (d,)
+        shapes.update(_norm_shapes(model, f"{block}.ln2"))
+        shapes.update(_mlp_shapes(model, f"{block}.mlp", d, f))
+    if model.final_norm:
+        shapes.update(_norm_shapes(model, "ln_final"))
+    if not model.tied_unembed:
+        shapes["unembed"] = (d, vocab_size)
+    return shapes
+
+
+def _norm_shapes(model: ModelSpec, prefix: str) -> dict[str, Shape]:
+    if model.norm.kind == "none" or not model.norm.affine:
+        return {}
+    shapes = {f"{prefix}.w": (model.d_model,)}
+    if model.norm.kind == "layernorm":
+        shapes[f"{prefix}.b"] = (model.d_model,)
+    return shapes
+
+
+def _mlp_shapes(model: ModelSpec, prefix: str, d: int, f: int) -> dict[str, Shape]:
+    if model.ffn == "gated_silu":
+        shapes = {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
+        biases = {f"{prefix}.b_gate": (f,), f"{prefix}.b_up": (f,), f"{prefix}.b_down": (d,)}
+    else:
+        shapes = {f"{prefix}.w_in": (d, f), f"{prefix}.w_out": (f, d)}
+        biases = {f"{prefix}.b_in": (f,), f"{prefix}.b_out": (d,)}
+    return shapes | biases if model.bias else shapes
+
+
+def document_path(name: str) -> str:
+    """`blocks.0.attn.wq` -> `weights.blocks[0].attn.wq`, the path shown in messages."""
+    return "weights." + re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", name)
+
+
+def name_parts(name: str) -> list[str | int]:
+    """`blocks.0.attn.wq` -> ["blocks", 0, "attn", "wq"]: the keys to walk in the document."""
+    return [int(part) if part.isdigit() else part for part in name.split(".")]

@@ -1,0 +1,290 @@
+"""Load and check a scenario file: vocabulary, model, weights, requests, decode rule.
+
+The parsed ruamel document is kept beside the checked values so that edited
+weights can later be written back with the user's comments and layout intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .document import Node, ScenarioError, parse, read_document
+from .parameters import Shape, name_parts, parameter_shapes
+from .spec import (
+    DECODE_RULES,
+    FFN_KINDS,
+    NORM_KINDS,
+    NORM_PLACEMENTS,
+    POSITION_SCHEMES,
+    DecodeRule,
+    ModelSpec,
+    NormSpec,
+    Request,
+    Vocab,
+)
+
+__all__ = ["Scenario", "ScenarioError", "load_scenario", "load_scenario_text"]
+
+TOP_KEYS = {"title", "vocab", "model", "weights", "requests", "decode"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    path: str
+    title: str
+    vocab: Vocab
+    model: ModelSpec
+    weights: dict[str, np.ndarray]
+    requests: tuple[Request, ...]
+    decode: DecodeRule
+    document: Any = field(repr=False, compare=False, default=None)
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the weights: a KV cache is only valid for the weights it came from."""
+        digest = hashlib.sha256()
+        for name, array in self.weights.items():
+            digest.update(name.encode())
+            digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+        return digest.hexdigest()[:16]
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    return _build(read_document(path), str(path))
+
+
+def load_scenario_text(text: str, file: str = "<text>") -> Scenario:
+    return _build(parse(text, file), file)
+
+
+def _build(document: Any, file: str) -> Scenario:
+    root = Node(document, "", 1, file).mapping(TOP_KEYS, {"vocab", "model", "weights", "requests"})
+    vocab = _vocab(root.get("vocab"))
+    model = _model(root.get("model"))
+    decode = _decode(root.get("decode"), vocab) if root.has("decode") else DecodeRule()
+    return Scenario(
+        path=file,
+        title=root.get("title").text() if root.has("title") else Path(file).stem,
+        vocab=vocab,
+        model=model,
+        weights=_weights(root.get("weights"), parameter_shapes(model, len(vocab))),
+        requests=_requests(root.get("requests"), vocab, decode),
+        decode=decode,
+        document=document,
+    )
+
+
+# -- vocabulary -----------------------------------------------------------------
+def _vocab(node: Node) -> Vocab:
+    node.mapping({"tokens", "pad", "eos"}, {"tokens"})
+    items = node.get("tokens").items()
+    tokens = tuple(item.text() for item in items)
+    for i, item in enumerate(items):
+        if tokens.index(tokens[i]) != i:
+            raise item.error(f"token {tokens[i]!r} appears twice")
+    if not tokens:
+        raise node.get("tokens").error("the vocabulary is empty")
+    vocab = Vocab(tokens)
+    special = {key: _token_id(node.get(key), vocab) for key in ("pad", "eos") if node.has(key)}
+    return Vocab(tokens, **special)
+
+
+def _token_id(node: Node, vocab: Vocab) -> int:
+    """A token given as its text (`爱`) or its id (`2`)."""
+    if isinstance(node.value, int) and not isinstance(node.value, bool):
+        if not 0 <= node.value < len(vocab):
+            raise node.error(f"token id {node.value} is out of range 0..{len(vocab) - 1}")
+        return node.value
+    text = node.text()
+    if text not in vocab.tokens:
+        raise node.error(f"token {text!r} is not in the vocabulary")
+    return vocab.tokens.index(text)
+
+
+# -- model ----------------------------------------------------------------------
+MODEL_KEYS = {
+    "d_model", "layers", "heads", "d_head", "norm", "final_norm", "positions",
+    "max_positions", "ffn", "bias", "tied_unembed", "causal",
+}
+
+
+def _model(node: Node) -> ModelSpec:
+    node.mapping(MODEL_KEYS, {"d_model", "layers", "heads", "ffn"})
+    d_model = node.get("d_model").integer(minimum=1)
+    heads_node = node.get("heads")
+    heads = heads_node.integer(minimum=1)
+    if node.has("d_head"):
+        d_head = node.get("d_head").integer(minimum=1)
+    elif d_model % heads:
+        raise heads_node.error(f"{heads} heads do not divide d_model {d_model}")
+    else:
+        d_head = d_model // heads
+    norm = _norm(node.get("norm")) if node.has("norm") else NormSpec()
+    positions = node.get("positions").choice(POSITION_SCHEMES) if node.has("positions") else "none"
+    if positions == "learned" and not node.has("max_positions"):
+        raise node.error("missing required key 'max_positions' for learned positions")
+    ffn_node = node.get("ffn").mapping({"kind", "d_ff"}, {"kind", "d_ff"})
+    return ModelSpec(
+        d_model=d_model,
+        n_layers=node.get("layers").integer(minimum=1),
+        n_heads=heads,
+        d_head=d_head,
+        d_ff=ffn_node.get("d_ff").integer(minimum=1),
+        norm=norm,
+        final_norm=_flag(node, "final_norm", norm.kind != "none"),
+        ffn=ffn_node.get("kind").choice(FFN_KINDS),
+        positions=positions,
+        max_positions=node.get("max_positions").integer(minimum=1) if node.has("max_positions") else 0,
+        bias=_flag(node, "bias", False),
+        tied_unembed=_flag(node, "tied_unembed", True),
+        causal=_flag(node, "causal", True),
+    )
+
+
+def _norm(node: Node) -> NormSpec:
+    node.mapping({"kind", "placement", "eps", "affine"}, {"kind"})
+    eps = node.get("eps").number() if node.has("eps") else NormSpec.eps
+    if eps < 0:
+        raise node.get("eps").error(f"expected eps ≥ 0, got {eps}")
+    return NormSpec(
+        kind=node.get("kind").choice(NORM_KINDS),
+        placement=node.get("placement").choice(NORM_PLACEMENTS) if node.has("placement") else "pre",
+        eps=eps,
+        affine=_flag(node, "affine", False),
+    )
+
+
+def _flag(node: Node, key: str, default: bool) -> bool:
+    return node.get(key).boolean() if node.has(key) else default
+
+
+# -- weights --------------------------------------------------------------------
+def _weights(node: Node, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+    _check_layout(node, _layout(shapes))
+    weights = {}
+    for name, shape in shapes.items():
+        leaf = node
+        for part in name_parts(name):
+            leaf = leaf.items()[part] if isinstance(part, int) else leaf.get(part)
+        weights[name] = parse_tensor(leaf, shape)
+    return weights
+
+
+def _layout(shapes: dict[str, Shape]) -> dict:
+    """Nest parameter names into the shape the document must have ({"blocks": {0: {...}}})."""
+    tree: dict = {}
+    for name in shapes:
+        *parents, leaf = name_parts(name)
+        branch = tree
+        for part in parents:
+            branch = branch.setdefault(part, {})
+        branch[leaf] = name
+    return tree
+
+
+def _check_layout(node: Node, tree: dict) -> None:
+    """Every mapping and list holds exactly the keys and items the model needs."""
+    if all(isinstance(key, int) for key in tree):
+        items = node.items()
+        if len(items) != len(tree):
+            raise node.error(f"expected {len(tree)} entries (one per layer), got {len(items)}")
+        for i, item in enumerate(items):
+            _check_layout(item, tree[i])
+        return
+    node.mapping(set(tree), set(tree))
+    for key, sub in tree.items():
+        if isinstance(sub, dict):
+            _check_layout(node.get(key), sub)
+
+
+def parse_tensor(node: Node, shape: Shape) -> np.ndarray:
+    """A vector or matrix written out, or a shorthand: identity, zeros, ones, {scale: s}."""
+    if isinstance(node.value, str):
+        return _shorthand(node, node.value, shape)
+    if hasattr(node.value, "keys"):
+        node.mapping({"scale"}, {"scale"})
+        return _shorthand(node, "identity", shape) * node.get("scale").number()
+    rows = node.items()
+    cells = [rows] if len(shape) == 1 else [row.items() for row in rows]
+    widths = {len(row) for row in cells}
+    got = (len(rows),) if len(shape) == 1 else (len(rows), *sorted(widths - {shape[1]} or widths))
+    if got != shape:
+        raise node.error(f"expected {_format_shape(shape)}, got {_format_shape(got)}")
+    numbers = [[cell.number() for cell in row] for row in cells]
+    return np.array(numbers[0] if len(shape) == 1 else numbers, dtype=np.float64)
+
+
+def _format_shape(shape: Shape) -> str:
+    return "×".join(map(str, shape))
+
+
+def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
+    if word == "zeros":
+        return np.zeros(shape)
+    if word == "ones":
+        return np.ones(shape)
+    if word == "identity":
+        if len(shape) != 2 or shape[0] != shape[1]:
+            raise node.error(f"identity needs a square matrix, this one is {_format_shape(shape)}")
+        return np.eye(shape[0])
+    raise node.error(f"expected numbers or one of identity, zeros, ones, {{scale: s}}; got {word!r}")
+
+
+# -- requests and decoding --------------------------------------------------------
+def _requests(node: Node, vocab: Vocab, decode: DecodeRule) -> tuple[Request, ...]:
+    requests = []
+    items = node.items()
+    if not items:
+        raise node.error("expected at least one request")
+    for item in items:
+        item.mapping({"tokens", "max_new_tokens"}, {"tokens"})
+        tokens = tuple(_token_id(token, vocab) for token in item.get("tokens").items())
+        if not tokens:
+            raise item.get("tokens").error("a request needs at least one token")
+        limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
+        requests.append(Request(tokens=tokens, max_new_tokens=limit))
+    return tuple(requests)
+
+
+DECODE_KEYS = {
+    "rule", "forbid", "max_new_tokens", "stop_at_eos", "temperature", "top_k", "top_p", "seed",
+    "prefill_chunk",
+}
+
+
+def _decode(node: Node, vocab: Vocab) -> DecodeRule:
+    node.mapping(DECODE_KEYS)
+    optional = {
+        "max_new_tokens": lambda n: n.integer(minimum=1),
+        "temperature": _positive,
+        "top_k": lambda n: n.integer(minimum=1),
+        "top_p": _probability,
+        "seed": lambda n: n.integer(minimum=0),
+        "prefill_chunk": lambda n: n.integer(minimum=1),
+        "stop_at_eos": Node.boolean,
+        "rule": lambda n: n.choice(DECODE_RULES),
+    }
+    values = {key: read(node.get(key)) for key, read in optional.items() if node.has(key)}
+    if node.has("forbid"):
+        values["forbid"] = tuple(_token_id(item, vocab) for item in node.get("forbid").items())
+    return DecodeRule(**values)
+
+
+def _positive(node: Node) -> float:
+    value = node.number()
+    if value <= 0:
+        raise node.error(f"expected a number > 0, got {value}")
+    return value
+
+
+def _probability(node: Node) -> float:
+    value = node.number()
+    if not 0 < value <= 1:
+        raise node.error(f"expected a number in (0, 1], got {value}")
+    return value

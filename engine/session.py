@@ -1,0 +1,168 @@
+"""A session: every request of a scenario through prefill and cached decode rounds.
+
+`Session.steps()` yields one `OpState` per operator in execution order. In
+mode "cached" only new tokens are fed and the KV cache grows; in mode "full"
+every round recomputes the whole prefix from an empty cache, which is the
+reference the cached run is diffed against.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+
+from .backend import Backend, make_backend
+from .decoding import choose
+from .model import Op, Operand, OpStream, Transformer
+from .scenario import Scenario
+from .spec import Request
+from .trace import Labelled, OpState, RequestResult, Status, TokenState
+
+MODES = ("cached", "full")
+
+
+class Session:
+    def __init__(self, scenario: Scenario, backend: Backend | None = None, *, mode: str = "cached"):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+        self.scenario = scenario
+        self.backend = backend or make_backend()
+        self.mode = mode
+        self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint)
+        self.results: list[RequestResult] = []
+
+    def steps(self) -> Iterator[OpState]:
+        self.results = []
+        counter = itertools.count()
+        for index, request in enumerate(self.scenario.requests):
+            run = _RequestRun(self, index, request, counter)
+            yield from run.run()
+            self.results.append(run.result())
+
+
+class _RequestRun:
+    """One request's prefill and decode rounds, and the context each OpState reports."""
+
+    def __init__(self, session: Session, index: int, request: Request, counter: Iterator[int]):
+        self.session, self.index, self.request, self.counter = session, index, request, counter
+        self.model = session.model
+        self.rule = session.scenario.decode
+        self.vocab = session.scenario.vocab
+        self.caches = self.model.empty_caches()
+        self.fed: list[int] = []  # tokens whose K/V are in the cache
+        self.current: list[int] = []  # tokens going through the model now
+        self.generated: list[int] = []
+        self.selected: int | None = None  # chosen, not yet fed back
+        self.round = self.chunk = 0
+        self.round_start = 0  # cache length when this round began
+        self.stop: str | None = None
+
+    def run(self) -> Iterator[OpState]:
+        rng = np.random.default_rng([self.rule.seed, self.index])
+        new = list(self.request.tokens)
+        while True:
+            logits = yield from self._feed(new)
+            yield from self._states(choose(self.model.xp, logits, self.rule, rng))
+            self.generated.append(self.selected)
+            if self.stop:
+                return
+            self.round += 1
+            new = [self.selected]
+
+    def result(self) -> RequestResult:
+        return RequestResult(self.request.tokens, tuple(self.generated), self.stop or "")
+
+    @property
+    def phase(self) -> str:
+        return "prefill" if self.round == 0 else "decode"
+
+    def _feed(self, new: list[int]) -> OpStream:
+        """Feed new tokens (cached mode) or the whole prefix again (full mode)."""
+        if self.session.mode == "full":
+            self.caches, self.fed = self.model.empty_caches(), []
+            new = list(self.request.tokens) + self.generated
+        size = self.rule.prefill_chunk if self.phase == "prefill" and self.session.mode == "cached" else None
+        size = size or len(new)
+        self.selected, self.round_start = None, len(self.fed)
+        for self.chunk, start in enumerate(range(0, len(new), size)):
+            self.current = new[start : start + size]
+            positions = list(range(len(self.fed), len(self.fed) + len(self.current)))
+            logits = yield from self._states(self.model.forward(self.current, positions, self.caches))
+            self.fed += self.current
+            self.current = []
+        self.chunk = 0
+        return logits
+
+    def _states(self, stream: OpStream) -> OpStream:
+        """Wrap each Op of `stream` in an OpState; pass the stream's return value through."""
+        while True:
+            try:
+                op = next(stream)
+            except StopIteration as done:
+                return done.value
+            if op.kind == "choice":
+                self._select(int(op.values[0, 0]))
+            yield self._state(op)
+
+    def _select(self, token: int) -> None:
+        self.selected = token
+        if self.rule.stop_at_eos and token == self.vocab.eos:
+            self.stop = "eos"
+        elif len(self.generated) + 1 >= self.request.max_new_tokens:
+            self.stop = "max_new_tokens"
+
+    def _state(self, op: Op) -> OpState:
+        return OpState(
+            step=next(self.counter),
+            request=self.index,
+            phase=self.phase,
+            round=self.round,
+            chunk=self.chunk,
+            name=op.name,
+            kind=op.kind,
+            layer=op.layer,
+            head=op.head,
+            output=self._label(op),
+            positions=self._positions(op.rows, op.values.shape[0]),
+            inputs=tuple(self._label(operand) for operand in op.inputs),
+            timeline=self._timeline(),
+            caches=tuple(self.caches),
+            past=self.round_start,
+            stop=self.stop if op.kind == "choice" else None,
+        )
+
+    # -- labels ------------------------------------------------------------------
+    def _label(self, operand: Operand) -> Labelled:
+        values = operand.values
+        if len(values.shape) == 1:
+            values = values[None, :]
+        rows = self._labels(operand.rows, values.shape[0], prefix="")
+        cols = self._labels(operand.cols, values.shape[1], prefix="k")
+        return Labelled(operand.name, values, rows, cols)
+
+    def _positions(self, scheme: str, count: int) -> tuple[int, ...]:
+        first = len(self.fed) + len(self.current) - count if scheme in ("chunk", "last") else 0
+        return tuple(range(first, first + count))
+
+    def _labels(self, scheme: str, count: int, prefix: str) -> tuple[str, ...]:
+        context = self.fed + self.current
+        if scheme in ("chunk", "last", "keys"):
+            positions = self._positions(scheme, count)
+            return tuple(f"{prefix if scheme == 'keys' else ''}{p} · {self.vocab.tokens[context[p]]}"
+                         for p in positions)
+        if scheme == "vocab":
+            return tuple(self.vocab.label(t) for t in range(count))
+        if scheme == "choice":
+            return ("token id",)
+        return tuple(f"f{i}" for i in range(count))
+
+    def _timeline(self) -> tuple[TokenState, ...]:
+        groups = [(self.fed, Status.PROCESSED), (self.current, Status.CURRENT)]
+        if self.round == 0:
+            groups.append((list(self.request.tokens[len(self.fed) + len(self.current):]), Status.PENDING))
+        if self.selected is not None:
+            groups.append(([self.selected], Status.SELECTED))
+        tokens = [(t, status) for group, status in groups for t in group]
+        return tuple(TokenState(t, self.vocab.tokens[t], p, status) for p, (t, status) in enumerate(tokens))

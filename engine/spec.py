@@ -1,0 +1,75 @@
+"""What a scenario declares: vocabulary, model shape, decode rule, requests.
+
+Plain frozen dataclasses; `scenario.py` builds them from YAML and checks them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NORM_KINDS = ("layernorm", "rmsnorm", "none")
+NORM_PLACEMENTS = ("pre", "post")
+POSITION_SCHEMES = ("none", "seed_sin", "sinusoidal", "learned")
+FFN_KINDS = ("gated_silu", "relu", "tanh", "gelu", "gelu_tanh")
+DECODE_RULES = ("greedy", "sample")
+
+
+@dataclass(frozen=True)
+class Vocab:
+    tokens: tuple[str, ...]
+    pad: int | None = None
+    eos: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def label(self, token_id: int) -> str:
+        return f"{token_id} · {self.tokens[token_id]}"
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    kind: str = "layernorm"
+    placement: str = "pre"
+    eps: float = 1e-5
+    affine: bool = False
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_head: int
+    d_ff: int
+    norm: NormSpec
+    final_norm: bool
+    ffn: str = "gated_silu"
+    positions: str = "none"
+    max_positions: int = 0
+    bias: bool = False
+    tied_unembed: bool = True
+    causal: bool = True
+
+    @property
+    def d_attn(self) -> int:
+        return self.n_heads * self.d_head
+
+
+@dataclass(frozen=True)
+class DecodeRule:
+    rule: str = "greedy"
+    forbid: tuple[int, ...] = ()
+    max_new_tokens: int = 1
+    stop_at_eos: bool = True
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    prefill_chunk: int | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    tokens: tuple[int, ...]
+    max_new_tokens: int

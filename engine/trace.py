@@ -1,0 +1,84 @@
+"""The plain data a session yields: one `OpState` per operator.
+
+Widgets and the CLI only read these; they never compute. Arrays stay in the
+session's namespace until `engine.backend.to_host` is called for display.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+Array = Any
+
+
+class Status(str, Enum):
+    """Where a token stands: the A.9 timeline of the 003 walkthrough."""
+
+    PROCESSED = "processed"  # its K/V are in the cache
+    CURRENT = "current"  # being fed through the model in this round
+    SELECTED = "selected"  # chosen by the decode rule, not yet fed back
+    PENDING = "pending"  # input not yet reached (later prefill chunk, later request)
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """A 2-D array with a label for every row and column."""
+
+    name: str
+    values: Array
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TokenState:
+    token: int
+    text: str
+    position: int
+    status: Status
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """One layer's KV cache at some moment: K and V rows, one per cached position."""
+
+    k: Array  # (S, n_heads·dh)
+    v: Array  # (S, n_heads·dh)
+    fingerprint: str  # the weights these rows were computed with
+
+    @property
+    def length(self) -> int:
+        return int(self.k.shape[0])
+
+
+@dataclass(frozen=True)
+class OpState:
+    step: int
+    request: int
+    phase: str  # "prefill" | "decode"
+    round: int  # 0 for prefill, 1.. for cached decode rounds
+    chunk: int  # prefill chunk index (0 when unchunked and in decode)
+    name: str  # TransformerLens-style hook name
+    kind: str  # operator kind for breakpoints: "softmax", "norm", "linear", ...
+    layer: int | None
+    head: int | None
+    output: Labelled
+    positions: tuple[int, ...]  # absolute position of each output row
+    inputs: tuple[Labelled, ...]
+    timeline: tuple[TokenState, ...]
+    caches: tuple[LayerCache, ...]
+    past: int  # cache length before this round: rows at or after it were appended now
+    stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
+
+    @property
+    def values(self) -> Array:
+        return self.output.values
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    input: tuple[int, ...]
+    generated: tuple[int, ...]
+    stop: str

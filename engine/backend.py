@@ -28,7 +28,11 @@ class Backend:
 
     name: str
     xp: ModuleType
-    dtype: Any
+    dtype_name: str
+
+    @property
+    def dtype(self) -> Any:
+        return getattr(self.xp, self.dtype_name)
 
     def asarray(self, values: Any) -> Any:
         return self.xp.asarray(np.asarray(values, dtype=np.float64), dtype=self.dtype)
@@ -61,7 +65,7 @@ def make_backend(name: str = "numpy", dtype: str = "float64") -> Backend:
     xp = array_namespace(module.asarray([0.0]))
     if name == "cupy":
         _require_gpu(module)
-    return Backend(name=name, xp=xp, dtype=getattr(xp, dtype))
+    return Backend(name=name, xp=xp, dtype_name=dtype)
 
 
 def _require_gpu(cupy: ModuleType) -> None:

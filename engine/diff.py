@@ -1,0 +1,91 @@
+"""Full-vs-cached diff: the cached run beside a run that recomputes the whole prefix.
+
+Rows are aligned by (request, round, operator, layer, head, absolute position);
+columns by label. Extra key columns in one run count as equal only when masked
+(−∞ scores, 0 probabilities), so a cache that holds extra or missing rows shows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backend import Backend, to_host
+from .scenario import Scenario
+from .session import Session
+from .trace import OpState
+
+TOLERANCE = 1e-12
+
+Key = tuple[int, int, str, int | None, int | None]
+
+
+@dataclass(frozen=True)
+class OpDiff:
+    request: int
+    phase: str
+    round: int
+    name: str
+    layer: int | None
+    head: int | None
+    max_abs: float
+
+    @property
+    def agrees(self) -> bool:
+        return self.max_abs <= TOLERANCE
+
+
+def op_key(state: OpState) -> Key:
+    return (state.request, state.round, state.name, state.layer, state.head)
+
+
+def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff]:
+    """Largest |cached − full| per operator of every round, in the cached run's order."""
+    reference: dict[tuple, tuple[tuple[str, ...], np.ndarray]] = {}
+    for state in full:
+        values = to_host(state.values)
+        for i, position in enumerate(state.positions):
+            reference[(*op_key(state), position)] = (state.output.cols, values[i])
+    worst: dict[Key, OpDiff] = {}
+    for state in cached:
+        values = to_host(state.values)
+        largest = max(
+            (_row_diff(state.output.cols, values[i], reference.get((*op_key(state), position)))
+             for i, position in enumerate(state.positions)),
+            default=0.0,
+        )
+        key = op_key(state)
+        if key in worst:  # a chunked prefill runs the same operator once per chunk
+            largest = max(largest, worst[key].max_abs)
+        worst[key] = OpDiff(state.request, state.phase, state.round, state.name, state.layer, state.head, largest)
+    return list(worst.values())
+
+
+def diff_scenario(scenario: Scenario, backend: Backend | None = None) -> list[OpDiff]:
+    cached = Session(scenario, backend, mode="cached")
+    full = Session(scenario, backend, mode="full")
+    return diff_runs(cached.steps(), full.steps())
+
+
+def first_divergence(diffs: list[OpDiff]) -> OpDiff | None:
+    return next((d for d in diffs if not d.agrees), None)
+
+
+def _row_diff(cols: tuple[str, ...], row: np.ndarray, expected) -> float:
+    if expected is None:
+        return math.inf
+    expected_cols, expected_row = expected
+    n = min(len(cols), len(expected_cols))
+    if cols[:n] != expected_cols[:n]:
+        return math.inf
+    extra = np.concatenate([row[n:], expected_row[n:]])
+    if not np.all((extra == 0) | np.isneginf(extra)):
+        return math.inf
+    a, b = row[:n], expected_row[:n]
+    same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities subtract to nan
+    with np.errstate(invalid="ignore"):
+        gaps = np.where(same, 0.0, np.abs(a - b))
+    return float(np.max(gaps, initial=0.0))

@@ -1,0 +1,46 @@
+"""A session's trace as one JSON-ready document (`tinyllm-tui run --json`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from .backend import to_host
+from .session import Session
+from .trace import OpState
+
+
+def json_number(x: float) -> float | str:
+    """JSON has no infinities: non-finite numbers become "-inf", "inf", "nan"."""
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def record(state: OpState) -> dict:
+    return {
+        "step": state.step,
+        "request": state.request,
+        "phase": state.phase,
+        "round": state.round,
+        "name": state.name,
+        "layer": state.layer,
+        "head": state.head,
+        "rows": list(state.output.rows),
+        "cols": list(state.output.cols),
+        "values": [[json_number(float(x)) for x in row] for row in to_host(state.values)],
+    }
+
+
+def trace_document(session: Session, states: Iterable[OpState]) -> dict:
+    """Consume `states` (from `session.steps()`) into the document `run --json` prints."""
+    records = [record(state) for state in states]
+    return {
+        "scenario": session.scenario.path,
+        "backend": session.backend.name,
+        "dtype": session.backend.dtype_name,
+        "records": records,
+        "requests": [
+            {"input": list(r.input), "generated": list(r.generated), "stop": r.stop} for r in session.results
+        ],
+    }

@@ -1,0 +1,148 @@
+"""The `tinyllm-tui` command line: open (the TUI), run, diff.
+
+`tinyllm-tui FILE` opens the TUI: a first argument that is not a sub-command is
+routed to `open`. Every bad input ends with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from typer._click import ClickException  # Typer >= 0.26 bundles its own Click
+from typer.core import TyperGroup
+
+from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend
+from engine.diff import TOLERANCE, diff_scenario, first_divergence
+from engine.export import trace_document
+
+from .numbers import matrix_table
+
+DEFAULT_COMMAND = "open"
+EXIT_BAD_INPUT = 2
+
+
+class OpenByDefault(TyperGroup):
+    """Routes `tinyllm-tui FILE` (or no argument) to `open`, and turns errors into one line."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and not args[0].startswith("-")):
+            args = [DEFAULT_COMMAND, *args]
+        return super().parse_args(ctx, args)
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:
+        extra["standalone_mode"] = False
+        try:
+            code = super().main(args=args, prog_name=prog_name or "tinyllm-tui", **extra)
+        except ClickException as error:
+            _fail(error.format_message(), error.exit_code)
+        except typer.Abort:
+            _fail("aborted", 1)
+        except (ScenarioError, BackendError) as error:
+            _fail(str(error), EXIT_BAD_INPUT)
+        except BrokenPipeError:  # `tinyllm-tui run FILE | head`: stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        sys.exit(code or 0)
+
+
+def _fail(message: str, code: int) -> None:
+    print(f"tinyllm-tui: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+app = typer.Typer(
+    cls=OpenByDefault,
+    add_completion=False,
+    no_args_is_help=False,
+    help="A terminal step debugger for small transformer language models.",
+)
+
+ScenarioFile = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False)]
+BackendOption = Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")]
+DtypeOption = Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")]
+
+
+def bundled_x01() -> Path:
+    return Path(str(files("tinyllm_tui.scenarios") / "x01.yaml"))
+
+
+def _prepare(file: Path, backend: str, dtype: str) -> tuple[Scenario, Any]:
+    return load_scenario(file), make_backend(backend, dtype)
+
+
+@app.command("open")
+def open_tui(
+    file: Annotated[Optional[Path], typer.Argument(help="Scenario YAML file (default: the bundled X01).")] = None,
+    backend: BackendOption = "numpy",
+    dtype: DtypeOption = "float64",
+    lang: Annotated[Optional[str], typer.Option("--lang", help="Explanations in en or zh.")] = None,
+    breakpoints: Annotated[
+        Optional[list[str]], typer.Option("--break", help="Breakpoint: operator glob, kind, or condition.")
+    ] = None,
+) -> None:
+    """Open the step debugger on a scenario."""
+    scenario, array_backend = _prepare(file or bundled_x01(), backend, dtype)
+    from .app import launch  # the UI stack loads only when a TUI is wanted
+
+    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [])
+
+
+@app.command()
+def run(
+    file: ScenarioFile,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole trace as one JSON document.")] = False,
+    backend: BackendOption = "numpy",
+    dtype: DtypeOption = "float64",
+) -> None:
+    """Print every operator's labelled table in execution order."""
+    scenario, array_backend = _prepare(file, backend, dtype)
+    session = Session(scenario, array_backend)
+    if as_json:
+        json.dump(trace_document(session, session.steps()), sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return
+    console = Console(highlight=False)
+    tokens = scenario.vocab.tokens
+    group = None
+    for state in session.steps():
+        if (state.request, state.round) != group:
+            group = (state.request, state.round)
+            prompt = " ".join(tokens[t] for t in scenario.requests[state.request].tokens)
+            console.rule(f"request {state.request} · {prompt} · {state.phase} round {state.round}")
+        head = "" if state.head is None else f" · head {state.head}"
+        console.print(matrix_table(state.output, title=f"[{state.step}] {state.name}{head}"))
+    for index, result in enumerate(session.results):
+        generated = " ".join(tokens[t] for t in result.generated)
+        console.print(f"request {index}: generated {list(result.generated)} ({generated}), stop: {result.stop}")
+
+
+@app.command()
+def diff(file: ScenarioFile, backend: BackendOption = "numpy", dtype: DtypeOption = "float64") -> None:
+    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator."""
+    scenario, array_backend = _prepare(file, backend, dtype)
+    diffs = diff_scenario(scenario, array_backend)
+    for d in diffs:
+        where = "" if d.head is None else f" head {d.head}"
+        mark = "ok " if d.agrees else "DIFF"
+        print(f"{mark} request {d.request} {d.phase} round {d.round}  {d.name}{where}  max|Δ| = {d.max_abs:.3e}")
+    first = first_divergence(diffs)
+    if first is None:
+        worst = max((d.max_abs for d in diffs), default=0.0)
+        print(f"cached equals full recompute: max |Δ| = {worst:.3e} ≤ {TOLERANCE:g} over {len(diffs)} operators")
+        return
+    where = "" if first.head is None else f" head {first.head}"
+    print(f"first divergence: request {first.request} {first.phase} round {first.round} {first.name}{where} "
+          f"(max |Δ| = {first.max_abs:.3e} > {TOLERANCE:g})")
+    raise typer.Exit(1)
+
+
+def main() -> None:
+    app()

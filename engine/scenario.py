@@ -215,7 +215,9 @@ def parse_tensor(node: Node, shape: Shape) -> np.ndarray:
     widths = {len(row) for row in cells}
     got = (len(rows),) if len(shape) == 1 else (len(rows), *sorted(widths - {shape[1]} or widths))
     if got != shape:
-        raise node.error(f"expected {_format_shape(shape)}, got {_format_shape(got)}")
+        bad_row = next((row for row, n in zip(rows, map(len, cells)) if len(shape) == 2 and n != shape[1]), node)
+        where = Node(node.value, node.path, bad_row.line, node.file)  # the matrix, at its first wrong row
+        raise where.error(f"expected {_format_shape(shape)}, got {_format_shape(got)}")
     numbers = [[cell.number() for cell in row] for row in cells]
     return np.array(numbers[0] if len(shape) == 1 else numbers, dtype=np.float64)
 

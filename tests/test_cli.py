@@ -1,0 +1,67 @@
+"""The command line: routing, run (text and JSON) and diff."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import X01
+from typer.testing import CliRunner
+
+from tinyllm_tui import cli
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli.app, list(args))
+
+
+def test_run_prints_labelled_tables_grouped_by_request_and_round():
+    result = invoke("run", str(X01))
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.index("request 0 · 我 爱 学习 · prefill round 0") < out.index("request 0 · 我 爱 学习 · decode round 1")
+    assert out.index("decode round 1") < out.index("request 1 · 你 爱 · prefill round 0")
+    assert "blocks.0.attn.hook_attn_scores · head 0" in out
+    scores_row = next(line for line in out.splitlines() if line.strip().startswith("0 · 我") and "−∞" in line)
+    assert scores_row.split()[3:] == ["0.665434", "−∞", "−∞"]  # seed: head 0, query 0 sees only key 0
+    assert "request 0: generated [2, 2]" in out
+
+
+def test_run_json_document():
+    result = invoke("run", str(X01), "--json")
+    assert result.exit_code == 0
+    doc = json.loads(result.output)
+    assert (doc["scenario"], doc["backend"], doc["dtype"]) == (str(X01), "numpy", "float64")
+    assert doc["requests"] == [
+        {"input": [1, 2, 3], "generated": [2, 2], "stop": "max_new_tokens"},
+        {"input": [4, 2], "generated": [4], "stop": "max_new_tokens"},
+    ]
+    record = next(r for r in doc["records"] if r["name"] == "blocks.0.attn.hook_attn_scores" and r["head"] == 0)
+    assert set(record) == {"step", "request", "phase", "round", "name", "layer", "head", "rows", "cols", "values"}
+    assert record["rows"] == ["0 · 我", "1 · 爱", "2 · 学习"]
+    assert record["cols"] == ["k0 · 我", "k1 · 爱", "k2 · 学习"]
+    assert record["values"][0][1:] == ["-inf", "-inf"]
+    assert [r["step"] for r in doc["records"]] == list(range(len(doc["records"])))
+
+
+def test_diff_says_cached_equals_full():
+    result = invoke("diff", str(X01))
+    assert result.exit_code == 0, result.output
+    last = result.output.splitlines()[-1]
+    assert last.startswith("cached equals full recompute: max |Δ| = ") and "≤ 1e-12" in last
+    assert "request 0 decode round 1  blocks.0.hook_resid_post" in result.output
+
+
+def test_a_file_argument_opens_the_tui(monkeypatch):
+    opened = []
+    monkeypatch.setattr("tinyllm_tui.app.launch", lambda scenario, backend, **kw: opened.append((scenario, kw)))
+    assert invoke(str(X01), "--break", "softmax").exit_code == 0
+    assert invoke().exit_code == 0  # no argument: the bundled X01
+    assert [s.title for s, _ in opened] == ["X01 · 我爱学习 / 你爱"] * 2
+    assert opened[0][1]["breakpoints"] == ["softmax"]
+
+
+def test_help_lists_the_commands():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("open", "run", "diff"):
+        assert command in result.output

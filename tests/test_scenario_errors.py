@@ -1,0 +1,95 @@
+"""Every class of invalid scenario: one line on stderr naming file:line and path, exit 2, no traceback.
+
+Each case edits the real X01 file; the expected line is found by searching the
+edited text for a marker, so it is never a number copied from the program.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import X01
+from typer.testing import CliRunner
+
+from tinyllm_tui.cli import app
+
+X01_TEXT = X01.read_text(encoding="utf-8")
+ROW = "- [0.0, 0.5, 0.0, 0.0]"
+
+# (case, old, new, marker on the reported line, path and message that must follow file:line)
+CASES = [
+    ("wrong shape", ROW, "- [0.0, 0.5, 0.0]", "- [0.0, 0.5, 0.0]",
+     "weights.blocks[0].attn.wv: expected 4×4, got 4×3"),
+    ("not a number", ROW, "- [0.0, abc, 0.0, 0.0]", "abc", "weights.blocks[0].attn.wv[1][1]: expected a number, got text 'abc'"),
+    ("NaN weight", ROW, "- [0.0, .nan, 0.0, 0.0]", ".nan", "weights.blocks[0].attn.wv[1][1]: expected a finite number, got nan"),
+    ("Inf weight", ROW, "- [0.0, .inf, 0.0, 0.0]", ".inf", "weights.blocks[0].attn.wv[1][1]: expected a finite number, got inf"),
+    ("unknown key", "  causal: true", "  causal: true\n  colour: red", "colour", "model.colour: unknown key"),
+    ("token not in vocab", "- tokens: [你, 爱]", "- tokens: [你, 他]", "他", "requests[1].tokens[1]: token '他' is not in the vocabulary"),
+    ("id out of range", "- tokens: [你, 爱]", "- tokens: [4, 9]", "[4, 9]", "requests[1].tokens[1]: token id 9 is out of range 0..5"),
+    ("heads do not divide", "  heads: 2 ", "  heads: 3 ", "heads: 3", "model.heads: 3 heads do not divide d_model 4"),
+    ("python tag", "        wo: identity", "        wo: !!python/object/apply:os.system [echo hacked]", "python/object",
+     "weights.blocks[0].attn.wo: tag tag:yaml.org,2002:python/object/apply:os.system is not allowed"),
+    ("custom tag", "        wo: identity", "        wo: !mine identity", "!mine", "weights.blocks[0].attn.wo: tag !mine is not allowed"),
+    ("unknown shorthand", "        wo: identity", "        wo: identiti", "identiti", "weights.blocks[0].attn.wo: expected numbers or one of"),
+    ("missing weight", "        wo: identity\n", "", "wq: identity", "weights.blocks[0].attn: missing required key 'wo'"),
+    ("bad choice", "kind: layernorm", "kind: batchnorm", "batchnorm", "model.norm.kind: expected one of layernorm, rmsnorm, none, got 'batchnorm'"),
+]
+
+
+def _run(path):
+    return CliRunner().invoke(app, ["run", str(path)])
+
+
+def _assert_one_line(result, expected: str):
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output + result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("tinyllm-tui: error: "), lines[0]
+    assert expected in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case, old, new, marker, message", CASES, ids=[c[0] for c in CASES])
+def test_invalid_scenario_names_line_and_path(tmp_path, case, old, new, marker, message):
+    assert old in X01_TEXT
+    text = X01_TEXT.replace(old, new, 1)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    line = text[: text.index(marker) + len(marker)].count("\n") + 1
+    _assert_one_line(_run(path), f"{path}:{line}: {message}")
+
+
+def test_missing_section(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(X01_TEXT[: X01_TEXT.index("requests:")], encoding="utf-8")
+    _assert_one_line(_run(path), f"{path}:1: missing required key 'requests'")
+
+
+def test_yaml_syntax_error(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(X01_TEXT.replace("  pad: PAD", "  pad: [PAD"), encoding="utf-8")
+    result = _run(path)
+    _assert_one_line(result, f"{path}:")
+    assert "YAML syntax" in result.stderr
+
+
+def test_non_utf8_bytes(tmp_path):
+    data = X01_TEXT.encode("utf-8")
+    cut = data.index(b"vocab:")
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(data[:cut] + b"\xff\xfe" + data[cut:])
+    line = data[:cut].count(b"\n") + 1
+    _assert_one_line(_run(path), f"{path}:{line}: not UTF-8 text (byte {cut})")
+
+
+def test_missing_file(tmp_path):
+    _assert_one_line(_run(tmp_path / "nowhere.yaml"), "nowhere.yaml: cannot read")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", str(X01), "--bogus"], "No such option: --bogus"),
+    (["run", str(X01), "--backend", "torch"], "unknown backend 'torch'"),
+    (["run", str(X01), "--dtype", "int8"], "unknown dtype 'int8'"),
+    (["diff"], "Missing argument"),
+])
+def test_bad_flags(args, message):
+    _assert_one_line(CliRunner().invoke(app, args), message)

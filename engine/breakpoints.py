@@ -1,0 +1,89 @@
+"""Breakpoints: where `continue` stops.
+
+A breakpoint is one or more conditions joined by `&`, each one of:
+  `blocks.*.attn.hook_pattern`  an operator name glob
+  `softmax`                     an operator kind: embed, positions, norm, linear, scores, softmax,
+                                mix, concat, residual, activation, logits, filter, probs, choice
+  `phase=decode`, `round=1`, `request=0`, `layer=0`, `head=1`
+  `nan`                         any NaN in the output
+  `inf`                         any ±∞ in the output, except the −∞ that masking puts into scores
+  `abs>5`                       max |x| of the output above a threshold
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backend import to_host
+from .trace import OpState
+
+KINDS = ("embed", "positions", "norm", "linear", "scores", "softmax", "mix", "concat", "residual",
+         "activation", "logits", "filter", "probs", "choice")
+FIELDS = ("phase", "round", "request", "layer", "head")
+MASKED_KINDS = ("scores", "filter")  # −∞ there is a mask, not an overflow
+
+
+class BreakpointError(ValueError):
+    """A breakpoint text that cannot be understood."""
+
+
+Condition = Callable[[OpState], bool]
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    text: str
+    conditions: tuple[Condition, ...]
+
+    def hits(self, state: OpState) -> bool:
+        return all(condition(state) for condition in self.conditions)
+
+
+def parse_breakpoint(text: str) -> Breakpoint:
+    parts = [part.strip() for part in text.split("&")]
+    if not all(parts):
+        raise BreakpointError(f"breakpoint {text!r}: empty condition")
+    return Breakpoint(text, tuple(_condition(part, text) for part in parts))
+
+
+def _condition(part: str, text: str) -> Condition:
+    if match := re.fullmatch(r"(\w+)=(\w+)", part):
+        field, value = match.groups()
+        if field not in FIELDS:
+            raise BreakpointError(f"breakpoint {text!r}: unknown field {field!r} (expected {', '.join(FIELDS)})")
+        return lambda s: str(getattr(s, field)) == value
+    if match := re.fullmatch(r"abs>(.+)", part):
+        try:
+            threshold = float(match.group(1))
+        except ValueError:
+            raise BreakpointError(f"breakpoint {text!r}: {match.group(1)!r} is not a number") from None
+        return lambda s: bool(np.max(np.abs(_finite(s)), initial=0.0) > threshold)
+    if part == "nan":
+        return lambda s: bool(np.isnan(to_host(s.values)).any())
+    if part == "inf":
+        return _has_overflow
+    if part in KINDS:
+        return lambda s: s.kind == part
+    if re.fullmatch(r"[\w.*?\[\]]+", part) and ("." in part or "*" in part or part.startswith("hook_")):
+        return lambda s: fnmatch.fnmatchcase(s.name, part)
+    raise BreakpointError(
+        f"breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({', '.join(KINDS)}), "
+        f"a field=value, nan, inf or abs>N"
+    )
+
+
+def _finite(state: OpState) -> np.ndarray:
+    values = to_host(state.values)
+    return values[np.isfinite(values)]
+
+
+def _has_overflow(state: OpState) -> bool:
+    values = to_host(state.values)
+    if state.kind in MASKED_KINDS:
+        return bool(np.isposinf(values).any())
+    return bool(np.isinf(values).any())

@@ -1,0 +1,124 @@
+"""Time travel over a session's operator stream.
+
+The stream is pulled lazily; recorded states are kept up to `limit`. Stepping
+back inside the window moves a cursor; stepping back before it replays a fresh
+session up to the wanted step (sessions are deterministic).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from .trace import OpState, Status
+
+
+class History:
+    def __init__(self, start: Callable[[], Iterator[OpState]], *, limit: int = 100_000):
+        """Args:
+        start: returns a fresh operator stream (e.g. `Session(...).steps`).
+        limit: how many states to keep in memory before older ones are dropped.
+        """
+        self._start, self._limit = start, limit
+        self._restart()
+        self.cursor = 0
+
+    def _restart(self) -> None:
+        self._stream = self._start()
+        self._states: deque[OpState] = deque(maxlen=self._limit)
+        self._fetched = 0
+        self.total: int | None = None  # known once the stream is exhausted
+        self._fetch()
+
+    def _fetch(self) -> bool:
+        if self.total is not None:
+            return False
+        state = next(self._stream, None)
+        if state is None:
+            self.total = self._fetched
+            return False
+        self._states.append(state)  # the deque drops the oldest beyond `limit`
+        self._fetched += 1
+        return True
+
+    @property
+    def _offset(self) -> int:
+        """The step of the oldest state still in memory."""
+        return self._fetched - len(self._states)
+
+    @property
+    def current(self) -> OpState:
+        return self._at(self.cursor)
+
+    @property
+    def last_recorded(self) -> int:
+        return self._fetched - 1
+
+    def _have(self, step: int) -> bool:
+        """Pull the stream until `step` is recorded; False if it ends first."""
+        while step > self.last_recorded:
+            if not self._fetch():
+                return False
+        return True
+
+    @property
+    def at_end(self) -> bool:
+        return not self._have(self.cursor + 1)
+
+    def forward(self) -> bool:
+        return self.goto(self.cursor + 1)
+
+    def back(self) -> bool:
+        return self.goto(self.cursor - 1)
+
+    def goto(self, step: int) -> bool:
+        """Move to `step`; past the end, move to the last step. False if not exactly there."""
+        if step < 0:
+            return False
+        if step < self._offset:  # dropped from memory: replay from the start
+            self._restart()
+        exact = self._have(step)
+        self.cursor = step if exact else self.last_recorded
+        return exact
+
+    def round_states(self) -> list[OpState]:
+        """Every operator of the current state's round, computing ahead to the round's end."""
+        key = (self.current.request, self.current.round)
+        step = self.cursor
+        while self._have(step + 1) and self._at(step + 1).request == key[0] and self._at(step + 1).round == key[1]:
+            step += 1
+        return [s for s in self._states if (s.request, s.round) == key]
+
+    def _at(self, step: int) -> OpState:
+        return self._states[step - self._offset]
+
+    def recorded(self) -> list[OpState]:
+        """States from the oldest kept one up to the cursor."""
+        return list(self._states)[: self.cursor - self._offset + 1]
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """One row of the 003 walkthrough's A.9 table."""
+
+    round: int
+    phase: str
+    fed: tuple[str, ...]
+    cache_length: int
+    chosen: str | None
+    stop: str | None
+
+
+def round_summaries(states: list[OpState], request: int) -> list[RoundSummary]:
+    """The rounds of `request` that `states` have finished (their choice was made)."""
+    rounds = []
+    for state in states:
+        if state.request != request or state.kind != "choice":
+            continue
+        selected = [t.text for t in state.timeline if t.status is Status.SELECTED]
+        fed = tuple(t.text for t in state.timeline[state.past : -1])
+        length = state.caches[0].length if state.caches else 0
+        rounds.append(RoundSummary(state.round, state.phase, fed, length, selected[0] if selected else None,
+                                   state.stop))
+    return rounds

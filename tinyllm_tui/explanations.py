@@ -1,0 +1,187 @@
+"""What each operator computes, in English and Chinese.
+
+Each entry follows the seeds' four questions: why it is needed, how it is done,
+the usual mistake, and how to tell it was done right.
+"""
+
+from __future__ import annotations
+
+import locale
+import os
+
+from engine import OpState
+
+LANGUAGES = ("en", "zh")
+HEADINGS = {
+    "en": ("Why", "How", "Pitfall", "Check", "Shapes"),
+    "zh": ("为什么需要", "怎样实现", "可能的代价与误解", "如何判断是否做对", "形状"),
+}
+
+# Keyed by the last part of the hook name: (why, how, pitfall, check) per language.
+TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    "hook_embed": {
+        "en": ("Turn token ids into vectors the network can multiply.",
+               "Row id of the embedding table E, one row per token.",
+               "An id is not a meaning; E is a learned lookup, not a search.",
+               "Each row equals E[id] exactly."),
+        "zh": ("把Token编号变成可计算的向量。", "按编号取Embedding表E的对应行。",
+               "编号本身没有语义；E是查表，不是检索服务。", "每行与E[编号]完全相同。"),
+    },
+    "hook_pos_embed": {
+        "en": ("Without positions attention cannot tell order apart.",
+               "A term that depends only on the absolute position is added to each row.",
+               "Restarting positions at 0 in decode silently shifts every later token.",
+               "Decode position = number of cached tokens."),
+        "zh": ("没有位置信息，注意力无法区分顺序。", "按绝对位置生成一项加到每行上。",
+               "解码时把位置重置为0会悄悄错位。", "解码位置应等于缓存中的Token数。"),
+    },
+    "hook_resid_pre": {
+        "en": ("The layer's input: token vector plus position term.", "Elementwise sum.",
+               "Adding positions twice (prefill and decode) doubles them.", "Row = embed + pos_embed."),
+        "zh": ("本层输入：Token向量加位置项。", "逐元素相加。", "位置项重复相加会加倍。", "每行=embed+pos_embed。"),
+    },
+    "hook_normalized": {
+        "en": ("Keep each row at a steady scale before the next matrix.",
+               "Per row: subtract the mean, divide by sqrt(variance + eps) (RMSNorm: no mean).",
+               "Normalising across tokens would let a new token change old rows and break the cache.",
+               "Each row has mean 0 and variance ≈ 1 (before the affine gain/bias)."),
+        "zh": ("让每行在进入下一次矩阵乘法前保持稳定尺度。", "每行减均值，除以sqrt(方差+eps)（RMSNorm不减均值）。",
+               "跨Token归一化会让新Token改变旧位置，破坏缓存。", "每行均值为0、方差约为1（仿射前）。"),
+    },
+    "hook_q": {
+        "en": ("Q says what the current position is looking for.", "Q = LN(X) · Wq, split into heads by columns.",
+               "Q is never cached: only the new positions need queries.", "Columns h·dh…(h+1)·dh belong to head h."),
+        "zh": ("Query表示当前位置要匹配什么。", "Q = LN(X)·Wq，按列分给各头。",
+               "Q不需要缓存，只有新位置需要查询。", "第h个头使用第h段列。"),
+    },
+    "hook_k": {
+        "en": ("K is what each position offers to be matched against.",
+               "K = LN(X) · Wk; these rows are appended to this layer's cache.",
+               "Appending the prefix again (duplicate append) makes old keys count twice.",
+               "Cache length after this op = past + new tokens."),
+        "zh": ("Key提供被匹配的方向。", "K = LN(X)·Wk，新行追加进本层缓存。",
+               "重复追加前缀会让旧Key被计算两次。", "此后缓存长度=历史长度+新Token数。"),
+    },
+    "hook_v": {
+        "en": ("V is the content that attention mixes.", "V = LN(X) · Wv; appended to the cache with K.",
+               "Each layer has its own K/V: reusing another layer's cache is wrong.",
+               "Cached V rows equal the full recompute's rows."),
+        "zh": ("Value是注意力要混合的内容。", "V = LN(X)·Wv，与K一起追加进缓存。",
+               "每层缓存各自独立，不能复用别层。", "缓存的V行与全量重算一致。"),
+    },
+    "hook_attn_scores": {
+        "en": ("How well each query matches each visible key.",
+               "q·kᵀ / √dh per head; keys after the query's position are −∞ (causal mask).",
+               "With cached keys the mask is key ≤ past + query index, not tril(ones(C, P+C)).",
+               "Row i has −∞ exactly at key positions > its own."),
+        "zh": ("每个查询与每个可见键的匹配程度。", "每头q·kᵀ/√dh；未来键位置设为−∞（因果掩码）。",
+               "有缓存时掩码是key ≤ past+query_index，不是tril(ones(C,P+C))。", "第i行只在未来位置为−∞。"),
+    },
+    "hook_pattern": {
+        "en": ("Turn scores into weights that sum to 1 per row.", "Row-wise softmax; −∞ becomes exactly 0.",
+               "Softmax over all keys and then zeroing the future does not renormalise.",
+               "Each row sums to 1; masked entries are 0.000000."),
+        "zh": ("把分数变成每行和为1的权重。", "逐行softmax，−∞变为0。",
+               "先对全部位置softmax再清零不会重新归一化。", "每行和为1，掩掉的位置为0。"),
+    },
+    "hook_z": {
+        "en": ("Each position's mix of the visible values.", "z = pattern · V for this head.",
+               "The output is a weighted sum, not the row with the largest weight.",
+               "z equals Σ_j pattern[i,j] · V[j]."),
+        "zh": ("每个位置对可见Value的加权混合。", "z = 权重 × V（本头）。",
+               "输出是加权和，不是直接挑权重最大的一行。", "z等于Σ权重×V。"),
+    },
+    "hook_concat": {
+        "en": ("Put the heads side by side again.", "Head 0's columns first, then head 1's, …",
+               "Concatenation does not sum the heads.", "Width = heads × head width."),
+        "zh": ("把各头输出拼回一起。", "头0的列在前，头1在后。", "拼接不是求和。", "宽度=头数×每头宽度。"),
+    },
+    "hook_attn_out": {
+        "en": ("Mix the heads into the residual stream's features.", "concat · Wo (+ bo).",
+               "Forgetting Wo only works when Wo = I, as in X01.", "Shape: new tokens × d_model."),
+        "zh": ("把各头结果映射回残差特征。", "concat·Wo（+bo）。", "省略Wo只在Wo=I时成立。", "形状：新Token数×d_model。"),
+    },
+    "hook_resid_mid": {
+        "en": ("Keep the input and add what attention found.", "x + attention output, elementwise.",
+               "The residual adds to this layer's input, not to the embedding.", "Same row, same feature added."),
+        "zh": ("保留输入并加上注意力结果。", "x + 注意力输出，逐元素。", "残差加的是本层输入。", "同位置同特征相加。"),
+    },
+    "hook_pre": {
+        "en": ("The FFN's first projection (the gate, for gated FFNs).", "LN(x) · W_in (or W_gate).",
+               "The FFN works per position: it never mixes tokens.", "Rows depend only on their own input row."),
+        "zh": ("前馈网络的第一次投影（门控时为gate）。", "LN(x)·W_in（或W_gate）。",
+               "前馈逐位置计算，不混合Token。", "每行只依赖自己的输入行。"),
+    },
+    "hook_pre_linear": {
+        "en": ("The gated FFN's second projection (up).", "LN(x) · W_up.",
+               "Gate and up are separate matrices even when equal here.", "Same shape as the gate."),
+        "zh": ("门控前馈的第二个投影（up）。", "LN(x)·W_up。", "gate与up是不同矩阵，即使此处相等。", "形状与gate相同。"),
+    },
+    "hook_post": {
+        "en": ("The nonlinearity that lets the FFN do more than a matrix.",
+               "Gated: SiLU(gate) · up; otherwise ReLU / tanh / GELU of the first projection.",
+               "SiLU(z)·z is not SiLU(z): the gate multiplies the up projection.", "Zero input gives zero."),
+        "zh": ("非线性让前馈不只是矩阵乘法。", "门控：SiLU(gate)×up；否则对第一次投影取ReLU/tanh/GELU。",
+               "SiLU(z)·z不等于SiLU(z)。", "输入为0时输出为0。"),
+    },
+    "hook_mlp_out": {
+        "en": ("Project the FFN back to d_model.", "post · W_down (or W_out).",
+               "X01's 0.25·I makes each output 0.25·SiLU(z)·z.", "Shape: new tokens × d_model."),
+        "zh": ("把前馈结果投影回d_model。", "post·W_down（或W_out）。",
+               "X01中0.25·I使输出为0.25×SiLU(z)×z。", "形状：新Token数×d_model。"),
+    },
+    "hook_resid_post": {
+        "en": ("The layer's output: the next layer's input.", "resid_mid + FFN output.",
+               "Feeding this vector back as the next token is wrong: the next round starts from E[id].",
+               "Cached decode's row equals the full recompute's row (≤ 1e-12)."),
+        "zh": ("本层输出，也是下一层输入。", "resid_mid + 前馈输出。",
+               "不能把它当作下一轮输入，下一轮从E[编号]开始。", "缓存解码与全量重算一致（≤1e-12）。"),
+    },
+    "hook_out": {
+        "en": ("A score for every vocabulary entry.", "final state · Eᵀ (tied) or · W_U.",
+               "Only the last position predicts the next token.", "One column per vocabulary entry."),
+        "zh": ("为词表每一项打分。", "最终状态·Eᵀ（绑定）或·W_U。", "只有最后位置用于预测下一个Token。", "每个词表项一列。"),
+    },
+    "hook_filtered": {
+        "en": ("Apply the decode rule's filters before probabilities.",
+               "Forbidden tokens → −∞; sampling also divides by temperature and keeps top-k / top-p.",
+               "A zero PAD vector does not make PAD's probability zero: it must be forbidden.",
+               "Forbidden entries are −∞."),
+        "zh": ("在求概率前应用解码规则。", "禁止的Token设为−∞；采样时再除以温度并保留top-k/top-p。",
+               "PAD向量为零不会让其概率为零，必须显式禁止。", "被禁止项为−∞。"),
+    },
+    "hook_probs": {
+        "en": ("The next-token distribution.", "softmax over the filtered logits.",
+               "Temperature changes this distribution, never the cached K/V.", "Sums to 1; forbidden tokens are 0."),
+        "zh": ("下一个Token的分布。", "对过滤后的logits做softmax。", "温度只改变分布，不改变已缓存的K/V。", "和为1，禁止项为0。"),
+    },
+    "hook_choice": {
+        "en": ("Pick the next token: selected, not yet processed.",
+               "Greedy: the most probable id; sampling: a seeded draw on the host.",
+               "The chosen token has no K/V yet: the cache length does not include it.",
+               "Next round feeds exactly this id at position = cache length."),
+        "zh": ("选出下一个Token：已选出，尚未处理。", "贪心取最大概率；采样在主机上用固定种子抽取。",
+               "刚选出的Token还没有K/V，缓存长度不包含它。", "下一轮在位置=缓存长度处送入此编号。"),
+    },
+}
+
+
+def default_language() -> str:
+    code = os.environ.get("LC_ALL") or os.environ.get("LANG") or (locale.getlocale()[0] or "")
+    return "zh" if code.lower().startswith("zh") else "en"
+
+
+def explain(state: OpState, lang: str) -> list[tuple[str, str]]:
+    """(heading, text) lines for `state` in `lang`."""
+    why, how, pitfall, check, shapes = HEADINGS[lang]
+    texts = TEXTS.get(state.name.rsplit(".", 1)[-1], {}).get(lang)
+    lines = list(zip((why, how, pitfall, check), texts)) if texts else []
+    return lines + [(shapes, _shapes(state))]
+
+
+def _shapes(state: OpState) -> str:
+    def shape(m) -> str:
+        return f"{m.name} {len(m.rows)}×{len(m.cols)}"
+
+    inputs = ", ".join(shape(m) for m in state.inputs)
+    return f"{shape(state.output)} ← {inputs}" if inputs else shape(state.output)

@@ -1,0 +1,58 @@
+"""Modal screens: help, and a one-line prompt (go to, add breakpoint)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close")]
+
+    def __init__(self, bindings: list[Binding]):
+        super().__init__()
+        self._bindings = bindings
+
+    def compose(self) -> ComposeResult:
+        table = Table(title="Keys", title_justify="left", box=None)
+        table.add_column("key", style="bold cyan")
+        table.add_column("action")
+        for binding in self._bindings:
+            keys = ", ".join(self.app.get_key_display(Binding(key.strip(), "")) for key in binding.key.split(","))
+            table.add_row(keys, binding.description)
+        with VerticalScroll(id="help"):
+            yield Static(table)
+            yield Static(Text(BREAKPOINT_SYNTAX.strip(), style="italic"))
+            yield Static(Text("Esc, q or ? closes this screen.", style="dim"))
+
+
+class PromptScreen(ModalScreen[None]):
+    """Asks for one line; `accept` returns an error message (stay open) or None (close)."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Cancel")]
+
+    def __init__(self, question: str, accept: Callable[[str], str | None]):
+        super().__init__()
+        self._question, self._accept = question, accept
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="prompt"):
+            yield Static(self._question)
+            yield Input()
+            yield Static(id="prompt-error")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        error = self._accept(event.value.strip())
+        if error:
+            self.query_one("#prompt-error", Static).update(Text(error, style="bold red"))
+        else:
+            self.dismiss()

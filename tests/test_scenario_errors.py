@@ -90,6 +90,9 @@ def test_missing_file(tmp_path):
     (["run", str(X01), "--backend", "torch"], "unknown backend 'torch'"),
     (["run", str(X01), "--dtype", "int8"], "unknown dtype 'int8'"),
     (["diff"], "Missing argument"),
+    (["open", str(X01), "--break", "abs>lots"], "breakpoint 'abs>lots': 'lots' is not a number"),
+    (["open", str(X01), "--break", "colour=red"], "unknown field 'colour'"),
+    ([str(X01), "--lang", "fr"], "expected en or zh, got 'fr'"),
 ])
 def test_bad_flags(args, message):
     _assert_one_line(CliRunner().invoke(app, args), message)

@@ -20,6 +20,7 @@ from typer._click import ClickException  # Typer >= 0.26 bundles its own Click
 from typer.core import TyperGroup
 
 from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend
+from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.diff import TOLERANCE, diff_scenario, first_divergence
 from engine.export import trace_document
 
@@ -45,7 +46,7 @@ class OpenByDefault(TyperGroup):
             _fail(error.format_message(), error.exit_code)
         except typer.Abort:
             _fail("aborted", 1)
-        except (ScenarioError, BackendError) as error:
+        except (ScenarioError, BackendError, BreakpointError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
         except BrokenPipeError:  # `tinyllm-tui run FILE | head`: stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -89,6 +90,10 @@ def open_tui(
     ] = None,
 ) -> None:
     """Open the step debugger on a scenario."""
+    if lang not in (None, "en", "zh"):
+        raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
+    for text in breakpoints or []:
+        parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
     scenario, array_backend = _prepare(file or bundled_x01(), backend, dtype)
     from .app import launch  # the UI stack loads only when a TUI is wanted
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ SEEDS = ROOT.parent / "shared" / "seeds"
 SCENARIOS = ROOT / "scenarios"
 X01 = SCENARIOS / "x01.yaml"
 
+os.environ["TEXTUAL_ANIMATIONS"] = "none"  # snapshots must not catch a transition half-way
 sys.path.insert(0, str(ROOT / "tests" / "data"))  # the seed-table extractor
 
 

@@ -22,13 +22,13 @@ from .widgets.operators import OperatorList, short_name
 from .widgets.panels import CachePanel, ExplanationPanel, InputsPanel
 from .widgets.timeline import Timeline
 
-PLAY_INTERVAL = 0.3
 
 
 class DebuggerApp(App):
     CSS_PATH = Path(__file__).with_name("app.tcss")
     TITLE = "tinyllm-tui"
     ENABLE_COMMAND_PALETTE = False
+    play_interval = 0.3  # seconds between steps while playing
     BINDINGS = [
         Binding("n,right,f10", "step", "Step"),
         Binding("left", "back", "Back"),
@@ -78,7 +78,7 @@ class DebuggerApp(App):
 
     def on_mount(self) -> None:
         self.title = self.scenario.title
-        self.sub_title = self.scenario.path
+        self.sub_title = Path(self.scenario.path).name
         self.show_current("start · n/→ step · c continue · ? help")
 
     # -- display ---------------------------------------------------------------------
@@ -163,7 +163,7 @@ class DebuggerApp(App):
             self.player = None
             self.set_status("paused")
             return
-        self.player = self.set_interval(PLAY_INTERVAL, self._play_tick)
+        self.player = self.set_interval(self.play_interval, self._play_tick)
         self.set_status()
 
     def _play_tick(self) -> None:

@@ -20,13 +20,13 @@ class HelpScreen(ModalScreen[None]):
 
     def __init__(self, bindings: list[Binding]):
         super().__init__()
-        self._bindings = bindings
+        self._listed = bindings
 
     def compose(self) -> ComposeResult:
         table = Table(title="Keys", title_justify="left", box=None)
         table.add_column("key", style="bold cyan")
         table.add_column("action")
-        for binding in self._bindings:
+        for binding in self._listed:
             keys = ", ".join(self.app.get_key_display(Binding(key.strip(), "")) for key in binding.key.split(","))
             table.add_row(keys, binding.description)
         with VerticalScroll(id="help"):

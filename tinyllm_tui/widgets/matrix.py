@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from rich.cells import cell_len
 from rich.color import Color
 from rich.style import Style
 from rich.text import Text
@@ -17,9 +18,9 @@ from textual.widgets import DataTable, Static
 
 from engine import Labelled, to_host
 
-from ..numbers import format_number
+from ..numbers import number_cell
 
-CELL_WIDTH = 11
+CELL_WIDTH = 10  # "-1.371908" plus one space; the table adds no padding
 PROBABILITY_KINDS = ("softmax", "probs")
 BASE = (24, 24, 32)
 POSITIVE, NEGATIVE, SEQUENTIAL = (170, 50, 50), (50, 90, 180), (40, 140, 70)
@@ -38,7 +39,7 @@ def heat_style(x: float, scale: float, sequential: bool) -> Style:
 class MatrixView(Vertical):
     def compose(self):
         yield Static(id="matrix-title")
-        table = DataTable(cursor_type="none", zebra_stripes=False, show_cursor=False)
+        table = DataTable(cursor_type="none", show_cursor=False, cell_padding=0)
         table.can_focus = False
         yield table
 
@@ -66,8 +67,12 @@ class MatrixView(Vertical):
         self.refresh_table()
         return True
 
+    def on_resize(self) -> None:
+        if self._matrix is not None:
+            self.refresh_table()
+
     def _visible_columns(self) -> int:
-        label_width = max((len(r) for r in self._matrix.rows), default=4) + 4
+        label_width = max((cell_len(r) for r in self._matrix.rows), default=4) + 2
         return max(1, (self.size.width - label_width) // CELL_WIDTH) if self.size.width else 8
 
     def refresh_table(self) -> None:
@@ -82,14 +87,13 @@ class MatrixView(Vertical):
         table.clear(columns=True)
         table.add_column("", key="label")
         for j in cols:
-            table.add_column(matrix.cols[j], key=str(j), width=CELL_WIDTH - 2)
+            table.add_column(Text(matrix.cols[j], justify="right"), key=str(j), width=CELL_WIDTH)
         finite = values[np.isfinite(values)]
         scale = float(np.max(np.abs(finite), initial=0.0))
         sequential = self._kind in PROBABILITY_KINDS
         for i, label in enumerate(matrix.rows):
             cells = [self._cell(float(values[i, j]), scale, sequential) for j in cols]
-            table.add_row(Text(label, style="bold"), *cells)
+            table.add_row(Text(label + " ", style="bold"), *cells)
 
     def _cell(self, x: float, scale: float, sequential: bool) -> Text:
-        style = heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x))
-        return Text(format_number(x), style=style, justify="right")
+        return number_cell(x, heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x)))

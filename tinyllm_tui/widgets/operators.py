@@ -15,7 +15,7 @@ BREAK_MARK = "●"
 
 def short_name(state: OpState) -> str:
     """`blocks.0.attn.hook_pattern` (head 0) -> `attn.pattern h0`: fits a narrow list."""
-    name = re.sub(r"^blocks\.\d+\.", "", state.name).replace("hook_", "")
+    name = re.sub(r"^blocks\.\d+\.", "", state.name).replace("hook_", "").replace("attn.attn_", "attn.")
     return name if state.head is None else f"{name} h{state.head}"
 
 
@@ -45,7 +45,7 @@ class OperatorList(OptionList):
                 group = heading
                 options.append(Option(Text(f"── {heading} ──", style="bold"), disabled=True))
             mark = BREAK_MARK if state.step in breaks else " "
-            prompt = Text.assemble((mark, "bold red"), f"{state.step:>4} {short_name(state)}")
+            prompt = Text.assemble((mark, "bold red"), f"{state.step:>3} {short_name(state)}")
             options.append(Option(prompt, id=str(state.step)))
         return options
 

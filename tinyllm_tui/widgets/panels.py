@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 from rich.console import Group
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
-from textual.containers import VerticalScroll
+from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
 from engine import OpState, to_host
 
 from ..explanations import explain
-from ..numbers import format_number, matrix_table
+from ..numbers import matrix_table, number_cell, number_table
 
 
-class TablesPanel(VerticalScroll):
-    """A scrollable stack of Rich renderables."""
+class TablesPanel(ScrollableContainer):
+    """A stack of Rich renderables, scrolling both ways when wider than the panel."""
+
+    wide = False  # True: keep tables at their natural width and scroll sideways
 
     def compose(self):
         yield Static()
 
     def show_renderables(self, *renderables) -> None:
-        self.query_one(Static).update(Group(*renderables))
+        group = Group(*renderables)
+        static = self.query_one(Static)
+        static.update(group)
+        if self.wide:  # Textual caps an auto width at the container's, which would squeeze the columns
+            console = self.app.console
+            static.styles.width = Measurement.get(console, console.options.update_width(10_000), group).maximum
 
 
 class ExplanationPanel(TablesPanel):
@@ -31,6 +39,8 @@ class ExplanationPanel(TablesPanel):
 
 
 class InputsPanel(TablesPanel):
+    wide = True
+
     def show(self, state: OpState) -> None:
         if not state.inputs:
             self.show_renderables(Text("This operator reads no array (it is computed from positions only)."))
@@ -40,6 +50,8 @@ class InputsPanel(TablesPanel):
 
 class CachePanel(TablesPanel):
     """Every layer's K and V rows at this moment; rows appended in this round marked with +."""
+
+    wide = True
 
     def show(self, state: OpState, d_head: int) -> None:
         renderables = []
@@ -55,12 +67,9 @@ class CachePanel(TablesPanel):
 
     @staticmethod
     def _table(title: str, values, labels: list[str], past: int, d_head: int) -> Table:
-        table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-        table.add_column("")
-        for j in range(values.shape[1]):
-            table.add_column(f"h{j // d_head}·{j % d_head}", justify="right")
+        table = number_table(title, [f"h{j // d_head}·{j % d_head}" for j in range(values.shape[1])], box=None)
         for i, row in enumerate(values):
             new = i >= past
             label = ("+" if new else " ") + (labels[i] if i < len(labels) else str(i))
-            table.add_row(label, *(format_number(float(x)) for x in row), style="bold yellow" if new else None)
+            table.add_row(label, *(number_cell(float(x)) for x in row), style="bold yellow" if new else None)
         return table

@@ -1,0 +1,53 @@
+"""SVG snapshots of the step debugger at 80×24 and 160×48 (accept with --snapshot-update)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import X01
+
+from engine import load_scenario
+from tinyllm_tui.app import DebuggerApp
+
+SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
+
+
+def make_app(**kwargs) -> DebuggerApp:
+    return DebuggerApp(load_scenario(X01), lang="en", **kwargs)
+
+
+def keys_then_settle(*keys: str):
+    async def run_before(pilot) -> None:
+        for key in keys:
+            await pilot.press(key)
+            await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_start_screen(snap_compare, size):
+    assert snap_compare(make_app(), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_head0_pattern_of_the_first_request(snap_compare, size):
+    # embed, ln1, q, k, v, head-0 scores, then the head-0 pattern
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle(*["n"] * 6))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_cached_decode_round_with_four_cache_rows(snap_compare, size):
+    # step 30 is the head-0 scores of decode round 1; k shows the KV cache (4 rows, 1 appended)
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle("g", "3", "0", "enter", "k"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_help_screen(snap_compare, size):
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle("question_mark"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_breakpoint_hit(snap_compare, size):
+    app = make_app(breakpoints=["blocks.0.attn.hook_pattern"])
+    assert snap_compare(app, terminal_size=size, run_before=keys_then_settle("c"))

@@ -90,10 +90,22 @@ class DebuggerApp(App):
         rounds = round_summaries(self.history.recorded(), state.request)
         self.query_one(Timeline).show(state, self.scenario, rounds)
         self.query_one(MatrixView).show(state.output, title=self._title(state), kind=state.kind)
-        self.query_one(ExplanationPanel).show(state, self.lang)
-        self.query_one(CachePanel).show(state, self.scenario.model.d_head)
-        self.query_one(InputsPanel).show(state)
+        self.show_panel()
         self.set_status(message)
+
+    def show_panel(self) -> None:
+        """Only the visible lower panel is rendered; the others catch up when shown."""
+        state = self.history.current
+        active = self.query_one(TabbedContent).active
+        if active == "explain":
+            self.query_one(ExplanationPanel).show(state, self.lang)
+        elif active == "cache":
+            self.query_one(CachePanel).show(state, self.scenario.model.d_head)
+        else:
+            self.query_one(InputsPanel).show(state)
+
+    def on_tabbed_content_tab_activated(self) -> None:
+        self.show_panel()
 
     def set_status(self, message: str = "") -> None:
         state = self.history.current
@@ -104,7 +116,7 @@ class DebuggerApp(App):
             parts.append("▶ playing")
         if message:
             parts.append(message)
-        self.query_one("#status", Static).update(" · ".join(parts))
+        self.query_one("#status", Static).update(" · ".join(parts), layout=False)  # always one line
 
     def _title(self, state: OpState) -> str:
         head = "" if state.head is None else f" · head {state.head}"

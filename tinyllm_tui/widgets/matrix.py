@@ -67,8 +67,10 @@ class MatrixView(Vertical):
         self.refresh_table()
         return True
 
-    def on_resize(self) -> None:
-        if self._matrix is not None:
+    def on_resize(self, event) -> None:
+        # Only a new width changes the column window; height follows the rows we put in.
+        if self._matrix is not None and event.size.width != getattr(self, "_laid_out_width", None):
+            self._laid_out_width = event.size.width
             self.refresh_table()
 
     def _visible_columns(self) -> int:

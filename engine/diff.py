@@ -25,6 +25,7 @@ Key = tuple[int, int, str, int | None, int | None]
 
 @dataclass(frozen=True)
 class OpDiff:
+    step: int  # the cached run's step of this operator (the chunk that differs most)
     request: int
     phase: str
     round: int
@@ -58,14 +59,15 @@ def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff
             default=0.0,
         )
         key = op_key(state)
-        if key in worst:  # a chunked prefill runs the same operator once per chunk
-            largest = max(largest, worst[key].max_abs)
-        worst[key] = OpDiff(state.request, state.phase, state.round, state.name, state.layer, state.head, largest)
+        step = state.step
+        if key in worst and worst[key].max_abs >= largest:  # a chunked prefill runs it once per chunk:
+            largest, step = worst[key].max_abs, worst[key].step  # keep the chunk that differs most
+        worst[key] = OpDiff(step, state.request, state.phase, state.round, state.name, state.layer, state.head, largest)
     return list(worst.values())
 
 
-def diff_scenario(scenario: Scenario, backend: Backend | None = None) -> list[OpDiff]:
-    cached = Session(scenario, backend, mode="cached")
+def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
+    cached = Session(scenario, backend, mode="cached", inject=inject)
     full = Session(scenario, backend, mode="full")
     return diff_runs(cached.steps(), full.steps())
 

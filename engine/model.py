@@ -51,10 +51,12 @@ OpStream = Generator[Op, None, Array]
 
 
 class Transformer:
-    def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str):
+    def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str,
+                 bug: str | None = None):
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
         self.weights = {name: backend.asarray(w) for name, w in weights.items()}
-        self.allow_stale = False
+        self.bug = bug  # an injected cache bug (see engine.session.INJECTIONS)
+        self.allow_stale = bug == "stale-cache"
 
     def param(self, name: str) -> Operand:
         return Operand(name, self.weights[name], rows="in", cols="out")
@@ -72,7 +74,7 @@ class Transformer:
         if spec.positions != "none":
             x = yield from self._add_positions(x, positions)
         for layer in range(spec.n_layers):
-            x = yield from self._block(layer, x, positions[0], caches)
+            x = yield from self._block(layer, x, caches)
         if spec.final_norm:
             x = self._norm("ln_final", x, layer=None)
             yield x
@@ -101,14 +103,14 @@ class Transformer:
         return resid
 
     # -- one block -----------------------------------------------------------------
-    def _block(self, layer: int, x: Op, past: int, caches: list[LayerCache]) -> OpStream:
+    def _block(self, layer: int, x: Op, caches: list[LayerCache]) -> OpStream:
         pre = self.spec.norm.placement == "pre"
         block = f"blocks.{layer}"
         h = x
         if pre and self.spec.norm.kind != "none":
             h = self._norm(f"{block}.ln1", x, layer)
             yield h
-        attn_out = yield from self._attention(layer, h, past, caches)
+        attn_out = yield from self._attention(layer, h, caches)
         mid = Op(f"{block}.hook_resid_mid", x.values + attn_out.values, kind="residual",
                  layer=layer, inputs=(x, attn_out))
         yield mid
@@ -153,7 +155,7 @@ class Transformer:
             inputs = (x, w, b)
         return Op(name, y, cols=cols, kind=kind, layer=layer, inputs=inputs)
 
-    def _attention(self, layer: int, h: Op, past: int, caches: list[LayerCache]) -> OpStream:
+    def _attention(self, layer: int, h: Op, caches: list[LayerCache]) -> OpStream:
         xp, spec = self.xp, self.spec
         block = f"blocks.{layer}.attn"
         q, k, v = (self._linear(f"{block}.hook_{n}", h, f"{block}.w{n}", f"{block}.b{n}", "linear", layer)
@@ -161,10 +163,11 @@ class Transformer:
         yield q
         yield k
         yield v
-        caches[layer] = self._append(caches[layer], k.values, v.values)
+        borrowed = self.bug == "no-cache-layer1" and layer == 1 and caches[1].length > 0
+        caches[layer] = self._append(caches[0 if borrowed else layer], k.values, v.values)
         keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
-        visible = ops.causal_mask(xp, q.values.shape[0], past) if spec.causal else None
+        visible = self._mask(q.values.shape[0], caches[layer].length) if spec.causal else None
         heads = []
         for head in range(spec.n_heads):
             part = slice(head * spec.d_head, (head + 1) * spec.d_head)
@@ -176,6 +179,11 @@ class Transformer:
         out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", "linear", layer)
         yield out
         return out
+
+    def _mask(self, n_new: int, n_keys: int):
+        if self.bug == "chunk-mask":
+            return self.xp.tril(self.xp.ones((n_new, n_keys), dtype=self.xp.bool))
+        return ops.causal_mask(self.xp, n_new, n_keys - n_new)
 
     def _head(self, layer, head, part, q: Operand, keys: Operand, values: Operand, visible) -> OpStream:
         xp, block = self.xp, f"blocks.{layer}.attn"

@@ -8,6 +8,7 @@ reference the cached run is diffed against.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 
@@ -22,16 +23,44 @@ from .trace import Labelled, OpState, RequestResult, Status, TokenState
 
 MODES = ("cached", "full")
 
+# Deliberate KV-cache bugs from the 003 walkthrough (A.9-A.11), one at a time, for the diff to catch.
+INJECTIONS = {
+    "chunk-mask": "a cached chunk is masked with tril(ones(C, P+C)): new queries miss most of the cache",
+    "position-reset": "positions restart at 0 in every decode round",
+    "duplicate-append": "decode feeds the whole sequence again, so the prefix is appended to the cache twice",
+    "stale-cache": "decode reuses a prefix cache computed with other weights (every weight ×1.1)",
+    "no-cache-layer1": "layer 1 attends over layer 0's cache instead of its own",
+}
+STALE_SCALE = 1.1
+
 
 class Session:
-    def __init__(self, scenario: Scenario, backend: Backend | None = None, *, mode: str = "cached"):
+    def __init__(self, scenario: Scenario, backend: Backend | None = None, *, mode: str = "cached",
+                 inject: str | None = None):
+        """Args:
+        mode: "cached" (feed only new tokens) or "full" (recompute the whole prefix every round).
+        inject: one of INJECTIONS, applied to the cached path only; the full recompute stays correct.
+        """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+        if inject is not None and inject not in INJECTIONS:
+            raise ValueError(f"unknown bug {inject!r} (expected one of {', '.join(INJECTIONS)})")
         self.scenario = scenario
         self.backend = backend or make_backend()
         self.mode = mode
-        self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint)
+        self.inject = inject if mode == "cached" else None
+        self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint, bug=self.inject)
         self.results: list[RequestResult] = []
+
+    def stale_caches(self, tokens: list[int]) -> list:
+        """The prefix cache another checkpoint (every weight ×1.1) would have left behind."""
+        weights = {name: w * STALE_SCALE for name, w in self.scenario.weights.items()}
+        other = dataclasses.replace(self.scenario, weights=weights)
+        model = Transformer(other.model, other.weights, self.backend, other.fingerprint)
+        caches = model.empty_caches()
+        for _ in model.forward(tokens, list(range(len(tokens))), caches):
+            pass
+        return caches
 
     def steps(self) -> Iterator[OpState]:
         self.results = []
@@ -80,15 +109,20 @@ class _RequestRun:
 
     def _feed(self, new: list[int]) -> OpStream:
         """Feed new tokens (cached mode) or the whole prefix again (full mode)."""
+        bug = self.session.inject
+        if self.session.mode == "full" or (bug == "duplicate-append" and self.phase == "decode"):
+            new = list(self.request.tokens) + self.generated
         if self.session.mode == "full":
             self.caches, self.fed = self.model.empty_caches(), []
-            new = list(self.request.tokens) + self.generated
+        if bug == "stale-cache" and self.round == 1:
+            self.caches = self.session.stale_caches(self.fed)
         size = self.rule.prefill_chunk if self.phase == "prefill" and self.session.mode == "cached" else None
         size = size or len(new)
         self.selected, self.round_start = None, len(self.fed)
         for self.chunk, start in enumerate(range(0, len(new), size)):
             self.current = new[start : start + size]
-            positions = list(range(len(self.fed), len(self.fed) + len(self.current)))
+            first = 0 if bug == "position-reset" and self.phase == "decode" else len(self.fed)
+            positions = list(range(first, first + len(self.current)))
             logits = yield from self._states(self.model.forward(self.current, positions, self.caches))
             self.fed += self.current
             self.current = []
@@ -138,20 +172,21 @@ class _RequestRun:
         values = operand.values
         if len(values.shape) == 1:
             values = values[None, :]
-        rows = self._labels(operand.rows, values.shape[0], prefix="")
-        cols = self._labels(operand.cols, values.shape[1], prefix="k")
+        rows = self._labels(operand.rows, values.shape[0], column=False)
+        cols = self._labels(operand.cols, values.shape[1], column=True)
         return Labelled(operand.name, values, rows, cols)
 
     def _positions(self, scheme: str, count: int) -> tuple[int, ...]:
         first = len(self.fed) + len(self.current) - count if scheme in ("chunk", "last") else 0
         return tuple(range(first, first + count))
 
-    def _labels(self, scheme: str, count: int, prefix: str) -> tuple[str, ...]:
-        context = self.fed + self.current
+    def _labels(self, scheme: str, count: int, column: bool) -> tuple[str, ...]:
         if scheme in ("chunk", "last", "keys"):
-            positions = self._positions(scheme, count)
-            return tuple(f"{prefix if scheme == 'keys' else ''}{p} · {self.vocab.tokens[context[p]]}"
-                         for p in positions)
+            context = self.fed + self.current
+            prefix = "k" if column else ""  # key positions as columns read k0, k1, …
+            # A cache row past the context has no token: an injected bug put it there.
+            return tuple(f"{prefix}{p} · {self.vocab.tokens[context[p]] if p < len(context) else '?'}"
+                         for p in self._positions(scheme, count))
         if scheme == "vocab":
             return tuple(self.vocab.label(t) for t in range(count))
         if scheme == "choice":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import X01
+from conftest import SCENARIOS, X01
 from typer.testing import CliRunner
 
 from tinyllm_tui import cli
@@ -65,3 +65,23 @@ def test_help_lists_the_commands():
     assert result.exit_code == 0
     for command in ("open", "run", "diff"):
         assert command in result.output
+
+
+def test_diff_with_an_injected_bug_names_the_first_divergence_and_exits_1():
+    result = invoke("diff", str(SCENARIOS / "chunked.yaml"), "--inject", "chunk-mask")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0].startswith("injected bug chunk-mask: ")
+    assert result.output.splitlines()[-1].startswith(
+        "first divergence: request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0")
+
+
+def test_gradcheck_reports_a_small_relative_error():
+    result = invoke("gradcheck", str(X01))
+    assert result.exit_code == 0, result.output
+    error = float(result.output.split("relative error ")[1].split()[0])
+    assert error < 1e-6
+
+
+def test_eos_stop_is_reported_by_run():
+    result = invoke("run", str(SCENARIOS / "eos7.yaml"))
+    assert "request 0: generated [3, 5, 6] (学习 ！ EOS), stop: eos" in result.output

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
-from conftest import X01
-from textual.widgets import DataTable, TabbedContent
+from conftest import SCENARIOS, X01
+from textual.widgets import DataTable, Static, TabbedContent
 
 from engine import load_scenario, load_scenario_text, to_host
 from tinyllm_tui.app import DebuggerApp
 from tinyllm_tui.widgets.dialogs import HelpScreen, PromptScreen
+from tinyllm_tui.widgets.diffview import DiffScreen
 from tinyllm_tui.widgets.matrix import MatrixView
 from tinyllm_tui.widgets.operators import OperatorList
 
@@ -220,3 +222,32 @@ async def test_matrix_shows_masked_scores_as_minus_infinity():
         assert matrix_cells(app)[0][1:] == ["0.665434", "−∞", "−∞"]
         values = to_host(app.history.current.values)
         assert values[0, 1] == float("-inf")
+
+
+async def test_diff_view_names_the_first_divergence_and_goes_there():
+    """d computes the full recompute beside the cached run; Enter jumps to the chosen operator."""
+    app = DebuggerApp(load_scenario(SCENARIOS / "chunked.yaml"), lang="en", inject="chunk-mask")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("d")  # compute the diff in a worker, then show it
+        await settle(pilot)
+        assert isinstance(app.screen, DiffScreen)
+        assert "first divergence: request 0 prefill round 0 blocks.0.attn.hook_attn_scores" in str(
+            app.screen.query(Static)[1].render())
+        await pilot.press("enter")  # go to the first diverging operator: the second chunk's scores
+        state = app.history.current
+        assert (state.name, state.chunk, state.positions) == ("blocks.0.attn.hook_attn_scores", 1, (3, 4))
+        assert np.isinf(to_host(state.values)).tolist() == [[False, True, True, True, True], [False, False, True, True, True]]
+
+
+async def test_cycling_injections_replays_to_the_same_step():
+    """I switches the deliberate bug (none → chunk-mask → …) and keeps the cursor where it was."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g", *"31", "enter")  # decode round 1, head-0 pattern
+        await pilot.press("I")  # chunk-mask: decode's single query sees only key 0
+        assert app.inject == "chunk-mask" and app.history.current.step == 31
+        assert to_host(app.history.current.values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+        assert "injected bug: chunk-mask" in status(app)
+        for _ in range(5):  # through the other four bugs and back to none
+            await pilot.press("I")
+        assert app.inject is None and "⚠" not in status(app)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import X01
+from conftest import SCENARIOS, X01
 
 from engine import load_scenario
 from tinyllm_tui.app import DebuggerApp
@@ -51,3 +51,15 @@ def test_help_screen(snap_compare, size):
 def test_breakpoint_hit(snap_compare, size):
     app = make_app(breakpoints=["blocks.0.attn.hook_pattern"])
     assert snap_compare(app, terminal_size=size, run_before=keys_then_settle("c"))
+
+
+@pytest.mark.parametrize("inject", [None, "chunk-mask"])
+def test_diff_view(snap_compare, inject):
+    app = DebuggerApp(load_scenario(SCENARIOS / "chunked.yaml"), lang="en", inject=inject)
+    assert snap_compare(app, terminal_size=(160, 48), run_before=keys_then_settle("d"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_timeline_after_an_eos_stop(snap_compare, size):
+    app = DebuggerApp(load_scenario(SCENARIOS / "eos7.yaml"), lang="en")
+    assert snap_compare(app, terminal_size=size, run_before=keys_then_settle("c"))  # no breakpoint: to the end

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
+from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -13,10 +14,13 @@ from textual.widgets import Footer, Header, OptionList, Static, TabbedContent, T
 
 from engine import Backend, OpState, Scenario, Session, make_backend
 from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
+from engine.diff import OpDiff, diff_runs
 from engine.history import History, round_summaries
+from engine.session import INJECTIONS
 
 from .explanations import default_language
 from .widgets.dialogs import HelpScreen, PromptScreen
+from .widgets.diffview import DiffScreen
 from .widgets.matrix import MatrixView
 from .widgets.operators import OperatorList, short_name
 from .widgets.panels import CachePanel, ExplanationPanel, InputsPanel
@@ -37,6 +41,8 @@ class DebuggerApp(App):
         Binding("B", "add_breakpoint", "Break on…", show=False),
         Binding("space", "play", "Play"),
         Binding("g", "goto", "Go to"),
+        Binding("d", "diff", "Diff"),
+        Binding("I", "cycle_injection", "Inject bug", show=False),
         Binding("i", "panel('inputs')", "Inputs", show=False),
         Binding("k", "panel('cache')", "KV cache", show=False),
         Binding("x", "panel('explain')", "Explain", show=False),
@@ -48,16 +54,20 @@ class DebuggerApp(App):
     ]
 
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, lang: str | None = None,
-                 breakpoints: list[str] = ()):
+                 breakpoints: list[str] = (), inject: str | None = None):
         super().__init__()
         self.scenario = scenario
         self.backend = backend or make_backend()
         self.lang = lang or default_language()
         self.breakpoints: list[Breakpoint] = [parse_breakpoint(text) for text in breakpoints]
-        self.session = Session(scenario, self.backend)
-        self.history = History(self.session.steps)
         self.busy = False
         self.player = None
+        self._start_session(inject)
+
+    def _start_session(self, inject: str | None) -> None:
+        self.inject = inject
+        self.session = Session(self.scenario, self.backend, inject=inject)
+        self.history = History(self.session.steps)
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="")
@@ -109,14 +119,17 @@ class DebuggerApp(App):
 
     def set_status(self, message: str = "") -> None:
         state = self.history.current
-        total = self.history.total if self.history.total is not None else "?"
+        last = self.history.total - 1 if self.history.total is not None else "?"
         count = len(self.breakpoints)
-        parts = [f"step {state.step}/{total}", f"{count} breakpoint{'' if count == 1 else 's'}"]
+        parts = [f"step {state.step}/{last}", f"{count} breakpoint{'' if count == 1 else 's'}"]
         if self.player is not None:
             parts.append("▶ playing")
         if message:
             parts.append(message)
-        self.query_one("#status", Static).update(" · ".join(parts), layout=False)  # always one line
+        status = Text(" · ".join(parts))
+        if self.inject:
+            status.append(f" · ⚠ injected bug: {self.inject}", style="bold yellow")
+        self.query_one("#status", Static).update(status, layout=False)  # always one line
 
     def _title(self, state: OpState) -> str:
         head = "" if state.head is None else f" · head {state.head}"
@@ -261,6 +274,41 @@ class DebuggerApp(App):
         if not self.query_one(MatrixView).shift_columns(direction):
             self.set_status("no more columns that way")
 
+    # -- full vs cached ---------------------------------------------------------------
+    def action_diff(self) -> None:
+        if self._refuse_while_busy():
+            return
+        self.busy = True
+        self.set_status("computing the full recompute to compare…")
+        self._compute_diff()
+
+    @work(thread=True, exclusive=True)
+    def _compute_diff(self) -> None:
+        cached = Session(self.scenario, self.backend, inject=self.inject)
+        full = Session(self.scenario, self.backend, mode="full")
+        diffs = diff_runs(cached.steps(), full.steps())
+        self.call_from_thread(self._show_diff, diffs)
+
+    def _show_diff(self, diffs: list[OpDiff]) -> None:
+        self.busy = False
+        self.set_status()
+        self.push_screen(DiffScreen(diffs, self.inject), self._after_diff)
+
+    def _after_diff(self, step: int | None) -> None:
+        if step is not None:
+            self.history.goto(step)
+            self.show_current(f"went to step {step} from the diff")
+
+    def action_cycle_injection(self) -> None:
+        """Switch to the next deliberate bug (or none) and replay to the same step."""
+        if self._refuse_while_busy():
+            return
+        names = [None, *INJECTIONS]
+        step = self.history.cursor
+        self._start_session(names[(names.index(self.inject) + 1) % len(names)])
+        self.history.goto(step)
+        self.show_current(f"now: {INJECTIONS[self.inject]}" if self.inject else "no injected bug")
+
     def on_key(self, event: events.Key) -> None:
         """A printable key that nothing is bound to gets an answer instead of silence."""
         if event.is_printable and event.key not in self.active_bindings and self.screen is self.screen_stack[0]:
@@ -270,5 +318,6 @@ class DebuggerApp(App):
         self.push_screen(HelpScreen(self.BINDINGS))
 
 
-def launch(scenario: Scenario, backend: Backend, *, lang: str | None, breakpoints: list[str]) -> None:
-    DebuggerApp(scenario, backend, lang=lang, breakpoints=breakpoints).run()
+def launch(scenario: Scenario, backend: Backend, *, lang: str | None, breakpoints: list[str],
+           inject: str | None = None) -> None:
+    DebuggerApp(scenario, backend, lang=lang, breakpoints=breakpoints, inject=inject).run()

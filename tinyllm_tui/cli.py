@@ -23,11 +23,14 @@ from engine import BackendError, Scenario, ScenarioError, Session, load_scenario
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.diff import TOLERANCE, diff_scenario, first_divergence
 from engine.export import trace_document
+from engine.gradcheck import check_head
+from engine.session import INJECTIONS
 
 from .numbers import matrix_table
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
+GRADCHECK_TOLERANCE = 1e-6  # central differences with step 1e-6 agree to ~1e-9 in float64
 
 
 class OpenByDefault(TyperGroup):
@@ -69,13 +72,20 @@ app = typer.Typer(
 ScenarioFile = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False)]
 BackendOption = Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")]
+InjectOption = Annotated[
+    Optional[str],
+    typer.Option("--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False),
+]
 
 
 def bundled_x01() -> Path:
     return Path(str(files("tinyllm_tui.scenarios") / "x01.yaml"))
 
 
-def _prepare(file: Path, backend: str, dtype: str) -> tuple[Scenario, Any]:
+def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None) -> tuple[Scenario, Any]:
+    if inject is not None and inject not in INJECTIONS:
+        raise typer.BadParameter(f"unknown bug {inject!r} (expected one of {', '.join(INJECTIONS)})",
+                                 param_hint="--inject")
     return load_scenario(file), make_backend(backend, dtype)
 
 
@@ -88,16 +98,17 @@ def open_tui(
     breakpoints: Annotated[
         Optional[list[str]], typer.Option("--break", help="Breakpoint: operator glob, kind, or condition.")
     ] = None,
+    inject: InjectOption = None,
 ) -> None:
     """Open the step debugger on a scenario."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
     for text in breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
-    scenario, array_backend = _prepare(file or bundled_x01(), backend, dtype)
+    scenario, array_backend = _prepare(file or bundled_x01(), backend, dtype, inject)
     from .app import launch  # the UI stack loads only when a TUI is wanted
 
-    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [])
+    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [], inject=inject)
 
 
 @app.command()
@@ -106,10 +117,11 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole trace as one JSON document.")] = False,
     backend: BackendOption = "numpy",
     dtype: DtypeOption = "float64",
+    inject: InjectOption = None,
 ) -> None:
     """Print every operator's labelled table in execution order."""
-    scenario, array_backend = _prepare(file, backend, dtype)
-    session = Session(scenario, array_backend)
+    scenario, array_backend = _prepare(file, backend, dtype, inject)
+    session = Session(scenario, array_backend, inject=inject)
     if as_json:
         json.dump(trace_document(session, session.steps()), sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -130,10 +142,14 @@ def run(
 
 
 @app.command()
-def diff(file: ScenarioFile, backend: BackendOption = "numpy", dtype: DtypeOption = "float64") -> None:
+def diff(
+    file: ScenarioFile, backend: BackendOption = "numpy", dtype: DtypeOption = "float64", inject: InjectOption = None
+) -> None:
     """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator."""
-    scenario, array_backend = _prepare(file, backend, dtype)
-    diffs = diff_scenario(scenario, array_backend)
+    scenario, array_backend = _prepare(file, backend, dtype, inject)
+    if inject:
+        print(f"injected bug {inject}: {INJECTIONS[inject]}")
+    diffs = diff_scenario(scenario, array_backend, inject)
     for d in diffs:
         where = "" if d.head is None else f" head {d.head}"
         mark = "ok " if d.agrees else "DIFF"
@@ -147,6 +163,27 @@ def diff(file: ScenarioFile, backend: BackendOption = "numpy", dtype: DtypeOptio
     print(f"first divergence: request {first.request} {first.phase} round {first.round} {first.name}{where} "
           f"(max |Δ| = {first.max_abs:.3e} > {TOLERANCE:g})")
     raise typer.Exit(1)
+
+
+@app.command()
+def gradcheck(
+    file: ScenarioFile,
+    request: Annotated[int, typer.Option(help="Request whose prefill supplies Q, K, V.")] = 0,
+    layer: Annotated[int, typer.Option(help="Layer of the head.")] = 0,
+    head: Annotated[int, typer.Option(help="Head to check.")] = 0,
+) -> None:
+    """Check one attention head's analytic dL/dQ against central finite differences."""
+    scenario = load_scenario(file)
+    try:
+        result = check_head(scenario, request=request, layer=layer, head=head)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    error = result.relative_error
+    verdict = "agree" if error < GRADCHECK_TOLERANCE else "DISAGREE"
+    print(f"request {request} layer {layer} head {head}: dL/dQ {result.analytic.shape[0]}×{result.analytic.shape[1]}, "
+          f"relative error {error:.3e} ({verdict}: tolerance {GRADCHECK_TOLERANCE:g}, step 1e-6)")
+    if error >= GRADCHECK_TOLERANCE:
+        raise typer.Exit(1)
 
 
 def main() -> None:

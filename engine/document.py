@@ -27,9 +27,15 @@ class ScenarioError(ValueError):
 
 
 def round_trip_yaml() -> YAML:
-    """The YAML reader/writer that keeps comments, key order and quoting."""
+    """The YAML reader/writer that keeps comments, key order and quoting.
+
+    The indentation is the scenarios' own (`key:` then `  - [row]`), so a file written
+    back differs from the one read only where values changed.
+    """
     yaml = YAML()
     yaml.preserve_quotes = True
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.width = 4096  # never fold a long matrix row
     return yaml
 
 

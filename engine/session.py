@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,12 +35,22 @@ INJECTIONS = {
 STALE_SCALE = 1.1
 
 
+@dataclass(frozen=True)
+class StaleFrom:
+    """Weights were edited at (request, round) and the cache computed before was kept on purpose."""
+
+    weights: dict  # the weights every earlier round was computed with
+    request: int
+    round: int
+
+
 class Session:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, mode: str = "cached",
-                 inject: str | None = None):
+                 inject: str | None = None, stale: StaleFrom | None = None):
         """Args:
         mode: "cached" (feed only new tokens) or "full" (recompute the whole prefix every round).
         inject: one of INJECTIONS, applied to the cached path only; the full recompute stays correct.
+        stale: run rounds before an edit with the old weights and keep their cache (cached mode only).
         """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
@@ -50,7 +61,19 @@ class Session:
         self.mode = mode
         self.inject = inject if mode == "cached" else None
         self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint, bug=self.inject)
+        self.stale = stale if mode == "cached" else None
+        self.old_model = None
+        if self.stale is not None:
+            old = dataclasses.replace(scenario, weights=self.stale.weights)
+            self.old_model = Transformer(old.model, old.weights, self.backend, old.fingerprint)
+            self.model.allow_stale = True
         self.results: list[RequestResult] = []
+
+    def model_for(self, request: int, round_: int) -> Transformer:
+        """The model a round runs with: the old weights before a kept-stale edit, else the current ones."""
+        if self.stale is not None and (request, round_) < (self.stale.request, self.stale.round):
+            return self.old_model
+        return self.model
 
     def stale_caches(self, tokens: list[int]) -> list:
         """The prefix cache another checkpoint (every weight ×1.1) would have left behind."""
@@ -76,10 +99,10 @@ class _RequestRun:
 
     def __init__(self, session: Session, index: int, request: Request, counter: Iterator[int]):
         self.session, self.index, self.request, self.counter = session, index, request, counter
-        self.model = session.model
+        self.xp = session.model.xp
         self.rule = session.scenario.decode
         self.vocab = session.scenario.vocab
-        self.caches = self.model.empty_caches()
+        self.caches = session.model_for(index, 0).empty_caches()
         self.fed: list[int] = []  # tokens whose K/V are in the cache
         self.current: list[int] = []  # tokens going through the model now
         self.generated: list[int] = []
@@ -93,7 +116,7 @@ class _RequestRun:
         new = list(self.request.tokens)
         while True:
             logits = yield from self._feed(new)
-            yield from self._states(choose(self.model.xp, logits, self.rule, rng))
+            yield from self._states(choose(self.xp, logits, self.rule, rng))
             self.generated.append(self.selected)
             if self.stop:
                 return
@@ -113,7 +136,7 @@ class _RequestRun:
         if self.session.mode == "full" or (bug == "duplicate-append" and self.phase == "decode"):
             new = list(self.request.tokens) + self.generated
         if self.session.mode == "full":
-            self.caches, self.fed = self.model.empty_caches(), []
+            self.caches, self.fed = self.session.model.empty_caches(), []
         if bug == "stale-cache" and self.round == 1:
             self.caches = self.session.stale_caches(self.fed)
         size = self.rule.prefill_chunk if self.phase == "prefill" and self.session.mode == "cached" else None
@@ -123,7 +146,8 @@ class _RequestRun:
             self.current = new[start : start + size]
             first = 0 if bug == "position-reset" and self.phase == "decode" else len(self.fed)
             positions = list(range(first, first + len(self.current)))
-            logits = yield from self._states(self.model.forward(self.current, positions, self.caches))
+            model = self.session.model_for(self.index, self.round)
+            logits = yield from self._states(model.forward(self.current, positions, self.caches))
             self.fed += self.current
             self.current = []
         self.chunk = 0

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,7 +10,6 @@ SEEDS = ROOT.parent / "shared" / "seeds"
 SCENARIOS = ROOT / "scenarios"
 X01 = SCENARIOS / "x01.yaml"
 
-os.environ["TEXTUAL_ANIMATIONS"] = "none"  # snapshots must not catch a transition half-way
 sys.path.insert(0, str(ROOT / "tests" / "data"))  # the seed-table extractor
 
 
@@ -21,3 +19,9 @@ def backend(request):
     from engine import make_backend
 
     return make_backend(request.param)
+
+
+def still(app):
+    """No animation (a tab underline caught half-way makes snapshots flaky)."""
+    app.animation_level = "none"
+    return app

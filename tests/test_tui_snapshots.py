@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SCENARIOS, X01
+from conftest import SCENARIOS, X01, still
+
+from textual.widgets import Input
 
 from engine import load_scenario
 from tinyllm_tui.app import DebuggerApp
@@ -12,7 +14,7 @@ SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48"
 
 
 def make_app(**kwargs) -> DebuggerApp:
-    return DebuggerApp(load_scenario(X01), lang="en", **kwargs)
+    return still(DebuggerApp(load_scenario(X01), lang="en", **kwargs))
 
 
 def keys_then_settle(*keys: str):
@@ -20,6 +22,8 @@ def keys_then_settle(*keys: str):
         for key in keys:
             await pilot.press(key)
             await pilot.app.workers.wait_for_complete()
+        for field in pilot.app.screen.query(Input):
+            field.cursor_blink = False  # a blinking cursor would make the snapshot flaky
         await pilot.pause()
 
     return run_before
@@ -55,11 +59,28 @@ def test_breakpoint_hit(snap_compare, size):
 
 @pytest.mark.parametrize("inject", [None, "chunk-mask"])
 def test_diff_view(snap_compare, inject):
-    app = DebuggerApp(load_scenario(SCENARIOS / "chunked.yaml"), lang="en", inject=inject)
+    app = still(DebuggerApp(load_scenario(SCENARIOS / "chunked.yaml"), lang="en", inject=inject))
     assert snap_compare(app, terminal_size=(160, 48), run_before=keys_then_settle("d"))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_timeline_after_an_eos_stop(snap_compare, size):
-    app = DebuggerApp(load_scenario(SCENARIOS / "eos7.yaml"), lang="en")
+    app = still(DebuggerApp(load_scenario(SCENARIOS / "eos7.yaml"), lang="en"))
     assert snap_compare(app, terminal_size=size, run_before=keys_then_settle("c"))  # no breakpoint: to the end
+
+
+WK_CELL = ["w", "down", "down", "tab", "right", "right"]  # weights browser, blocks.0.attn.wk, cell [0, 1]
+
+
+def test_weights_browser(snap_compare):
+    assert snap_compare(make_app(), terminal_size=(160, 48), run_before=keys_then_settle(*WK_CELL))
+
+
+def test_inline_editor(snap_compare):
+    assert snap_compare(make_app(), terminal_size=(160, 48), run_before=keys_then_settle(*WK_CELL, "e", *"0.5"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_stale_cache_warning(snap_compare, size):
+    keys = ["g", "3", "0", "enter", *WK_CELL, "e", "0", ".", "5", "enter", "k", "escape", "k"]  # …then the KV cache tab
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle(*keys))

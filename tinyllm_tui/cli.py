@@ -22,6 +22,7 @@ from typer.core import TyperGroup
 from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.diff import TOLERANCE, diff_scenario, first_divergence
+from engine.edits import CellEdit, EditError, apply_edit, parse_set, with_weights
 from engine.export import trace_document
 from engine.gradcheck import check_head
 from engine.session import INJECTIONS
@@ -49,7 +50,7 @@ class OpenByDefault(TyperGroup):
             _fail(error.format_message(), error.exit_code)
         except typer.Abort:
             _fail("aborted", 1)
-        except (ScenarioError, BackendError, BreakpointError) as error:
+        except (ScenarioError, BackendError, BreakpointError, EditError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
         except BrokenPipeError:  # `tinyllm-tui run FILE | head`: stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -72,6 +73,10 @@ app = typer.Typer(
 ScenarioFile = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False)]
 BackendOption = Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")]
+SetOption = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", help="Edit one weight, e.g. 'blocks.0.attn.wk[0,1]=0.5' (repeatable).", show_default=False),
+]
 InjectOption = Annotated[
     Optional[str],
     typer.Option("--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False),
@@ -82,11 +87,25 @@ def bundled_x01() -> Path:
     return Path(str(files("tinyllm_tui.scenarios") / "x01.yaml"))
 
 
-def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None) -> tuple[Scenario, Any]:
+def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
+             sets: list[str] | None = None) -> tuple[Scenario, Any]:
+    """The scenario with every --set applied, and the backend; bad input raises before any work."""
+    _check_inject(inject)
+    scenario = load_scenario(file)
+    weights = scenario.weights
+    for edit in _edits(scenario, sets):
+        weights = apply_edit(weights, edit)
+    return with_weights(scenario, weights), make_backend(backend, dtype)
+
+
+def _check_inject(inject: str | None) -> None:
     if inject is not None and inject not in INJECTIONS:
         raise typer.BadParameter(f"unknown bug {inject!r} (expected one of {', '.join(INJECTIONS)})",
                                  param_hint="--inject")
-    return load_scenario(file), make_backend(backend, dtype)
+
+
+def _edits(scenario: Scenario, sets: list[str] | None) -> list[CellEdit]:
+    return [parse_set(text, scenario.weights) for text in sets or []]
 
 
 @app.command("open")
@@ -99,16 +118,19 @@ def open_tui(
         Optional[list[str]], typer.Option("--break", help="Breakpoint: operator glob, kind, or condition.")
     ] = None,
     inject: InjectOption = None,
+    sets: SetOption = None,
 ) -> None:
     """Open the step debugger on a scenario."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
     for text in breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
-    scenario, array_backend = _prepare(file or bundled_x01(), backend, dtype, inject)
+    _check_inject(inject)
+    scenario, array_backend = load_scenario(file or bundled_x01()), make_backend(backend, dtype)
+    edits = _edits(scenario, sets)  # they start as unsaved edits, so the TUI can show, undo or save them
     from .app import launch  # the UI stack loads only when a TUI is wanted
 
-    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [], inject=inject)
+    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [], inject=inject, edits=edits)
 
 
 @app.command()
@@ -118,9 +140,10 @@ def run(
     backend: BackendOption = "numpy",
     dtype: DtypeOption = "float64",
     inject: InjectOption = None,
+    sets: SetOption = None,
 ) -> None:
     """Print every operator's labelled table in execution order."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets)
     session = Session(scenario, array_backend, inject=inject)
     if as_json:
         json.dump(trace_document(session, session.steps()), sys.stdout, ensure_ascii=False)
@@ -143,10 +166,14 @@ def run(
 
 @app.command()
 def diff(
-    file: ScenarioFile, backend: BackendOption = "numpy", dtype: DtypeOption = "float64", inject: InjectOption = None
+    file: ScenarioFile,
+    backend: BackendOption = "numpy",
+    dtype: DtypeOption = "float64",
+    inject: InjectOption = None,
+    sets: SetOption = None,
 ) -> None:
     """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets)
     if inject:
         print(f"injected bug {inject}: {INJECTIONS[inject]}")
     diffs = diff_scenario(scenario, array_backend, inject)

@@ -22,7 +22,7 @@ def matrix(values: np.ndarray, indent: int, labels: list[str] | None = None) -> 
     pad = " " * indent
     rows = []
     for i, row in enumerate(np.atleast_2d(values)):
-        text = f"{pad}- [{', '.join(f'{x:g}' for x in row)}]"
+        text = f"{pad}- [{', '.join(f'{x + 0.0:g}' for x in row)}]"  # + 0.0: no "-0"
         rows.append(text + (f"  # {labels[i]}" if labels else ""))
     return "\n".join(rows)
 

@@ -56,3 +56,28 @@ class PromptScreen(ModalScreen[None]):
             self.query_one("#prompt-error", Static).update(Text(error, style="bold red"))
         else:
             self.dismiss()
+
+
+class ChoiceScreen(ModalScreen[None]):
+    """A question answered with one key; Escape gives the default answer."""
+
+    def __init__(self, question: str, answers: dict[str, str], default: str, then: Callable[[str], None]):
+        """Args:
+        answers: key -> what it does, e.g. {"r": "recompute the cache", "k": "keep the stale cache"}.
+        default: the key Escape stands for.
+        then: called with the answer once the question has closed (whoever opened it may be gone).
+        """
+        super().__init__()
+        self._question, self._answers, self._default, self._then = question, answers, default, then
+        for key in [*answers, "escape"]:  # priority: the app's own keys must not answer for the user
+            self._bindings.bind(key, f"answer({key!r})", priority=True)
+
+    def compose(self) -> ComposeResult:
+        choices = "   ".join(f"[{key}] {text}" for key, text in self._answers.items())
+        with Vertical(id="prompt"):
+            yield Static(Text(self._question, style="bold"))
+            yield Static(Text(f"{choices}   (Esc: {self._answers[self._default]})"))
+
+    def action_answer(self, key: str) -> None:
+        self.dismiss()
+        self._then(self._default if key == "escape" else key)

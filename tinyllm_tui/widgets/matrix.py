@@ -45,15 +45,21 @@ class MatrixView(Vertical):
 
     def on_mount(self) -> None:
         self.col_offset = 0
+        self._before, self._show_before = None, False
         self._matrix: Labelled | None = None
         self._title = ""
         self._kind = ""
         self.heat = True
 
-    def show(self, matrix: Labelled, *, title: str, kind: str) -> None:
+    def show(self, matrix: Labelled, *, title: str, kind: str, before=None, show_before: bool = False) -> None:
+        """Args:
+        before: the same operator's values before the last weight edit; changed cells get a •.
+        show_before: display those earlier values instead of the current ones.
+        """
         if matrix is not self._matrix:
             self.col_offset = 0
         self._matrix, self._title, self._kind = matrix, title, kind
+        self._before, self._show_before = before, show_before
         self.refresh_table()
 
     def shift_columns(self, direction: int) -> bool:
@@ -73,29 +79,43 @@ class MatrixView(Vertical):
             self._laid_out_width = event.size.width
             self.refresh_table()
 
+    def _label_width(self) -> int:
+        return max((cell_len(r) for r in self._matrix.rows), default=4) + 1
+
     def _visible_columns(self) -> int:
-        label_width = max((cell_len(r) for r in self._matrix.rows), default=4) + 2
-        return max(1, (self.size.width - label_width) // CELL_WIDTH) if self.size.width else 8
+        return max(1, (self.size.width - self._label_width() - 1) // CELL_WIDTH) if self.size.width else 8
 
     def refresh_table(self) -> None:
         matrix = self._matrix
         values = to_host(matrix.values)
+        changed = np.zeros(values.shape, dtype=bool)
+        if self._before is not None:
+            changed = ~((values == self._before) | (np.isnan(values) & np.isnan(self._before)))
+            values = self._before if self._show_before else values
         first, count = self.col_offset, self._visible_columns()
         cols = range(first, min(first + count, len(matrix.cols)))
         window = "" if len(cols) == len(matrix.cols) else f" · cols {cols[0]}–{cols[-1]} of {len(matrix.cols)} (< >)"
         shape = f"{len(matrix.rows)}×{len(matrix.cols)}"
-        self.query_one("#matrix-title", Static).update(Text(f"{self._title} · {shape}{window}", style="bold"))
+        edit = ""
+        if changed.any():
+            edit = f" · {int(changed.sum())} cells changed by the edit (•)"
+            edit += " · BEFORE the edit (v)" if self._show_before else " · v: before"
+        self.query_one("#matrix-title", Static).update(Text(f"{self._title} · {shape}{window}{edit}", style="bold"))
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_column("", key="label")
+        # Explicit widths: an auto-sized label column sometimes rendered empty right after clear().
+        table.add_column("", key="label", width=self._label_width())
         for j in cols:
             table.add_column(Text(matrix.cols[j], justify="right"), key=str(j), width=CELL_WIDTH)
         finite = values[np.isfinite(values)]
         scale = float(np.max(np.abs(finite), initial=0.0))
         sequential = self._kind in PROBABILITY_KINDS
         for i, label in enumerate(matrix.rows):
-            cells = [self._cell(float(values[i, j]), scale, sequential) for j in cols]
-            table.add_row(Text(label + " ", style="bold"), *cells)
+            cells = [self._cell(float(values[i, j]), scale, sequential, changed[i, j]) for j in cols]
+            table.add_row(Text(label, style="bold"), *cells)
 
-    def _cell(self, x: float, scale: float, sequential: bool) -> Text:
-        return number_cell(x, heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x)))
+    def _cell(self, x: float, scale: float, sequential: bool, changed: bool) -> Text:
+        cell = number_cell(x, heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x)))
+        if changed:
+            cell = Text("•", style="bold yellow") + cell
+        return cell

@@ -74,7 +74,7 @@ def _build(document: Any, file: str) -> Scenario:
         vocab=vocab,
         model=model,
         weights=_weights(root.get("weights"), parameter_shapes(model, len(vocab))),
-        requests=_requests(root.get("requests"), vocab, decode),
+        requests=_requests(root.get("requests"), vocab, decode, model),
         decode=decode,
         document=document,
     )
@@ -239,7 +239,7 @@ def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
 
 
 # -- requests and decoding --------------------------------------------------------
-def _requests(node: Node, vocab: Vocab, decode: DecodeRule) -> tuple[Request, ...]:
+def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> tuple[Request, ...]:
     requests = []
     items = node.items()
     if not items:
@@ -250,6 +250,10 @@ def _requests(node: Node, vocab: Vocab, decode: DecodeRule) -> tuple[Request, ..
         if not tokens:
             raise item.get("tokens").error("a request needs at least one token")
         limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
+        needed = len(tokens) + limit - 1  # the last chosen token is never fed
+        if model.positions == "learned" and needed > model.max_positions:
+            raise item.error(f"needs {needed} positions ({len(tokens)} tokens + {limit - 1} fed back) "
+                             f"but model.max_positions is {model.max_positions}")
         requests.append(Request(tokens=tokens, max_new_tokens=limit))
     return tuple(requests)
 

@@ -96,3 +96,13 @@ def test_missing_file(tmp_path):
 ])
 def test_bad_flags(args, message):
     _assert_one_line(CliRunner().invoke(app, args), message)
+
+
+def test_a_request_longer_than_the_learned_position_table(tmp_path):
+    text = X01_TEXT.replace("  positions: none", "  positions: learned\n  max_positions: 3")
+    text = text.replace("weights:\n", "weights:\n  pos_embed: zeros\n")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    line = text[: text.index("- tokens: [我, 爱, 学习]")].count("\n") + 1
+    _assert_one_line(_run(path), f"{path}:{line}: requests[0]: needs 4 positions (3 tokens + 1 fed back) "
+                                 "but model.max_positions is 3")

@@ -3,7 +3,8 @@
 A breakpoint is one or more conditions joined by `&`, each one of:
   `blocks.*.attn.hook_pattern`  an operator name glob
   `softmax`                     an operator kind: embed, positions, norm, linear, scores, softmax,
-                                mix, concat, residual, activation, logits, filter, probs, choice
+                                mix, concat, residual, activation, dropout, logits, filter, probs,
+                                choice
   `phase=decode`, `round=1`, `request=0`, `layer=0`, `head=1`
   `nan`                         any NaN in the output
   `inf`                         any ±∞ in the output, except the −∞ that masking puts into scores
@@ -23,7 +24,7 @@ from .backend import to_host
 from .trace import OpState
 
 KINDS = ("embed", "positions", "norm", "linear", "scores", "softmax", "mix", "concat", "residual",
-         "activation", "logits", "filter", "probs", "choice")
+         "activation", "dropout", "logits", "filter", "probs", "choice")
 FIELDS = ("phase", "round", "request", "layer", "head")
 MASKED_KINDS = ("scores", "filter")  # −∞ there is a mask, not an overflow
 

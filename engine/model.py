@@ -12,6 +12,8 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import ops
 from .backend import Backend
 from .spec import ModelSpec
@@ -65,16 +67,30 @@ class Transformer:
         empty = self.xp.zeros((0, self.spec.d_attn), dtype=self.backend.dtype)
         return [LayerCache(empty, empty, self.fingerprint) for _ in range(self.spec.n_layers)]
 
-    def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache]) -> OpStream:
-        """Run `ids` (at absolute `positions`) through every layer, appending to `caches`."""
+    def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache], *,
+                vectors=None, padded_keys: list[bool] | None = None) -> OpStream:
+        """Run `ids` (at absolute `positions`) through every layer, appending to `caches`.
+
+        Args:
+            vectors: input vectors given instead of embedding rows, (T, D).
+            padded_keys: for every key position (cached and new), whether it holds PAD;
+                those keys are −∞ for every query.
+        Returns the logits, or for an encoder (no lm_head) the last block's output.
+        """
         xp, spec = self.xp, self.spec
-        embed = self.param("embed")
-        x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind="embed", inputs=(embed,))
+        self._padded_keys = padded_keys
+        if vectors is None:
+            embed = self.param("embed")
+            x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind="embed", inputs=(embed,))
+        else:
+            x = Op("hook_embed", self.backend.asarray(vectors), kind="embed")
         yield x
         if spec.positions != "none":
             x = yield from self._add_positions(x, positions)
         for layer in range(spec.n_layers):
-            x = yield from self._block(layer, x, caches)
+            x = yield from self._block(layer, x, caches, positions)
+        if not spec.lm_head:
+            return x
         if spec.final_norm:
             x = self._norm("ln_final", x, layer=None)
             yield x
@@ -103,7 +119,7 @@ class Transformer:
         return resid
 
     # -- one block -----------------------------------------------------------------
-    def _block(self, layer: int, x: Op, caches: list[LayerCache]) -> OpStream:
+    def _block(self, layer: int, x: Op, caches: list[LayerCache], positions: list[int]) -> OpStream:
         pre = self.spec.norm.placement == "pre"
         block = f"blocks.{layer}"
         h = x
@@ -121,7 +137,7 @@ class Transformer:
         if pre and self.spec.norm.kind != "none":
             h = self._norm(f"{block}.ln2", mid, layer)
             yield h
-        mlp_out = yield from self._mlp(layer, h)
+        mlp_out = yield from self._mlp(layer, h, positions)
         post = Op(f"{block}.hook_resid_post", mid.values + mlp_out.values, kind="residual",
                   layer=layer, inputs=(mid, mlp_out))
         yield post
@@ -167,7 +183,7 @@ class Transformer:
         caches[layer] = self._append(caches[0 if borrowed else layer], k.values, v.values)
         keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
-        visible = self._mask(q.values.shape[0], caches[layer].length) if spec.causal else None
+        visible = self._mask(q.values.shape[0], caches[layer].length)
         heads = []
         for head in range(spec.n_heads):
             part = slice(head * spec.d_head, (head + 1) * spec.d_head)
@@ -181,9 +197,19 @@ class Transformer:
         return out
 
     def _mask(self, n_new: int, n_keys: int):
-        if self.bug == "chunk-mask":
-            return self.xp.tril(self.xp.ones((n_new, n_keys), dtype=self.xp.bool))
-        return ops.causal_mask(self.xp, n_new, n_keys - n_new)
+        """Which keys each new query may read: causal order and key-side padding; None = all."""
+        xp = self.xp
+        if not self.spec.causal:
+            visible = None
+        elif self.bug == "chunk-mask":
+            visible = xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
+        else:
+            visible = ops.causal_mask(xp, n_new, n_keys - n_new)
+        if self._padded_keys is None or not any(self._padded_keys[:n_keys]):
+            return visible
+        flags = self._padded_keys[:n_keys] + [False] * (n_keys - len(self._padded_keys))  # rows a bug added
+        real = xp.asarray([not pad for pad in flags])[None, :]
+        return real if visible is None else visible & real
 
     def _head(self, layer, head, part, q: Operand, keys: Operand, values: Operand, visible) -> OpStream:
         xp, block = self.xp, f"blocks.{layer}.attn"
@@ -209,7 +235,7 @@ class Transformer:
         xp = self.xp
         return LayerCache(xp.concat([cache.k, k], axis=0), xp.concat([cache.v, v], axis=0), cache.fingerprint)
 
-    def _mlp(self, layer: int, h: Op) -> OpStream:
+    def _mlp(self, layer: int, h: Op, positions: list[int]) -> OpStream:
         xp, spec, mlp = self.xp, self.spec, f"blocks.{layer}.mlp"
         if spec.ffn == "gated_silu":
             gate = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_gate", f"{mlp}.b_gate", "linear", layer)
@@ -226,9 +252,23 @@ class Transformer:
                       inputs=(pre,))
             down = f"{mlp}.w_out", f"{mlp}.b_out"
         yield post
+        if spec.training and spec.dropout > 0:
+            post = self._dropout(post, layer, positions)
+            yield post
         out = self._linear(f"blocks.{layer}.hook_mlp_out", post, *down, "linear", layer)
         yield out
         return out
+
+    def _dropout(self, post: Op, layer: int, positions: list[int]) -> Op:
+        """Inverted dropout with a mask drawn per (seed, layer, absolute position) on the host,
+        so that a cached run and a full recompute drop the same features."""
+        spec = self.spec
+        width = post.values.shape[1]
+        keep = np.stack([np.random.default_rng([spec.dropout_seed, layer, p]).random(width) >= spec.dropout
+                         for p in positions])
+        scale = self.backend.asarray(keep / (1.0 - spec.dropout))
+        return Op(f"blocks.{layer}.mlp.hook_dropout", post.values * scale, kind="dropout", layer=layer,
+                  inputs=(post,))
 
     def _activation(self, x: Array) -> Array:
         xp, kind = self.xp, self.spec.ffn

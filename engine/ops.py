@@ -40,10 +40,15 @@ def attention_scores(xp, q: Array, k: Array, visible: Array | None) -> Array:
 
 
 def softmax(xp, x: Array) -> Array:
-    """Row-wise softmax; −∞ entries get probability exactly 0."""
-    shifted = x - xp.max(x, axis=-1, keepdims=True)
-    e = xp.exp(shifted)
-    return e / xp.sum(e, axis=-1, keepdims=True)
+    """Row-wise softmax; −∞ entries get probability exactly 0.
+
+    A row with every entry −∞ (a query that may read only PAD keys) gets all zeros
+    rather than NaN, as fused attention kernels do.
+    """
+    top = xp.max(x, axis=-1, keepdims=True)
+    e = xp.exp(x - xp.where(xp.isfinite(top), top, xp.zeros_like(top)))
+    total = xp.sum(e, axis=-1, keepdims=True)
+    return e / xp.where(total > 0, total, xp.ones_like(total))
 
 
 def silu(xp, x: Array) -> Array:

@@ -31,9 +31,9 @@ def parameter_shapes(model: ModelSpec, vocab_size: int) -> dict[str, Shape]:
             shapes[f"{block}.attn.bo"] = (d,)
         shapes.update(_norm_shapes(model, f"{block}.ln2"))
         shapes.update(_mlp_shapes(model, f"{block}.mlp", d, f))
-    if model.final_norm:
+    if model.lm_head and model.final_norm:
         shapes.update(_norm_shapes(model, "ln_final"))
-    if not model.tied_unembed:
+    if model.lm_head and not model.tied_unembed:
         shapes["unembed"] = (d, vocab_size)
     return shapes
 

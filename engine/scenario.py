@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .document import Node, ScenarioError, parse, read_document
+from .expect import Expectation, parse_expectations
 from .parameters import Shape, name_parts, parameter_shapes
 from .spec import (
     DECODE_RULES,
@@ -30,7 +31,7 @@ from .spec import (
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "load_scenario_text"]
 
-TOP_KEYS = {"title", "vocab", "model", "weights", "requests", "decode"}
+TOP_KEYS = {"title", "vocab", "model", "weights", "requests", "decode", "expect"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Scenario:
     weights: dict[str, np.ndarray]
     requests: tuple[Request, ...]
     decode: DecodeRule
+    expect: tuple[Expectation, ...] = ()
     document: Any = field(repr=False, compare=False, default=None)
 
     @property
@@ -76,6 +78,7 @@ def _build(document: Any, file: str) -> Scenario:
         weights=_weights(root.get("weights"), parameter_shapes(model, len(vocab))),
         requests=_requests(root.get("requests"), vocab, decode, model),
         decode=decode,
+        expect=parse_expectations(root.get("expect")) if root.has("expect") else (),
         document=document,
     )
 
@@ -110,7 +113,7 @@ def _token_id(node: Node, vocab: Vocab) -> int:
 # -- model ----------------------------------------------------------------------
 MODEL_KEYS = {
     "d_model", "layers", "heads", "d_head", "norm", "final_norm", "positions",
-    "max_positions", "ffn", "bias", "tied_unembed", "causal",
+    "max_positions", "ffn", "bias", "tied_unembed", "causal", "lm_head", "dropout",
 }
 
 
@@ -144,7 +147,22 @@ def _model(node: Node) -> ModelSpec:
         bias=_flag(node, "bias", False),
         tied_unembed=_flag(node, "tied_unembed", True),
         causal=_flag(node, "causal", True),
+        lm_head=_flag(node, "lm_head", True),
+        **(_dropout(node.get("dropout")) if node.has("dropout") else {}),
     )
+
+
+def _dropout(node: Node) -> dict:
+    """`dropout: {rate: 0.1, seed: 0, training: true}`: off unless training is true."""
+    node.mapping({"rate", "seed", "training"}, {"rate"})
+    rate = node.get("rate").number()
+    if not 0 <= rate < 1:
+        raise node.get("rate").error(f"expected a rate in [0, 1), got {rate}")
+    return {
+        "dropout": rate,
+        "dropout_seed": node.get("seed").integer(minimum=0) if node.has("seed") else 0,
+        "training": _flag(node, "training", False),
+    }
 
 
 def _norm(node: Node) -> NormSpec:
@@ -240,22 +258,38 @@ def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
 
 # -- requests and decoding --------------------------------------------------------
 def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> tuple[Request, ...]:
-    requests = []
     items = node.items()
     if not items:
         raise node.error("expected at least one request")
-    for item in items:
-        item.mapping({"tokens", "max_new_tokens"}, {"tokens"})
-        tokens = tuple(_token_id(token, vocab) for token in item.get("tokens").items())
-        if not tokens:
-            raise item.get("tokens").error("a request needs at least one token")
-        limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
-        needed = len(tokens) + limit - 1  # the last chosen token is never fed
-        if model.positions == "learned" and needed > model.max_positions:
-            raise item.error(f"needs {needed} positions ({len(tokens)} tokens + {limit - 1} fed back) "
-                             f"but model.max_positions is {model.max_positions}")
-        requests.append(Request(tokens=tokens, max_new_tokens=limit))
-    return tuple(requests)
+    return tuple(_request(item, vocab, decode, model) for item in items)
+
+
+def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> Request:
+    item.mapping({"tokens", "max_new_tokens", "pad_to", "vectors"}, {"tokens"})
+    tokens = tuple(_token_id(token, vocab) for token in item.get("tokens").items())
+    if not tokens:
+        raise item.get("tokens").error("a request needs at least one token")
+    if item.has("pad_to"):
+        tokens = _padded(item.get("pad_to"), tokens, vocab)
+    limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
+    needed = len(tokens) + limit - 1  # the last chosen token is never fed
+    if model.positions == "learned" and needed > model.max_positions:
+        raise item.error(f"needs {needed} positions ({len(tokens)} tokens + {limit - 1} fed back) "
+                         f"but model.max_positions is {model.max_positions}")
+    vectors = None
+    if item.has("vectors"):
+        array = parse_tensor(item.get("vectors"), (len(tokens), model.d_model))
+        vectors = tuple(tuple(float(x) for x in row) for row in array)
+    return Request(tokens=tokens, max_new_tokens=limit, vectors=vectors)
+
+
+def _padded(node: Node, tokens: tuple[int, ...], vocab: Vocab) -> tuple[int, ...]:
+    length = node.integer(minimum=1)
+    if vocab.pad is None:
+        raise node.error("pad_to needs a pad token in vocab.pad")
+    if length < len(tokens):
+        raise node.error(f"pad_to {length} is shorter than the request's {len(tokens)} tokens")
+    return tokens + (vocab.pad,) * (length - len(tokens))
 
 
 DECODE_KEYS = {

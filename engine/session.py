@@ -116,6 +116,9 @@ class _RequestRun:
         new = list(self.request.tokens)
         while True:
             logits = yield from self._feed(new)
+            if not self.session.scenario.model.lm_head:  # an encoder: the prefill is the whole job
+                self.stop = "encoded"
+                return
             yield from self._states(choose(self.xp, logits, self.rule, rng))
             self.generated.append(self.selected)
             if self.stop:
@@ -147,11 +150,23 @@ class _RequestRun:
             first = 0 if bug == "position-reset" and self.phase == "decode" else len(self.fed)
             positions = list(range(first, first + len(self.current)))
             model = self.session.model_for(self.index, self.round)
-            logits = yield from self._states(model.forward(self.current, positions, self.caches))
+            stream = model.forward(self.current, positions, self.caches, vectors=self._vectors(start, size),
+                                   padded_keys=self._padded_keys())
+            logits = yield from self._states(stream)
             self.fed += self.current
             self.current = []
         self.chunk = 0
         return logits
+
+    def _vectors(self, start: int, size: int):
+        """The request's given input vectors for this chunk (prefill only; decode embeds its choices)."""
+        vectors = self.request.vectors
+        return None if vectors is None or self.phase != "prefill" else vectors[start : start + size]
+
+    def _padded_keys(self) -> list[bool] | None:
+        pad = self.vocab.pad
+        context = self.fed + self.current
+        return [token == pad for token in context] if pad is not None and pad in context else None
 
     def _states(self, stream: OpStream) -> OpStream:
         """Wrap each Op of `stream` in an OpState; pass the stream's return value through."""

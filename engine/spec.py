@@ -50,6 +50,10 @@ class ModelSpec:
     bias: bool = False
     tied_unembed: bool = True
     causal: bool = True
+    lm_head: bool = True  # False: an encoder, whose last block's output is the result (no decoding)
+    dropout: float = 0.0  # after the FFN activation, only when training
+    dropout_seed: int = 0
+    training: bool = False
 
     @property
     def d_attn(self) -> int:
@@ -71,5 +75,6 @@ class DecodeRule:
 
 @dataclass(frozen=True)
 class Request:
-    tokens: tuple[int, ...]
+    tokens: tuple[int, ...]  # PAD included where the request was padded
     max_new_tokens: int
+    vectors: tuple[tuple[float, ...], ...] | None = None  # given input vectors instead of embedding rows

@@ -15,26 +15,11 @@ from conftest import SEEDS, X01, ROOT
 
 from engine import Session, load_scenario, to_host
 from extract_seed_tables import extract
+from x01_expectations import DECODE_TABLES, PREFILL_TABLES
 
 SEED = SEEDS / "000_2a16b388d005b4f3.txt"
 DATA = ROOT / "tests" / "data" / "x01_seed_tables.json"
 HALF_UNIT = 0.5e-6 + 1e-12  # the seed prints 6 decimals of unrounded values
-
-# Which operator each printed table shows, in the order the text prints them (sections 2 and 3).
-PREFILL_TABLES = [
-    ("hook_embed", None), ("blocks.0.ln1.hook_normalized", None),
-    ("blocks.0.attn.hook_q", None), ("blocks.0.attn.hook_k", None), ("blocks.0.attn.hook_v", None),
-    ("blocks.0.attn.hook_attn_scores", 0), ("blocks.0.attn.hook_pattern", 0), ("blocks.0.attn.hook_z", 0),
-    ("blocks.0.attn.hook_attn_scores", 1), ("blocks.0.attn.hook_pattern", 1), ("blocks.0.attn.hook_z", 1),
-    ("blocks.0.attn.hook_concat", None), ("blocks.0.hook_resid_mid", None),
-    ("blocks.0.ln2.hook_normalized", None), ("blocks.0.hook_mlp_out", None),
-    ("blocks.0.hook_resid_post", None), ("ln_final.hook_normalized", None),
-    ("vocab table", None),
-]
-# Section 4: the cached step of the chosen token 爱 at position 3.
-DECODE_TABLES = ["hook_embed", "blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_v",
-                 "blocks.0.hook_resid_post", "cached vs full"]
-
 
 @pytest.fixture(scope="module")
 def seed_tables() -> list[dict]:
@@ -55,7 +40,7 @@ def test_seed_has_46_tables_4_of_them_parameters(seed_tables):
 def test_scenario_weights_are_the_printed_parameters(seed_tables):
     weights = load_scenario(X01).weights
     for table, name in zip(seed_tables[:4], ["embed", "blocks.0.attn.wq", "blocks.0.attn.wk", "blocks.0.attn.wv"]):
-        assert [row["values"] for row in table["rows"]] == weights[name].tolist(), name
+        assert [[float(x) for x in row["values"]] for row in table["rows"]] == weights[name].tolist(), name
 
 
 def _index(states) -> dict:
@@ -76,7 +61,8 @@ def _assert_close(computed, printed, where: str):
         if p == "-inf":
             assert c == -math.inf, f"{where} col {j}: {c} is not −∞"
         else:
-            assert abs(c - p) <= HALF_UNIT, f"{where} col {j}: computed {c:.9f}, printed {p}"
+            assert len(p.split(".")[1]) == 6, f"{where} col {j}: {p} is not printed to 6 decimals"
+            assert abs(c - float(p)) <= HALF_UNIT, f"{where} col {j}: computed {c:.9f}, printed {p}"
 
 
 def _check_prefill(states: dict, request: int, tables: list[dict]) -> int:

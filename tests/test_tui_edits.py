@@ -53,7 +53,7 @@ async def test_edit_wk_changes_the_pattern_and_undo_restores_the_seed():
         await pilot.press("u")  # undo
         restored = head0_pattern(app)
         assert restored.tobytes() == seed_run.tobytes()
-        printed = [row["values"] for row in SEED_HEAD0_PATTERN["rows"]]
+        printed = [[float(x) for x in row["values"]] for row in SEED_HEAD0_PATTERN["rows"]]
         assert np.allclose(restored, printed, atol=5e-7)
 
 

@@ -84,3 +84,18 @@ def test_inline_editor(snap_compare):
 def test_stale_cache_warning(snap_compare, size):
     keys = ["g", "3", "0", "enter", *WK_CELL, "e", "0", ".", "5", "enter", "k", "escape", "k"]  # …then the KV cache tab
     assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle(*keys))
+
+
+def encoder_app() -> DebuggerApp:
+    return still(DebuggerApp(load_scenario(SCENARIOS / "encoder004.yaml"), lang="en",
+                             breakpoints=["blocks.0.attn.hook_attn_scores&head=0"]))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_encoder_masked_scores_with_the_expectation_overlay(snap_compare, size):
+    # PAD key columns −∞ in every row; ✓/✗ against the text's printed head-1 scores
+    assert snap_compare(encoder_app(), terminal_size=size, run_before=keys_then_settle("c"))
+
+
+def test_expectation_summary_panel(snap_compare):
+    assert snap_compare(encoder_app(), terminal_size=(160, 48), run_before=keys_then_settle("c", "a"))

@@ -16,6 +16,7 @@ from textual.widgets import Footer, Header, OptionList, Static, TabbedContent, T
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
 from engine.diff import OpDiff, diff_runs
+from engine.check import check_scenario
 from engine.edits import CellEdit, WeightHistory, apply_edit, save, with_weights
 from engine.history import History, round_summaries
 from engine.session import INJECTIONS, StaleFrom
@@ -25,7 +26,7 @@ from .widgets.dialogs import ChoiceScreen, HelpScreen, PromptScreen
 from .widgets.diffview import DiffScreen
 from .widgets.matrix import MatrixView
 from .widgets.operators import OperatorList, short_name
-from .widgets.panels import CachePanel, ExplanationPanel, InputsPanel
+from .widgets.panels import CachePanel, ExpectPanel, ExplanationPanel, InputsPanel
 from .widgets.timeline import Timeline
 from .widgets.weights import WeightsScreen
 
@@ -49,6 +50,7 @@ class DebuggerApp(App):
         Binding("i", "panel('inputs')", "Inputs", show=False),
         Binding("k", "panel('cache')", "KV cache", show=False),
         Binding("x", "panel('explain')", "Explain", show=False),
+        Binding("a", "panel('expect')", "Expectations", show=False),
         Binding("w", "weights", "Weights"),
         Binding("u", "undo", "Undo edit", show=False),
         Binding("ctrl+r", "redo", "Redo edit", show=False),
@@ -93,6 +95,7 @@ class DebuggerApp(App):
         self.inject = inject
         self.session = Session(self.scenario, self.backend, inject=inject, stale=self.stale)
         self.history = History(self.session.steps)
+        self.outcomes = check_scenario(self.scenario, self.backend) if self.scenario.expect else []
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="")
@@ -109,6 +112,8 @@ class DebuggerApp(App):
                         yield CachePanel()
                     with TabPane("Inputs", id="inputs"):
                         yield InputsPanel()
+                    with TabPane("Expect", id="expect"):
+                        yield ExpectPanel()
         yield Footer()
 
     def on_mount(self) -> None:
@@ -123,7 +128,8 @@ class DebuggerApp(App):
         rounds = round_summaries(self.history.recorded(), state.request)
         self.query_one(Timeline).show(state, self.scenario, rounds)
         self.query_one(MatrixView).show(state.output, title=self._title(state), kind=state.kind,
-                                        before=self._before(state), show_before=self.show_before)
+                                        before=self._before(state), show_before=self.show_before,
+                                        verdicts=self._verdicts(state))
         self.show_panel()
         self.set_status(message)
 
@@ -135,8 +141,19 @@ class DebuggerApp(App):
             self.query_one(ExplanationPanel).show(state, self.lang)
         elif active == "cache":
             self.query_one(CachePanel).show(state, self.scenario.model.d_head)
-        else:
+        elif active == "inputs":
             self.query_one(InputsPanel).show(state)
+        else:
+            self.query_one(ExpectPanel).show(self.outcomes)
+
+    def _verdicts(self, state: OpState) -> dict[tuple[int, int], bool]:
+        """(row, col) of the current matrix -> whether the text's printed number agrees."""
+        key = (state.request, state.round, state.name, state.head)
+        rows = {position: i for i, position in enumerate(state.positions)}
+        return {(rows[cell.position], cell.col): cell.agrees
+                for outcome in self.outcomes
+                if outcome.expectation.key == key and outcome.expectation.run == "cached"
+                for cell in outcome.cells if cell.position in rows}
 
     def on_tabbed_content_tab_activated(self) -> None:
         self.show_panel()

@@ -21,9 +21,11 @@ from typer.core import TyperGroup
 
 from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend
 from engine.breakpoints import BreakpointError, parse_breakpoint
+from engine.check import check_scenario
 from engine.diff import TOLERANCE, diff_scenario, first_divergence
+from engine.expect import Outcome
 from engine.edits import CellEdit, EditError, apply_edit, parse_set, with_weights
-from engine.export import trace_document
+from engine.export import json_number, trace_document
 from engine.gradcheck import check_head
 from engine.session import INJECTIONS
 
@@ -190,6 +192,60 @@ def diff(
     print(f"first divergence: request {first.request} {first.phase} round {first.round} {first.name}{where} "
           f"(max |Δ| = {first.max_abs:.3e} > {TOLERANCE:g})")
     raise typer.Exit(1)
+
+
+@app.command()
+def check(
+    file: ScenarioFile,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON document.")] = False,
+    backend: BackendOption = "numpy",
+    dtype: DtypeOption = "float64",
+    sets: SetOption = None,
+) -> None:
+    """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell."""
+    scenario, array_backend = _prepare(file, backend, dtype, sets=sets)
+    if not scenario.expect:
+        raise typer.BadParameter(f"{file} has no expect: section", param_hint="FILE")
+    outcomes = check_scenario(scenario, array_backend)
+    if as_json:
+        json.dump([_outcome_json(o) for o in outcomes], sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+    else:
+        for outcome in outcomes:
+            _print_outcome(outcome)
+        cells = sum(len(o.cells) for o in outcomes)
+        agreeing = sum(o.agreeing for o in outcomes)
+        passed = sum(o.passed for o in outcomes)
+        print(f"summary: {passed}/{len(outcomes)} expectations agree fully; {agreeing}/{cells} cells agree")
+    if not all(o.passed for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _print_outcome(outcome: Outcome) -> None:
+    e = outcome.expectation
+    note = f"  ({e.note})" if e.note else ""
+    if outcome.problem:
+        print(f"✗ {e.describe()}: {outcome.problem}{note}")
+        return
+    mark = "✓" if outcome.passed else "✗"
+    print(f"{mark} {e.describe()}: {outcome.agreeing}/{len(outcome.cells)} cells agree{note}")
+    for cell in outcome.cells:
+        if not cell.agrees:
+            print(f"    row {cell.row_label}  col {cell.col_label}: printed {cell.printed}, "
+                  f"computed {cell.computed:.6f}  (|Δ| {abs(cell.computed - cell.printed):.2g} > {cell.tolerance:.2g})")
+
+
+def _outcome_json(outcome: Outcome) -> dict:
+    e = outcome.expectation
+    return {
+        "op": e.op, "request": e.request, "round": e.round, "head": e.head, "run": e.run, "note": e.note,
+        "agreeing": outcome.agreeing, "cells": len(outcome.cells), "problem": outcome.problem or None,
+        "disagreeing": [
+            {"row": c.row_label, "col": c.col_label, "printed": json_number(c.printed),
+             "computed": json_number(c.computed), "tolerance": c.tolerance}
+            for c in outcome.cells if not c.agrees
+        ],
+    }
 
 
 @app.command()

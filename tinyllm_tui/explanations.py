@@ -71,11 +71,11 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
     },
     "hook_attn_scores": {
         "en": ("How well each query matches each visible key.",
-               "q·kᵀ / √dh per head; keys after the query's position are −∞ (causal mask).",
+               "q·kᵀ / √dh per head; keys it may not read are −∞ (later positions in a decoder, PAD keys).",
                "With cached keys the mask is key ≤ past + query index, not tril(ones(C, P+C)).",
-               "Row i has −∞ exactly at key positions > its own."),
-        "zh": ("每个查询与每个可见键的匹配程度。", "每头q·kᵀ/√dh；未来键位置设为−∞（因果掩码）。",
-               "有缓存时掩码是key ≤ past+query_index，不是tril(ones(C,P+C))。", "第i行只在未来位置为−∞。"),
+               "Decoder row i has −∞ exactly at keys > i; every row has −∞ at PAD keys."),
+        "zh": ("每个查询与每个可见键的匹配程度。", "每头q·kᵀ/√dh；不可读的键设为−∞（解码器的未来位置、PAD键）。",
+               "有缓存时掩码是key ≤ past+query_index，不是tril(ones(C,P+C))。", "解码器第i行只在未来位置为−∞；PAD键在每行都是−∞。"),
     },
     "hook_pattern": {
         "en": ("Turn scores into weights that sum to 1 per row.", "Row-wise softmax; −∞ becomes exactly 0.",
@@ -105,6 +105,14 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "en": ("Keep the input and add what attention found.", "x + attention output, elementwise.",
                "The residual adds to this layer's input, not to the embedding.", "Same row, same feature added."),
         "zh": ("保留输入并加上注意力结果。", "x + 注意力输出，逐元素。", "残差加的是本层输入。", "同位置同特征相加。"),
+    },
+    "hook_dropout": {
+        "en": ("Training only: drop features so the model cannot lean on any single one.",
+               "Each feature is kept with probability 1−p (a seeded mask) and scaled by 1/(1−p).",
+               "Dropout at inference changes the output: it is off unless training is on.",
+               "Zeros where the mask dropped; kept cells are the activation divided by 1−p."),
+        "zh": ("仅在训练时：随机丢弃特征，避免模型依赖单一特征。", "每个特征以1−p的概率保留（固定种子掩码），并乘以1/(1−p)。",
+               "推理时开启dropout会改变输出：除非开启训练模式，否则关闭。", "被丢弃处为0；保留处等于激活值除以1−p。"),
     },
     "hook_pre": {
         "en": ("The FFN's first projection (the gate, for gated FFNs).", "LN(x) · W_in (or W_gate).",

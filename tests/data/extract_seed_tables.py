@@ -3,7 +3,8 @@
 Usage: python tests/data/extract_seed_tables.py ../shared/seeds/000_2a16b388d005b4f3.txt > tests/data/x01_seed_tables.json
 
 A table is a header line starting with "对象" followed by tab-separated rows; the
-numbered section headings ("2．…") group them. "−∞" becomes the string "-inf".
+numbered section headings ("2．…") group them. Numbers stay the text printed (so their
+precision is kept), with "−" as "-" and "−∞" as "-inf".
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from pathlib import Path
 SECTION = re.compile(r"^(\d+)．")
 
 
-def parse_number(text: str) -> float | str:
+def parse_number(text: str) -> str:
     text = text.strip().replace("−", "-")
-    return "-inf" if text == "-∞" else float(text)
+    if text == "-∞":
+        return "-inf"
+    float(text)  # refuse anything that is not a number
+    return text
 
 
 def extract(text: str) -> list[dict]:

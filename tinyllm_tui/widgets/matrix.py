@@ -45,21 +45,24 @@ class MatrixView(Vertical):
 
     def on_mount(self) -> None:
         self.col_offset = 0
-        self._before, self._show_before = None, False
+        self._before, self._show_before, self._verdicts = None, False, {}
         self._matrix: Labelled | None = None
         self._title = ""
         self._kind = ""
         self.heat = True
 
-    def show(self, matrix: Labelled, *, title: str, kind: str, before=None, show_before: bool = False) -> None:
+    def show(self, matrix: Labelled, *, title: str, kind: str, before=None, show_before: bool = False,
+             verdicts: dict | None = None) -> None:
         """Args:
         before: the same operator's values before the last weight edit; changed cells get a •.
         show_before: display those earlier values instead of the current ones.
+        verdicts: (row, col) -> whether the number printed in the text agrees (✓) or not (✗).
         """
         if matrix is not self._matrix:
             self.col_offset = 0
         self._matrix, self._title, self._kind = matrix, title, kind
         self._before, self._show_before = before, show_before
+        self._verdicts = verdicts or {}
         self.refresh_table()
 
     def shift_columns(self, direction: int) -> bool:
@@ -100,6 +103,9 @@ class MatrixView(Vertical):
         if changed.any():
             edit = f" · {int(changed.sum())} cells changed by the edit (•)"
             edit += " · BEFORE the edit (v)" if self._show_before else " · v: before"
+        if self._verdicts:
+            agreeing = sum(self._verdicts.values())
+            edit += f" · expect: {agreeing}/{len(self._verdicts)} printed cells agree (✓ ✗)"
         self.query_one("#matrix-title", Static).update(Text(f"{self._title} · {shape}{window}{edit}", style="bold"))
         table = self.query_one(DataTable)
         table.clear(columns=True)
@@ -111,11 +117,13 @@ class MatrixView(Vertical):
         scale = float(np.max(np.abs(finite), initial=0.0))
         sequential = self._kind in PROBABILITY_KINDS
         for i, label in enumerate(matrix.rows):
-            cells = [self._cell(float(values[i, j]), scale, sequential, changed[i, j]) for j in cols]
+            cells = [self._cell(float(values[i, j]), scale, sequential, changed[i, j], self._verdicts.get((i, j)))
+                     for j in cols]
             table.add_row(Text(label, style="bold"), *cells)
 
-    def _cell(self, x: float, scale: float, sequential: bool, changed: bool) -> Text:
+    def _cell(self, x: float, scale: float, sequential: bool, changed: bool, agrees: bool | None) -> Text:
+        """A number, with one marker: ✓/✗ against the text where it printed this cell, else • if edited."""
         cell = number_cell(x, heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x)))
-        if changed:
-            cell = Text("•", style="bold yellow") + cell
-        return cell
+        if agrees is not None:
+            return Text("✓", style="bold green") + cell if agrees else Text("✗", style="bold red") + cell
+        return Text("•", style="bold yellow") + cell if changed else cell

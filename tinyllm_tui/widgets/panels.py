@@ -10,6 +10,7 @@ from textual.containers import ScrollableContainer
 from textual.widgets import Static
 
 from engine import OpState, to_host
+from engine.expect import Outcome
 
 from ..explanations import explain
 from ..numbers import matrix_table, number_cell, number_table
@@ -73,3 +74,27 @@ class CachePanel(TablesPanel):
             label = ("+" if new else " ") + (labels[i] if i < len(labels) else str(i))
             table.add_row(label, *(number_cell(float(x)) for x in row), style="bold yellow" if new else None)
         return table
+
+
+class ExpectPanel(TablesPanel):
+    """Every expect: table of the scenario with how many of its printed cells agree."""
+
+    def show(self, outcomes: list[Outcome]) -> None:
+        if not outcomes:
+            self.show_renderables(Text("This scenario has no expect: tables."))
+            return
+        table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
+        for heading in ("", "operator", "agree", "%", "printed in the text"):
+            table.add_column(heading)
+        for outcome in outcomes:
+            total = len(outcome.cells)
+            share = f"{100 * outcome.agreeing / total:.0f}%" if total else "—"
+            mark, style = ("✓", "green") if outcome.passed else ("✗", "red")
+            what = outcome.expectation.describe()
+            table.add_row(Text(mark, style=style), what, f"{outcome.agreeing}/{total}", share,
+                          outcome.problem or outcome.expectation.note)
+        cells = sum(len(o.cells) for o in outcomes)
+        agreeing = sum(o.agreeing for o in outcomes)
+        summary = Text(f"{agreeing}/{cells} printed cells agree with the computation "
+                       f"({sum(o.passed for o in outcomes)}/{len(outcomes)} tables fully)", style="bold")
+        self.show_renderables(summary, table)

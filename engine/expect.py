@@ -1,0 +1,185 @@
+"""Expectations: tables printed in a text, checked cell by cell against the computation.
+
+A scenario's `expect:` entries name an operator (and request, round, head), hold the
+numbers as printed, and may pick a sub-block (rows by absolute position, columns by
+index). A cell agrees when |computed − printed| is within half a unit of the printed
+last decimal, unless the entry sets its own tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from .backend import Backend, to_host
+from .document import Node
+from .trace import OpState
+
+EXPECT_KEYS = {"op", "request", "round", "head", "run", "rows", "cols", "tolerance", "values", "note"}
+MINUS_INFINITY = ("-inf", "−∞", "-∞")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    op: str
+    request: int
+    round: int
+    head: int | None
+    run: str  # "cached" or "full": which computation the text printed
+    rows: tuple[int, ...] | None  # absolute positions; None: every row
+    cols: tuple[int, ...] | None  # column indices; None: every column
+    printed: tuple[tuple[float, ...], ...]
+    tolerances: tuple[tuple[float, ...], ...]
+    note: str
+    line: int | None
+
+    @property
+    def key(self) -> tuple:
+        return (self.request, self.round, self.op, self.head)
+
+    def describe(self) -> str:
+        head = "" if self.head is None else f" head {self.head}"
+        where = "prefill" if self.round == 0 else f"decode round {self.round}"
+        full = " (full recompute)" if self.run == "full" else ""
+        return f"request {self.request} {where} {self.op}{head}{full}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    position: int
+    col: int
+    row_label: str
+    col_label: str
+    printed: float
+    computed: float
+    tolerance: float
+
+    @property
+    def agrees(self) -> bool:
+        if math.isinf(self.printed) or math.isinf(self.computed):
+            return self.printed == self.computed
+        return abs(self.computed - self.printed) <= self.tolerance
+
+
+@dataclass(frozen=True)
+class Outcome:
+    expectation: Expectation
+    cells: tuple[Cell, ...]
+    problem: str = ""  # set when the table could not be compared at all
+
+    @property
+    def agreeing(self) -> int:
+        return sum(cell.agrees for cell in self.cells)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problem and self.agreeing == len(self.cells)
+
+
+# -- reading ----------------------------------------------------------------------------
+def parse_expectations(node: Node) -> tuple[Expectation, ...]:
+    return tuple(_expectation(item) for item in node.items())
+
+
+def _expectation(node: Node) -> Expectation:
+    node.mapping(EXPECT_KEYS, {"op", "values"})
+    rows = node.get("values").items()
+    printed, tolerances = [], []
+    for row in rows:
+        cells = row.items()
+        printed.append(tuple(_printed(cell) for cell in cells))
+        tolerances.append(tuple(_half_unit(cell.value) for cell in cells))
+    if not printed or len({len(r) for r in printed}) != 1:
+        raise node.get("values").error("expected a table: rows of equal length")
+    if node.has("tolerance"):
+        tolerance = node.get("tolerance").number()
+        tolerances = [tuple(tolerance for _ in row) for row in printed]
+    picked = {key: _indices(node.get(key)) if node.has(key) else None for key in ("rows", "cols")}
+    if picked["rows"] is not None and len(picked["rows"]) != len(printed):
+        raise node.get("rows").error(f"names {len(picked['rows'])} rows but the table has {len(printed)}")
+    if picked["cols"] is not None and len(picked["cols"]) != len(printed[0]):
+        raise node.get("cols").error(f"names {len(picked['cols'])} columns but the table has {len(printed[0])}")
+    return Expectation(
+        op=node.get("op").text(),
+        request=node.get("request").integer(minimum=0) if node.has("request") else 0,
+        round=node.get("round").integer(minimum=0) if node.has("round") else 0,
+        head=node.get("head").integer(minimum=0) if node.has("head") else None,
+        run=node.get("run").choice(("cached", "full")) if node.has("run") else "cached",
+        rows=picked["rows"],
+        cols=picked["cols"],
+        printed=tuple(printed),
+        tolerances=tuple(tolerances),
+        note=node.get("note").text() if node.has("note") else "",
+        line=node.line,
+    )
+
+
+def _printed(cell: Node) -> float:
+    if isinstance(cell.value, str) and cell.value.strip() in MINUS_INFINITY:
+        return -math.inf
+    if isinstance(cell.value, float) and cell.value == -math.inf:
+        return -math.inf
+    return cell.number()
+
+
+def _half_unit(value) -> float:
+    """Half a unit of the last decimal as printed: 3.0638 -> 0.00005, 2 -> 0.5."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0.0
+    if isinstance(value, int):
+        return 0.5
+    width, point = getattr(value, "_width", None), getattr(value, "_prec", None)
+    if width is not None and point is not None and getattr(value, "_exp", None) is None:
+        decimals = width - point - 1  # ruamel remembers how the number was written
+    else:  # exponent form or a plain float: the decimals of its shortest repr
+        mantissa, _, exponent = repr(float(value)).partition("e")
+        decimals = len(mantissa.partition(".")[2]) - int(exponent or 0)
+    return 0.5 * 10.0 ** (-decimals) + 1e-12
+
+
+def _indices(node: Node) -> tuple[int, ...]:
+    return tuple(item.integer(minimum=0) for item in node.items())
+
+
+# -- checking ----------------------------------------------------------------------------
+def check(expectations: Iterable[Expectation], cached: Iterable[OpState], full: Iterable[OpState] | None) -> list[Outcome]:
+    """Compare every expectation with the run it names (the full recompute only if needed)."""
+    expectations = list(expectations)
+    runs = {"cached": _rows_by_key(cached)}
+    if full is not None and any(e.run == "full" for e in expectations):
+        runs["full"] = _rows_by_key(full)
+    return [_compare(e, runs.get(e.run, {})) for e in expectations]
+
+
+def _rows_by_key(states: Iterable[OpState]) -> dict:
+    """(request, round, name, head) -> {position: (row label, column labels, values)}."""
+    table: dict = {}
+    for state in states:
+        values = to_host(state.values)
+        rows = table.setdefault((state.request, state.round, state.name, state.head), {})
+        for i, position in enumerate(state.positions):
+            rows[position] = (state.output.rows[i], state.output.cols, values[i])
+    return table
+
+
+def _compare(expectation: Expectation, run: dict) -> Outcome:
+    rows = run.get(expectation.key)
+    if not rows:
+        return Outcome(expectation, (), f"no operator {expectation.describe()} in the trace")
+    positions = expectation.rows or tuple(sorted(rows))
+    missing = [p for p in positions if p not in rows]
+    if missing or len(positions) != len(expectation.printed):
+        return Outcome(expectation, (), f"the trace has rows {sorted(rows)}, the table {list(positions)}")
+    width = len(next(iter(rows.values()))[1])
+    cols = expectation.cols or tuple(range(width))
+    if len(cols) != len(expectation.printed[0]) or max(cols) >= width:
+        return Outcome(expectation, (), f"the operator has {width} columns, the table {len(expectation.printed[0])}")
+    cells = []
+    for position, printed_row, tolerance_row in zip(positions, expectation.printed, expectation.tolerances):
+        label, col_labels, values = rows[position]
+        for j, printed, tolerance in zip(cols, printed_row, tolerance_row):
+            cells.append(Cell(position, j, label, col_labels[j], printed, float(values[j]), tolerance))
+    return Outcome(expectation, tuple(cells))

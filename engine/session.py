@@ -110,6 +110,8 @@ class _RequestRun:
         self.round = self.chunk = 0
         self.round_start = 0  # cache length when this round began
         self.stop: str | None = None
+        self._label_cache: dict[tuple, tuple[str, ...]] = {}
+        self._timeline_cache: dict[tuple, tuple[TokenState, ...]] = {}
 
     def run(self) -> Iterator[OpState]:
         rng = np.random.default_rng([self.rule.seed, self.index])
@@ -220,6 +222,14 @@ class _RequestRun:
         return tuple(range(first, first + count))
 
     def _labels(self, scheme: str, count: int, column: bool) -> tuple[str, ...]:
+        """Labels are cached: within a request a position's token never changes, so the context
+        length fixes every positional label (labelling was most of a traced run's cost)."""
+        key = (scheme, count, column, len(self.fed) + len(self.current))
+        if key not in self._label_cache:
+            self._label_cache[key] = self._make_labels(scheme, count, column)
+        return self._label_cache[key]
+
+    def _make_labels(self, scheme: str, count: int, column: bool) -> tuple[str, ...]:
         if scheme in ("chunk", "last", "keys"):
             context = self.fed + self.current
             prefix = "k" if column else ""  # key positions as columns read k0, k1, …
@@ -233,6 +243,12 @@ class _RequestRun:
         return tuple(f"f{i}" for i in range(count))
 
     def _timeline(self) -> tuple[TokenState, ...]:
+        key = (len(self.fed), len(self.current), self.round == 0, self.selected)
+        if key not in self._timeline_cache:
+            self._timeline_cache[key] = self._make_timeline()
+        return self._timeline_cache[key]
+
+    def _make_timeline(self) -> tuple[TokenState, ...]:
         groups = [(self.fed, Status.PROCESSED), (self.current, Status.CURRENT)]
         if self.round == 0:
             groups.append((list(self.request.tokens[len(self.fed) + len(self.current):]), Status.PENDING))

@@ -31,6 +31,7 @@ class HelpScreen(ModalScreen[None]):
             table.add_row(keys, binding.description)
         with VerticalScroll(id="help"):
             yield Static(table)
+            yield Static(Text("Mouse: click an operator in the list to go there; click a tab to switch panels."))
             yield Static(Text(BREAKPOINT_SYNTAX.strip(), style="italic"))
             yield Static(Text("Esc, q or ? closes this screen.", style="dim"))
 

@@ -120,31 +120,27 @@ class Transformer:
 
     # -- one block -----------------------------------------------------------------
     def _block(self, layer: int, x: Op, caches: list[LayerCache], positions: list[int]) -> OpStream:
-        pre = self.spec.norm.placement == "pre"
         block = f"blocks.{layer}"
-        h = x
-        if pre and self.spec.norm.kind != "none":
-            h = self._norm(f"{block}.ln1", x, layer)
-            yield h
-        attn_out = yield from self._attention(layer, h, caches)
-        mid = Op(f"{block}.hook_resid_mid", x.values + attn_out.values, kind="residual",
-                 layer=layer, inputs=(x, attn_out))
-        yield mid
-        if not pre and self.spec.norm.kind != "none":
-            mid = self._norm(f"{block}.ln1", mid, layer)
-            yield mid
-        h = mid
-        if pre and self.spec.norm.kind != "none":
-            h = self._norm(f"{block}.ln2", mid, layer)
-            yield h
-        mlp_out = yield from self._mlp(layer, h, positions)
-        post = Op(f"{block}.hook_resid_post", mid.values + mlp_out.values, kind="residual",
-                  layer=layer, inputs=(mid, mlp_out))
-        yield post
-        if not pre and self.spec.norm.kind != "none":
-            post = self._norm(f"{block}.ln2", post, layer)
-            yield post
+        mid = yield from self._sublayer(layer, x, f"{block}.ln1", f"{block}.hook_resid_mid",
+                                        lambda h: self._attention(layer, h, caches))
+        post = yield from self._sublayer(layer, mid, f"{block}.ln2", f"{block}.hook_resid_post",
+                                         lambda h: self._mlp(layer, h, positions))
         return post
+
+    def _sublayer(self, layer: int, x: Op, norm: str, residual: str, body) -> OpStream:
+        """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer)."""
+        normed, pre = self.spec.norm.kind != "none", self.spec.norm.placement == "pre"
+        h = x
+        if normed and pre:
+            h = self._norm(norm, x, layer)
+            yield h
+        out = yield from body(h)
+        total = Op(residual, x.values + out.values, kind="residual", layer=layer, inputs=(x, out))
+        yield total
+        if normed and not pre:
+            total = self._norm(norm, total, layer)
+            yield total
+        return total
 
     def _norm(self, prefix: str, x: Op, layer: int | None) -> Op:
         norm = self.spec.norm

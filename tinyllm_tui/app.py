@@ -202,11 +202,15 @@ class DebuggerApp(App):
         self.show_current("" if self.history.back() else "already at the first step")
 
     def action_continue(self) -> None:
+        self._in_background("running…", self._run_to_breakpoint)
+
+    def _in_background(self, message: str, worker) -> None:
+        """Start a thread worker with the UI marked busy; the worker's report clears `busy`."""
         if self._refuse_while_busy():
             return
         self.busy = True
-        self.set_status("running…")
-        self._run_to_breakpoint()
+        self.set_status(message)
+        worker()
 
     @work(thread=True, exclusive=True)
     def _run_to_breakpoint(self) -> None:
@@ -324,11 +328,7 @@ class DebuggerApp(App):
 
     # -- full vs cached ---------------------------------------------------------------
     def action_diff(self) -> None:
-        if self._refuse_while_busy():
-            return
-        self.busy = True
-        self.set_status("computing the full recompute to compare…")
-        self._compute_diff()
+        self._in_background("computing the full recompute to compare…", self._compute_diff)
 
     @work(thread=True, exclusive=True)
     def _compute_diff(self) -> None:

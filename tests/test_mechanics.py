@@ -112,3 +112,21 @@ def test_stop_at_max_new_tokens_without_eos():
     session = Session(load_scenario(SCENARIOS / "decoder2.yaml"))
     states = list(session.steps())
     assert [s.stop for s in choices(states)] == [None, None, "max_new_tokens"]
+
+
+def test_position_encodings_and_gelu_follow_their_formulas(backend):
+    """Against direct computations with the math module."""
+    xp = backend.xp
+    positions = xp.asarray([0, 1, 5])
+    sinusoidal = to_host(ops.sinusoidal_positions(xp, positions, 6, backend.dtype))
+    for row, p in enumerate((0, 1, 5)):
+        for j in range(6):
+            angle = p / 10000 ** ((j - j % 2) / 6)
+            assert sinusoidal[row, j] == pytest.approx(math.sin(angle) if j % 2 == 0 else math.cos(angle), abs=1e-15)
+    seed_sin = to_host(ops.seed_sin_positions(xp, positions, 4, backend.dtype))
+    assert seed_sin[2, 3] == pytest.approx(0.1 * math.sin(6 / 4), abs=1e-15)
+    x = backend.asarray([-2.0, -0.5, 0.0, 1.5])
+    exact = to_host(ops.gelu_from_erf(x, backend.erf(x / math.sqrt(2))))
+    assert exact.tolist() == pytest.approx([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in (-2, -0.5, 0, 1.5)])
+    tanh_form = to_host(ops.gelu_tanh(xp, x))
+    assert np.max(np.abs(tanh_form - exact)) < 5e-4  # the two forms differ by at most ~5e-4

@@ -112,3 +112,38 @@ async def test_quit_with_unsaved_edits_asks_first():
         await pilot.press("q", "q")  # quit without saving
         await pilot.pause()
         assert not app.is_running
+
+
+async def test_matrix_actions_reset_and_before_after():
+    """0 zeroes, 1 sets identity, * sets s·I, R resets to the file; v shows the values before the edit."""
+    app = DebuggerApp(load_scenario(X01), lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_cell(pilot, "blocks.0.attn.wk", 0, 0)
+        await pilot.press("0")  # zero
+        assert not app.weights["blocks.0.attn.wk"].any()
+        await pilot.press("1")  # identity
+        assert (app.weights["blocks.0.attn.wk"] == np.eye(4)).all()
+        await pilot.press("asterisk", *"0.5", "enter")  # 0.5·I
+        assert (app.weights["blocks.0.attn.wk"] == 0.5 * np.eye(4)).all()
+        await pilot.press("R")  # back to the file's matrix
+        assert (app.weights["blocks.0.attn.wk"] == app.file_scenario.weights["blocks.0.attn.wk"]).all()
+        await pilot.press("1", "escape", "g", *"6", "enter")  # identity Wk, then the head-0 pattern
+        now = to_host(app.history.current.values)
+        await pilot.press("v")  # before the last edit: the file's Wk
+        table = app.query_one(DataTable)
+        shown = float(str(table.get_row_at(1)[1]).strip("•✓✗ "))
+        assert abs(shown - 0.971309) < 5e-7 and abs(now[1, 0] - 0.971309) > 1e-3
+        assert "BEFORE the edit" in str(app.query_one("#matrix-title").render())
+
+
+async def test_save_as_writes_a_new_file_and_refuses_a_bad_path(tmp_path):
+    app = DebuggerApp(load_scenario(X01), lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
+        await type_value(pilot, "0.5")
+        await pilot.press("S", *str(tmp_path / "missing" / "x.yaml"), "enter")  # no such folder
+        assert isinstance(app.screen, PromptScreen)
+        assert "existing folder" in str(app.screen.query_one("#prompt-error").render())
+        await pilot.press(*["backspace"] * 200, *str(tmp_path / "copy.yaml"), "enter")  # clear, retype
+        assert load_scenario(tmp_path / "copy.yaml").weights["blocks.0.attn.wk"][0, 1] == 0.5
+        assert load_scenario(X01).weights["blocks.0.attn.wk"][0, 1] == 1.0  # the original is untouched

@@ -252,3 +252,15 @@ async def test_cycling_injections_replays_to_the_same_step():
         for _ in range(5):  # through the other four bugs and back to none
             await pilot.press("I")
         assert app.inject is None and "⚠" not in status(app)
+
+
+async def test_chinese_explanations_and_the_expectations_tab():
+    """--lang zh explains with the seeds' four questions; a shows every expect: table of X01."""
+    app = DebuggerApp(load_scenario(X01), lang="zh")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press(*["n"] * 6)  # the head-0 pattern
+        screen = app.export_screenshot()
+        assert "为什么需要" in screen and "每行和为1" in screen
+        await pilot.press("a")  # expectations
+        assert app.query_one(TabbedContent).active == "expect"
+        assert "332/332" in app.export_screenshot()

@@ -20,7 +20,7 @@ from engine import Labelled, to_host
 
 from ..numbers import number_cell
 
-CELL_WIDTH = 10  # "-1.371908" plus one space; the table adds no padding
+CELL_WIDTH = 11  # a marker (✓ ✗ •) or space, "-1.371908", one space; the table adds no padding
 PROBABILITY_KINDS = ("softmax", "probs")
 BASE = (24, 24, 32)
 POSITIVE, NEGATIVE, SEQUENTIAL = (170, 50, 50), (50, 90, 180), (40, 140, 70)
@@ -122,8 +122,10 @@ class MatrixView(Vertical):
             table.add_row(Text(label, style="bold"), *cells)
 
     def _cell(self, x: float, scale: float, sequential: bool, changed: bool, agrees: bool | None) -> Text:
-        """A number, with one marker: ✓/✗ against the text where it printed this cell, else • if edited."""
+        """A space, one marker (✓/✗ against the text where it printed this cell, else • if edited), the number."""
         cell = number_cell(x, heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x)))
         if agrees is not None:
-            return Text("✓", style="bold green") + cell if agrees else Text("✗", style="bold red") + cell
-        return Text("•", style="bold yellow") + cell if changed else cell
+            marker = Text(" ✓", style="bold green") if agrees else Text(" ✗", style="bold red")
+        else:
+            marker = Text(" •", style="bold yellow") if changed else Text("  ")
+        return marker + cell

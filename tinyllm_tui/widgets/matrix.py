@@ -36,6 +36,19 @@ def heat_style(x: float, scale: float, sequential: bool) -> Style:
     return Style(bgcolor=Color.from_rgb(*rgb), color="white")
 
 
+def label_width(labels) -> int:
+    return max((cell_len(label) for label in labels), default=4) + 1
+
+
+def relabel(table: DataTable, row_labels, col_labels) -> None:
+    """Empty `table`, then give it a label column and number columns of explicit widths
+    (an auto-sized column sometimes rendered empty, or squeezed, right after clear())."""
+    table.clear(columns=True)
+    table.add_column("", key="label", width=label_width(row_labels))
+    for j, label in enumerate(col_labels):
+        table.add_column(Text(label, justify="right"), key=str(j), width=CELL_WIDTH)
+
+
 class MatrixView(Vertical):
     def compose(self):
         yield Static(id="matrix-title")
@@ -82,11 +95,8 @@ class MatrixView(Vertical):
             self._laid_out_width = event.size.width
             self.refresh_table()
 
-    def _label_width(self) -> int:
-        return max((cell_len(r) for r in self._matrix.rows), default=4) + 1
-
     def _visible_columns(self) -> int:
-        return max(1, (self.size.width - self._label_width() - 1) // CELL_WIDTH) if self.size.width else 8
+        return max(1, (self.size.width - label_width(self._matrix.rows) - 1) // CELL_WIDTH) if self.size.width else 8
 
     def refresh_table(self) -> None:
         matrix = self._matrix
@@ -108,11 +118,7 @@ class MatrixView(Vertical):
             edit += f" · expect: {agreeing}/{len(self._verdicts)} printed cells agree (✓ ✗)"
         self.query_one("#matrix-title", Static).update(Text(f"{self._title} · {shape}{window}{edit}", style="bold"))
         table = self.query_one(DataTable)
-        table.clear(columns=True)
-        # Explicit widths: an auto-sized label column sometimes rendered empty right after clear().
-        table.add_column("", key="label", width=self._label_width())
-        for j in cols:
-            table.add_column(Text(matrix.cols[j], justify="right"), key=str(j), width=CELL_WIDTH)
+        relabel(table, matrix.rows, [matrix.cols[j] for j in cols])
         finite = values[np.isfinite(values)]
         scale = float(np.max(np.abs(finite), initial=0.0))
         sequential = self._kind in PROBABILITY_KINDS

@@ -16,6 +16,7 @@ from engine.edits import CellEdit, EditError, apply_edit, parse_value
 
 from ..numbers import number_cell
 from .dialogs import PromptScreen
+from .matrix import relabel
 
 
 def axis_labels(scenario: Scenario, name: str, axis: int, count: int) -> list[str]:
@@ -75,17 +76,16 @@ class WeightsScreen(Screen):
         self.query_one("#weight-title", Static).update(title)
         table = self.query_one(DataTable)
         cursor = table.cursor_coordinate
-        table.clear(columns=True)
-        table.add_column("")
-        for label in axis_labels(scenario, name, 1, array.shape[1]) if array.ndim == 2 else []:
-            table.add_column(label)
-        rows = axis_labels(scenario, name, 0, array.shape[0]) if self.app.weights[name].ndim == 2 else ["value"]
+        is_matrix = self.app.weights[name].ndim == 2
+        rows = axis_labels(scenario, name, 0, array.shape[0]) if is_matrix else ["value"]
+        cols = axis_labels(scenario, name, 1, array.shape[1]) if is_matrix else [str(j) for j in range(array.shape[1])]
+        relabel(table, rows, cols)
         for label, row, before in zip(rows, array, original):
-            cells = [number_cell(float(x), "bold yellow" if x != b else "") for x, b in zip(row, before)]
-            table.add_row(Text(label + " ", style="bold"), *cells)
+            cells = [Text("  ") + number_cell(float(x), "bold yellow" if x != b else "") for x, b in zip(row, before)]
+            table.add_row(Text(label, style="bold"), *cells)
         table.cursor_coordinate = cursor
         edited = int(np.sum(array != original))
-        status = f"{edited} cell{'s' if edited != 1 else ''} differ from the file (yellow)"
+        status = f"{edited} cell{' differs' if edited == 1 else 's differ'} from the file (yellow)"
         self.query_one("#weight-status", Static).update(" · ".join(filter(None, [status, message])))
 
     def on_data_table_cell_selected(self) -> None:

@@ -19,6 +19,7 @@ def make_app(**kwargs) -> DebuggerApp:
 
 def keys_then_settle(*keys: str):
     async def run_before(pilot) -> None:
+        await pilot.app.workers.wait_for_complete()  # the expect: check runs in a worker
         for key in keys:
             await pilot.press(key)
             await pilot.app.workers.wait_for_complete()
@@ -31,7 +32,7 @@ def keys_then_settle(*keys: str):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_start_screen(snap_compare, size):
-    assert snap_compare(make_app(), terminal_size=size)
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle())
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -82,6 +82,7 @@ class DebuggerApp(App):
         self.title, self.sub_title = scenario.title, Path(scenario.path).name
         self.busy = False
         self.player = None
+        self.outcomes = []  # expect: results, filled in by a worker
         self.stale: StaleFrom | None = None
         self.previous: History | None = None  # the run before the last edit, to mark changed cells
         self.show_before = False
@@ -95,7 +96,23 @@ class DebuggerApp(App):
         self.inject = inject
         self.session = Session(self.scenario, self.backend, inject=inject, stale=self.stale)
         self.history = History(self.session.steps)
-        self.outcomes = check_scenario(self.scenario, self.backend) if self.scenario.expect else []
+
+    def _start_checks(self) -> None:
+        self.outcomes = []
+        if self.scenario.expect:
+            self._check_expectations(self.scenario)
+
+    @work(thread=True, exclusive=True, group="expect")
+    def _check_expectations(self, scenario: Scenario) -> None:
+        """Off the UI thread: the first screen need not wait for a second (and a full) run."""
+        outcomes = check_scenario(scenario, self.backend)
+        self.call_from_thread(self._expectations_ready, scenario, outcomes)
+
+    def _expectations_ready(self, scenario: Scenario, outcomes) -> None:
+        if scenario is self.scenario:  # not outrun by a later edit
+            self.outcomes = outcomes
+            self.show_matrix()
+            self.show_panel()
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="")
@@ -117,6 +134,7 @@ class DebuggerApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._start_checks()
         self.show_current("start · n/→ step · c continue · ? help")
 
     # -- display ---------------------------------------------------------------------
@@ -127,11 +145,15 @@ class DebuggerApp(App):
         self.query_one(OperatorList).show(round_states, state.step, breaks)
         rounds = round_summaries(self.history.recorded(), state.request)
         self.query_one(Timeline).show(state, self.scenario, rounds)
+        self.show_matrix()
+        self.show_panel()
+        self.set_status(message)
+
+    def show_matrix(self) -> None:
+        state = self.history.current
         self.query_one(MatrixView).show(state.output, title=self._title(state), kind=state.kind,
                                         before=self._before(state), show_before=self.show_before,
                                         verdicts=self._verdicts(state))
-        self.show_panel()
-        self.set_status(message)
 
     def show_panel(self) -> None:
         """Only the visible lower panel is rendered; the others catch up when shown."""
@@ -397,6 +419,7 @@ class DebuggerApp(App):
         self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
         self.scenario = with_weights(self.file_scenario, self.weights)
         self._start_session(self.inject)
+        self._start_checks()
         self.history.goto(state.step)
         self.show_current(message)
         self._refresh_weights_screen(message)

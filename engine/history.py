@@ -27,6 +27,7 @@ class History:
     def _restart(self) -> None:
         self._stream = self._start()
         self._states: deque[OpState] = deque(maxlen=self._limit)
+        self._choices: list[OpState] = []  # every round's last operator, kept past `limit`: few and small
         self._fetched = 0
         self.total: int | None = None  # known once the stream is exhausted
         self._fetch()
@@ -39,6 +40,8 @@ class History:
             self.total = self._fetched
             return False
         self._states.append(state)  # the deque drops the oldest beyond `limit`
+        if state.kind == "choice":
+            self._choices.append(state)
         self._fetched += 1
         return True
 
@@ -93,9 +96,9 @@ class History:
     def _at(self, step: int) -> OpState:
         return self._states[step - self._offset]
 
-    def recorded(self) -> list[OpState]:
-        """States from the oldest kept one up to the cursor."""
-        return list(self._states)[: self.cursor - self._offset + 1]
+    def finished_rounds(self) -> list[OpState]:
+        """The choice operator of every round finished at or before the cursor."""
+        return [state for state in self._choices if state.step <= self.cursor]
 
 
 @dataclass(frozen=True)

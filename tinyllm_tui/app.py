@@ -143,7 +143,7 @@ class DebuggerApp(App):
         round_states = self.history.round_states()
         breaks = {s.step for s in round_states if self.hit(s)}
         self.query_one(OperatorList).show(round_states, state.step, breaks)
-        rounds = round_summaries(self.history.recorded(), state.request)
+        rounds = round_summaries(self.history.finished_rounds(), state.request)
         self.query_one(Timeline).show(state, self.scenario, rounds)
         self.show_matrix()
         self.show_panel()

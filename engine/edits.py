@@ -37,9 +37,6 @@ class CellEdit:
     index: tuple[int, ...]
     value: float
 
-    def __str__(self) -> str:
-        return f"{self.name}[{','.join(map(str, self.index))}]={self.value:g}"
-
 
 def parse_value(text: str) -> float:
     try:

@@ -12,9 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
-
-from .backend import Backend, to_host
+from .backend import to_host
 from .document import Node
 from .trace import OpState
 

@@ -8,8 +8,6 @@ One naming scheme serves the scenario file, the engine, messages and edits:
 
 from __future__ import annotations
 
-import re
-
 from .spec import ModelSpec
 
 Shape = tuple[int, ...]
@@ -55,11 +53,6 @@ def _mlp_shapes(model: ModelSpec, prefix: str, d: int, f: int) -> dict[str, Shap
         shapes = {f"{prefix}.w_in": (d, f), f"{prefix}.w_out": (f, d)}
         biases = {f"{prefix}.b_in": (f,), f"{prefix}.b_out": (d,)}
     return shapes | biases if model.bias else shapes
-
-
-def document_path(name: str) -> str:
-    """`blocks.0.attn.wq` -> `weights.blocks[0].attn.wq`, the path shown in messages."""
-    return "weights." + re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", name)
 
 
 def name_parts(name: str) -> list[str | int]:

@@ -13,7 +13,6 @@ from textual.widgets import DataTable
 from engine import load_scenario, to_host
 from tinyllm_tui.app import DebuggerApp
 from tinyllm_tui.widgets.dialogs import ChoiceScreen, PromptScreen
-from tinyllm_tui.widgets.weights import WeightsScreen
 
 from test_edits import head0_pattern_by_hand
 

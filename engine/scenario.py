@@ -278,6 +278,9 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> 
                          f"but model.max_positions is {model.max_positions}")
     vectors = None
     if item.has("vectors"):
+        if model.lm_head:
+            raise item.get("vectors").error("input vectors are for encoders (model.lm_head: false): "
+                                            "a decoder must embed the tokens it generates")
         array = parse_tensor(item.get("vectors"), (len(tokens), model.d_model))
         vectors = tuple(tuple(float(x) for x in row) for row in array)
     return Request(tokens=tokens, max_new_tokens=limit, vectors=vectors)

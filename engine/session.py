@@ -161,9 +161,9 @@ class _RequestRun:
         return logits
 
     def _vectors(self, start: int, size: int):
-        """The request's given input vectors for this chunk (prefill only; decode embeds its choices)."""
+        """The request's given input vectors for this chunk (only encoders have them: no decode rounds)."""
         vectors = self.request.vectors
-        return None if vectors is None or self.phase != "prefill" else vectors[start : start + size]
+        return None if vectors is None else vectors[start : start + size]
 
     def _padded_keys(self) -> list[bool] | None:
         pad = self.vocab.pad

@@ -106,3 +106,11 @@ def test_a_request_longer_than_the_learned_position_table(tmp_path):
     line = text[: text.index("- tokens: [我, 爱, 学习]")].count("\n") + 1
     _assert_one_line(_run(path), f"{path}:{line}: requests[0]: needs 4 positions (3 tokens + 1 fed back) "
                                  "but model.max_positions is 3")
+
+
+def test_input_vectors_on_a_decoder_are_refused(tmp_path):
+    text = X01_TEXT.replace("  - tokens: [你, 爱]", "  - tokens: [你, 爱]\n    vectors: [[0, 0, 0, 0], [1, 1, 1, 1]]")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    line = text[: text.index("vectors: [[")].count("\n") + 1
+    _assert_one_line(_run(path), f"{path}:{line}: requests[1].vectors: input vectors are for encoders")

@@ -38,6 +38,12 @@ class OpDiff:
     def agrees(self) -> bool:
         return self.max_abs <= TOLERANCE
 
+    def describe(self) -> str:
+        """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf)`."""
+        head = "" if self.head is None else f" head {self.head}"
+        return (f"request {self.request} {self.phase} round {self.round} {self.name}{head} "
+                f"(max |Δ| = {self.max_abs:.3e})")
+
 
 def op_key(state: OpState) -> Key:
     return (state.request, state.round, state.name, state.layer, state.head)

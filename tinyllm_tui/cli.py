@@ -148,8 +148,7 @@ def run(
     scenario, array_backend = _prepare(file, backend, dtype, inject, sets)
     session = Session(scenario, array_backend, inject=inject)
     if as_json:
-        json.dump(trace_document(session, session.steps()), sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
+        _print_json(trace_document(session, session.steps()))
         return
     console = Console(highlight=False)
     tokens = scenario.vocab.tokens
@@ -188,9 +187,7 @@ def diff(
         worst = max((d.max_abs for d in diffs), default=0.0)
         print(f"cached equals full recompute: max |Δ| = {worst:.3e} ≤ {TOLERANCE:g} over {len(diffs)} operators")
         return
-    where = "" if first.head is None else f" head {first.head}"
-    print(f"first divergence: request {first.request} {first.phase} round {first.round} {first.name}{where} "
-          f"(max |Δ| = {first.max_abs:.3e} > {TOLERANCE:g})")
+    print(f"first divergence: {first.describe()}, above the {TOLERANCE:g} tolerance")
     raise typer.Exit(1)
 
 
@@ -208,8 +205,7 @@ def check(
         raise typer.BadParameter(f"{file} has no expect: section", param_hint="FILE")
     outcomes = check_scenario(scenario, array_backend)
     if as_json:
-        json.dump([_outcome_json(o) for o in outcomes], sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
+        _print_json([_outcome_json(o) for o in outcomes])
     else:
         for outcome in outcomes:
             _print_outcome(outcome)
@@ -219,6 +215,11 @@ def check(
         print(f"summary: {passed}/{len(outcomes)} expectations agree fully; {agreeing}/{cells} cells agree")
     if not all(o.passed for o in outcomes):
         raise typer.Exit(1)
+
+
+def _print_json(document) -> None:
+    json.dump(document, sys.stdout, ensure_ascii=False)
+    sys.stdout.write("\n")
 
 
 def _print_outcome(outcome: Outcome) -> None:

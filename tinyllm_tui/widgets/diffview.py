@@ -22,9 +22,7 @@ def summary(diffs: list[OpDiff], inject: str | None) -> Text:
         worst = max((d.max_abs for d in diffs), default=0.0)
         text.append(f"✓ cached equals full recompute: max |Δ| = {worst:.3e} ≤ {TOLERANCE:g}", style="bold green")
     else:
-        head = "" if first.head is None else f" head {first.head}"
-        text.append(f"✗ first divergence: request {first.request} {first.phase} round {first.round} "
-                    f"{first.name}{head} (max |Δ| = {first.max_abs:.3e})", style="bold red")
+        text.append(f"✗ first divergence: {first.describe()}", style="bold red")
     return text
 
 

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backend import to_host
-from .trace import OpState
+from .trace import OpKind, OpState
 
-KINDS = ("embed", "positions", "norm", "linear", "scores", "softmax", "mix", "concat", "residual",
-         "activation", "dropout", "logits", "filter", "probs", "choice")
+KINDS = tuple(kind.value for kind in OpKind)
 FIELDS = ("phase", "round", "request", "layer", "head")
 MASKED_KINDS = ("scores", "filter")  # −∞ there is a mask, not an overflow
 

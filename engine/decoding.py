@@ -15,6 +15,7 @@ from . import ops
 from .backend import to_host
 from .model import Op, Operand, OpStream
 from .spec import DecodeRule
+from .trace import OpKind
 
 Array = Any
 
@@ -23,10 +24,10 @@ def choose(xp, logits: Op, rule: DecodeRule, rng: np.random.Generator) -> OpStre
     """Yield the filter, probability and choice operators; return the chosen token id."""
     last = Operand(f"{logits.name}[last]", logits.values[-1:, :], rows="last", cols="vocab")
     filtered = Op("sample.hook_filtered", _filter(xp, last.values, rule), rows="last", cols="vocab",
-                  kind="filter", inputs=(last,))
+                  kind=OpKind.FILTER, inputs=(last,))
     yield filtered
     probs = Op("sample.hook_probs", ops.softmax(xp, filtered.values), rows="last", cols="vocab",
-               kind="probs", inputs=(filtered,))
+               kind=OpKind.PROBS, inputs=(filtered,))
     yield probs
     host = to_host(probs.values)[0]
     if rule.rule == "greedy":
@@ -34,7 +35,7 @@ def choose(xp, logits: Op, rule: DecodeRule, rng: np.random.Generator) -> OpStre
     else:
         token = int(rng.choice(host.shape[0], p=host / host.sum()))
     yield Op("sample.hook_choice", xp.asarray([[float(token)]], dtype=probs.values.dtype), rows="last",
-             cols="choice", kind="choice", inputs=(probs,))
+             cols="choice", kind=OpKind.CHOICE, inputs=(probs,))
     return token
 
 

@@ -16,8 +16,9 @@ import numpy as np
 
 from . import ops
 from .backend import Backend
+from .faults import NO_FAULT, Fault
 from .spec import ModelSpec
-from .trace import LayerCache
+from .trace import LayerCache, OpKind
 
 Array = Any
 
@@ -43,7 +44,7 @@ class Operand:
 
 @dataclass(frozen=True)
 class Op(Operand):
-    kind: str = ""
+    kind: OpKind = OpKind.EMBED
     layer: int | None = None
     head: int | None = None
     inputs: tuple[Operand, ...] = ()
@@ -54,11 +55,15 @@ OpStream = Generator[Op, None, Array]
 
 class Transformer:
     def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str,
-                 bug: str | None = None):
+                 fault: Fault = NO_FAULT, allow_stale: bool = False):
+        """Args:
+        fault: an injected cache bug (engine.faults); the default computes correctly.
+        allow_stale: extend caches computed with other weights instead of refusing.
+        """
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
         self.weights = {name: backend.asarray(w) for name, w in weights.items()}
-        self.bug = bug  # an injected cache bug (see engine.session.INJECTIONS)
-        self.allow_stale = bug == "stale-cache"
+        self.fault = fault
+        self.allow_stale = allow_stale or fault.keeps_stale_cache
 
     def param(self, name: str) -> Operand:
         return Operand(name, self.weights[name], rows="in", cols="out")
@@ -78,24 +83,23 @@ class Transformer:
         Returns the logits, or for an encoder (no lm_head) the last block's output.
         """
         xp, spec = self.xp, self.spec
-        self._padded_keys = padded_keys
         if vectors is None:
             embed = self.param("embed")
-            x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind="embed", inputs=(embed,))
+            x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind=OpKind.EMBED, inputs=(embed,))
         else:
-            x = Op("hook_embed", self.backend.asarray(vectors), kind="embed")
+            x = Op("hook_embed", self.backend.asarray(vectors), kind=OpKind.EMBED)
         yield x
         if spec.positions != "none":
             x = yield from self._add_positions(x, positions)
         for layer in range(spec.n_layers):
-            x = yield from self._block(layer, x, caches, positions)
+            x = yield from self._block(layer, x, caches, positions, padded_keys)
         if not spec.lm_head:
             return x
         if spec.final_norm:
             x = self._norm("ln_final", x, layer=None)
             yield x
         logits = Op("unembed.hook_out", x.values @ self._unembed().values, cols="vocab",
-                    kind="logits", inputs=(x, self._unembed()))
+                    kind=OpKind.LOGITS, inputs=(x, self._unembed()))
         yield logits
         return logits
 
@@ -109,20 +113,21 @@ class Transformer:
         where = xp.asarray(positions)
         if spec.positions == "learned":
             table = self.param("pos_embed")
-            pos = Op("hook_pos_embed", xp.take(table.values, where, axis=0), kind="embed", inputs=(table,))
+            pos = Op("hook_pos_embed", xp.take(table.values, where, axis=0), kind=OpKind.EMBED, inputs=(table,))
         else:
             encode = ops.seed_sin_positions if spec.positions == "seed_sin" else ops.sinusoidal_positions
-            pos = Op("hook_pos_embed", encode(xp, where, spec.d_model, self.backend.dtype), kind="positions")
+            pos = Op("hook_pos_embed", encode(xp, where, spec.d_model, self.backend.dtype), kind=OpKind.POSITIONS)
         yield pos
-        resid = Op("blocks.0.hook_resid_pre", x.values + pos.values, kind="residual", layer=0, inputs=(x, pos))
+        resid = Op("blocks.0.hook_resid_pre", x.values + pos.values, kind=OpKind.RESIDUAL, layer=0, inputs=(x, pos))
         yield resid
         return resid
 
     # -- one block -----------------------------------------------------------------
-    def _block(self, layer: int, x: Op, caches: list[LayerCache], positions: list[int]) -> OpStream:
+    def _block(self, layer: int, x: Op, caches: list[LayerCache], positions: list[int],
+               padded_keys: list[bool] | None) -> OpStream:
         block = f"blocks.{layer}"
         mid = yield from self._sublayer(layer, x, f"{block}.ln1", f"{block}.hook_resid_mid",
-                                        lambda h: self._attention(layer, h, caches))
+                                        lambda h: self._attention(layer, h, caches, padded_keys))
         post = yield from self._sublayer(layer, mid, f"{block}.ln2", f"{block}.hook_resid_post",
                                          lambda h: self._mlp(layer, h, positions))
         return post
@@ -135,7 +140,7 @@ class Transformer:
             h = self._norm(norm, x, layer)
             yield h
         out = yield from body(h)
-        total = Op(residual, x.values + out.values, kind="residual", layer=layer, inputs=(x, out))
+        total = Op(residual, x.values + out.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x, out))
         yield total
         if normed and not pre:
             total = self._norm(norm, total, layer)
@@ -155,9 +160,9 @@ class Transformer:
                 bias = self.param(f"{prefix}.b")
                 y = y + bias.values
                 inputs.append(bias)
-        return Op(f"{prefix}.hook_normalized", y, kind="norm", layer=layer, inputs=tuple(inputs))
+        return Op(f"{prefix}.hook_normalized", y, kind=OpKind.NORM, layer=layer, inputs=tuple(inputs))
 
-    def _linear(self, name: str, x: Op, weight: str, bias: str | None, kind: str, layer: int, cols="features") -> Op:
+    def _linear(self, name: str, x: Op, weight: str, bias: str | None, layer: int) -> Op:
         w = self.param(weight)
         y = x.values @ w.values
         inputs = (x, w)
@@ -165,45 +170,40 @@ class Transformer:
             b = self.param(bias)
             y = y + b.values
             inputs = (x, w, b)
-        return Op(name, y, cols=cols, kind=kind, layer=layer, inputs=inputs)
+        return Op(name, y, kind=OpKind.LINEAR, layer=layer, inputs=inputs)
 
-    def _attention(self, layer: int, h: Op, caches: list[LayerCache]) -> OpStream:
+    def _attention(self, layer: int, h: Op, caches: list[LayerCache], padded_keys: list[bool] | None) -> OpStream:
         xp, spec = self.xp, self.spec
         block = f"blocks.{layer}.attn"
-        q, k, v = (self._linear(f"{block}.hook_{n}", h, f"{block}.w{n}", f"{block}.b{n}", "linear", layer)
+        q, k, v = (self._linear(f"{block}.hook_{n}", h, f"{block}.w{n}", f"{block}.b{n}", layer)
                    for n in "qkv")
         yield q
         yield k
         yield v
-        borrowed = self.bug == "no-cache-layer1" and layer == 1 and caches[1].length > 0
-        caches[layer] = self._append(caches[0 if borrowed else layer], k.values, v.values)
+        caches[layer] = self._append(self.fault.layer_cache(layer, caches), k.values, v.values)
         keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
-        visible = self._mask(q.values.shape[0], caches[layer].length)
+        visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys)
         heads = []
         for head in range(spec.n_heads):
             part = slice(head * spec.d_head, (head + 1) * spec.d_head)
             z = yield from self._head(layer, head, part, q, keys, values, visible)
             heads.append(z)
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
-                    kind="concat", layer=layer, inputs=tuple(heads))
+                    kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
         yield concat
-        out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", "linear", layer)
+        out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", layer)
         yield out
         return out
 
-    def _mask(self, n_new: int, n_keys: int):
+    def _mask(self, n_new: int, n_keys: int, padded_keys: list[bool] | None):
         """Which keys each new query may read: causal order and key-side padding; None = all."""
         xp = self.xp
-        if not self.spec.causal:
-            visible = None
-        elif self.bug == "chunk-mask":
-            visible = xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
-        else:
-            visible = ops.causal_mask(xp, n_new, n_keys - n_new)
-        if self._padded_keys is None or not any(self._padded_keys[:n_keys]):
+        visible = ops.causal_mask(xp, n_new, n_keys - n_new) if self.spec.causal else None
+        visible = self.fault.mask(xp, visible, n_new, n_keys)
+        if padded_keys is None or not any(padded_keys[:n_keys]):
             return visible
-        flags = self._padded_keys[:n_keys] + [False] * (n_keys - len(self._padded_keys))  # rows a bug added
+        flags = padded_keys[:n_keys] + [False] * (n_keys - len(padded_keys))  # rows a bug added
         real = xp.asarray([not pad for pad in flags])[None, :]
         return real if visible is None else visible & real
 
@@ -213,12 +213,12 @@ class Transformer:
         k_h = Operand(f"{keys.name}[head {head}]", keys.values[:, part], rows="keys")
         v_h = Operand(f"{values.name}[head {head}]", values.values[:, part], rows="keys")
         scores = Op(f"{block}.hook_attn_scores", ops.attention_scores(xp, q_h.values, k_h.values, visible),
-                    cols="keys", kind="scores", layer=layer, head=head, inputs=(q_h, k_h))
+                    cols="keys", kind=OpKind.SCORES, layer=layer, head=head, inputs=(q_h, k_h))
         yield scores
         pattern = Op(f"{block}.hook_pattern", ops.softmax(xp, scores.values), cols="keys",
-                     kind="softmax", layer=layer, head=head, inputs=(scores,))
+                     kind=OpKind.SOFTMAX, layer=layer, head=head, inputs=(scores,))
         yield pattern
-        z = Op(f"{block}.hook_z", pattern.values @ v_h.values, kind="mix", layer=layer, head=head,
+        z = Op(f"{block}.hook_z", pattern.values @ v_h.values, kind=OpKind.MIX, layer=layer, head=head,
                inputs=(pattern, v_h))
         yield z
         return z
@@ -234,24 +234,24 @@ class Transformer:
     def _mlp(self, layer: int, h: Op, positions: list[int]) -> OpStream:
         xp, spec, mlp = self.xp, self.spec, f"blocks.{layer}.mlp"
         if spec.ffn == "gated_silu":
-            gate = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_gate", f"{mlp}.b_gate", "linear", layer)
-            up = self._linear(f"{mlp}.hook_pre_linear", h, f"{mlp}.w_up", f"{mlp}.b_up", "linear", layer)
+            gate = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_gate", f"{mlp}.b_gate", layer)
+            up = self._linear(f"{mlp}.hook_pre_linear", h, f"{mlp}.w_up", f"{mlp}.b_up", layer)
             yield gate
             yield up
-            post = Op(f"{mlp}.hook_post", ops.silu(xp, gate.values) * up.values, kind="activation",
+            post = Op(f"{mlp}.hook_post", ops.silu(xp, gate.values) * up.values, kind=OpKind.ACTIVATION,
                       layer=layer, inputs=(gate, up))
             down = f"{mlp}.w_down", f"{mlp}.b_down"
         else:
-            pre = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_in", f"{mlp}.b_in", "linear", layer)
+            pre = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_in", f"{mlp}.b_in", layer)
             yield pre
-            post = Op(f"{mlp}.hook_post", self._activation(pre.values), kind="activation", layer=layer,
+            post = Op(f"{mlp}.hook_post", self._activation(pre.values), kind=OpKind.ACTIVATION, layer=layer,
                       inputs=(pre,))
             down = f"{mlp}.w_out", f"{mlp}.b_out"
         yield post
         if spec.training and spec.dropout > 0:
             post = self._dropout(post, layer, positions)
             yield post
-        out = self._linear(f"blocks.{layer}.hook_mlp_out", post, *down, "linear", layer)
+        out = self._linear(f"blocks.{layer}.hook_mlp_out", post, *down, layer)
         yield out
         return out
 
@@ -263,7 +263,7 @@ class Transformer:
         keep = np.stack([np.random.default_rng([spec.dropout_seed, layer, p]).random(width) >= spec.dropout
                          for p in positions])
         scale = self.backend.asarray(keep / (1.0 - spec.dropout))
-        return Op(f"blocks.{layer}.mlp.hook_dropout", post.values * scale, kind="dropout", layer=layer,
+        return Op(f"blocks.{layer}.mlp.hook_dropout", post.values * scale, kind=OpKind.DROPOUT, layer=layer,
                   inputs=(post,))
 
     def _activation(self, x: Array) -> Array:

@@ -17,22 +17,14 @@ import numpy as np
 
 from .backend import Backend, make_backend
 from .decoding import choose
+from .faults import FAULTS, INJECTIONS, NO_FAULT
 from .model import Op, Operand, OpStream, Transformer
 from .scenario import Scenario
 from .spec import Request
-from .trace import Labelled, OpState, RequestResult, Status, TokenState
+from .trace import Labelled, OpState, Phase, RequestResult, Status, TokenState
 
 MODES = ("cached", "full")
-
-# Deliberate KV-cache bugs from the 003 walkthrough (A.9-A.11), one at a time, for the diff to catch.
-INJECTIONS = {
-    "chunk-mask": "a cached chunk is masked with tril(ones(C, P+C)): new queries miss most of the cache",
-    "position-reset": "positions restart at 0 in every decode round",
-    "duplicate-append": "decode feeds the whole sequence again, so the prefix is appended to the cache twice",
-    "stale-cache": "decode reuses a prefix cache computed with other weights (every weight ×1.1)",
-    "no-cache-layer1": "layer 1 attends over layer 0's cache instead of its own",
-}
-STALE_SCALE = 1.1
+__all__ = ["INJECTIONS", "MODES", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
 
 
 @dataclass(frozen=True)
@@ -60,13 +52,14 @@ class Session:
         self.backend = backend or make_backend()
         self.mode = mode
         self.inject = inject if mode == "cached" else None
-        self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint, bug=self.inject)
+        self.fault = FAULTS[self.inject] if self.inject else NO_FAULT
         self.stale = stale if mode == "cached" else None
+        self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint,
+                                 self.fault, allow_stale=self.stale is not None)
         self.old_model = None
         if self.stale is not None:
             old = dataclasses.replace(scenario, weights=self.stale.weights)
             self.old_model = Transformer(old.model, old.weights, self.backend, old.fingerprint)
-            self.model.allow_stale = True
         self.results: list[RequestResult] = []
 
     def model_for(self, request: int, round_: int) -> Transformer:
@@ -75,9 +68,9 @@ class Session:
             return self.old_model
         return self.model
 
-    def stale_caches(self, tokens: list[int]) -> list:
-        """The prefix cache another checkpoint (every weight ×1.1) would have left behind."""
-        weights = {name: w * STALE_SCALE for name, w in self.scenario.weights.items()}
+    def scaled_caches(self, tokens: list[int], scale: float) -> list:
+        """The prefix cache another checkpoint (every weight × `scale`) would have left behind."""
+        weights = {name: w * scale for name, w in self.scenario.weights.items()}
         other = dataclasses.replace(self.scenario, weights=weights)
         model = Transformer(other.model, other.weights, self.backend, other.fingerprint)
         caches = model.empty_caches()
@@ -132,25 +125,23 @@ class _RequestRun:
         return RequestResult(self.request.tokens, tuple(self.generated), self.stop or "")
 
     @property
-    def phase(self) -> str:
-        return "prefill" if self.round == 0 else "decode"
+    def phase(self) -> Phase:
+        return Phase.PREFILL if self.round == 0 else Phase.DECODE
 
     def _feed(self, new: list[int]) -> OpStream:
         """Feed new tokens (cached mode) or the whole prefix again (full mode)."""
-        bug = self.session.inject
-        if self.session.mode == "full" or (bug == "duplicate-append" and self.phase == "decode"):
-            new = list(self.request.tokens) + self.generated
+        fault, sequence = self.session.fault, list(self.request.tokens) + self.generated
+        new = sequence if self.session.mode == "full" else fault.feed(self.phase, new, sequence)
         if self.session.mode == "full":
             self.caches, self.fed = self.session.model.empty_caches(), []
-        if bug == "stale-cache" and self.round == 1:
-            self.caches = self.session.stale_caches(self.fed)
+        fed = list(self.fed)
+        self.caches = fault.starting_caches(self.round, self.caches, lambda scale: self.session.scaled_caches(fed, scale))
         size = self.rule.prefill_chunk if self.phase == "prefill" and self.session.mode == "cached" else None
         size = size or len(new)
         self.selected, self.round_start = None, len(self.fed)
         for self.chunk, start in enumerate(range(0, len(new), size)):
             self.current = new[start : start + size]
-            first = 0 if bug == "position-reset" and self.phase == "decode" else len(self.fed)
-            positions = list(range(first, first + len(self.current)))
+            positions = fault.positions(self.phase, len(self.fed), len(self.current))
             model = self.session.model_for(self.index, self.round)
             stream = model.forward(self.current, positions, self.caches, vectors=self._vectors(start, size),
                                    padded_keys=self._padded_keys())

@@ -7,7 +7,7 @@ session's namespace until `engine.backend.to_host` is called for display.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import Any
 
 Array = Any
@@ -20,6 +20,33 @@ class Status(str, Enum):
     CURRENT = "current"  # being fed through the model in this round
     SELECTED = "selected"  # chosen by the decode rule, not yet fed back
     PENDING = "pending"  # input not yet reached (later prefill chunk, later request)
+
+
+class Phase(StrEnum):
+    """A round's phase; a str, so `state.phase == "prefill"` and f-strings read the value."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class OpKind(StrEnum):
+    """What an operator does: breakpoints stop on these (engine.breakpoints.KINDS)."""
+
+    EMBED = "embed"
+    POSITIONS = "positions"
+    NORM = "norm"
+    LINEAR = "linear"
+    SCORES = "scores"
+    SOFTMAX = "softmax"
+    MIX = "mix"
+    CONCAT = "concat"
+    RESIDUAL = "residual"
+    ACTIVATION = "activation"
+    DROPOUT = "dropout"
+    LOGITS = "logits"
+    FILTER = "filter"
+    PROBS = "probs"
+    CHOICE = "choice"
 
 
 @dataclass(frozen=True)
@@ -57,11 +84,11 @@ class LayerCache:
 class OpState:
     step: int
     request: int
-    phase: str  # "prefill" | "decode"
+    phase: Phase
     round: int  # 0 for prefill, 1.. for cached decode rounds
     chunk: int  # prefill chunk index (0 when unchunked and in decode)
     name: str  # TransformerLens-style hook name
-    kind: str  # operator kind for breakpoints: "softmax", "norm", "linear", ...
+    kind: OpKind  # for breakpoints: "softmax", "norm", "linear", ...
     layer: int | None
     head: int | None
     output: Labelled

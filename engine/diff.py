@@ -1,14 +1,14 @@
 """Full-vs-cached diff: the cached run beside a run that recomputes the whole prefix.
 
 Rows are aligned by (request, round, operator, layer, head, absolute position);
-columns by label. Extra key columns in one run count as equal only when masked
+columns by index, and they must stand for the same tokens (or features). Extra key columns in one run count as equal only when masked
 (−∞ scores, 0 probabilities), so a cache that holds extra or missing rows shows.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +16,7 @@ import numpy as np
 from .backend import Backend, to_host
 from .scenario import Scenario
 from .session import Session
+from .labels import resolve
 from .trace import OpState
 
 TOLERANCE = 1e-12
@@ -51,16 +52,16 @@ def op_key(state: OpState) -> Key:
 
 def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff]:
     """Largest |cached − full| per operator of every round, in the cached run's order."""
-    reference: dict[tuple, tuple[tuple[str, ...], np.ndarray]] = {}
+    reference: dict[tuple, tuple[Sequence[int], np.ndarray]] = {}
     for state in full:
-        values = to_host(state.values)
+        values, cols = to_host(state.values), _column_ids(state)
         for i, position in enumerate(state.positions):
-            reference[(*op_key(state), position)] = (state.output.cols, values[i])
+            reference[(*op_key(state), position)] = (cols, values[i])
     worst: dict[Key, OpDiff] = {}
     for state in cached:
-        values = to_host(state.values)
+        values, cols = to_host(state.values), _column_ids(state)
         largest = max(
-            (_row_diff(state.output.cols, values[i], reference.get((*op_key(state), position)))
+            (_row_diff(cols, values[i], reference.get((*op_key(state), position)))
              for i, position in enumerate(state.positions)),
             default=0.0,
         )
@@ -82,7 +83,13 @@ def first_divergence(diffs: list[OpDiff]) -> OpDiff | None:
     return next((d for d in diffs if not d.agrees), None)
 
 
-def _row_diff(cols: tuple[str, ...], row: np.ndarray, expected) -> float:
+def _column_ids(state: OpState) -> Sequence:
+    """What each output column stands for: a token (key columns), else its index."""
+    axis = state.output.col_axis
+    return resolve(axis) if isinstance(axis, tuple) else axis.ids()
+
+
+def _row_diff(cols: Sequence, row: np.ndarray, expected) -> float:
     if expected is None:
         return math.inf
     expected_cols, expected_row = expected

@@ -89,7 +89,7 @@ def _expectation(node: Node) -> Expectation:
     for row in rows:
         cells = row.items()
         printed.append(tuple(_printed(cell) for cell in cells))
-        tolerances.append(tuple(_half_unit(cell.value) for cell in cells))
+        tolerances.append(tuple(_half_unit(cell) for cell in cells))
     if not printed or len({len(r) for r in printed}) != 1:
         raise node.get("values").error("expected a table: rows of equal length")
     if node.has("tolerance"):
@@ -123,18 +123,15 @@ def _printed(cell: Node) -> float:
     return cell.number()
 
 
-def _half_unit(value) -> float:
-    """Half a unit of the last decimal as printed: 3.0638 -> 0.00005, 2 -> 0.5."""
+def _half_unit(cell: Node) -> float:
+    """Half a unit of the last decimal as printed: 3.0638 -> 0.00005, 2 -> 0.5, 1.5e-3 -> 0.00005."""
+    value = cell.value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return 0.0
     if isinstance(value, int):
         return 0.5
-    width, point = getattr(value, "_width", None), getattr(value, "_prec", None)
-    if width is not None and point is not None and getattr(value, "_exp", None) is None:
-        decimals = width - point - 1  # ruamel remembers how the number was written
-    else:  # exponent form or a plain float: the decimals of its shortest repr
-        mantissa, _, exponent = repr(float(value)).partition("e")
-        decimals = len(mantissa.partition(".")[2]) - int(exponent or 0)
+    mantissa, _, exponent = cell.printed.replace("_", "").lower().partition("e")
+    decimals = len(mantissa.partition(".")[2]) - int(exponent or 0)
     return 0.5 * 10.0 ** (-decimals) + 1e-12
 
 
@@ -146,20 +143,24 @@ def _indices(node: Node) -> tuple[int, ...]:
 def check(expectations: Iterable[Expectation], cached: Iterable[OpState], full: Iterable[OpState] | None) -> list[Outcome]:
     """Compare every expectation with the run it names (the full recompute only if needed)."""
     expectations = list(expectations)
-    runs = {"cached": _rows_by_key(cached)}
+    runs = {"cached": _rows_by_key(cached, expectations)}
     if full is not None and any(e.run == "full" for e in expectations):
-        runs["full"] = _rows_by_key(full)
+        runs["full"] = _rows_by_key(full, expectations)
     return [_compare(e, runs.get(e.run, {})) for e in expectations]
 
 
-def _rows_by_key(states: Iterable[OpState]) -> dict:
-    """(request, round, name, head) -> {position: (row label, column labels, values)}."""
+def _rows_by_key(states: Iterable[OpState], expectations: list[Expectation]) -> dict:
+    """(request, round, name, head) -> {position: (output, row index, values)}, for the keys asked."""
+    wanted = {e.key for e in expectations}
     table: dict = {}
     for state in states:
+        key = (state.request, state.round, state.name, state.head)
+        if key not in wanted:
+            continue
         values = to_host(state.values)
-        rows = table.setdefault((state.request, state.round, state.name, state.head), {})
+        rows = table.setdefault(key, {})
         for i, position in enumerate(state.positions):
-            rows[position] = (state.output.rows[i], state.output.cols, values[i])
+            rows[position] = (state.output, i, values[i])
     return table
 
 
@@ -171,13 +172,13 @@ def _compare(expectation: Expectation, run: dict) -> Outcome:
     missing = [p for p in positions if p not in rows]
     if missing or len(positions) != len(expectation.printed):
         return Outcome(expectation, (), f"the trace has rows {sorted(rows)}, the table {list(positions)}")
-    width = len(next(iter(rows.values()))[1])
+    width = len(next(iter(rows.values()))[2])
     cols = expectation.cols or tuple(range(width))
     if len(cols) != len(expectation.printed[0]) or max(cols) >= width:
         return Outcome(expectation, (), f"the operator has {width} columns, the table {len(expectation.printed[0])}")
     cells = []
     for position, printed_row, tolerance_row in zip(positions, expectation.printed, expectation.tolerances):
-        label, col_labels, values = rows[position]
+        output, i, values = rows[position]
         for j, printed, tolerance in zip(cols, printed_row, tolerance_row):
-            cells.append(Cell(position, j, label, col_labels[j], printed, float(values[j]), tolerance))
+            cells.append(Cell(position, j, output.rows[i], output.cols[j], printed, float(values[j]), tolerance))
     return Outcome(expectation, tuple(cells))

@@ -18,6 +18,7 @@ import numpy as np
 from .backend import Backend, make_backend
 from .decoding import choose
 from .faults import FAULTS, INJECTIONS, NO_FAULT
+from .labels import Axis
 from .model import Op, Operand, OpStream, Transformer
 from .scenario import Scenario
 from .spec import Request
@@ -103,7 +104,7 @@ class _RequestRun:
         self.round = self.chunk = 0
         self.round_start = 0  # cache length when this round began
         self.stop: str | None = None
-        self._label_cache: dict[tuple, tuple[str, ...]] = {}
+        self._context: tuple[int, ...] = ()
         self._timeline_cache: dict[tuple, tuple[TokenState, ...]] = {}
 
     def run(self) -> Iterator[OpState]:
@@ -180,6 +181,9 @@ class _RequestRun:
             self.stop = "max_new_tokens"
 
     def _state(self, op: Op) -> OpState:
+        if len(self._context) != len(self.fed) + len(self.current):
+            self._context = tuple(self.fed + self.current)
+        output = self._label(op)
         return OpState(
             step=next(self.counter),
             request=self.index,
@@ -190,48 +194,28 @@ class _RequestRun:
             kind=op.kind,
             layer=op.layer,
             head=op.head,
-            output=self._label(op),
-            positions=self._positions(op.rows, op.values.shape[0]),
+            output=output,
+            positions=tuple(output.row_axis.positions),
             inputs=tuple(self._label(operand) for operand in op.inputs),
             timeline=self._timeline(),
             caches=tuple(self.caches),
             past=self.round_start,
             stop=self.stop if op.kind == "choice" else None,
+            context=self._context,
         )
 
     # -- labels ------------------------------------------------------------------
     def _label(self, operand: Operand) -> Labelled:
+        """The operand with its axes described; the label strings are made only if read."""
         values = operand.values
         if len(values.shape) == 1:
             values = values[None, :]
-        rows = self._labels(operand.rows, values.shape[0], column=False)
-        cols = self._labels(operand.cols, values.shape[1], column=True)
-        return Labelled(operand.name, values, rows, cols)
+        rows = self._axis(operand.rows, values.shape[0], column=False)
+        return Labelled(operand.name, values, rows, self._axis(operand.cols, values.shape[1], column=True))
 
-    def _positions(self, scheme: str, count: int) -> tuple[int, ...]:
-        first = len(self.fed) + len(self.current) - count if scheme in ("chunk", "last") else 0
-        return tuple(range(first, first + count))
-
-    def _labels(self, scheme: str, count: int, column: bool) -> tuple[str, ...]:
-        """Labels are cached: within a request a position's token never changes, so the context
-        length fixes every positional label (labelling was most of a traced run's cost)."""
-        key = (scheme, count, column, len(self.fed) + len(self.current))
-        if key not in self._label_cache:
-            self._label_cache[key] = self._make_labels(scheme, count, column)
-        return self._label_cache[key]
-
-    def _make_labels(self, scheme: str, count: int, column: bool) -> tuple[str, ...]:
-        if scheme in ("chunk", "last", "keys"):
-            context = self.fed + self.current
-            prefix = "k" if column else ""  # key positions as columns read k0, k1, …
-            # A cache row past the context has no token: an injected bug put it there.
-            return tuple(f"{prefix}{p} · {self.vocab.tokens[context[p]] if p < len(context) else '?'}"
-                         for p in self._positions(scheme, count))
-        if scheme == "vocab":
-            return tuple(self.vocab.label(t) for t in range(count))
-        if scheme == "choice":
-            return ("token id",)
-        return tuple(f"f{i}" for i in range(count))
+    def _axis(self, scheme: str, count: int, column: bool) -> Axis:
+        first = len(self._context) - count if scheme in ("chunk", "last") else 0
+        return Axis(scheme, count, first, self._context, self.vocab, column)
 
     def _timeline(self) -> tuple[TokenState, ...]:
         key = (len(self.fed), len(self.current), self.round == 0, self.selected)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, StrEnum
+from functools import cached_property
 from typing import Any
+
+from .labels import Axis, resolve
 
 Array = Any
 
@@ -51,12 +54,24 @@ class OpKind(StrEnum):
 
 @dataclass(frozen=True)
 class Labelled:
-    """A 2-D array with a label for every row and column."""
+    """A 2-D array with a label for every row and column.
+
+    The axes are label strings or an `engine.labels.Axis`; an Axis is turned into
+    strings the first time `rows`/`cols` is read (tracing never builds labels).
+    """
 
     name: str
     values: Array
-    rows: tuple[str, ...]
-    cols: tuple[str, ...]
+    row_axis: Axis | tuple[str, ...]
+    col_axis: Axis | tuple[str, ...]
+
+    @cached_property
+    def rows(self) -> tuple[str, ...]:
+        return resolve(self.row_axis)
+
+    @cached_property
+    def cols(self) -> tuple[str, ...]:
+        return resolve(self.col_axis)
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,7 @@ class OpState:
     caches: tuple[LayerCache, ...]
     past: int  # cache length before this round: rows at or after it were appended now
     stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
+    context: tuple[int, ...] = ()  # the token ids at positions 0, 1, … (fed so far and being fed)
 
     @property
     def values(self) -> Array:

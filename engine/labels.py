@@ -1,0 +1,58 @@
+"""Row and column labels, built only when something reads them.
+
+An operator's rows and columns are described by an `Axis` (a scheme plus the
+positions and tokens it refers to); the label strings — "2 · 学习", "k0 · 我",
+"f3", "3 · 你", "token id" — are made here the first time they are read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+POSITIONAL = ("chunk", "last", "keys")  # rows/columns that stand for token positions
+UNKNOWN = -1  # a cache row past the context has no token: an injected bug put it there
+
+
+@dataclass(frozen=True, eq=False)
+class Axis:
+    """One axis of a labelled matrix.
+
+    scheme: "chunk" (the new tokens), "keys" (every cached position), "last" (the last
+    new token), "features", "vocab", "in"/"out" (a weight's input/output features), "choice".
+    """
+
+    scheme: str
+    count: int
+    first: int = 0  # the absolute position of entry 0 (positional schemes)
+    context: tuple[int, ...] = ()  # the token ids at positions 0, 1, …
+    vocab: Any = None  # engine.spec.Vocab
+    column: bool = False  # key positions read "k0 · 我" as columns
+
+    @property
+    def positions(self) -> range:
+        return range(self.first, self.first + self.count)
+
+    def ids(self) -> tuple[int, ...] | range:
+        """What each entry stands for: the token at its position, else its index."""
+        if self.scheme not in POSITIONAL:
+            return range(self.count)
+        return tuple(self.context[p] if p < len(self.context) else UNKNOWN for p in self.positions)
+
+
+def labels(axis: Axis) -> tuple[str, ...]:
+    if axis.scheme in POSITIONAL:
+        prefix = "k" if axis.column else ""
+        tokens = axis.vocab.tokens
+        return tuple(f"{prefix}{p} · {tokens[t] if t != UNKNOWN else '?'}"
+                     for p, t in zip(axis.positions, axis.ids()))
+    if axis.scheme == "vocab":
+        return tuple(axis.vocab.label(t) for t in range(axis.count))
+    if axis.scheme == "choice":
+        return ("token id",)
+    return tuple(f"f{i}" for i in range(axis.count))
+
+
+def resolve(axis: Axis | tuple[str, ...]) -> tuple[str, ...]:
+    """Labels given as strings pass through; an Axis is labelled now."""
+    return labels(axis) if isinstance(axis, Axis) else tuple(axis)

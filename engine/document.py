@@ -1,4 +1,9 @@
-"""A YAML document read with ruamel.yaml, walked with positions for error messages.
+"""A YAML document, composed by PyYAML's C parser and walked with positions for error messages.
+
+Reading builds no Python objects for the document as a whole: PyYAML's `CSafeLoader`
+composes a node tree (every node knows its line), and values are read from it on the way.
+Scalars resolve by YAML 1.2's core schema, as ruamel.yaml reads them (`no` is text,
+`1e-5` a number). ruamel's round-trip tree is built only to save edits (`round_trip_yaml`).
 
 Every value is reached through a `Node` that knows its path in the document
 (`weights.blocks[0].attn.wq`) and its line, so any problem becomes one
@@ -8,13 +13,16 @@ Every value is reached through a `Node` that knows its path in the document
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import yaml
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 
 class ScenarioError(ValueError):
@@ -32,44 +40,98 @@ def round_trip_yaml() -> YAML:
     The indentation is the scenarios' own (`key:` then `  - [row]`), so a file written
     back differs from the one read only where values changed.
     """
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.indent(mapping=2, sequence=4, offset=2)
-    yaml.width = 4096  # never fold a long matrix row
-    return yaml
+    yaml_rt = YAML()
+    yaml_rt.preserve_quotes = True
+    yaml_rt.indent(mapping=2, sequence=4, offset=2)
+    yaml_rt.width = 4096  # never fold a long matrix row
+    return yaml_rt
 
 
-def parse(text: str | bytes, file: str) -> Any:
-    """Parse scenario text into ruamel's round-trip tree, or raise ScenarioError."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as error:
-            line = text[: error.start].count(b"\n") + 1
-            raise ScenarioError(file, line, "", f"not UTF-8 text (byte {error.start})") from None
-    try:
-        return round_trip_yaml().load(text)
-    except MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = mark.line + 1 if mark else None
-        raise ScenarioError(file, line, "", f"YAML syntax: {error.problem or error}") from None
-    except YAMLError as error:
-        raise ScenarioError(file, None, "", f"YAML: {error}") from None
+# -- parsing ----------------------------------------------------------------------------------
+TAG = "tag:yaml.org,2002:"
+INT, FLOAT, BOOL, NULL, STR = (TAG + kind for kind in ("int", "float", "bool", "null", "str"))
+CORE_SCHEMA = [  # YAML 1.2 core schema, as ruamel.yaml resolves plain scalars
+    (BOOL, r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    (INT, r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?[0-9_]+|[-+]?0x[0-9a-fA-F_]+)$", "-+0123456789"),
+    (FLOAT, r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+            r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+0123456789."),
+    (NULL, r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+]
 
 
-def read_document(path: Path) -> Any:
+class _Loader(yaml.CSafeLoader):
+    """PyYAML's C parser and composer, with the core schema's implicit tags."""
+
+    yaml_implicit_resolvers: dict = {}
+
+
+for _tag, _pattern, _first in CORE_SCHEMA:
+    _Loader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+SEQ, MAP = TAG + "seq", TAG + "map"
+PLAIN_TAGS = {INT, FLOAT, BOOL, NULL, STR, SEQ, MAP}
+
+
+def read_text(path: Path) -> str:
+    """A scenario file's text, or ScenarioError (unreadable, not UTF-8)."""
     try:
         data = path.read_bytes()
     except OSError as error:
         raise ScenarioError(str(path), None, "", f"cannot read ({error.strerror})") from None
-    return parse(data, str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ScenarioError(str(path), line, "", f"not UTF-8 text (byte {error.start})") from None
 
 
+def parse(text: str, file: str) -> yaml.Node | None:
+    """Compose scenario text into PyYAML's node tree, or raise ScenarioError."""
+    try:
+        return yaml.compose(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark else None
+        raise ScenarioError(file, line, "", f"YAML syntax: {error.problem or error}") from None
+    except yaml.YAMLError as error:
+        raise ScenarioError(file, None, "", f"YAML: {error}") from None
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """A value under an explicit tag (`!custom`, `!!python/…`): never constructed, always refused."""
+
+    tag: str
+    text: str
+
+
+def scalar_value(node: ScalarNode) -> Any:
+    text, tag = node.value, node.tag
+    if tag == STR:
+        return text
+    if tag == FLOAT:
+        plain = text.replace("_", "").lower()
+        if plain.lstrip("+-") == ".inf":
+            return -math.inf if plain[0] == "-" else math.inf
+        return math.nan if plain == ".nan" else float(plain)
+    if tag == INT:
+        plain = text.replace("_", "")
+        try:
+            return int(plain, 0)
+        except ValueError:  # 017: decimal, as YAML 1.2 reads it
+            return int(plain, 10)
+    if tag == BOOL:
+        return text.lower() == "true"
+    if tag == NULL:
+        return None
+    return Tagged(tag, text)
+
+
+# -- walking ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Node:
     """One value of the document with where it stands."""
 
-    value: Any
+    raw: yaml.Node | None
     path: str
     line: int | None
     file: str
@@ -77,53 +139,87 @@ class Node:
     def error(self, message: str) -> ScenarioError:
         return ScenarioError(self.file, self.line, self.path, message)
 
-    def _child_path(self, key: str | int) -> str:
-        if isinstance(key, int):
-            return f"{self.path}[{key}]"
-        return f"{self.path}.{key}" if self.path else key
+    @cached_property
+    def value(self) -> Any:
+        """The Python value of a scalar; the raw node of a mapping or a list."""
+        if isinstance(self.raw, ScalarNode):
+            return scalar_value(self.raw)
+        return self.raw
+
+    @property
+    def printed(self) -> str:
+        """A scalar exactly as written (`0.5000`: four decimals)."""
+        return self.raw.value if isinstance(self.raw, ScalarNode) else ""
+
+    @property
+    def is_mapping(self) -> bool:
+        return isinstance(self.raw, MappingNode)
+
+    def _child(self, key: str | int, raw: yaml.Node) -> Node:
+        path = f"{self.path}[{key}]" if isinstance(key, int) else f"{self.path}.{key}" if self.path else key
+        return Node(raw, path, raw.start_mark.line + 1, self.file)
 
     # -- mappings ---------------------------------------------------------------
+    @cached_property
+    def _entries(self) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        entries: dict = {}
+        for key, value in self.raw.value if self.is_mapping else ():
+            name = key.value if isinstance(key, ScalarNode) else "?"
+            if name in entries:
+                raise self._child(name, key).error("this key appears twice")
+            entries[name] = (key, value)
+        return entries
+
     def mapping(self, allowed: set[str], required: set[str] = frozenset()) -> Node:
         """Check this is a mapping with only `allowed` keys and all `required` ones."""
         _refuse_tag(self)
-        if not isinstance(self.value, CommentedMap):
-            raise self.error(f"expected a mapping, got {_kind(self.value)}")
-        for key in self.value:
-            if key not in allowed:
-                child = self._at_key(key)
-                raise child.error(f"unknown key (expected one of: {', '.join(sorted(allowed))})")
-        missing = sorted(required - set(self.value))
+        if not self.is_mapping:
+            raise self.error(f"expected a mapping, got {_kind(self)}")
+        for name, (key, _) in self._entries.items():
+            if name not in allowed:
+                raise self._child(name, key).error(f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+        missing = sorted(required - set(self._entries))
         if missing:
             raise self.error(f"missing required key {missing[0]!r}")
         return self
 
-    def _at_key(self, key: str) -> Node:
-        line = self.value.lc.key(key)[0] + 1
-        return Node(self.value[key], self._child_path(str(key)), line, self.file)
-
     def has(self, key: str) -> bool:
-        return key in self.value
+        return key in self._entries
 
     def get(self, key: str) -> Node:
-        line = self.value.lc.value(key)[0] + 1 if key in self.value else self.line
-        return Node(self.value.get(key), self._child_path(key), line, self.file)
+        if key in self._entries:
+            return self._child(key, self._entries[key][1])
+        return Node(None, self._child_path(key), self.line, self.file)
+
+    def _child_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
 
     # -- sequences --------------------------------------------------------------
     def items(self) -> list[Node]:
         _refuse_tag(self)
-        if not isinstance(self.value, CommentedSeq):
-            raise self.error(f"expected a list, got {_kind(self.value)}")
-        return [
-            Node(item, self._child_path(i), self.value.lc.item(i)[0] + 1, self.file)
-            for i, item in enumerate(self.value)
-        ]
+        if not isinstance(self.raw, SequenceNode):
+            raise self.error(f"expected a list, got {_kind(self)}")
+        return [self._child(i, item) for i, item in enumerate(self.raw.value)]
+
+    def numbers(self, ndim: int) -> np.ndarray | None:
+        """A vector (ndim 1) or a list of rows (ndim 2) of plain finite numbers as one float64
+        array, fast; None for anything else: the caller then walks cell by cell to report the
+        first bad cell with its line."""
+        try:
+            rows = _plain_list(self.raw) if ndim == 2 else [self.raw]
+            array = np.array([[_plain_number(cell) for cell in _plain_list(row)] for row in rows], dtype=np.float64)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        if array.ndim != 2 or not np.isfinite(array).all():
+            return None
+        return array if ndim == 2 else array[0]
 
     # -- scalars ----------------------------------------------------------------
     def number(self) -> float:
         _refuse_tag(self)
         value = self.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(f"expected a number, got {_kind(value)}")
+            raise self.error(f"expected a number, got {_kind(self)}")
         if not math.isfinite(value):
             raise self.error(f"expected a finite number, got {value}")
         return float(value)
@@ -131,7 +227,7 @@ class Node:
     def integer(self, minimum: int | None = None) -> int:
         _refuse_tag(self)
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.error(f"expected an integer, got {_kind(self.value)}")
+            raise self.error(f"expected an integer, got {_kind(self)}")
         if minimum is not None and self.value < minimum:
             raise self.error(f"expected an integer ≥ {minimum}, got {self.value}")
         return int(self.value)
@@ -139,14 +235,14 @@ class Node:
     def boolean(self) -> bool:
         _refuse_tag(self)
         if not isinstance(self.value, bool):
-            raise self.error(f"expected true or false, got {_kind(self.value)}")
+            raise self.error(f"expected true or false, got {_kind(self)}")
         return self.value
 
     def text(self) -> str:
         _refuse_tag(self)
         if not isinstance(self.value, str):
-            raise self.error(f"expected text, got {_kind(self.value)}")
-        return str(self.value)
+            raise self.error(f"expected text, got {_kind(self)}")
+        return self.value
 
     def choice(self, options: tuple[str, ...]) -> str:
         value = self.text()
@@ -155,16 +251,27 @@ class Node:
         return value
 
 
+def _plain_list(node: yaml.Node) -> list:
+    if not isinstance(node, SequenceNode) or node.tag != SEQ:
+        raise ValueError
+    return node.value
+
+
+def _plain_number(cell: yaml.Node) -> str:
+    """The text of an untagged int or float scalar (NumPy parses it); anything else raises."""
+    if cell.tag not in (INT, FLOAT) or not isinstance(cell, ScalarNode) or "_" in cell.value:
+        raise ValueError
+    return cell.value
+
+
 def _refuse_tag(node: Node) -> None:
     """Refuse explicit tags (`!!python/object`, `!custom`): a scenario is plain data."""
-    tag = getattr(node.value, "tag", None)
-    tag = str(getattr(tag, "value", tag) or "")
-    standard = tag.startswith("tag:yaml.org,2002:") and "python/" not in tag
-    if isinstance(node.value, TaggedScalar) or (tag and not standard):
-        raise node.error(f"tag {tag} is not allowed: a scenario holds plain data only")
+    if node.raw is not None and node.raw.tag not in PLAIN_TAGS:
+        raise node.error(f"tag {node.raw.tag} is not allowed: a scenario holds plain data only")
 
 
-def _kind(value: Any) -> str:
+def _kind(node: Node) -> str:
+    value = node.value
     if value is None:
         return "nothing"
     if isinstance(value, bool):
@@ -173,8 +280,6 @@ def _kind(value: Any) -> str:
         return f"number {value}"
     if isinstance(value, str):
         return f"text {value!r}"
-    if isinstance(value, CommentedMap):
+    if node.is_mapping:
         return "a mapping"
-    if isinstance(value, CommentedSeq):
-        return "a list"
-    return type(value).__name__
+    return "a list" if isinstance(node.raw, SequenceNode) else type(value).__name__

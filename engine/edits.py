@@ -1,29 +1,32 @@
-"""Weight edits: `blocks.0.attn.wk[0,1]=0.5`, an undo/redo history, and saving back to YAML.
+"""Weight edits: `blocks.0.attn.wk[0,1]=0.5`, an undo/redo history, and saving.
 
-Saving writes only the edited numbers into the user's own document (ruamel
-round-trip keeps comments, key order and layout) and replaces the file atomically.
+Saving an inline scenario writes only the edited numbers into the user's own document
+(ruamel round-trip keeps comments, key order and layout); a scenario whose weights come
+from a file gets a new weight file and its YAML is left as it is. Both replace their file
+atomically. `convert` moves a scenario's weights into a file and names it in the YAML.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import io
+import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from ruamel.yaml.comments import CommentedSeq
 
-from .document import round_trip_yaml
+from .document import parse, round_trip_yaml
 from .parameters import name_parts
 from .scenario import Scenario
+from .weightfile import atomic_write, write_weights
 
 Weights = dict[str, np.ndarray]
+PLAIN_PATH = re.compile(r"^[\w][\w./-]*$")
 SET_SYNTAX = re.compile(r"^\s*([\w.]+)\[\s*(\d+)\s*(?:,\s*(\d+)\s*)?\]\s*=\s*(.+?)\s*$")
 
 
@@ -119,7 +122,7 @@ class WeightHistory:
 # -- saving -----------------------------------------------------------------------------------
 def edited_text(scenario: Scenario, weights: Weights) -> str:
     """The scenario's document with every number that differs from the file replaced."""
-    document = copy.deepcopy(scenario.document)
+    document = round_trip_yaml().load(scenario.document)  # parsed only now: round-trip is slow
     for name, array in weights.items():
         original = scenario.weights[name]
         if np.array_equal(array, original):
@@ -131,24 +134,56 @@ def edited_text(scenario: Scenario, weights: Weights) -> str:
         for index in zip(*np.nonzero(array != original)):
             _set_number(parent[key], tuple(int(i) for i in index), float(array[index]))
     buffer = io.StringIO()
-    yaml = round_trip_yaml()
-    yaml.dump(document, buffer)
+    round_trip_yaml().dump(document, buffer)
     return buffer.getvalue()
 
 
 def save(scenario: Scenario, weights: Weights, path: str | Path | None = None) -> Path:
-    """Write atomically (temporary file in the same folder, then rename) and return the path."""
+    """Write the edited scenario to `path` (default: its own file) and return that path.
+
+    Inline weights are written into the YAML. Weights from a file go into a new weight
+    file: the scenario's own (its YAML untouched), or, saved as another YAML, one beside it.
+    """
     target = Path(path or scenario.path)
+    source = scenario.weights_source
+    if source is not None and target.resolve() == Path(scenario.path).resolve():
+        write_weights(weights, source.file)
+        return target
+    if source is not None:
+        return convert(scenario, target.with_suffix(source.file.suffix), target, weights)
     text = edited_text(scenario, weights)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target
+    return atomic_write(target, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def convert(scenario: Scenario, weight_file: str | Path, yaml_file: str | Path,
+            weights: Weights | None = None) -> Path:
+    """Write the weights (default: the scenario's) to `weight_file` and a copy of the YAML
+    that names it to `yaml_file`; only the `weights:` section of the text changes."""
+    weight_file, yaml_file = Path(weight_file), Path(yaml_file)
+    write_weights(scenario.weights if weights is None else weights, weight_file)
+    relative = Path(os.path.relpath(weight_file.resolve(), yaml_file.resolve().parent)).as_posix()
+    text = text_naming_weight_file(scenario, relative)
+    return atomic_write(yaml_file, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def text_naming_weight_file(scenario: Scenario, relative: str) -> str:
+    """The scenario's text with its `weights:` section replaced by `weights: {file: RELATIVE}`.
+
+    A text splice at the section's position (from the fast composer), not a round-trip dump:
+    every other byte stays, and a big inline file is not parsed by the slow round-trip loader.
+    Comments after the section's last value (they belong to what follows) stay too.
+    """
+    text = scenario.document
+    key, value = next((k, v) for k, v in parse(text, scenario.path).value if k.value == "weights")
+    starts = np.cumsum([0, *(len(line) for line in text.splitlines(keepends=True))])
+    begin = int(starts[key.start_mark.line]) + key.start_mark.column
+    span = text[begin : int(starts[value.end_mark.line]) + value.end_mark.column].splitlines(keepends=True)
+    while len(span) > 1 and span[-1].strip()[:1] in ("", "#"):
+        span.pop()
+    end = begin + sum(map(len, span))
+    name = relative if PLAIN_PATH.match(relative) else json.dumps(relative)
+    newline = "\n" if span[-1].endswith("\n") else ""
+    return f"{text[:begin]}weights: {{file: {name}}}{newline}{text[end:]}"
 
 
 def _locate(weights_node, name: str):

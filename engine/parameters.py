@@ -55,6 +55,10 @@ def _mlp_shapes(model: ModelSpec, prefix: str, d: int, f: int) -> dict[str, Shap
     return shapes | biases if model.bias else shapes
 
 
+def format_shape(shape: Shape) -> str:
+    return "×".join(map(str, shape))
+
+
 def name_parts(name: str) -> list[str | int]:
     """`blocks.0.attn.wq` -> ["blocks", 0, "attn", "wq"]: the keys to walk in the document."""
     return [int(part) if part.isdigit() else part for part in name.split(".")]

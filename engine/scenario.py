@@ -1,21 +1,22 @@
 """Load and check a scenario file: vocabulary, model, weights, requests, decode rule.
 
-The parsed ruamel document is kept beside the checked values so that edited
-weights can later be written back with the user's comments and layout intact.
+The scenario's text is kept beside the checked values so that edited weights can later
+be written back with the user's comments and layout intact (`engine.edits`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from .document import Node, ScenarioError, parse, read_document
+from .budget import DEFAULT_BUDGET, check_budget
+from .document import Node, ScenarioError, parse, read_text
 from .expect import Expectation, parse_expectations
-from .parameters import Shape, name_parts, parameter_shapes
+from .parameters import Shape, format_shape, name_parts, parameter_shapes
 from .spec import (
     DECODE_RULES,
     FFN_KINDS,
@@ -28,6 +29,7 @@ from .spec import (
     Request,
     Vocab,
 )
+from .weightfile import WeightSource, read_weights
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "load_scenario_text"]
 
@@ -44,42 +46,57 @@ class Scenario:
     requests: tuple[Request, ...]
     decode: DecodeRule
     expect: tuple[Expectation, ...] = ()
-    document: Any = field(repr=False, compare=False, default=None)
+    document: str | None = field(repr=False, compare=False, default=None)  # the YAML text as read
+    weights_source: WeightSource | None = field(repr=False, compare=False, default=None)  # weights: {file: …}
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
-        """Identity of the weights: a KV cache is only valid for the weights it came from."""
+        """Identity of the weights: a KV cache is only valid for the weights it came from.
+
+        Weights from a file are known by the file's identity plus the bytes of the arrays
+        edited since (an unedited array is the very object that was loaded).
+        """
         digest = hashlib.sha256()
+        source = self.weights_source
+        if source is not None:
+            digest.update(source.identity.encode())
         for name, array in self.weights.items():
-            digest.update(name.encode())
-            digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+            if source is None or source.arrays.get(name) is not array:
+                digest.update(name.encode())
+                digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
         return digest.hexdigest()[:16]
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, *, max_memory: int | None = None, dtype: str = "float64") -> Scenario:
+    """Read and check a scenario; a model whose weights alone exceed `max_memory` bytes
+    (default: `budget.DEFAULT_BUDGET`) as `dtype` is refused before any weight is read."""
     path = Path(path)
-    return _build(read_document(path), str(path))
+    return _build(read_text(path), str(path), max_memory, dtype)
 
 
-def load_scenario_text(text: str, file: str = "<text>") -> Scenario:
-    return _build(parse(text, file), file)
+def load_scenario_text(text: str, file: str = "<text>", *, max_memory: int | None = None,
+                       dtype: str = "float64") -> Scenario:
+    return _build(text, file, max_memory, dtype)
 
 
-def _build(document: Any, file: str) -> Scenario:
-    root = Node(document, "", 1, file).mapping(TOP_KEYS, {"vocab", "model", "weights", "requests"})
+def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario:
+    root = Node(parse(text, file), "", 1, file).mapping(TOP_KEYS, {"vocab", "model", "weights", "requests"})
     vocab = _vocab(root.get("vocab"))
     model = _model(root.get("model"))
+    check_budget(root.get("model"), model, len(vocab), dtype, DEFAULT_BUDGET if max_memory is None else max_memory)
     decode = _decode(root.get("decode"), vocab) if root.has("decode") else DecodeRule()
+    weights, source = _weights(root.get("weights"), parameter_shapes(model, len(vocab)))
     return Scenario(
         path=file,
         title=root.get("title").text() if root.has("title") else Path(file).stem,
         vocab=vocab,
         model=model,
-        weights=_weights(root.get("weights"), parameter_shapes(model, len(vocab))),
+        weights=weights,
         requests=_requests(root.get("requests"), vocab, decode, model),
         decode=decode,
         expect=parse_expectations(root.get("expect")) if root.has("expect") else (),
-        document=document,
+        document=text,
+        weights_source=source,
     )
 
 
@@ -183,7 +200,16 @@ def _flag(node: Node, key: str, default: bool) -> bool:
 
 
 # -- weights --------------------------------------------------------------------
-def _weights(node: Node, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+def _weights(node: Node, shapes: dict[str, Shape]) -> tuple[dict[str, np.ndarray], WeightSource | None]:
+    """Inline (the document's own layout) or from the file that `weights: {file: …}` names."""
+    if node.is_mapping and node.has("file"):
+        node.mapping({"file"})
+        name = node.get("file")
+        path = Path(node.file).parent / name.text()
+        if not path.is_file():
+            raise name.error(f"no weight file {str(path)!r}")
+        source = read_weights(path, shapes)
+        return dict(source.arrays), source
     _check_layout(node, _layout(shapes))
     weights = {}
     for name, shape in shapes.items():
@@ -191,7 +217,7 @@ def _weights(node: Node, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
         for part in name_parts(name):
             leaf = leaf.items()[part] if isinstance(part, int) else leaf.get(part)
         weights[name] = parse_tensor(leaf, shape)
-    return weights
+    return weights, None
 
 
 def _layout(shapes: dict[str, Shape]) -> dict:
@@ -225,23 +251,22 @@ def parse_tensor(node: Node, shape: Shape) -> np.ndarray:
     """A vector or matrix written out, or a shorthand: identity, zeros, ones, {scale: s}."""
     if isinstance(node.value, str):
         return _shorthand(node, node.value, shape)
-    if hasattr(node.value, "keys"):
+    if node.is_mapping:
         node.mapping({"scale"}, {"scale"})
         return _shorthand(node, "identity", shape) * node.get("scale").number()
+    array = node.numbers(len(shape))
+    if array is not None and array.shape == shape:
+        return array
     rows = node.items()
     cells = [rows] if len(shape) == 1 else [row.items() for row in rows]
     widths = {len(row) for row in cells}
     got = (len(rows),) if len(shape) == 1 else (len(rows), *sorted(widths - {shape[1]} or widths))
     if got != shape:
         bad_row = next((row for row, n in zip(rows, map(len, cells)) if len(shape) == 2 and n != shape[1]), node)
-        where = Node(node.value, node.path, bad_row.line, node.file)  # the matrix, at its first wrong row
-        raise where.error(f"expected {_format_shape(shape)}, got {_format_shape(got)}")
+        where = Node(node.raw, node.path, bad_row.line, node.file)  # the matrix, at its first wrong row
+        raise where.error(f"expected {format_shape(shape)}, got {format_shape(got)}")
     numbers = [[cell.number() for cell in row] for row in cells]
     return np.array(numbers[0] if len(shape) == 1 else numbers, dtype=np.float64)
-
-
-def _format_shape(shape: Shape) -> str:
-    return "×".join(map(str, shape))
 
 
 def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
@@ -251,7 +276,7 @@ def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
         return np.ones(shape)
     if word == "identity":
         if len(shape) != 2 or shape[0] != shape[1]:
-            raise node.error(f"identity needs a square matrix, this one is {_format_shape(shape)}")
+            raise node.error(f"identity needs a square matrix, this one is {format_shape(shape)}")
         return np.eye(shape[0])
     raise node.error(f"expected numbers or one of identity, zeros, ones, {{scale: s}}; got {word!r}")
 

@@ -24,7 +24,8 @@ from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.check import check_scenario
 from engine.diff import TOLERANCE, diff_scenario, first_divergence
 from engine.expect import Outcome
-from engine.edits import CellEdit, EditError, apply_edit, parse_set, with_weights
+from engine.budget import parse_size
+from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, trace_document
 from engine.gradcheck import check_head
 from engine.session import INJECTIONS
@@ -85,19 +86,33 @@ InjectOption = Annotated[
 ]
 
 
+MaxMemoryOption = Annotated[
+    Optional[str],
+    typer.Option("--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
+                 show_default=False),
+]
+
+
 def bundled_x01() -> Path:
     return Path(str(files("tinyllm_tui.scenarios") / "x01.yaml"))
 
 
 def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
-             sets: list[str] | None = None) -> tuple[Scenario, Any]:
+             sets: list[str] | None = None, max_memory: str | None = None) -> tuple[Scenario, Any]:
     """The scenario with every --set applied, and the backend; bad input raises before any work."""
     _check_inject(inject)
-    scenario = load_scenario(file)
+    scenario = load_scenario(file, max_memory=_max_memory(max_memory), dtype=dtype)
     weights = scenario.weights
     for edit in _edits(scenario, sets):
         weights = apply_edit(weights, edit)
     return with_weights(scenario, weights), make_backend(backend, dtype)
+
+
+def _max_memory(text: str | None) -> int | None:
+    try:
+        return None if text is None else parse_size(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--max-memory") from None
 
 
 def _check_inject(inject: str | None) -> None:
@@ -121,6 +136,7 @@ def open_tui(
     ] = None,
     inject: InjectOption = None,
     sets: SetOption = None,
+    max_memory: MaxMemoryOption = None,
 ) -> None:
     """Open the step debugger on a scenario."""
     if lang not in (None, "en", "zh"):
@@ -128,7 +144,8 @@ def open_tui(
     for text in breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
     _check_inject(inject)
-    scenario, array_backend = load_scenario(file or bundled_x01()), make_backend(backend, dtype)
+    scenario = load_scenario(file or bundled_x01(), max_memory=_max_memory(max_memory), dtype=dtype)
+    array_backend = make_backend(backend, dtype)
     edits = _edits(scenario, sets)  # they start as unsaved edits, so the TUI can show, undo or save them
     from .app import launch  # the UI stack loads only when a TUI is wanted
 
@@ -143,9 +160,10 @@ def run(
     dtype: DtypeOption = "float64",
     inject: InjectOption = None,
     sets: SetOption = None,
+    max_memory: MaxMemoryOption = None,
 ) -> None:
     """Print every operator's labelled table in execution order."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory)
     session = Session(scenario, array_backend, inject=inject)
     if as_json:
         _print_json(trace_document(session, session.steps()))
@@ -172,9 +190,10 @@ def diff(
     dtype: DtypeOption = "float64",
     inject: InjectOption = None,
     sets: SetOption = None,
+    max_memory: MaxMemoryOption = None,
 ) -> None:
     """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory)
     if inject:
         print(f"injected bug {inject}: {INJECTIONS[inject]}")
     diffs = diff_scenario(scenario, array_backend, inject)
@@ -198,9 +217,10 @@ def check(
     backend: BackendOption = "numpy",
     dtype: DtypeOption = "float64",
     sets: SetOption = None,
+    max_memory: MaxMemoryOption = None,
 ) -> None:
     """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell."""
-    scenario, array_backend = _prepare(file, backend, dtype, sets=sets)
+    scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory)
     if not scenario.expect:
         raise typer.BadParameter(f"{file} has no expect: section", param_hint="FILE")
     outcomes = check_scenario(scenario, array_backend)
@@ -268,6 +288,25 @@ def gradcheck(
           f"relative error {error:.3e} ({verdict}: tolerance {GRADCHECK_TOLERANCE:g}, step 1e-6)")
     if error >= GRADCHECK_TOLERANCE:
         raise typer.Exit(1)
+
+
+@app.command()
+def convert(
+    file: ScenarioFile,
+    weights: Annotated[Path, typer.Option("--weights", help="Weight file to write: .safetensors or .npz.",
+                                          show_default=False)],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="YAML to write (default: the weight "
+                                                   "file's name with .yaml).", show_default=False)] = None,
+) -> None:
+    """Move a scenario's weights into a weight file and write a YAML that names it (comments kept)."""
+    target = output or weights.with_suffix(".yaml")
+    if target.resolve() == file.resolve():
+        raise typer.BadParameter(f"{target} is the scenario itself: name another YAML with -o", param_hint="-o")
+    try:
+        written = convert_scenario(load_scenario(file), weights, target)
+    except OSError as error:
+        raise typer.BadParameter(f"cannot write {weights} or {target} ({error.strerror})") from None
+    print(f"wrote {weights} and {written}, which names it")
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ class Transformer:
         return Operand(name, self.weights[name], rows="in", cols="out")
 
     def empty_caches(self) -> list[LayerCache]:
-        empty = self.xp.zeros((0, self.spec.d_attn), dtype=self.backend.dtype)
+        empty = self.xp.zeros((0, self.spec.d_kv), dtype=self.backend.dtype)
         return [LayerCache(empty, empty, self.fingerprint) for _ in range(self.spec.n_layers)]
 
     def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache], *,
@@ -89,8 +89,11 @@ class Transformer:
         else:
             x = Op("hook_embed", self.backend.asarray(vectors), kind=OpKind.EMBED)
         yield x
-        if spec.positions != "none":
+        if spec.positions not in ("none", "rope") or spec.type_vocab:
             x = yield from self._add_positions(x, positions)
+        if spec.embed_norm:
+            x = self._norm("ln_embed", x, layer=None)
+            yield x
         for layer in range(spec.n_layers):
             x = yield from self._block(layer, x, caches, positions, padded_keys)
         if not spec.lm_head:
@@ -109,16 +112,27 @@ class Transformer:
         return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")
 
     def _add_positions(self, x: Op, positions: list[int]) -> OpStream:
+        """Token embeddings plus position terms (and BERT's token type 0): the residual stream."""
         xp, spec = self.xp, self.spec
         where = xp.asarray(positions)
+        terms = [x]
+        if spec.type_vocab:
+            table = self.param("type_embed")
+            terms.append(Op("hook_token_type_embed", xp.take(table.values, xp.zeros_like(where), axis=0),
+                            kind=OpKind.EMBED, inputs=(table,)))
         if spec.positions == "learned":
             table = self.param("pos_embed")
-            pos = Op("hook_pos_embed", xp.take(table.values, where, axis=0), kind=OpKind.EMBED, inputs=(table,))
-        else:
+            terms.append(Op("hook_pos_embed", xp.take(table.values, where, axis=0), kind=OpKind.EMBED, inputs=(table,)))
+        elif spec.positions in ("seed_sin", "sinusoidal"):
             encode = ops.seed_sin_positions if spec.positions == "seed_sin" else ops.sinusoidal_positions
-            pos = Op("hook_pos_embed", encode(xp, where, spec.d_model, self.backend.dtype), kind=OpKind.POSITIONS)
-        yield pos
-        resid = Op("blocks.0.hook_resid_pre", x.values + pos.values, kind=OpKind.RESIDUAL, layer=0, inputs=(x, pos))
+            terms.append(Op("hook_pos_embed", encode(xp, where, spec.d_model, self.backend.dtype),
+                            kind=OpKind.POSITIONS))
+        yield from terms[1:]
+        total = terms[0].values
+        for term in terms[1:]:
+            total = total + term.values
+        name = "embed.hook_sum" if spec.embed_norm else "blocks.0.hook_resid_pre"
+        resid = Op(name, total, kind=OpKind.RESIDUAL, layer=0, inputs=tuple(terms))
         yield resid
         return resid
 
@@ -127,7 +141,7 @@ class Transformer:
                padded_keys: list[bool] | None) -> OpStream:
         block = f"blocks.{layer}"
         mid = yield from self._sublayer(layer, x, f"{block}.ln1", f"{block}.hook_resid_mid",
-                                        lambda h: self._attention(layer, h, caches, padded_keys))
+                                        lambda h: self._attention(layer, h, caches, positions, padded_keys))
         post = yield from self._sublayer(layer, mid, f"{block}.ln2", f"{block}.hook_resid_post",
                                          lambda h: self._mlp(layer, h, positions))
         return post
@@ -166,13 +180,14 @@ class Transformer:
         w = self.param(weight)
         y = x.values @ w.values
         inputs = (x, w)
-        if bias is not None and self.spec.bias:
+        if bias is not None and bias in self.weights:  # parameter_shapes holds the biases ModelSpec asks for
             b = self.param(bias)
             y = y + b.values
             inputs = (x, w, b)
         return Op(name, y, kind=OpKind.LINEAR, layer=layer, inputs=inputs)
 
-    def _attention(self, layer: int, h: Op, caches: list[LayerCache], padded_keys: list[bool] | None) -> OpStream:
+    def _attention(self, layer: int, h: Op, caches: list[LayerCache], positions: list[int],
+                   padded_keys: list[bool] | None) -> OpStream:
         xp, spec = self.xp, self.spec
         block = f"blocks.{layer}.attn"
         q, k, v = (self._linear(f"{block}.hook_{n}", h, f"{block}.w{n}", f"{block}.b{n}", layer)
@@ -180,14 +195,18 @@ class Transformer:
         yield q
         yield k
         yield v
+        if spec.positions == "rope":
+            q, k = (self._rope(f"{block}.hook_rot_{x.name[-1]}", x, positions, layer) for x in (q, k))
+            yield q
+            yield k
         caches[layer] = self._append(self.fault.layer_cache(layer, caches), k.values, v.values)
         keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
         visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys)
         heads = []
+        group = spec.n_heads // spec.n_kv_heads
         for head in range(spec.n_heads):
-            part = slice(head * spec.d_head, (head + 1) * spec.d_head)
-            z = yield from self._head(layer, head, part, q, keys, values, visible)
+            z = yield from self._head(layer, head, group, q, keys, values, visible)
             heads.append(z)
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
@@ -207,11 +226,19 @@ class Transformer:
         real = xp.asarray([not pad for pad in flags])[None, :]
         return real if visible is None else visible & real
 
-    def _head(self, layer, head, part, q: Operand, keys: Operand, values: Operand, visible) -> OpStream:
-        xp, block = self.xp, f"blocks.{layer}.attn"
+    def _rope(self, name: str, x: Op, positions: list[int], layer: int) -> Op:
+        spec = self.spec
+        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.rope_theta)
+        return Op(name, rotated, kind=OpKind.ROPE, layer=layer, inputs=(x,))
+
+    def _head(self, layer, head, group, q: Operand, keys: Operand, values: Operand, visible) -> OpStream:
+        """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
+        xp, block, dh = self.xp, f"blocks.{layer}.attn", self.spec.d_head
+        part, kv = slice(head * dh, (head + 1) * dh), head // group
+        kv_part, kv_name = slice(kv * dh, (kv + 1) * dh), f"head {kv}" if group == 1 else f"kv head {kv}"
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
-        k_h = Operand(f"{keys.name}[head {head}]", keys.values[:, part], rows="keys")
-        v_h = Operand(f"{values.name}[head {head}]", values.values[:, part], rows="keys")
+        k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows="keys")
+        v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows="keys")
         scores = Op(f"{block}.hook_attn_scores", ops.attention_scores(xp, q_h.values, k_h.values, visible),
                     cols="keys", kind=OpKind.SCORES, layer=layer, head=head, inputs=(q_h, k_h))
         yield scores

@@ -1,7 +1,8 @@
 """Every weight of a model, by name and shape.
 
 One naming scheme serves the scenario file, the engine, messages and edits:
-`embed`, `pos_embed`, `blocks.L.ln1.w|b`, `blocks.L.attn.wq|wk|wv|wo` (`bq|bk|bv|bo`),
+`embed`, `pos_embed`, `type_embed`, `ln_embed.w|b`, `blocks.L.ln1.w|b`,
+`blocks.L.attn.wq|wk|wv|wo` (`bq|bk|bv|bo`; wk, wv are [d_model, kv_heads·d_head]),
 `blocks.L.ln2.w|b`, `blocks.L.mlp.w_gate|w_up|w_down` (or `w_in|w_out`), `ln_final.w|b`,
 `unembed`. Matrices are written [input feature, output feature]: y = x @ W.
 """
@@ -19,13 +20,18 @@ def parameter_shapes(model: ModelSpec, vocab_size: int) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {"embed": (vocab_size, d)}
     if model.positions == "learned":
         shapes["pos_embed"] = (model.max_positions, d)
+    if model.type_vocab:
+        shapes["type_embed"] = (model.type_vocab, d)
+    if model.embed_norm:
+        shapes.update(_norm_shapes(model, "ln_embed"))
     for layer in range(model.n_layers):
         block = f"blocks.{layer}"
         shapes.update(_norm_shapes(model, f"{block}.ln1"))
-        shapes.update({f"{block}.attn.{w}": (d, a) for w in ("wq", "wk", "wv")})
+        widths = {"q": a, "k": model.d_kv, "v": model.d_kv}
+        shapes.update({f"{block}.attn.w{n}": (d, width) for n, width in widths.items()})
         shapes[f"{block}.attn.wo"] = (a, d)
-        if model.bias:
-            shapes.update({f"{block}.attn.{b}": (a,) for b in ("bq", "bk", "bv")})
+        shapes.update({f"{block}.attn.b{n}": (width,) for n, width in widths.items() if model.has_bias(n)})
+        if model.has_bias("o"):
             shapes[f"{block}.attn.bo"] = (d,)
         shapes.update(_norm_shapes(model, f"{block}.ln2"))
         shapes.update(_mlp_shapes(model, f"{block}.mlp", d, f))
@@ -52,7 +58,7 @@ def _mlp_shapes(model: ModelSpec, prefix: str, d: int, f: int) -> dict[str, Shap
     else:
         shapes = {f"{prefix}.w_in": (d, f), f"{prefix}.w_out": (f, d)}
         biases = {f"{prefix}.b_in": (f,), f"{prefix}.b_out": (d,)}
-    return shapes | biases if model.bias else shapes
+    return shapes | biases if model.has_bias("mlp") else shapes
 
 
 def format_shape(shape: Shape) -> str:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 NORM_KINDS = ("layernorm", "rmsnorm", "none")
 NORM_PLACEMENTS = ("pre", "post")
-POSITION_SCHEMES = ("none", "seed_sin", "sinusoidal", "learned")
+POSITION_SCHEMES = ("none", "seed_sin", "sinusoidal", "learned")  # scenario files; checkpoints add "rope"
+LINEARS = ("q", "k", "v", "o", "mlp")  # what ModelSpec.biases may name
 FFN_KINDS = ("gated_silu", "relu", "tanh", "gelu", "gelu_tanh")
 DECODE_RULES = ("greedy", "sample")
 
@@ -54,10 +55,27 @@ class ModelSpec:
     dropout: float = 0.0  # after the FFN activation, only when training
     dropout_seed: int = 0
     training: bool = False
+    kv_heads: int | None = None  # grouped-query attention: query head h reads kv head h // (heads / kv_heads)
+    rope_theta: float = 10000.0  # positions "rope": half-split rotate_half, as Llama and Qwen2
+    biases: tuple[str, ...] | None = None  # the LINEARS with a bias (Qwen2: q, k, v); None: all if `bias`
+    type_vocab: int = 0  # BERT: a token-type table whose row 0 is added to every embedding
+    embed_norm: bool = False  # BERT: a norm (ln_embed) over the summed embeddings
 
     @property
     def d_attn(self) -> int:
         return self.n_heads * self.d_head
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.n_heads
+
+    @property
+    def d_kv(self) -> int:
+        """Width of K, V and of each layer's cache rows."""
+        return self.n_kv_heads * self.d_head
+
+    def has_bias(self, linear: str) -> bool:
+        return linear in self.biases if self.biases is not None else self.bias
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class OpKind(StrEnum):
 
     EMBED = "embed"
     POSITIONS = "positions"
+    ROPE = "rope"
     NORM = "norm"
     LINEAR = "linear"
     SCORES = "scores"

@@ -3,7 +3,7 @@
 Saving an inline scenario writes only the edited numbers into the user's own document
 (ruamel round-trip keeps comments, key order and layout); a scenario whose weights come
 from a file gets a new weight file and its YAML is left as it is. Both replace their file
-atomically. `convert` moves a scenario's weights into a file and names it in the YAML.
+atomically. `convert_scenario` moves a scenario's weights into a file and names it in the YAML.
 """
 
 from __future__ import annotations
@@ -150,13 +150,13 @@ def save(scenario: Scenario, weights: Weights, path: str | Path | None = None) -
         write_weights(weights, source.file)
         return target
     if source is not None:
-        return convert(scenario, target.with_suffix(source.file.suffix), target, weights)
+        return convert_scenario(scenario, target.with_suffix(source.file.suffix), target, weights)
     text = edited_text(scenario, weights)
     return atomic_write(target, lambda temporary: temporary.write_text(text, encoding="utf-8"))
 
 
-def convert(scenario: Scenario, weight_file: str | Path, yaml_file: str | Path,
-            weights: Weights | None = None) -> Path:
+def convert_scenario(scenario: Scenario, weight_file: str | Path, yaml_file: str | Path,
+                     weights: Weights | None = None) -> Path:
     """Write the weights (default: the scenario's) to `weight_file` and a copy of the YAML
     that names it to `yaml_file`; only the `weights:` section of the text changes."""
     weight_file, yaml_file = Path(weight_file), Path(yaml_file)

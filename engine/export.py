@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from .backend import to_host
 from .session import Session
-from .trace import OpState
+from .trace import OpState, RequestResult
 
 
 def json_number(x: float) -> float | str:
@@ -40,7 +40,10 @@ def trace_document(session: Session, states: Iterable[OpState]) -> dict:
         "backend": session.backend.name,
         "dtype": session.backend.dtype_name,
         "records": records,
-        "requests": [
-            {"input": list(r.input), "generated": list(r.generated), "stop": r.stop} for r in session.results
-        ],
+        **requests_record(session.results),
     }
+
+
+def requests_record(results: list[RequestResult]) -> dict:
+    """What every request generated: the last record of `run --jsonl`."""
+    return {"requests": [{"input": list(r.input), "generated": list(r.generated), "stop": r.stop} for r in results]}

@@ -7,6 +7,7 @@ positions and tokens it refers to); the label strings — "2 · 学习", "k0 · 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,18 +42,27 @@ class Axis:
 
 
 def labels(axis: Axis) -> tuple[str, ...]:
+    return pick(axis, range(axis.count))
+
+
+def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
+    """The labels of some entries only (a window onto a large matrix)."""
     if axis.scheme in POSITIONAL:
         prefix = "k" if axis.column else ""
-        tokens = axis.vocab.tokens
-        return tuple(f"{prefix}{p} · {tokens[t] if t != UNKNOWN else '?'}"
-                     for p, t in zip(axis.positions, axis.ids()))
+        tokens, context = axis.vocab.tokens, axis.context
+        return tuple(f"{prefix}{p} · {tokens[context[p]] if p < len(context) else '?'}"
+                     for p in (axis.first + i for i in indices))
     if axis.scheme == "vocab":
-        return tuple(axis.vocab.label(t) for t in range(axis.count))
+        return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":
-        return ("token id",)
-    return tuple(f"f{i}" for i in range(axis.count))
+        return tuple("token id" for _ in indices)
+    return tuple(f"f{i}" for i in indices)
 
 
 def resolve(axis: Axis | tuple[str, ...]) -> tuple[str, ...]:
     """Labels given as strings pass through; an Axis is labelled now."""
     return labels(axis) if isinstance(axis, Axis) else tuple(axis)
+
+
+def resolve_some(axis: Axis | tuple[str, ...], indices: Iterable[int]) -> tuple[str, ...]:
+    return pick(axis, indices) if isinstance(axis, Axis) else tuple(axis[i] for i in indices)

@@ -18,12 +18,13 @@ def test_run_prints_labelled_tables_grouped_by_request_and_round():
     result = invoke("run", str(X01))
     assert result.exit_code == 0, result.output
     out = result.output
-    assert out.index("request 0 · 我 爱 学习 · prefill round 0") < out.index("request 0 · 我 爱 学习 · decode round 1")
-    assert out.index("decode round 1") < out.index("request 1 · 你 爱 · prefill round 0")
+    assert out.index("request 0 · 我 爱 学习 · prefill") < out.index("request 0 · 我 爱 学习 · decode 1")
+    assert out.index("decode 1") < out.index("request 1 · 你 爱 · prefill")
     assert "blocks.0.attn.hook_attn_scores · head 0" in out
     scores_row = next(line for line in out.splitlines() if line.strip().startswith("0 · 我") and "−∞" in line)
     assert scores_row.split()[3:] == ["0.665434", "−∞", "−∞"]  # seed: head 0, query 0 sees only key 0
-    assert "request 0: generated [2, 2]" in out
+    assert "sample.hook_choice: chose 爱 (token id 2)" in out  # the seed: prefill chooses 爱
+    assert out.splitlines()[-1] == "request 0 generated 爱 爱 (max_new_tokens); request 1 generated 你 (max_new_tokens)"
 
 
 def test_run_json_document():
@@ -46,9 +47,8 @@ def test_run_json_document():
 def test_diff_says_cached_equals_full():
     result = invoke("diff", str(X01))
     assert result.exit_code == 0, result.output
-    last = result.output.splitlines()[-1]
-    assert last.startswith("cached equals full recompute: max |Δ| = ") and "≤ 1e-12" in last
-    assert "request 0 decode round 1  blocks.0.hook_resid_post" in result.output
+    assert result.output.splitlines()[-1] == "✓ cached equals full recompute: every operator within 1e-12"
+    assert "✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| ≤ 1e-12" in result.output
 
 
 def test_a_file_argument_opens_the_tui(monkeypatch):
@@ -72,7 +72,8 @@ def test_diff_with_an_injected_bug_names_the_first_divergence_and_exits_1():
     assert result.exit_code == 1
     assert result.output.splitlines()[0].startswith("injected bug chunk-mask: ")
     assert result.output.splitlines()[-1].startswith(
-        "first divergence: request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0")
+        "✗ first divergence: request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0")
+    assert result.output.splitlines()[-1].endswith("(injected: chunk-mask)")
 
 
 def test_gradcheck_reports_a_small_relative_error():
@@ -84,4 +85,4 @@ def test_gradcheck_reports_a_small_relative_error():
 
 def test_eos_stop_is_reported_by_run():
     result = invoke("run", str(SCENARIOS / "eos7.yaml"))
-    assert "request 0: generated [3, 5, 6] (学习 ！ EOS), stop: eos" in result.output
+    assert "request 0 generated 学习 ！ EOS (eos)" in result.output

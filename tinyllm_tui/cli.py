@@ -19,22 +19,27 @@ from rich.console import Console
 from typer._click import ClickException  # Typer >= 0.26 bundles its own Click
 from typer.core import TyperGroup
 
-from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend
+from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.check import check_scenario
-from engine.diff import TOLERANCE, diff_scenario, first_divergence
+from engine.diff import diff_scenario, first_divergence
 from engine.expect import Outcome
 from engine.budget import parse_size
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
-from engine.export import json_number, trace_document
+from engine.export import json_number, record, requests_record, trace_document
 from engine.gradcheck import check_head
 from engine.session import INJECTIONS
+from engine.summaries import (diff_cell, diff_summary, expect_summary, matrix_summary, request_results,
+                              token_text, where)
+from engine.trace import OpKind, OpState
 
-from .numbers import matrix_table
+from .numbers import corner_table, matrix_table
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
 GRADCHECK_TOLERANCE = 1e-6  # central differences with step 1e-6 agree to ~1e-9 in float64
+BIG = 64  # `run` summarises a matrix with more rows or columns than this, unless --full
+WIDE = 1_000_000  # the console width: a line is never cut, whatever the terminal or file
 
 
 class OpenByDefault(TyperGroup):
@@ -84,8 +89,6 @@ InjectOption = Annotated[
     Optional[str],
     typer.Option("--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False),
 ]
-
-
 MaxMemoryOption = Annotated[
     Optional[str],
     typer.Option("--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
@@ -152,35 +155,78 @@ def open_tui(
     launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [], inject=inject, edits=edits)
 
 
-@app.command()
+RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.
+
+A matrix with more than {BIG} rows or columns prints as a summary (shape, range, argmax per row; \
+for logits and probabilities the last row's top tokens) and its corner cells, unless --full.
+"""
+
+
+@app.command(help=RUN_HELP)
 def run(
     file: ScenarioFile,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole trace as one JSON document.")] = False,
+    as_jsonl: Annotated[bool, typer.Option(
+        "--jsonl", help="Stream one JSON record per operator, then a final {\"requests\": …} record.")] = False,
+    full: Annotated[bool, typer.Option(
+        "--full", help=f"Print every cell, also of matrices with more than {BIG} rows or columns.")] = False,
     backend: BackendOption = "numpy",
     dtype: DtypeOption = "float64",
     inject: InjectOption = None,
     sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
 ) -> None:
-    """Print every operator's labelled table in execution order."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets)
     session = Session(scenario, array_backend, inject=inject)
     if as_json:
         _print_json(trace_document(session, session.steps()))
         return
-    console = Console(highlight=False)
-    tokens = scenario.vocab.tokens
-    group = None
+    progress = _Progress()
+    if as_jsonl:
+        for state in session.steps():
+            _print_json(record(state))
+            progress.show(state.step)
+        _print_json(requests_record(session.results))
+        return
+    console = Console(highlight=False, width=WIDE)
+    vocab, group = scenario.vocab, None
     for state in session.steps():
         if (state.request, state.round) != group:
             group = (state.request, state.round)
-            prompt = " ".join(tokens[t] for t in scenario.requests[state.request].tokens)
-            console.rule(f"request {state.request} · {prompt} · {state.phase} round {state.round}")
-        head = "" if state.head is None else f" · head {state.head}"
-        console.print(matrix_table(state.output, title=f"[{state.step}] {state.name}{head}"))
-    for index, result in enumerate(session.results):
-        generated = " ".join(tokens[t] for t in result.generated)
-        console.print(f"request {index}: generated {list(result.generated)} ({generated}), stop: {result.stop}")
+            prompt = token_text(vocab, scenario.requests[state.request].tokens)
+            console.print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
+        _print_state(console, state, vocab, full)
+        progress.show(state.step)
+    progress.done()
+    console.print(request_results(session.results, vocab))
+
+
+def _print_state(console: Console, state: OpState, vocab, full: bool) -> None:
+    title = f"[{state.step}] {state.name}" + ("" if state.head is None else f" · head {state.head}")
+    rows, cols = state.output.values.shape
+    if state.kind == OpKind.CHOICE:
+        token = int(to_host(state.values)[0, 0])
+        console.print(f"{title}: chose {token_text(vocab, [token])} (token id {token})")
+    elif full or (rows <= BIG and cols <= BIG):
+        console.print(matrix_table(state.output, title=title))
+    else:
+        console.print("\n".join([title, *matrix_summary(state.output, state.kind)]))
+        console.print(corner_table(state.output))
+
+
+class _Progress:
+    """"step N" on stderr, rewritten in place, only when stderr is a terminal."""
+
+    def __init__(self):
+        self.shown = sys.stderr.isatty()
+
+    def show(self, step: int) -> None:
+        if self.shown:
+            sys.stderr.write(f"\rstep {step}")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\033[K")
 
 
 @app.command()
@@ -198,16 +244,12 @@ def diff(
         print(f"injected bug {inject}: {INJECTIONS[inject]}")
     diffs = diff_scenario(scenario, array_backend, inject)
     for d in diffs:
-        where = "" if d.head is None else f" head {d.head}"
-        mark = "ok " if d.agrees else "DIFF"
-        print(f"{mark} request {d.request} {d.phase} round {d.round}  {d.name}{where}  max|Δ| = {d.max_abs:.3e}")
-    first = first_divergence(diffs)
-    if first is None:
-        worst = max((d.max_abs for d in diffs), default=0.0)
-        print(f"cached equals full recompute: max |Δ| = {worst:.3e} ≤ {TOLERANCE:g} over {len(diffs)} operators")
-        return
-    print(f"first divergence: {first.describe()}, above the {TOLERANCE:g} tolerance")
-    raise typer.Exit(1)
+        head = "" if d.head is None else f" head {d.head}"
+        mark = "✓" if d.agrees else "✗"
+        print(f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  max|Δ| {diff_cell(d)}")
+    print(diff_summary(diffs, inject))
+    if first_divergence(diffs) is not None:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -229,10 +271,9 @@ def check(
     else:
         for outcome in outcomes:
             _print_outcome(outcome)
-        cells = sum(len(o.cells) for o in outcomes)
-        agreeing = sum(o.agreeing for o in outcomes)
-        passed = sum(o.passed for o in outcomes)
-        print(f"summary: {passed}/{len(outcomes)} expectations agree fully; {agreeing}/{cells} cells agree")
+        print(f"summary: {expect_summary(outcomes)}")
+        if not all(o.passed for o in outcomes):
+            _explain_disagreement(outcomes)
     if not all(o.passed for o in outcomes):
         raise typer.Exit(1)
 
@@ -254,6 +295,15 @@ def _print_outcome(outcome: Outcome) -> None:
         if not cell.agrees:
             print(f"    row {cell.row_label}  col {cell.col_label}: printed {cell.printed}, "
                   f"computed {cell.computed:.6f}  (|Δ| {abs(cell.computed - cell.printed):.2g} > {cell.tolerance:.2g})")
+
+
+def _explain_disagreement(outcomes: list[Outcome]) -> None:
+    print("A table that disagrees prints numbers that do not follow from the scenario's inputs and weights "
+          "(computed here in float64); a table that agrees does.")
+    for outcome in outcomes:
+        e = outcome.expectation
+        verdict = "follows from the inputs" if outcome.passed else "does not follow from the inputs"
+        print(f"  {verdict}: {e.describe()}" + (f"  ({e.note})" if e.note else ""))
 
 
 def _outcome_json(outcome: Outcome) -> dict:

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine import Labelled, to_host
+from engine.labels import resolve_some
 
 DECIMALS = 6
 
@@ -54,4 +55,27 @@ def matrix_table(matrix: Labelled, *, title: str | None = None) -> Table:
     table = number_table(title, matrix.cols, box=box.SIMPLE_HEAD)
     for label, row in zip(matrix.rows, to_host(matrix.values)):
         table.add_row(label, *(number_cell(float(x)) for x in row))
+    return table
+
+
+def _ends(count: int, keep: int) -> list[int | None]:
+    """The first and last `keep` indices of `count`, None standing for the ones left out."""
+    if count <= 2 * keep:
+        return list(range(count))
+    return [*range(keep), None, *range(count - keep, count)]
+
+
+def corner_table(matrix: Labelled, *, title: str | None = None, keep: int = 4) -> Table:
+    """The corners of a large matrix: its first and last `keep` rows and columns, "…" between."""
+    values = to_host(matrix.values)
+    rows, cols = _ends(values.shape[0], keep), _ends(values.shape[1], keep)
+    row_labels = iter(resolve_some(matrix.row_axis, [i for i in rows if i is not None]))
+    col_labels = iter(resolve_some(matrix.col_axis, [j for j in cols if j is not None]))
+    table = number_table(title, ["…" if j is None else next(col_labels) for j in cols], box=box.SIMPLE_HEAD)
+    for i in rows:
+        if i is None:
+            table.add_row("…", *(right_aligned("…") for _ in cols))
+            continue
+        cells = (right_aligned("…") if j is None else number_cell(float(values[i, j])) for j in cols)
+        table.add_row(next(row_labels), *cells)
     return table

@@ -13,6 +13,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,7 @@ def _check_names(path: Path, names: list[str], shapes: dict[str, Shape]) -> None
     extra = [name for name in names if name not in shapes]
     if extra:
         raise ScenarioError(str(path), None, extra[0], "not a parameter of this model "
-                            f"(it has {len(shapes)}, e.g. {next(iter(shapes))})")
+                            f"(its {len(shapes)} parameters are named like {next(iter(shapes))})")
 
 
 def _not_float(path: Path, name: str, kind: str) -> ScenarioError:
@@ -117,9 +118,12 @@ def _map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarr
 def _read_npz(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as archive:
-            _check_names(path, list(archive.files), shapes)
+            names = list(archive.files)
+            _check_names(path, names, shapes)
             arrays = {name: archive[name] for name in shapes}
-    except (ValueError, zipfile.BadZipFile, EOFError) as error:
+    except ScenarioError:
+        raise
+    except (ValueError, zipfile.BadZipFile, EOFError, zlib.error) as error:
         raise ScenarioError(str(path), None, "", f"not a readable npz file ({error})") from None
     for name, array in arrays.items():
         if not np.issubdtype(array.dtype, np.floating):

@@ -10,6 +10,8 @@ import math
 import os
 import re
 
+import numpy as np
+
 from .document import Node
 from .parameters import parameter_shapes
 from .spec import ModelSpec
@@ -41,7 +43,10 @@ def format_size(size: int) -> str:
 
 
 def _itemsize(dtype: str) -> int:
-    return {"float64": 8, "float32": 4, "float16": 2}[dtype]
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # an unknown dtype is the backend's to refuse; estimate as float64
+        return 8
 
 
 def weight_bytes(spec: ModelSpec, vocab_size: int, dtype: str = "float64") -> int:

@@ -55,18 +55,33 @@ CORE_SCHEMA = [  # YAML 1.2 core schema, as ruamel.yaml resolves plain scalars
     (INT, r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?[0-9_]+|[-+]?0x[0-9a-fA-F_]+)$", "-+0123456789"),
     (FLOAT, r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
             r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$", "-+0123456789."),
-    (NULL, r"^(?:~|null|Null|NULL|)$", ["~", "n", "N", ""]),
+    (NULL, r"^(?:~|null|Null|NULL|)$", ("~", "n", "N", "")),
 ]
 
 
+CORE_PATTERNS = [(tag, re.compile(pattern), first) for tag, pattern, first in CORE_SCHEMA]
+
+
 class _Loader(yaml.CSafeLoader):
-    """PyYAML's C parser and composer, with the core schema's implicit tags."""
+    """PyYAML's C parser and composer, with the core schema's implicit tags (memoised: a
+    matrix repeats few distinct numbers, and PyYAML's own resolver is pure Python)."""
 
-    yaml_implicit_resolvers: dict = {}
+    def resolve(self, kind, value, implicit):
+        if kind is ScalarNode:
+            return _plain_tag(value) if implicit[0] else STR
+        return SEQ if kind is SequenceNode else MAP
 
 
-for _tag, _pattern, _first in CORE_SCHEMA:
-    _Loader.add_implicit_resolver(_tag, re.compile(_pattern), list(_first))
+def _plain_tag(text: str, memo: dict[str, str] = {}) -> str:  # noqa: B006 (the memo is the point)
+    tag = memo.get(text)
+    if tag is None:
+        first = text[:1]
+        tag = next((t for t, pattern, starts in CORE_PATTERNS if first in starts and pattern.match(text)), STR)
+        if len(memo) < 1 << 16:
+            memo[text] = tag
+    return tag
+
+
 SEQ, MAP = TAG + "seq", TAG + "map"
 PLAIN_TAGS = {INT, FLOAT, BOOL, NULL, STR, SEQ, MAP}
 

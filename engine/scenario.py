@@ -105,9 +105,10 @@ def _vocab(node: Node) -> Vocab:
     node.mapping({"tokens", "pad", "eos"}, {"tokens"})
     items = node.get("tokens").items()
     tokens = tuple(item.text() for item in items)
-    for i, item in enumerate(items):
-        if tokens.index(tokens[i]) != i:
-            raise item.error(f"token {tokens[i]!r} appears twice")
+    if len(set(tokens)) != len(tokens):
+        seen: set[str] = set()
+        item = next(item for item, token in zip(items, tokens) if token in seen or seen.add(token))
+        raise item.error(f"token {item.value!r} appears twice")
     if not tokens:
         raise node.get("tokens").error("the vocabulary is empty")
     vocab = Vocab(tokens)

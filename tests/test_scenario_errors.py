@@ -10,6 +10,7 @@ import pytest
 from conftest import X01
 from typer.testing import CliRunner
 
+from engine import load_scenario_text
 from tinyllm_tui.cli import app
 
 X01_TEXT = X01.read_text(encoding="utf-8")
@@ -32,6 +33,9 @@ CASES = [
     ("unknown shorthand", "        wo: identity", "        wo: identiti", "identiti", "weights.blocks[0].attn.wo: expected numbers or one of"),
     ("missing weight", "        wo: identity\n", "", "wq: identity", "weights.blocks[0].attn: missing required key 'wo'"),
     ("bad choice", "kind: layernorm", "kind: batchnorm", "batchnorm", "model.norm.kind: expected one of layernorm, rmsnorm, none, got 'batchnorm'"),
+    ("duplicate key", "  causal: true", "  causal: true\n  causal: false", "causal: false", "model.causal: this key appears twice"),
+    ("duplicate token", "[PAD, 我, 爱, 学习, 你, ！]", "[PAD, 我, 爱, 学习, 爱, ！]", "[PAD, 我, 爱, 学习, 爱",
+     "vocab.tokens[4]: token '爱' appears twice"),
 ]
 
 
@@ -114,3 +118,10 @@ def test_input_vectors_on_a_decoder_are_refused(tmp_path):
     path.write_text(text, encoding="utf-8")
     line = text[: text.index("vectors: [[")].count("\n") + 1
     _assert_one_line(_run(path), f"{path}:{line}: requests[1].vectors: input vectors are for encoders")
+
+
+def test_plain_scalars_resolve_as_yaml_1_2_does():
+    """`no`, `on`, `yes` are text (YAML 1.1 made them booleans); `1e-5` is a number (1.1 made it text)."""
+    text = X01_TEXT.replace("[PAD, 我, 爱, 学习, 你, ！]", "[PAD, 我, 爱, 学习, no, on]").replace("eps: 1.0e-5", "eps: 1e-5")
+    scenario = load_scenario_text(text.replace("[你, 爱]", "[no, 爱]"), "x01.yaml")
+    assert scenario.vocab.tokens[4:] == ("no", "on") and scenario.model.norm.eps == 1e-5

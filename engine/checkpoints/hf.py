@@ -1,0 +1,244 @@
+"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, gpt2 and bert.
+
+config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
+(linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
+weights are already [in, out] and its fused `c_attn` is split into q | k | v).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors import safe_open
+
+from ..document import ScenarioError
+from ..spec import ModelSpec, NormSpec
+
+ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert")
+PREFIXES = ("", "model.", "transformer.", "bert.")
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "tanh": "tanh"}
+
+
+class ConfigError(ScenarioError):
+    def __init__(self, file: Path, key: str, message: str):
+        super().__init__(str(file), None, key, message)
+
+
+# -- config.json -> ModelSpec ---------------------------------------------------------------
+def read_spec(folder: Path) -> tuple[str, ModelSpec, dict]:
+    file = folder / "config.json"
+    config = json.loads(file.read_text())
+    arch = config.get("model_type")
+    if arch not in ARCHITECTURES:
+        raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
+    spec = {"llama": _llama, "qwen2": _llama, "gpt2": _gpt2, "bert": _bert}[arch](config, file)
+    return arch, spec, config
+
+
+def _get(config: dict, key: str, file: Path, default=None):
+    if key not in config and default is None:
+        raise ConfigError(file, key, "missing")
+    return config.get(key, default)
+
+
+def _llama(config: dict, file: Path) -> ModelSpec:
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    if get("hidden_act", "silu") != "silu":
+        raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
+    if config.get("use_sliding_window"):
+        raise ConfigError(file, "use_sliding_window", "sliding-window attention is not supported")
+    heads, d = get("num_attention_heads"), get("hidden_size")
+    if config.get("model_type") == "qwen2":
+        biases = ("q", "k", "v")
+    else:
+        biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
+            ("mlp",) if config.get("mlp_bias") else ())
+    return ModelSpec(
+        d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads,
+        d_head=config.get("head_dim") or d // heads, d_ff=get("intermediate_size"),
+        norm=NormSpec("rmsnorm", "pre", float(get("rms_norm_eps", 1e-6)), affine=True), final_norm=True,
+        ffn="gated_silu", positions="rope", max_positions=get("max_position_embeddings", 0),
+        biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", False)),
+        kv_heads=config.get("num_key_value_heads") or heads, rope_theta=_rope_theta(config, file),
+    )
+
+
+def _rope_theta(config: dict, file: Path) -> float:
+    """theta from `rope_parameters` (transformers 5) or the older top-level `rope_theta`;
+    any RoPE scaling type is refused rather than silently ignored."""
+    params = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {}
+    for key, table in (("rope_parameters.rope_type", params), ("rope_scaling.rope_type", scaling)):
+        kind = table.get("rope_type", table.get("type", "default"))
+        if kind != "default":
+            raise ConfigError(file, key, f"RoPE scaling type {kind!r} is not supported (only 'default')")
+    if config.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
+    return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+
+
+def _activation(config: dict, key: str, file: Path, default: str) -> str:
+    name = config.get(key, default)
+    if name not in ACTIVATIONS:
+        raise ConfigError(file, key, f"unsupported activation {name!r} (supported: {', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[name]
+
+
+def _gpt2(config: dict, file: Path) -> ModelSpec:
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    for key, ok in (("scale_attn_by_inverse_layer_idx", False), ("scale_attn_weights", True),
+                    ("add_cross_attention", False)):
+        if config.get(key, ok) != ok:
+            raise ConfigError(file, key, f"only {str(ok).lower()} is supported")
+    d, heads = get("n_embd"), get("n_head")
+    return ModelSpec(
+        d_model=d, n_layers=get("n_layer"), n_heads=heads, d_head=d // heads, d_ff=config.get("n_inner") or 4 * d,
+        norm=NormSpec("layernorm", "pre", float(get("layer_norm_epsilon", 1e-5)), affine=True), final_norm=True,
+        ffn=_activation(config, "activation_function", file, "gelu_new"), positions="learned",
+        max_positions=get("n_positions"), bias=True, tied_unembed=bool(config.get("tie_word_embeddings", True)),
+    )
+
+
+def _bert(config: dict, file: Path) -> ModelSpec:
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise ConfigError(file, "position_embedding_type", "only 'absolute' positions are supported")
+    if config.get("is_decoder"):
+        raise ConfigError(file, "is_decoder", "BERT as a decoder is not supported")
+    d, heads = get("hidden_size"), get("num_attention_heads")
+    return ModelSpec(
+        d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads, d_head=d // heads,
+        d_ff=get("intermediate_size"),
+        norm=NormSpec("layernorm", "post", float(get("layer_norm_eps", 1e-12)), affine=True), final_norm=False,
+        ffn=_activation(config, "hidden_act", file, "gelu"), positions="learned",
+        max_positions=get("max_position_embeddings"), bias=True, causal=False, lm_head=False,
+        type_vocab=get("type_vocab_size", 2), embed_norm=True,
+    )
+
+
+# -- tensors ---------------------------------------------------------------------------------
+def tensor_files(folder: Path) -> dict[str, Path]:
+    """Each tensor name -> the safetensors file holding it (one file or a sharded index)."""
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: folder / shard for name, shard in weight_map.items()}
+    single = folder / "model.safetensors"
+    if not single.exists():
+        raise ScenarioError(str(folder), None, "", "no model.safetensors or model.safetensors.index.json "
+                            "(pickled .bin checkpoints are never loaded)")
+    with safe_open(single, framework="numpy") as handle:
+        return {name: single for name in handle.keys()}
+
+
+class Tensors:
+    """A folder's tensors by name, whatever prefix its files give them (`model.`, `transformer.`,
+    `bert.` or none); use as a context manager (the files stay open while reading)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.files = folder, tensor_files(folder)
+        self._stack = ExitStack()
+        self._handles: dict[Path, Any] = {}
+
+    def __enter__(self) -> Tensors:
+        for file in set(self.files.values()):
+            self._handles[file] = self._stack.enter_context(safe_open(file, framework="numpy"))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def __call__(self, key: str) -> np.ndarray:
+        for prefix in PREFIXES:
+            name = prefix + key
+            if name in self.files:
+                handle = self._handles[self.files[name]]
+                if handle.get_slice(name).get_dtype() == "BF16":
+                    return _bf16(self.files[name], name)
+                return handle.get_tensor(name)
+        raise ScenarioError(str(self.folder), None, key, "tensor missing from the checkpoint")
+
+
+def _bf16(file: Path, name: str) -> np.ndarray:
+    """NumPy has no bfloat16: its 16 bits are the top half of a float32."""
+    with open(file, "rb") as handle:
+        size = struct.unpack("<Q", handle.read(8))[0]
+        entry = json.loads(handle.read(size))[name]
+        start, end = entry["data_offsets"]
+        handle.seek(8 + size + start)
+        raw = np.frombuffer(handle.read(end - start), dtype="<u2")
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+
+
+Getter = Callable[[str], np.ndarray]
+
+
+def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndarray:
+    """The engine parameter `name`, read through `get(hf_name)`."""
+    source = {"llama": _llama_source, "qwen2": _llama_source, "gpt2": _gpt2_source, "bert": _bert_source}[arch]
+    return source(name, spec, get)
+
+
+def _linear(get: Getter, key: str) -> np.ndarray:
+    return get(key).T
+
+
+def _llama_source(name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    fixed = {"embed": "embed_tokens.weight", "ln_final.w": "norm.weight"}
+    if name in fixed:
+        return get(fixed[name])
+    if name == "unembed":
+        return _linear(get, "lm_head.weight")
+    _, layer, part, leaf = name.split(".")
+    base = f"layers.{layer}"
+    if part.startswith("ln"):
+        return get(f"{base}.{'input_layernorm' if part == 'ln1' else 'post_attention_layernorm'}.weight")
+    module = {"wq": "self_attn.q_proj", "wk": "self_attn.k_proj", "wv": "self_attn.v_proj", "wo": "self_attn.o_proj",
+              "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj", "w_down": "mlp.down_proj"}
+    if leaf in module:
+        return _linear(get, f"{base}.{module[leaf]}.weight")
+    weight = "w" + leaf[1:]
+    return get(f"{base}.{module[weight]}.bias")
+
+
+def _gpt2_source(name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    fixed = {"embed": "wte.weight", "pos_embed": "wpe.weight", "ln_final.w": "ln_f.weight",
+             "ln_final.b": "ln_f.bias"}
+    if name in fixed:
+        return get(fixed[name])
+    if name == "unembed":
+        return _linear(get, "lm_head.weight")
+    _, layer, part, leaf = name.split(".")
+    base = f"h.{layer}"
+    if part.startswith("ln"):
+        return get(f"{base}.ln_{part[-1]}.{'weight' if leaf == 'w' else 'bias'}")
+    kind = "weight" if leaf.startswith("w") else "bias"
+    if leaf[1:] in ("q", "k", "v"):  # c_attn holds q | k | v side by side
+        fused = get(f"{base}.attn.c_attn.{kind}")
+        third = "qkv".index(leaf[1]) * spec.d_model
+        return fused[..., third:third + spec.d_model]
+    module = {"o": "attn.c_proj", "_in": "mlp.c_fc", "_out": "mlp.c_proj"}[leaf[1:]]
+    return get(f"{base}.{module}.{kind}")
+
+
+def _bert_source(name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    fixed = {"embed": "word_embeddings.weight", "pos_embed": "position_embeddings.weight",
+             "type_embed": "token_type_embeddings.weight", "ln_embed.w": "LayerNorm.weight",
+             "ln_embed.b": "LayerNorm.bias"}
+    if name in fixed:
+        return get(f"embeddings.{fixed[name]}")
+    _, layer, part, leaf = name.split(".")
+    base = f"encoder.layer.{layer}"
+    if part.startswith("ln"):
+        norm = "attention.output.LayerNorm" if part == "ln1" else "output.LayerNorm"
+        return get(f"{base}.{norm}.{'weight' if leaf == 'w' else 'bias'}")
+    module = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+              "o": "attention.output.dense", "_in": "intermediate.dense", "_out": "output.dense"}[leaf[1:]]
+    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")

@@ -149,8 +149,8 @@ def atomic_write(target: Path, write: Callable[[Path], object]) -> Path:
     handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     os.close(handle)
     try:
-        os.chmod(temporary, target.stat().st_mode if target.exists() else 0o644)  # mkstemp makes 0600
         write(Path(temporary))
+        os.chmod(temporary, target.stat().st_mode if target.exists() else 0o644)  # mkstemp makes 0600
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

@@ -61,9 +61,12 @@ class Scenario:
         if source is not None:
             digest.update(source.identity.encode())
         for name, array in self.weights.items():
-            if source is None or source.arrays.get(name) is not array:
+            if source is None:
                 digest.update(name.encode())
-                digest.update(np.ascontiguousarray(array, dtype=np.float64).tobytes())
+                digest.update(np.ascontiguousarray(array, dtype=np.float64))  # hashed in place, no bytes copy
+            elif source.arrays.get(name) is not array:  # edited: its own dtype, not widened
+                digest.update(f"{name}:{array.dtype.str}".encode())
+                digest.update(np.ascontiguousarray(array))
         return digest.hexdigest()[:16]
 
 

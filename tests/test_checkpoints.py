@@ -1,0 +1,208 @@
+"""Checkpoints against transformers: tiny random-weight llama (GQA), qwen2 (q/k/v biases), gpt2, bert
+and a quantized llama GGUF, whose float64 reference outputs tools/make_fixtures.py made with
+transformers (torch is not needed here, only the committed fixtures)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from engine import ScenarioError, Session, make_backend, to_host
+from engine.checkpoints import is_checkpoint, load_checkpoint
+from engine.checkpoints.tokenizer import piece_texts
+from engine.diff import diff_scenario
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MODELS = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2", "bert": "bert", "gguf": "tiny-gguf/tiny.gguf"}
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4}
+
+
+def reference(name: str) -> dict[str, np.ndarray]:
+    return dict(np.load(FIXTURES / Path(MODELS[name]).parts[0] / "reference.npz"))
+
+
+def run(name: str, dtype: str, **request):
+    ref = reference(name)
+    scenario = load_checkpoint(FIXTURES / MODELS[name], **(request or {"ids": [int(t) for t in ref["ids"]]}),
+                               max_new_tokens=len(ref.get("greedy_ids", [0])))
+    session = Session(scenario, make_backend("numpy", dtype))
+    return ref, scenario, session, list(session.steps())
+
+
+def layer_outputs(states) -> list[np.ndarray]:
+    """Each block's output in the prefill: the later of its residual sum and its second norm
+    (pre-LN: the sum; post-LN, as BERT: the norm after it)."""
+    last = {}
+    for state in states:
+        if state.round == 0 and state.name in (f"blocks.{state.layer}.hook_resid_post",
+                                               f"blocks.{state.layer}.ln2.hook_normalized"):
+            last[state.layer] = to_host(state.values)
+    return [last[layer] for layer in sorted(last)]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_layer_and_the_logits_match_transformers(name, dtype):
+    ref, scenario, session, states = run(name, dtype)
+    tolerance = TOLERANCE[dtype]
+    outputs = layer_outputs(states)
+    assert len(outputs) == len(ref["layers"])
+    for ours, theirs in zip(outputs, ref["layers"]):
+        assert np.abs(ours - theirs).max() <= tolerance
+    if name == "bert":  # an encoder: the last record is the final hidden states
+        assert np.abs(to_host(states[-1].values) - ref["hidden"]).max() <= tolerance
+        return
+    prefill = next(s for s in states if s.name == "unembed.hook_out" and s.round == 0)
+    assert np.abs(to_host(prefill.values) - ref["logits"]).max() <= tolerance
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", [n for n in MODELS if n != "bert"])
+def test_cached_greedy_generation_matches_transformers_step_by_step(name, dtype):
+    ref, scenario, session, states = run(name, dtype)
+    steps = [to_host(s.values)[-1] for s in states if s.name == "unembed.hook_out"]
+    assert len(steps) == len(ref["step_logits"])
+    for ours, theirs in zip(steps, ref["step_logits"]):
+        assert np.abs(ours - theirs).max() <= TOLERANCE[dtype]
+    assert list(session.results[0].generated) == list(ref["greedy_ids"])
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_own_tokenizer_gives_the_reference_ids(name):
+    """For the GGUF, transformers built its tokenizer from the same metadata its own way."""
+    prompt = "The cat sat on the mat." if name == "bert" else "The cat sat on the mat, 我爱 café"
+    scenario = load_checkpoint(FIXTURES / MODELS[name], prompt=prompt)
+    assert list(scenario.requests[0].tokens) == list(reference(name)["ids"])
+
+
+@pytest.mark.parametrize("name", ["llama", "gguf"])
+def test_cached_rounds_equal_full_recompute_with_rope_and_gqa(name):
+    scenario = load_checkpoint(FIXTURES / MODELS[name], prompt="The cat sat", max_new_tokens=4)
+    diffs = diff_scenario(scenario, make_backend("numpy"))
+    assert {d.round for d in diffs} == {0, 1, 2, 3}
+    assert max(d.max_abs for d in diffs) <= 1e-12
+
+
+def test_rope_and_gqa_run_on_array_api_strict():
+    scenario = load_checkpoint(FIXTURES / "llama", prompt="The cat", max_new_tokens=2)
+    strict = [to_host(s.values) for s in Session(scenario, make_backend("array_api_strict")).steps()]
+    plain = [to_host(s.values) for s in Session(scenario, make_backend("numpy")).steps()]
+    assert len(strict) == len(plain)
+    for a, b in zip(strict, plain):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)  # −∞ (masked scores) equals −∞
+
+
+def test_byte_level_pieces_read_as_text():
+    """我 is the bytes e6 88 91, written æ Ī ij in GPT-2's byte alphabet; Ġ is a space."""
+    e6, x88, x91 = "æ", "\u012a", "\u0133"  # bytes 0x88 and 0x91 are not printable: 256 + their rank
+    vocab = {e6: 0, x88: 1, x91: 2, e6 + x88: 3, e6 + x88 + x91: 4, "Ġ": 5, "t": 6, "Ġt": 7, "Ċ": 8}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[(e6, x88), (e6 + x88, x91), ("Ġ", "t")]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    assert piece_texts(tokenizer) == ("\\xe6", "\\x88", "\\x91", "\\xe6\\x88", "我", " ", "t", " t", "\\n")
+    assert tokenizer.encode("我 t").ids == [4, 7]
+
+
+def test_timeline_shows_the_tokenizer_pieces():
+    scenario = load_checkpoint(FIXTURES / "gpt2", prompt="The cat sat", max_new_tokens=1)
+    state = next(iter(Session(scenario).steps()))
+    assert [t.text for t in state.timeline] == ["The", " ", "cat", " sat"]
+
+
+def test_wordpiece_pieces_stay_as_they_are():
+    scenario = load_checkpoint(FIXTURES / "bert", prompt="the cat")
+    assert [scenario.vocab.tokens[t] for t in scenario.requests[0].tokens] == ["[CLS]", "the", "cat", "[SEP]"]
+
+
+def test_is_checkpoint():
+    assert is_checkpoint(FIXTURES / "llama") and is_checkpoint(FIXTURES / "tiny-gguf" / "tiny.gguf")
+    assert not is_checkpoint(FIXTURES)
+
+
+# -- config variants and refusals ----------------------------------------------------------
+def edited_copy(tmp_path: Path, edit) -> Path:
+    folder = tmp_path / "model"
+    shutil.copytree(FIXTURES / "llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_older_top_level_rope_theta_is_read(tmp_path):
+    def older(config):
+        config["rope_theta"] = config.pop("rope_parameters")["rope_theta"]
+
+    ref = reference("llama")
+    scenario = load_checkpoint(edited_copy(tmp_path, older), ids=[int(t) for t in ref["ids"]])
+    last = [s for s in Session(scenario).steps() if s.name == "unembed.hook_out"][0]
+    assert np.abs(to_host(last.values) - ref["logits"]).max() <= 1e-9
+
+    def other(config):
+        config.pop("rope_parameters")
+        config["rope_theta"] = 500.0
+
+    assert load_checkpoint(edited_copy(tmp_path / "b", other), prompt="a").model.rope_theta == 500.0
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c.update(model_type="mistral"), "model_type"),
+    (lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling.rope_type"),
+    (lambda c: c["rope_parameters"].update(rope_type="linear"), "rope_parameters.rope_type"),
+    (lambda c: c.update(hidden_act="gelu"), "hidden_act"),
+    (lambda c: c.pop("num_hidden_layers"), "num_hidden_layers"),
+])
+def test_unsupported_configs_are_refused_naming_the_key(tmp_path, edit, key):
+    with pytest.raises(ScenarioError) as error:
+        load_checkpoint(edited_copy(tmp_path, edit), prompt="a")
+    assert error.value.path == key and "config.json" not in error.value.message
+
+
+def test_bad_requests_are_refused(tmp_path):
+    with pytest.raises(ScenarioError, match="out of range"):
+        load_checkpoint(FIXTURES / "llama", ids=[1, 300])
+    with pytest.raises(ScenarioError, match="exactly one"):
+        load_checkpoint(FIXTURES / "llama")
+    with pytest.raises(ScenarioError, match="not a checkpoint"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(ScenarioError, match="positions"):
+        load_checkpoint(FIXTURES / "gpt2", ids=[1] * 60, max_new_tokens=10)
+
+
+def test_missing_tensor_is_named(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = edited_copy(tmp_path, lambda c: None)
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(ScenarioError) as error:
+        load_checkpoint(folder, prompt="a")
+    assert error.value.path == "layers.1.mlp.up_proj.weight"
+
+
+def test_bfloat16_tensors_are_read(tmp_path):
+    """NumPy has no bfloat16; its bits are the top half of a float32."""
+    from safetensors.numpy import load_file
+
+    folder = edited_copy(tmp_path, lambda c: None)
+    tensors = load_file(folder / "model.safetensors")
+    values = {name: (t.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16) for name, t in tensors.items()}
+    header = {name: {"dtype": "BF16", "shape": list(v.shape)} for name, v in values.items()}
+    offset, blob = 0, b""
+    for name, v in values.items():
+        header[name]["data_offsets"] = [offset, offset + v.nbytes]
+        offset += v.nbytes
+        blob += v.tobytes()
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    (folder / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + blob)
+    scenario = load_checkpoint(folder, prompt="a")
+    embed = tensors["model.embed_tokens.weight"].astype(np.float32)
+    truncated = (embed.view(np.uint32) & 0xFFFF0000).view(np.float32)
+    assert np.array_equal(scenario.weights["embed"], truncated.astype(np.float64))

@@ -104,8 +104,11 @@ def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario
 
 
 # -- vocabulary -----------------------------------------------------------------
+VOCAB_KEYS = {"tokens", "pad", "eos"}
+
+
 def _vocab(node: Node) -> Vocab:
-    node.mapping({"tokens", "pad", "eos"}, {"tokens"})
+    node.mapping(VOCAB_KEYS, {"tokens"})
     items = node.get("tokens").items()
     tokens = tuple(item.text() for item in items)
     if len(set(tokens)) != len(tokens):
@@ -138,6 +141,11 @@ MODEL_KEYS = {
 }
 
 
+NORM_KEYS = {"kind", "placement", "eps", "affine"}
+FFN_KEYS = {"kind", "d_ff"}
+DROPOUT_KEYS = {"rate", "seed", "training"}
+
+
 def _model(node: Node) -> ModelSpec:
     node.mapping(MODEL_KEYS, {"d_model", "layers", "heads", "ffn"})
     d_model = node.get("d_model").integer(minimum=1)
@@ -153,7 +161,7 @@ def _model(node: Node) -> ModelSpec:
     positions = node.get("positions").choice(POSITION_SCHEMES) if node.has("positions") else "none"
     if positions == "learned" and not node.has("max_positions"):
         raise node.error("missing required key 'max_positions' for learned positions")
-    ffn_node = node.get("ffn").mapping({"kind", "d_ff"}, {"kind", "d_ff"})
+    ffn_node = node.get("ffn").mapping(FFN_KEYS, FFN_KEYS)
     return ModelSpec(
         d_model=d_model,
         n_layers=node.get("layers").integer(minimum=1),
@@ -175,7 +183,7 @@ def _model(node: Node) -> ModelSpec:
 
 def _dropout(node: Node) -> dict:
     """`dropout: {rate: 0.1, seed: 0, training: true}`: off unless training is true."""
-    node.mapping({"rate", "seed", "training"}, {"rate"})
+    node.mapping(DROPOUT_KEYS, {"rate"})
     rate = node.get("rate").number()
     if not 0 <= rate < 1:
         raise node.get("rate").error(f"expected a rate in [0, 1), got {rate}")
@@ -187,7 +195,7 @@ def _dropout(node: Node) -> dict:
 
 
 def _norm(node: Node) -> NormSpec:
-    node.mapping({"kind", "placement", "eps", "affine"}, {"kind"})
+    node.mapping(NORM_KEYS, {"kind"})
     eps = node.get("eps").number() if node.has("eps") else NormSpec.eps
     if eps < 0:
         raise node.get("eps").error(f"expected eps ≥ 0, got {eps}")
@@ -286,6 +294,9 @@ def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
 
 
 # -- requests and decoding --------------------------------------------------------
+REQUEST_KEYS = {"tokens", "max_new_tokens", "pad_to", "vectors"}
+
+
 def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> tuple[Request, ...]:
     items = node.items()
     if not items:
@@ -294,7 +305,7 @@ def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) ->
 
 
 def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> Request:
-    item.mapping({"tokens", "max_new_tokens", "pad_to", "vectors"}, {"tokens"})
+    item.mapping(REQUEST_KEYS, {"tokens"})
     tokens = tuple(_token_id(token, vocab) for token in item.get("tokens").items())
     if not tokens:
         raise item.get("tokens").error("a request needs at least one token")

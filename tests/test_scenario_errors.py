@@ -6,11 +6,18 @@ edited text for a marker, so it is never a number copied from the program.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import X01
 from typer.testing import CliRunner
 
 from engine import load_scenario_text
+from engine.expect import EXPECT_KEYS
+from engine.parameters import name_parts, parameter_shapes
+from engine.scenario import (DECODE_KEYS, DROPOUT_KEYS, FFN_KEYS, MODEL_KEYS, NORM_KEYS, REQUEST_KEYS, TOP_KEYS,
+                             VOCAB_KEYS)
+from engine.spec import ModelSpec, NormSpec
 from tinyllm_tui.cli import app
 
 X01_TEXT = X01.read_text(encoding="utf-8")
@@ -125,3 +132,20 @@ def test_plain_scalars_resolve_as_yaml_1_2_does():
     text = X01_TEXT.replace("[PAD, 我, 爱, 学习, 你, ！]", "[PAD, 我, 爱, 学习, no, on]").replace("eps: 1.0e-5", "eps: 1e-5")
     scenario = load_scenario_text(text.replace("[你, 爱]", "[no, 爱]"), "x01.yaml")
     assert scenario.vocab.tokens[4:] == ("no", "on") and scenario.model.norm.eps == 1e-5
+
+
+def test_the_template_loads_runs_and_names_every_key():
+    """scenarios/template.yaml documents every key the loader knows, and is itself a valid scenario."""
+    template = X01.parent / "template.yaml"
+    result = CliRunner().invoke(app, ["run", str(template)])
+    assert result.exit_code == 0, result.output
+    text = template.read_text(encoding="utf-8")
+    keys = set().union(TOP_KEYS, VOCAB_KEYS, MODEL_KEYS, NORM_KEYS, FFN_KEYS, DROPOUT_KEYS, REQUEST_KEYS,
+                       DECODE_KEYS, EXPECT_KEYS, {"file", "scale"})
+    for gated, bias in ((True, True), (False, True)):
+        spec = ModelSpec(d_model=4, n_layers=1, n_heads=2, d_head=2, d_ff=8, norm=NormSpec(affine=True),
+                         final_norm=True, ffn="gated_silu" if gated else "relu", positions="learned",
+                         max_positions=8, bias=bias, tied_unembed=False)
+        keys |= {str(part) for name in parameter_shapes(spec, 5) for part in name_parts(name) if isinstance(part, str)}
+    missing = sorted(key for key in keys if not re.search(rf"(?<![\w.]){key}\b", text))
+    assert not missing, f"template.yaml does not mention: {missing}"

@@ -229,6 +229,16 @@ class Node:
             return None
         return array if ndim == 2 else array[0]
 
+    def texts(self) -> tuple[str, ...] | None:
+        """A list of plain text scalars as a tuple, fast (a 50 000-token vocabulary); None otherwise."""
+        try:
+            items = _plain_list(self.raw)
+        except ValueError:
+            return None
+        if all(isinstance(item, ScalarNode) and item.tag == STR for item in items):
+            return tuple(item.value for item in items)
+        return None
+
     # -- scalars ----------------------------------------------------------------
     def number(self) -> float:
         _refuse_tag(self)

@@ -109,14 +109,14 @@ VOCAB_KEYS = {"tokens", "pad", "eos"}
 
 def _vocab(node: Node) -> Vocab:
     node.mapping(VOCAB_KEYS, {"tokens"})
-    items = node.get("tokens").items()
-    tokens = tuple(item.text() for item in items)
+    listed = node.get("tokens")
+    tokens = listed.texts() or tuple(item.text() for item in listed.items())
     if len(set(tokens)) != len(tokens):
         seen: set[str] = set()
-        item = next(item for item, token in zip(items, tokens) if token in seen or seen.add(token))
+        item = next(item for item, token in zip(listed.items(), tokens) if token in seen or seen.add(token))
         raise item.error(f"token {item.value!r} appears twice")
     if not tokens:
-        raise node.get("tokens").error("the vocabulary is empty")
+        raise listed.error("the vocabulary is empty")
     vocab = Vocab(tokens)
     special = {key: _token_id(node.get(key), vocab) for key in ("pad", "eos") if node.has(key)}
     return Vocab(tokens, **special)

@@ -117,11 +117,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new", type=int, default=16)
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument("--inline", action="store_true",
-                        help="every weight in the YAML (default sizes then: d 128, 4 layers, vocab 2000, 64 tokens)")
+                        help="every weight in the YAML (default sizes then: d 128, 4 layers, vocab 2000, 128 positions, "
+                        "64 tokens: 7.0 MB)")
     args = parser.parse_args(argv)
     if args.inline:
-        defaults = {"d_model": 768, "layers": 12, "vocab": 50257, "prompt": 32}
-        small = {"d_model": 128, "layers": 4, "vocab": 2000, "prompt": 64}
+        defaults = {"d_model": 768, "layers": 12, "vocab": 50257, "prompt": 32, "max_positions": 1024}
+        small = {"d_model": 128, "layers": 4, "vocab": 2000, "prompt": 64, "max_positions": 128}
         for key, value in small.items():
             if getattr(args, key) == defaults[key]:
                 setattr(args, key, value)

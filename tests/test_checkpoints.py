@@ -206,3 +206,26 @@ def test_bfloat16_tensors_are_read(tmp_path):
     embed = tensors["model.embed_tokens.weight"].astype(np.float32)
     truncated = (embed.view(np.uint32) & 0xFFFF0000).view(np.float32)
     assert np.array_equal(scenario.weights["embed"], truncated.astype(np.float64))
+
+
+# -- CuPy ------------------------------------------------------------------------------------
+def cupy_backend():
+    pytest.importorskip("cupy", reason="CuPy is not installed (pip install '.[gpu]' on a machine with a GPU)")
+    from engine import BackendError
+
+    try:
+        return make_backend("cupy")
+    except BackendError as error:
+        pytest.skip(str(error))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(MODELS))
+def test_cupy_matches_numpy_on_every_operator(name):
+    backend = cupy_backend()
+    scenario = load_checkpoint(FIXTURES / MODELS[name], prompt="The cat sat", max_new_tokens=3)
+    on_gpu = [to_host(s.values) for s in Session(scenario, backend).steps()]
+    on_host = [to_host(s.values) for s in Session(scenario, make_backend("numpy")).steps()]
+    assert len(on_gpu) == len(on_host)
+    for a, b in zip(on_gpu, on_host):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)

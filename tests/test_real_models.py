@@ -84,3 +84,15 @@ def test_minilm_mean_pooled_similarity_ranks_a_related_pair_first(minilm):
     pooled = {key: minilm(text).mean(axis=0) for key, text in SENTENCES.items()}
     cos = lambda a, b: float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))  # noqa: E731
     assert cos(pooled["guitar"], pooled["instrument"]) > cos(pooled["guitar"], pooled["market"]) + 0.2
+
+
+@pytest.mark.gpu
+def test_smollm2_on_cupy_matches_numpy(smollm2):
+    from test_checkpoints import cupy_backend
+
+    backend = cupy_backend()
+    scenario, session, logits = smollm2
+    on_gpu = [to_host(s.values) for s in Session(scenario, backend).steps() if s.name == "unembed.hook_out"]
+    assert len(on_gpu) == len(logits)
+    for a, b in zip(on_gpu, logits):
+        assert np.abs(a - b).max() <= 1e-9

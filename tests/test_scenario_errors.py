@@ -149,3 +149,10 @@ def test_the_template_loads_runs_and_names_every_key():
         keys |= {str(part) for name in parameter_shapes(spec, 5) for part in name_parts(name) if isinstance(part, str)}
     missing = sorted(key for key in keys if not re.search(rf"(?<![\w.]){key}\b", text))
     assert not missing, f"template.yaml does not mention: {missing}"
+
+
+def test_numbers_in_every_yaml_1_2_form_read_as_numbers():
+    """Hex, underscores, a bare exponent and a leading dot: the slow cell-by-cell path agrees with YAML."""
+    text = X01_TEXT.replace(ROW, "- [0x1, 1_0, 1e-1, .5]", 1)
+    wv = load_scenario_text(text, "x01.yaml").weights["blocks.0.attn.wv"]
+    assert wv[1].tolist() == [1.0, 10.0, 0.1, 0.5]

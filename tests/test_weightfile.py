@@ -226,3 +226,33 @@ def test_make_big_model_inline_writes_every_weight_into_the_yaml(tmp_path):
     scenario = load_scenario(path)
     assert scenario.weights_source is None and not (path.parent / "model.safetensors").exists()
     assert scenario.weights["blocks.1.attn.wo"].shape == (16, 16) and len(scenario.requests[0].tokens) == 4
+
+
+# -- the command line ---------------------------------------------------------------------------
+def test_convert_command_writes_a_scenario_that_checks_like_x01(tmp_path):
+    from typer.testing import CliRunner
+
+    from tinyllm_tui.cli import app
+
+    runner = CliRunner()
+    weights, target = tmp_path / "w.safetensors", tmp_path / "x.yaml"
+    result = runner.invoke(app, ["convert", str(X01), "--weights", str(weights), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    assert "weights: {file: w.safetensors}" in target.read_text(encoding="utf-8")
+    summary = runner.invoke(app, ["check", str(target)]).output.splitlines()[-1]
+    assert "45/45" in summary and "332/332" in summary
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-memory", "lots"], "Invalid value for --max-memory: expected a size such as 8G"),
+    (["--max-memory", "1K"], "model: the weights alone need about 1.1 KiB as float64, over the memory budget of "
+                             "1.0 KiB; raise it with --max-memory"),
+])
+def test_max_memory_on_the_command_line(args, message):
+    from typer.testing import CliRunner
+
+    from tinyllm_tui.cli import app
+
+    result = CliRunner().invoke(app, ["run", str(X01), *args])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr

@@ -174,8 +174,9 @@ def run(
     dtype: DtypeOption = "float64",
     inject: InjectOption = None,
     sets: SetOption = None,
+    max_memory: MaxMemoryOption = None,
 ) -> None:
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory)
     session = Session(scenario, array_backend, inject=inject)
     if as_json:
         _print_json(trace_document(session, session.steps()))

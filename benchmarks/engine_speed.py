@@ -1,24 +1,40 @@
 """Engine speed and memory: traced vs untraced, cached decode vs full recompute (medians, ratios).
 
-    python benchmarks/engine_speed.py [--repeats 3]
+    python benchmarks/engine_speed.py [--repeats 3] [--only small|gpt2]
 
-The untraced reference is a plain NumPy pre-LN decoder written here independently; its
+small: the untraced reference is a plain NumPy pre-LN decoder written here independently; its
 logits must equal the engine's, so the comparison is between two correct computations.
+gpt2: a GPT-2-small-shaped random model (float32) built in memory: cached decode ms/token
+through a Session (traced: an OpState per operator) and through the bare forward pass
+(untraced), the untraced time against the memory-bandwidth floor (weight bytes read per
+token over the bandwidth np.copyto reaches), and peak memory keeping every state or none.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
-import numpy as np
+# One BLAS thread: on a shared machine a threaded BLAS waits for descheduled partners (5× slower
+# here), and the bandwidth floor below is measured with one thread too.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from engine import Session
+import numpy as np  # noqa: E402
+
+from engine import Session, make_backend  # noqa: E402
+from engine.decoding import choose
 from engine.parameters import parameter_shapes
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from make_big_model import random_weights, spec  # noqa: E402  (one GPT-2-shaped random model)
 
 D, LAYERS, HEADS, FF, VOCAB, PROMPT, NEW = 256, 4, 8, 1024, 2000, 64, 32
 
@@ -89,10 +105,7 @@ def peak_mib(function) -> float:
     return peak / 2**20
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    repeats = parser.parse_args().repeats
+def small(repeats: int) -> None:
     s = scenario()
     reference_time, reference_tokens = timed(lambda: reference_decode(s), repeats)
     traced_time, (traced_tokens, _) = timed(lambda: run_session(s, "cached", keep=False), repeats)
@@ -108,6 +121,111 @@ def main() -> None:
     print(f"engine, full recompute every round: {full_time:.3f} s (full/cached {full_time / traced_time:.2f}×)")
     print(f"peak memory keeping every OpState: {kept:.1f} MiB; streaming them: {streamed:.1f} MiB "
           f"(ratio {kept / streamed:.2f}×)")
+
+
+GPT2_VOCAB, GPT2_PROMPT, GPT2_NEW = 50257, 32, 16
+
+
+def gpt2_scenario() -> Scenario:
+    model = spec(768, 12, 12, max_positions=1024)
+    prompt = tuple(int(t) for t in np.random.default_rng(1).integers(0, GPT2_VOCAB, GPT2_PROMPT))
+    return Scenario("<gpt2>", "gpt2-small shape", Vocab(tuple(map(str, range(GPT2_VOCAB)))), model,
+                    random_weights(model, GPT2_VOCAB, "float32"), (Request(prompt, GPT2_NEW),),
+                    DecodeRule(max_new_tokens=GPT2_NEW))
+
+
+def decode_ms_per_token(choice_times: list[float]) -> float:
+    """Between consecutive choices lies one cached decode round: feed one token, choose the next."""
+    return 1000 * (choice_times[-1] - choice_times[0]) / (len(choice_times) - 1)
+
+
+def traced_decode(session: Session) -> tuple[float, list[int]]:
+    times = [time.perf_counter() for state in session.steps() if state.kind == "choice"]
+    return decode_ms_per_token(times), list(session.results[0].generated)
+
+
+def untraced_decode(session: Session) -> tuple[float, list[int]]:
+    """The same forward pass and decode rule, driven bare: no OpState, no labels."""
+    model, rule, request = session.model, session.scenario.decode, session.scenario.requests[0]
+    caches, fed, new, chosen, times = model.empty_caches(), 0, list(request.tokens), [], []
+    rng = np.random.default_rng([rule.seed, 0])
+    while len(chosen) < request.max_new_tokens:
+        logits = drain(model.forward(new, list(range(fed, fed + len(new))), caches))
+        chosen.append(drain(choose(model.xp, logits, rule, rng)))
+        times.append(time.perf_counter())
+        fed, new = fed + len(new), chosen[-1:]
+    return decode_ms_per_token(times), chosen
+
+
+def drain(stream):
+    while True:
+        try:
+            next(stream)
+        except StopIteration as done:
+            return done.value
+
+
+def copy_bandwidth(nbytes: int = 2**28, repeats: int = 5) -> float:
+    """Bytes per second np.copyto moves (each byte read once and written once: 2 × nbytes)."""
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    best = min(timed(lambda: np.copyto(dst, src), 1)[0] for _ in range(repeats))
+    return 2 * nbytes / best
+
+
+def transpose_cost(weights: dict) -> tuple[float, float]:
+    """One decode row times the tied unembedding: through the transposed view, and through a copy."""
+    embed = weights["embed"]
+    x = np.ones((1, embed.shape[1]), dtype=embed.dtype)
+    view = timed(lambda: x @ np.matrix_transpose(embed), 5)[0]
+    copied = timed(lambda: x @ np.ascontiguousarray(embed.T), 5)[0]
+    return view * 1000, copied * 1000
+
+
+def peak_after_setup_mib(s: Scenario, backend, keep: bool) -> float:
+    session = Session(s, backend)  # the weights are converted before measuring
+    tracemalloc.start()
+    kept = list(session.steps()) if keep else sum(1 for _ in session.steps())
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    del kept
+    return peak / 2**20
+
+
+def gpt2(repeats: int) -> None:
+    s, backend = gpt2_scenario(), make_backend("numpy", "float32")
+    session = Session(s, backend)
+    runs = [(traced_decode(session), untraced_decode(session)) for _ in range(repeats)]  # interleaved
+    assert all(t[1] == u[1] for t, u in runs), "traced and untraced decoders disagree"
+    traced_ms = min(t[0] for t, _ in runs)  # the least disturbed run: the machine is shared
+    untraced_ms = min(u[0] for _, u in runs)
+    weights = session.model.weights
+    per_token = sum(w.nbytes for name, w in weights.items() if name != "pos_embed")  # one position row is read
+    floor_ms = 1000 * per_token / copy_bandwidth()
+    view_ms, copy_ms = transpose_cost(weights)
+    total = sum(w.nbytes for w in weights.values()) / 2**20
+    print(f"gpt2-small shape: 12 layers, d 768, 12 heads, ffn 3072, vocab {GPT2_VOCAB}, float32; "
+          f"prompt {GPT2_PROMPT}, {GPT2_NEW} new tokens; weights {total:.0f} MiB")
+    print(f"cached decode: traced {traced_ms:.1f} ms/token, untraced {untraced_ms:.1f} ms/token "
+          f"(traced/untraced {traced_ms / untraced_ms:.3f}×; goal ≤ 1.05×)")
+    print(f"bandwidth floor {floor_ms:.1f} ms/token ({per_token / 2**20:.0f} MiB per token over np.copyto); "
+          f"untraced/floor {untraced_ms / floor_ms:.2f}× (goal ≤ 1.1×)")
+    print(f"tied unembedding x @ embed.T: {view_ms:.2f} ms through the transposed view, "
+          f"{copy_ms:.2f} ms if the transpose were copied each step")
+    kept, streamed = peak_after_setup_mib(s, backend, True), peak_after_setup_mib(s, backend, False)
+    print(f"peak memory beyond the weights ({total:.0f} MiB): keeping every OpState {kept:.0f} MiB; "
+          f"streaming (cache + activations) {streamed:.0f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only", choices=("small", "gpt2"))
+    args = parser.parse_args()
+    if args.only != "gpt2":
+        small(args.repeats)
+    if args.only != "small":
+        gpt2(args.repeats)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,14 @@ positions and tokens it refers to); the label strings — "2 · 学习", "k0 · 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 POSITIONAL = ("chunk", "last", "keys")  # rows/columns that stand for token positions
 UNKNOWN = -1  # a cache row past the context has no token: an injected bug put it there
 
 
-@dataclass(frozen=True, eq=False)
-class Axis:
-    """One axis of a labelled matrix.
+class Axis(NamedTuple):
+    """One axis of a labelled matrix (a NamedTuple: a traced run makes two per operand).
 
     scheme: "chunk" (the new tokens), "keys" (every cached position), "last" (the last
     new token), "features", "vocab", "in"/"out" (a weight's input/output features), "choice".

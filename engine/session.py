@@ -18,11 +18,10 @@ import numpy as np
 from .backend import Backend, make_backend
 from .decoding import choose
 from .faults import FAULTS, INJECTIONS, NO_FAULT
-from .labels import Axis
-from .model import Op, Operand, OpStream, Transformer
+from .model import Op, OpStream, Transformer
 from .scenario import Scenario
 from .spec import Request
-from .trace import Labelled, OpState, Phase, RequestResult, Status, TokenState
+from .trace import Moment, OpState, Phase, RequestResult
 
 MODES = ("cached", "full")
 __all__ = ["INJECTIONS", "MODES", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
@@ -104,8 +103,7 @@ class _RequestRun:
         self.round = self.chunk = 0
         self.round_start = 0  # cache length when this round began
         self.stop: str | None = None
-        self._context: tuple[int, ...] = ()
-        self._timeline_cache: dict[tuple, tuple[TokenState, ...]] = {}
+        self._moment: Moment | None = None
 
     def run(self) -> Iterator[OpState]:
         rng = np.random.default_rng([self.rule.seed, self.index])
@@ -181,9 +179,7 @@ class _RequestRun:
             self.stop = "max_new_tokens"
 
     def _state(self, op: Op) -> OpState:
-        if len(self._context) != len(self.fed) + len(self.current):
-            self._context = tuple(self.fed + self.current)
-        output = self._label(op)
+        output = self._now().labelled(op)
         return OpState(
             step=next(self.counter),
             request=self.index,
@@ -196,38 +192,17 @@ class _RequestRun:
             head=op.head,
             output=output,
             positions=tuple(output.row_axis.positions),
-            inputs=tuple(self._label(operand) for operand in op.inputs),
-            timeline=self._timeline(),
+            operands=op.inputs,
+            moment=self._moment,
             caches=tuple(self.caches),
             past=self.round_start,
             stop=self.stop if op.kind == "choice" else None,
-            context=self._context,
         )
 
-    # -- labels ------------------------------------------------------------------
-    def _label(self, operand: Operand) -> Labelled:
-        """The operand with its axes described; the label strings are made only if read."""
-        values = operand.values
-        if len(values.shape) == 1:
-            values = values[None, :]
-        rows = self._axis(operand.rows, values.shape[0], column=False)
-        return Labelled(operand.name, values, rows, self._axis(operand.cols, values.shape[1], column=True))
-
-    def _axis(self, scheme: str, count: int, column: bool) -> Axis:
-        first = len(self._context) - count if scheme in ("chunk", "last") else 0
-        return Axis(scheme, count, first, self._context, self.vocab, column)
-
-    def _timeline(self) -> tuple[TokenState, ...]:
-        key = (len(self.fed), len(self.current), self.round == 0, self.selected)
-        if key not in self._timeline_cache:
-            self._timeline_cache[key] = self._make_timeline()
-        return self._timeline_cache[key]
-
-    def _make_timeline(self) -> tuple[TokenState, ...]:
-        groups = [(self.fed, Status.PROCESSED), (self.current, Status.CURRENT)]
-        if self.round == 0:
-            groups.append((list(self.request.tokens[len(self.fed) + len(self.current):]), Status.PENDING))
-        if self.selected is not None:
-            groups.append(([self.selected], Status.SELECTED))
-        tokens = [(t, status) for group, status in groups for t in group]
-        return tuple(TokenState(t, self.vocab.tokens[t], p, status) for p, (t, status) in enumerate(tokens))
+    def _now(self) -> Moment:
+        """The moment the request is at, made anew only when the tokens or the choice changed."""
+        m, fed = self._moment, len(self.fed)
+        if m is None or (m.fed, len(m.context), m.selected) != (fed, fed + len(self.current), self.selected):
+            pending = self.request.tokens[fed + len(self.current):] if self.round == 0 else ()
+            self._moment = Moment(tuple(self.fed + self.current), fed, tuple(pending), self.selected, self.vocab)
+        return self._moment

@@ -83,6 +83,39 @@ class TokenState:
     status: Status
 
 
+@dataclass(frozen=True, eq=False)
+class Moment:
+    """Where a request stands while one chunk goes through the model: shared by that chunk's
+    states, so that a state costs nothing for its timeline or its inputs' labels until read."""
+
+    context: tuple[int, ...]  # the token ids at positions 0, 1, … (fed so far and being fed)
+    fed: int  # how many of them are in the cache
+    pending: tuple[int, ...]  # prompt tokens of later prefill chunks
+    selected: int | None  # chosen, not yet fed back
+    vocab: Any  # engine.spec.Vocab
+
+    def axis(self, scheme: str, count: int, column: bool) -> Axis:
+        """An operand axis: positional schemes end at the last token of the context."""
+        first = len(self.context) - count if scheme in ("chunk", "last") else 0
+        return Axis(scheme, count, first, self.context, self.vocab, column)
+
+    def labelled(self, operand) -> Labelled:
+        """An engine.model.Operand (name, values, row and column schemes) with its axes described."""
+        values = operand.values
+        if len(values.shape) == 1:
+            values = values[None, :]
+        rows = self.axis(operand.rows, values.shape[0], column=False)
+        return Labelled(operand.name, values, rows, self.axis(operand.cols, values.shape[1], column=True))
+
+    @cached_property
+    def timeline(self) -> tuple[TokenState, ...]:
+        statuses = ([Status.PROCESSED] * self.fed + [Status.CURRENT] * (len(self.context) - self.fed)
+                    + [Status.PENDING] * len(self.pending) + [Status.SELECTED] * (self.selected is not None))
+        tokens = (*self.context, *self.pending, *(() if self.selected is None else (self.selected,)))
+        return tuple(TokenState(t, self.vocab.tokens[t], p, status)
+                     for p, (t, status) in enumerate(zip(tokens, statuses)))
+
+
 @dataclass(frozen=True)
 class LayerCache:
     """One layer's KV cache at some moment: K and V rows, one per cached position."""
@@ -109,12 +142,24 @@ class OpState:
     head: int | None
     output: Labelled
     positions: tuple[int, ...]  # absolute position of each output row
-    inputs: tuple[Labelled, ...]
-    timeline: tuple[TokenState, ...]
+    operands: tuple  # the engine.model.Operand objects read; `inputs` labels them when asked
+    moment: Moment
     caches: tuple[LayerCache, ...]
     past: int  # cache length before this round: rows at or after it were appended now
     stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
-    context: tuple[int, ...] = ()  # the token ids at positions 0, 1, … (fed so far and being fed)
+
+    @property
+    def context(self) -> tuple[int, ...]:
+        """The token ids at positions 0, 1, … (fed so far and being fed)."""
+        return self.moment.context
+
+    @cached_property
+    def inputs(self) -> tuple[Labelled, ...]:
+        return tuple(self.moment.labelled(operand) for operand in self.operands)
+
+    @property
+    def timeline(self) -> tuple[TokenState, ...]:
+        return self.moment.timeline
 
     @property
     def values(self) -> Array:

@@ -16,6 +16,8 @@ def test_a_traced_run_builds_no_label_and_reading_builds_it_once(monkeypatch):
     monkeypatch.setattr(labels_module, "labels", lambda axis: made.append(axis) or real(axis))
     states = list(Session(load_scenario(X01)).steps())
     assert made == []
+    assert not any("timeline" in vars(s.moment) or "inputs" in vars(s) for s in states)  # also made when read
+    assert states[0].timeline[0].text == "我" and states[0].inputs[0].name == "embed"
     scores = next(s for s in states if s.kind == "scores")
     assert scores.output.rows == ("0 · 我", "1 · 爱", "2 · 学习")  # X01's prompt 我 爱 学习
     assert scores.output.rows == ("0 · 我", "1 · 爱", "2 · 学习")

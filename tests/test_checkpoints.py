@@ -229,3 +229,20 @@ def test_cupy_matches_numpy_on_every_operator(name):
     assert len(on_gpu) == len(on_host)
     for a, b in zip(on_gpu, on_host):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-9)
+
+
+def test_memory_budget_refuses_before_reading(tmp_path):
+    with pytest.raises(ScenarioError, match="more than the budget") as error:
+        load_checkpoint(FIXTURES / "llama", prompt="a", max_memory=1000)
+    assert error.value.path == "--max-memory"
+
+
+def test_open_model_takes_either_kind_of_file():
+    from conftest import X01
+
+    from engine.checkpoints import open_model
+
+    assert open_model(X01).title and open_model(FIXTURES / "gpt2", ids=[1, 2]).requests[0].tokens == (1, 2)
+    with pytest.raises(ScenarioError, match="only a checkpoint") as error:
+        open_model(X01, prompt="hello")
+    assert error.value.path == "--prompt"

@@ -15,15 +15,16 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from ..budget import DEFAULT_BUDGET, format_size, weight_bytes
 from ..document import ScenarioError
 from ..parameters import format_shape, parameter_shapes
-from ..scenario import Scenario
+from ..scenario import Scenario, load_scenario
 from ..spec import DecodeRule, ModelSpec, Request
 from . import hf
 from .gguf_model import GGUFModel
 from .tokenizer import encode, gguf_tokenizer, make_vocab
 
-__all__ = ["is_checkpoint", "load_checkpoint"]
+__all__ = ["is_checkpoint", "load_checkpoint", "open_model"]
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
@@ -34,22 +35,38 @@ def is_checkpoint(path: str | Path) -> bool:
     return path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").exists()) or path.name == "config.json"
 
 
+def open_model(path: str | Path, *, prompt: str | None = None, ids: list[int] | None = None,
+               max_new_tokens: int | None = None, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
+    """A checkpoint or a scenario file, whichever `path` is: the one entry the CLI needs."""
+    if is_checkpoint(path):
+        return load_checkpoint(path, prompt=prompt, ids=ids, max_new_tokens=max_new_tokens or 1, dtype=dtype,
+                               max_memory=max_memory)
+    for option, value in (("--prompt", prompt), ("--ids", ids), ("--max-new-tokens", max_new_tokens)):
+        if value is not None:
+            raise ScenarioError(str(path), None, option, "only a checkpoint (a .gguf file or a folder with "
+                                "config.json) takes it; a scenario file states its own requests")
+    return load_scenario(path, dtype=dtype, max_memory=max_memory)
+
+
 def load_checkpoint(path: str | Path, *, prompt: str | None = None, ids: list[int] | None = None,
-                    max_new_tokens: int = 1, dtype: str = "float64") -> Scenario:
+                    max_new_tokens: int = 1, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
     """Open a checkpoint with one request: `prompt` tokenized by its own tokenizer, or `ids`.
 
     Args:
         dtype: how the weights are kept ("float64" or "float32"); a session's backend
             computes in its own dtype either way.
+        max_memory: bytes the weights may take as `dtype` (default: half the RAM); a bigger
+            model is refused before any tensor is read.
     Raises ScenarioError (file, key, what) for anything it cannot honour.
     """
     path = Path(path)
     if path.name == "config.json":
         path = path.parent
+    budget = (DEFAULT_BUDGET if max_memory is None else max_memory, dtype)
     if path.suffix == ".gguf":
-        spec, weights, tokenizer, special = _gguf(path)
+        spec, weights, tokenizer, special = _gguf(path, budget)
     elif (path / "config.json").exists():
-        spec, weights, tokenizer, special = _hf(path)
+        spec, weights, tokenizer, special = _hf(path, budget)
     else:
         raise ScenarioError(str(path), None, "", "not a checkpoint: expected a .gguf file or a folder with config.json")
     vocab = make_vocab(tokenizer, **special)
@@ -80,8 +97,13 @@ def _request_ids(path: Path, tokenizer: Tokenizer, size: int, prompt: str | None
     return tokens
 
 
-def _checked(path: Path, spec: ModelSpec, vocab_size: int, read) -> dict[str, np.ndarray]:
+def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[int, str]) -> dict[str, np.ndarray]:
     """Every parameter the spec needs, read by `read(name)`, with its shape checked."""
+    limit, dtype = budget
+    need = weight_bytes(spec, vocab_size, dtype)
+    if need > limit:
+        raise ScenarioError(str(path), None, "--max-memory", f"the weights need {format_size(need)} as {dtype}, "
+                            f"more than the budget of {format_size(limit)}")
     weights = {}
     for name, shape in parameter_shapes(spec, vocab_size).items():
         weights[name] = read(name)
@@ -91,16 +113,16 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, read) -> dict[str, np
     return weights
 
 
-def _gguf(path: Path):
+def _gguf(path: Path, budget: tuple[int, str]):
     model = GGUFModel(path)
     spec = model.spec()
     tokenizer = gguf_tokenizer(model.meta, model.error)
     special = {"eos": model.meta.get("tokenizer.ggml.eos_token_id"), "pad": None}
     size = len(model.meta["tokenizer.ggml.tokens"])
-    return spec, _checked(path, spec, size, lambda name: model.weight(name, spec)), tokenizer, special
+    return spec, _checked(path, spec, size, lambda name: model.weight(name, spec), budget), tokenizer, special
 
 
-def _hf(folder: Path):
+def _hf(folder: Path, budget: tuple[int, str]):
     arch, spec, config = hf.read_spec(folder)
     tokenizer_file = folder / "tokenizer.json"
     if not tokenizer_file.exists():
@@ -108,7 +130,8 @@ def _hf(folder: Path):
     tokenizer = Tokenizer.from_file(str(tokenizer_file))
     tokenizer.no_padding()
     with hf.Tensors(folder) as get:
-        weights = _checked(folder, spec, config["vocab_size"], lambda name: hf.engine_weight(arch, spec, name, get))
+        weights = _checked(folder, spec, config["vocab_size"], lambda name: hf.engine_weight(arch, spec, name, get),
+                           budget)
     special = {"eos": _single(config.get("eos_token_id")) if spec.lm_head else None,
                "pad": None if spec.lm_head else _single(config.get("pad_token_id"))}
     return spec, weights, tokenizer, special

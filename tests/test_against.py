@@ -112,3 +112,12 @@ def test_saved_reference_reads_back_as_agreeing(suffix, tmp_path):
     assert saved["blocks.0.attn.hook_k"].shape == (1, len(IDS), 2, 4)
     report = compare_activations(scenario, path, tolerance=0.0)
     assert report.first_divergence is None and not report.missing
+
+
+def test_unreadable_dump_is_one_error(scenario, tmp_path):
+    from engine import ScenarioError
+
+    with pytest.raises(ScenarioError, match="cannot read"):
+        compare_activations(scenario, tmp_path / "absent.npz")
+    with pytest.raises(ScenarioError, match="expected a .safetensors or .npz"):
+        compare_activations(scenario, tmp_path / "dump.pt")

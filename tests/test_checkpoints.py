@@ -246,3 +246,55 @@ def test_open_model_takes_either_kind_of_file():
     with pytest.raises(ScenarioError, match="only a checkpoint") as error:
         open_model(X01, prompt="hello")
     assert error.value.path == "--prompt"
+
+
+def test_unreadable_files_are_one_error(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 10)
+    with pytest.raises(ScenarioError, match="cannot read the checkpoint"):
+        load_checkpoint(broken, prompt="a")
+    folder = edited_copy(tmp_path, lambda c: None)
+    (folder / "model.safetensors").write_bytes(b"\x10\0\0\0\0\0\0\0{not json}")
+    with pytest.raises(ScenarioError, match="cannot read the checkpoint"):
+        load_checkpoint(folder, prompt="a")
+
+
+# -- the command line --------------------------------------------------------------------------
+def cli(*args: str):
+    from typer.testing import CliRunner
+
+    from tinyllm_tui import cli as command
+
+    return CliRunner().invoke(command.app, [str(a) for a in args])
+
+
+def test_cli_run_json_of_a_checkpoint_has_logits_under_unembed():
+    result = cli("run", FIXTURES / MODELS["gguf"], "--ids", "1,2,3", "--max-new-tokens", "2", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["requests"][0]["input"] == [1, 2, 3] and len(document["requests"][0]["generated"]) == 2
+    assert any(r["name"] == "unembed.hook_out" for r in document["records"])
+
+
+def test_cli_encoder_json_ends_with_final_hidden_states():
+    document = json.loads(cli("run", FIXTURES / "bert", "--prompt", "the cat", "--json").output)
+    assert document["records"][-1]["name"] == "blocks.1.ln2.hook_normalized"
+
+
+def test_cli_save_activations_then_check_against(tmp_path):
+    dump = tmp_path / "ref.npz"
+    assert cli("run", FIXTURES / "llama", "--prompt", "The cat", "--save-activations", dump).exit_code == 0
+    agreed = cli("check", FIXTURES / "llama", "--prompt", "The cat", "--against", dump)
+    assert agreed.exit_code == 0 and "no divergence" in agreed.output
+    arrays = dict(np.load(dump))
+    arrays["blocks.0.hook_mlp_out"][0, 1, 7] += 1e-3
+    np.savez(dump, **arrays)
+    differs = cli("check", FIXTURES / "llama", "--prompt", "The cat", "--against", dump)
+    assert differs.exit_code == 1
+    assert "first divergence: blocks.0.hook_mlp_out  max |Δ| 1.000e-03; first at [1, 7]" in differs.output
+
+
+def test_cli_diff_and_gradcheck_take_a_checkpoint():
+    assert cli("diff", FIXTURES / "qwen2", "--prompt", "The cat", "--max-new-tokens", "3").exit_code == 0
+    result = cli("gradcheck", FIXTURES / "llama", "--prompt", "The cat sat", "--layer", "1", "--head", "3")
+    assert result.exit_code == 0 and "agree" in result.output

@@ -25,6 +25,8 @@ from engine.check import check_scenario
 from engine.diff import diff_scenario, first_divergence
 from engine.expect import Outcome
 from engine.budget import parse_size
+from engine.checkpoints import open_model
+from engine.checkpoints.against import compare_activations, prefill_states, save_activations
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, record, requests_record, trace_document
 from engine.gradcheck import check_head
@@ -78,7 +80,9 @@ app = typer.Typer(
     help="A terminal step debugger for small transformer language models.",
 )
 
-ScenarioFile = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False)]
+ScenarioFile = Annotated[Path, typer.Argument(
+    help="Scenario YAML file, or a checkpoint: a .gguf file or a Hugging Face folder (config.json).",
+    show_default=False)]
 BackendOption = Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")]
 DtypeOption = Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")]
 SetOption = Annotated[
@@ -94,6 +98,12 @@ MaxMemoryOption = Annotated[
     typer.Option("--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
                  show_default=False),
 ]
+PromptOption = Annotated[Optional[str], typer.Option(
+    "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer.", show_default=False)]
+IdsOption = Annotated[Optional[str], typer.Option(
+    "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3.", show_default=False)]
+MaxNewTokensOption = Annotated[Optional[int], typer.Option(
+    "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).", show_default=False)]
 
 
 def bundled_x01() -> Path:
@@ -101,14 +111,31 @@ def bundled_x01() -> Path:
 
 
 def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
-             sets: list[str] | None = None, max_memory: str | None = None) -> tuple[Scenario, Any]:
-    """The scenario with every --set applied, and the backend; bad input raises before any work."""
+             sets: list[str] | None = None, max_memory: str | None = None,
+             request: tuple = (None, None, None)) -> tuple[Scenario, Any]:
+    """The scenario with every --set applied, and the backend; bad input raises before any work.
+
+    request: a checkpoint's (--prompt, --ids, --max-new-tokens)."""
     _check_inject(inject)
-    scenario = load_scenario(file, max_memory=_max_memory(max_memory), dtype=dtype)
+    scenario = _load(file, request, dtype, max_memory)
     weights = scenario.weights
     for edit in _edits(scenario, sets):
         weights = apply_edit(weights, edit)
     return with_weights(scenario, weights), make_backend(backend, dtype)
+
+
+def _load(file: Path, request: tuple, dtype: str = "float64", max_memory: str | None = None) -> Scenario:
+    """A scenario file or a checkpoint; request is (--prompt, --ids, --max-new-tokens)."""
+    prompt, ids, max_new_tokens = request
+    return open_model(file, prompt=prompt, ids=_ids(ids), max_new_tokens=max_new_tokens, dtype=dtype,
+                      max_memory=_max_memory(max_memory))
+
+
+def _ids(text: str | None) -> list[int] | None:
+    try:
+        return None if text is None else [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected token ids like 1,2,3, got {text!r}", param_hint="--ids") from None
 
 
 def _max_memory(text: str | None) -> int | None:
@@ -140,14 +167,17 @@ def open_tui(
     inject: InjectOption = None,
     sets: SetOption = None,
     max_memory: MaxMemoryOption = None,
+    prompt: PromptOption = None,
+    ids: IdsOption = None,
+    max_new_tokens: MaxNewTokensOption = None,
 ) -> None:
-    """Open the step debugger on a scenario."""
+    """Open the step debugger on a scenario or a checkpoint."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
     for text in breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
     _check_inject(inject)
-    scenario = load_scenario(file or bundled_x01(), max_memory=_max_memory(max_memory), dtype=dtype)
+    scenario = _load(file or bundled_x01(), (prompt, ids, max_new_tokens), dtype, max_memory)
     array_backend = make_backend(backend, dtype)
     edits = _edits(scenario, sets)  # they start as unsaved edits, so the TUI can show, undo or save them
     from .app import launch  # the UI stack loads only when a TUI is wanted
@@ -175,8 +205,17 @@ def run(
     inject: InjectOption = None,
     sets: SetOption = None,
     max_memory: MaxMemoryOption = None,
+    prompt: PromptOption = None,
+    ids: IdsOption = None,
+    max_new_tokens: MaxNewTokensOption = None,
+    save: Annotated[Optional[Path], typer.Option(
+        "--save-activations", help="Also write the first request's prefill activations, keyed by hook name, "
+        "in TransformerLens's layouts (.safetensors or .npz).", show_default=False)] = None,
 ) -> None:
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens))
+    if save is not None:
+        save_activations(prefill_states(scenario, array_backend), save)
+        print(f"wrote the prefill activations to {save}", file=sys.stderr)
     session = Session(scenario, array_backend, inject=inject)
     if as_json:
         _print_json(trace_document(session, session.steps()))
@@ -238,9 +277,12 @@ def diff(
     inject: InjectOption = None,
     sets: SetOption = None,
     max_memory: MaxMemoryOption = None,
+    prompt: PromptOption = None,
+    ids: IdsOption = None,
+    max_new_tokens: MaxNewTokensOption = None,
 ) -> None:
     """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory)
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens))
     if inject:
         print(f"injected bug {inject}: {INJECTIONS[inject]}")
     diffs = diff_scenario(scenario, array_backend, inject)
@@ -261,9 +303,23 @@ def check(
     dtype: DtypeOption = "float64",
     sets: SetOption = None,
     max_memory: MaxMemoryOption = None,
+    prompt: PromptOption = None,
+    ids: IdsOption = None,
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
+        "compare operator by operator with this reference.", show_default=False)] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")] = 1e-6,
 ) -> None:
-    """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell."""
-    scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory)
+    """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell;
+    or, with --against, a dump of activations from your own implementation."""
+    scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory,
+                                       request=(prompt, ids, None))
+    if against is not None:
+        report = compare_activations(scenario, against, tolerance, array_backend)
+        print("\n".join(report.lines()))
+        if report.first_divergence is not None:
+            raise typer.Exit(1)
+        return
     if not scenario.expect:
         raise typer.BadParameter(f"{file} has no expect: section", param_hint="FILE")
     outcomes = check_scenario(scenario, array_backend)
@@ -326,9 +382,11 @@ def gradcheck(
     request: Annotated[int, typer.Option(help="Request whose prefill supplies Q, K, V.")] = 0,
     layer: Annotated[int, typer.Option(help="Layer of the head.")] = 0,
     head: Annotated[int, typer.Option(help="Head to check.")] = 0,
+    prompt: PromptOption = None,
+    ids: IdsOption = None,
 ) -> None:
     """Check one attention head's analytic dL/dQ against central finite differences."""
-    scenario = load_scenario(file)
+    scenario = _load(file, (prompt, ids, None))
     try:
         result = check_head(scenario, request=request, layer=layer, head=head)
     except ValueError as error:

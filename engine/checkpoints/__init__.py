@@ -63,12 +63,15 @@ def load_checkpoint(path: str | Path, *, prompt: str | None = None, ids: list[in
     if path.name == "config.json":
         path = path.parent
     budget = (DEFAULT_BUDGET if max_memory is None else max_memory, dtype)
-    if path.suffix == ".gguf":
-        spec, weights, tokenizer, special = _gguf(path, budget)
-    elif (path / "config.json").exists():
-        spec, weights, tokenizer, special = _hf(path, budget)
-    else:
+    if path.suffix != ".gguf" and not (path / "config.json").exists():
         raise ScenarioError(str(path), None, "", "not a checkpoint: expected a .gguf file or a folder with config.json")
+    try:
+        read = _gguf if path.suffix == ".gguf" else _hf
+        spec, weights, tokenizer, special = read(path, budget)
+    except ScenarioError:
+        raise
+    except Exception as error:  # a truncated or foreign file: gguf, safetensors, json and tokenizers each raise their own
+        raise ScenarioError(str(path), None, "", f"cannot read the checkpoint ({type(error).__name__}: {error})") from None
     vocab = make_vocab(tokenizer, **special)
     tokens = _request_ids(path, tokenizer, len(vocab), prompt, ids)
     limit = max_new_tokens if spec.lm_head else 1

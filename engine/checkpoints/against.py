@@ -75,14 +75,17 @@ class Report:
 
 def load_dump(path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
-    if path.suffix == ".npz":
-        with np.load(path) as archive:
-            return {key: archive[key] for key in archive.files}
-    if path.suffix == ".safetensors":
+    if path.suffix not in (".npz", ".safetensors"):
+        raise ScenarioError(str(path), None, "", "expected a .safetensors or .npz file of activations")
+    try:
+        if path.suffix == ".npz":
+            with np.load(path) as archive:  # allow_pickle stays False
+                return {key: archive[key] for key in archive.files}
         from safetensors.numpy import load_file
 
         return load_file(path)
-    raise ScenarioError(str(path), None, "", "expected a .safetensors or .npz file of activations")
+    except Exception as error:  # OSError, zipfile and safetensors errors: all "cannot read it"
+        raise ScenarioError(str(path), None, "", f"cannot read the activations ({error})") from None
 
 
 def prefill_states(scenario: Scenario, backend: Backend | None = None) -> list[OpState]:

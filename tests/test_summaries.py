@@ -1,0 +1,45 @@
+"""The plain-text lines the CLI and the TUI share (X01's seed: prefill and decode 1 both choose 爱)."""
+
+from __future__ import annotations
+
+from conftest import X01
+
+from engine import Session, load_scenario
+from engine.check import check_scenario
+from engine.diff import OpDiff, diff_scenario
+from engine.history import round_summaries
+from engine.summaries import (diff_cell, diff_summary, expect_summary, op_title, request_results, round_line,
+                              shape_text, token_text, where)
+from engine.trace import Phase
+
+
+def test_where_shape_and_tokens():
+    assert where(Phase.PREFILL, 0) == "prefill" and where("decode", 2) == "decode 2"
+    assert shape_text((3, 4)) == "3×4"
+    assert token_text(load_scenario(X01).vocab, [1, 2, 3.0]) == "我 爱 学习"
+
+
+def test_a_run_in_words():
+    scenario = load_scenario(X01)
+    session = Session(scenario)
+    states = list(session.steps())
+    pattern = next(s for s in states if s.name == "blocks.0.attn.hook_pattern" and s.head == 0)
+    assert op_title(pattern) == "blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"
+    assert round_line(round_summaries(states, 0)) == (
+        "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: fed 爱 → cache 4 → chose 爱 (max_new_tokens)")
+    assert request_results(session.results, scenario.vocab) == (
+        "request 0 generated 爱 爱 (max_new_tokens); request 1 generated 你 (max_new_tokens)")
+
+
+def test_diff_lines_hide_round_off_and_name_the_first_divergence():
+    assert diff_cell(OpDiff(0, 0, "prefill", 0, "x", None, None, 3e-15)) == "≤ 1e-12"
+    assert diff_cell(OpDiff(0, 0, "prefill", 0, "x", None, None, 0.2484)) == "2.484e-01"
+    scenario = load_scenario(X01)
+    assert diff_summary(diff_scenario(scenario), None) == "✓ cached equals full recompute: every operator within 1e-12"
+    line = diff_summary(diff_scenario(scenario, inject="stale-cache"), "stale-cache")
+    assert line.startswith("✗ first divergence: request 0 decode round 1 blocks.0.attn.hook_attn_scores head 0")
+    assert line.endswith("(injected: stale-cache)")
+
+
+def test_expect_summary_counts_tables_and_printed_cells():
+    assert expect_summary(check_scenario(load_scenario(X01))) == "45/45 tables agree fully; 332/332 printed cells agree"

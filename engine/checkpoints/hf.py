@@ -180,42 +180,40 @@ def _bf16(file: Path, name: str) -> np.ndarray:
 Getter = Callable[[str], np.ndarray]
 
 
+FIXED = {  # engine parameter -> tensor, outside the blocks
+    "llama": {"embed": "embed_tokens.weight", "ln_final.w": "norm.weight"},
+    "gpt2": {"embed": "wte.weight", "pos_embed": "wpe.weight", "ln_final.w": "ln_f.weight", "ln_final.b": "ln_f.bias"},
+    "bert": {"embed": "embeddings.word_embeddings.weight", "pos_embed": "embeddings.position_embeddings.weight",
+             "type_embed": "embeddings.token_type_embeddings.weight", "ln_embed.w": "embeddings.LayerNorm.weight",
+             "ln_embed.b": "embeddings.LayerNorm.bias"},
+}
+
+
 def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndarray:
     """The engine parameter `name`, read through `get(hf_name)`."""
-    source = {"llama": _llama_source, "qwen2": _llama_source, "gpt2": _gpt2_source, "bert": _bert_source}[arch]
-    return source(name, spec, get)
+    family = "llama" if arch == "qwen2" else arch
+    if name in FIXED[family]:
+        return get(FIXED[family][name])
+    if name == "unembed":
+        return _linear(get, "lm_head.weight")
+    _, layer, part, leaf = name.split(".")
+    return {"llama": _llama_block, "gpt2": _gpt2_block, "bert": _bert_block}[family](layer, part, leaf, spec, get)
 
 
 def _linear(get: Getter, key: str) -> np.ndarray:
     return get(key).T
 
 
-def _llama_source(name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    fixed = {"embed": "embed_tokens.weight", "ln_final.w": "norm.weight"}
-    if name in fixed:
-        return get(fixed[name])
-    if name == "unembed":
-        return _linear(get, "lm_head.weight")
-    _, layer, part, leaf = name.split(".")
+def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
     base = f"layers.{layer}"
     if part.startswith("ln"):
         return get(f"{base}.{'input_layernorm' if part == 'ln1' else 'post_attention_layernorm'}.weight")
-    module = {"wq": "self_attn.q_proj", "wk": "self_attn.k_proj", "wv": "self_attn.v_proj", "wo": "self_attn.o_proj",
-              "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj", "w_down": "mlp.down_proj"}
-    if leaf in module:
-        return _linear(get, f"{base}.{module[leaf]}.weight")
-    weight = "w" + leaf[1:]
-    return get(f"{base}.{module[weight]}.bias")
+    module = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+              "_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"}[leaf[1:]]
+    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
 
 
-def _gpt2_source(name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    fixed = {"embed": "wte.weight", "pos_embed": "wpe.weight", "ln_final.w": "ln_f.weight",
-             "ln_final.b": "ln_f.bias"}
-    if name in fixed:
-        return get(fixed[name])
-    if name == "unembed":
-        return _linear(get, "lm_head.weight")
-    _, layer, part, leaf = name.split(".")
+def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
     base = f"h.{layer}"
     if part.startswith("ln"):
         return get(f"{base}.ln_{part[-1]}.{'weight' if leaf == 'w' else 'bias'}")
@@ -228,13 +226,7 @@ def _gpt2_source(name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
     return get(f"{base}.{module}.{kind}")
 
 
-def _bert_source(name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    fixed = {"embed": "word_embeddings.weight", "pos_embed": "position_embeddings.weight",
-             "type_embed": "token_type_embeddings.weight", "ln_embed.w": "LayerNorm.weight",
-             "ln_embed.b": "LayerNorm.bias"}
-    if name in fixed:
-        return get(f"embeddings.{fixed[name]}")
-    _, layer, part, leaf = name.split(".")
+def _bert_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
     base = f"encoder.layer.{layer}"
     if part.startswith("ln"):
         norm = "attention.output.LayerNorm" if part == "ln1" else "output.LayerNorm"

@@ -298,3 +298,26 @@ def test_cli_diff_and_gradcheck_take_a_checkpoint():
     assert cli("diff", FIXTURES / "qwen2", "--prompt", "The cat", "--max-new-tokens", "3").exit_code == 0
     result = cli("gradcheck", FIXTURES / "llama", "--prompt", "The cat sat", "--layer", "1", "--head", "3")
     assert result.exit_code == 0 and "agree" in result.output
+
+
+def test_sentencepiece_pieces_read_with_spaces():
+    tokenizer = Tokenizer(models.BPE(vocab={"▁the": 0, "<0x0A>": 1, "cat": 2}, merges=[]))
+    tokenizer.decoder = decoders.Metaspace()
+    assert piece_texts(tokenizer) == (" the", "<0x0A>", "cat")
+
+
+def test_sharded_checkpoint_reads_like_one_file(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = edited_copy(tmp_path, lambda c: None)
+    tensors = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, folder / shard)
+    index = {"weight_map": {k: shard for shard, keys in shards.items() for k in keys}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    scenario = load_checkpoint(folder, prompt="The cat")
+    whole = load_checkpoint(FIXTURES / "llama", prompt="The cat")
+    assert scenario.fingerprint == whole.fingerprint

@@ -1,7 +1,7 @@
 """Tokenizers of real checkpoints: `tokenizers` objects, their pieces as readable text, GGUF metadata.
 
-A byte-level BPE piece such as `Ġcapital` stands for the bytes ` capital`; a piece can also
-hold only part of a multi-byte character. Each id's text is its own bytes decoded: whole
+A byte-level BPE piece such as `Ġcapital` stands for the bytes ` capital` (a SentencePiece
+piece `▁capital` for the same text); a piece can also hold only part of a multi-byte character. Each id's text is its own bytes decoded: whole
 characters as themselves, a partial UTF-8 sequence as `\\xe6\\x88`, control characters escaped
 (`\\n`) so that one token never breaks a line on screen.
 """
@@ -38,10 +38,10 @@ def _byte_of() -> dict[int, int]:
     return {char: chr(byte) for byte, char in chars.items()}
 
 
-def byte_level(tokenizer: Tokenizer) -> bool:
-    decoder = json.loads(tokenizer.to_str()).get("decoder") or {}
-    kinds = [decoder.get("type")] + [d.get("type") for d in decoder.get("decoders", [])]
-    return "ByteLevel" in kinds
+def decoder_kinds(tokenizer: Tokenizer) -> set[str]:
+    """The decoder's type and its parts' (only the decoder is serialized, not the whole vocabulary)."""
+    decoder = json.loads(tokenizer.decoder.__getstate__()) if tokenizer.decoder is not None else {}
+    return {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", [])}
 
 
 def piece_texts(tokenizer: Tokenizer) -> tuple[str, ...]:
@@ -50,9 +50,12 @@ def piece_texts(tokenizer: Tokenizer) -> tuple[str, ...]:
     for piece, index in tokenizer.get_vocab(with_added_tokens=True).items():
         pieces[index] = piece
     specials = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
-    if byte_level(tokenizer):
+    kinds = decoder_kinds(tokenizer)
+    if "ByteLevel" in kinds:
         table = _byte_of()
         pieces = [p if p in specials else _bytes_text(p, table) for p in pieces]
+    elif kinds & {"Metaspace", "Replace"}:  # SentencePiece-style: ▁ marks a space
+        pieces = [p if p in specials else p.replace("▁", " ") for p in pieces]
     return tuple(p.translate(ESCAPES) for p in pieces)
 
 

@@ -142,7 +142,12 @@ def decode_ms_per_token(choice_times: list[float]) -> float:
 
 
 def traced_decode(session: Session) -> tuple[float, list[int]]:
-    times = [time.process_time() for state in session.steps() if state.kind == "choice"]
+    """Every operator recorded and kept, as the debugger's history keeps them."""
+    history, times = [], []
+    for state in session.steps():
+        history.append(state)
+        if state.kind == "choice":
+            times.append(time.process_time())
     return decode_ms_per_token(times), list(session.results[0].generated)
 
 
@@ -177,8 +182,7 @@ def copy_bandwidth(nbytes: int = 2**28, repeats: int = 5) -> float:
     """Bytes per second np.copyto moves (each byte read once and written once: 2 × nbytes)."""
     src = np.ones(nbytes // 4, dtype=np.float32)
     dst = np.empty_like(src)
-    best = min(cpu_time(lambda: np.copyto(dst, src)) for _ in range(repeats))
-    return 2 * nbytes / best
+    return 2 * nbytes / statistics.median(cpu_time(lambda: np.copyto(dst, src)) for _ in range(repeats))
 
 
 def transpose_cost(weights: dict) -> tuple[float, float, float]:
@@ -187,9 +191,9 @@ def transpose_cost(weights: dict) -> tuple[float, float, float]:
     embed = weights["embed"]
     x = np.ones((1, embed.shape[1]), dtype=embed.dtype)
     once = np.ascontiguousarray(embed.T)
-    view = min(cpu_time(lambda: x @ np.matrix_transpose(embed)) for _ in range(5))
-    stored = min(cpu_time(lambda: x @ once) for _ in range(5))
-    copied = min(cpu_time(lambda: x @ np.ascontiguousarray(embed.T)) for _ in range(3))
+    view = statistics.median(cpu_time(lambda: x @ np.matrix_transpose(embed)) for _ in range(5))
+    stored = statistics.median(cpu_time(lambda: x @ once) for _ in range(5))
+    copied = statistics.median(cpu_time(lambda: x @ np.ascontiguousarray(embed.T)) for _ in range(3))
     return view * 1000, stored * 1000, copied * 1000
 
 
@@ -208,8 +212,8 @@ def gpt2(repeats: int) -> None:
     session = Session(s, backend)
     runs = [(traced_decode(session), untraced_decode(session)) for _ in range(repeats)]  # interleaved
     assert all(t[1] == u[1] for t, u in runs), "traced and untraced decoders disagree"
-    traced_ms = min(t[0] for t, _ in runs)  # the least disturbed run: the machine is shared
-    untraced_ms = min(u[0] for _, u in runs)
+    traced_ms = statistics.median(t[0] for t, _ in runs)
+    untraced_ms = statistics.median(u[0] for _, u in runs)
     weights = session.model.weights
     per_token = sum(w.nbytes for name, w in weights.items() if name != "pos_embed")  # one position row is read
     floor_ms = 1000 * per_token / copy_bandwidth()

@@ -62,11 +62,15 @@ class Transformer:
         """
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
         self.weights = {name: backend.asarray(w) for name, w in weights.items()}
+        # One Operand per weight, shared by every operator that reads it: a kept history then holds
+        # fewer objects for Python's garbage collector to walk.
+        self._params = {name: Operand(name, w, rows="in", cols="out") for name, w in self.weights.items()}
+        self._unembed = self._unembed_operand() if spec.lm_head else None
         self.fault = fault
         self.allow_stale = allow_stale or fault.keeps_stale_cache
 
     def param(self, name: str) -> Operand:
-        return Operand(name, self.weights[name], rows="in", cols="out")
+        return self._params[name]
 
     def empty_caches(self) -> list[LayerCache]:
         empty = self.xp.zeros((0, self.spec.d_kv), dtype=self.backend.dtype)
@@ -101,12 +105,14 @@ class Transformer:
         if spec.final_norm:
             x = self._norm("ln_final", x, layer=None)
             yield x
-        logits = Op("unembed.hook_out", x.values @ self._unembed().values, cols="vocab",
-                    kind=OpKind.LOGITS, inputs=(x, self._unembed()))
+        unembed = self._unembed
+        logits = Op("unembed.hook_out", x.values @ unembed.values, cols="vocab", kind=OpKind.LOGITS,
+                    inputs=(x, unembed))
         yield logits
         return logits
 
-    def _unembed(self) -> Operand:
+    def _unembed_operand(self) -> Operand:
+        """The tied head reads the embedding through a transposed view, never a copy."""
         if self.spec.tied_unembed:
             return Operand("embed.T", self.xp.matrix_transpose(self.weights["embed"]), rows="in", cols="vocab")
         return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")

@@ -104,6 +104,7 @@ class _RequestRun:
         self.round_start = 0  # cache length when this round began
         self.stop: str | None = None
         self._moment: Moment | None = None
+        self._caches: tuple = ()
 
     def run(self) -> Iterator[OpState]:
         rng = np.random.default_rng([self.rule.seed, self.index])
@@ -179,25 +180,14 @@ class _RequestRun:
             self.stop = "max_new_tokens"
 
     def _state(self, op: Op) -> OpState:
-        output = self._now().labelled(op)
-        return OpState(
-            step=next(self.counter),
-            request=self.index,
-            phase=self.phase,
-            round=self.round,
-            chunk=self.chunk,
-            name=op.name,
-            kind=op.kind,
-            layer=op.layer,
-            head=op.head,
-            output=output,
-            positions=tuple(output.row_axis.positions),
-            operands=op.inputs,
-            moment=self._moment,
-            caches=tuple(self.caches),
-            past=self.round_start,
-            stop=self.stop if op.kind == "choice" else None,
-        )
+        return OpState(next(self.counter), self.index, self.phase, self.round, self.chunk, op, self._now(),
+                       self._caches_now(), self.round_start, self.stop if op.kind == "choice" else None)
+
+    def _caches_now(self) -> tuple:
+        """The caches as they stand, one tuple shared by the states between two appends."""
+        if len(self._caches) != len(self.caches) or any(a is not b for a, b in zip(self._caches, self.caches)):
+            self._caches = tuple(self.caches)
+        return self._caches
 
     def _now(self) -> Moment:
         """The moment the request is at, made anew only when the tokens or the choice changed."""

@@ -131,42 +131,67 @@ class LayerCache:
 
 @dataclass(eq=False)
 class OpState:
-    """One operator's output and where the run stood. Read-only by convention: not a frozen
-    dataclass, whose __init__ costs 1.4 µs more, a few per cent of a traced GPT-2 decode."""
+    """One operator's output and where the run stood.
+
+    A state holds the operator as the forward pass yielded it and the chunk's shared Moment;
+    everything else (labelled output, positions, inputs, timeline) is made when first read,
+    so that recording a state allocates almost nothing. Read-only by convention: not a frozen
+    dataclass, whose __init__ costs more than the rest of a state.
+    """
 
     step: int
     request: int
     phase: Phase
     round: int  # 0 for prefill, 1.. for cached decode rounds
     chunk: int  # prefill chunk index (0 when unchunked and in decode)
-    name: str  # TransformerLens-style hook name
-    kind: OpKind  # for breakpoints: "softmax", "norm", "linear", ...
-    layer: int | None
-    head: int | None
-    output: Labelled
-    positions: tuple[int, ...]  # absolute position of each output row
-    operands: tuple  # the engine.model.Operand objects read; `inputs` labels them when asked
+    op: Any  # the engine.model.Op: name, kind, layer, head, values, the operands it read
     moment: Moment
     caches: tuple[LayerCache, ...]
     past: int  # cache length before this round: rows at or after it were appended now
     stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
 
     @property
+    def name(self) -> str:
+        """TransformerLens-style hook name."""
+        return self.op.name
+
+    @property
+    def kind(self) -> OpKind:
+        return self.op.kind
+
+    @property
+    def layer(self) -> int | None:
+        return self.op.layer
+
+    @property
+    def head(self) -> int | None:
+        return self.op.head
+
+    @property
+    def values(self) -> Array:
+        return self.op.values  # an operator's output is 2-D
+
+    @cached_property
+    def output(self) -> Labelled:
+        return self.moment.labelled(self.op)
+
+    @cached_property
+    def positions(self) -> tuple[int, ...]:
+        """The absolute position of each output row."""
+        return tuple(self.output.row_axis.positions)
+
+    @cached_property
+    def inputs(self) -> tuple[Labelled, ...]:
+        return tuple(self.moment.labelled(operand) for operand in self.op.inputs)
+
+    @property
     def context(self) -> tuple[int, ...]:
         """The token ids at positions 0, 1, … (fed so far and being fed)."""
         return self.moment.context
 
-    @cached_property
-    def inputs(self) -> tuple[Labelled, ...]:
-        return tuple(self.moment.labelled(operand) for operand in self.operands)
-
     @property
     def timeline(self) -> tuple[TokenState, ...]:
         return self.moment.timeline
-
-    @property
-    def values(self) -> Array:
-        return self.output.values
 
 
 @dataclass(frozen=True)

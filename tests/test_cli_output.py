@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 from conftest import ROOT, SCENARIOS, X01
-from rich.console import Console
 from typer.testing import CliRunner
 
 from engine import Session
@@ -67,20 +66,16 @@ def wide_scenario(vocab: int = 100) -> Scenario:
                     (Request((1, 2, 3), 1),), DecodeRule(max_new_tokens=1))
 
 
-def test_a_matrix_wider_than_64_prints_a_summary_and_its_corners():
+def test_a_matrix_wider_than_32_prints_a_summary_and_its_corners():
     logits = next(s for s in Session(wide_scenario()).steps() if s.kind == "logits")
-    console = Console(file=io.StringIO(), width=cli.WIDE)
-    cli._print_state(console, logits, None, full=False)
-    text = console.file.getvalue()
+    text = cli.state_text(logits, None, full=False)
     row = logits.values[-1]
     p = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
     best = int(np.argmax(p))
     assert "shape 3×100" in text and f"max {logits.values.max():.6f}" in text
     assert f"top 5 of row 2 · t3: {best} · t{best} p={p[best]:.6f}" in text
     assert "99 · t99" in text and "50 · t50" not in text  # the corners only
-    console = Console(file=io.StringIO(), width=cli.WIDE)
-    cli._print_state(console, logits, None, full=True)
-    assert "50 · t50" in console.file.getvalue()
+    assert "50 · t50" in cli.state_text(logits, None, full=True)
 
 
 def test_check_says_which_printed_tables_follow_from_the_inputs():
@@ -92,3 +87,17 @@ def test_check_says_which_printed_tables_follow_from_the_inputs():
     assert "do not follow from the scenario's inputs" in lines[summary + 1]
     assert sum("does not follow from the inputs" in line for line in lines[summary + 2:]) == 15
     assert invoke("check", str(X01)).output.splitlines()[-1] == "summary: 45/45 tables agree fully; 332/332 printed cells agree"
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_goes_to_stderr_only_when_it_is_a_terminal(monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    progress = cli._Progress()
+    progress.show(3)
+    progress.done()
+    assert terminal.getvalue() == "\rstep 3\r\033[K"

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from typer._click import ClickException  # Typer >= 0.26 bundles its own Click
 from typer.core import TyperGroup
 
@@ -35,13 +34,13 @@ from engine.summaries import (diff_cell, diff_summary, expect_summary, matrix_su
                               token_text, where)
 from engine.trace import OpKind, OpState
 
-from .numbers import corner_table, matrix_table
+from .numbers import text_table
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
 GRADCHECK_TOLERANCE = 1e-6  # central differences with step 1e-6 agree to ~1e-9 in float64
-BIG = 64  # `run` summarises a matrix with more rows or columns than this, unless --full
-WIDE = 1_000_000  # the console width: a line is never cut, whatever the terminal or file
+BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
+CORNER = 4  # a summarised matrix shows its first and last 4 rows and columns
 
 
 class OpenByDefault(TyperGroup):
@@ -187,7 +186,7 @@ def open_tui(
 
 RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.
 
-A matrix with more than {BIG} rows or columns prints as a summary (shape, range, argmax per row; \
+A matrix with more than {BIG_ROWS} rows or {BIG_COLS} columns prints as a summary (shape, range, argmax per row; \
 for logits and probabilities the last row's top tokens) and its corner cells, unless --full.
 """
 
@@ -199,7 +198,7 @@ def run(
     as_jsonl: Annotated[bool, typer.Option(
         "--jsonl", help="Stream one JSON record per operator, then a final {\"requests\": …} record.")] = False,
     full: Annotated[bool, typer.Option(
-        "--full", help=f"Print every cell, also of matrices with more than {BIG} rows or columns.")] = False,
+        "--full", help=f"Print every cell, also of matrices over {BIG_ROWS} rows or {BIG_COLS} columns.")] = False,
     backend: BackendOption = "numpy",
     dtype: DtypeOption = "float64",
     inject: InjectOption = None,
@@ -227,30 +226,29 @@ def run(
             progress.show(state.step)
         _print_json(requests_record(session.results))
         return
-    console = Console(highlight=False, width=WIDE)
     vocab, group = scenario.vocab, None
     for state in session.steps():
         if (state.request, state.round) != group:
             group = (state.request, state.round)
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
-            console.print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
-        _print_state(console, state, vocab, full)
+            print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
+        print(state_text(state, vocab, full), end="\n\n")
         progress.show(state.step)
     progress.done()
-    console.print(request_results(session.results, vocab))
+    print(request_results(session.results, vocab))
 
 
-def _print_state(console: Console, state: OpState, vocab, full: bool) -> None:
+def state_text(state: OpState, vocab, full: bool) -> str:
+    """One operator as `run` prints it: plain text, so no line is ever cut to a terminal's width."""
     title = f"[{state.step}] {state.name}" + ("" if state.head is None else f" · head {state.head}")
-    rows, cols = state.output.values.shape
+    rows, cols = state.values.shape
     if state.kind == OpKind.CHOICE:
         token = int(to_host(state.values)[0, 0])
-        console.print(f"{title}: chose {token_text(vocab, [token])} (token id {token})")
-    elif full or (rows <= BIG and cols <= BIG):
-        console.print(matrix_table(state.output, title=title))
-    else:
-        console.print("\n".join([title, *matrix_summary(state.output, state.kind)]))
-        console.print(corner_table(state.output))
+        return f"{title}: chose {token_text(vocab, [token])} (token id {token})"
+    if full or (rows <= BIG_ROWS and cols <= BIG_COLS):
+        return text_table(state.output, title=title)
+    summary = "\n".join([title, *matrix_summary(state.output, state.kind)])
+    return text_table(state.output, title=summary, keep=CORNER)
 
 
 class _Progress:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import math
 
-from rich import box
 from rich.cells import cell_len
-from rich.style import Style
-from rich.table import Table
-from rich.text import Text
 
 from engine import Labelled, to_host
 from engine.labels import resolve_some
@@ -37,25 +33,6 @@ def right_aligned(text: str, width: int = NUMBER_WIDTH) -> str:
     return " " * max(width - cell_len(text), 0) + text
 
 
-def number_cell(x: float, style: Style | str = "") -> Text:
-    return Text(right_aligned(format_number(x)), style=style)
-
-
-def number_table(title: str | None, cols, **options) -> Table:
-    """A table whose number columns never squeeze a value: 6 decimals stay readable."""
-    table = Table(title=title, title_justify="left", pad_edge=False, padding=(0, 1, 0, 0), **options)
-    table.add_column("", style="bold", no_wrap=True)
-    for col in cols:
-        table.add_column(right_aligned(col), no_wrap=True)
-    return table
-
-
-def matrix_table(matrix: Labelled, *, title: str | None = None) -> Table:
-    """A Rich table with the row labels in the first column."""
-    table = number_table(title, matrix.cols, box=box.SIMPLE_HEAD)
-    for label, row in zip(matrix.rows, to_host(matrix.values)):
-        table.add_row(label, *(number_cell(float(x)) for x in row))
-    return table
 
 
 def _ends(count: int, keep: int) -> list[int | None]:
@@ -65,17 +42,20 @@ def _ends(count: int, keep: int) -> list[int | None]:
     return [*range(keep), None, *range(count - keep, count)]
 
 
-def corner_table(matrix: Labelled, *, title: str | None = None, keep: int = 4) -> Table:
-    """The corners of a large matrix: its first and last `keep` rows and columns, "…" between."""
+def text_table(matrix: Labelled, *, title: str, keep: int | None = None) -> str:
+    """A labelled matrix as plain text, every number whole whatever the terminal; with `keep`,
+    only its first and last `keep` rows and columns, "…" standing for the rest."""
     values = to_host(matrix.values)
-    rows, cols = _ends(values.shape[0], keep), _ends(values.shape[1], keep)
+    rows, cols = (_ends(n, keep) if keep else list(range(n)) for n in values.shape)
     row_labels = iter(resolve_some(matrix.row_axis, [i for i in rows if i is not None]))
     col_labels = iter(resolve_some(matrix.col_axis, [j for j in cols if j is not None]))
-    table = number_table(title, ["…" if j is None else next(col_labels) for j in cols], box=box.SIMPLE_HEAD)
+    table = [["", *("…" if j is None else next(col_labels) for j in cols)]]
     for i in rows:
-        if i is None:
-            table.add_row("…", *(right_aligned("…") for _ in cols))
-            continue
-        cells = (right_aligned("…") if j is None else number_cell(float(values[i, j])) for j in cols)
-        table.add_row(next(row_labels), *cells)
-    return table
+        cells = ("…" if i is None or j is None else format_number(float(values[i, j])) for j in cols)
+        table.append(["…" if i is None else next(row_labels), *cells])
+    widths = [max(NUMBER_WIDTH, *(cell_len(line[c]) for line in table)) for c in range(len(table[0]))]
+    widths[0] = max(cell_len(line[0]) for line in table)
+    lines = [line[0] + " " * (widths[0] - cell_len(line[0]))
+             + "".join("  " + right_aligned(text, width) for text, width in zip(line[1:], widths[1:]))
+             for line in table]
+    return "\n".join([title, *lines])

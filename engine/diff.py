@@ -7,6 +7,7 @@ columns by index, and they must stand for the same tokens (or features). Extra k
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -51,14 +52,36 @@ def op_key(state: OpState) -> Key:
 
 
 def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff]:
-    """Largest |cached − full| per operator of every round, in the cached run's order."""
-    reference: dict[tuple, tuple[Sequence[int], np.ndarray]] = {}
-    for state in full:
+    """Largest |cached − full| per operator of every round, in the cached run's order.
+
+    Both runs are read round by round in step, so only one round of the reference is held.
+    """
+    worst: dict[Key, OpDiff] = {}
+    full_rounds = itertools.groupby(full, key=_round_key)
+    current = next(full_rounds, None)
+    for round_key, states in itertools.groupby(cached, key=_round_key):
+        while current is not None and current[0] < round_key:  # a round only the full run has
+            current = next(full_rounds, None)
+        reference = _reference(current[1]) if current is not None and current[0] == round_key else {}
+        _compare_round(states, reference, worst)
+    return list(worst.values())
+
+
+def _round_key(state: OpState) -> tuple[int, int]:
+    return state.request, state.round
+
+
+def _reference(states: Iterable[OpState]) -> dict[tuple, tuple[Sequence, np.ndarray]]:
+    reference = {}
+    for state in states:
         values, cols = to_host(state.values), _column_ids(state)
         for i, position in enumerate(state.positions):
             reference[(*op_key(state), position)] = (cols, values[i])
-    worst: dict[Key, OpDiff] = {}
-    for state in cached:
+    return reference
+
+
+def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, OpDiff]) -> None:
+    for state in states:
         values, cols = to_host(state.values), _column_ids(state)
         largest = max(
             (_row_diff(cols, values[i], reference.get((*op_key(state), position)))
@@ -70,7 +93,6 @@ def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff
         if key in worst and worst[key].max_abs >= largest:  # a chunked prefill runs it once per chunk:
             largest, step = worst[key].max_abs, worst[key].step  # keep the chunk that differs most
         worst[key] = OpDiff(step, state.request, state.phase, state.round, state.name, state.layer, state.head, largest)
-    return list(worst.values())
 
 
 def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:

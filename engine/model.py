@@ -209,10 +209,10 @@ class Transformer:
         keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
         visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys)
+        every = self._heads(q.values, keys.values, values.values, visible)
         heads = []
-        group = spec.n_heads // spec.n_kv_heads
         for head in range(spec.n_heads):
-            z = yield from self._head(layer, head, group, q, keys, values, visible)
+            z = yield from self._head(layer, head, q, keys, values, every)
             heads.append(z)
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
@@ -237,22 +237,40 @@ class Transformer:
         rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.rope_theta)
         return Op(name, rotated, kind=OpKind.ROPE, layer=layer, inputs=(x,))
 
-    def _head(self, layer, head, group, q: Operand, keys: Operand, values: Operand, visible) -> OpStream:
+    def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array, Array, Array]:
+        """Every head's scores, pattern and output at once, (H, T, S), (H, T, S), (H, T, dh):
+        one batched call per step instead of one per head (the heads are yielded one by one)."""
+        xp, spec = self.xp, self.spec
+        dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
+
+        def split(x: Array) -> Array:  # (T, H·dh) -> (H, T, dh)
+            return xp.permute_dims(xp.reshape(x, (x.shape[0], -1, dh)), (1, 0, 2))
+
+        k, v = split(k), split(v)
+        if group > 1:  # grouped-query attention: query head h reads kv head h // group
+            kv = xp.asarray([head // group for head in range(spec.n_heads)])
+            k, v = xp.take(k, kv, axis=0), xp.take(v, kv, axis=0)
+        scores = ops.attention_scores(xp, split(q), k, visible)
+        pattern = ops.softmax(xp, scores)
+        return scores, pattern, pattern @ v
+
+    def _head(self, layer, head, q: Operand, keys: Operand, values: Operand, every) -> OpStream:
         """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
-        xp, block, dh = self.xp, f"blocks.{layer}.attn", self.spec.d_head
+        block, spec = f"blocks.{layer}.attn", self.spec
+        dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
         part, kv = slice(head * dh, (head + 1) * dh), head // group
         kv_part, kv_name = slice(kv * dh, (kv + 1) * dh), f"head {kv}" if group == 1 else f"kv head {kv}"
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows="keys")
         v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows="keys")
-        scores = Op(f"{block}.hook_attn_scores", ops.attention_scores(xp, q_h.values, k_h.values, visible),
-                    cols="keys", kind=OpKind.SCORES, layer=layer, head=head, inputs=(q_h, k_h))
+        scores, pattern, z = (x[head, ...] for x in every)
+        scores = Op(f"{block}.hook_attn_scores", scores, cols="keys", kind=OpKind.SCORES, layer=layer, head=head,
+                    inputs=(q_h, k_h))
         yield scores
-        pattern = Op(f"{block}.hook_pattern", ops.softmax(xp, scores.values), cols="keys",
-                     kind=OpKind.SOFTMAX, layer=layer, head=head, inputs=(scores,))
+        pattern = Op(f"{block}.hook_pattern", pattern, cols="keys", kind=OpKind.SOFTMAX, layer=layer, head=head,
+                     inputs=(scores,))
         yield pattern
-        z = Op(f"{block}.hook_z", pattern.values @ v_h.values, kind=OpKind.MIX, layer=layer, head=head,
-               inputs=(pattern, v_h))
+        z = Op(f"{block}.hook_z", z, kind=OpKind.MIX, layer=layer, head=head, inputs=(pattern, v_h))
         yield z
         return z
 

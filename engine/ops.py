@@ -32,7 +32,7 @@ def causal_mask(xp, n_new: int, past: int) -> Array:
 
 
 def attention_scores(xp, q: Array, k: Array, visible: Array | None) -> Array:
-    """(T, dh) · (S, dh) -> (T, S) scaled scores, −∞ where a key is not visible."""
+    """(…, T, dh) · (…, S, dh) -> (…, T, S) scaled scores, −∞ where a key is not visible."""
     scores = (q @ xp.matrix_transpose(k)) / math.sqrt(q.shape[-1])
     if visible is None:
         return scores

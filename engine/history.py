@@ -1,8 +1,10 @@
 """Time travel over a session's operator stream.
 
-The stream is pulled lazily; recorded states are kept up to `limit`. Stepping
-back inside the window moves a cursor; stepping back before it replays a fresh
-session up to the wanted step (sessions are deterministic).
+The stream is pulled lazily. Recorded states are kept while their values fit in
+`budget` bytes (and `limit` states); older ones are dropped. Stepping back inside
+the kept window moves a cursor; stepping back before it replays a fresh session up
+to the wanted step (sessions are deterministic). Values are kept by reference:
+a state shares its arrays with the session, nothing is copied.
 """
 
 from __future__ import annotations
@@ -13,21 +15,32 @@ from dataclasses import dataclass
 
 from .trace import OpState, Status
 
+DEFAULT_BUDGET = 2 * 1024**3  # bytes of operator outputs kept for going back
+
+
+def state_bytes(state: OpState) -> int:
+    """What keeping `state` costs beyond what the session holds anyway: its output."""
+    return int(getattr(state.values, "nbytes", 0))
+
 
 class History:
-    def __init__(self, start: Callable[[], Iterator[OpState]], *, limit: int = 100_000):
+    def __init__(self, start: Callable[[], Iterator[OpState]], *, limit: int = 1_000_000,
+                 budget: int = DEFAULT_BUDGET):
         """Args:
         start: returns a fresh operator stream (e.g. `Session(...).steps`).
         limit: how many states to keep in memory before older ones are dropped.
+        budget: how many bytes of outputs to keep before older ones are dropped.
         """
-        self._start, self._limit = start, limit
+        self._start, self._limit, self.budget = start, limit, budget
+        self.replays = 0  # how often the stream was restarted to reach a dropped step
         self._restart()
         self.cursor = 0
 
     def _restart(self) -> None:
         self._stream = self._start()
-        self._states: deque[OpState] = deque(maxlen=self._limit)
-        self._choices: list[OpState] = []  # every round's last operator, kept past `limit`: few and small
+        self._states: deque[OpState] = deque()
+        self._kept_bytes = 0
+        self._choices: list[OpState] = []  # every round's last operator, kept past the budget: few and small
         self._fetched = 0
         self.total: int | None = None  # known once the stream is exhausted
         self._fetch()
@@ -39,11 +52,18 @@ class History:
         if state is None:
             self.total = self._fetched
             return False
-        self._states.append(state)  # the deque drops the oldest beyond `limit`
+        self._states.append(state)
+        self._kept_bytes += state_bytes(state)
+        while len(self._states) > 1 and (len(self._states) > self._limit or self._kept_bytes > self.budget):
+            self._kept_bytes -= state_bytes(self._states.popleft())
         if state.kind == "choice":
             self._choices.append(state)
         self._fetched += 1
         return True
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._kept_bytes
 
     @property
     def _offset(self) -> int:
@@ -52,7 +72,7 @@ class History:
 
     @property
     def current(self) -> OpState:
-        return self._at(self.cursor)
+        return self.state_at(self.cursor)
 
     @property
     def last_recorded(self) -> int:
@@ -79,17 +99,31 @@ class History:
         """Move to `step`; past the end, move to the last step. False if not exactly there."""
         if step < 0:
             return False
+        state = self.state_at(step)
+        self.cursor = step if state is not None else self.last_recorded
+        return state is not None
+
+    def state_at(self, step: int) -> OpState | None:
+        """The state of `step` (replaying if it was dropped), without moving the cursor; None past the end.
+
+        Reading a step far from the cursor may drop the cursor's own state; `current` replays it.
+        """
         if step < self._offset:  # dropped from memory: replay from the start
             self._restart()
-        exact = self._have(step)
-        self.cursor = step if exact else self.last_recorded
-        return exact
+            self.replays += 1
+        return self._at(step) if self._have(step) else None
+
+    def states_from(self, step: int) -> Iterator[OpState]:
+        """Every state from `step` on, in order (computing ahead as needed), without moving the cursor."""
+        while (state := self.state_at(step)) is not None:
+            yield state
+            step += 1
 
     def round_states(self) -> list[OpState]:
         """Every operator of the current state's round, computing ahead to the round's end."""
         key = (self.current.request, self.current.round)
         step = self.cursor
-        while self._have(step + 1) and self._at(step + 1).request == key[0] and self._at(step + 1).round == key[1]:
+        while self._have(step + 1) and (self._at(step + 1).request, self._at(step + 1).round) == key:
             step += 1
         return [s for s in self._states if (s.request, s.round) == key]
 

@@ -31,7 +31,7 @@ def outcome(outcomes, op, note_start):
 def test_x01_check_reports_every_printed_cell_in_agreement():
     result = CliRunner().invoke(app, ["check", str(X01)])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[-1] == "summary: 45/45 expectations agree fully; 332/332 cells agree"
+    assert result.output.splitlines()[-1] == "summary: 45/45 tables agree fully; 332/332 printed cells agree"
 
 
 def test_x01_expect_section_is_the_seed_data():

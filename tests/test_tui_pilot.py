@@ -5,34 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import SCENARIOS, X01
-from textual.widgets import DataTable, Static, TabbedContent
+from textual.widgets import TabbedContent
+from tui_helpers import long_scenario, make_app, matrix_cells, matrix_text, screen_text, settle, state, status
 
 from engine import load_scenario, load_scenario_text, to_host
 from tinyllm_tui.app import DebuggerApp
-from tinyllm_tui.widgets.dialogs import HelpScreen, PromptScreen
+from tinyllm_tui.main_screen import DebuggerScreen
+from tinyllm_tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.widgets.diffview import DiffScreen
-from tinyllm_tui.widgets.matrix import MatrixView
+from tinyllm_tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.widgets.operators import OperatorList
+from tinyllm_tui.widgets.timeline import Timeline
 
 PATTERN = "blocks.0.attn.hook_pattern"
-
-
-def make_app(**kwargs) -> DebuggerApp:
-    return DebuggerApp(load_scenario(X01), lang="en", **kwargs)
-
-
-def status(app) -> str:
-    return str(app.query_one("#status").render())
-
-
-def matrix_cells(app) -> list[list[str]]:
-    table = app.query_one(MatrixView).query_one(DataTable)
-    return [[str(cell).strip() for cell in table.get_row_at(i)] for i in range(table.row_count)]
-
-
-async def settle(pilot):
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 @pytest.mark.parametrize("key", ["n", "right", "f10"])
@@ -40,22 +25,18 @@ async def test_step_keys_advance_one_operator(key):
     """n, → and F10 each move to the next operator."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press(key)  # embed -> ln1
-        await pilot.press(key)  # ln1 -> hook_q
-        assert app.history.current.step == 2
-        assert app.history.current.name == "blocks.0.attn.hook_q"
+        await pilot.press(key, key)  # embed -> ln1 -> hook_q
+        assert (state(app).step, state(app).name) == (2, "blocks.0.attn.hook_q")
 
 
 async def test_step_back_to_step_zero_and_no_further():
     """← walks back through recorded history; at step 0 it says so and stays."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press(*["n"] * 5)  # to step 5
-        await pilot.press(*["left"] * 5)  # back to step 0
-        assert app.history.current.step == 0 and app.history.current.name == "hook_embed"
+        await pilot.press(*["n"] * 5, *["left"] * 5)  # to step 5 and back
+        assert state(app).step == 0 and state(app).name == "hook_embed"
         await pilot.press("left")  # nothing before step 0
-        assert app.history.current.step == 0
-        assert "already at the first step" in status(app)
+        assert state(app).step == 0 and "already at the first step" in status(app)
 
 
 async def test_continue_stops_at_the_head0_pattern_of_the_first_request():
@@ -64,8 +45,7 @@ async def test_continue_stops_at_the_head0_pattern_of_the_first_request():
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("c")  # continue to the first hook_pattern
         await settle(pilot)
-        state = app.history.current
-        assert (state.name, state.head, state.request, state.round) == (PATTERN, 0, 0, 0)
+        assert (state(app).name, state(app).head, state(app).request, state(app).round) == (PATTERN, 0, 0, 0)
         cells = matrix_cells(app)
         # seed: 头0 softmax; ✓ marks cells the seed's expect: table printed the same
         assert cells[1][:3] == ["1 · 爱", "✓ 0.971309", "✓ 0.028691"]
@@ -73,89 +53,107 @@ async def test_continue_stops_at_the_head0_pattern_of_the_first_request():
         assert "breakpoint" in status(app)
 
 
-async def test_continue_through_every_breakpoint_to_the_end():
-    """c, F5, c…: each round's two heads (3 rounds in X01), then the end of the trace."""
-    app = make_app(breakpoints=[PATTERN])
-    async with app.run_test(size=(80, 24)) as pilot:
-        hits = []
-        for key in ["c", "f5"] * 3:  # six breakpoint hits
-            await pilot.press(key)
-            await settle(pilot)
-            state = app.history.current
-            hits.append((state.request, state.round, state.head))
-        assert hits == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
-        await pilot.press("c")  # no breakpoint left: run to the end
+async def test_continue_to_the_end_names_the_generated_tokens_as_text():
+    """The end message shows tokens (爱), never their ids as numbers; requests count from 0 everywhere."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("c")  # no breakpoint: to the end
         await settle(pilot)
-        assert app.history.current.name == "sample.hook_choice" and app.history.at_end
-        assert "end of trace" in status(app) and "request 0 generated [2, 2]" in status(app)
+        assert state(app).name == "sample.hook_choice" and app.debugger.view.at_end
+        assert "request 0 generated 爱 爱" in status(app) and "[2, 2]" not in status(app)
+        assert "request 1 (of 2)" in str(app.main.query_one(Timeline).render())
+        assert "chose 4 · 你" in matrix_text(app)[1] and matrix_cells(app)[0][1] == "4 · 你"  # 你爱 → 你
         await pilot.press("n")  # stepping past the end is refused with a message
         assert "end of trace" in status(app)
 
 
 @pytest.mark.parametrize("key", ["b", "f9"])
-async def test_toggle_breakpoint_on_the_selected_operator(key):
+async def test_toggle_breakpoint_on_the_highlighted_operator(key):
     """b / F9 toggles a breakpoint on the operator highlighted in the list."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        operators = app.query_one(OperatorList)
-        operators.focus()
+        operators = app.main.query_one(OperatorList)
         await pilot.press("down", "down")  # highlight moves from embed to hook_q (past the layer heading)
-        assert operators.highlighted_step == 2
+        assert operators.highlighted_key == 2
         await pilot.press(key)  # set
-        assert [b.text for b in app.breakpoints] == ["blocks.0.attn.hook_q"]
-        assert "●" in str(operators.get_option("2").prompt)
+        assert [b.text for b in app.debugger.breakpoints] == ["blocks.0.attn.hook_q"]
+        assert "●" in operators.lines[operators.highlighted][1].plain
         await pilot.press("c")  # continue stops there
         await settle(pilot)
-        assert app.history.current.step == 2
+        assert state(app).step == 2
         await pilot.press(key)  # toggle off
-        assert app.breakpoints == []
+        assert app.debugger.breakpoints == ()
 
 
-async def test_add_breakpoint_by_kind_and_refuse_a_bad_one():
-    """B asks for a breakpoint text; a bad one gets a message and the prompt stays open."""
+async def test_add_breakpoint_by_kind_refuse_a_bad_one_and_never_twice():
+    """B asks for a breakpoint text; a bad one gets a message and the prompt stays open; a repeat is refused."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("B", *"abs>x", "enter")  # not a number
         assert isinstance(app.screen, PromptScreen)
         assert "'x' is not a number" in str(app.screen.query_one("#prompt-error").render())
         await pilot.press("escape", "B", *"softmax&round=1", "enter")  # a kind, in decode round 1
-        assert [b.text for b in app.breakpoints] == ["softmax&round=1"]
+        await pilot.press("B", *"softmax&round=1", "enter")  # the same again
+        assert [b.text for b in app.debugger.breakpoints] == ["softmax&round=1"]
+        assert "already set" in status(app)
         await pilot.press("c")
         await settle(pilot)
-        state = app.history.current
-        assert (state.kind, state.round, state.head) == ("softmax", 1, 0)
+        assert (state(app).kind, state(app).round, state(app).head) == ("softmax", 1, 0)
 
 
-async def test_space_plays_until_a_breakpoint_and_pauses():
-    """Space auto-advances, stops at a breakpoint; space again pauses."""
-    app = make_app(breakpoints=[f"{PATTERN}&head=1"])
-    app.play_interval = 0.01
+async def test_breakpoint_list_deletes_one_and_clears_all():
+    """L lists the breakpoints; d deletes the highlighted one, C clears them all."""
+    app = make_app(breakpoints=["softmax", "round=1", "nan"])
     async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("L")
+        assert isinstance(app.screen, BreakpointsScreen)
+        await pilot.press("d")  # delete the first
+        assert [b.text for b in app.debugger.breakpoints] == ["round=1", "nan"]
+        await pilot.press("C")  # clear all
+        assert app.debugger.breakpoints == ()
+        await pilot.press("escape")
+        assert "0 breakpoints" in status(app)
+
+
+async def test_space_plays_until_a_breakpoint_and_plus_minus_change_the_speed():
+    """Space auto-advances and stops at a breakpoint; + and - change the speed; space pauses."""
+    app = make_app(breakpoints=[f"{PATTERN}&head=1"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(*["plus"] * 8)  # the fastest speed
+        assert "50 steps/s" in status(app)
         await pilot.press("space")  # play
         for _ in range(200):
             await pilot.pause(0.02)
-            if app.player is None:
+            if app.main.player is None:
                 break
-        assert app.history.current.step == 9 and app.history.current.head == 1
-        app.play_interval = 5.0  # slow enough that no step happens before the pause below
-        await pilot.press("space")  # play again…
-        assert app.player is not None
-        await pilot.press("space")  # …and pause
-        assert app.player is None and "paused" in status(app)
+        assert state(app).step == 9 and state(app).head == 1
+        await pilot.press(*["minus"] * 8)  # the slowest: no step happens before the pause below
+        await pilot.press("space")
+        assert app.main.player is not None and "0.5/s" in status(app)
+        await pilot.press("space")  # pause
+        assert app.main.player is None and "paused" in status(app)
 
 
-async def test_goto_step_and_operator_name():
-    """g accepts a step number or an operator glob; bad answers get a message."""
+async def test_goto_step_operator_condition_backwards_and_past_the_end():
+    """g takes a step, an operator glob or a condition (round=2), wrapping around; G searches back."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("g", "3", "0", "enter")  # step 30
-        assert app.history.current.step == 30
+        assert state(app).step == 30
         await pilot.press("g", *"blocks.*.hook_resid_post", "enter")  # next match after 30
-        assert app.history.current.name == "blocks.0.hook_resid_post" and app.history.current.round == 1
-        await pilot.press("g", *"999", "enter")  # beyond the trace
+        await settle(pilot)
+        assert state(app).name == "blocks.0.hook_resid_post" and state(app).round == 1
+        await pilot.press("G", *"softmax", "enter")  # back to the previous softmax
+        await settle(pilot)
+        assert state(app).kind == "softmax" and state(app).round == 1 and state(app).head == 1
+        await pilot.press("g", *"round=0&request=1", "enter")  # conditions, as B takes them
+        await settle(pilot)
+        assert (state(app).request, state(app).round, state(app).step) == (1, 0, 50)
+        await pilot.press("g", *"9999", "enter")  # beyond the trace: a message, and no move
         assert isinstance(app.screen, PromptScreen)
-        assert "no step 999" in str(app.screen.query_one("#prompt-error").render())
+        assert "no step 9999: the trace has steps 0–74" in str(app.screen.query_one("#prompt-error").render())
         await pilot.press("escape")
+        assert state(app).step == 50
 
 
 @pytest.mark.parametrize("key", ["question_mark", "f1"])
@@ -164,46 +162,85 @@ async def test_help_screen_lists_every_binding(key):
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press(key)
         assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        assert "Step" in text and "Breakpoint list" in text
         await pilot.press("escape")
-        assert not isinstance(app.screen, HelpScreen)
+        assert isinstance(app.screen, DebuggerScreen)
 
 
 async def test_panel_keys_switch_tabs_and_heat_toggles():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        tabs = app.query_one(TabbedContent)
-        for key, pane in [("k", "cache"), ("i", "inputs"), ("x", "explain")]:
+        tabs = app.main.query_one(TabbedContent)
+        for key, pane in [("k", "cache"), ("i", "inputs"), ("a", "expect"), ("x", "explain")]:
             await pilot.press(key)
             assert tabs.active == pane
-        heat = app.query_one(MatrixView).heat
+        heat = app.main.query_one(MatrixWindow).heat
         await pilot.press("h")
-        assert app.query_one(MatrixView).heat is not heat
+        assert app.main.query_one(MatrixWindow).heat is not heat
+
+
+WIDE_X01 = X01.read_text(encoding="utf-8")
+WIDE_X01 = WIDE_X01[: WIDE_X01.index("weights:")].replace("d_model: 4", "d_model: 40").replace("d_ff: 4", "d_ff: 40")
+WIDE_X01 += ("weights:\n  embed: zeros\n  blocks:\n    - attn: {wq: identity, wk: identity, wv: identity, wo: identity}\n"
+             "      mlp: {w_gate: identity, w_up: identity, w_down: identity}\nrequests:\n  - tokens: [我]\n")
 
 
 async def test_column_window_scrolls_a_wide_matrix():
-    """A 40-feature model shows a window of columns; > and < move it."""
-    text = X01.read_text(encoding="utf-8")
-    text = text[: text.index("weights:")] .replace("d_model: 4", "d_model: 40").replace("d_ff: 4", "d_ff: 40")
-    text += "weights:\n  embed: {scale: 1}\n  blocks:\n    - attn: {wq: identity, wk: identity, wv: identity, wo: identity}\n"
-    text += "      mlp: {w_gate: identity, w_up: identity, w_down: identity}\nrequests:\n  - tokens: [我]\n"
-    app = DebuggerApp(load_scenario_text(text.replace("embed: {scale: 1}", "embed: zeros")), lang="en")
+    """A 40-feature model shows a window of columns; > and < move it; the title says which."""
+    app = DebuggerApp(load_scenario_text(WIDE_X01), lang="en")
     async with app.run_test(size=(80, 24)) as pilot:
-        title = lambda: str(app.query_one("#matrix-title").render())
-        assert "· cols 0–" in title() and "of 40" in title()
-        first_window = matrix_cells(app)[0][1:]
+        title = lambda: matrix_text(app)[1]
+        assert "cols 0–" in title() and "of 40" in title()
+        width = len(matrix_cells(app)[0]) - 1
         await pilot.press("greater_than_sign")  # next window
-        assert title().split("cols ")[1].split("–")[0] == str(len(first_window))
+        assert title().split("cols ")[1].split("–")[0] == str(width)
         await pilot.press("less_than_sign", "less_than_sign")  # back, then nothing further left
         assert "cols 0–" in title() and "no more columns" in status(app)
+
+
+async def test_matrix_rows_scroll_from_the_keyboard():
+    """A 64-row matrix: PageDown moves the row window (the operator list keeps its highlight)."""
+    app = DebuggerApp(long_scenario(), lang="en")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("n")  # positions: 64 rows
+        first = matrix_cells(app)[0][0]
+        assert first.startswith("0 ·") and "rows 0–" in matrix_text(app)[1]
+        await pilot.press("pagedown")
+        assert not matrix_cells(app)[0][0].startswith("0 ·") and state(app).step == 1
+        await pilot.press("pageup")
+        assert matrix_cells(app)[0][0] == first
+
+
+async def test_timeline_shows_a_window_around_the_current_token():
+    """64 prompt tokens at 80 columns: the tokens near the one being fed, with counts of those hidden."""
+    app = DebuggerApp(long_scenario(), lang="en")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g", *"round=3", "enter")  # decode round 3 feeds position 66
+        await settle(pilot)
+        line = str(app.main.query_one(Timeline).render()).splitlines()[0]
+        assert "▶66:" in line and line.split("cache")[1].split()[1].startswith("‹")
+
+
+async def test_current_operator_stays_in_view_at_80x24():
+    """g 49 (X01's last operator of decode round 1) keeps the highlighted line on screen, one line each."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g", *"49", "enter")
+        operators = app.main.query_one(OperatorList)
+        rendered = str(operators.render()).splitlines()
+        assert len(rendered) <= operators.size.height
+        assert any(" 49 sample.choice" in line for line in rendered)
+        assert all(len(line) <= operators.size.width for line in rendered)  # no wrapped labels
 
 
 async def test_click_an_operator_goes_there():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        operators = app.query_one(OperatorList)
-        index = operators.get_option_index("4")
+        operators = app.main.query_one(OperatorList)
+        index = next(i for i, (key, _) in enumerate(operators.lines) if key == 4)
         await pilot.click(OperatorList, offset=(5, index))  # the row of step 4
-        assert app.history.current.step == 4
+        assert state(app).step == 4
 
 
 async def test_unbound_key_gets_an_answer_and_q_quits():
@@ -221,8 +258,7 @@ async def test_matrix_shows_masked_scores_as_minus_infinity():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press(*["n"] * 5)  # head-0 scores of 我爱学习
         assert [cell.split()[-1] for cell in matrix_cells(app)[0][1:]] == ["0.665434", "−∞", "−∞"]
-        values = to_host(app.history.current.values)
-        assert values[0, 1] == float("-inf")
+        assert to_host(state(app).values)[0, 1] == float("-inf")
 
 
 async def test_diff_view_names_the_first_divergence_and_goes_there():
@@ -232,12 +268,22 @@ async def test_diff_view_names_the_first_divergence_and_goes_there():
         await pilot.press("d")  # compute the diff in a worker, then show it
         await settle(pilot)
         assert isinstance(app.screen, DiffScreen)
-        assert "first divergence: request 0 prefill round 0 blocks.0.attn.hook_attn_scores" in str(
-            app.screen.query(Static)[1].render())
+        summary = str(app.screen.query_one("#diff-summary").render())
+        assert "first divergence: request 0 prefill round 0 blocks.0.attn.hook_attn_scores" in summary
         await pilot.press("enter")  # go to the first diverging operator: the second chunk's scores
-        state = app.history.current
-        assert (state.name, state.chunk, state.positions) == ("blocks.0.attn.hook_attn_scores", 1, (3, 4))
-        assert np.isinf(to_host(state.values)).tolist() == [[False, True, True, True, True], [False, False, True, True, True]]
+        assert (state(app).name, state(app).chunk, state(app).positions) == ("blocks.0.attn.hook_attn_scores", 1, (3, 4))
+        assert np.isinf(to_host(state(app).values)).tolist() == [[False, True, True, True, True],
+                                                                  [False, False, True, True, True]]
+
+
+async def test_diff_view_shows_round_off_as_within_the_tolerance():
+    """Differences under 1e-12 read `≤ 1e-12`: the screen does not depend on the machine's BLAS."""
+    app = DebuggerApp(load_scenario(SCENARIOS / "chunked.yaml"), lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("d")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "≤ 1e-12" in text and "e-1" not in text.replace("1e-12", "")
 
 
 async def test_cycling_injections_replays_to_the_same_step():
@@ -246,21 +292,119 @@ async def test_cycling_injections_replays_to_the_same_step():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("g", *"31", "enter")  # decode round 1, head-0 pattern
         await pilot.press("I")  # chunk-mask: decode's single query sees only key 0
-        assert app.inject == "chunk-mask" and app.history.current.step == 31
-        assert to_host(app.history.current.values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+        assert app.debugger.inject == "chunk-mask" and state(app).step == 31
+        assert to_host(state(app).values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
         assert "injected bug: chunk-mask" in status(app)
-        for _ in range(5):  # through the other four bugs and back to none
-            await pilot.press("I")
-        assert app.inject is None and "⚠" not in status(app)
+        await pilot.press(*["I"] * 5)  # through the other four bugs and back to none
+        assert app.debugger.inject is None and "⚠" not in status(app)
 
 
-async def test_chinese_explanations_and_the_expectations_tab():
-    """--lang zh explains with the seeds' four questions; a shows every expect: table of X01."""
+async def test_chinese_for_the_explanations_status_panels_and_help():
+    """--lang zh: the seeds' four questions, the status line, the tab titles and the help screen."""
     app = DebuggerApp(load_scenario(X01), lang="zh")
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press(*["n"] * 6)  # the head-0 pattern
-        screen = app.export_screenshot()
+        await settle(pilot)
+        screen = screen_text(app)
         assert "为什么需要" in screen and "每行和为1" in screen
+        assert status(app).startswith("步骤 6") and "解释" in screen and "KV缓存" in screen
         await pilot.press("a")  # expectations
-        assert app.query_one(TabbedContent).active == "expect"
-        assert "332/332" in app.export_screenshot()
+        assert "332/332" in screen_text(app)
+        await pilot.press("question_mark")
+        assert "按键" in screen_text(app) and "单步" in screen_text(app)
+
+
+async def test_the_three_views_at_once_from_120_columns():
+    """From 120 columns the timeline, the matrix and the current layer's KV cache are all on screen."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press(*["n"] * 6)
+        side = app.main.query_one("#side-cache")
+        assert side.display and side.region.width > 30
+        assert "KV cache · layer 0" in screen_text(app) and app.main.query_one(TabbedContent).active == "explain"
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert not app.main.query_one("#side-cache").display  # narrow: the KV cache is a tab again
+
+
+async def test_kv_cache_says_which_weights_its_rows_come_from():
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press(*["n"] * 6)
+        text = screen_text(app)
+        assert "rows computed with the current weights" in text and "31828e94" not in text
+
+
+async def test_encoder_input_vectors_are_explained_as_given_vectors():
+    """encoder004 feeds the text's input vectors: hook_embed is not explained as rows of E."""
+    app = DebuggerApp(load_scenario(SCENARIOS / "encoder004.yaml"), lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert "E[id]" not in text and "input vectors" in text
+
+
+@pytest.fixture
+def busy_process(monkeypatch):
+    """Pilot waits after each key until the process is idle, at most 1 s; while a run computes it never is,
+    so every key would wait the full second. Wait a fixed short time instead."""
+    import asyncio
+
+    async def short_wait(*args, **kwargs):
+        await asyncio.sleep(0.02)
+
+    monkeypatch.setattr("textual.pilot.wait_for_idle", short_wait)
+    monkeypatch.setattr("textual.app.wait_for_idle", short_wait)
+
+
+def running_app() -> DebuggerApp:
+    """A model whose continue to the end takes many seconds: 4 layers, 64 + 2000 tokens, ~160 000 operators."""
+    return DebuggerApp(long_scenario(d_model=64, layers=4, new=2000), lang="en")
+
+
+async def start_a_long_continue(pilot) -> None:
+    await pilot.press("c")
+    for _ in range(100):
+        if pilot.app.debugger.busy:
+            return
+        await pilot.pause(0.01)
+    raise AssertionError("the continue did not start")
+
+
+async def test_ctrl_c_quits_and_cancels_a_running_continue(busy_process):
+    """ctrl+c cancels a continue in flight (no worker left), then quits."""
+    app = running_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await start_a_long_continue(pilot)
+        await pilot.press("ctrl+c")  # cancel it
+        await settle(pilot)
+        assert not app.debugger.busy and "cancelled at step" in status(app)
+        assert not app.debugger.view.at_end
+        await pilot.press("ctrl+c")  # nothing runs: quit
+        await pilot.pause()
+        assert not app.is_running
+
+
+# b and F9 last: a breakpoint set during the run (on the highlighted embed) stops it at the next round
+EVERY_KEY = ["n", "right", "f10", "left", "c", "f5", "space", "plus", "minus", "g", "G", "d", "I", "x", "k", "i", "a",
+             "w", "u", "ctrl+r", "v", "r", "ctrl+s", "S", "h", "less_than_sign", "greater_than_sign", "pageup",
+             "pagedown", "shift+up", "shift+down", "left_square_bracket", "right_curly_bracket", "question_mark", "f1",
+             "B", "L", "z", "b", "f9"]
+
+
+async def test_every_binding_while_a_long_continue_runs_then_quit_cleanly(busy_process):
+    """Keys pressed during a continue either work or are refused with a message; nothing crashes."""
+    app = running_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await start_a_long_continue(pilot)
+        for key in EVERY_KEY:
+            await pilot.press(key)
+            while not isinstance(app.screen, DebuggerScreen):  # a key opened a screen: close it again
+                await pilot.press("escape")
+            assert app.debugger.busy or key in ("b", "f9")  # pressed while the run was in flight
+        await pilot.press("escape")  # cancel the run
+        await settle(pilot)
+        assert not app.debugger.busy
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running

@@ -48,6 +48,17 @@ def test_cached_decode_round_with_four_cache_rows(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES)
+def test_a_wide_matrix_through_its_window(snap_compare, size):
+    """d_model 40 at 80 and 160 columns: a window of columns, its place in the title, a summary of the row."""
+    from test_tui_pilot import WIDE_X01
+
+    from engine import load_scenario_text
+
+    app = still(DebuggerApp(load_scenario_text(WIDE_X01), lang="en"))
+    assert snap_compare(app, terminal_size=size, run_before=keys_then_settle("n", "greater_than_sign"))
+
+
+@pytest.mark.parametrize("size", SIZES)
 def test_help_screen(snap_compare, size):
     assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle("question_mark"))
 
@@ -70,7 +81,7 @@ def test_timeline_after_an_eos_stop(snap_compare, size):
     assert snap_compare(app, terminal_size=size, run_before=keys_then_settle("c"))  # no breakpoint: to the end
 
 
-WK_CELL = ["w", "down", "down", "tab", "right", "right"]  # weights browser, blocks.0.attn.wk, cell [0, 1]
+WK_CELL = ["w", "tab", "down", "down", "enter", "right"]  # weights browser, blocks.0.attn.wk, cell [0, 1]
 
 
 def test_weights_browser(snap_compare):

@@ -27,6 +27,14 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("把Token编号变成可计算的向量。", "按编号取Embedding表E的对应行。",
                "编号本身没有语义；E是查表，不是检索服务。", "每行与E[编号]完全相同。"),
     },
+    "hook_embed(vectors)": {
+        "en": ("The request gives its input vectors directly (as the 004 text does), instead of token ids.",
+               "Each row is the given input vector of that position; no embedding table is read.",
+               "These vectors already stand for the tokens: looking them up in E again would be wrong.",
+               "Each row equals the request's input vectors exactly."),
+        "zh": ("请求直接给出输入向量（如004文中所示），而不是Token编号。", "每行就是该位置给定的输入向量，不读取Embedding表。",
+               "这些向量已经代表Token，再到E中查表是错误的。", "每行与请求给出的输入向量完全相同。"),
+    },
     "hook_pos_embed": {
         "en": ("Without positions attention cannot tell order apart.",
                "A term that depends only on the absolute position is added to each row.",
@@ -182,7 +190,10 @@ def default_language() -> str:
 def explain(state: OpState, lang: str) -> list[tuple[str, str]]:
     """(heading, text) lines for `state` in `lang`."""
     why, how, pitfall, check, shapes = HEADINGS[lang]
-    texts = TEXTS.get(state.name.rsplit(".", 1)[-1], {}).get(lang)
+    hook = state.name.rsplit(".", 1)[-1]
+    if hook == "hook_embed" and not state.inputs:  # a request that gives its input vectors reads no table
+        hook = "hook_embed(vectors)"
+    texts = TEXTS.get(hook, {}).get(lang)
     lines = list(zip((why, how, pitfall, check), texts)) if texts else []
     return lines + [(shapes, _shapes(state))]
 

@@ -1,29 +1,37 @@
-"""The current operator's output as a labelled table with optional heat colouring.
+"""A labelled matrix shown through a window: only the rows and columns that fit are rendered.
 
-Only a window of columns is put into the DataTable, so a 768-wide matrix costs
-no more per step than what fits on screen; `<` and `>` move the window.
+The screen hands a `MatrixData` down; the window's offsets move with keys (`<` `>`
+columns, PageUp/PageDown rows) and follow a cell cursor where there is one (the
+weights browser). Wide rows get a summary line: min / max / mean / argmax, or for
+logits the most likely tokens with their probabilities.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from rich.cells import cell_len
 from rich.color import Color
 from rich.style import Style
 from rich.text import Text
-from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.reactive import reactive
+from textual.widget import Widget
 
-from engine import Labelled, to_host
+from engine.expect import Cell
+from engine.labels import resolve_some
+from engine.summaries import shape_text
 
-from ..numbers import number_cell
+from ..numbers import NUMBER_WIDTH, format_number, right_aligned
 
-CELL_WIDTH = 11  # a marker (✓ ✗ •) or space, "-1.371908", one space; the table adds no padding
+CELL_WIDTH = NUMBER_WIDTH + 3  # an edit mark (•), a verdict (✓ ✗), the number, a space
 PROBABILITY_KINDS = ("softmax", "probs")
+TOP_TOKENS = 5
 BASE = (24, 24, 32)
 POSITIVE, NEGATIVE, SEQUENTIAL = (170, 50, 50), (50, 90, 180), (40, 140, 70)
+TITLE_LINES = 2
 
 
 def heat_style(x: float, scale: float, sequential: bool) -> Style:
@@ -36,102 +44,218 @@ def heat_style(x: float, scale: float, sequential: bool) -> Style:
     return Style(bgcolor=Color.from_rgb(*rgb), color="white")
 
 
-def label_width(labels) -> int:
-    return max((cell_len(label) for label in labels), default=4) + 1
+class Labels(Sequence):
+    """`count` labels made one at a time when shown (a vocabulary axis has 50 000 of them)."""
+
+    def __init__(self, count: int, label: Callable[[int], str]):
+        self._count, self._label = count, label
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._label(i) for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(index)
+        return self._label(index % self._count)
 
 
-def relabel(table: DataTable, row_labels, col_labels) -> None:
-    """Empty `table`, then give it a label column and number columns of explicit widths
-    (an auto-sized column sometimes rendered empty, or squeezed, right after clear())."""
-    table.clear(columns=True)
-    table.add_column("", key="label", width=label_width(row_labels))
-    for j, label in enumerate(col_labels):
-        table.add_column(Text(label, justify="right"), key=str(j), width=CELL_WIDTH)
+def lazy_labels(axis) -> Labels:
+    """An operator's row or column labels, made only for the entries on screen."""
+    count = axis.count if hasattr(axis, "count") else len(axis)
+    return Labels(count, lambda i: resolve_some(axis, [i])[0])
 
 
-class MatrixView(Vertical):
-    def compose(self):
-        yield Static(id="matrix-title")
-        table = DataTable(cursor_type="none", show_cursor=False, cell_padding=0)
-        table.can_focus = False
-        yield table
+@dataclass(frozen=True)
+class MatrixData:
+    """What one matrix window shows. `values` are host NumPy, 2-D."""
 
-    def on_mount(self) -> None:
-        self.col_offset = 0
-        self._before, self._show_before, self._verdicts = None, False, {}
-        self._matrix: Labelled | None = None
-        self._title = ""
-        self._kind = ""
-        self.heat = True
+    title: str
+    values: np.ndarray
+    rows: Sequence[str]
+    cols: Sequence[str]
+    kind: str = ""
+    before: np.ndarray | None = None  # the values before the last weight edit (changed cells get •)
+    show_before: bool = False  # display `before` instead of `values`
+    verdicts: Mapping[tuple[int, int], Cell] = field(default_factory=dict)  # printed cells of an expect: table
+    newest_first: bool = False  # open the window on the last rows (a KV cache's newest positions)
+    token_label: Callable[[int], str] | None = None  # cells hold token ids (the decode rule's choice)
 
-    def show(self, matrix: Labelled, *, title: str, kind: str, before=None, show_before: bool = False,
-             verdicts: dict | None = None) -> None:
-        """Args:
-        before: the same operator's values before the last weight edit; changed cells get a •.
-        show_before: display those earlier values instead of the current ones.
-        verdicts: (row, col) -> whether the number printed in the text agrees (✓) or not (✗).
-        """
-        if matrix is not self._matrix:
+    @property
+    def shown(self) -> np.ndarray:
+        return self.before if self.show_before and self.before is not None else self.values
+
+    def changed(self) -> np.ndarray | None:
+        if self.before is None:
+            return None
+        same = (self.values == self.before) | (np.isnan(self.values) & np.isnan(self.before))
+        return ~same
+
+
+class MatrixWindow(Widget):
+    data: reactive[MatrixData | None] = reactive(None, always_update=True)
+    row_offset = reactive(0)
+    col_offset = reactive(0)
+    heat = reactive(True)
+    cursor: reactive[tuple[int, int] | None] = reactive(None)  # a cell cursor (weights browser)
+
+    def watch_data(self, old: MatrixData | None, new: MatrixData | None) -> None:
+        if old is None or new is None or (old.title, old.values.shape) != (new.title, new.values.shape):
             self.col_offset = 0
-        self._matrix, self._title, self._kind = matrix, title, kind
-        self._before, self._show_before = before, show_before
-        self._verdicts = verdicts or {}
-        self.refresh_table()
+            self.row_offset = max(new.values.shape[0] - self._row_count(), 0) if new and new.newest_first else 0
 
-    def shift_columns(self, direction: int) -> bool:
-        if self._matrix is None:
+    # -- the window -------------------------------------------------------------------------------
+    def _label_width(self) -> int:
+        rows = self.data.rows
+        sample = [rows[i] for i in range(self.row_offset, min(self.row_offset + self._row_count(), len(rows)))]
+        return min(max((cell_len(label) for label in sample), default=4) + 1, max(self.size.width // 3, 6))
+
+    def _row_count(self) -> int:
+        return max(self.size.height - TITLE_LINES - 1, 1)
+
+    def _col_count(self) -> int:
+        return max((self.size.width - self._label_width()) // CELL_WIDTH, 1)
+
+    def window(self) -> tuple[range, range]:
+        """The rows and columns on screen now."""
+        n_rows, n_cols = self.data.values.shape
+        rows = range(self.row_offset, min(self.row_offset + self._row_count(), n_rows))
+        cols = range(self.col_offset, min(self.col_offset + self._col_count(), n_cols))
+        return rows, cols
+
+    def scroll_rows(self, pages: float) -> bool:
+        return self._shift("row_offset", round(pages * self._row_count()) or int(math.copysign(1, pages)), 0)
+
+    def scroll_cols(self, pages: float) -> bool:
+        return self._shift("col_offset", round(pages * self._col_count()) or int(math.copysign(1, pages)), 1)
+
+    def _shift(self, attribute: str, delta: int, axis: int) -> bool:
+        if self.data is None:
             return False
-        width = self._visible_columns()
-        offset = self.col_offset + direction * width
-        if not 0 <= offset < len(self._matrix.cols):
+        size = self.data.values.shape[axis]
+        page = self._row_count() if axis == 0 else self._col_count()
+        offset = max(0, min(getattr(self, attribute) + delta, max(size - page, 0)))
+        if offset == getattr(self, attribute):
             return False
-        self.col_offset = offset
-        self.refresh_table()
+        setattr(self, attribute, offset)
         return True
 
-    def on_resize(self, event) -> None:
-        # Only a new width changes the column window; height follows the rows we put in.
-        if self._matrix is not None and event.size.width != getattr(self, "_laid_out_width", None):
-            self._laid_out_width = event.size.width
-            self.refresh_table()
+    def watch_cursor(self, cursor: tuple[int, int] | None) -> None:
+        """Keep the cursor's cell in view."""
+        if cursor is None or self.data is None:
+            return
+        row, col = cursor
+        rows, cols = self._row_count(), self._col_count()
+        self.row_offset = min(max(self.row_offset, row - rows + 1), row)
+        self.col_offset = min(max(self.col_offset, col - cols + 1), col)
 
-    def _visible_columns(self) -> int:
-        return max(1, (self.size.width - label_width(self._matrix.rows) - 1) // CELL_WIDTH) if self.size.width else 8
+    # -- rendering ---------------------------------------------------------------------------------
+    def render(self) -> Text:
+        if self.data is None:
+            return Text("")
+        lines = self._lines()
+        for line in lines:
+            line.truncate(max(self.size.width, 1), overflow="ellipsis")
+        return Text("\n").join(lines)
 
-    def refresh_table(self) -> None:
-        matrix = self._matrix
-        values = to_host(matrix.values)
-        changed = np.zeros(values.shape, dtype=bool)
-        if self._before is not None:
-            changed = ~((values == self._before) | (np.isnan(values) & np.isnan(self._before)))
-            values = self._before if self._show_before else values
-        first, count = self.col_offset, self._visible_columns()
-        cols = range(first, min(first + count, len(matrix.cols)))
-        window = "" if len(cols) == len(matrix.cols) else f" · cols {cols[0]}–{cols[-1]} of {len(matrix.cols)} (< >)"
-        shape = f"{len(matrix.rows)}×{len(matrix.cols)}"
-        edit = ""
-        if changed.any():
-            edit = f" · {int(changed.sum())} cells changed by the edit (•)"
-            edit += " · BEFORE the edit (v)" if self._show_before else " · v: before"
-        if self._verdicts:
-            agreeing = sum(self._verdicts.values())
-            edit += f" · expect: {agreeing}/{len(self._verdicts)} printed cells agree (✓ ✗)"
-        self.query_one("#matrix-title", Static).update(Text(f"{self._title} · {shape}{window}{edit}", style="bold"))
-        table = self.query_one(DataTable)
-        relabel(table, matrix.rows, [matrix.cols[j] for j in cols])
+    def _lines(self) -> list[Text]:
+        data = self.data
+        if not data.values.size:
+            return [Text(f"{data.title} · {shape_text(data.values.shape)} · empty", style="bold")]
+        rows, cols = self.window()
+        values = data.shown
         finite = values[np.isfinite(values)]
         scale = float(np.max(np.abs(finite), initial=0.0))
-        sequential = self._kind in PROBABILITY_KINDS
-        for i, label in enumerate(matrix.rows):
-            cells = [self._cell(float(values[i, j]), scale, sequential, changed[i, j], self._verdicts.get((i, j)))
-                     for j in cols]
-            table.add_row(Text(label, style="bold"), *cells)
+        changed = data.changed()
+        width = self._label_width()
+        header = Text(" " * width)
+        for j in cols:
+            header.append(right_aligned(_fit(data.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
+        lines = [*self._title(rows, cols, changed), header]
+        sequential = data.kind in PROBABILITY_KINDS
+        for i in rows:
+            label = _fit(data.rows[i], width - 1)
+            line = Text(label + " " * (width - cell_len(label)), style="bold")
+            for j in cols:
+                line.append_text(self._cell(i, j, float(values[i, j]), scale, sequential, changed))
+            lines.append(line)
+        return lines
 
-    def _cell(self, x: float, scale: float, sequential: bool, changed: bool, agrees: bool | None) -> Text:
-        """A space, one marker (✓/✗ against the text where it printed this cell, else • if edited), the number."""
-        cell = number_cell(x, heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x)))
-        if agrees is not None:
-            marker = Text(" ✓", style="bold green") if agrees else Text(" ✗", style="bold red")
+    def _title(self, rows: range, cols: range, changed: np.ndarray | None) -> list[Text]:
+        """Two lines: what the matrix is and which part shows; a summary of a row too wide to show."""
+        data = self.data
+        n_rows, n_cols = data.values.shape
+        parts = [f"{data.title} · {shape_text(data.values.shape)}"]
+        if len(rows) < n_rows:
+            parts.append(f"rows {rows[0]}–{rows[-1]} of {n_rows} (PgUp PgDn)" if rows else "")
+        if len(cols) < n_cols:
+            parts.append(f"cols {cols[0]}–{cols[-1]} of {n_cols} (< >)" if cols else "")
+        if changed is not None and changed.any():
+            parts.append(f"{int(changed.sum())} cells changed by the edit (•)")
+            parts.append("BEFORE the edit (v)" if data.show_before else "v: before")
+        if data.token_label is not None:
+            parts.append("chose " + ", ".join(data.token_label(int(x)) for x in data.values.ravel()))
+        if data.verdicts:
+            agreeing = sum(self._agrees(i, j) for i, j in data.verdicts)
+            parts.append(f"expect: {agreeing}/{len(data.verdicts)} printed cells agree (✓ ✗)")
+        if len(cols) < n_cols:
+            parts.append(self._summary(rows))
+        return [Text(parts[0], style="bold"), Text(" · ".join(p for p in parts[1:] if p), style="italic")]
+
+    def _summary(self, rows: range) -> str:
+        """One line about the last visible row, whose columns do not all fit."""
+        data = self.data
+        i = rows[-1] if rows else data.values.shape[0] - 1
+        row = data.shown[i]
+        finite = row[np.isfinite(row)]
+        if data.kind in ("logits", "filter", "probs") and finite.size:
+            probabilities = row if data.kind == "probs" else _softmax(row)
+            top = np.argsort(-probabilities, kind="stable")[:TOP_TOKENS]
+            tokens = ", ".join(f"{data.cols[j]} {probabilities[j]:.3f}" for j in top)
+            return f"row {data.rows[i]}: top {TOP_TOKENS}: {tokens}"
+        if not finite.size:
+            return f"row {data.rows[i]}: no finite value"
+        best = int(np.argmax(np.where(np.isfinite(row), row, -np.inf)))
+        return (f"row {data.rows[i]}: min {format_number(float(finite.min()))} max {format_number(float(finite.max()))} "
+                f"mean {format_number(float(finite.mean()))} argmax {data.cols[best]}")
+
+    def _agrees(self, i: int, j: int) -> bool:
+        """A printed cell agrees with the value shown (the edited one, or the one before the edit)."""
+        cell = self.data.verdicts[(i, j)]
+        shown = float(self.data.shown[i, j])
+        if math.isinf(cell.printed) or math.isinf(shown):
+            return cell.printed == shown
+        return abs(shown - cell.printed) <= cell.tolerance
+
+    def _cell(self, i: int, j: int, x: float, scale: float, sequential: bool, changed) -> Text:
+        edit = Text("•", style="bold yellow") if changed is not None and changed[i, j] else Text(" ")
+        if (i, j) in self.data.verdicts:
+            verdict = Text("✓", style="bold green") if self._agrees(i, j) else Text("✗", style="bold red")
         else:
-            marker = Text(" •", style="bold yellow") if changed else Text("  ")
-        return marker + cell
+            verdict = Text(" ")
+        style = heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x))
+        if self.cursor == (i, j):
+            style = Style(reverse=True, bold=True)
+        if self.data.token_label is not None:
+            shown, style = _fit(self.data.token_label(int(x)), NUMBER_WIDTH), Style(bold=True)
+        else:
+            shown = format_number(x)
+        return Text.assemble(edit, verdict, (right_aligned(shown), style), " ")
+
+
+def _fit(text: str, width: int) -> str:
+    """Cut `text` to `width` display cells, marking the cut with …."""
+    if cell_len(text) <= width:
+        return text
+    cut = text
+    while cell_len(cut) > max(width - 1, 0):
+        cut = cut[:-1]
+    return cut + "…"
+
+
+def _softmax(row: np.ndarray) -> np.ndarray:
+    finite = np.isfinite(row)
+    shifted = np.where(finite, row - np.max(row[finite]), -np.inf)
+    weights = np.exp(shifted)
+    return weights / weights.sum()

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 from rich.text import Text
-from textual.widgets import OptionList
-from textual.widgets.option_list import Option
 
 from engine import OpState
 
+from ..debugger import View, short_name
+from .linelist import Line, LineList
+
 BREAK_MARK = "●"
-
-
-def short_name(state: OpState) -> str:
-    """`blocks.0.attn.hook_pattern` (head 0) -> `attn.pattern h0`: fits a narrow list."""
-    name = re.sub(r"^blocks\.\d+\.", "", state.name).replace("hook_", "").replace("attn.attn_", "attn.")
-    return name if state.head is None else f"{name} h{state.head}"
 
 
 def group_name(state: OpState) -> str:
@@ -27,29 +20,27 @@ def group_name(state: OpState) -> str:
     return "output" if state.name.startswith(("ln_final", "unembed")) else "input"
 
 
-class OperatorList(OptionList):
-    """Options have the step number as id; group headings are disabled options."""
+def operator_lines(view: View) -> tuple[Line, ...]:
+    lines, group = [], None
+    for state in view.round_states:
+        heading = group_name(state) + (f" · chunk {state.chunk}" if state.chunk else "")
+        if heading != group:
+            group = heading
+            lines.append((None, Text(f"─ {heading}", style="bold")))
+        mark = BREAK_MARK if state.step in view.breaks else " "
+        lines.append((state.step, Text.assemble((mark, "bold red"), f"{state.step:>4} {short_name(state)}")))
+    return tuple(lines)
 
-    def show(self, states: list[OpState], current: int, breaks: set[int]) -> None:
-        key = (tuple(s.step for s in states), frozenset(breaks))
-        if key != getattr(self, "_shown_key", None):
-            self._shown_key = key
-            self.set_options(self._build_options(states, breaks))
-        self.highlighted = self.get_option_index(str(current))
 
-    def _build_options(self, states: list[OpState], breaks: set[int]) -> list[Option]:
-        options, group = [], None
-        for state in states:
-            heading = group_name(state) + (f" · chunk {state.chunk}" if state.chunk else "")
-            if heading != group:
-                group = heading
-                options.append(Option(Text(f"── {heading} ──", style="bold"), disabled=True))
-            mark = BREAK_MARK if state.step in breaks else " "
-            prompt = Text.assemble((mark, "bold red"), f"{state.step:>3} {short_name(state)}")
-            options.append(Option(prompt, id=str(state.step)))
-        return options
+class OperatorList(LineList):
+    """Keys are step numbers; Enter or a click goes to that step, b toggles a breakpoint on it."""
 
-    @property
-    def highlighted_step(self) -> int | None:
-        option = self.highlighted_option
-        return int(option.id) if option is not None and option.id else None
+    def show_view(self, view: View) -> None:
+        """The lines of `view`'s round; the highlight follows the current step when it moves."""
+        key = (view.round_states[0].step if view.round_states else None, len(view.round_states), view.breaks)
+        if key != getattr(self, "_shown", None):
+            self._shown = key
+            self.lines = operator_lines(view)
+        if view.state.step != getattr(self, "_current", None):
+            self._current = view.state.step
+            self.highlight(view.state.step)

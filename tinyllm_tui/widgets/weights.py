@@ -1,38 +1,65 @@
-"""The weights browser: every parameter by name and shape, editable cell by cell."""
+"""The weights browser: every parameter by name and shape, a cell cursor in a windowed grid, live edits."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Footer, Static
 
-from engine import Scenario
-from engine.edits import CellEdit, EditError, apply_edit, parse_value
+from engine.edits import EditError, parse_value
+from engine.summaries import shape_text
 
-from ..numbers import number_cell
-from .dialogs import PromptScreen
-from .matrix import relabel
+from ..debugger import Debugger
+from .dialogs import ChoiceScreen, PromptScreen
+from .linelist import LineList
+from .matrix import Labels, MatrixData, MatrixWindow
 
 
-def axis_labels(scenario: Scenario, name: str, axis: int, count: int) -> list[str]:
+def axis_labels(debugger: Debugger, name: str, axis: int, count: int) -> Labels:
     """Rows are input features, columns output features; the vocabulary where it is an axis."""
-    vocab_axis = {"embed": 0, "unembed": 1}.get(name)
-    if vocab_axis == axis:
-        return [scenario.vocab.label(i) for i in range(count)]
-    return [f"{'in' if axis == 0 else 'out'} {i}" for i in range(count)]
+    if {"embed": 0, "unembed": 1}.get(name) == axis:
+        return Labels(count, debugger.scenario.vocab.label)
+    prefix = "in" if axis == 0 else "out"
+    return Labels(count, lambda i: f"{prefix} {i}")
+
+
+class CursorMatrix(MatrixWindow, can_focus=True):
+    BINDINGS = [
+        Binding("up", "move(-1, 0)", "Up", show=False),
+        Binding("down", "move(1, 0)", "Down", show=False),
+        Binding("left", "move(0, -1)", "Left", show=False),
+        Binding("right", "move(0, 1)", "Right", show=False),
+        Binding("pageup", "move(-20, 0)", "Page up", show=False),
+        Binding("pagedown", "move(20, 0)", "Page down", show=False),
+    ]
+
+    def action_move(self, rows: int, cols: int) -> None:
+        if self.data is None:
+            return
+        n_rows, n_cols = self.data.values.shape
+        row, col = self.cursor or (0, 0)
+        self.cursor = (max(0, min(row + rows, n_rows - 1)), max(0, min(col + cols, n_cols - 1)))
 
 
 class WeightsScreen(Screen):
+    @dataclass
+    class Edited(Message):
+        """The weights changed: `message` says how (the debugger's status line shows it)."""
+
+        message: str
+
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
-        Binding("e", "edit", "Edit cell"),
-        Binding("u", "app.undo", "Undo"),
-        Binding("ctrl+r", "app.redo", "Redo"),
+        Binding("e,enter", "edit", "Edit cell"),
+        Binding("u", "undo", "Undo"),
+        Binding("ctrl+r", "redo", "Redo"),
         Binding("R", "reset", "Reset to file"),
         Binding("0", "fill('zeros')", "Zero"),
         Binding("1", "fill('identity')", "Identity"),
@@ -41,69 +68,63 @@ class WeightsScreen(Screen):
         Binding("S", "app.save_as", "Save as"),
     ]
 
-    def __init__(self, readers: dict[str, list[str]]):
+    def __init__(self, debugger: Debugger):
         super().__init__()
-        self._readers = readers
+        self.debugger = debugger
+        self.selected = next(iter(debugger.weights))
 
     def compose(self) -> ComposeResult:
         with Horizontal():
-            yield OptionList(id="parameters")
+            yield LineList(id="parameters")
             with Vertical(id="weight-right"):
                 yield Static(id="weight-title")
-                yield DataTable(id="weight-table", cursor_type="cell")
+                yield CursorMatrix(id="weight-grid")
                 yield Static(id="weight-status")
         yield Footer()
 
     def on_mount(self) -> None:
-        weights = self.app.weights
-        self.query_one(OptionList).set_options(
-            Option(f"{name}  {'×'.join(map(str, w.shape))}", id=name) for name, w in weights.items())
-        self.query_one(OptionList).highlighted = 0
-        self.selected = next(iter(weights))
+        lines = tuple((name, Text(f"{name}  {shape_text(w.shape)}")) for name, w in self.debugger.weights.items())
+        self.query_one(LineList).show(lines, self.selected)
+        grid = self.query_one(CursorMatrix)
+        grid.cursor = (0, 0)
+        grid.focus()  # the cursor starts in the grid: e edits a number straight away
         self.refresh_matrix()
 
-    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
-        self.selected = event.option.id
+    def on_screen_resume(self) -> None:
         self.refresh_matrix()
+
+    def on_line_list_highlighted(self, event: LineList.Highlighted) -> None:
+        if event.key != self.selected:
+            self.selected = event.key
+            self.query_one(CursorMatrix).cursor = (0, 0)
+            self.refresh_matrix()
+
+    def on_line_list_chosen(self) -> None:
+        self.query_one(CursorMatrix).focus()
 
     def refresh_matrix(self, message: str = "") -> None:
-        scenario, name = self.app.scenario, self.selected
-        array = np.atleast_2d(self.app.weights[name])
-        original = np.atleast_2d(self.app.file_scenario.weights[name])
-        readers = ", ".join(self._readers.get(name, [])) or "no operator"
-        shape = "×".join(map(str, self.app.weights[name].shape))
-        title = Text.assemble((f"{name} · {shape}", "bold"), f"\nread by: {readers}")
-        self.query_one("#weight-title", Static).update(title)
-        table = self.query_one(DataTable)
-        cursor = table.cursor_coordinate
-        is_matrix = self.app.weights[name].ndim == 2
-        rows = axis_labels(scenario, name, 0, array.shape[0]) if is_matrix else ["value"]
-        cols = axis_labels(scenario, name, 1, array.shape[1]) if is_matrix else [str(j) for j in range(array.shape[1])]
-        relabel(table, rows, cols)
-        for label, row, before in zip(rows, array, original):
-            cells = [Text("  ") + number_cell(float(x), "bold yellow" if x != b else "") for x, b in zip(row, before)]
-            table.add_row(Text(label, style="bold"), *cells)
-        table.cursor_coordinate = cursor
+        name, debugger = self.selected, self.debugger
+        array = np.atleast_2d(debugger.weights[name])
+        original = np.atleast_2d(debugger.file_scenario.weights[name])
+        readers = ", ".join(debugger.readers(name)) or "no operator of this round"
+        self.query_one("#weight-title", Static).update(
+            Text.assemble((f"{name} · {shape_text(debugger.weights[name].shape)}", "bold"), f"\nread by: {readers}"))
+        is_matrix = debugger.weights[name].ndim == 2
+        rows = axis_labels(debugger, name, 0, array.shape[0]) if is_matrix else ["value"]
+        cols = axis_labels(debugger, name, 1, array.shape[1]) if is_matrix else Labels(array.shape[1], str)
+        self.query_one(CursorMatrix).data = MatrixData(name, array, rows, cols, before=original)
         edited = int(np.sum(array != original))
-        status = f"{edited} cell{' differs' if edited == 1 else 's differ'} from the file (yellow)"
+        status = f"{edited} cell{' differs' if edited == 1 else 's differ'} from the file (•)"
         self.query_one("#weight-status", Static).update(" · ".join(filter(None, [status, message])))
 
-    def on_data_table_cell_selected(self) -> None:
-        self.action_edit()  # Enter (or a click) on a cell edits it
-
-    def _cell_index(self) -> tuple[int, ...] | None:
-        table = self.query_one(DataTable)
-        row, col = table.cursor_coordinate
-        if col == 0:
-            return None
-        return (col - 1,) if self.app.weights[self.selected].ndim == 1 else (row, col - 1)
+    # -- edits -------------------------------------------------------------------------------------
+    def _cell_index(self) -> tuple[int, ...]:
+        row, col = self.query_one(CursorMatrix).cursor or (0, 0)
+        return (col,) if self.debugger.weights[self.selected].ndim == 1 else (row, col)
 
     def action_edit(self) -> None:
         index = self._cell_index()
-        if index is None:
-            self.refresh_matrix("move to a number first (the first column holds labels)")
-            return
-        old = float(self.app.weights[self.selected][index])
+        old = float(self.debugger.weights[self.selected][index])
         where = f"{self.selected}[{','.join(map(str, index))}]"
         self.app.push_screen(PromptScreen(f"{where} = {old:g} → new value:", lambda text: self._accept(index, text)))
 
@@ -112,30 +133,61 @@ class WeightsScreen(Screen):
             value = parse_value(text)
         except EditError as error:
             return f"{error}; the old value is kept"
-        self.app.edit_weights(self.selected, apply_edit(self.app.weights, CellEdit(self.selected, index, value))[self.selected])
+        array = self.debugger.weights[self.selected].copy()
+        array[index] = value
+        self._apply(array)
         return None
 
+    def _apply(self, array: np.ndarray) -> None:
+        """Replace the selected parameter; while decoding, ask whether to keep the stale cache."""
+        name = self.selected
+
+        def apply(keep_stale: bool) -> None:
+            self._edited(self.debugger.set_weight(name, array, keep_stale=keep_stale))
+
+        if not self.debugger.edit_asks_about_the_cache():
+            apply(False)
+            return
+        question = ("The KV cache was computed with the old weights. "
+                    "Recompute it, or keep the stale cache to see what it breaks?")
+        choice = ChoiceScreen(question, {"r": "recompute (default)", "k": "keep the stale cache"}, "r",
+                              lambda answer: apply(answer == "k"))
+        self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
+
+    def _edited(self, message: str) -> None:
+        self.refresh_matrix(message)
+        self.post_message(self.Edited(message))
+
+    def action_undo(self) -> None:
+        self._edited(self.debugger.undo())
+
+    def action_redo(self) -> None:
+        self._edited(self.debugger.redo())
+
     def action_reset(self) -> None:
-        self.app.edit_weights(self.selected, self.app.file_scenario.weights[self.selected])
+        self._apply(self.debugger.file_scenario.weights[self.selected])
+
+    def _square(self, what: str) -> int | None:
+        shape = self.debugger.weights[self.selected].shape
+        if len(shape) != 2 or shape[0] != shape[1]:
+            self.refresh_matrix(f"{what} needs a square matrix; this one is {shape_text(shape)}")
+            return None
+        return shape[0]
 
     def action_fill(self, kind: str) -> None:
-        shape = self.app.weights[self.selected].shape
-        if kind == "identity" and (len(shape) != 2 or shape[0] != shape[1]):
-            self.refresh_matrix(f"identity needs a square matrix; this one is {'×'.join(map(str, shape))}")
-            return
-        self.app.edit_weights(self.selected, np.eye(shape[0]) if kind == "identity" else np.zeros(shape))
+        if kind == "zeros":
+            self._apply(np.zeros(self.debugger.weights[self.selected].shape))
+        elif (size := self._square("identity")) is not None:
+            self._apply(np.eye(size))
 
     def action_scale(self) -> None:
-        shape = self.app.weights[self.selected].shape
-        if len(shape) != 2 or shape[0] != shape[1]:
-            self.refresh_matrix(f"s·I needs a square matrix; this one is {'×'.join(map(str, shape))}")
-            return
-        self.app.push_screen(PromptScreen("Set the matrix to s·I, s =", self._accept_scale))
+        if self._square("s·I") is not None:
+            self.app.push_screen(PromptScreen("Set the matrix to s·I, s =", self._accept_scale))
 
     def _accept_scale(self, text: str) -> str | None:
         try:
             scale = parse_value(text)
         except EditError as error:
             return str(error)
-        self.app.edit_weights(self.selected, scale * np.eye(self.app.weights[self.selected].shape[0]))
+        self._apply(scale * np.eye(self.debugger.weights[self.selected].shape[0]))
         return None

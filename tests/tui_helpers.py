@@ -1,0 +1,74 @@
+"""Reading the debugger's screen in Pilot tests: the status line, the matrix window's cells."""
+
+from __future__ import annotations
+
+import io
+
+from conftest import X01
+from rich.console import Console
+
+from engine import load_scenario
+from tinyllm_tui.app import DebuggerApp
+from tinyllm_tui.widgets.matrix import CELL_WIDTH, MatrixWindow
+
+TITLE_AND_HEADER = 3  # the matrix window's two title lines and its column header
+
+
+def make_app(path=X01, **kwargs) -> DebuggerApp:
+    kwargs.setdefault("lang", "en")
+    return DebuggerApp(load_scenario(path), **kwargs)
+
+
+def state(app):
+    return app.debugger.view.state
+
+
+def status(app) -> str:
+    return str(app.main.query_one("#status").render())
+
+
+def matrix_text(app, selector: str = "#matrix") -> list[str]:
+    return [line.plain for line in app.screen.query_one(selector, MatrixWindow)._lines()]
+
+
+def matrix_cells(app, selector: str = "#matrix") -> list[list[str]]:
+    """Each visible row as [label, cell, cell, …], cells with their ✓ ✗ • marks."""
+    window = app.screen.query_one(selector, MatrixWindow)
+    count = len(window.window()[1])
+    rows = []
+    for line in matrix_text(app, selector)[TITLE_AND_HEADER:]:
+        start = len(line) - count * CELL_WIDTH  # cells are one character a cell wide; labels may be CJK
+        cells = [line[k : k + CELL_WIDTH].strip() for k in range(start, len(line), CELL_WIDTH)]
+        rows.append([line[:start].strip(), *cells])
+    return rows
+
+
+def screen_text(app) -> str:
+    """What the terminal shows now, as plain text (spaces, not SVG entities)."""
+    width, height = app.size
+    console = Console(file=io.StringIO(), width=width, height=height, color_system=None, record=True)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text()
+
+
+async def settle(pilot) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def long_scenario(*, prompt: int = 64, new: int = 150, d_model: int = 16, layers: int = 2):
+    """A random small model with a long prompt and many decode rounds: a continue takes seconds."""
+    import numpy as np
+
+    from engine.parameters import parameter_shapes
+    from engine.scenario import Scenario
+    from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
+
+    model = ModelSpec(d_model=d_model, n_layers=layers, n_heads=2, d_head=d_model // 2, d_ff=2 * d_model,
+                      norm=NormSpec(), final_norm=True, ffn="gelu_tanh", positions="sinusoidal")
+    vocab = Vocab(tuple(f"t{i}" for i in range(50)))
+    rng = np.random.default_rng(0)
+    weights = {name: rng.normal(0, 1 / np.sqrt(shape[0]), shape)
+               for name, shape in parameter_shapes(model, len(vocab)).items()}
+    tokens = tuple(int(t) for t in rng.integers(0, len(vocab), prompt))
+    return Scenario("long.yaml", "long", vocab, model, weights, (Request(tokens, new),), DecodeRule(max_new_tokens=new))

@@ -1,0 +1,391 @@
+"""A session of debugging, headless: cursor and history, breakpoints, runs, search, edits, fault, verdicts.
+
+The TUI and the CLI drive a `Debugger`; it never imports textual, rich or typer.
+Exactly one thread owns the engine's generator at a time: every method that pulls
+the stream takes `_owner` (a run in a worker holds it until it stops), and a call
+made meanwhile raises `Busy` with a message instead of touching the generator.
+Views read `view`, an immutable snapshot taken after every move.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
+from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
+from engine.check import check_scenario
+from engine.diff import OpDiff, diff_runs
+from engine.edits import CellEdit, WeightHistory, apply_edit, save, with_weights
+from engine.expect import Cell, Outcome
+from engine.history import DEFAULT_BUDGET, History, RoundSummary, round_summaries
+from engine.session import INJECTIONS, StaleFrom
+from engine.summaries import request_results
+
+PROGRESS_EVERY = 200  # steps between progress reports of a long run
+
+
+class Busy(RuntimeError):
+    """Another thread owns the session's generator (a run is in flight)."""
+
+
+class SearchError(ValueError):
+    """A go-to or search text that names nothing."""
+
+
+class Cancelled(RuntimeError):
+    """A comparison was cancelled before it finished."""
+
+
+@dataclass(frozen=True)
+class View:
+    """What the views show after a move: the current operator and its surroundings."""
+
+    state: OpState
+    round_states: tuple[OpState, ...]  # every operator of the current round
+    rounds: tuple[RoundSummary, ...]  # the current request's finished rounds (A.9)
+    breaks: frozenset[int]  # steps of `round_states` where a breakpoint hits
+    total: int | None  # number of steps, once the trace has been run to its end
+    at_end: bool
+
+
+Progress = Callable[[int], None]
+
+
+def short_name(state: OpState) -> str:
+    """`blocks.0.attn.hook_pattern` (head 0) -> `attn.pattern h0`: fits a narrow list."""
+    name = state.name.split(".", 2)[2] if state.name.startswith("blocks.") else state.name
+    name = name.replace("hook_", "").replace("attn.attn_", "attn.")
+    return name if state.head is None else f"{name} h{state.head}"
+
+
+def matcher(text: str) -> Callable[[OpState], bool]:
+    """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …) or a short name."""
+    try:
+        return parse_breakpoint(text).hits
+    except BreakpointError:
+        return lambda state: short_name(state) == text or fnmatch.fnmatchcase(short_name(state), text)
+
+
+class Debugger:
+    def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
+                 inject: str | None = None, edits: list[CellEdit] = (), budget: int = DEFAULT_BUDGET):
+        """Args:
+        scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
+        budget: bytes of operator outputs the history keeps for stepping back.
+        """
+        self.file_scenario = scenario
+        self.backend = backend or make_backend()
+        self.weight_history = WeightHistory(scenario.weights)
+        for edit in edits:
+            self.weight_history.push(apply_edit(self.weight_history.current, edit))
+        self.breakpoints: tuple[Breakpoint, ...] = ()  # replaced, never mutated: a run reads it meanwhile
+        for text in breakpoints:
+            self.add_breakpoint(text)
+        self.budget = budget
+        self.stale: StaleFrom | None = None
+        self.previous: History | None = None  # the run before the last edit, to show changed cells
+        self._owner = threading.Lock()
+        self._cancel = threading.Event()  # stops a run that owns the generator
+        self._cancel_comparisons = threading.Event()  # stops diffs and checks on sessions of their own
+        self._comparing = 0
+        self.inject = inject
+        self._restart()
+
+    # -- ownership -------------------------------------------------------------------------
+    @contextmanager
+    def _owned(self) -> Iterator[None]:
+        if not self._owner.acquire(blocking=False):
+            raise Busy("busy: a run is in flight (Esc or ctrl+c cancels it)")
+        try:
+            yield
+        finally:
+            self._owner.release()
+
+    @property
+    def busy(self) -> bool:
+        return self._owner.locked()
+
+    def cancel(self) -> bool:
+        """Ask a run or a comparison in flight to stop at its next step; False if none runs."""
+        running = self.busy or self._comparing > 0
+        if running:
+            self._cancel.set()
+            self._cancel_comparisons.set()
+        return running
+
+    def _cancellable(self, states: Iterator[OpState]) -> Iterator[OpState]:
+        for state in states:
+            time.sleep(0)  # as in run_until: keys stay quick
+            if self._cancel_comparisons.is_set():
+                raise Cancelled("cancelled")
+            yield state
+
+    @contextmanager
+    def _comparison(self) -> Iterator[None]:
+        if self._comparing == 0:
+            self._cancel_comparisons.clear()
+        self._comparing += 1
+        try:
+            yield
+        finally:
+            self._comparing -= 1
+
+    # -- session -----------------------------------------------------------------------------
+    @property
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.weight_history.current
+
+    def _restart(self, step: int = 0) -> None:
+        """A fresh session with the current weights and fault, replayed to `step`."""
+        self.scenario = with_weights(self.file_scenario, self.weights)
+        self.fingerprint = self.scenario.fingerprint  # what a cache row computed with these weights carries
+        self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
+        self.session = Session(self.scenario, self.backend, inject=self.inject, stale=self.stale)
+        self.history = History(self.session.steps, budget=self.budget)
+        self.history.goto(step)
+        self._snapshot()
+
+    def _snapshot(self) -> None:
+        history = self.history
+        state = history.current
+        round_states = tuple(history.round_states())
+        breaks = frozenset(s.step for s in round_states if self.hits(s))
+        rounds = tuple(round_summaries(history.finished_rounds(), state.request))
+        self.view = View(state, round_states, rounds, breaks, history.total, history.at_end)
+
+    def hits(self, state: OpState) -> list[str]:
+        return [b.text for b in self.breakpoints if b.hits(state)]
+
+    # -- moving ------------------------------------------------------------------------------
+    def step(self) -> str:
+        with self._owned():
+            moved = self.history.forward()
+            self._snapshot()
+        return "" if moved else self.end_message()
+
+    def back(self) -> str:
+        with self._owned():
+            moved = self.history.back()
+            self._snapshot()
+        return "" if moved else "already at the first step"
+
+    def goto_step(self, step: int) -> str:
+        with self._owned():
+            start = self.history.cursor
+            if not self.history.goto(step):
+                self.history.goto(start)
+                raise SearchError(f"no step {step}: the trace has steps 0–{self.history.last_recorded}")
+            self._snapshot()
+        return f"went to step {step}"
+
+    def run_until(self, stop: Callable[[OpState], bool], progress: Progress | None = None) -> str:
+        """Step forward until `stop(state)`, the end, or a cancel; returns what happened."""
+        with self._owned():
+            self._cancel.clear()
+            history, stopped = self.history, ""
+            while not stopped and history.forward():
+                time.sleep(0)  # hand the interpreter to the UI thread now and then: keys stay quick
+                if stop(history.current):
+                    stopped = "hit"
+                elif self._cancel.is_set():
+                    stopped = "cancelled"
+                elif progress is not None and history.cursor % PROGRESS_EVERY == 0:
+                    progress(history.cursor)
+            self._snapshot()
+        if stopped == "cancelled":
+            return f"cancelled at step {self.view.state.step}"
+        return stopped or self.end_message()
+
+    def continue_(self, progress: Progress | None = None) -> str:
+        result = self.run_until(lambda state: bool(self.hits(state)), progress)
+        return f"⚑ breakpoint: {', '.join(self.hits(self.view.state))}" if result == "hit" else result
+
+    def play_step(self) -> str | None:
+        """One step of play; a message when play must stop (a breakpoint or the end)."""
+        message = self.step()
+        if message:
+            return message
+        hits = self.hits(self.view.state)
+        return f"⚑ breakpoint: {', '.join(hits)}" if hits else None
+
+    def search(self, text: str, backward: bool = False, *, progress: Progress | None = None) -> str:
+        """Go to a step number, or to the next (previous) operator matching `text`, wrapping around."""
+        text = text.strip()
+        if not text:
+            raise SearchError("type a step number or an operator name, kind or condition")
+        if text.isdigit():
+            return self.goto_step(int(text))
+        wanted = matcher(text)
+        with self._owned():
+            self._cancel.clear()
+            start = self.history.cursor
+            after, before = (start + 1, None), (0, start)
+            found = self._scan(*(before if backward else after), wanted, backward, progress)
+            wrapped = found is None and not self._cancel.is_set()
+            if wrapped:
+                found = self._scan(*(after if backward else before), wanted, backward, progress)
+            self.history.goto(start if found is None else found)
+            self._snapshot()
+        if self._cancel.is_set():
+            return "search cancelled"
+        if found is None:
+            raise SearchError(f"no operator matches {text!r}")
+        return f"went to {text}" + (" (wrapped around)" if wrapped else "")
+
+    def _scan(self, first: int, end: int | None, wanted, last: bool, progress: Progress | None) -> int | None:
+        """The first (or last) step in [first, end) whose state is `wanted`."""
+        found = None
+        for state in self.history.states_from(first):
+            time.sleep(0)  # as in run_until: keys stay quick
+            if (end is not None and state.step >= end) or self._cancel.is_set():
+                break
+            if wanted(state):
+                found = state.step
+                if not last:
+                    break
+            if progress is not None and state.step % PROGRESS_EVERY == 0:
+                progress(state.step)
+        return found
+
+    def end_message(self) -> str:
+        return "end of trace · " + request_results(self.session.results, self.scenario.vocab)
+
+    # -- breakpoints ---------------------------------------------------------------------------
+    def add_breakpoint(self, text: str) -> str:
+        """Raises BreakpointError for a text that cannot be understood."""
+        breakpoint = parse_breakpoint(text.strip())
+        if any(b.text == breakpoint.text for b in self.breakpoints):
+            return f"breakpoint {breakpoint.text} is already set"
+        self.breakpoints = (*self.breakpoints, breakpoint)
+        self._refresh_breaks()
+        return f"breakpoint on {breakpoint.text}"
+
+    def remove_breakpoint(self, text: str) -> str:
+        kept = tuple(b for b in self.breakpoints if b.text != text)
+        if len(kept) == len(self.breakpoints):
+            return f"no breakpoint {text}"
+        self.breakpoints = kept
+        self._refresh_breaks()
+        return f"removed breakpoint {text}"
+
+    def toggle_breakpoint(self, name: str) -> str:
+        if any(b.text == name for b in self.breakpoints):
+            return self.remove_breakpoint(name)
+        return self.add_breakpoint(name)
+
+    def clear_breakpoints(self) -> str:
+        count, self.breakpoints = len(self.breakpoints), ()
+        self._refresh_breaks()
+        return f"removed {count} breakpoint{'' if count == 1 else 's'}"
+
+    def _refresh_breaks(self) -> None:
+        """The marks in the operator list follow the breakpoints (the view is otherwise unchanged)."""
+        view = getattr(self, "view", None)
+        if view is not None:
+            breaks = frozenset(s.step for s in view.round_states if self.hits(s))
+            self.view = View(view.state, view.round_states, view.rounds, breaks, view.total, view.at_end)
+
+    # -- the injected fault ----------------------------------------------------------------------
+    def cycle_injection(self) -> str:
+        """Switch to the next deliberate bug (or none) and replay to the same step."""
+        names = [None, *INJECTIONS]
+        with self._owned():
+            self.inject = names[(names.index(self.inject) + 1) % len(names)]
+            self._restart(self.history.cursor)
+        return f"now: {INJECTIONS[self.inject]}" if self.inject else "no injected bug"
+
+    # -- weight edits ------------------------------------------------------------------------------
+    def edit_asks_about_the_cache(self) -> bool:
+        """An edit made while decoding may keep the stale cache (to see what it breaks) or recompute."""
+        return self.view.state.phase == "decode"
+
+    def set_weight(self, name: str, array: np.ndarray, *, keep_stale: bool = False) -> str:
+        """Replace one parameter and replay to the same step."""
+        if np.array_equal(array, self.weights[name]):
+            return f"{name} unchanged"
+        previous = self.weights
+        self.weight_history.push(self.weights | {name: np.asarray(array, dtype=np.float64)})
+        return self._rebuild(f"edited {name}", previous if keep_stale else None)
+
+    def edit_cell(self, name: str, index: tuple[int, ...], value: float, *, keep_stale: bool = False) -> str:
+        return self.set_weight(name, apply_edit(self.weights, CellEdit(name, index, value))[name],
+                               keep_stale=keep_stale)
+
+    def undo(self) -> str:
+        return self._rebuild("undid the last edit") if self.weight_history.undo() else "nothing to undo"
+
+    def redo(self) -> str:
+        return self._rebuild("redid the edit") if self.weight_history.redo() else "nothing to redo"
+
+    def recompute(self) -> str:
+        if self.stale is None:
+            return "the cache is not stale"
+        return self._rebuild("recomputed the cache with the current weights")
+
+    def _rebuild(self, message: str, stale_weights: dict | None = None) -> str:
+        with self._owned():
+            state = self.history.current
+            self.previous = self.history
+            self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
+            self._restart(state.step)
+        return message
+
+    def unsaved(self) -> int:
+        return sum(int(np.sum(self.weights[n] != self.file_scenario.weights[n])) for n in self.weights)
+
+    def save(self, path: str | Path | None = None) -> str:
+        """Write the edited weights (atomically); raises OSError with the file untouched."""
+        written = save(self.file_scenario, self.weights, path)
+        self.file_scenario = load_scenario(written)
+        return f"saved to {written}"
+
+    def before(self, state: OpState) -> np.ndarray | None:
+        """`state`'s values before the last edit, when that run had the same operator there."""
+        if self.previous is None or self.previous.state_at(state.step) is None:
+            return None
+        earlier = self.previous.state_at(state.step)
+        same = earlier.name == state.name and earlier.values.shape == state.values.shape
+        return to_host(earlier.values) if same else None
+
+    def readers(self, name: str) -> list[str]:
+        """The operators of the current round that read parameter `name`."""
+        return list(dict.fromkeys(s.name for s in self.view.round_states
+                                  if any(o.name.removesuffix(".T") == name for o in s.inputs)))
+
+    # -- comparisons (each on sessions of its own: safe in a worker) ---------------------------------
+    def diff(self) -> list[OpDiff]:
+        """The run being debugged (fault and stale cache included) against a full recompute.
+
+        Raises Cancelled when `cancel()` is called meanwhile."""
+        scenario = self.scenario
+        cached = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
+        full = Session(scenario, self.backend, mode="full")
+        with self._comparison():
+            return diff_runs(self._cancellable(cached.steps()), self._cancellable(full.steps()))
+
+    def check_expectations(self, scenario: Scenario) -> list[Outcome]:
+        return check_scenario(scenario, self.backend) if scenario.expect else []
+
+    def accept_outcomes(self, scenario: Scenario, outcomes: list[Outcome]) -> bool:
+        """Keep the outcomes unless an edit has outrun them."""
+        if scenario is not self.scenario:
+            return False
+        self.outcomes = tuple(outcomes)
+        return True
+
+    def verdicts(self, state: OpState) -> dict[tuple[int, int], Cell]:
+        """(row, col) of `state`'s matrix -> the printed cell of an expect: table there."""
+        key = (state.request, state.round, state.name, state.head)
+        rows = {position: i for i, position in enumerate(state.positions)}
+        return {(rows[cell.position], cell.col): cell
+                for outcome in self.outcomes or ()
+                if outcome.expectation.key == key and outcome.expectation.run == "cached"
+                for cell in outcome.cells if cell.position in rows}

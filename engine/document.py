@@ -13,6 +13,7 @@ Every value is reached through a `Node` that knows its path in the document
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -86,12 +87,23 @@ SEQ, MAP = TAG + "seq", TAG + "map"
 PLAIN_TAGS = {INT, FLOAT, BOOL, NULL, STR, SEQ, MAP}
 
 
+MAX_SCENARIO_BYTES = 64 << 20  # ten times the largest inline scenario measured; bigger weights go in a weight file
+
+
 def read_text(path: Path) -> str:
-    """A scenario file's text, or ScenarioError (unreadable, not UTF-8)."""
+    """A scenario file's text, or ScenarioError (unreadable, too big, not UTF-8).
+
+    At most MAX_SCENARIO_BYTES + 1 bytes are ever read, whatever the file (or /dev/zero) holds."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            # read(n) reserves n bytes up front: ask for the size the file has (a pipe or device says 0)
+            data = b"" if size > MAX_SCENARIO_BYTES else file.read(size + 1) if size else _read_capped(file)
     except OSError as error:
-        raise ScenarioError(str(path), None, "", f"cannot read ({error.strerror})") from None
+        raise ScenarioError(str(path), None, "", f"cannot read ({error.strerror or error})") from None
+    if size > MAX_SCENARIO_BYTES or len(data) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(str(path), None, "", f"larger than the {MAX_SCENARIO_BYTES >> 20} MiB a scenario file "
+                            "may hold; put big weights in a weight file (weights: {file: model.safetensors})")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -99,14 +111,27 @@ def read_text(path: Path) -> str:
         raise ScenarioError(str(path), line, "", f"not UTF-8 text (byte {error.start})") from None
 
 
+def _read_capped(file) -> bytes:
+    """A stream without a size (a pipe, /dev/zero), a MiB at a time, stopping past the limit."""
+    chunks, total = [], 0
+    while total <= MAX_SCENARIO_BYTES and (chunk := file.read(1 << 20)):
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
 def parse(text: str, file: str) -> yaml.Node | None:
     """Compose scenario text into PyYAML's node tree, or raise ScenarioError."""
     try:
         return yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
+        problem = error.problem or str(error)
+        if error.context and "end of stream" in problem:  # an unclosed quote or bracket: say where it opened
+            problem, mark = f"{error.context}: {problem}", error.context_mark
+        else:
+            mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark else None
-        raise ScenarioError(file, line, "", f"YAML syntax: {error.problem or error}") from None
+        raise ScenarioError(file, line, "", f"YAML syntax: {problem}") from None
     except yaml.YAMLError as error:
         raise ScenarioError(file, None, "", f"YAML: {error}") from None
 

@@ -9,15 +9,18 @@ last decimal, unless the entry sets its own tolerance.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .backend import to_host
 from .document import Node
+from .spec import ModelSpec, Request
 from .trace import OpState
 
 EXPECT_KEYS = {"op", "request", "round", "head", "run", "rows", "cols", "tolerance", "values", "note"}
 MINUS_INFINITY = ("-inf", "−∞", "-∞")
+LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,37 @@ class Outcome:
 
 
 # -- reading ----------------------------------------------------------------------------
-def parse_expectations(node: Node) -> tuple[Expectation, ...]:
-    return tuple(_expectation(item) for item in node.items())
+def parse_expectations(node: Node, requests: Sequence[Request] = (), model: ModelSpec | None = None,
+                       ) -> tuple[Expectation, ...]:
+    """The `expect:` tables; with the requests and model, each must name a request, round, head,
+    layer and positions that the run computes (else a ScenarioError at that key, never a disagreement)."""
+    expectations = tuple(_expectation(item) for item in node.items())
+    if model is not None:
+        for item, expectation in zip(node.items(), expectations):
+            _check_reachable(item, expectation, requests, model)
+    return expectations
+
+
+def _check_reachable(node: Node, e: Expectation, requests: Sequence[Request], model: ModelSpec) -> None:
+    if e.request >= len(requests):
+        raise node.get("request").error(f"request {e.request} does not exist (the scenario has {len(requests)})")
+    request = requests[e.request]
+    last_round = request.max_new_tokens - 1 if model.lm_head else 0
+    if e.round > last_round:
+        raise node.get("round").error(f"round {e.round} does not exist: request {e.request} runs rounds 0..{last_round}")
+    if e.head is not None and e.head >= model.n_heads:
+        raise node.get("head").error(f"head {e.head} does not exist (the model has {model.n_heads})")
+    layer = LAYER.match(e.op)
+    if layer and int(layer.group(1)) >= model.n_layers:
+        raise node.get("op").error(f"layer {layer.group(1)} does not exist (the model has {model.n_layers})")
+    n = len(request.tokens)
+    positions = range(n) if e.round == 0 else range(n + e.round - 1, n + e.round)
+    where = f"prefill (positions 0..{n - 1})" if e.round == 0 else f"decode round {e.round} (position {positions[0]})"
+    for i, position in enumerate(e.rows or ()):
+        if position not in positions:
+            raise node.get("rows").items()[i].error(f"position {position} is not computed in {where}")
+    if e.rows is None and len(e.printed) > len(positions):
+        raise node.get("values").error(f"the table has {len(e.printed)} rows, {where} computes {len(positions)}")
 
 
 def _expectation(node: Node) -> Expectation:
@@ -94,6 +126,8 @@ def _expectation(node: Node) -> Expectation:
         raise node.get("values").error("expected a table: rows of equal length")
     if node.has("tolerance"):
         tolerance = node.get("tolerance").number()
+        if tolerance <= 0:
+            raise node.get("tolerance").error(f"expected a number > 0, got {tolerance:g}")
         tolerances = [tuple(tolerance for _ in row) for row in printed]
     picked = {key: _indices(node.get(key)) if node.has(key) else None for key in ("rows", "cols")}
     if picked["rows"] is not None and len(picked["rows"]) != len(printed):

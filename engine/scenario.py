@@ -95,9 +95,9 @@ def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario
         vocab=vocab,
         model=model,
         weights=weights,
-        requests=_requests(root.get("requests"), vocab, decode, model),
+        requests=(requests := _requests(root.get("requests"), vocab, decode, model)),
         decode=decode,
-        expect=parse_expectations(root.get("expect")) if root.has("expect") else (),
+        expect=parse_expectations(root.get("expect"), requests, model) if root.has("expect") else (),
         document=text,
         weights_source=source,
     )

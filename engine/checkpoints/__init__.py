@@ -130,7 +130,10 @@ def _hf(folder: Path, budget: tuple[int, str]):
     tokenizer_file = folder / "tokenizer.json"
     if not tokenizer_file.exists():
         raise ScenarioError(str(folder), None, "tokenizer.json", "missing (needed to turn text into ids)")
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as error:  # tokenizers raises a bare Exception for any unreadable file
+        raise ScenarioError(str(tokenizer_file), None, "", f"not a readable tokenizer ({error})") from None
     tokenizer.no_padding()
     with hf.Tensors(folder) as get:
         weights = _checked(folder, spec, config["vocab_size"], lambda name: hf.engine_weight(arch, spec, name, get),

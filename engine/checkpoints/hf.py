@@ -8,6 +8,7 @@ weights are already [in, out] and its fused `c_attn` is split into q | k | v).
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -22,6 +23,7 @@ from ..spec import ModelSpec, NormSpec
 
 ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert")
 PREFIXES = ("", "model.", "transformer.", "bert.")
+MAX_SIZE = 2**31  # a width, depth or count beyond this is a corrupt config, not a model
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "tanh": "tanh"}
 
@@ -34,27 +36,62 @@ class ConfigError(ScenarioError):
 # -- config.json -> ModelSpec ---------------------------------------------------------------
 def read_spec(folder: Path) -> tuple[str, ModelSpec, dict]:
     file = folder / "config.json"
-    config = json.loads(file.read_text())
+    try:
+        config = json.loads(file.read_bytes())
+    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ConfigError(file, "", f"not a readable JSON file ({error})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(file, "", "expected a JSON object of settings")
     arch = config.get("model_type")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
     spec = {"llama": _llama, "qwen2": _llama, "gpt2": _gpt2, "bert": _bert}[arch](config, file)
+    vocab_size = _get(config, "vocab_size", file)
+    for key in ("eos_token_id", "pad_token_id"):
+        special = config.get(key)
+        ids = special if isinstance(special, list) else [special]
+        if any(i is not None and (isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size)
+               for i in ids):
+            raise ConfigError(file, key, f"expected a token id in 0..{vocab_size - 1} (or null), got {special!r}")
     return arch, spec, config
 
 
 def _get(config: dict, key: str, file: Path, default=None):
+    """A size (an integer ≥ 1), the only kind of value the architectures read with `get`."""
     if key not in config and default is None:
         raise ConfigError(file, key, "missing")
-    return config.get(key, default)
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(file, key, f"expected an integer ≥ 1, got {value!r}")
+    if value > MAX_SIZE:
+        raise ConfigError(file, key, f"{value} is beyond any model this opens (at most {MAX_SIZE})")
+    return value
+
+
+def _eps(config: dict, key: str, file: Path, default: float) -> float:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(file, key, f"expected a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _heads(file: Path, d: int, heads: int, kv_heads: int, key: str = "num_attention_heads") -> None:
+    if d % heads:
+        raise ConfigError(file, key, f"{heads} heads do not divide the width {d}")
+    if heads % kv_heads:
+        raise ConfigError(file, "num_key_value_heads", f"{kv_heads} key/value heads do not divide {heads} heads")
 
 
 def _llama(config: dict, file: Path) -> ModelSpec:
     get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
-    if get("hidden_act", "silu") != "silu":
+    if config.get("hidden_act", "silu") != "silu":
         raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
     if config.get("use_sliding_window"):
         raise ConfigError(file, "use_sliding_window", "sliding-window attention is not supported")
     heads, d = get("num_attention_heads"), get("hidden_size")
+    kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
+    head_dim = get("head_dim") if config.get("head_dim") is not None else None
+    _heads(file, head_dim * heads if head_dim else d, heads, kv_heads)
     if config.get("model_type") == "qwen2":
         biases = ("q", "k", "v")
     else:
@@ -62,11 +99,11 @@ def _llama(config: dict, file: Path) -> ModelSpec:
             ("mlp",) if config.get("mlp_bias") else ())
     return ModelSpec(
         d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads,
-        d_head=config.get("head_dim") or d // heads, d_ff=get("intermediate_size"),
-        norm=NormSpec("rmsnorm", "pre", float(get("rms_norm_eps", 1e-6)), affine=True), final_norm=True,
-        ffn="gated_silu", positions="rope", max_positions=get("max_position_embeddings", 0),
+        d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
+        norm=NormSpec("rmsnorm", "pre", _eps(config, "rms_norm_eps", file, 1e-6), affine=True), final_norm=True,
+        ffn="gated_silu", positions="rope", max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", False)),
-        kv_heads=config.get("num_key_value_heads") or heads, rope_theta=_rope_theta(config, file),
+        kv_heads=kv_heads, rope_theta=_rope_theta(config, file),
     )
 
 
@@ -76,17 +113,22 @@ def _rope_theta(config: dict, file: Path) -> float:
     params = config.get("rope_parameters") or {}
     scaling = config.get("rope_scaling") or {}
     for key, table in (("rope_parameters.rope_type", params), ("rope_scaling.rope_type", scaling)):
+        if not isinstance(table, dict):
+            raise ConfigError(file, key.partition(".")[0], f"expected a JSON object, got {table!r}")
         kind = table.get("rope_type", table.get("type", "default"))
         if kind != "default":
             raise ConfigError(file, key, f"RoPE scaling type {kind!r} is not supported (only 'default')")
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
-    return float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
+        raise ConfigError(file, "rope_theta", f"expected a number > 1, got {theta!r}")
+    return float(theta)
 
 
 def _activation(config: dict, key: str, file: Path, default: str) -> str:
     name = config.get(key, default)
-    if name not in ACTIVATIONS:
+    if not isinstance(name, str) or name not in ACTIVATIONS:
         raise ConfigError(file, key, f"unsupported activation {name!r} (supported: {', '.join(ACTIVATIONS)})")
     return ACTIVATIONS[name]
 
@@ -98,9 +140,11 @@ def _gpt2(config: dict, file: Path) -> ModelSpec:
         if config.get(key, ok) != ok:
             raise ConfigError(file, key, f"only {str(ok).lower()} is supported")
     d, heads = get("n_embd"), get("n_head")
+    _heads(file, d, heads, heads, "n_head")
     return ModelSpec(
-        d_model=d, n_layers=get("n_layer"), n_heads=heads, d_head=d // heads, d_ff=config.get("n_inner") or 4 * d,
-        norm=NormSpec("layernorm", "pre", float(get("layer_norm_epsilon", 1e-5)), affine=True), final_norm=True,
+        d_model=d, n_layers=get("n_layer"), n_heads=heads, d_head=d // heads,
+        d_ff=get("n_inner") if config.get("n_inner") is not None else 4 * d,
+        norm=NormSpec("layernorm", "pre", _eps(config, "layer_norm_epsilon", file, 1e-5), affine=True), final_norm=True,
         ffn=_activation(config, "activation_function", file, "gelu_new"), positions="learned",
         max_positions=get("n_positions"), bias=True, tied_unembed=bool(config.get("tie_word_embeddings", True)),
     )
@@ -113,10 +157,11 @@ def _bert(config: dict, file: Path) -> ModelSpec:
     if config.get("is_decoder"):
         raise ConfigError(file, "is_decoder", "BERT as a decoder is not supported")
     d, heads = get("hidden_size"), get("num_attention_heads")
+    _heads(file, d, heads, heads)
     return ModelSpec(
         d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads, d_head=d // heads,
         d_ff=get("intermediate_size"),
-        norm=NormSpec("layernorm", "post", float(get("layer_norm_eps", 1e-12)), affine=True), final_norm=False,
+        norm=NormSpec("layernorm", "post", _eps(config, "layer_norm_eps", file, 1e-12), affine=True), final_norm=False,
         ffn=_activation(config, "hidden_act", file, "gelu"), positions="learned",
         max_positions=get("max_position_embeddings"), bias=True, causal=False, lm_head=False,
         type_vocab=get("type_vocab_size", 2), embed_norm=True,

@@ -1,0 +1,268 @@
+"""The bad-input corpus (tests/data/bad, expected.yaml) and the binary cases built from tiny valid files.
+
+Every case goes through the command line: exit status 2, exactly one stderr line naming the
+file (with line and path where there is one), no traceback, nothing written beside it, and
+no memory allocated from a size the file merely claims.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+from typer.testing import CliRunner
+
+from engine import ScenarioError, load_scenario
+from engine.checkpoints import load_checkpoint
+from engine.document import MAX_SCENARIO_BYTES
+from tinyllm_tui.cli import app
+
+BAD = ROOT / "tests" / "data" / "bad"
+EXPECTED = yaml.safe_load((BAD / "expected.yaml").read_text(encoding="utf-8"))
+FIXTURES = ROOT / "tests" / "fixtures"
+CLI = Path(sys.executable).parent / "tinyllm-tui"
+
+
+def expected_line(case: str) -> tuple[str, str]:
+    """The start of the one stderr line (`error: FILE[:line]: [path: ]`) and the fragment it must hold."""
+    entry = EXPECTED[case]
+    named = BAD / entry.get("names", case)
+    where = f"{named}:{entry['line']}" if entry["line"] else str(named)
+    return f"tinyllm-tui: error: {where}: " + (f"{entry['path']}: " if entry["path"] else ""), entry["message"]
+
+
+def assert_refused(exit_code: int, stderr: str, start: str, fragment: str) -> None:
+    assert exit_code == 2, stderr
+    assert "Traceback" not in stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(start), f"{lines[0]!r} does not start with {start!r}"
+    assert fragment in lines[0][len(start):], lines[0]
+
+
+def listing(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"), key=str) if p.is_file()}
+
+
+def test_corpus_is_large_and_complete():
+    files = {p.name for p in BAD.iterdir() if p.name not in ("expected.yaml", "make_bad.py")}
+    cases = set(EXPECTED)
+    assert len(cases) >= 60
+    assert cases <= files
+    named = {entry.get("names") for entry in EXPECTED.values()} - {None}
+    assert files - cases - named == {"absent.safetensors"} - files or files - cases - named == set()
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_bad_file_is_one_located_line(case):
+    before = listing(BAD)
+    command = EXPECTED[case].get("command", "run")
+    result = CliRunner().invoke(app, [command, str(BAD / case)])
+    assert_refused(result.exit_code, result.stderr, *expected_line(case))
+    assert result.stdout == ""
+    assert listing(BAD) == before  # nothing written beside it
+
+
+@pytest.mark.parametrize("case", ["syntax_unclosed_flow.yaml", "tag_python_object.yaml", "expect_row_out_of_range.yaml",
+                                  "weights_claims_more.yaml", "not_utf8.yaml"])
+def test_bad_file_through_a_real_process(case):
+    command = EXPECTED[case].get("command", "run")
+    done = subprocess.run([str(CLI), command, str(BAD / case)], capture_output=True, text=True, timeout=60)
+    assert_refused(done.returncode, done.stderr, *expected_line(case))
+    assert done.stdout == ""
+
+
+def test_missing_path(tmp_path):
+    path = tmp_path / "nowhere.yaml"
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert_refused(result.exit_code, result.stderr, f"tinyllm-tui: error: {path}: ", "cannot read (No such file")
+
+
+def test_expect_problem_is_not_a_disagreement():
+    """A table naming rows the run never computes is refused by check (2), not reported as failing (1)."""
+    result = CliRunner().invoke(app, ["check", str(BAD / "expect_round_range.yaml")])
+    assert result.exit_code == 2 and "summary" not in result.stdout
+
+
+# -- size and memory -----------------------------------------------------------------------------
+def peak_bytes(action) -> int:
+    tracemalloc.start()
+    try:
+        action()
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak
+
+
+def refusal(action) -> str:
+    with pytest.raises(ScenarioError) as caught:
+        action()
+    return str(caught.value)
+
+
+def test_200_megabyte_scenario_is_refused_quickly_without_reading_it(tmp_path):
+    path = tmp_path / "huge.yaml"
+    block = (BAD.parent.parent.parent / "scenarios" / "template.yaml").read_bytes()
+    with path.open("wb") as file:
+        file.write(block)
+        file.write(b"# " + b"0.125, " * (1 << 20) + b"\n")  # then 200 MB of comment lines
+        for _ in range(200 * (1 << 20) // (7 << 20)):
+            file.write(b"# " + b"0.125, " * (1 << 20) + b"\n")
+    assert path.stat().st_size > 200 * 10**6
+    started = time.perf_counter()
+    peak = peak_bytes(lambda: refusal(lambda: load_scenario(path)))
+    assert time.perf_counter() - started < 1.0
+    assert peak < 1 << 20
+    message = refusal(lambda: load_scenario(path))
+    assert message.startswith(f"{path}: larger than the {MAX_SCENARIO_BYTES >> 20} MiB")
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert_refused(result.exit_code, result.stderr, f"tinyllm-tui: error: {path}: ", "64 MiB")
+
+
+def test_endless_special_file_is_read_only_up_to_the_limit():
+    if not Path("/dev/zero").exists():
+        pytest.skip("no /dev/zero")
+    assert "64 MiB" in refusal(lambda: load_scenario("/dev/zero"))
+
+
+def test_header_claiming_a_terabyte_allocates_nothing_of_it():
+    peak = peak_bytes(lambda: refusal(lambda: load_scenario(BAD / "weights_claims_more.yaml")))
+    assert peak < 4 << 20
+
+
+def test_billion_laughs_is_refused_without_expanding():
+    started = time.perf_counter()
+    peak = peak_bytes(lambda: refusal(lambda: load_scenario(BAD / "laughs_embed.yaml")))
+    assert time.perf_counter() - started < 2.0 and peak < 16 << 20
+
+
+# -- checkpoints: built in tmp_path from the tiny valid fixtures ----------------------------------
+def hf_copy(tmp_path: Path, name: str = "llama") -> Path:
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    return folder
+
+
+def edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            del config[key]
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def cli_refuses(target: Path, start: str, fragment: str) -> None:
+    result = CliRunner().invoke(app, ["run", str(target), "--ids", "1,2"])
+    assert_refused(result.exit_code, result.stderr, f"tinyllm-tui: error: {start}", fragment)
+
+
+CONFIG_CASES = [  # (fixture, config changes, key in the message, fragment)
+    ("llama", {"num_hidden_layers": None}, "num_hidden_layers", "missing"),
+    ("llama", {"num_hidden_layers": 0}, "num_hidden_layers", "expected an integer ≥ 1, got 0"),
+    ("llama", {"hidden_size": "16"}, "hidden_size", "expected an integer ≥ 1, got '16'"),
+    ("llama", {"num_key_value_heads": 3}, "num_key_value_heads", "3 key/value heads do not divide 4 heads"),
+    ("llama", {"rms_norm_eps": -1}, "rms_norm_eps", "expected a number in [0, 1), got -1"),
+    ("llama", {"vocab_size": None}, "vocab_size", "missing"),
+    ("llama", {"eos_token_id": 300}, "eos_token_id", "expected a token id in 0..299"),
+    ("llama", {"model_type": "mamba"}, "model_type", "unsupported architecture 'mamba'"),
+    ("llama", {"rope_scaling": {"rope_type": "yarn"}}, "rope_scaling.rope_type", "RoPE scaling type 'yarn'"),
+    ("llama", {"rope_parameters": "fast"}, "rope_parameters", "expected a JSON object"),
+    ("gpt2", {"n_head": 5}, "n_head", "5 heads do not divide the width 16"),
+    ("gpt2", {"activation_function": {"gelu": 1}}, "activation_function", "unsupported activation"),
+    ("bert", {"intermediate_size": 10**12}, "intermediate_size", "beyond any model this opens"),
+]
+
+
+@pytest.mark.parametrize("fixture, changes, key, fragment", CONFIG_CASES, ids=[c[2] for c in CONFIG_CASES])
+def test_bad_config_names_the_key(tmp_path, fixture, changes, key, fragment):
+    folder = hf_copy(tmp_path, fixture)
+    edit_config(folder, **changes)
+    cli_refuses(folder, f"{folder / 'config.json'}: {key}: ", fragment)
+
+
+def test_absurd_width_is_refused_before_reading_a_tensor(tmp_path):
+    folder = hf_copy(tmp_path)
+    edit_config(folder, hidden_size=10**9, head_dim=None)
+    peak = peak_bytes(lambda: refusal(lambda: load_checkpoint(folder, ids=[1])))
+    assert peak < 8 << 20
+    cli_refuses(folder, f"{folder}: --max-memory: ", "more than the budget")
+
+
+def test_config_not_json(tmp_path):
+    folder = hf_copy(tmp_path)
+    (folder / "config.json").write_text('{"model_type": "llama",')
+    cli_refuses(folder, f"{folder / 'config.json'}: ", "not a readable JSON file")
+
+
+def test_tokenizer_missing_or_corrupt(tmp_path):
+    folder = hf_copy(tmp_path)
+    (folder / "tokenizer.json").unlink()
+    cli_refuses(folder, f"{folder}: tokenizer.json: ", "missing")
+    (folder / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": 7}}')
+    cli_refuses(folder, f"{folder / 'tokenizer.json'}: ", "not a readable tokenizer")
+
+
+def test_checkpoint_tensors_truncated_missing_or_misshapen(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = hf_copy(tmp_path)
+    weights = folder / "model.safetensors"
+    tensors = load_file(weights)
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    cli_refuses(folder, f"{folder}: ", "cannot read the checkpoint (SafetensorError")
+    missing = {k: v for k, v in tensors.items() if k != "model.norm.weight"}
+    save_file(missing, str(weights))
+    cli_refuses(folder, f"{folder}: norm.weight: ", "tensor missing from the checkpoint")
+    save_file(tensors | {"model.norm.weight": tensors["model.norm.weight"][:-1]}, str(weights))
+    cli_refuses(folder, f"{folder}: ln_final.w: ", "expected 16 (engine layout [in, out]), the checkpoint gives 15")
+
+
+def gguf_copy(tmp_path: Path) -> tuple[Path, bytearray]:
+    data = bytearray((FIXTURES / "tiny-gguf" / "tiny.gguf").read_bytes())
+    return tmp_path / "bad.gguf", data
+
+
+def test_truncated_gguf(tmp_path):
+    path, data = gguf_copy(tmp_path)
+    path.write_bytes(data[: len(data) // 2])
+    cli_refuses(path, f"{path}: ", "cannot read the checkpoint")
+    path.write_bytes(data[:100])
+    cli_refuses(path, f"{path}: ", "cannot read the checkpoint")
+
+
+def test_gguf_with_another_architecture(tmp_path):
+    from gguf import GGUFReader
+
+    path, data = gguf_copy(tmp_path)
+    field = GGUFReader(FIXTURES / "tiny-gguf" / "tiny.gguf").fields["general.architecture"]
+    start = field.offset + sum(part.nbytes for part in field.parts[:-1])
+    assert data[start:start + 5] == b"llama"
+    data[start:start + 5] = b"gemma"
+    path.write_bytes(data)
+    cli_refuses(path, f"{path}: general.architecture: ", "only the llama architecture is supported, got 'gemma'")
+
+
+def test_gguf_with_an_unsupported_quantisation(tmp_path):
+    from gguf import GGUFReader
+
+    path, data = gguf_copy(tmp_path)
+    tensor = next(t for t in GGUFReader(FIXTURES / "tiny-gguf" / "tiny.gguf").tensors if t.name == "token_embd.weight")
+    start = tensor.field.offset + sum(part.nbytes for part in tensor.field.parts[:4])
+    assert struct.unpack("<I", data[start:start + 4])[0] == int(tensor.tensor_type)
+    data[start:start + 4] = struct.pack("<I", 6)  # Q5_0: 22-byte blocks, smaller than Q8_0's, so still inside the file
+    path.write_bytes(data)
+    cli_refuses(path, f"{path}: token_embd.weight: ", "tensor type Q5_0 is not supported")

@@ -1,0 +1,261 @@
+"""Fuzzing the loaders: any mutation of a valid input either loads or raises ScenarioError.
+
+Scenarios (every shipped one) are parsed, mutated as a tree (keys deleted or duplicated,
+values replaced by other types, lists resized, random scalars) and dumped back with PyYAML;
+safetensors files get mutated JSON headers and length prefixes; the tiny Hugging Face
+fixtures get mutated config.json values. CI runs a few thousand examples; `-m fuzz_long`
+(with FUZZ_EXAMPLES=20000) runs many more by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import ROOT, SCENARIOS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.numpy import save_file
+
+from engine import ScenarioError, load_scenario_text
+from engine.checkpoints import load_checkpoint
+from engine.weightfile import read_weights
+
+BUDGET = 64 << 20  # no mutated model may claim more than this much memory
+SCENARIO_TREES = {path.name: yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
+                  for path in sorted(SCENARIOS.glob("*.yaml"))}
+FIXTURES = ROOT / "tests" / "fixtures"
+LONG = int(os.environ.get("FUZZ_EXAMPLES", "0"))  # set it to run the fuzz_long tests
+
+
+def _examples(ci: int) -> settings:
+    return settings(max_examples=ci, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+def _long(test):
+    test = pytest.mark.skipif(not LONG, reason="by hand: FUZZ_EXAMPLES=20000 pytest -m fuzz_long")(test)
+    return pytest.mark.fuzz_long(settings(max_examples=max(LONG, 1), deadline=None, database=None,
+                                          suppress_health_check=list(HealthCheck))(test))
+
+
+# -- tree mutations -----------------------------------------------------------------------
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 10), st.integers(-2**70, 2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["", "PAD", "identity", "zeros", "我", "1e400",
+                                                                     ".nan", "-inf", "layernorm", "file"]),
+    st.text(max_size=8),
+)
+
+
+def _containers(tree, path=()):
+    """Every (path, value) of the tree, depth first, the root included."""
+    yield path, tree
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _containers(value, (*path, key))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from _containers(value, (*path, i))
+
+
+def _at(tree, path):
+    for part in path:
+        tree = tree[part]
+    return tree
+
+
+@st.composite
+def mutated(draw, tree):
+    """A deep copy of `tree` with one to three random edits."""
+    tree = json.loads(json.dumps(tree, ensure_ascii=False, allow_nan=True))
+    for _ in range(draw(st.integers(1, 3))):
+        places = list(_containers(tree))
+        path, value = draw(st.sampled_from(places))
+        action = draw(st.sampled_from(["replace", "delete", "duplicate", "resize", "add_key", "wrap"]))
+        parent = _at(tree, path[:-1]) if path else None
+        if action == "replace" and path:
+            parent[path[-1]] = draw(SCALARS | st.just([]) | st.just({}) | st.lists(SCALARS, max_size=3))
+        elif action == "delete" and path:
+            del parent[path[-1]]
+        elif action == "duplicate" and path and isinstance(parent, list):
+            parent.insert(path[-1], json.loads(json.dumps(value, allow_nan=True)))
+        elif action == "resize" and isinstance(value, list):
+            size = draw(st.integers(0, len(value) + 2))
+            value[:] = (value * 3)[:size] if value else [draw(SCALARS) for _ in range(size)]
+        elif action == "add_key" and isinstance(value, dict):
+            key = draw(st.sampled_from(["file", "scale", "kind", "tokens", "extra", "rows", "head", "round"]))
+            value[key] = draw(SCALARS)
+        elif action == "wrap" and path:
+            parent[path[-1]] = [value]
+    return tree
+
+
+def _dump(tree) -> str:
+    return yaml.dump(tree, Dumper=yaml.CSafeDumper, allow_unicode=True, sort_keys=False)
+
+
+def _load_or_refuse(text: str) -> None:
+    try:
+        load_scenario_text(text, "fuzz.yaml", max_memory=BUDGET)
+    except ScenarioError as error:
+        assert str(error).startswith("fuzz.yaml"), error
+        assert "\n" not in str(error), error
+
+
+@st.composite
+def mutated_scenario(draw):
+    name = draw(st.sampled_from(sorted(SCENARIO_TREES)))
+    return _dump(draw(mutated(SCENARIO_TREES[name])))
+
+
+@st.composite
+def mutated_text(draw):
+    """Text-level edits: a line dropped, doubled or cut, a character replaced."""
+    text = (SCENARIOS / draw(st.sampled_from(sorted(SCENARIO_TREES)))).read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    i = draw(st.integers(0, len(lines) - 1))
+    action = draw(st.sampled_from(["drop", "double", "cut", "char"]))
+    if action == "drop":
+        del lines[i]
+    elif action == "double":
+        lines.insert(i, lines[i])
+    elif action == "cut":
+        lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
+    else:
+        j = draw(st.integers(0, max(0, len(lines[i]) - 1)))
+        lines[i] = lines[i][:j] + draw(st.sampled_from(list("[]{}:,-&*!|>'\"#%@` \t0.eE"))) + lines[i][j + 1:]
+    return "".join(lines)
+
+
+@_examples(1600)
+@given(mutated_scenario())
+def test_mutated_scenario_loads_or_is_refused(text):
+    _load_or_refuse(text)
+
+
+@_examples(600)
+@given(mutated_text())
+def test_mutated_scenario_text_loads_or_is_refused(text):
+    _load_or_refuse(text)
+
+
+@_long
+@given(mutated_scenario() | mutated_text())
+def test_mutated_scenario_long(text):
+    _load_or_refuse(text)
+
+
+# -- safetensors headers --------------------------------------------------------------------
+SHAPES = {"embed": (3, 2), "blocks.0.attn.wq": (2, 2)}
+
+
+def _valid_safetensors(folder: Path) -> bytes:
+    path = folder / "valid.safetensors"
+    save_file({name: np.arange(np.prod(shape), dtype=np.float32).reshape(shape) for name, shape in SHAPES.items()},
+              str(path))
+    return path.read_bytes()
+
+
+VALID = _valid_safetensors(Path(os.environ.get("TMPDIR", "/tmp")))  # 120 bytes, rebuilt per run
+
+
+@st.composite
+def mutated_safetensors(draw) -> bytes:
+    length = struct.unpack("<Q", VALID[:8])[0]
+    header = json.loads(VALID[8:8 + length])
+    body = VALID[8 + length:]
+    places = [(name, key) for name in header if name != "__metadata__" for key in ("dtype", "shape", "data_offsets")]
+    for _ in range(draw(st.integers(1, 3))):
+        name, key = draw(st.sampled_from(places))
+        value = draw(st.one_of(
+            SCALARS, st.sampled_from(["F64", "F32", "F16", "BF16", "I64", "U8", "BOOL", "F8_E4M3"]),
+            st.lists(st.integers(-1, 2**40), max_size=3), st.lists(st.integers(0, 64), min_size=2, max_size=2)))
+        header.setdefault(name, {})[key] = value
+    if draw(st.booleans()):
+        header.pop(draw(st.sampled_from(sorted(header))), None)
+    text = json.dumps(header).encode()
+    claimed = draw(st.sampled_from([len(text), len(text) + 1, 0, 2**40, 2**63, len(text) - 1]))
+    body = body[: draw(st.integers(0, len(body)))] if draw(st.booleans()) else body
+    return struct.pack("<Q", claimed % 2**64) + text + body
+
+
+def _read_or_refuse(folder: Path, data: bytes) -> None:
+    path = folder / "w.safetensors"
+    path.write_bytes(data)
+    try:
+        source = read_weights(path, SHAPES)
+    except ScenarioError as error:
+        assert str(error).startswith(str(path)), error
+        return
+    for name, shape in SHAPES.items():  # accepted: every array is there, of its shape
+        assert source.arrays[name].shape == shape
+
+
+@_examples(800)
+@given(mutated_safetensors())
+def test_mutated_safetensors_header_reads_or_is_refused(tmp_path_factory, data):
+    _read_or_refuse(_scratch(tmp_path_factory), data)
+
+
+@_long
+@given(mutated_safetensors())
+def test_mutated_safetensors_long(tmp_path_factory, data):
+    _read_or_refuse(_scratch(tmp_path_factory), data)
+
+
+_SCRATCH: dict[str, Path] = {}
+
+
+def _scratch(factory) -> Path:
+    if "dir" not in _SCRATCH:
+        _SCRATCH["dir"] = factory.mktemp("fuzz")
+    return _SCRATCH["dir"]
+
+
+# -- config.json ----------------------------------------------------------------------------
+CONFIGS = {name: json.loads((FIXTURES / name / "config.json").read_text()) for name in ("llama", "qwen2", "gpt2", "bert")}
+CONFIG_VALUES = st.one_of(SCALARS, st.sampled_from([0, 1, 3, 10**9, -4, 2.5, "silu", "llama", {}, [], [1, 2]]))
+
+
+@st.composite
+def mutated_config(draw):
+    name = draw(st.sampled_from(sorted(CONFIGS)))
+    config = dict(CONFIGS[name])
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(sorted(config)))
+        if draw(st.integers(0, 4)) == 0:
+            del config[key]
+        else:
+            config[key] = draw(CONFIG_VALUES)
+    return name, config
+
+
+def _open_or_refuse(folder: Path, name: str, config: dict) -> None:
+    target = folder / name
+    if not target.exists():
+        shutil.copytree(FIXTURES / name, target)
+    (target / "config.json").write_text(json.dumps(config))
+    try:
+        load_checkpoint(target, ids=[1, 2], max_memory=BUDGET)
+    except ScenarioError as error:
+        assert str(error).startswith(str(target)), error
+        assert "\n" not in str(error), error
+
+
+@_examples(400)
+@given(mutated_config())
+def test_mutated_config_opens_or_is_refused(tmp_path_factory, case):
+    _open_or_refuse(_scratch(tmp_path_factory), *case)
+
+
+@_long
+@given(mutated_config())
+def test_mutated_config_long(tmp_path_factory, case):
+    _open_or_refuse(_scratch(tmp_path_factory), *case)

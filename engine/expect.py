@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .backend import to_host
-from .document import Node
+from .document import Node, ScenarioError
 from .spec import ModelSpec, Request
 from .trace import OpState
 
@@ -36,6 +36,7 @@ class Expectation:
     tolerances: tuple[tuple[float, ...], ...]
     note: str
     line: int | None
+    index: int = 0  # its place in the expect: list (the path `expect[index]` of messages)
 
     @property
     def key(self) -> tuple:
@@ -79,13 +80,17 @@ class Outcome:
     def passed(self) -> bool:
         return not self.problem and self.agreeing == len(self.cells)
 
+    def error(self, file: str) -> ScenarioError:
+        """The problem of a table that could not be compared, located: a bad table, not a disagreement."""
+        return ScenarioError(file, self.expectation.line, f"expect[{self.expectation.index}]", self.problem)
+
 
 # -- reading ----------------------------------------------------------------------------
 def parse_expectations(node: Node, requests: Sequence[Request] = (), model: ModelSpec | None = None,
                        ) -> tuple[Expectation, ...]:
     """The `expect:` tables; with the requests and model, each must name a request, round, head,
     layer and positions that the run computes (else a ScenarioError at that key, never a disagreement)."""
-    expectations = tuple(_expectation(item) for item in node.items())
+    expectations = tuple(_expectation(item, i) for i, item in enumerate(node.items()))
     if model is not None:
         for item, expectation in zip(node.items(), expectations):
             _check_reachable(item, expectation, requests, model)
@@ -114,7 +119,7 @@ def _check_reachable(node: Node, e: Expectation, requests: Sequence[Request], mo
         raise node.get("values").error(f"the table has {len(e.printed)} rows, {where} computes {len(positions)}")
 
 
-def _expectation(node: Node) -> Expectation:
+def _expectation(node: Node, index: int) -> Expectation:
     node.mapping(EXPECT_KEYS, {"op", "values"})
     rows = node.get("values").items()
     printed, tolerances = [], []
@@ -146,6 +151,7 @@ def _expectation(node: Node) -> Expectation:
         tolerances=tuple(tolerances),
         note=node.get("note").text() if node.has("note") else "",
         line=node.line,
+        index=index,
     )
 
 

@@ -62,7 +62,7 @@ def _mlp_shapes(model: ModelSpec, prefix: str, d: int, f: int) -> dict[str, Shap
 
 
 def format_shape(shape: Shape) -> str:
-    return "×".join(map(str, shape))
+    return "×".join(map(str, shape)) or "a single number (no dimensions)"
 
 
 def name_parts(name: str) -> list[str | int]:

@@ -120,16 +120,25 @@ def _read_npz(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
         with np.load(path, allow_pickle=False) as archive:
             names = list(archive.files)
             _check_names(path, names, shapes)
+            for name in shapes:
+                _check_npy_header(path, archive.zip, name, shapes[name])
             arrays = {name: archive[name] for name in shapes}
     except ScenarioError:
         raise
-    except (ValueError, zipfile.BadZipFile, EOFError, zlib.error) as error:
+    except (ValueError, KeyError, zipfile.BadZipFile, EOFError, zlib.error) as error:
         raise ScenarioError(str(path), None, "", f"not a readable npz file ({error})") from None
-    for name, array in arrays.items():
-        if not np.issubdtype(array.dtype, np.floating):
-            raise _not_float(path, name, str(array.dtype))
-        _check_shape(path, name, array.shape, shapes[name])
     return arrays
+
+
+def _check_npy_header(path: Path, archive: zipfile.ZipFile, name: str, expected: Shape) -> None:
+    """dtype and shape from a member's header, before NumPy reserves the memory that shape claims."""
+    with archive.open(f"{name}.npy") as member:
+        version = np.lib.format.read_magic(member)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(member)
+    if not np.issubdtype(dtype, np.floating):
+        raise _not_float(path, name, str(dtype))
+    _check_shape(path, name, shape, expected)
 
 
 # -- writing -----------------------------------------------------------------------------------

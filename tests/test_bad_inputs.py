@@ -21,7 +21,7 @@ import yaml
 from conftest import ROOT
 from typer.testing import CliRunner
 
-from engine import ScenarioError, load_scenario
+from engine import ScenarioError, load_scenario, load_scenario_text
 from engine.checkpoints import load_checkpoint
 from engine.document import MAX_SCENARIO_BYTES
 from tinyllm_tui.cli import app
@@ -136,8 +136,9 @@ def test_endless_special_file_is_read_only_up_to_the_limit():
     assert "64 MiB" in refusal(lambda: load_scenario("/dev/zero"))
 
 
-def test_header_claiming_a_terabyte_allocates_nothing_of_it():
-    peak = peak_bytes(lambda: refusal(lambda: load_scenario(BAD / "weights_claims_more.yaml")))
+@pytest.mark.parametrize("case", ["weights_claims_more.yaml", "weights_npz_claims.yaml"])
+def test_header_claiming_a_terabyte_allocates_nothing_of_it(case):
+    peak = peak_bytes(lambda: refusal(lambda: load_scenario(BAD / case)))
     assert peak < 4 << 20
 
 
@@ -266,3 +267,26 @@ def test_gguf_with_an_unsupported_quantisation(tmp_path):
     data[start:start + 4] = struct.pack("<I", 6)  # Q5_0: 22-byte blocks, smaller than Q8_0's, so still inside the file
     path.write_bytes(data)
     cli_refuses(path, f"{path}: token_embd.weight: ", "tensor type Q5_0 is not supported")
+
+
+def test_gguf_with_zero_heads(tmp_path):
+    from gguf import GGUFReader
+
+    path, data = gguf_copy(tmp_path)
+    field = GGUFReader(FIXTURES / "tiny-gguf" / "tiny.gguf").fields["llama.attention.head_count"]
+    start = field.offset + sum(part.nbytes for part in field.parts[:-1])
+    assert struct.unpack("<I", data[start:start + 4])[0] == 4
+    data[start:start + 4] = struct.pack("<I", 0)
+    path.write_bytes(data)
+    cli_refuses(path, f"{path}: llama.attention.head_count: ", "expected an integer in 1..2^31, got 0")
+
+
+def test_a_table_the_trace_cannot_hold_becomes_a_located_error():
+    """Problems only the run can find (an operator name no step has) name the table's line, for `check` to refuse."""
+    from engine.check import check_scenario
+
+    text = (BAD / "expect_layer_range.yaml").read_text(encoding="utf-8").replace("blocks.3.hook_resid_post", "hook_embedd")
+    scenario = load_scenario_text(text, "typo.yaml")
+    outcome = check_scenario(scenario)[0]
+    line = text[: text.index("op: hook_embedd")].count("\n") + 1
+    assert str(outcome.error(scenario.path)).startswith(f"typo.yaml:{line}: expect[0]: no operator request 0 prefill hook_embedd")

@@ -39,15 +39,19 @@ class GGUFModel:
         scaling = self.meta.get("llama.rope.scaling.type", "none")
         if scaling != "none":
             raise self.error("llama.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
-        d, heads = self._key("llama.embedding_length"), self._key("llama.attention.head_count")
+        d, heads = self._size("llama.embedding_length"), self._size("llama.attention.head_count")
+        kv_heads = self._size("llama.attention.head_count_kv", heads)
+        if d % heads or heads % kv_heads:
+            raise self.error("llama.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
+                             "heads: the heads must divide the width and the key/value heads the heads")
         return ModelSpec(
-            d_model=d, n_layers=self._key("llama.block_count"), n_heads=heads, d_head=d // heads,
-            d_ff=self._key("llama.feed_forward_length"),
+            d_model=d, n_layers=self._size("llama.block_count"), n_heads=heads, d_head=d // heads,
+            d_ff=self._size("llama.feed_forward_length"),
             norm=NormSpec("rmsnorm", "pre", float(self._key("llama.attention.layer_norm_rms_epsilon")), affine=True),
             final_norm=True, ffn="gated_silu", positions="rope",
             max_positions=int(self.meta.get("llama.context_length", 0)), bias=False,
             tied_unembed="output.weight" not in self.tensors,
-            kv_heads=int(self.meta.get("llama.attention.head_count_kv", heads)),
+            kv_heads=kv_heads,
             rope_theta=float(self.meta.get("llama.rope.freq_base", 10000.0)),
         )
 
@@ -55,6 +59,12 @@ class GGUFModel:
         if key not in self.meta:
             raise self.error(key, "missing from the file's metadata")
         return self.meta[key]
+
+    def _size(self, key: str, default: int | None = None) -> int:
+        value = self.meta.get(key, default) if default is not None else self._key(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31:
+            raise self.error(key, f"expected an integer in 1..2^31, got {value!r}")
+        return value
 
     def weight(self, name: str, spec: ModelSpec) -> np.ndarray:
         """The engine parameter `name`, dequantized, unpermuted, as [in, out] for matrices."""

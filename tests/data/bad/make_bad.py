@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -245,6 +246,21 @@ def safetensors_bytes(arrays: dict[str, np.ndarray], scratch: Path) -> bytes:
     return scratch.read_bytes()
 
 
+def npz_claiming(scratch: Path, rows: int) -> bytes:
+    """A valid npz whose embed.npy header then claims `rows` rows (same header length: spaces give way)."""
+    np.savez(scratch, **valid_arrays())
+    with zipfile.ZipFile(scratch) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    raw = members["embed.npy"]
+    claimed = raw.replace(b"(3, 2)", f"({rows}, 2)".encode())
+    end = claimed.index(b"\n")
+    members["embed.npy"] = claimed[: end - (len(claimed) - len(raw))] + claimed[end:]
+    with zipfile.ZipFile(scratch, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return scratch.read_bytes()
+
+
 def weight_cases(scratch: Path) -> list:
     """(scenario file, weight file name, its bytes, path in the message, message)."""
     valid = safetensors_bytes(valid_arrays(), scratch)
@@ -268,6 +284,8 @@ def weight_cases(scratch: Path) -> list:
         ("weights_missing_tensor.yaml", "missing_tensor.safetensors", safetensors_bytes(missing, scratch),
          "blocks.0.mlp.w_out", "missing from the weight file"),
         ("weights_npz_ints.yaml", "ints.npz", npz_ints.read_bytes(), "embed", "expected floating-point numbers, got int64"),
+        ("weights_npz_claims.yaml", "claims.npz", npz_claiming(npz_ints, 10**11), "embed",
+         "expected 3×2, got 100000000000×2"),
         ("weights_npz_garbage.yaml", "garbage.npz", b"PK\x03\x04 not really a zip archive" * 4, "",
          "not a readable npz file"),
         ("weights_wrong_suffix.yaml", "weights.bin", b"\x00" * 64, "", "expected a .safetensors or .npz file"),

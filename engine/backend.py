@@ -35,7 +35,9 @@ class Backend:
         return getattr(self.xp, self.dtype_name)
 
     def asarray(self, values: Any) -> Any:
-        return self.xp.asarray(np.asarray(values, dtype=np.float64), dtype=self.dtype)
+        """`values` in this backend's dtype; a host array already of that dtype is not copied
+        (memory-mapped float32 weights stay mapped in a float32 session)."""
+        return self.xp.asarray(np.asarray(values), dtype=self.dtype)
 
     def erf(self, x: Any) -> Any:
         """Elementwise erf; the Array API has none, so each library supplies its own."""

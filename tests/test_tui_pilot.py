@@ -228,7 +228,7 @@ async def test_current_operator_stays_in_view_at_80x24():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("g", *"49", "enter")
         operators = app.main.query_one(OperatorList)
-        rendered = str(operators.render()).splitlines()
+        rendered = [line.plain for line in operators.text_lines()]
         assert len(rendered) <= operators.size.height
         assert any(" 49 sample.choice" in line for line in rendered)
         assert all(len(line) <= operators.size.width for line in rendered)  # no wrapped labels

@@ -11,8 +11,6 @@ from engine import load_scenario
 from tinyllm_tui.app import DebuggerApp
 from tinyllm_tui.widgets.matrix import CELL_WIDTH, MatrixWindow
 
-TITLE_AND_HEADER = 3  # the matrix window's two title lines and its column header
-
 
 def make_app(path=X01, **kwargs) -> DebuggerApp:
     kwargs.setdefault("lang", "en")
@@ -28,7 +26,8 @@ def status(app) -> str:
 
 
 def matrix_text(app, selector: str = "#matrix") -> list[str]:
-    return [line.plain for line in app.screen.query_one(selector, MatrixWindow)._lines()]
+    return [line.plain if hasattr(line, "plain") else line.text
+            for line in app.screen.query_one(selector, MatrixWindow)._lines()]
 
 
 def matrix_cells(app, selector: str = "#matrix") -> list[list[str]]:
@@ -36,7 +35,7 @@ def matrix_cells(app, selector: str = "#matrix") -> list[list[str]]:
     window = app.screen.query_one(selector, MatrixWindow)
     count = len(window.window()[1])
     rows = []
-    for line in matrix_text(app, selector)[TITLE_AND_HEADER:]:
+    for line in matrix_text(app, selector)[window._title_lines() + 1 :]:  # after the title and the header
         start = len(line) - count * CELL_WIDTH  # cells are one character a cell wide; labels may be CJK
         cells = [line[k : k + CELL_WIDTH].strip() for k in range(start, len(line), CELL_WIDTH)]
         rows.append([line[:start].strip(), *cells])

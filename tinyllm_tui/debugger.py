@@ -96,6 +96,7 @@ class Debugger:
         self._cancel = threading.Event()  # stops a run that owns the generator
         self._cancel_comparisons = threading.Event()  # stops diffs and checks on sessions of their own
         self._comparing = 0
+        self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
         self.inject = inject
         self._restart()
 
@@ -339,7 +340,15 @@ class Debugger:
         return message
 
     def unsaved(self) -> int:
-        return sum(int(np.sum(self.weights[n] != self.file_scenario.weights[n])) for n in self.weights)
+        """How many numbers differ from the file; counted once per pair of weight sets (the status
+        line asks after every step, and a GPT-2-sized model has 124 M numbers)."""
+        saved = self.file_scenario.weights
+        key = (id(self.weights), id(saved))
+        if self._unsaved[0] != key:
+            count = sum(int(np.sum(array != saved[name])) for name, array in self.weights.items()
+                        if array is not saved[name])  # an edit copies only the array it changes
+            self._unsaved = (key, count)
+        return self._unsaved[1]
 
     def save(self, path: str | Path | None = None) -> str:
         """Write the edited weights (atomically); raises OSError with the file untouched."""

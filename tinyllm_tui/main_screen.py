@@ -128,8 +128,13 @@ class DebuggerScreen(Screen):
 
     def check_expectations(self) -> None:
         """The expect: tables, checked off the UI thread once per set of weights."""
-        if self.debugger.outcomes is None:
-            self._check(self.debugger.scenario)
+        scenario = self.debugger.scenario
+        if self.debugger.outcomes is not None:
+            return
+        if scenario.expect:
+            self._check(scenario)
+        else:
+            self.debugger.accept_outcomes(scenario, [])
 
     @work(thread=True, exclusive=True, group="expect")
     def _check(self, scenario) -> None:
@@ -146,8 +151,10 @@ class DebuggerScreen(Screen):
         debugger, view = self.debugger, self.debugger.view
         state = view.state
         self.query_one(OperatorList).show_view(view)
-        self.query_one(Timeline).data = TimelineData(state, len(debugger.scenario.requests),
-                                                     bool(debugger.scenario.decode.prefill_chunk), view.rounds)
+        timeline = self.query_one(Timeline)
+        if timeline.data is None or (timeline.data.state.timeline, timeline.data.rounds) != (state.timeline, view.rounds):
+            timeline.data = TimelineData(state, len(debugger.scenario.requests),
+                                         bool(debugger.scenario.decode.prefill_chunk), view.rounds)
         self.query_one(MatrixWindow).data = MatrixData(
             op_title(state), to_host(state.values), lazy_labels(state.output.row_axis),
             lazy_labels(state.output.col_axis), kind=state.kind,
@@ -172,9 +179,7 @@ class DebuggerScreen(Screen):
             self.query_one(ExpectPanel).outcomes = self.debugger.outcomes
 
     def _show_cache(self, selector: str) -> None:
-        cache = self.query_one(selector, CacheView)
-        cache.fingerprint = self.debugger.fingerprint
-        cache.state = self.debugger.view.state
+        self.query_one(selector, CacheView).show(self.debugger.view.state, self.debugger.fingerprint)
 
     def on_tabbed_content_tab_activated(self) -> None:
         self._show_panels()

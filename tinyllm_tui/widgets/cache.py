@@ -20,7 +20,7 @@ def cache_heads(state: OpState, d_head: int) -> int:
 class CacheView(Vertical):
     """Shows `state`'s cache of `layer` (the current operator's layer unless moved with [ ]) and `head`."""
 
-    state: reactive[OpState | None] = reactive(None, init=False, always_update=True)
+    state: OpState | None = None
     shown_layer = reactive(0, init=False)
     shown_head = reactive(0, init=False)
     pinned = False  # True once the user picked a layer: it no longer follows the operator
@@ -29,14 +29,17 @@ class CacheView(Vertical):
     def __init__(self, d_head: int, *, id: str | None = None):
         super().__init__(id=id)
         self.d_head = d_head
+        self._shown: tuple | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(classes="cache-title")
         yield MatrixWindow(classes="cache-k")
         yield MatrixWindow(classes="cache-v")
 
-    def watch_state(self, state: OpState | None) -> None:
-        if state is not None and not self.pinned and state.layer is not None:
+    def show(self, state: OpState, fingerprint: str) -> None:
+        """The cache as `state` left it; redrawn only where it changed (a container's refresh repaints all)."""
+        self.state, self.fingerprint = state, fingerprint
+        if not self.pinned and state.layer is not None:
             self.shown_layer = state.layer
         self._show()
 
@@ -62,12 +65,16 @@ class CacheView(Vertical):
             return
         title = self.query_one(".cache-title", Static)
         if not state.caches:
-            title.update(Text("This model keeps no KV cache (no layer has run yet)."))
+            title.update(Text("This model keeps no KV cache (no layer has run yet)."), layout=False)
             return
         layer = min(self.shown_layer, len(state.caches) - 1)
         cache = state.caches[layer]
         heads = cache_heads(state, self.d_head)
         head = min(self.shown_head, heads - 1)
+        shown = (layer, head, self.fingerprint, state.past)
+        if self._shown is not None and self._shown[0] is cache.k and self._shown[1] == shown:
+            return  # most operators leave the cache as it was: nothing to redraw
+        self._shown = (cache.k, shown)
         appended = max(cache.length - state.past, 0)
         where = Text.assemble((f"KV cache · layer {layer}/{len(state.caches) - 1} · head {head}/{heads - 1}", "bold"),
                               " · [ ] layer { } head\n")
@@ -76,7 +83,7 @@ class CacheView(Vertical):
             where.append(f"{rows} · rows computed with the current weights")
         else:
             where.append(f"⚠ stale cache: old weights (r recomputes) · {rows}", style="bold yellow")
-        title.update(where)
+        title.update(where, layout=False)  # two lines, always
         labels = [f"{'+' if p >= state.past else ' '}{p} · {_token(state, p)}" for p in range(cache.length)]
         part = slice(head * self.d_head, (head + 1) * self.d_head)
         cols = [f"d{j}" for j in range(self.d_head)]

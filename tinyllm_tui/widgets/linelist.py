@@ -13,12 +13,13 @@ from textual import events
 from textual.binding import Binding
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widget import Widget
+
+from .textlines import TextLines
 
 Line = tuple[object, Text]
 
 
-class LineList(Widget, can_focus=True):
+class LineList(TextLines, can_focus=True):
     BINDINGS = [
         Binding("up", "move(-1)", "Up", show=False),
         Binding("down", "move(1)", "Down", show=False),
@@ -65,7 +66,7 @@ class LineList(Widget, can_focus=True):
         if index is not None:
             self.post_message(self.Highlighted(self, self.lines[index][0]))
 
-    def render(self) -> Text:
+    def text_lines(self) -> list[Text]:
         height, width = self.size.height, max(self.size.width, 1)
         if self.highlighted is not None:  # keep the highlighted line in view, with one line of context
             if self.highlighted < self._top + 1:
@@ -73,16 +74,14 @@ class LineList(Widget, can_focus=True):
             elif self.highlighted >= self._top + height - 1:
                 self._top = self.highlighted - height + 2
         self._top = max(min(self._top, len(self.lines) - height), 0)
-        out = Text(no_wrap=True, overflow="ellipsis")
+        shown = []
         for i in range(self._top, min(self._top + height, len(self.lines))):
             line = self.lines[i][1].copy()
             line.truncate(width, overflow="ellipsis")
             if i == self.highlighted:
                 line.stylize("reverse" if self.has_focus else "bold reverse dim")
-            out.append_text(line)
-            out.append("\n")
-        out.rstrip()
-        return out
+            shown.append(line)
+        return shown
 
     def _step_to(self, index: int, direction: int) -> None:
         """Highlight the nearest selectable line from `index` on in `direction`."""

@@ -9,21 +9,24 @@ logits the most likely tokens with their probabilities.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from rich.cells import cell_len
 from rich.color import Color
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.reactive import reactive
-from textual.widget import Widget
+from textual.strip import Strip
 
 from engine.expect import Cell
 from engine.labels import resolve_some
 from engine.summaries import shape_text
 
+from .textlines import TextLines
 from ..numbers import NUMBER_WIDTH, format_number, right_aligned
 
 CELL_WIDTH = NUMBER_WIDTH + 3  # an edit mark (•), a verdict (✓ ✗), the number, a space
@@ -34,12 +37,25 @@ POSITIVE, NEGATIVE, SEQUENTIAL = (170, 50, 50), (50, 90, 180), (40, 140, 70)
 TITLE_LINES = 2
 
 
+HEAT_LEVELS = 32
+PLAIN, BOLD, DIM, CURSOR = Style(), Style(bold=True), Style(dim=True), Style(reverse=True, bold=True)
+BLANK = Segment(" ")
+EDITED = Segment("•", Style(bold=True, color="yellow"))
+AGREES, DISAGREES = Segment("✓", Style(bold=True, color="green")), Segment("✗", Style(bold=True, color="red"))
+
+
 def heat_style(x: float, scale: float, sequential: bool) -> Style:
     """Diverging red/blue for signed values, one green ramp for probabilities."""
     if not math.isfinite(x):
-        return Style(dim=True)
-    t = min(abs(x) / scale, 1.0) if scale > 0 else 0.0
-    target = SEQUENTIAL if sequential else (POSITIVE if x >= 0 else NEGATIVE)
+        return DIM
+    level = round(min(abs(x) / scale, 1.0) * HEAT_LEVELS) if scale > 0 else 0
+    return _heat(SEQUENTIAL if sequential else (POSITIVE if x >= 0 else NEGATIVE), level)
+
+
+@lru_cache(maxsize=None)
+def _heat(target: tuple[int, int, int], level: int) -> Style:
+    """One style per colour and step of the ramp: cells share them instead of making their own."""
+    t = level / HEAT_LEVELS
     rgb = [round(b + (c - b) * t) for b, c in zip(BASE, target)]
     return Style(bgcolor=Color.from_rgb(*rgb), color="white")
 
@@ -93,7 +109,7 @@ class MatrixData:
         return ~same
 
 
-class MatrixWindow(Widget):
+class MatrixWindow(TextLines):
     data: reactive[MatrixData | None] = reactive(None, always_update=True)
     row_offset = reactive(0)
     col_offset = reactive(0)
@@ -111,8 +127,12 @@ class MatrixWindow(Widget):
         sample = [rows[i] for i in range(self.row_offset, min(self.row_offset + self._row_count(), len(rows)))]
         return min(max((cell_len(label) for label in sample), default=4) + 1, max(self.size.width // 3, 6))
 
+    def _title_lines(self) -> int:
+        """Two title lines where there is room; in a short panel the second (window, edits, summary) goes."""
+        return TITLE_LINES if self.size.height >= 2 * TITLE_LINES + 2 else 1
+
     def _row_count(self) -> int:
-        return max(self.size.height - TITLE_LINES - 1, 1)
+        return max(self.size.height - self._title_lines() - 1, 1)
 
     def _col_count(self) -> int:
         return max((self.size.width - self._label_width()) // CELL_WIDTH, 1)
@@ -151,15 +171,18 @@ class MatrixWindow(Widget):
         self.col_offset = min(max(self.col_offset, col - cols + 1), col)
 
     # -- rendering ---------------------------------------------------------------------------------
-    def render(self) -> Text:
+    def text_lines(self) -> list[Text | Strip]:
         if self.data is None:
-            return Text("")
-        lines = self._lines()
+            return []
+        lines = self._lines()[: self.size.height]
+        width = max(self.size.width, 1)
         for line in lines:
-            line.truncate(max(self.size.width, 1), overflow="ellipsis")
-        return Text("\n").join(lines)
+            if isinstance(line, Text):
+                line.truncate(width, overflow="ellipsis")
+        return lines
 
-    def _lines(self) -> list[Text]:
+    def _lines(self) -> list[Text | Strip]:
+        """Two title lines and a header as Text; each row as a Strip of segments (many cells, drawn often)."""
         data = self.data
         if not data.values.size:
             return [Text(f"{data.title} · {shape_text(data.values.shape)} · empty", style="bold")]
@@ -172,15 +195,28 @@ class MatrixWindow(Widget):
         header = Text(" " * width)
         for j in cols:
             header.append(right_aligned(_fit(data.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
-        lines = [*self._title(rows, cols, changed), header]
-        sequential = data.kind in PROBABILITY_KINDS
+        lines: list[Text | Strip] = [*self._title(rows, cols, changed)[: self._title_lines()], header]
+        sequential, heat, cursor = data.kind in PROBABILITY_KINDS, self.heat, self.cursor
         for i in rows:
             label = _fit(data.rows[i], width - 1)
-            line = Text(label + " " * (width - cell_len(label)), style="bold")
+            segments = [Segment(label + " " * (width - cell_len(label)), BOLD)]
             for j in cols:
-                line.append_text(self._cell(i, j, float(values[i, j]), scale, sequential, changed))
-            lines.append(line)
+                x = float(values[i, j])
+                style = heat_style(x, scale, sequential) if heat else (DIM if not math.isfinite(x) else PLAIN)
+                segments += [EDITED if changed is not None and changed[i, j] else BLANK, self._verdict(i, j),
+                             *self._number(x, CURSOR if cursor == (i, j) else style), BLANK]
+            lines.append(Strip(segments))
         return lines
+
+    def _verdict(self, i: int, j: int) -> Segment:
+        if (i, j) not in self.data.verdicts:
+            return BLANK
+        return AGREES if self._agrees(i, j) else DISAGREES
+
+    def _number(self, x: float, style: Style) -> tuple[Segment, ...]:
+        if self.data.token_label is not None:  # the decode rule's choice: a token, not a number
+            return (Segment(right_aligned(_fit(self.data.token_label(int(x)), NUMBER_WIDTH)), BOLD),)
+        return (Segment(right_aligned(format_number(x)), style),)
 
     def _title(self, rows: range, cols: range, changed: np.ndarray | None) -> list[Text]:
         """Two lines: what the matrix is and which part shows; a summary of a row too wide to show."""
@@ -192,7 +228,8 @@ class MatrixWindow(Widget):
         if len(cols) < n_cols:
             parts.append(f"cols {cols[0]}–{cols[-1]} of {n_cols} (< >)" if cols else "")
         if changed is not None and changed.any():
-            parts.append(f"{int(changed.sum())} cells changed by the edit (•)")
+            count = int(changed.sum())
+            parts.append(f"{count} cell{'' if count == 1 else 's'} changed by the edit (•)")
             parts.append("BEFORE the edit (v)" if data.show_before else "v: before")
         if data.token_label is not None:
             parts.append("chose " + ", ".join(data.token_label(int(x)) for x in data.values.ravel()))
@@ -227,21 +264,6 @@ class MatrixWindow(Widget):
         if math.isinf(cell.printed) or math.isinf(shown):
             return cell.printed == shown
         return abs(shown - cell.printed) <= cell.tolerance
-
-    def _cell(self, i: int, j: int, x: float, scale: float, sequential: bool, changed) -> Text:
-        edit = Text("•", style="bold yellow") if changed is not None and changed[i, j] else Text(" ")
-        if (i, j) in self.data.verdicts:
-            verdict = Text("✓", style="bold green") if self._agrees(i, j) else Text("✗", style="bold red")
-        else:
-            verdict = Text(" ")
-        style = heat_style(x, scale, sequential) if self.heat else Style(dim=not math.isfinite(x))
-        if self.cursor == (i, j):
-            style = Style(reverse=True, bold=True)
-        if self.data.token_label is not None:
-            shown, style = _fit(self.data.token_label(int(x)), NUMBER_WIDTH), Style(bold=True)
-        else:
-            shown = format_number(x)
-        return Text.assemble(edit, verdict, (right_aligned(shown), style), " ")
 
 
 def _fit(text: str, width: int) -> str:

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
+from textual.widget import Widget
 from textual.widgets import Static
 
 from engine import OpState, to_host
@@ -19,35 +20,30 @@ from ..numbers import format_number
 CORNER = 4  # rows and columns of each input shown in the inputs panel
 
 
-class ExplanationPanel(VerticalScroll):
-    state: reactive[OpState | None] = reactive(None, init=False, always_update=True)
+class ExplanationPanel(Widget):
+    """Rendered in place (no layout pass): a step changes the text, never the panel's size."""
+
+    state: reactive[OpState | None] = reactive(None, always_update=True)
     lang = "en"
 
-    def compose(self):
-        yield Static()
-
-    def watch_state(self, state: OpState | None) -> None:
-        if state is not None:
-            lines = [Text.assemble((f"{heading}: ", "bold cyan"), text) for heading, text in explain(state, self.lang)]
-            self.query_one(Static).update(Text("\n").join(lines))
+    def render(self) -> Text:
+        if self.state is None:
+            return Text("")
+        return Text("\n").join(Text.assemble((f"{heading}: ", "bold cyan"), text)
+                               for heading, text in explain(self.state, self.lang))
 
 
-class InputsPanel(VerticalScroll):
+class InputsPanel(Widget):
     """Each array the operator read: its name, shape and top-left corner (the matrix view pages the output)."""
 
-    state: reactive[OpState | None] = reactive(None, init=False, always_update=True)
+    state: reactive[OpState | None] = reactive(None, always_update=True)
 
-    def compose(self):
-        yield Static()
-
-    def watch_state(self, state: OpState | None) -> None:
-        if state is None:
-            return
-        if not state.inputs:
-            text = Text("This operator reads no array (it is computed from positions only).")
-        else:
-            text = Text("\n").join(_corner(operand) for operand in state.inputs)
-        self.query_one(Static).update(text)
+    def render(self) -> Text:
+        if self.state is None:
+            return Text("")
+        if not self.state.inputs:
+            return Text("This operator reads no array (it is computed from positions only).")
+        return Text("\n").join(_corner(operand) for operand in self.state.inputs)
 
 
 def _corner(operand) -> Text:

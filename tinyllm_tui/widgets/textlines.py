@@ -1,0 +1,33 @@
+"""Widgets drawn line by line from Rich Text, through Textual's line API.
+
+Returning a Text from `render()` sends every step's content through a wrapping
+and measuring pass; lines that already fit can go straight to strips. A subclass
+gives `text_lines()`; they are turned into strips once per refresh.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.strip import Strip
+from textual.widget import Widget
+
+
+class TextLines(Widget):
+    def text_lines(self) -> list[Text | Strip]:
+        """The lines to show, top first: Text, or a ready Strip where building Text would cost too much."""
+        raise NotImplementedError
+
+    def refresh(self, *regions, **options) -> Widget:
+        self._strips: list[Strip] | None = None
+        return super().refresh(*regions, **options)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if getattr(self, "_strips", None) is None or getattr(self, "_strips_width", None) != width:
+            console, base = self.app.console, self.rich_style
+            self._strips = [(line if isinstance(line, Strip) else Strip(line.render(console)))
+                            .adjust_cell_length(width, base).apply_style(base) for line in self.text_lines()]
+            self._strips_width = width
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(width, self.rich_style)

@@ -132,8 +132,12 @@ def parse(text: str, file: str) -> yaml.Node | None:
             mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark else None
         raise ScenarioError(file, line, "", f"YAML syntax: {problem}") from None
+    except yaml.reader.ReaderError as error:  # a control character: its own message spans two lines
+        line = text[: error.position].count("\n") + 1
+        raise ScenarioError(file, line, "", f"YAML: character #x{error.character:04x} is not allowed "
+                            f"({error.reason})") from None
     except yaml.YAMLError as error:
-        raise ScenarioError(file, None, "", f"YAML: {error}") from None
+        raise ScenarioError(file, None, "", f"YAML: {' '.join(str(error).split())}") from None
 
 
 @dataclass(frozen=True)
@@ -154,16 +158,23 @@ def scalar_value(node: ScalarNode) -> Any:
             return -math.inf if plain[0] == "-" else math.inf
         return math.nan if plain == ".nan" else float(plain)
     if tag == INT:
-        plain = text.replace("_", "")
-        try:
-            return int(plain, 0)
-        except ValueError:  # 017: decimal, as YAML 1.2 reads it
-            return int(plain, 10)
+        return _integer(text.replace("_", ""), text)
     if tag == BOOL:
         return text.lower() == "true"
     if tag == NULL:
         return None
     return Tagged(tag, text)
+
+
+def _integer(plain: str, text: str) -> int | float | str:
+    """`0x1F`, `017` (decimal, as YAML 1.2 reads it); past Python's 4300-digit limit a float (inf);
+    no digits at all (`0x_`, `+_`) the text it is."""
+    for parse in (lambda: int(plain, 0), lambda: int(plain, 10), lambda: float(plain)):
+        try:
+            return parse()
+        except ValueError:
+            continue
+    return text
 
 
 # -- walking ----------------------------------------------------------------------------------
@@ -329,7 +340,7 @@ def _kind(node: Node) -> str:
     if isinstance(value, (int, float)):
         return f"number {value}"
     if isinstance(value, str):
-        return f"text {value!r}"
+        return f"text {value!r}" if len(value) <= 40 else f"text {value[:40]!r}… ({len(value)} characters)"
     if node.is_mapping:
         return "a mapping"
     return "a list" if isinstance(node.raw, SequenceNode) else type(value).__name__

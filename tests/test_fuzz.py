@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -130,14 +131,25 @@ def mutated_scenario(draw):
     return _dump(draw(mutated(SCENARIO_TREES[name])))
 
 
+RAW_TOKENS = st.sampled_from([
+    "0x_", "+_", "0b2", "0o", "1_000", "9" * 5000, "1e400", "-.inf", ".NaN", "~", "null", "0x1F", "017", "-0",
+    "2001-12-14", "!!binary AAAA", "!!python/object:os.system {}", "!!set {a}", "&a", "*a", "*nowhere", "<<: *a",
+    "? x", "|", ">-", "'", "\"", "%YAML 1.1", "---", "...", "\t", "\x00", "\ufeff", "𝑥", "a" * 300,
+])
+
+
 @st.composite
 def mutated_text(draw):
     """Text-level edits: a line dropped, doubled or cut, a character replaced."""
     text = (SCENARIOS / draw(st.sampled_from(sorted(SCENARIO_TREES)))).read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     i = draw(st.integers(0, len(lines) - 1))
-    action = draw(st.sampled_from(["drop", "double", "cut", "char"]))
-    if action == "drop":
+    action = draw(st.sampled_from(["drop", "double", "cut", "char", "token"]))
+    if action == "token":  # a plain scalar or YAML construct the tree mutations cannot write
+        words = list(re.finditer(r"[^\s,\[\]{}]+", lines[i])) or [re.match("", lines[i])]
+        word = draw(st.sampled_from(words))
+        lines[i] = lines[i][: word.start()] + draw(RAW_TOKENS) + lines[i][word.end():]
+    elif action == "drop":
         del lines[i]
     elif action == "double":
         lines.insert(i, lines[i])

@@ -110,6 +110,9 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[i
     weights = {}
     for name, shape in parameter_shapes(spec, vocab_size).items():
         weights[name] = read(name)
+        if not np.issubdtype(weights[name].dtype, np.floating):
+            raise ScenarioError(str(path), None, name, f"expected floating-point numbers, the checkpoint gives "
+                                f"{weights[name].dtype}")
         if tuple(weights[name].shape) != shape:
             raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]), "
                                 f"the checkpoint gives {format_shape(weights[name].shape)}")

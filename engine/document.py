@@ -88,6 +88,7 @@ PLAIN_TAGS = {INT, FLOAT, BOOL, NULL, STR, SEQ, MAP}
 
 
 MAX_SCENARIO_BYTES = 64 << 20  # ten times the largest inline scenario measured; bigger weights go in a weight file
+MAX_SCENARIO_VALUES = 4_000_000  # PyYAML's nodes take ~300 bytes each: at most ~1.2 GB to parse any file
 
 
 def read_text(path: Path) -> str:
@@ -122,6 +123,11 @@ def _read_capped(file) -> bytes:
 
 def parse(text: str, file: str) -> yaml.Node | None:
     """Compose scenario text into PyYAML's node tree, or raise ScenarioError."""
+    values = text.count(",") + text.count("\n") + text.count("- ")  # at least one per node (C speed)
+    if values > MAX_SCENARIO_VALUES:
+        raise ScenarioError(file, None, "", f"holds up to {values} values, more than the {MAX_SCENARIO_VALUES} a "
+                            "scenario file may (each takes ~300 bytes to parse); put big weights in a weight file "
+                            "(weights: {file: model.safetensors})")
     try:
         return yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as error:

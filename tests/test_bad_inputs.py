@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from engine import ScenarioError, load_scenario, load_scenario_text
 from engine.checkpoints import load_checkpoint
-from engine.document import MAX_SCENARIO_BYTES
+from engine.document import MAX_SCENARIO_BYTES, MAX_SCENARIO_VALUES
 from tinyllm_tui.cli import app
 
 BAD = ROOT / "tests" / "data" / "bad"
@@ -294,3 +294,14 @@ def test_a_table_the_trace_cannot_hold_becomes_a_located_error():
     outcome = check_scenario(scenario)[0]
     line = text[: text.index("op: hook_embedd")].count("\n") + 1
     assert str(outcome.error(scenario.path)).startswith(f"typo.yaml:{line}: expect[0]: no operator request 0 prefill hook_embedd")
+
+
+def test_a_dense_file_under_the_size_limit_is_refused_before_parsing(tmp_path):
+    """64 MiB of `0,` would be 32 million YAML nodes (~10 GB): the value count is refused first."""
+    path = tmp_path / "dense.yaml"
+    path.write_text("title: [" + "0," * (MAX_SCENARIO_VALUES + 1) + "0]\n", encoding="utf-8")
+    assert path.stat().st_size < MAX_SCENARIO_BYTES
+    started = time.perf_counter()
+    peak = peak_bytes(lambda: refusal(lambda: load_scenario(path)))
+    assert time.perf_counter() - started < 2.0 and peak < 3 * path.stat().st_size
+    assert f"more than the {MAX_SCENARIO_VALUES} a scenario file may" in refusal(lambda: load_scenario(path))

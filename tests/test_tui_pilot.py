@@ -402,6 +402,9 @@ async def test_every_binding_while_a_long_continue_runs_then_quit_cleanly(busy_p
             while not isinstance(app.screen, DebuggerScreen):  # a key opened a screen: close it again
                 await pilot.press("escape")
             assert app.debugger.busy or key in ("b", "f9")  # pressed while the run was in flight
+            if key == "n":
+                await pilot.pause(0.3)  # progress reports come in: the refusal of n stays said
+                assert "running… step" in status(app) and "busy: a run is in flight" in status(app)
         await pilot.press("escape")  # cancel the run
         await settle(pilot)
         assert not app.debugger.busy

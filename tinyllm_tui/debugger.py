@@ -30,6 +30,7 @@ from engine.session import INJECTIONS, StaleFrom
 from engine.summaries import request_results
 
 PROGRESS_EVERY = 200  # steps between progress reports of a long run
+BUSY = "busy: a run is in flight (Esc or ctrl+c cancels it)"
 
 
 class Busy(RuntimeError):
@@ -104,7 +105,7 @@ class Debugger:
     @contextmanager
     def _owned(self) -> Iterator[None]:
         if not self._owner.acquire(blocking=False):
-            raise Busy("busy: a run is in flight (Esc or ctrl+c cancels it)")
+            raise Busy(BUSY)
         try:
             yield
         finally:
@@ -206,8 +207,14 @@ class Debugger:
         return stopped or self.end_message()
 
     def continue_(self, progress: Progress | None = None) -> str:
-        result = self.run_until(lambda state: bool(self.hits(state)), progress)
-        return f"⚑ breakpoint: {', '.join(self.hits(self.view.state))}" if result == "hit" else result
+        hit: list[str] = []  # the breakpoints that stopped the run (they may be removed meanwhile)
+
+        def stop(state: OpState) -> bool:
+            hit[:] = self.hits(state)
+            return bool(hit)
+
+        result = self.run_until(stop, progress)
+        return f"⚑ breakpoint: {', '.join(hit)}" if result == "hit" else result
 
     def play_step(self) -> str | None:
         """One step of play; a message when play must stop (a breakpoint or the end)."""

@@ -22,7 +22,7 @@ from engine import to_host
 from engine.breakpoints import BreakpointError
 from engine.summaries import op_title
 
-from .debugger import Busy, Cancelled, Debugger, SearchError
+from .debugger import BUSY, Busy, Cancelled, Debugger, SearchError
 from .i18n import tr
 from .widgets.cache import CacheView
 from .widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
@@ -37,6 +37,11 @@ from .widgets.timeline import Timeline, TimelineData
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
 DEFAULT_SPEED = 3
 WIDE = 120  # from this many columns the KV cache sits beside the matrix: the card's three views at once
+
+
+def timeline_key(state, rounds) -> tuple:
+    """What the timeline shows of a state: most steps change none of it."""
+    return state.timeline, rounds, state.caches[0].length if state.caches else 0, state.chunk
 
 
 class DebuggerScreen(Screen):
@@ -90,6 +95,7 @@ class DebuggerScreen(Screen):
         self.player = None
         self.show_before = False
         self.message = ""
+        self.refusal = ""  # why the last key pressed during a run was refused
         self.wide = False
 
     def compose(self) -> ComposeResult:
@@ -152,7 +158,8 @@ class DebuggerScreen(Screen):
         state = view.state
         self.query_one(OperatorList).show_view(view)
         timeline = self.query_one(Timeline)
-        if timeline.data is None or (timeline.data.state.timeline, timeline.data.rounds) != (state.timeline, view.rounds):
+        if timeline.data is None or timeline_key(timeline.data.state, timeline.data.rounds) != timeline_key(
+                state, view.rounds):
             timeline.data = TimelineData(state, len(debugger.scenario.requests),
                                          bool(debugger.scenario.decode.prefill_chunk), view.rounds)
         self.query_one(MatrixWindow).data = MatrixData(
@@ -202,7 +209,7 @@ class DebuggerScreen(Screen):
         try:
             message = move()
         except Busy as busy:
-            self.set_status(str(busy))
+            self._refuse(str(busy))
             return
         self.show(message)
 
@@ -229,16 +236,21 @@ class DebuggerScreen(Screen):
         self.post_message(self.RunDone(message))
 
     def on_debugger_screen_run_progress(self, event: RunProgress) -> None:
-        if self.debugger.busy:
-            self.set_status(f"running… step {event.step} (Esc cancels)")
+        if self.debugger.busy:  # a key refused meanwhile stays said
+            self.set_status(" · ".join(filter(None, [f"running… step {event.step} (Esc cancels)", self.refusal])))
 
     def on_debugger_screen_run_done(self, event: RunDone) -> None:
+        self.refusal = ""
         self.show(event.message)
 
     def _refused(self) -> bool:
         if self.debugger.busy:
-            self.set_status("busy: a run is in flight (Esc or ctrl+c cancels it)")
+            self._refuse(BUSY)
         return self.debugger.busy
+
+    def _refuse(self, message: str) -> None:
+        self.refusal = message
+        self.set_status(message)
 
     def action_cancel(self) -> None:
         self.set_status("cancelling…" if self.debugger.cancel() else "nothing is running")

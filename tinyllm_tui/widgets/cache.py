@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Container, Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -33,14 +33,17 @@ class CacheView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(classes="cache-title")
-        yield MatrixWindow(classes="cache-k")
-        yield MatrixWindow(classes="cache-v")
+        with Container(classes="cache-pair"):  # K above V beside the matrix, K beside V in a tab
+            yield MatrixWindow(classes="cache-k")
+            yield MatrixWindow(classes="cache-v")
 
     def show(self, state: OpState, fingerprint: str) -> None:
         """The cache as `state` left it; redrawn only where it changed (a container's refresh repaints all)."""
         self.state, self.fingerprint = state, fingerprint
         if not self.pinned and state.layer is not None:
             self.shown_layer = state.layer
+        elif not self.pinned and state.caches and state.caches[-1].length > state.past:
+            self.shown_layer = len(state.caches) - 1  # past the blocks: the last layer's cache is the newest
         self._show()
 
     def watch_shown_layer(self) -> None:

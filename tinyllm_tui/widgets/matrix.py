@@ -128,11 +128,15 @@ class MatrixWindow(TextLines):
         return min(max((cell_len(label) for label in sample), default=4) + 1, max(self.size.width // 3, 6))
 
     def _title_lines(self) -> int:
-        """Two title lines where there is room; in a short panel the second (window, edits, summary) goes."""
-        return TITLE_LINES if self.size.height >= 2 * TITLE_LINES + 2 else 1
+        """Up to three title lines (what, which part and marks, a summary of a row too wide to show),
+        fewer in a short panel."""
+        wide = self.data is not None and self._col_count() < self.data.values.shape[1]
+        lines = TITLE_LINES + 1 if wide else TITLE_LINES
+        return lines if self.size.height >= 2 * lines + 2 else 1
 
     def _row_count(self) -> int:
-        return max(self.size.height - self._title_lines() - 1, 1)
+        title = TITLE_LINES + 1 if self.size.height >= 2 * TITLE_LINES + 4 else 1  # as _title_lines, at most
+        return max(self.size.height - title - 1, 1)
 
     def _col_count(self) -> int:
         return max((self.size.width - self._label_width()) // CELL_WIDTH, 1)
@@ -236,9 +240,8 @@ class MatrixWindow(TextLines):
         if data.verdicts:
             agreeing = sum(self._agrees(i, j) for i, j in data.verdicts)
             parts.append(f"expect: {agreeing}/{len(data.verdicts)} printed cells agree (✓ ✗)")
-        if len(cols) < n_cols:
-            parts.append(self._summary(rows))
-        return [Text(parts[0], style="bold"), Text(" · ".join(p for p in parts[1:] if p), style="italic")]
+        lines = [Text(parts[0], style="bold"), Text(" · ".join(p for p in parts[1:] if p), style="italic")]
+        return lines + [Text(self._summary(rows), style="italic")] if len(cols) < n_cols else lines
 
     def _summary(self, rows: range) -> str:
         """One line about the last visible row, whose columns do not all fit."""

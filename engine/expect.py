@@ -14,7 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .backend import to_host
-from .document import Node, ScenarioError
+from yaml.nodes import SequenceNode
+
+from .document import MAX_SCENARIO_VALUES, Node, ScenarioError
 from .spec import ModelSpec, Request
 from .trace import OpState
 
@@ -122,6 +124,10 @@ def _check_reachable(node: Node, e: Expectation, requests: Sequence[Request], mo
 def _expectation(node: Node, index: int) -> Expectation:
     node.mapping(EXPECT_KEYS, {"op", "values"})
     rows = node.get("values").items()
+    cells = sum(len(row.raw.value) for row in rows if isinstance(row.raw, SequenceNode))
+    if cells > MAX_SCENARIO_VALUES:  # rows that are aliases of one long row: never walk them
+        raise node.get("values").error(f"the table has {cells} cells, more than the {MAX_SCENARIO_VALUES} "
+                                       "a scenario may hold")
     printed, tolerances = [], []
     for row in rows:
         cells = row.items()

@@ -222,6 +222,10 @@ EXTRA = [  # (file, text or bytes, marker, path, message)
     ("laughs_embed.yaml", TEMPLATE.replace("  embed:\n" + "".join(f"    - {row}\n" for row in (
         "[0.0, 0.0, 0.0, 0.0]", "[1.0, 0.0, 0.0, 0.0]", "[0.0, 1.0, 0.0, 0.0]", "[0.0, 0.0, 1.0, 0.0]",
         "[0.0, 0.0, 0.0, 1.0]")), "  embed: " + laughs("e") + "\n"), "  embed:", "weights.embed", "expected 5×4, got 9×9"),
+    ("laughs_expect.yaml", TEMPLATE.replace(
+        "    values:\n      - [1.0, 0.0, 0.0, 0.0]\n      - [0.0, 1.0, 0.0, 0.0]\n",
+        "    values:\n      - &row [" + ", ".join(["0"] * 3000) + "]\n" + "      - *row\n" * 3000),
+     ("values:", "- &row"), "expect[0].values", "the table has 9003000 cells, more than the 4000000"),
     ("recursive_alias.yaml", TEMPLATE.replace("title: template · every key", "title: &me [*me]"), "title", "title",
      "expected text, got a list"),
     ("control_character.yaml", TEMPLATE.replace("  pad: PAD", "  pad: P\x00D"), "pad:", "",

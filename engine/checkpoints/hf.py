@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from safetensors import safe_open
 
-from ..document import ScenarioError
+from ..document import ScenarioError, read_text
 from ..spec import ModelSpec, NormSpec
 
 ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert")
@@ -37,8 +37,9 @@ class ConfigError(ScenarioError):
 def read_spec(folder: Path) -> tuple[str, ModelSpec, dict]:
     file = folder / "config.json"
     try:
-        config = json.loads(file.read_bytes())
-    except (OSError, ValueError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        text = read_text(file)  # at most 64 MiB read; its own error if not UTF-8
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
         raise ConfigError(file, "", f"not a readable JSON file ({error})") from None
     if not isinstance(config, dict):
         raise ConfigError(file, "", "expected a JSON object of settings")

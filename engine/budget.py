@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import replace
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from .document import Node
 from .parameters import parameter_shapes
 from .spec import ModelSpec
 
+MAX_TENSORS = 100_000  # the largest released models have a few thousand
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
 
@@ -49,8 +51,30 @@ def _itemsize(dtype: str) -> int:
         return 8
 
 
+def _sizes(spec: ModelSpec, vocab_size: int) -> tuple[list[int], list[int]]:
+    """Element counts of the tensors outside the blocks and of one block's: every block is alike,
+    so nothing here grows with the number of layers a file may claim."""
+    shapes = parameter_shapes(replace(spec, n_layers=1), vocab_size)
+    block = [math.prod(shape) for name, shape in shapes.items() if name.startswith("blocks.")]
+    return [math.prod(shape) for name, shape in shapes.items() if not name.startswith("blocks.")], block
+
+
 def weight_bytes(spec: ModelSpec, vocab_size: int, dtype: str = "float64") -> int:
-    return sum(math.prod(shape) for shape in parameter_shapes(spec, vocab_size).values()) * _itemsize(dtype)
+    rest, block = _sizes(spec, vocab_size)
+    return (sum(rest) + sum(block) * spec.n_layers) * _itemsize(dtype)
+
+
+def tensor_count(spec: ModelSpec, vocab_size: int) -> int:
+    rest, block = _sizes(spec, vocab_size)
+    return len(rest) + len(block) * spec.n_layers
+
+
+def too_many_tensors(spec: ModelSpec, vocab_size: int) -> str:
+    """Why a model has too many weight tensors to hold (~1 KB of Python objects each), or ""."""
+    count = tensor_count(spec, vocab_size)
+    if count <= MAX_TENSORS:
+        return ""
+    return f"{spec.n_layers} layers make {count} weight tensors, more than the {MAX_TENSORS} this opens"
 
 
 def cache_bytes(spec: ModelSpec, dtype: str, n_tokens: int) -> int:
@@ -72,6 +96,8 @@ def estimate(spec: ModelSpec, vocab_size: int, dtype: str, n_tokens: int) -> int
 
 def check_budget(node: Node, spec: ModelSpec, vocab_size: int, dtype: str, budget: int) -> None:
     """Refuse, at the `model:` section, a model whose weights alone exceed the budget."""
+    if too_many_tensors(spec, vocab_size):
+        raise node.get("layers").error(too_many_tensors(spec, vocab_size))
     need = weight_bytes(spec, vocab_size, dtype)
     if need > budget:
         raise node.error(f"the weights alone need about {format_size(need)} as {dtype}, over the memory budget "

@@ -204,6 +204,16 @@ def test_absurd_width_is_refused_before_reading_a_tensor(tmp_path):
     cli_refuses(folder, f"{folder}: --max-memory: ", "more than the budget")
 
 
+def test_a_billion_layers_are_refused_before_any_is_listed(tmp_path):
+    """Counting a billion layers' tensors one by one took minutes and gigabytes (found by the fuzzer)."""
+    folder = hf_copy(tmp_path, "qwen2")
+    edit_config(folder, num_hidden_layers=10**9)
+    started = time.perf_counter()
+    peak = peak_bytes(lambda: refusal(lambda: load_checkpoint(folder, ids=[1])))
+    assert time.perf_counter() - started < 2.0 and peak < 8 << 20
+    cli_refuses(folder, f"{folder}: layers: ", "1000000000 layers make")
+
+
 def test_config_not_json(tmp_path):
     folder = hf_copy(tmp_path)
     (folder / "config.json").write_text('{"model_type": "llama",')

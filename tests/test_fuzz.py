@@ -22,7 +22,6 @@ import yaml
 from conftest import ROOT, SCENARIOS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from safetensors.numpy import save_file
 
 from engine import ScenarioError, Session, load_scenario_text
 from engine.check import check_scenario
@@ -183,16 +182,6 @@ def test_mutated_scenario_long(text):
 SHAPES = {"embed": (3, 2), "blocks.0.attn.wq": (2, 2)}
 
 
-def _valid_safetensors(folder: Path) -> bytes:
-    path = folder / "valid.safetensors"
-    save_file({name: np.arange(np.prod(shape), dtype=np.float32).reshape(shape) for name, shape in SHAPES.items()},
-              str(path))
-    return path.read_bytes()
-
-
-VALID = _valid_safetensors(Path(os.environ.get("TMPDIR", "/tmp")))  # 120 bytes, rebuilt per run
-
-
 ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "U8": 1, "BOOL": 1}
 SHAPE_CHOICES = [[3, 2], [2, 3], [6], [2, 2], [1, 6], [3, 4], [2, 6], [4, 2], [2, 2, 1], [], [0, 2], [2**20, 2**20]]
 
@@ -242,23 +231,14 @@ def _read_or_refuse(folder: Path, data: bytes) -> None:
 
 @_examples(800)
 @given(mutated_safetensors())
-def test_mutated_safetensors_header_reads_or_is_refused(tmp_path_factory, data):
-    _read_or_refuse(_scratch(tmp_path_factory), data)
+def test_mutated_safetensors_header_reads_or_is_refused(tmp_path, data):
+    _read_or_refuse(tmp_path, data)
 
 
 @_long
 @given(mutated_safetensors())
-def test_mutated_safetensors_long(tmp_path_factory, data):
-    _read_or_refuse(_scratch(tmp_path_factory), data)
-
-
-_SCRATCH: dict[str, Path] = {}
-
-
-def _scratch(factory) -> Path:
-    if "dir" not in _SCRATCH:
-        _SCRATCH["dir"] = factory.mktemp("fuzz")
-    return _SCRATCH["dir"]
+def test_mutated_safetensors_long(tmp_path, data):
+    _read_or_refuse(tmp_path, data)
 
 
 # -- config.json ----------------------------------------------------------------------------
@@ -294,11 +274,11 @@ def _open_or_refuse(folder: Path, name: str, config: dict) -> None:
 
 @_examples(400)
 @given(mutated_config())
-def test_mutated_config_opens_or_is_refused(tmp_path_factory, case):
-    _open_or_refuse(_scratch(tmp_path_factory), *case)
+def test_mutated_config_opens_or_is_refused(tmp_path, case):
+    _open_or_refuse(tmp_path, *case)
 
 
 @_long
 @given(mutated_config())
-def test_mutated_config_long(tmp_path_factory, case):
-    _open_or_refuse(_scratch(tmp_path_factory), *case)
+def test_mutated_config_long(tmp_path, case):
+    _open_or_refuse(tmp_path, *case)

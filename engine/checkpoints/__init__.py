@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from ..budget import DEFAULT_BUDGET, format_size, weight_bytes
+from ..budget import DEFAULT_BUDGET, format_size, too_many_tensors, weight_bytes
 from ..document import ScenarioError
 from ..parameters import format_shape, parameter_shapes
 from ..scenario import Scenario, load_scenario
@@ -103,6 +103,8 @@ def _request_ids(path: Path, tokenizer: Tokenizer, size: int, prompt: str | None
 def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[int, str]) -> dict[str, np.ndarray]:
     """Every parameter the spec needs, read by `read(name)`, with its shape checked."""
     limit, dtype = budget
+    if too_many_tensors(spec, vocab_size):
+        raise ScenarioError(str(path), None, "layers", too_many_tensors(spec, vocab_size))
     need = weight_bytes(spec, vocab_size, dtype)
     if need > limit:
         raise ScenarioError(str(path), None, "--max-memory", f"the weights need {format_size(need)} as {dtype}, "

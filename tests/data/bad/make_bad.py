@@ -117,6 +117,8 @@ CASES = [
      "3 heads do not divide d_model 4"),
     ("size_eps_negative.yaml", "    eps: 1.0e-5", "    eps: -1.0e-5", "eps", "model.norm.eps", "expected eps ≥ 0"),
     ("size_learned_without_max.yaml", "  max_positions: 8\n", "", "d_model", "model", "missing required key 'max_positions'"),
+    ("size_layers_billion.yaml", "  layers: 1", "  layers: 1000000000", "layers", "model.layers",
+     "1000000000 layers make 16000000005 weight tensors, more than the 100000 this opens"),
     ("size_budget.yaml", "  d_model: 4", "  d_model: 4000000000", "d_model", "model", "over the memory budget"),
     # kinds
     ("kind_positions.yaml", "  positions: learned", "  positions: rotary", "positions", "model.positions",

@@ -63,10 +63,13 @@ def test_corpus_is_large_and_complete():
     assert files - cases - named == set()  # every file is a case or the weight file a case names
 
 
-@pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_bad_file_is_one_located_line(case):
+CASES = [(case, command) for case in sorted(EXPECTED) for command in sorted({"run", EXPECTED[case].get("command", "run")})]
+
+
+@pytest.mark.parametrize("case, command", CASES, ids=[f"{command}-{case}" for case, command in CASES])
+def test_bad_file_is_one_located_line(case, command):
+    """`run FILE`, and `check FILE` for an expect: case: the same one line either way."""
     before = listing(BAD)
-    command = EXPECTED[case].get("command", "run")
     result = CliRunner().invoke(app, [command, str(BAD / case)])
     assert_refused(result.exit_code, result.stderr, *expected_line(case))
     assert result.stdout == ""

@@ -63,7 +63,8 @@ def test_corpus_is_large_and_complete():
     assert files - cases - named == set()  # every file is a case or the weight file a case names
 
 
-CASES = [(case, command) for case in sorted(EXPECTED) for command in sorted({"run", EXPECTED[case].get("command", "run")})]
+CASES = [(case, command) for case in sorted(EXPECTED)
+         for command in sorted({"run", EXPECTED[case].get("command", "run")})]
 
 
 @pytest.mark.parametrize("case, command", CASES, ids=[f"{command}-{case}" for case, command in CASES])

@@ -73,11 +73,52 @@ def check_edit(edit: CellEdit, weights: Weights) -> CellEdit:
     return edit
 
 
-def apply_edit(weights: Weights, edit: CellEdit) -> Weights:
-    """A new weights dict; only the edited array is copied."""
-    array = weights[edit.name].copy()
-    array[edit.index] = edit.value
+FILLS = ("zeros", "identity", "scale", "file")
+
+
+@dataclass(frozen=True)
+class FillEdit:
+    """A whole parameter at once: zeros, the identity, s·I, or back to the file's values."""
+
+    name: str
+    fill: str  # one of FILLS
+    scale: float = 1.0
+
+
+Edit = CellEdit | FillEdit
+
+
+def apply_edit(weights: Weights, edit: Edit, file_weights: Weights | None = None) -> Weights:
+    """A new weights dict; only the edited array is new. `file_weights` serves the "file" fill."""
+    old = weights[edit.name]
+    if isinstance(edit, CellEdit):
+        array = old.copy()
+        array[edit.index] = edit.value
+    elif edit.fill == "file":
+        array = file_weights[edit.name]
+    elif edit.fill == "zeros":
+        array = np.zeros(old.shape)
+    else:
+        if old.ndim != 2 or old.shape[0] != old.shape[1]:
+            raise EditError(f"{edit.fill} needs a square matrix; {edit.name} is {'×'.join(map(str, old.shape))}")
+        array = np.eye(old.shape[0]) * (edit.scale if edit.fill == "scale" else 1.0)
     return weights | {edit.name: array}
+
+
+def edit_record(edit: Edit) -> dict:
+    """A JSON-ready form of an edit (the autosaved list of unsaved edits)."""
+    return dataclasses.asdict(edit) | {"type": type(edit).__name__}
+
+
+def edit_from_record(record: dict, weights: Weights) -> Edit:
+    """Raises EditError (or KeyError/TypeError/ValueError for a malformed record)."""
+    fields = {key: value for key, value in record.items() if key != "type"}
+    if record["type"] == "CellEdit":
+        return check_edit(CellEdit(fields["name"], tuple(fields["index"]), parse_value(str(fields["value"]))), weights)
+    edit = FillEdit(**fields)
+    if edit.name not in weights or edit.fill not in FILLS:
+        raise EditError(f"not an edit of this model: {record}")
+    return edit
 
 
 def with_weights(scenario: Scenario, weights: Weights) -> Scenario:
@@ -89,6 +130,7 @@ class WeightHistory:
 
     def __init__(self, original: Weights):
         self._states, self._index = [original], 0
+        self._edits: list[Edit | None] = []  # the edit that made each state after the first
 
     @property
     def current(self) -> Weights:
@@ -98,10 +140,17 @@ class WeightHistory:
     def original(self) -> Weights:
         return self._states[0]
 
-    def push(self, weights: Weights) -> None:
+    def push(self, weights: Weights, edit: Edit | None = None) -> None:
         del self._states[self._index + 1 :]
+        del self._edits[self._index :]
         self._states.append(weights)
+        self._edits.append(edit)
         self._index += 1
+
+    @property
+    def edits(self) -> list[Edit]:
+        """The edits that lead from the original weights to the current ones."""
+        return [edit for edit in self._edits[: self._index] if edit is not None]
 
     def undo(self) -> bool:
         if self._index == 0:

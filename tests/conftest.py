@@ -21,6 +21,14 @@ def backend(request):
     return make_backend(request.param)
 
 
+@pytest.fixture(autouse=True)
+def autosave_folder(tmp_path, monkeypatch):
+    """Unsaved edits made by a test are autosaved in its own folder, never beside the bundled scenarios."""
+    monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path / "autosave"))
+    (tmp_path / "autosave").mkdir()
+    return tmp_path / "autosave"
+
+
 def still(app):
     """No animation (a tab underline caught half-way makes snapshots flaky)."""
     app.animation_level = "none"

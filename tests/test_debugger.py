@@ -10,6 +10,7 @@ from conftest import SCENARIOS, X01
 
 from engine import Session, load_scenario, to_host
 from engine.breakpoints import BreakpointError
+from engine.edits import CellEdit
 from tinyllm_tui.debugger import Busy, Debugger, SearchError
 
 PATTERN = "blocks.0.attn.hook_pattern"
@@ -82,8 +83,12 @@ def test_search_takes_conditions_that_breakpoints_take_and_says_when_nothing_mat
     debugger = make()
     debugger.search("round=1")  # `B` accepts it, so `g` must too
     assert debugger.view.state.round == 1 and debugger.view.state.step == next(s.step for s in reference if s.round == 1)
-    debugger.search("attn.pattern h1")  # the short name the operator list shows
+    debugger.search("attn.pattern h1")  # the short names the operator list shows
     assert (debugger.view.state.name, debugger.view.state.head) == (PATTERN, 1)
+    debugger.search("ln_final.normalized")
+    assert debugger.view.state.name == "ln_final.hook_normalized"
+    debugger.search("attn.q")
+    assert debugger.view.state.name == "blocks.0.attn.hook_q"
     with pytest.raises(SearchError, match="no operator matches 'blocks.9.*'"):
         debugger.search("blocks.9.*")
     with pytest.raises(SearchError, match=f"no step 9999: the trace has steps 0–{len(reference) - 1}"):
@@ -128,7 +133,7 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     debugger = make()
     debugger.goto_step(6)  # head-0 pattern of 我爱学习
     before = to_host(debugger.view.state.values)
-    debugger.edit_cell("blocks.0.attn.wk", (0, 1), 0.5)
+    debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5))
     assert debugger.view.state.step == 6 and debugger.unsaved() == 1
     assert not np.array_equal(to_host(debugger.view.state.values), before)
     assert np.array_equal(debugger.before(debugger.view.state), before)
@@ -141,7 +146,7 @@ def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
     debugger = make()
     debugger.goto_step(31)  # decode round 1
     assert debugger.edit_asks_about_the_cache()
-    debugger.edit_cell("blocks.0.attn.wk", (0, 1), 0.5, keep_stale=True)
+    debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5), keep_stale=True)
     assert debugger.stale is not None
     assert any(not d.agrees for d in debugger.diff())
     assert debugger.recompute().startswith("recomputed") and debugger.stale is None

@@ -190,3 +190,30 @@ async def test_save_as_writes_a_new_file_and_refuses_a_bad_path(tmp_path):
         await pilot.press(*["backspace"] * 200, *str(tmp_path / "copy.yaml"), "enter")  # clear, retype
         assert load_scenario(tmp_path / "copy.yaml").weights["blocks.0.attn.wk"][0, 1] == 0.5
         assert load_scenario(X01).weights["blocks.0.attn.wk"][0, 1] == 1.0  # the original is untouched
+
+
+async def test_edits_survive_a_crash_and_are_offered_on_the_next_start(tmp_path, monkeypatch):
+    """Unsaved edits are autosaved beside the scenario (as edits, not weights) and offered again."""
+    monkeypatch.delenv("TINYLLM_AUTOSAVE_DIR")  # the real place: beside the scenario
+    path = tmp_path / "x01.yaml"
+    shutil.copy(X01, path)
+    app = make_app(path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
+        await type_value(pilot, "0.5")
+        await pilot.press("0")  # and zero the whole of Wk... (a fill, kept as one edit)
+        await pilot.press("u")  # ...then undo that
+    # the app is gone without the quit question, as after a kill
+    autosaved = (tmp_path / ".x01.yaml.unsaved-edits.json").read_text(encoding="utf-8")
+    assert '"CellEdit"' in autosaved and "zeros" not in autosaved and len(autosaved) < 1000
+    assert load_scenario(path).weights["blocks.0.attn.wk"][0, 1] == 1.0  # the scenario itself is untouched
+    app = make_app(path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert isinstance(app.screen, ChoiceScreen)  # an earlier session left 1 unsaved weight edit
+        await pilot.press("r")  # restore
+        assert app.debugger.weights["blocks.0.attn.wk"][0, 1] == 0.5 and app.debugger.unsaved() == 1
+        await pilot.press("q", "q")  # quit without saving, on purpose: the autosave goes
+    assert not (tmp_path / ".x01.yaml.unsaved-edits.json").exists()
+    app = make_app(path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        assert not isinstance(app.screen, ChoiceScreen)  # nothing left to offer

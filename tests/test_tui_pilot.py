@@ -292,10 +292,13 @@ async def test_cycling_injections_replays_to_the_same_step():
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("g", *"31", "enter")  # decode round 1, head-0 pattern
         await pilot.press("I")  # chunk-mask: decode's single query sees only key 0
+        await settle(pilot)  # the replay to step 31 runs in the worker
         assert app.debugger.inject == "chunk-mask" and state(app).step == 31
         assert to_host(state(app).values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
         assert "injected bug: chunk-mask" in status(app)
-        await pilot.press(*["I"] * 5)  # through the other four bugs and back to none
+        for _ in range(4):  # through the other three bugs (layer 1's cache cannot show in X01) and back to none
+            await pilot.press("I")
+            await settle(pilot)
         assert app.debugger.inject is None and "⚠" not in status(app)
 
 

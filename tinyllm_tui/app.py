@@ -12,7 +12,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from engine import Backend, Scenario
-from engine.edits import CellEdit
+from engine.edits import Edit
 
 from .debugger import Debugger
 from .explanations import default_language
@@ -30,7 +30,7 @@ class DebuggerApp(App):
     BINDINGS = [Binding("ctrl+c", "interrupt", "Cancel or quit", show=False, priority=True)]
 
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, lang: str | None = None,
-                 breakpoints: list[str] = (), inject: str | None = None, edits: list[CellEdit] = (),
+                 breakpoints: list[str] = (), inject: str | None = None, edits: list[Edit] = (),
                  budget: int | None = None):
         super().__init__()
         extra = {} if budget is None else {"budget": budget}
@@ -40,6 +40,20 @@ class DebuggerApp(App):
 
     def on_mount(self) -> None:
         self.push_screen(DebuggerScreen(self.debugger, self.lang))
+        unsaved = self.debugger.found_unsaved
+        if unsaved is not None:
+            count = len(unsaved.edits)
+            question = (f"An earlier session left {count} unsaved weight edit{'s' if count != 1 else ''} "
+                        f"({unsaved.written}) for this scenario.")
+            answers = {"r": "restore them", "d": "discard them", "l": "decide later (keep them)"}
+            self.push_screen(ChoiceScreen(question, answers, "l", self._after_restore_question))
+
+    def _after_restore_question(self, answer: str) -> None:
+        if answer == "r":
+            self.main.in_background("restoring the unsaved edits…", self.debugger.restore, self.debugger.found_unsaved)
+        elif answer == "d":
+            self.debugger.drop_unsaved()
+            self.notify_status("discarded the unsaved edits of the earlier session")
 
     @property
     def main(self) -> DebuggerScreen:
@@ -103,10 +117,12 @@ class DebuggerApp(App):
         self.push_screen(ChoiceScreen(question, answers, "c", self._after_quit_question))
 
     def _after_quit_question(self, answer: str) -> None:
+        if answer == "q":
+            self.debugger.drop_unsaved()  # quitting without saving, on purpose
         if answer == "q" or (answer == "s" and self._save_to(None) is None):
             self.exit()
 
 
 def launch(scenario: Scenario, backend: Backend, *, lang: str | None, breakpoints: list[str],
-           inject: str | None = None, edits: list[CellEdit] = ()) -> None:
+           inject: str | None = None, edits: list[Edit] = ()) -> None:
     DebuggerApp(scenario, backend, lang=lang, breakpoints=breakpoints, inject=inject, edits=edits).run()

@@ -23,7 +23,9 @@ from engine import Backend, OpState, Scenario, Session, load_scenario, make_back
 from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
 from engine.check import check_scenario
 from engine.diff import OpDiff, diff_runs
-from engine.edits import CellEdit, WeightHistory, apply_edit, save, with_weights
+from engine import autosave
+from engine.autosave import Unsaved
+from engine.edits import Edit, WeightHistory, apply_edit, save, with_weights
 from engine.expect import Cell, Outcome
 from engine.history import DEFAULT_BUDGET, History, RoundSummary, round_summaries
 from engine.session import INJECTIONS, StaleFrom
@@ -68,25 +70,29 @@ def short_name(state: OpState) -> str:
 
 
 def matcher(text: str) -> Callable[[OpState], bool]:
-    """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …) or a short name."""
+    """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …), or a short
+    name as the operator list shows it (`attn.q`, `attn.pattern h1`, `attn.*`)."""
     try:
-        return parse_breakpoint(text).hits
+        condition = parse_breakpoint(text).hits
     except BreakpointError:
-        return lambda state: short_name(state) == text or fnmatch.fnmatchcase(short_name(state), text)
+        condition = None
+    return lambda state: fnmatch.fnmatchcase(short_name(state), text) or (condition is not None and condition(state))
 
 
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
-                 inject: str | None = None, edits: list[CellEdit] = (), budget: int = DEFAULT_BUDGET):
+                 inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
         budget: bytes of operator outputs the history keeps for stepping back.
         """
         self.file_scenario = scenario
+        self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
         self.weight_history = WeightHistory(scenario.weights)
         for edit in edits:
-            self.weight_history.push(apply_edit(self.weight_history.current, edit))
+            self.weight_history.push(apply_edit(self.weight_history.current, edit), edit)
+        self.found_unsaved = autosave.find(scenario.path, self.file_fingerprint, scenario.weights)
         self.breakpoints: tuple[Breakpoint, ...] = ()  # replaced, never mutated: a run reads it meanwhile
         for text in breakpoints:
             self.add_breakpoint(text)
@@ -145,14 +151,18 @@ class Debugger:
     def weights(self) -> dict[str, np.ndarray]:
         return self.weight_history.current
 
-    def _restart(self, step: int = 0) -> None:
-        """A fresh session with the current weights and fault, replayed to `step`."""
+    def _restart(self, step: int = 0, progress: Progress | None = None) -> None:
+        """A fresh session with the current weights and fault, replayed to `step` (a cancel stops it earlier)."""
         self.scenario = with_weights(self.file_scenario, self.weights)
         self.fingerprint = self.scenario.fingerprint  # what a cache row computed with these weights carries
         self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
         self.session = Session(self.scenario, self.backend, inject=self.inject, stale=self.stale)
         self.history = History(self.session.steps, budget=self.budget)
-        self.history.goto(step)
+        self._cancel.clear()
+        while self.history.cursor < step and not self._cancel.is_set() and self.history.forward():
+            time.sleep(0)  # as in run_until: keys stay quick
+            if progress is not None and self.history.cursor % PROGRESS_EVERY == 0:
+                progress(self.history.cursor)
         self._snapshot()
 
     def _snapshot(self) -> None:
@@ -302,12 +312,14 @@ class Debugger:
             self.view = View(view.state, view.round_states, view.rounds, breaks, view.total, view.at_end)
 
     # -- the injected fault ----------------------------------------------------------------------
-    def cycle_injection(self) -> str:
-        """Switch to the next deliberate bug (or none) and replay to the same step."""
-        names = [None, *INJECTIONS]
+    def cycle_injection(self, progress: Progress | None = None) -> str:
+        """Switch to the next deliberate bug (or none) and replay to the same step.
+
+        A bug that cannot show in this model (layer 1's cache in a one-layer model) is skipped."""
+        names = [None, *(name for name in INJECTIONS if name != "no-cache-layer1" or self.scenario.model.n_layers > 1)]
         with self._owned():
             self.inject = names[(names.index(self.inject) + 1) % len(names)]
-            self._restart(self.history.cursor)
+            self._restart(self.history.cursor, progress)
         return f"now: {INJECTIONS[self.inject]}" if self.inject else "no injected bug"
 
     # -- weight edits ------------------------------------------------------------------------------
@@ -315,35 +327,49 @@ class Debugger:
         """An edit made while decoding may keep the stale cache (to see what it breaks) or recompute."""
         return self.view.state.phase == "decode"
 
-    def set_weight(self, name: str, array: np.ndarray, *, keep_stale: bool = False) -> str:
-        """Replace one parameter and replay to the same step."""
-        if np.array_equal(array, self.weights[name]):
-            return f"{name} unchanged"
-        previous = self.weights
-        self.weight_history.push(self.weights | {name: np.asarray(array, dtype=np.float64)})
-        return self._rebuild(f"edited {name}", previous if keep_stale else None)
-
-    def edit_cell(self, name: str, index: tuple[int, ...], value: float, *, keep_stale: bool = False) -> str:
-        return self.set_weight(name, apply_edit(self.weights, CellEdit(name, index, value))[name],
-                               keep_stale=keep_stale)
-
-    def undo(self) -> str:
-        return self._rebuild("undid the last edit") if self.weight_history.undo() else "nothing to undo"
-
-    def redo(self) -> str:
-        return self._rebuild("redid the edit") if self.weight_history.redo() else "nothing to redo"
-
-    def recompute(self) -> str:
-        if self.stale is None:
-            return "the cache is not stale"
-        return self._rebuild("recomputed the cache with the current weights")
-
-    def _rebuild(self, message: str, stale_weights: dict | None = None) -> str:
+    def apply(self, edit: Edit, *, keep_stale: bool = False, progress: Progress | None = None) -> str:
+        """Apply one edit (raises EditError) and replay to the same step; autosaved beside the scenario."""
         with self._owned():
-            state = self.history.current
-            self.previous = self.history
-            self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
-            self._restart(state.step)
+            weights = apply_edit(self.weights, edit, self.file_scenario.weights)
+            if np.array_equal(weights[edit.name], self.weights[edit.name]):
+                return f"{edit.name} unchanged"
+            previous = self.weights
+            self.weight_history.push(weights, edit)
+            return self._rebuild(f"edited {edit.name}", progress, previous if keep_stale else None)
+
+    def restore(self, unsaved: Unsaved, progress: Progress | None = None) -> str:
+        """Apply the edits an earlier session left unsaved."""
+        with self._owned():
+            for edit in unsaved.edits:
+                self.weight_history.push(apply_edit(self.weights, edit, self.file_scenario.weights), edit)
+            count = len(unsaved.edits)
+            return self._rebuild(f"restored {count} unsaved edit{'s' if count != 1 else ''}", progress)
+
+    def drop_unsaved(self) -> None:
+        """Forget the autosaved edits (the user chose to quit without saving them)."""
+        autosave.drop(self.file_scenario.path)
+
+    def undo(self, progress: Progress | None = None) -> str:
+        with self._owned():
+            return self._rebuild("undid the last edit", progress) if self.weight_history.undo() else "nothing to undo"
+
+    def redo(self, progress: Progress | None = None) -> str:
+        with self._owned():
+            return self._rebuild("redid the edit", progress) if self.weight_history.redo() else "nothing to redo"
+
+    def recompute(self, progress: Progress | None = None) -> str:
+        with self._owned():
+            if self.stale is None:
+                return "the cache is not stale"
+            return self._rebuild("recomputed the cache with the current weights", progress)
+
+    def _rebuild(self, message: str, progress: Progress | None, stale_weights: dict | None = None) -> str:
+        """A new session with the current weights, replayed to the same step (the caller owns the generator)."""
+        state = self.history.current
+        self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
+        self.previous = self.history if self.weights is not self.file_scenario.weights else None
+        self._restart(state.step, progress)
+        autosave.keep(self.file_scenario.path, self.file_fingerprint, self.weight_history.edits)
         return message
 
     def unsaved(self) -> int:
@@ -360,7 +386,10 @@ class Debugger:
     def save(self, path: str | Path | None = None) -> str:
         """Write the edited weights (atomically); raises OSError with the file untouched."""
         written = save(self.file_scenario, self.weights, path)
+        autosave.drop(self.file_scenario.path)
         self.file_scenario = load_scenario(written)
+        self.file_fingerprint = self.file_scenario.fingerprint
+        self.weight_history = WeightHistory(self.file_scenario.weights)  # edits are relative to the file now
         return f"saved to {written}"
 
     def before(self, state: OpState) -> np.ndarray | None:

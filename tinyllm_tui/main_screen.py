@@ -22,7 +22,7 @@ from engine import to_host
 from engine.breakpoints import BreakpointError
 from engine.summaries import op_title
 
-from .debugger import BUSY, Busy, Cancelled, Debugger, SearchError
+from .debugger import BUSY, Busy, Cancelled, Debugger, SearchError, short_name
 from .i18n import tr
 from .widgets.cache import CacheView
 from .widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
@@ -200,7 +200,8 @@ class DebuggerScreen(Screen):
         debugger, view = self.debugger, self.debugger.view
         total = view.total
         self.query_one(StatusBar).show(StatusData(
-            step=view.state.step, last=None if total is None else total - 1, inject=debugger.inject,
+            step=view.state.step, last=None if total is None else total - 1, operator=short_name(view.state),
+            inject=debugger.inject,
             stale=debugger.stale is not None, unsaved=debugger.unsaved(), breakpoints=len(debugger.breakpoints),
             playing=PLAY_SPEEDS[self.speed] if self.player is not None else None, message=message))
 
@@ -242,6 +243,13 @@ class DebuggerScreen(Screen):
     def on_debugger_screen_run_done(self, event: RunDone) -> None:
         self.refusal = ""
         self.show(event.message)
+        self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
+
+    def in_background(self, message: str, run, *args) -> None:
+        """Run a debugger call that replays or computes ahead in the run worker; it reports when done."""
+        if not self._refused():
+            self.set_status(f"{message} (Esc cancels)")
+            self._run(run, *args)
 
     def _refused(self) -> bool:
         if self.debugger.busy:
@@ -394,7 +402,7 @@ class DebuggerScreen(Screen):
             self._guarded(lambda: self.debugger.goto_step(step) + " from the diff")
 
     def action_cycle_injection(self) -> None:
-        self._after_edit(self.debugger.cycle_injection)
+        self.in_background("switching the injected bug, replaying to this step…", self.debugger.cycle_injection)
 
     # -- edits ----------------------------------------------------------------------------------------------
     def action_weights(self) -> None:
@@ -403,18 +411,14 @@ class DebuggerScreen(Screen):
 
             self.app.push_screen(WeightsScreen(self.debugger))
 
-    def _after_edit(self, move) -> None:
-        self._guarded(move)
-        self.check_expectations()
-
     def action_undo(self) -> None:
-        self._after_edit(self.debugger.undo)
+        self.in_background("undoing, replaying to this step…", self.debugger.undo)
 
     def action_redo(self) -> None:
-        self._after_edit(self.debugger.redo)
+        self.in_background("redoing, replaying to this step…", self.debugger.redo)
 
     def action_recompute(self) -> None:
-        self._after_edit(self.debugger.recompute)
+        self.in_background("recomputing the cache, replaying to this step…", self.debugger.recompute)
 
     def action_before_after(self) -> None:
         self.show_before = not self.show_before

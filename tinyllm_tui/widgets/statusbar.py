@@ -14,6 +14,7 @@ from ..i18n import tr
 class StatusData:
     step: int
     last: int | None
+    operator: str  # the current operator's short name: on screen at any terminal size
     inject: str | None = None
     stale: bool = False
     unsaved: int = 0
@@ -24,7 +25,8 @@ class StatusData:
 
 def status_text(data: StatusData, lang: str) -> Text:
     last = "?" if data.last is None else data.last
-    text = Text(f"{tr('step', lang)} {data.step}/{last}")
+    text = Text(f"{tr('step', lang)} {data.step}/{last} ")
+    text.append(data.operator, style="bold")
     if data.inject:
         text.append(f" · ⚠ {tr('injected bug', lang)}: {data.inject}", style="bold yellow")
     if data.stale:

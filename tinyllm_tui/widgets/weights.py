@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.message import Message
@@ -13,10 +14,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from engine.edits import EditError, parse_value
+from engine.edits import CellEdit, Edit, EditError, FillEdit, parse_value
 from engine.summaries import shape_text
 
-from ..debugger import Debugger
+from ..debugger import Busy, Debugger
 from .dialogs import ChoiceScreen, PromptScreen
 from .linelist import LineList
 from .matrix import Labels, MatrixData, MatrixWindow
@@ -133,17 +134,15 @@ class WeightsScreen(Screen):
             value = parse_value(text)
         except EditError as error:
             return f"{error}; the old value is kept"
-        array = self.debugger.weights[self.selected].copy()
-        array[index] = value
-        self._apply(array)
+        self._apply(CellEdit(self.selected, index, value))
         return None
 
-    def _apply(self, array: np.ndarray) -> None:
-        """Replace the selected parameter; while decoding, ask whether to keep the stale cache."""
-        name = self.selected
+    def _apply(self, edit: Edit) -> None:
+        """Apply an edit; while decoding, ask first whether to keep the stale cache."""
 
         def apply(keep_stale: bool) -> None:
-            self._edited(self.debugger.set_weight(name, array, keep_stale=keep_stale))
+            self.refresh_matrix(f"applying {edit.name}, replaying to this step…")
+            self._in_background(self.debugger.apply, edit, keep_stale=keep_stale)
 
         if not self.debugger.edit_asks_about_the_cache():
             apply(False)
@@ -154,40 +153,38 @@ class WeightsScreen(Screen):
                               lambda answer: apply(answer == "k"))
         self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
 
+    @work(thread=True, exclusive=True, group="edit")
+    def _in_background(self, call, *args, **options) -> None:
+        """An edit replays the session to the current step: off the UI thread, owning the generator."""
+        try:
+            message = call(*args, **options)
+        except (EditError, Busy) as error:
+            message = str(error)
+        self.app.call_from_thread(self._edited, message)
+
     def _edited(self, message: str) -> None:
         self.refresh_matrix(message)
         self.post_message(self.Edited(message))
 
     def action_undo(self) -> None:
-        self._edited(self.debugger.undo())
+        self._in_background(self.debugger.undo)
 
     def action_redo(self) -> None:
-        self._edited(self.debugger.redo())
+        self._in_background(self.debugger.redo)
 
     def action_reset(self) -> None:
-        self._apply(self.debugger.file_scenario.weights[self.selected])
+        self._apply(FillEdit(self.selected, "file"))
 
-    def _square(self, what: str) -> int | None:
-        shape = self.debugger.weights[self.selected].shape
-        if len(shape) != 2 or shape[0] != shape[1]:
-            self.refresh_matrix(f"{what} needs a square matrix; this one is {shape_text(shape)}")
-            return None
-        return shape[0]
-
-    def action_fill(self, kind: str) -> None:
-        if kind == "zeros":
-            self._apply(np.zeros(self.debugger.weights[self.selected].shape))
-        elif (size := self._square("identity")) is not None:
-            self._apply(np.eye(size))
+    def action_fill(self, fill: str) -> None:
+        self._apply(FillEdit(self.selected, fill))
 
     def action_scale(self) -> None:
-        if self._square("s·I") is not None:
-            self.app.push_screen(PromptScreen("Set the matrix to s·I, s =", self._accept_scale))
+        self.app.push_screen(PromptScreen("Set the matrix to s·I, s =", self._accept_scale))
 
     def _accept_scale(self, text: str) -> str | None:
         try:
             scale = parse_value(text)
         except EditError as error:
             return str(error)
-        self._apply(scale * np.eye(self.debugger.weights[self.selected].shape[0]))
+        self._apply(FillEdit(self.selected, "scale", scale))
         return None

@@ -414,3 +414,26 @@ async def test_every_binding_while_a_long_continue_runs_then_quit_cleanly(busy_p
         await pilot.press("q")
         await pilot.pause()
         assert not app.is_running
+
+
+async def test_your_own_activations_are_marked_cell_by_cell():
+    """--against in the TUI: a dump from an independent NumPy forward of the tiny Llama, one cell perturbed;
+    that cell shows ✗ and the title counts the rest as within the tolerance."""
+    from test_against import IDS, LLAMA, hand_llama
+
+    from engine.checkpoints import load_checkpoint
+
+    dump = hand_llama(IDS)
+    dump["blocks.1.attn.hook_pattern"] = dump["blocks.1.attn.hook_pattern"].copy()
+    dump["blocks.1.attn.hook_pattern"][2, 5, 3] += 1e-3  # head 2, query 5, key 3
+    app = DebuggerApp(load_checkpoint(LLAMA, ids=IDS), lang="en", against=(dump, 1e-9))
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.debugger.search("blocks.1.attn.hook_pattern&head=2")
+        app.main.show()
+        await pilot.pause()
+        cells = matrix_cells(app)
+        assert cells[5][4].startswith("✗") and all(c.startswith("✓") for c in cells[5][1:4])
+        assert f"your activations: {8 * 8 - 1}/{8 * 8} cells within 1e-09" in matrix_text(app)[1]
+        app.debugger.search("blocks.1.attn.hook_pattern&head=1")
+        app.main.show()
+        assert f"{8 * 8}/{8 * 8} cells within" in matrix_text(app)[1]

@@ -31,10 +31,14 @@ class DebuggerApp(App):
 
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, lang: str | None = None,
                  breakpoints: list[str] = (), inject: str | None = None, edits: list[Edit] = (),
-                 budget: int | None = None):
+                 budget: int | None = None, against: tuple[dict, float] | None = None):
+        """Args:
+        against: activations of the user's own implementation keyed by hook name, and the tolerance.
+        """
         super().__init__()
         extra = {} if budget is None else {"budget": budget}
-        self.debugger = Debugger(scenario, backend, breakpoints=breakpoints, inject=inject, edits=edits, **extra)
+        self.debugger = Debugger(scenario, backend, breakpoints=breakpoints, inject=inject, edits=edits,
+                                 against=against, **extra)
         self.lang = lang or default_language()
         self.title, self.sub_title = scenario.title, Path(scenario.path).name
 
@@ -124,5 +128,6 @@ class DebuggerApp(App):
 
 
 def launch(scenario: Scenario, backend: Backend, *, lang: str | None, breakpoints: list[str],
-           inject: str | None = None, edits: list[Edit] = ()) -> None:
-    DebuggerApp(scenario, backend, lang=lang, breakpoints=breakpoints, inject=inject, edits=edits).run()
+           inject: str | None = None, edits: list[Edit] = (), against: tuple[dict, float] | None = None) -> None:
+    DebuggerApp(scenario, backend, lang=lang, breakpoints=breakpoints, inject=inject, edits=edits,
+                against=against).run()

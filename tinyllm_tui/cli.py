@@ -25,7 +25,7 @@ from engine.diff import diff_scenario, first_divergence
 from engine.expect import Outcome
 from engine.budget import parse_size
 from engine.checkpoints import open_model
-from engine.checkpoints.against import compare_activations, prefill_states, save_activations
+from engine.checkpoints.against import compare_activations, load_dump, prefill_states, save_activations
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, record, requests_record, trace_document
 from engine.gradcheck import check_head
@@ -105,6 +105,12 @@ MaxNewTokensOption = Annotated[Optional[int], typer.Option(
     "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).", show_default=False)]
 
 
+AgainstOption = Annotated[Optional[Path], typer.Option(
+    "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
+    "compare operator by operator with this reference.", show_default=False)]
+ToleranceOption = Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")]
+
+
 def bundled_x01() -> Path:
     return Path(str(files("tinyllm_tui.scenarios") / "x01.yaml"))
 
@@ -169,8 +175,11 @@ def open_tui(
     prompt: PromptOption = None,
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
+    against: AgainstOption = None,
+    tolerance: ToleranceOption = 1e-6,
 ) -> None:
-    """Open the step debugger on a scenario or a checkpoint."""
+    """Open the step debugger on a scenario or a checkpoint; with --against, your own activations are
+    marked ✓/✗ cell by cell on the first prompt's prefill."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
     for text in breakpoints or []:
@@ -179,9 +188,11 @@ def open_tui(
     scenario = _load(file or bundled_x01(), (prompt, ids, max_new_tokens), dtype, max_memory)
     array_backend = make_backend(backend, dtype)
     edits = _edits(scenario, sets)  # they start as unsaved edits, so the TUI can show, undo or save them
+    dump = None if against is None else (load_dump(against), tolerance)
     from .app import launch  # the UI stack loads only when a TUI is wanted
 
-    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [], inject=inject, edits=edits)
+    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [], inject=inject, edits=edits,
+           against=dump)
 
 
 RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.
@@ -303,10 +314,8 @@ def check(
     max_memory: MaxMemoryOption = None,
     prompt: PromptOption = None,
     ids: IdsOption = None,
-    against: Annotated[Optional[Path], typer.Option(
-        "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
-        "compare operator by operator with this reference.", show_default=False)] = None,
-    tolerance: Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")] = 1e-6,
+    against: AgainstOption = None,
+    tolerance: ToleranceOption = 1e-6,
 ) -> None:
     """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell;
     or, with --against, a dump of activations from your own implementation."""

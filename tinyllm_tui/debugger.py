@@ -10,9 +10,10 @@ Views read `view`, an immutable snapshot taken after every move.
 from __future__ import annotations
 
 import fnmatch
+import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
 from engine.check import check_scenario
+from engine.checkpoints.against import align
 from engine.diff import OpDiff, diff_runs
 from engine import autosave
 from engine.autosave import Unsaved
@@ -79,13 +81,45 @@ def matcher(text: str) -> Callable[[OpState], bool]:
     return lambda state: fnmatch.fnmatchcase(short_name(state), text) or (condition is not None and condition(state))
 
 
+class DumpCells(Mapping):
+    """The cells of a dumped activation as expectations: each must agree within `tolerance`."""
+
+    def __init__(self, values: np.ndarray, tolerance: float):
+        self._values, self._tolerance = values, tolerance
+        self.label = f"your activations: {{}} cells within {tolerance:g} (✓ ✗)"
+
+    def __getitem__(self, cell: tuple[int, int]) -> Cell:
+        i, j = cell
+        return Cell(i, j, "", "", float(self._values[i, j]), math.nan, self._tolerance)
+
+    def __iter__(self):
+        return iter(np.ndindex(*self._values.shape))
+
+    def __len__(self) -> int:
+        return self._values.size
+
+    def __contains__(self, cell: object) -> bool:
+        i, j = cell
+        return 0 <= i < self._values.shape[0] and 0 <= j < self._values.shape[1]
+
+    def agreeing(self, shown: np.ndarray) -> int:
+        """How many cells `shown` agrees with (counted at once: a dump has every cell of a big matrix)."""
+        same = (shown == self._values) | (np.isnan(shown) & np.isnan(self._values))
+        with np.errstate(invalid="ignore"):
+            return int(np.sum(same | (np.abs(shown - self._values) <= self._tolerance)))
+
+
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
-                 inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET):
+                 inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET,
+                 against: tuple[dict, float] | None = None):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
         budget: bytes of operator outputs the history keeps for stepping back.
+        against: a dump of the user's own activations (hook name -> array) and the tolerance they must meet;
+            the first request's prefill is then judged cell by cell against it.
         """
+        self.against = against
         self.file_scenario = scenario
         self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
@@ -426,8 +460,12 @@ class Debugger:
         self.outcomes = tuple(outcomes)
         return True
 
-    def verdicts(self, state: OpState) -> dict[tuple[int, int], Cell]:
-        """(row, col) of `state`'s matrix -> the printed cell of an expect: table there."""
+    def verdicts(self, state: OpState) -> Mapping[tuple[int, int], Cell]:
+        """(row, col) of `state`'s matrix -> the cell it must agree with: a dump's, or an expect: table's."""
+        if self.against is not None and (state.request, state.round) == (0, 0) and state.name in self.against[0]:
+            aligned = align(self.against[0][state.name], state, tuple(state.values.shape))
+            if aligned is not None:
+                return DumpCells(np.asarray(aligned, dtype=np.float64), self.against[1])
         key = (state.request, state.round, state.name, state.head)
         rows = {position: i for i, position in enumerate(state.positions)}
         return {(rows[cell.position], cell.col): cell

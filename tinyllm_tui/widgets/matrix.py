@@ -238,8 +238,10 @@ class MatrixWindow(TextLines):
         if data.token_label is not None:
             parts.append("chose " + ", ".join(data.token_label(int(x)) for x in data.values.ravel()))
         if data.verdicts:
-            agreeing = sum(self._agrees(i, j) for i, j in data.verdicts)
-            parts.append(f"expect: {agreeing}/{len(data.verdicts)} printed cells agree (✓ ✗)")
+            agreeing = (data.verdicts.agreeing(data.shown) if hasattr(data.verdicts, "agreeing")
+                        else sum(self._agrees(i, j) for i, j in data.verdicts))
+            label = getattr(data.verdicts, "label", "expect: {} printed cells agree (✓ ✗)")
+            parts.append(label.format(f"{agreeing}/{len(data.verdicts)}"))
         lines = [Text(parts[0], style="bold"), Text(" · ".join(p for p in parts[1:] if p), style="italic")]
         return lines + [Text(self._summary(rows), style="italic")] if len(cols) < n_cols else lines
 

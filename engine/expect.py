@@ -177,8 +177,12 @@ def _half_unit(cell: Node) -> float:
     if isinstance(value, int):
         return 0.5
     mantissa, _, exponent = cell.printed.replace("_", "").lower().partition("e")
-    decimals = len(mantissa.partition(".")[2]) - int(exponent or 0)
-    return 0.5 * 10.0 ** (-decimals) + 1e-12
+    digits = exponent.lstrip("+-").lstrip("0")  # `0e395964` is a number too: keep 10.0 ** x in range
+    shift = (int(digits or 0) if len(digits) < 4 else 999) * (-1 if exponent.startswith("-") else 1)
+    decimals = len(mantissa.partition(".")[2]) - shift
+    if decimals < -300:  # a last digit worth more than any float: every value agrees
+        return math.inf
+    return 0.5 * 10.0 ** -min(decimals, 400) + 1e-12
 
 
 def _indices(node: Node) -> tuple[int, ...]:

@@ -319,3 +319,15 @@ def test_a_dense_file_under_the_size_limit_is_refused_before_parsing(tmp_path):
     peak = peak_bytes(lambda: refusal(lambda: load_scenario(path)))
     assert time.perf_counter() - started < 2.0 and peak < 3 * path.stat().st_size
     assert f"more than the {MAX_SCENARIO_VALUES} a scenario file may" in refusal(lambda: load_scenario(path))
+
+
+@pytest.mark.parametrize("printed", ["0e395964", "0e" + "9" * 5000, "0.0e-395964"])
+def test_a_printed_exponent_beyond_floats_is_compared_not_crashed(tmp_path, printed):
+    """`0e395964` is the number 0 printed to a unit of 10^395964 (an OverflowError, found by the long fuzz)."""
+    text = (ROOT / "scenarios" / "template.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "exponent.yaml"
+    table = "    values:                          # (required) rows of equal length, numbers as printed (−∞ allowed)\n"
+    assert text.count(table + "      - [1.0, 0.0,") == 1
+    path.write_text(text.replace(table + "      - [1.0, 0.0,", table + f"      - [1.0, {printed},"), encoding="utf-8")
+    result = CliRunner().invoke(app, ["check", str(path)])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output

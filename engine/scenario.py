@@ -1,5 +1,8 @@
 """Load and check a scenario file: vocabulary, model, weights, requests, decode rule.
 
+A scenario may instead name a checkpoint (`checkpoint: PATH`), which gives the vocabulary,
+model and weights; the file still states its requests, decode rule, breakpoints and expectations.
+
 The scenario's text is kept beside the checked values so that edited weights can later
 be written back with the user's comments and layout intact (`engine.edits`).
 """
@@ -7,12 +10,14 @@ be written back with the user's comments and layout intact (`engine.edits`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 import numpy as np
 
+from .breakpoints import BreakpointError, parse_breakpoint
 from .budget import DEFAULT_BUDGET, check_budget
 from .document import Node, ScenarioError, parse, read_text
 from .expect import Expectation, parse_expectations
@@ -33,7 +38,9 @@ from .weightfile import WeightSource, read_weights
 
 __all__ = ["Scenario", "ScenarioError", "load_scenario", "load_scenario_text"]
 
-TOP_KEYS = {"title", "vocab", "model", "weights", "requests", "decode", "expect"}
+TOP_KEYS = {"title", "checkpoint", "vocab", "model", "weights", "requests", "decode", "breakpoints", "expect"}
+INLINE_MODEL_KEYS = ("vocab", "model", "weights")  # what `checkpoint:` replaces
+Encoder = Callable[[str], tuple[int, ...]]  # text -> ids, by a checkpoint's own tokenizer
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class Scenario:
     requests: tuple[Request, ...]
     decode: DecodeRule
     expect: tuple[Expectation, ...] = ()
+    breakpoints: tuple[str, ...] = ()  # each one parses with breakpoints.parse_breakpoint
     document: str | None = field(repr=False, compare=False, default=None)  # the YAML text as read
     weights_source: WeightSource | None = field(repr=False, compare=False, default=None)  # weights: {file: …}
 
@@ -83,24 +91,87 @@ def load_scenario_text(text: str, file: str = "<text>", *, max_memory: int | Non
 
 
 def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario:
-    root = Node(parse(text, file), "", 1, file).mapping(TOP_KEYS, {"vocab", "model", "weights", "requests"})
-    vocab = _vocab(root.get("vocab"))
-    model = _model(root.get("model"))
-    check_budget(root.get("model"), model, len(vocab), dtype, DEFAULT_BUDGET if max_memory is None else max_memory)
+    root = Node(parse(text, file), "", 1, file)
+    from_checkpoint = root.has("checkpoint")
+    root.mapping(TOP_KEYS, {"requests", *(() if from_checkpoint else INLINE_MODEL_KEYS)})
+    if from_checkpoint:
+        base, encoder = _checkpoint(root, max_memory, dtype)
+        vocab, model, weights, source = base.vocab, base.model, base.weights, None
+    else:
+        vocab, model, weights, source = _inline(root, max_memory, dtype)
+        encoder = None
     decode = _decode(root.get("decode"), vocab) if root.has("decode") else DecodeRule()
-    weights, source = _weights(root.get("weights"), parameter_shapes(model, len(vocab)))
     return Scenario(
         path=file,
         title=root.get("title").text() if root.has("title") else Path(file).stem,
         vocab=vocab,
         model=model,
         weights=weights,
-        requests=(requests := _requests(root.get("requests"), vocab, decode, model)),
+        requests=(requests := _requests(root.get("requests"), vocab, decode, model, encoder)),
         decode=decode,
         expect=parse_expectations(root.get("expect"), requests, model) if root.has("expect") else (),
-        document=text,
+        breakpoints=_breakpoints(root.get("breakpoints")) if root.has("breakpoints") else (),
+        document=None if from_checkpoint else text,  # no inline weights to write edits back into
         weights_source=source,
     )
+
+
+def _inline(root: Node, max_memory: int | None,
+            dtype: str) -> tuple[Vocab, ModelSpec, dict[str, np.ndarray], WeightSource | None]:
+    vocab = _vocab(root.get("vocab"))
+    model = _model(root.get("model"))
+    check_budget(root.get("model"), model, len(vocab), dtype, DEFAULT_BUDGET if max_memory is None else max_memory)
+    weights, source = _weights(root.get("weights"), parameter_shapes(model, len(vocab)))
+    return vocab, model, weights, source
+
+
+def _breakpoints(node: Node) -> tuple[str, ...]:
+    texts = []
+    for item in node.items():
+        try:
+            texts.append(parse_breakpoint(item.text()).text)
+        except BreakpointError as error:
+            raise item.error(str(error)) from None
+    return tuple(texts)
+
+
+# -- checkpoint -----------------------------------------------------------------
+def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenario, Encoder]:
+    """Vocabulary, model and weights from the checkpoint that `checkpoint:` names (relative to this file)."""
+    from .checkpoints import is_checkpoint, load_checkpoint  # that package builds on this module
+
+    for key in INLINE_MODEL_KEYS:
+        if root.has(key):
+            raise root.get(key).error("a scenario with a checkpoint takes its vocab, model and weights from it; "
+                                      f"remove {key} or checkpoint")
+    node = root.get("checkpoint")
+    path = Path(node.file).parent / Path(node.text()).expanduser()
+    if not path.exists():
+        raise node.error(f"no checkpoint {str(path)!r}")
+    if not is_checkpoint(path):
+        raise node.error(f"{str(path)!r} is not a checkpoint: expected a .gguf file or a folder with config.json")
+    base = load_checkpoint(path, ids=[0], dtype=dtype, max_memory=max_memory)  # the requests come from this file
+    return base, _encoder(Path(base.path))
+
+
+def _encoder(path: Path) -> Encoder:
+    """The checkpoint's tokenizer, read on the first `text:` request (load_checkpoint has checked it)."""
+
+    @cache
+    def tokenizer():
+        from tokenizers import Tokenizer
+
+        from .checkpoints.gguf_model import GGUFModel
+        from .checkpoints.tokenizer import gguf_tokenizer
+
+        if path.suffix == ".gguf":
+            model = GGUFModel(path)
+            return gguf_tokenizer(model.meta, model.error)
+        loaded = Tokenizer.from_file(str(path / "tokenizer.json"))
+        loaded.no_padding()
+        return loaded
+
+    return lambda text: tuple(tokenizer().encode(text).ids)
 
 
 # -- vocabulary -----------------------------------------------------------------
@@ -294,21 +365,28 @@ def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
 
 
 # -- requests and decoding --------------------------------------------------------
-REQUEST_KEYS = {"tokens", "max_new_tokens", "pad_to", "vectors"}
+PROMPT_KEYS = ("tokens", "ids", "text")  # exactly one per request
+REQUEST_KEYS = {*PROMPT_KEYS, "max_new_tokens", "pad_to", "vectors"}
 
 
-def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> tuple[Request, ...]:
+def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec,
+              encoder: Encoder | None) -> tuple[Request, ...]:
     items = node.items()
     if not items:
         raise node.error("expected at least one request")
-    return tuple(_request(item, vocab, decode, model) for item in items)
+    return tuple(_request(item, vocab, decode, model, encoder) for item in items)
 
 
-def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> Request:
-    item.mapping(REQUEST_KEYS, {"tokens"})
-    tokens = tuple(_token_id(token, vocab) for token in item.get("tokens").items())
+def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, encoder: Encoder | None) -> Request:
+    item.mapping(REQUEST_KEYS)
+    given = [key for key in PROMPT_KEYS if item.has(key)]
+    if not given:
+        raise item.error("missing required key 'tokens' (or ids, or text with a checkpoint)")
+    if len(given) > 1:
+        raise item.get(given[1]).error(f"give one of {', '.join(PROMPT_KEYS)}, not {' and '.join(given)}")
+    tokens = _prompt(item.get(given[0]), vocab, encoder)
     if not tokens:
-        raise item.get("tokens").error("a request needs at least one token")
+        raise item.get(given[0]).error("a request needs at least one token")
     if item.has("pad_to"):
         tokens = _padded(item.get("pad_to"), tokens, vocab)
     limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
@@ -324,6 +402,19 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec) -> 
         array = parse_tensor(item.get("vectors"), (len(tokens), model.d_model))
         vectors = tuple(tuple(float(x) for x in row) for row in array)
     return Request(tokens=tokens, max_new_tokens=limit, vectors=vectors)
+
+
+def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...]:
+    """`tokens: [pieces or ids]`, `ids: [ids]`, or `text: "…"` for the checkpoint's tokenizer."""
+    if node.path.endswith(".text"):
+        if encoder is None:
+            raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH); list tokens instead")
+        return encoder(node.text())
+    items = node.items()
+    if node.path.endswith(".ids"):
+        for item in items:
+            item.integer()  # ids only, never a piece's text
+    return tuple(_token_id(item, vocab) for item in items)
 
 
 def _padded(node: Node, tokens: tuple[int, ...], vocab: Vocab) -> tuple[int, ...]:

@@ -191,8 +191,8 @@ def open_tui(
     dump = None if against is None else (load_dump(against), tolerance)
     from .app import launch  # the UI stack loads only when a TUI is wanted
 
-    launch(scenario, array_backend, lang=lang, breakpoints=breakpoints or [], inject=inject, edits=edits,
-           against=dump)
+    launch(scenario, array_backend, lang=lang, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
+           inject=inject, edits=edits, against=dump)
 
 
 RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.

@@ -22,11 +22,11 @@ def backend(request):
 
 
 @pytest.fixture(autouse=True)
-def autosave_folder(tmp_path, monkeypatch):
-    """Unsaved edits made by a test are autosaved in its own folder, never beside the bundled scenarios."""
-    monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path / "autosave"))
-    (tmp_path / "autosave").mkdir()
-    return tmp_path / "autosave"
+def autosave_folder(tmp_path_factory, monkeypatch):
+    """Unsaved edits made by a test are autosaved in a folder of their own, never beside the bundled scenarios."""
+    folder = tmp_path_factory.mktemp("autosave")
+    monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(folder))
+    return folder
 
 
 def still(app):

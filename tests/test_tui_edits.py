@@ -187,7 +187,7 @@ async def test_save_as_writes_a_new_file_and_refuses_a_bad_path(tmp_path):
         await pilot.press("S", *str(tmp_path / "missing" / "x.yaml"), "enter")  # no such folder
         assert isinstance(app.screen, PromptScreen)
         assert "existing folder" in str(app.screen.query_one("#prompt-error").render())
-        await pilot.press(*["backspace"] * 200, *str(tmp_path / "copy.yaml"), "enter")  # clear, retype
+        await pilot.press("home", "shift+end", "backspace", *str(tmp_path / "copy.yaml"), "enter")  # clear, retype
         assert load_scenario(tmp_path / "copy.yaml").weights["blocks.0.attn.wk"][0, 1] == 0.5
         assert load_scenario(X01).weights["blocks.0.attn.wk"][0, 1] == 1.0  # the original is untouched
 

@@ -35,6 +35,18 @@ ZH = {
     "processed (K/V cached)": "已处理（K/V已缓存）", "being fed": "正在输入", "selected, not yet fed": "已选出，尚未输入",
     "pending": "待处理", "no round finished yet": "尚无完成的轮次", "request": "请求", "cache": "缓存",
     "more": "个",
+    # prompts and headings
+    "Go to": "跳转到", "Search back for": "向前搜索",
+    " a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):":
+        "步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
+    "Break on (glob, kind, field=value, nan, inf, abs>N; & combines):":
+        "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N；用&组合）：",
+    "input": "输入", "output": "输出", "decode rule": "解码规则", "layer": "层", "chunk": "块",
+    "prefill": "预填充", "decode": "解码", "head": "头",
+    "rows computed with the current weights": "各行由当前权重计算",
+    "no action on": "无此按键", "press ? for the keys": "按 ? 查看按键",
+    "breakpoint on": "断点设于", "removed breakpoint": "已删除断点", "went to": "已跳转到",
+    "end of trace": "运行结束", "running…": "运行中…",
 }
 
 TRANSLATIONS = {"zh": ZH}

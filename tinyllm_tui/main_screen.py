@@ -8,11 +8,12 @@ generator are refused with a message, and Esc / ctrl+c cancel the run.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
@@ -37,6 +38,11 @@ from .widgets.timeline import Timeline, TimelineData
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
 DEFAULT_SPEED = 3
 WIDE = 120  # from this many columns the KV cache sits beside the matrix: the card's three views at once
+
+
+def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
+    return BindingsMap([dataclasses.replace(binding, description=tr(binding.description, lang))
+                        for binding_list in bindings.key_to_bindings.values() for binding in binding_list])
 
 
 def timeline_key(state, rounds) -> tuple:
@@ -91,6 +97,7 @@ class DebuggerScreen(Screen):
     def __init__(self, debugger: Debugger, lang: str):
         super().__init__()
         self.debugger, self.lang = debugger, lang
+        self._bindings = translated_bindings(self._bindings, lang)  # the footer speaks the chosen language
         self.speed = DEFAULT_SPEED
         self.player = None
         self.show_before = False
@@ -119,7 +126,8 @@ class DebuggerScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        for widget in (self.query_one(Timeline), self.query_one(StatusBar), self.query_one(ExplanationPanel)):
+        for widget in (self.query_one(Timeline), self.query_one(StatusBar), self.query_one(ExplanationPanel),
+                       self.query_one(OperatorList)):
             widget.lang = self.lang
         self.query_one(OperatorList).focus()
         self.show("start · n/→ step · c continue · ? help")
@@ -304,7 +312,8 @@ class DebuggerScreen(Screen):
         self.set_status(message)
 
     def action_add_breakpoint(self) -> None:
-        self.app.push_screen(PromptScreen("Break on (glob, kind, field=value, nan, inf, abs>N; & combines):",
+        self.app.push_screen(PromptScreen(tr("Break on (glob, kind, field=value, nan, inf, abs>N; & combines):",
+                                             self.lang),
                                           self._accept_breakpoint))
 
     def _accept_breakpoint(self, text: str) -> str | None:
@@ -324,8 +333,9 @@ class DebuggerScreen(Screen):
     def action_search(self, backward: bool) -> None:
         if self._refused():
             return
-        question = ("Search back for" if backward else "Go to") + " a step number, an operator (glob, short name), " \
-                   "a kind or a condition (round=2, nan, abs>5, & combines):"
+        question = tr("Search back for" if backward else "Go to", self.lang) + tr(
+            " a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):",
+            self.lang)
         self.app.push_screen(PromptScreen(question, lambda text: self._accept_search(text, backward)))
 
     def _accept_search(self, text: str, backward: bool) -> str | None:

@@ -7,23 +7,24 @@ from rich.text import Text
 from engine import OpState
 
 from ..debugger import View, short_name
+from ..i18n import tr
 from .linelist import Line, LineList
 
 BREAK_MARK = "●"
 
 
-def group_name(state: OpState) -> str:
+def group_name(state: OpState, lang: str = "en") -> str:
     if state.layer is not None:
-        return f"layer {state.layer}"
+        return f"{tr('layer', lang)} {state.layer}"
     if state.name.startswith("sample."):
-        return "decode rule"
-    return "output" if state.name.startswith(("ln_final", "unembed")) else "input"
+        return tr("decode rule", lang)
+    return tr("output" if state.name.startswith(("ln_final", "unembed")) else "input", lang)
 
 
-def operator_lines(view: View) -> tuple[Line, ...]:
+def operator_lines(view: View, lang: str = "en") -> tuple[Line, ...]:
     lines, group = [], None
     for state in view.round_states:
-        heading = group_name(state) + (f" · chunk {state.chunk}" if state.chunk else "")
+        heading = group_name(state, lang) + (f" · {tr('chunk', lang)} {state.chunk}" if state.chunk else "")
         if heading != group:
             group = heading
             lines.append((None, Text(f"─ {heading}", style="bold")))
@@ -35,12 +36,14 @@ def operator_lines(view: View) -> tuple[Line, ...]:
 class OperatorList(LineList):
     """Keys are step numbers; Enter or a click goes to that step, b toggles a breakpoint on it."""
 
+    lang = "en"
+
     def show_view(self, view: View) -> None:
         """The lines of `view`'s round; the highlight follows the current step when it moves."""
         key = (view.round_states[0].step if view.round_states else None, len(view.round_states), view.breaks)
         if key != getattr(self, "_shown", None):
             self._shown = key
-            self.lines = operator_lines(view)
+            self.lines = operator_lines(view, self.lang)
         if view.state.step != getattr(self, "_current", None):
             self._current = view.state.step
             self.highlight(view.state.step)

@@ -1,4 +1,4 @@
-"""The engine is importable, and usable, without the UI stack."""
+"""The engine and the headless Debugger are importable, and usable, without the UI stack."""
 
 from __future__ import annotations
 
@@ -11,13 +11,20 @@ from conftest import ROOT, X01
 UI_PACKAGES = ("textual", "rich", "typer")
 
 
-def test_engine_never_imports_the_ui():
-    modules = sorted(f"engine.{p.stem}" for p in (ROOT / "engine").glob("*.py") if p.stem != "__init__")
+def engine_modules() -> list[str]:
+    """Every module of the engine, its subpackages (checkpoints) included."""
+    return sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                  for p in (ROOT / "engine").rglob("*.py"))
+
+
+def test_engine_and_debugger_never_import_the_ui():
     code = (
         "import sys\n"
-        f"import {', '.join(modules)}\n"
-        "from engine import Session, load_scenario\n"
-        f"list(Session(load_scenario({str(X01)!r})).steps())\n"
+        f"import {', '.join(engine_modules())}, tinyllm_tui.debugger\n"
+        "from engine import load_scenario\n"
+        "from tinyllm_tui.debugger import Debugger\n"
+        f"debugger = Debugger(load_scenario({str(X01)!r}))\n"
+        "debugger.continue_()\n"
         f"loaded = [m for m in {UI_PACKAGES!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
@@ -26,7 +33,7 @@ def test_engine_never_imports_the_ui():
 
 
 def test_no_engine_source_names_a_ui_package():
-    for path in Path(ROOT / "engine").glob("*.py"):
+    for path in [*Path(ROOT / "engine").rglob("*.py"), ROOT / "tinyllm_tui" / "debugger.py"]:
         for line in path.read_text(encoding="utf-8").splitlines():
             words = line.split()
             if words[:1] in (["import"], ["from"]):

@@ -330,6 +330,9 @@ def check(
     if not scenario.expect:
         raise typer.BadParameter(f"{file} has no expect: section", param_hint="FILE")
     outcomes = check_scenario(scenario, array_backend)
+    malformed = next((o for o in outcomes if o.problem), None)
+    if malformed is not None:  # a table that names what the run never computes is a bad file, not a disagreement
+        raise malformed.error(str(file))
     if as_json:
         _print_json([_outcome_json(o) for o in outcomes])
     else:

@@ -103,11 +103,18 @@ def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
     return lines
 
 
-def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bool) -> str:
-    if not probabilities:  # softmax of the logits; −∞ entries get 0
+def top_tokens(row: np.ndarray, probabilities: bool, count: int = TOP) -> list[tuple[int, float]]:
+    """The `count` most likely entries of a logits (softmax taken here, −∞ gets 0) or probabilities row."""
+    if not probabilities:
         row = np.exp(row - np.max(row)) if np.isfinite(np.max(row)) else np.zeros_like(row)
         row = row / row.sum() if row.sum() > 0 else row
-    top = np.argsort(-row, kind="stable")[:TOP]
-    names = resolve_some(matrix.col_axis, [int(t) for t in top])
+    count = min(count, row.size)
+    best = np.argpartition(-row, count - 1)[:count]  # a vocabulary row: no need to sort all of it
+    return [(int(t), float(row[t])) for t in best[np.argsort(-row[best], kind="stable")]]
+
+
+def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bool) -> str:
+    top = top_tokens(row, probabilities)
+    names = resolve_some(matrix.col_axis, [t for t, _ in top])
     label = resolve_some(matrix.row_axis, [index])[0]
-    return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={row[t]:.6f}" for n, t in zip(names, top))
+    return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))

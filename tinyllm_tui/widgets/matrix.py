@@ -9,7 +9,7 @@ logits the most likely tokens with their probabilities.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,14 +24,13 @@ from textual.strip import Strip
 
 from engine.expect import Cell
 from engine.labels import resolve_some
-from engine.summaries import shape_text
+from engine.summaries import VOCAB_KINDS, shape_text, top_tokens
 
 from .textlines import TextLines
 from ..numbers import NUMBER_WIDTH, format_number, right_aligned
 
 CELL_WIDTH = NUMBER_WIDTH + 3  # an edit mark (•), a verdict (✓ ✗), the number, a space
 PROBABILITY_KINDS = ("softmax", "probs")
-TOP_TOKENS = 5
 BASE = (24, 24, 32)
 POSITIVE, NEGATIVE, SEQUENTIAL = (170, 50, 50), (50, 90, 180), (40, 140, 70)
 TITLE_LINES = 2
@@ -101,6 +100,12 @@ class MatrixData:
     @property
     def shown(self) -> np.ndarray:
         return self.before if self.show_before and self.before is not None else self.values
+
+    @cached_property
+    def scale(self) -> float:
+        """The largest finite |value| shown: the heat colours' full scale (computed once, not per redraw)."""
+        shown = self.shown
+        return float(np.max(np.abs(shown[np.isfinite(shown)]), initial=0.0))
 
     def changed(self) -> np.ndarray | None:
         if self.before is None:
@@ -191,9 +196,7 @@ class MatrixWindow(TextLines):
         if not data.values.size:
             return [Text(f"{data.title} · {shape_text(data.values.shape)} · empty", style="bold")]
         rows, cols = self.window()
-        values = data.shown
-        finite = values[np.isfinite(values)]
-        scale = float(np.max(np.abs(finite), initial=0.0))
+        values, scale = data.shown, data.scale
         changed = data.changed()
         width = self._label_width()
         header = Text(" " * width)
@@ -251,11 +254,9 @@ class MatrixWindow(TextLines):
         i = rows[-1] if rows else data.values.shape[0] - 1
         row = data.shown[i]
         finite = row[np.isfinite(row)]
-        if data.kind in ("logits", "filter", "probs") and finite.size:
-            probabilities = row if data.kind == "probs" else _softmax(row)
-            top = np.argsort(-probabilities, kind="stable")[:TOP_TOKENS]
-            tokens = ", ".join(f"{data.cols[j]} {probabilities[j]:.3f}" for j in top)
-            return f"row {data.rows[i]}: top {TOP_TOKENS}: {tokens}"
+        if data.kind in VOCAB_KINDS and finite.size:
+            top = top_tokens(row, probabilities=data.kind == "probs")
+            return f"row {data.rows[i]}: top {len(top)}: " + ", ".join(f"{data.cols[j]} {p:.3f}" for j, p in top)
         if not finite.size:
             return f"row {data.rows[i]}: no finite value"
         best = int(np.argmax(np.where(np.isfinite(row), row, -np.inf)))
@@ -279,10 +280,3 @@ def _fit(text: str, width: int) -> str:
     while cell_len(cut) > max(width - 1, 0):
         cut = cut[:-1]
     return cut + "…"
-
-
-def _softmax(row: np.ndarray) -> np.ndarray:
-    finite = np.isfinite(row)
-    shifted = np.where(finite, row - np.max(row[finite]), -np.inf)
-    weights = np.exp(shifted)
-    return weights / weights.sum()

@@ -100,4 +100,4 @@ def test_progress_goes_to_stderr_only_when_it_is_a_terminal(monkeypatch):
     progress = cli._Progress()
     progress.show(3)
     progress.done()
-    assert terminal.getvalue() == "\rstep 3\r\033[K"
+    assert terminal.getvalue() == "\r\033[Kstep 3\r\033[K"  # each line clears the one before

@@ -408,6 +408,7 @@ async def test_every_binding_while_a_long_continue_runs_then_quit_cleanly(busy_p
             if key == "n":
                 await pilot.pause(0.3)  # progress reports come in: the refusal of n stays said
                 assert "running… step" in status(app) and "busy: a run is in flight" in status(app)
+                assert app.main.query_one("#progress").display  # and a progress bar shows
         await pilot.press("escape")  # cancel the run
         await settle(pilot)
         assert not app.debugger.busy

@@ -185,7 +185,10 @@ def open_tui(
     for text in breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
     _check_inject(inject)
+    loading = _Progress()  # a big scenario takes seconds to read before the screen can appear
+    loading.show(f"loading {file or bundled_x01()}…")
     scenario = _load(file or bundled_x01(), (prompt, ids, max_new_tokens), dtype, max_memory)
+    loading.done()
     array_backend = make_backend(backend, dtype)
     edits = _edits(scenario, sets)  # they start as unsaved edits, so the TUI can show, undo or save them
     dump = None if against is None else (load_dump(against), tolerance)
@@ -263,14 +266,14 @@ def state_text(state: OpState, vocab, full: bool) -> str:
 
 
 class _Progress:
-    """"step N" on stderr, rewritten in place, only when stderr is a terminal."""
+    """"step N" (or any short line) on stderr, rewritten in place, only when stderr is a terminal."""
 
     def __init__(self):
         self.shown = sys.stderr.isatty()
 
-    def show(self, step: int) -> None:
+    def show(self, step: int | str) -> None:
         if self.shown:
-            sys.stderr.write(f"\rstep {step}")
+            sys.stderr.write(f"\r\033[K{step if isinstance(step, str) else f'step {step}'}")
             sys.stderr.flush()
 
     def done(self) -> None:

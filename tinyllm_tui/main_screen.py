@@ -17,7 +17,7 @@ from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import Footer, ProgressBar, TabbedContent, TabPane
 
 from engine import to_host
 from engine.breakpoints import BreakpointError
@@ -41,8 +41,11 @@ WIDE = 120  # from this many columns the KV cache sits beside the matrix: the ca
 
 
 def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
-    return BindingsMap([dataclasses.replace(binding, description=tr(binding.description, lang))
-                        for binding_list in bindings.key_to_bindings.values() for binding in binding_list])
+    """The same bindings in the same order, their descriptions (the footer's words) in `lang`."""
+    translated = bindings.copy()
+    for key, listed in translated.key_to_bindings.items():
+        translated.key_to_bindings[key] = [dataclasses.replace(b, description=tr(b.description, lang)) for b in listed]
+    return translated
 
 
 def timeline_key(state, rounds) -> tuple:
@@ -107,6 +110,7 @@ class DebuggerScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
+        yield ProgressBar(id="progress", show_eta=False)  # only while a run is in flight
         yield Timeline(id="timeline")
         with Horizontal(id="body"):
             yield OperatorList(id="operators")
@@ -247,9 +251,13 @@ class DebuggerScreen(Screen):
     def on_debugger_screen_run_progress(self, event: RunProgress) -> None:
         if self.debugger.busy:  # a key refused meanwhile stays said
             self.set_status(" · ".join(filter(None, [f"running… step {event.step} (Esc cancels)", self.refusal])))
+            bar = self.query_one(ProgressBar)
+            bar.display = True
+            bar.update(total=self.debugger.view.total, progress=event.step)  # total unknown at first: a pulse
 
     def on_debugger_screen_run_done(self, event: RunDone) -> None:
         self.refusal = ""
+        self.query_one(ProgressBar).display = False
         self.show(event.message)
         self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
 

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import SCENARIOS, X01
+from conftest import X01
 
 from engine import Session, load_scenario, to_host
 from engine.breakpoints import BreakpointError

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tui_helpers import long_scenario, make_app, screen_text, settle, state, status
+from tui_helpers import long_scenario, screen_text, settle, state, status
 
 from tinyllm_tui.app import DebuggerApp
 from tinyllm_tui.debugger import short_name

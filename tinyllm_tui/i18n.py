@@ -21,7 +21,7 @@ ZH = {
     # bindings
     "Step": "单步", "Back": "后退", "Continue": "继续", "Break": "断点", "Break on…": "条件断点…",
     "Breakpoint list": "断点列表", "Play": "播放", "Faster": "加快", "Slower": "减慢",
-    "Go to": "跳转", "Search back": "向前搜索", "Diff": "对比", "Inject bug": "注入错误",
+    "Search back": "向前搜索", "Diff": "对比", "Inject bug": "注入错误",
     "Explanation": "解释", "Expectations": "期望值", "Before/after edit": "修改前/后",
     "Recompute stale cache": "重新计算过期缓存", "Save weights": "保存权重", "Save as…": "另存为…",
     "Heat": "热力着色", "Columns ←": "列 ←", "Columns →": "列 →", "Rows ↑": "行 ↑", "Rows ↓": "行 ↓",

@@ -120,12 +120,17 @@ class History:
             step += 1
 
     def round_states(self) -> list[OpState]:
-        """Every operator of the current state's round, computing ahead to the round's end."""
+        """Every operator of the current state's round still in memory, computing ahead to the round's end.
+
+        Walks out from the cursor, so a step costs the round's length, not the whole kept history's."""
         key = (self.current.request, self.current.round)
-        step = self.cursor
-        while self._have(step + 1) and (self._at(step + 1).request, self._at(step + 1).round) == key:
-            step += 1
-        return [s for s in self._states if (s.request, s.round) == key]
+        first = last = self.cursor
+        while first > self._offset and (self._at(first - 1).request, self._at(first - 1).round) == key:
+            first -= 1
+        while self._have(last + 1) and (self._at(last + 1).request, self._at(last + 1).round) == key:
+            last += 1
+        first = max(first, self._offset)  # computing ahead may have dropped the round's oldest states
+        return [self._at(step) for step in range(first, last + 1)]
 
     def _at(self, step: int) -> OpState:
         return self._states[step - self._offset]

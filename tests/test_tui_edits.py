@@ -97,7 +97,7 @@ async def test_edit_during_decode_can_keep_a_stale_cache_then_recompute():
         await pilot.press("escape")  # back to the debugger
         assert app.debugger.stale is not None and "stale cache" in status(app)
         assert state(app).caches[0].fingerprint != app.debugger.fingerprint  # rows from the old weights
-        assert "⚠ stale cache: old weights (r recomputes)" in screen_text(app)  # so says the KV cache beside the matrix
+        assert "⚠ stale: old weights, r recomputes" in screen_text(app)  # so says the KV cache beside the matrix
         await pilot.press("r")  # recompute
         assert app.debugger.stale is None and state(app).caches[0].fingerprint == app.debugger.fingerprint
         assert state(app).step == 30

@@ -335,7 +335,7 @@ async def test_kv_cache_says_which_weights_its_rows_come_from():
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press(*["n"] * 6)
         text = screen_text(app)
-        assert "rows computed with the current weights" in text and "31828e94" not in text
+        assert "3 rows, 3 new (+) · from the current weights" in text and "31828e94" not in text
 
 
 async def test_encoder_input_vectors_are_explained_as_given_vectors():

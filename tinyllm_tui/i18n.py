@@ -43,7 +43,6 @@ ZH = {
         "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N；用&组合）：",
     "input": "输入", "output": "输出", "decode rule": "解码规则", "layer": "层", "chunk": "块",
     "prefill": "预填充", "decode": "解码", "head": "头",
-    "rows computed with the current weights": "各行由当前权重计算",
     "no action on": "无此按键", "press ? for the keys": "按 ? 查看按键",
     "breakpoint on": "断点设于", "removed breakpoint": "已删除断点", "went to": "已跳转到",
     "end of trace": "运行结束", "running…": "运行中…",

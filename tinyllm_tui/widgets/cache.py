@@ -80,12 +80,12 @@ class CacheView(Vertical):
         self._shown = (cache.k, shown)
         appended = max(cache.length - state.past, 0)
         where = Text.assemble((f"KV cache · layer {layer}/{len(state.caches) - 1} · head {head}/{heads - 1}", "bold"),
-                              " · [ ] layer { } head\n")
-        rows = f"{cache.length} rows ({appended} new +)"
+                              " ([ ] { })\n")
+        rows = f"{cache.length} rows, {appended} new (+)"
         if cache.fingerprint == self.fingerprint:
-            where.append(f"{rows} · rows computed with the current weights")
-        else:
-            where.append(f"⚠ stale cache: old weights (r recomputes) · {rows}", style="bold yellow")
+            where.append(f"{rows} · from the current weights")
+        else:  # the warning first: it must survive a narrow panel
+            where.append(f"⚠ stale: old weights, r recomputes · {rows}", style="bold yellow")
         title.update(where, layout=False)  # two lines, always
         labels = [f"{'+' if p >= state.past else ' '}{p} · {_token(state, p)}" for p in range(cache.length)]
         part = slice(head * self.d_head, (head + 1) * self.d_head)

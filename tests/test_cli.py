@@ -58,6 +58,9 @@ def test_a_file_argument_opens_the_tui(monkeypatch):
     assert invoke().exit_code == 0  # no argument: the bundled X01
     assert [s.title for s, _ in opened] == ["X01 · 我爱学习 / 你爱"] * 2
     assert opened[0][1]["breakpoints"] == ["softmax"]
+    assert invoke(str(X01), "--max-memory", "1G").exit_code == 0
+    x01_weights = sum(w.size * 8 for w in opened[0][0].weights.values())  # float64
+    assert opened[2][1]["budget"] == 2**30 - x01_weights  # the history gets what the weights leave
 
 
 def test_help_lists_the_commands():

@@ -128,6 +128,7 @@ class DebuggerApp(App):
 
 
 def launch(scenario: Scenario, backend: Backend, *, lang: str | None, breakpoints: list[str],
-           inject: str | None = None, edits: list[Edit] = (), against: tuple[dict, float] | None = None) -> None:
+           inject: str | None = None, edits: list[Edit] = (), against: tuple[dict, float] | None = None,
+           budget: int | None = None) -> None:
     DebuggerApp(scenario, backend, lang=lang, breakpoints=breakpoints, inject=inject, edits=edits,
-                against=against).run()
+                against=against, budget=budget).run()

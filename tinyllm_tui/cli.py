@@ -23,7 +23,7 @@ from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.check import check_scenario
 from engine.diff import diff_scenario, first_divergence
 from engine.expect import Outcome
-from engine.budget import parse_size
+from engine.budget import DEFAULT_BUDGET, parse_size, weight_bytes
 from engine.checkpoints import open_model
 from engine.checkpoints.against import compare_activations, load_dump, prefill_states, save_activations
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
@@ -38,6 +38,7 @@ from .numbers import text_table
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
+HISTORY_FLOOR = 256 * 2**20  # the TUI keeps at least this much history, however large the weights
 GRADCHECK_TOLERANCE = 1e-6  # central differences with step 1e-6 agree to ~1e-9 in float64
 BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
 CORNER = 4  # a summarised matrix shows its first and last 4 rows and columns
@@ -109,6 +110,12 @@ AgainstOption = Annotated[Optional[Path], typer.Option(
     "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
     "compare operator by operator with this reference.", show_default=False)]
 ToleranceOption = Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")]
+
+
+def history_budget(scenario: Scenario, dtype: str, max_memory: int | None) -> int:
+    """What the TUI's history may keep: the memory budget less the weights (at least HISTORY_FLOOR)."""
+    total = DEFAULT_BUDGET if max_memory is None else max_memory
+    return max(total - weight_bytes(scenario.model, len(scenario.vocab), dtype), HISTORY_FLOOR)
 
 
 def bundled_x01() -> Path:
@@ -195,7 +202,7 @@ def open_tui(
     from .app import launch  # the UI stack loads only when a TUI is wanted
 
     launch(scenario, array_backend, lang=lang, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
-           inject=inject, edits=edits, against=dump)
+           inject=inject, edits=edits, against=dump, budget=history_budget(scenario, dtype, _max_memory(max_memory)))
 
 
 RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.

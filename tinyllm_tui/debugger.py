@@ -135,7 +135,7 @@ class Debugger:
         self.previous: History | None = None  # the run before the last edit, to show changed cells
         self._owner = threading.Lock()
         self._cancel = threading.Event()  # stops a run that owns the generator
-        self._cancel_comparisons = threading.Event()  # stops diffs and checks on sessions of their own
+        self._cancel_comparisons = threading.Event()  # stops a diff, which runs sessions of its own
         self._comparing = 0
         self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
         self.inject = inject

@@ -48,11 +48,6 @@ def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
     return translated
 
 
-def timeline_key(state, rounds) -> tuple:
-    """What the timeline shows of a state: most steps change none of it."""
-    return state.timeline, rounds, state.caches[0].length if state.caches else 0, state.chunk
-
-
 class DebuggerScreen(Screen):
     BINDINGS = [
         Binding("n,right,f10", "step", "Step"),
@@ -169,11 +164,8 @@ class DebuggerScreen(Screen):
         debugger, view = self.debugger, self.debugger.view
         state = view.state
         self.query_one(OperatorList).show_view(view)
-        timeline = self.query_one(Timeline)
-        if timeline.data is None or timeline_key(timeline.data.state, timeline.data.rounds) != timeline_key(
-                state, view.rounds):
-            timeline.data = TimelineData(state, len(debugger.scenario.requests),
-                                         bool(debugger.scenario.decode.prefill_chunk), view.rounds)
+        self.query_one(Timeline).show(TimelineData(state, len(debugger.scenario.requests),
+                                                   bool(debugger.scenario.decode.prefill_chunk), view.rounds))
         self.query_one(MatrixWindow).data = MatrixData(
             op_title(state), to_host(state.values), lazy_labels(state.output.row_axis),
             lazy_labels(state.output.col_axis), kind=state.kind,
@@ -285,8 +277,13 @@ class DebuggerScreen(Screen):
             return
         if self._refused():
             return
-        self.player = self.set_interval(1 / PLAY_SPEEDS[self.speed], self._play_tick)
+        self._schedule_play()
         self.set_status()
+
+    def _schedule_play(self) -> None:
+        if self.player is not None:
+            self.player.stop()
+        self.player = self.set_interval(1 / PLAY_SPEEDS[self.speed], self._play_tick)
 
     def _stop_playing(self, message: str) -> None:
         self.player.stop()
@@ -306,8 +303,7 @@ class DebuggerScreen(Screen):
     def action_speed(self, direction: int) -> None:
         self.speed = max(0, min(self.speed + direction, len(PLAY_SPEEDS) - 1))
         if self.player is not None:
-            self.player.stop()
-            self.player = self.set_interval(1 / PLAY_SPEEDS[self.speed], self._play_tick)
+            self._schedule_play()
         self.set_status(f"play speed {PLAY_SPEEDS[self.speed]:g} steps/s")
 
     # -- breakpoints -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ logits the most likely tokens with their probabilities.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from functools import cached_property, lru_cache
 from collections.abc import Callable, Mapping, Sequence
@@ -265,11 +266,7 @@ class MatrixWindow(TextLines):
 
     def _agrees(self, i: int, j: int) -> bool:
         """A printed cell agrees with the value shown (the edited one, or the one before the edit)."""
-        cell = self.data.verdicts[(i, j)]
-        shown = float(self.data.shown[i, j])
-        if math.isinf(cell.printed) or math.isinf(shown):
-            return cell.printed == shown
-        return abs(shown - cell.printed) <= cell.tolerance
+        return dataclasses.replace(self.data.verdicts[(i, j)], computed=float(self.data.shown[i, j])).agrees
 
 
 def _fit(text: str, width: int) -> str:

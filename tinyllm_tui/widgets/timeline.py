@@ -32,6 +32,11 @@ class TimelineData:
     chunked: bool
     rounds: tuple[RoundSummary, ...]
 
+    def shown(self) -> tuple:
+        """What the timeline draws of these: most steps change none of it."""
+        state = self.state
+        return state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk
+
 
 def focus_index(state: OpState) -> int:
     """The token the window centres on: the first one being fed, else the selected one, else the last."""
@@ -74,6 +79,11 @@ def token_window(state: OpState, width: int) -> Text:
 class Timeline(Widget):
     data: reactive[TimelineData | None] = reactive(None, always_update=True)
     lang = "en"
+
+    def show(self, data: TimelineData) -> None:
+        """Redraw only when what the timeline draws has changed."""
+        if self.data is None or self.data.shown() != data.shown():
+            self.data = data
 
     def render(self) -> Text:
         if self.data is None:

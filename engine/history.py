@@ -2,20 +2,34 @@
 
 The stream is pulled lazily. Recorded states are kept while their values fit in
 `budget` bytes (and `limit` states); older ones are dropped. Stepping back inside
-the kept window moves a cursor; stepping back before it replays a fresh session up
-to the wanted step (sessions are deterministic). Values are kept by reference:
-a state shares its arrays with the session, nothing is copied.
+the kept window moves a cursor; stepping back before it resumes the session from the
+latest kept round start at or before the wanted step and pulls forward to it (sessions
+are deterministic). Values are kept by reference: a state shares its arrays with the
+session, nothing is copied.
+
+Round starts (engine.session.RoundStart) cost their KV caches' bytes, counted in full
+even where a kept state shares them: simple, and an upper bound. They get at most
+RESUME_SHARE of the budget, the states the rest. The rule: keep the round starts whose
+ordinal (0, 1, 2, … in stream order) is a multiple of a stride, at first 1; when the kept
+ones cost more than their share, the stride doubles, which drops every other one and
+doubles the spacing of those to come. Ordinal 0, the session's start, always stays.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .trace import OpState, Status
 
+if TYPE_CHECKING:
+    from .session import RoundStart
+
 DEFAULT_BUDGET = 2 * 1024**3  # bytes of operator outputs kept for going back
+RESUME_SHARE = 0.25  # of the budget, at most, for round starts to resume from
 
 
 def state_bytes(state: OpState) -> int:
@@ -23,30 +37,67 @@ def state_bytes(state: OpState) -> int:
     return int(getattr(state.values, "nbytes", 0))
 
 
+class RoundStarts:
+    """The round starts kept to resume from, within `budget` bytes (the module docstring's rule)."""
+
+    def __init__(self, budget: float):
+        self.budget = budget
+        self.stride = 1
+        self.nbytes = 0
+        self._kept: list[tuple[int, RoundStart]] = []  # (ordinal, start), in step order
+        self._seen = 0  # round starts passed so far: the next one's ordinal
+        self._last_step = -1
+
+    def add(self, start: RoundStart) -> None:
+        if start.step <= self._last_step:  # a resumed stream passes round starts again
+            return
+        self._last_step, ordinal, self._seen = start.step, self._seen, self._seen + 1
+        if ordinal % self.stride:
+            return
+        self._kept.append((ordinal, start))
+        self.nbytes += start.nbytes
+        while self.nbytes > self.budget and len(self._kept) > 1:
+            self.stride *= 2
+            self._kept = [(o, s) for o, s in self._kept if o % self.stride == 0]
+            self.nbytes = sum(s.nbytes for _, s in self._kept)
+
+    def latest(self, step: int) -> RoundStart | None:
+        """The kept round start nearest before or at `step`."""
+        index = bisect.bisect_right([s.step for _, s in self._kept], step)
+        return self._kept[index - 1][1] if index else None
+
+    @property
+    def steps(self) -> list[int]:
+        return [s.step for _, s in self._kept]
+
+
 class History:
-    def __init__(self, start: Callable[[], Iterator[OpState]], *, limit: int = 1_000_000,
+    def __init__(self, start: Callable[..., Iterator[OpState]], *, limit: int = 1_000_000,
                  budget: int = DEFAULT_BUDGET):
         """Args:
-        start: returns a fresh operator stream (e.g. `Session(...).steps`).
+        start: `start(resume=None, on_round=None)` returns the operator stream from a round start
+            (or the beginning), handing each round start to `on_round`: `Session(...).steps`.
         limit: how many states to keep in memory before older ones are dropped.
-        budget: how many bytes of outputs to keep before older ones are dropped.
+        budget: how many bytes of outputs and round starts to keep before older ones are dropped.
         """
         self._start, self._limit, self.budget = start, limit, budget
         self.replays = 0  # how often the stream was restarted to reach a dropped step
-        self._restart()
+        self.resumed_from: int | None = None  # the step the last restart resumed from
+        self.round_starts = RoundStarts(budget * RESUME_SHARE)
+        self._choices: list[OpState] = []  # every round's last operator, kept past the budget: few and small
+        self.total: int | None = None  # known once the stream is exhausted
+        self._restart(None)
         self.cursor = 0
 
-    def _restart(self) -> None:
-        self._stream = self._start()
+    def _restart(self, resume: RoundStart | None) -> None:
+        self._stream = self._start(resume=resume, on_round=self.round_starts.add)
         self._states: deque[OpState] = deque()
         self._kept_bytes = 0
-        self._choices: list[OpState] = []  # every round's last operator, kept past the budget: few and small
-        self._fetched = 0
-        self.total: int | None = None  # known once the stream is exhausted
+        self._fetched = resume.step if resume else 0
         self._fetch()
 
     def _fetch(self) -> bool:
-        if self.total is not None:
+        if self.total is not None and self._fetched >= self.total:
             return False
         state = next(self._stream, None)
         if state is None:
@@ -54,16 +105,17 @@ class History:
             return False
         self._states.append(state)
         self._kept_bytes += state_bytes(state)
-        while len(self._states) > 1 and (len(self._states) > self._limit or self._kept_bytes > self.budget):
+        while len(self._states) > 1 and (len(self._states) > self._limit or self.kept_bytes > self.budget):
             self._kept_bytes -= state_bytes(self._states.popleft())
-        if state.kind == "choice":
+        if state.kind == "choice" and (not self._choices or state.step > self._choices[-1].step):
             self._choices.append(state)
         self._fetched += 1
         return True
 
     @property
     def kept_bytes(self) -> int:
-        return self._kept_bytes
+        """Bytes of kept outputs and round starts."""
+        return self._kept_bytes + self.round_starts.nbytes
 
     @property
     def _offset(self) -> int:
@@ -108,9 +160,11 @@ class History:
 
         Reading a step far from the cursor may drop the cursor's own state; `current` replays it.
         """
-        if step < self._offset:  # dropped from memory: replay from the start
-            self._restart()
+        if step < self._offset:  # dropped from memory: resume from the nearest round start before it
+            resume = self.round_starts.latest(step)
+            self._restart(resume)
             self.replays += 1
+            self.resumed_from = resume.step if resume else 0
         return self._at(step) if self._have(step) else None
 
     def states_from(self, step: int) -> Iterator[OpState]:

@@ -4,13 +4,18 @@
 mode "cached" only new tokens are fed and the KV cache grows; in mode "full"
 every round recomputes the whole prefix from an empty cache, which is the
 reference the cached run is diffed against.
+
+Before each round of each request runs its first operator, the session can hand out
+a `RoundStart`: everything needed to run on from there. `steps(resume=start)` yields
+exactly the states (step numbers, values bit for bit) a run from scratch yields from
+`start.step` on. A round start holds its KV caches by reference: a LayerCache is never
+changed in place (a layer's append makes a new one by concatenation).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,10 +26,10 @@ from .faults import FAULTS, INJECTIONS, NO_FAULT
 from .model import Op, OpStream, Transformer
 from .scenario import Scenario
 from .spec import Request
-from .trace import Moment, OpState, Phase, RequestResult
+from .trace import LayerCache, Moment, OpState, Phase, RequestResult
 
 MODES = ("cached", "full")
-__all__ = ["INJECTIONS", "MODES", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
+__all__ = ["INJECTIONS", "MODES", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,42 @@ class StaleFrom:
     weights: dict  # the weights every earlier round was computed with
     request: int
     round: int
+
+
+@dataclass(frozen=True, eq=False)
+class RoundStart:
+    """A session as it stands before a round's first operator: enough to run on from there.
+
+    What a round start does not hold is derived: the token the round feeds (the last one
+    generated, or the prompt in round 0), and the choice and stop (none before a round)."""
+
+    step: int  # the round's first operator
+    request: int
+    round: int
+    results: tuple[RequestResult, ...]  # of the requests finished before this one
+    caches: tuple[LayerCache, ...]
+    fed: tuple[int, ...]
+    generated: tuple[int, ...]
+    rng: dict  # the request's sampling Generator: its bit_generator.state
+
+    @property
+    def nbytes(self) -> int:
+        """What keeping it costs: its K and V rows (the rest is a few token ids)."""
+        return sum(int(c.k.nbytes) + int(c.v.nbytes) for c in self.caches)
+
+
+OnRound = Callable[[RoundStart], None]
+
+
+class _Counter:
+    """The step numbers a session's requests share; a round start reads the next one without taking it."""
+
+    def __init__(self, first: int):
+        self.next = first
+
+    def take(self) -> int:
+        self.next += 1
+        return self.next - 1
 
 
 class Session:
@@ -78,20 +119,24 @@ class Session:
             pass
         return caches
 
-    def steps(self) -> Iterator[OpState]:
-        self.results = []
-        counter = itertools.count()
-        for index, request in enumerate(self.scenario.requests):
-            run = _RequestRun(self, index, request, counter)
-            yield from run.run()
+    def steps(self, resume: RoundStart | None = None, on_round: OnRound | None = None) -> Iterator[OpState]:
+        """Every operator's state, from the start or from `resume`; `on_round` is given each round start."""
+        self.results = list(resume.results) if resume else []
+        counter = _Counter(resume.step if resume else 0)
+        first = resume.request if resume else 0
+        for index in range(first, len(self.scenario.requests)):
+            run = _RequestRun(self, index, self.scenario.requests[index], counter, on_round)
+            yield from run.run(resume if index == first else None)
             self.results.append(run.result())
 
 
 class _RequestRun:
     """One request's prefill and decode rounds, and the context each OpState reports."""
 
-    def __init__(self, session: Session, index: int, request: Request, counter: Iterator[int]):
+    def __init__(self, session: Session, index: int, request: Request, counter: _Counter,
+                 on_round: OnRound | None = None):
         self.session, self.index, self.request, self.counter = session, index, request, counter
+        self.on_round = on_round
         self.xp = session.model.xp
         self.rule = session.scenario.decode
         self.vocab = session.scenario.vocab
@@ -106,10 +151,14 @@ class _RequestRun:
         self._moment: Moment | None = None
         self._caches: tuple = ()
 
-    def run(self) -> Iterator[OpState]:
+    def run(self, resume: RoundStart | None = None) -> Iterator[OpState]:
         rng = np.random.default_rng([self.rule.seed, self.index])
-        new = list(self.request.tokens)
+        if resume is not None:
+            self._resume(resume, rng)
+        new = [self.selected] if self.round else list(self.request.tokens)
         while True:
+            if self.on_round is not None:
+                self.on_round(self._round_start(rng))
             logits = yield from self._feed(new)
             if not self.session.scenario.model.lm_head:  # an encoder: the prefill is the whole job
                 self.stop = "encoded"
@@ -120,6 +169,16 @@ class _RequestRun:
                 return
             self.round += 1
             new = [self.selected]
+
+    def _round_start(self, rng: np.random.Generator) -> RoundStart:
+        return RoundStart(self.counter.next, self.index, self.round, tuple(self.session.results),
+                          tuple(self.caches), tuple(self.fed), tuple(self.generated), rng.bit_generator.state)
+
+    def _resume(self, start: RoundStart, rng: np.random.Generator) -> None:
+        self.caches, self.fed, self.generated = list(start.caches), list(start.fed), list(start.generated)
+        self.round = start.round
+        self.selected = self.generated[-1] if self.round else None  # chosen last round, fed in this one
+        rng.bit_generator.state = start.rng
 
     def result(self) -> RequestResult:
         return RequestResult(self.request.tokens, tuple(self.generated), self.stop or "")
@@ -180,7 +239,7 @@ class _RequestRun:
             self.stop = "max_new_tokens"
 
     def _state(self, op: Op) -> OpState:
-        return OpState(next(self.counter), self.index, self.phase, self.round, self.chunk, op, self._now(),
+        return OpState(self.counter.take(), self.index, self.phase, self.round, self.chunk, op, self._now(),
                        self._caches_now(), self.round_start, self.stop if op.kind == "choice" else None)
 
     def _caches_now(self) -> tuple:

@@ -25,6 +25,8 @@ import yaml
 from ruamel.yaml import YAML
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
+from .progress import READING, report
+
 
 class ScenarioError(ValueError):
     """An invalid scenario: names the file, the line and the path inside the document."""
@@ -129,7 +131,7 @@ def parse(text: str, file: str) -> yaml.Node | None:
                             "scenario file may (each takes ~300 bytes to parse); put big weights in a weight file "
                             "(weights: {file: model.safetensors})")
     try:
-        return yaml.compose(text, Loader=_Loader)
+        return yaml.compose(_Reading(text), Loader=_Loader)
     except yaml.MarkedYAMLError as error:
         problem = error.problem or str(error)
         if error.context and "end of stream" in problem:  # an unclosed quote or bracket: say where it opened
@@ -144,6 +146,23 @@ def parse(text: str, file: str) -> yaml.Node | None:
                             f"({error.reason})") from None
     except yaml.YAMLError as error:
         raise ScenarioError(file, None, "", f"YAML: {' '.join(str(error).split())}") from None
+
+
+class _Reading:
+    """The text as a stream: the C parser pulls it in 16 KiB read()s, each reported (engine.progress)
+    as bytes taken of the whole; a listener that raises stops the parse there."""
+
+    name = "<unicode string>"  # what PyYAML calls a text it is given whole, so messages stay the same
+
+    def __init__(self, text: str):
+        self.text, self.at, self.done, self.total = text, 0, 0, len(text.encode("utf-8"))
+
+    def read(self, size: int) -> str:
+        chunk = self.text[self.at : self.at + size]
+        self.at += len(chunk)
+        self.done += len(chunk.encode("utf-8"))
+        report(READING, self.done, self.total)
+        return chunk
 
 
 @dataclass(frozen=True)

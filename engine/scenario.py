@@ -22,6 +22,7 @@ from .budget import DEFAULT_BUDGET, check_budget
 from .document import Node, ScenarioError, parse, read_text
 from .expect import Expectation, parse_expectations
 from .parameters import Shape, format_shape, name_parts, parameter_shapes
+from .progress import WEIGHTS, report
 from .spec import (
     DECODE_RULES,
     FFN_KINDS,
@@ -295,11 +296,12 @@ def _weights(node: Node, shapes: dict[str, Shape]) -> tuple[dict[str, np.ndarray
         return dict(source.arrays), source
     _check_layout(node, _layout(shapes))
     weights = {}
-    for name, shape in shapes.items():
+    for done, (name, shape) in enumerate(shapes.items(), 1):
         leaf = node
         for part in name_parts(name):
             leaf = leaf.items()[part] if isinstance(part, int) else leaf.get(part)
         weights[name] = parse_tensor(leaf, shape)
+        report(WEIGHTS, done, len(shapes))
     return weights, None
 
 

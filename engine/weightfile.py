@@ -24,6 +24,7 @@ from safetensors.numpy import save_file
 
 from .document import ScenarioError
 from .parameters import Shape, format_shape
+from .progress import WEIGHTS, report
 
 SUFFIXES = (".safetensors", ".npz")
 SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}  # bf16: read as bits, widened
@@ -122,7 +123,10 @@ def _read_npz(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
             _check_names(path, names, shapes)
             for name in shapes:
                 _check_npy_header(path, archive.zip, name, shapes[name])
-            arrays = {name: archive[name] for name in shapes}
+            arrays = {}
+            for done, name in enumerate(shapes, 1):  # inflated one by one: a big archive takes seconds
+                arrays[name] = archive[name]
+                report(WEIGHTS, done, len(shapes))
     except ScenarioError:
         raise
     except (ValueError, KeyError, zipfile.BadZipFile, EOFError, zlib.error) as error:

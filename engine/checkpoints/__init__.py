@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from ..budget import DEFAULT_BUDGET, format_size, too_many_tensors, weight_bytes
 from ..document import ScenarioError
 from ..parameters import format_shape, parameter_shapes
+from ..progress import WEIGHTS, report
 from ..scenario import Scenario, load_scenario
 from ..spec import DecodeRule, ModelSpec, Request
 from . import hf
@@ -109,8 +110,8 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[i
     if need > limit:
         raise ScenarioError(str(path), None, "--max-memory", f"the weights need {format_size(need)} as {dtype}, "
                             f"more than the budget of {format_size(limit)}")
-    weights = {}
-    for name, shape in parameter_shapes(spec, vocab_size).items():
+    weights, shapes = {}, parameter_shapes(spec, vocab_size)
+    for done, (name, shape) in enumerate(shapes.items(), 1):
         weights[name] = read(name)
         if not np.issubdtype(weights[name].dtype, np.floating):
             raise ScenarioError(str(path), None, name, f"expected floating-point numbers, the checkpoint gives "
@@ -118,6 +119,7 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[i
         if tuple(weights[name].shape) != shape:
             raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]), "
                                 f"the checkpoint gives {format_shape(weights[name].shape)}")
+        report(WEIGHTS, done, len(shapes))
     return weights
 
 

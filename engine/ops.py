@@ -72,8 +72,10 @@ def relu(xp, x: Array) -> Array:
 
 
 def gelu_tanh(xp, x: Array) -> Array:
-    """GPT-2's `gelu_new`: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))."""
-    return 0.5 * x * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    """GPT-2's `gelu_new`: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+
+    x·x·x rather than x**3: NumPy's float32 power is a scalar loop, 140× slower at d_ff 3072."""
+    return 0.5 * x * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
 
 
 def gelu_from_erf(x: Array, erf_x_over_sqrt2: Array) -> Array:

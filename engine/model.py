@@ -27,9 +27,12 @@ class StaleCacheError(RuntimeError):
     """A cache computed with other weights was about to be extended."""
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class Operand:
     """An array an operator reads or writes, with how to label its rows and columns.
+
+    Read-only by convention, like OpState: a frozen dataclass's __init__ costs twice as much, and
+    a decode step makes some 80 of these per layer.
 
     rows/cols are label schemes resolved by the session: "chunk" (the new tokens),
     "keys" (every cached position), "last" (the last new token), "features",
@@ -42,7 +45,7 @@ class Operand:
     cols: str = "features"
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)
 class Op(Operand):
     kind: OpKind = OpKind.EMBED
     layer: int | None = None
@@ -106,7 +109,7 @@ class Transformer:
             x = self._norm("ln_final", x, layer=None)
             yield x
         unembed = self._unembed
-        logits = Op("unembed.hook_out", x.values @ unembed.values, cols="vocab", kind=OpKind.LOGITS,
+        logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
         yield logits
         return logits
@@ -116,6 +119,13 @@ class Transformer:
         if self.spec.tied_unembed:
             return Operand("embed.T", self.xp.matrix_transpose(self.weights["embed"]), rows="in", cols="vocab")
         return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")
+
+    def _logits(self, x: Array) -> Array:
+        """x @ unembed. On NumPy a decode row meets the tied table through vecdot, which reads it row by
+        row at the full memory bandwidth; BLAS reads the transposed view at about half of it (engine_speed.py)."""
+        if self.spec.tied_unembed and x.shape[0] == 1 and self.backend.name == "numpy":
+            return self.xp.vecdot(self.weights["embed"], x)[None, :]
+        return x @ self._unembed.values
 
     def _add_positions(self, x: Op, positions: list[int]) -> OpStream:
         """Token embeddings plus position terms (and BERT's token type 0): the residual stream."""

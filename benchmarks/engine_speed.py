@@ -13,6 +13,7 @@ token over the bandwidth np.copyto reaches), and peak memory keeping every state
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -50,35 +51,49 @@ def scenario() -> Scenario:
                     (Request(prompt, NEW),), DecodeRule(max_new_tokens=NEW))
 
 
-def reference_decode(s: Scenario) -> list[int]:
-    """Untraced greedy decode with a KV cache, in plain NumPy."""
-    w, dh = s.weights, D // HEADS
-    ln = lambda x: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
-    gelu = lambda x: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
-    caches = [(np.zeros((0, D)), np.zeros((0, D))) for _ in range(LAYERS)]
+def reference_decode(s: Scenario, times: list[float] | None = None) -> list[int]:
+    """Untraced greedy decode with a KV cache, in plain NumPy: pre-LN, GELU-tanh, tied head, and
+    GPT-2's gains, biases and learned positions when the weights have them. `times` gets the CPU
+    time of every choice."""
+    w, spec = s.weights, s.model  # Python floats below: a NumPy float64 scalar would turn float32 into float64
+    d, heads, dh = spec.d_model, spec.n_heads, spec.d_head
+    one, zero = np.ones(d, dtype=w["embed"].dtype), np.zeros(d, dtype=w["embed"].dtype)
+
+    def ln(x, prefix):
+        x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+        return x * w.get(f"{prefix}.w", one) + w.get(f"{prefix}.b", zero)
+
+    def linear(x, name, bias):
+        return x @ w[name] + w[bias] if bias in w else x @ w[name]
+
+    gelu = lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+    caches = [(np.zeros((0, d), w["embed"].dtype),) * 2 for _ in range(spec.n_layers)]
     tokens, out = list(s.requests[0].tokens), []
-    for _ in range(NEW):
+    for _ in range(s.requests[0].max_new_tokens):
         new = tokens if not out else tokens[-1:]
         past = caches[0][0].shape[0]
-        x = w["embed"][new]
-        for layer in range(LAYERS):
+        x = w["embed"][new] + (w["pos_embed"][past : past + len(new)] if "pos_embed" in w else 0)
+        for layer in range(spec.n_layers):
             b = f"blocks.{layer}"
-            h = ln(x)
-            q, k, v = (h @ w[f"{b}.attn.w{n}"] for n in "qkv")
+            h = ln(x, f"{b}.ln1")
+            q, k, v = (linear(h, f"{b}.attn.w{n}", f"{b}.attn.b{n}") for n in "qkv")
             keys, values = (np.concatenate([c, n]) for c, n in zip(caches[layer], (k, v)))
             caches[layer] = (keys, values)
             mask = np.arange(keys.shape[0])[None, :] <= (past + np.arange(len(new)))[:, None]
             z = []
-            for head in range(HEADS):
+            for head in range(heads):
                 part = slice(head * dh, (head + 1) * dh)
-                scores = np.where(mask, q[:, part] @ keys[:, part].T / np.sqrt(dh), -np.inf)
+                scores = np.where(mask, q[:, part] @ keys[:, part].T / math.sqrt(dh), -np.inf)
                 p = np.exp(scores - scores.max(-1, keepdims=True))
                 z.append((p / p.sum(-1, keepdims=True)) @ values[:, part])
-            x = x + np.concatenate(z, axis=1) @ w[f"{b}.attn.wo"]
-            x = x + gelu(ln(x) @ w[f"{b}.mlp.w_in"]) @ w[f"{b}.mlp.w_out"]
-        token = int(np.argmax(ln(x)[-1] @ w["embed"].T))
+            x = x + linear(np.concatenate(z, axis=1), f"{b}.attn.wo", f"{b}.attn.bo")
+            x = x + linear(gelu(linear(ln(x, f"{b}.ln2"), f"{b}.mlp.w_in", f"{b}.mlp.b_in")),
+                           f"{b}.mlp.w_out", f"{b}.mlp.b_out")
+        token = int(np.argmax(ln(x, "ln_final")[-1] @ w["embed"].T))
         out.append(token)
         tokens.append(token)
+        if times is not None:
+            times.append(time.process_time())
     return out
 
 
@@ -185,16 +200,24 @@ def copy_bandwidth(nbytes: int = 2**28, repeats: int = 5) -> float:
     return 2 * nbytes / statistics.median(cpu_time(lambda: np.copyto(dst, src)) for _ in range(repeats))
 
 
-def transpose_cost(weights: dict) -> tuple[float, float, float]:
-    """One decode row times the tied unembedding, in ms: through the transposed view (what the
-    engine does), through a contiguous transpose made once, and copying the transpose each step."""
-    embed = weights["embed"]
-    x = np.ones((1, embed.shape[1]), dtype=embed.dtype)
-    once = np.ascontiguousarray(embed.T)
-    view = statistics.median(cpu_time(lambda: x @ np.matrix_transpose(embed)) for _ in range(5))
-    stored = statistics.median(cpu_time(lambda: x @ once) for _ in range(5))
-    copied = statistics.median(cpu_time(lambda: x @ np.ascontiguousarray(embed.T)) for _ in range(3))
-    return view * 1000, stored * 1000, copied * 1000
+def products_alone_ms(weights: dict) -> float:
+    """One decode row through every weight matrix and the tied head, nothing else: the least any
+    NumPy decoder storing weights [in, out] (as the engine and checkpoints do) can take per token."""
+    matrices = [w for name, w in weights.items() if w.ndim == 2 and name not in ("embed", "pos_embed")]
+    rows = {n: np.ones((1, n), dtype=weights["embed"].dtype) for n in {w.shape[0] for w in matrices}}
+
+    def products():
+        for w in matrices:
+            rows[w.shape[0]] @ w
+        np.vecdot(weights["embed"], rows[weights["embed"].shape[1]])
+
+    return 1000 * statistics.median(cpu_time(products) for _ in range(5))
+
+
+def plain_decode(s: Scenario) -> tuple[float, list[int]]:
+    times = []
+    tokens = reference_decode(s, times)
+    return decode_ms_per_token(times), tokens
 
 
 def peak_after_setup_mib(s: Scenario, backend, keep: bool) -> float:
@@ -210,14 +233,13 @@ def peak_after_setup_mib(s: Scenario, backend, keep: bool) -> float:
 def gpt2(repeats: int) -> None:
     s, backend = gpt2_scenario(), make_backend("numpy", "float32")
     session = Session(s, backend)
-    runs = [(traced_decode(session), untraced_decode(session)) for _ in range(repeats)]  # interleaved
-    assert all(t[1] == u[1] for t, u in runs), "traced and untraced decoders disagree"
-    traced_ms = statistics.median(t[0] for t, _ in runs)
-    untraced_ms = statistics.median(u[0] for _, u in runs)
+    runs = [(traced_decode(session), untraced_decode(session), plain_decode(s)) for _ in range(repeats)]  # interleaved
+    assert all(t[1] == u[1] == p[1] for t, u, p in runs), "traced, untraced and plain decoders disagree"
+    traced_ms, untraced_ms, plain_ms = (statistics.median(run[i][0] for run in runs) for i in range(3))
     weights = session.model.weights
     per_token = sum(w.nbytes for name, w in weights.items() if name != "pos_embed")  # one position row is read
     floor_ms = 1000 * per_token / copy_bandwidth()
-    view_ms, stored_ms, copy_ms = transpose_cost(weights)
+    products_ms = products_alone_ms(weights)
     total = sum(w.nbytes for w in weights.values()) / 2**20
     print(f"gpt2-small shape: 12 layers, d 768, 12 heads, ffn 3072, vocab {GPT2_VOCAB}, float32; "
           f"prompt {GPT2_PROMPT}, {GPT2_NEW} new tokens; weights {total:.0f} MiB")
@@ -225,9 +247,9 @@ def gpt2(repeats: int) -> None:
           f"(traced/untraced {traced_ms / untraced_ms:.3f}×; goal ≤ 1.05×)")
     print(f"bandwidth floor {floor_ms:.1f} ms/token ({per_token / 2**20:.0f} MiB per token over np.copyto); "
           f"untraced/floor {untraced_ms / floor_ms:.2f}× (goal ≤ 1.1×)")
-    print(f"tied unembedding x @ embed.T per token: {view_ms:.2f} ms through the transposed view (the engine), "
-          f"{stored_ms:.2f} ms through a contiguous copy made once (+{weights['embed'].nbytes / 2**20:.0f} MiB), "
-          f"{copy_ms:.2f} ms copying the transpose each step")
+    print(f"for comparison: a plain NumPy decoder (this file) {plain_ms:.1f} ms/token ({plain_ms / floor_ms:.2f}× the "
+          f"floor; untraced engine/plain {untraced_ms / plain_ms:.2f}×); the weight matrix-vector products alone "
+          f"{products_ms:.1f} ms ({products_ms / floor_ms:.2f}× the floor)")
     kept, streamed = peak_after_setup_mib(s, backend, True), peak_after_setup_mib(s, backend, False)
     print(f"peak memory beyond the weights ({total:.0f} MiB): keeping every OpState {kept:.0f} MiB; "
           f"streaming (cache + activations) {streamed:.0f} MiB")

@@ -1,11 +1,72 @@
-"""Time travel: stepping back inside the kept window, and replay when stepping back past it."""
+"""Time travel: stepping back inside the kept window, and resuming from a round start when stepping back past it."""
 
 from __future__ import annotations
 
-from conftest import X01
+import dataclasses
+from functools import cache
+
+import numpy as np
+import pytest
+from conftest import SCENARIOS, X01
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tui_helpers import long_scenario
 
 from engine import Session, load_scenario, to_host
-from engine.history import History, round_summaries
+from engine.edits import apply_edit, parse_set, with_weights
+from engine.faults import INJECTIONS
+from engine.history import RESUME_SHARE, History, round_summaries
+from engine.session import StaleFrom
+
+SCENARIO_FILES = sorted(path.name for path in SCENARIOS.glob("*.yaml"))
+SAMPLED = "sampled"  # a random model drawing 12 tokens: a resumed round must draw what a fresh run draws
+
+
+@cache
+def scenario(name: str):
+    if name == SAMPLED:
+        base = long_scenario(prompt=5, new=12, d_model=8, layers=1)
+        return dataclasses.replace(base, decode=dataclasses.replace(base.decode, rule="sample"))
+    return load_scenario(SCENARIOS / name)
+
+
+@cache
+def stale_x01():
+    """X01 with Wk edited after the prefill and the prefill's cache kept (as tests/test_edits.py does)."""
+    base = load_scenario(X01)
+    edited = with_weights(base, apply_edit(base.weights, parse_set("blocks.0.attn.wk[0,1]=0.5", base.weights)))
+    return edited, StaleFrom(base.weights, request=0, round=1)
+
+
+def session(name: str, **options) -> Session:
+    if name == "stale":
+        edited, stale = stale_x01()
+        return Session(edited, stale=stale)
+    return Session(scenario(name), **options)
+
+
+@cache
+def reference(name: str, mode: str = "cached", inject: str | None = None) -> list:
+    """A run from scratch, never resumed."""
+    return list(session(name, mode=mode, inject=inject).steps())
+
+
+def counting(name: str, computed: list, **options):
+    """A History start that records the step of every state the resumed streams compute."""
+    def start(resume=None, on_round=None):
+        for state in session(name, **options).steps(resume, on_round):
+            computed.append(state.step)
+            yield state
+    return start
+
+
+def assert_same(state, expected) -> None:
+    assert (state.step, state.name, state.request, state.round, state.chunk, state.head, state.past, state.stop) == (
+        expected.step, expected.name, expected.request, expected.round, expected.chunk, expected.head,
+        expected.past, expected.stop)
+    assert state.context == expected.context and state.moment.selected == expected.moment.selected
+    assert np.array_equal(to_host(state.values), to_host(expected.values), equal_nan=True)
+    assert [c.length for c in state.caches] == [c.length for c in expected.caches]
 
 
 def test_bounded_history_replays_to_go_back_past_its_window():
@@ -21,11 +82,81 @@ def test_bounded_history_replays_to_go_back_past_its_window():
     assert history.goto(40) and history.current.name == reference[40].name
     assert len(starts) == 1
     assert history.goto(37) and len(starts) == 1  # still in memory
-    assert history.goto(3) and len(starts) == 2  # dropped: replayed from the start (round 0 starts it)
-    assert starts[1].step == 0 and history.resumed_from == 0
+    assert history.goto(30) and len(starts) == 2  # dropped: round 1 of request 0 starts at 25, resumed there
+    assert starts[1].step == 25 and history.resumed_from == 25
+    assert history.goto(3) and len(starts) == 3 and history.resumed_from == 0  # round 0 starts the session
     assert (to_host(history.current.values) == to_host(reference[3].values)).all()
     assert not history.goto(999) and history.cursor == len(reference) - 1 and history.total == len(reference)
     assert history.at_end and not history.forward()
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from([*SCENARIO_FILES, SAMPLED]), mode=st.sampled_from(["cached", "full"]),
+       limit=st.sampled_from([1, 2, 7, 1_000_000]), budget=st.sampled_from([0, 300, 5_000, 2**30]),
+       targets=st.lists(st.integers(0, 200), min_size=1, max_size=12))
+def test_any_step_reached_any_way_is_the_from_scratch_state(name, mode, limit, budget, targets):
+    expected = reference(name, mode)
+    history = History(session(name, mode=mode).steps, limit=limit, budget=budget)
+    for step in targets:
+        state = history.state_at(step)
+        if step >= len(expected):
+            assert state is None
+        else:
+            assert_same(state, expected[step])
+        assert history.round_starts.nbytes <= budget * RESUME_SHARE
+    assert [s.step for s in history.finished_rounds()] == sorted({s.step for s in history.finished_rounds()})
+
+
+def round_of(states, step):
+    key = (states[step].request, states[step].round)
+    return [s.step for s in states if (s.request, s.round) == key]
+
+
+def test_stepping_back_past_the_budget_recomputes_from_the_wanted_steps_round_only():
+    name = "decoder2.yaml"
+    expected, computed = reference(name), []
+    history = History(counting(name, computed), limit=4)
+    assert not history.goto(10_000) and history.cursor == len(expected) - 1
+    target = round_of(expected, len(expected) - 1)[0] - 5  # a few steps before the last round: dropped
+    rounds = round_of(expected, target)
+    distance = history.cursor - target
+    computed.clear()
+    assert history.goto(target) and history.resumed_from == rounds[0] > 0
+    assert computed == list(range(rounds[0], target + 1))
+    assert len(computed) <= len(rounds) + distance
+    assert_same(history.current, expected[target])
+
+
+@pytest.mark.parametrize("inject", [*INJECTIONS, None])
+def test_resumed_runs_with_an_injected_bug_or_a_stale_cache_are_the_from_scratch_runs(inject):
+    name = "stale" if inject is None else "x01.yaml"
+    expected, computed = reference(name, inject=inject), []
+    history = History(counting(name, computed, inject=inject), limit=2)
+    history.goto(len(expected) - 1)
+    resumed = set()
+    for step in reversed(range(len(expected))):  # most steps back are past the window
+        assert history.goto(step)
+        assert_same(history.current, expected[step])
+        resumed.add(history.resumed_from)
+    resumed.discard(None)  # the last steps were still in memory
+    assert resumed == {0, 25, 50}  # X01: request 0's prefill, its decode round, request 1
+    assert len(computed) < len(expected) ** 2 / 4  # not from the start each time
+
+
+def test_round_starts_are_thinned_to_their_share_and_keep_the_start():
+    scenario = long_scenario(prompt=8, new=120, d_model=16, layers=2)
+    budget = 200_000
+    expected = list(Session(scenario).steps())
+    history = History(Session(scenario).steps, budget=budget)
+    while history.forward():
+        assert history.round_starts.nbytes <= budget * RESUME_SHARE and history.kept_bytes <= budget
+    starts, stride = history.round_starts.steps, history.round_starts.stride
+    everyone = [s.step for s in expected if s.step == 0 or (s.round, s.request) != (expected[s.step - 1].round,
+                                                                                     expected[s.step - 1].request)]
+    assert stride >= 4 and starts == everyone[::stride]  # every stride-th round start, the first among them
+    middle = everyone[len(everyone) // 2] + 3
+    assert history.goto(middle) and history.resumed_from == max(s for s in starts if s <= middle)
+    assert_same(history.current, expected[middle])
 
 
 def test_round_summaries_are_the_a9_table():

@@ -7,22 +7,18 @@ latest kept round start at or before the wanted step and pulls forward to it (se
 are deterministic). Values are kept by reference: a state shares its arrays with the
 session, nothing is copied.
 
-Round starts (engine.session.RoundStart) cost their KV caches' bytes, counted in full
-even where a kept state shares them: simple, and an upper bound. They get at most
-RESUME_SHARE of the budget, the states the rest. The rule: keep the round starts whose
-ordinal (0, 1, 2, … in stream order) is a multiple of a stride, at first 1; when the kept
-ones cost more than their share, the stride doubles, which drops every other one and
-doubles the spacing of those to come. Ordinal 0, the session's start, always stays.
+Round starts (engine.session.RoundStart) get at most RESUME_SHARE of the budget, the
+states the rest; engine.resume says what one costs and which are kept.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .resume import RoundStarts
 from .trace import OpState, Status
 
 if TYPE_CHECKING:
@@ -35,40 +31,6 @@ RESUME_SHARE = 0.25  # of the budget, at most, for round starts to resume from
 def state_bytes(state: OpState) -> int:
     """What keeping `state` costs beyond what the session holds anyway: its output."""
     return int(getattr(state.values, "nbytes", 0))
-
-
-class RoundStarts:
-    """The round starts kept to resume from, within `budget` bytes (the module docstring's rule)."""
-
-    def __init__(self, budget: float):
-        self.budget = budget
-        self.stride = 1
-        self.nbytes = 0
-        self._kept: list[tuple[int, RoundStart]] = []  # (ordinal, start), in step order
-        self._seen = 0  # round starts passed so far: the next one's ordinal
-        self._last_step = -1
-
-    def add(self, start: RoundStart) -> None:
-        if start.step <= self._last_step:  # a resumed stream passes round starts again
-            return
-        self._last_step, ordinal, self._seen = start.step, self._seen, self._seen + 1
-        if ordinal % self.stride:
-            return
-        self._kept.append((ordinal, start))
-        self.nbytes += start.nbytes
-        while self.nbytes > self.budget and len(self._kept) > 1:
-            self.stride *= 2
-            self._kept = [(o, s) for o, s in self._kept if o % self.stride == 0]
-            self.nbytes = sum(s.nbytes for _, s in self._kept)
-
-    def latest(self, step: int) -> RoundStart | None:
-        """The kept round start nearest before or at `step`."""
-        index = bisect.bisect_right([s.step for _, s in self._kept], step)
-        return self._kept[index - 1][1] if index else None
-
-    @property
-    def steps(self) -> list[int]:
-        return [s.step for _, s in self._kept]
 
 
 class History:

@@ -159,6 +159,23 @@ def test_round_starts_are_thinned_to_their_share_and_keep_the_start():
     assert_same(history.current, expected[middle])
 
 
+def test_kept_round_starts_cost_the_newest_cache_and_give_back_every_cache_bit_for_bit():
+    scenario = long_scenario(prompt=8, new=40, d_model=16, layers=2)
+    starts = []
+    for _ in Session(scenario).steps(on_round=starts.append):
+        pass
+    history = History(Session(scenario).steps)
+    history.goto(10**6)
+    kept = history.round_starts
+    assert kept.steps == [s.step for s in starts] and kept.nbytes == starts[-1].nbytes  # one cache, not 41
+    for start in starts:
+        again = kept.latest(start.step)
+        assert (again.step, again.round, again.fed, again.generated) == (start.step, start.round, start.fed,
+                                                                         start.generated)
+        for mine, theirs in zip(again.caches, start.caches, strict=True):
+            assert mine.k.tobytes() == theirs.k.tobytes() and mine.v.tobytes() == theirs.v.tobytes()
+
+
 def test_round_summaries_are_the_a9_table():
     states = list(Session(load_scenario(X01)).steps())
     rounds = round_summaries(states, 0)

@@ -89,9 +89,9 @@ def test_breakpoints_are_kept_and_open_passes_them_before_the_command_line_ones(
     path = write(tmp_path, REQUESTS + 'breakpoints: [softmax, "layer=1 & abs>3"]\n')
     assert load_scenario(path).breakpoints == ("softmax", "layer=1 & abs>3")
     opened = []
-    monkeypatch.setattr("tinyllm_tui.app.launch", lambda scenario, backend, **kw: opened.append(kw))
+    monkeypatch.setattr("tinyllm_tui.app.launch", lambda loading, backend, **kw: opened.append(loading.load()))
     assert invoke(path, "--break", "nan").exit_code == 0
-    assert opened[0]["breakpoints"] == ["softmax", "layer=1 & abs>3", "nan"]
+    assert opened[0].breakpoints == ["softmax", "layer=1 & abs>3", "nan"]
 
 
 def test_a_scenario_without_breakpoints_has_none(tmp_path):

@@ -52,15 +52,15 @@ def test_diff_says_cached_equals_full():
 
 
 def test_a_file_argument_opens_the_tui(monkeypatch):
-    opened = []
-    monkeypatch.setattr("tinyllm_tui.app.launch", lambda scenario, backend, **kw: opened.append((scenario, kw)))
+    opened = []  # what the loading screen would load
+    monkeypatch.setattr("tinyllm_tui.app.launch", lambda loading, backend, **kw: opened.append(loading.load()))
     assert invoke(str(X01), "--break", "softmax").exit_code == 0
     assert invoke().exit_code == 0  # no argument: the bundled X01
-    assert [s.title for s, _ in opened] == ["X01 · 我爱学习 / 你爱"] * 2
-    assert opened[0][1]["breakpoints"] == ["softmax"]
+    assert [o.scenario.title for o in opened] == ["X01 · 我爱学习 / 你爱"] * 2
+    assert opened[0].breakpoints == ["softmax"]
     assert invoke(str(X01), "--max-memory", "1G").exit_code == 0
-    x01_weights = sum(w.size * 8 for w in opened[0][0].weights.values())  # float64
-    assert opened[2][1]["budget"] == 2**30 - x01_weights  # the history gets what the weights leave
+    x01_weights = sum(w.size * 8 for w in opened[0].scenario.weights.values())  # float64
+    assert opened[2].budget == 2**30 - x01_weights  # the history gets what the weights leave
 
 
 def test_help_lists_the_commands():

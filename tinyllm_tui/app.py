@@ -1,7 +1,8 @@
 """The step debugger's Textual app: a thin shell around the main screen and a headless Debugger.
 
-The app owns what spans screens: saving, and quitting (asking first when edits are
-unsaved; ctrl+c cancels a run in flight, or quits like q).
+The app owns what spans screens: loading (a `Loading` opens on the loading screen, which
+builds the Debugger in a thread and gives way to the main screen), saving, and quitting
+(asking first when edits are unsaved; ctrl+c cancels a load or a run in flight, or quits like q).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from engine.edits import Edit
 
 from .debugger import Debugger
 from .explanations import default_language
+from .loading_screen import Loading, LoadingScreen, Opening
 from .main_screen import DebuggerScreen
 from .widgets.dialogs import ChoiceScreen, PromptScreen
 
@@ -29,21 +31,52 @@ class DebuggerApp(App):
     HORIZONTAL_BREAKPOINTS = HORIZONTAL
     BINDINGS = [Binding("ctrl+c", "interrupt", "Cancel or quit", show=False, priority=True)]
 
-    def __init__(self, scenario: Scenario, backend: Backend | None = None, *, lang: str | None = None,
+    def __init__(self, scenario: Scenario | Loading, backend: Backend | None = None, *, lang: str | None = None,
                  breakpoints: list[str] = (), inject: str | None = None, edits: list[Edit] = (),
                  budget: int | None = None, against: tuple[dict, float] | None = None):
         """Args:
+        scenario: loaded (the main screen at once), or a Loading, whose Opening then gives breakpoints,
+            edits and budget.
         against: activations of the user's own implementation keyed by hook name, and the tolerance.
         """
         super().__init__()
-        extra = {} if budget is None else {"budget": budget}
-        self.debugger = Debugger(scenario, backend, breakpoints=breakpoints, inject=inject, edits=edits,
-                                 against=against, **extra)
+        self.backend, self.inject, self.against = backend, inject, against
         self.lang = lang or default_language()
-        self.title, self.sub_title = scenario.title, Path(scenario.path).name
+        self.loading = scenario if isinstance(scenario, Loading) else None
+        self.load_error: BaseException | None = None  # what ended a load: launch raises it once the terminal is back
+        self.debugger: Debugger | None = None
+        if self.loading is None:
+            self._adopt(self.prepare(Opening(scenario, breakpoints, edits, budget)))
+        else:
+            self.sub_title = Path(self.loading.file).name
+
+    def prepare(self, opening: Opening) -> Debugger:
+        """The Debugger on a loaded scenario (in any thread: it touches no widget)."""
+        extra = {} if opening.budget is None else {"budget": opening.budget}
+        return Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
+                        edits=opening.edits, against=self.against, **extra)
+
+    def _adopt(self, debugger: Debugger) -> None:
+        scenario = debugger.file_scenario
+        self.debugger, self.title, self.sub_title = debugger, scenario.title, Path(scenario.path).name
 
     def on_mount(self) -> None:
-        self.push_screen(DebuggerScreen(self.debugger, self.lang))
+        if self.loading is None:
+            self._open(self.push_screen)
+        else:
+            self.push_screen(LoadingScreen(self.loading.file, self.loading.load, self.prepare))
+
+    def on_loading_screen_loaded(self, event: LoadingScreen.Loaded) -> None:
+        if isinstance(event.result, BaseException):
+            self.load_error = event.result
+            self.exit()
+            return
+        self._adopt(event.result)
+        self._open(self.switch_screen)  # the main screen takes the loading screen's place
+
+    def _open(self, show) -> None:
+        """The main screen, then the question about an earlier session's unsaved edits, if it left any."""
+        show(DebuggerScreen(self.debugger, self.lang))
         unsaved = self.debugger.found_unsaved
         if unsaved is not None:
             count = len(unsaved.edits)
@@ -105,12 +138,17 @@ class DebuggerApp(App):
 
     # -- quitting ----------------------------------------------------------------------------------------
     async def action_interrupt(self) -> None:
-        if self.debugger.cancel():
+        if self.debugger is None:
+            self._cancel_loading()
+        elif self.debugger.cancel():
             self.notify_status("cancelling…")
         else:
             await self.action_quit()
 
     async def action_quit(self) -> None:
+        if self.debugger is None:
+            self._cancel_loading()
+            return
         self.debugger.cancel()
         count = self.debugger.unsaved()
         if not count:
@@ -126,9 +164,16 @@ class DebuggerApp(App):
         if answer == "q" or (answer == "s" and self._save_to(None) is None):
             self.exit()
 
+    def _cancel_loading(self) -> None:
+        if isinstance(self.screen, LoadingScreen):
+            self.screen.action_cancel()
 
-def launch(scenario: Scenario, backend: Backend, *, lang: str | None, breakpoints: list[str],
-           inject: str | None = None, edits: list[Edit] = (), against: tuple[dict, float] | None = None,
-           budget: int | None = None) -> None:
-    DebuggerApp(scenario, backend, lang=lang, breakpoints=breakpoints, inject=inject, edits=edits,
-                against=against, budget=budget).run()
+
+def launch(loading: Loading, backend: Backend, *, lang: str | None, inject: str | None = None,
+           against: tuple[dict, float] | None = None) -> None:
+    """Run the app on a file still to load; a load that failed or was cancelled is raised here, after the
+    app has given the terminal back, so the CLI reports it as it reports any bad input."""
+    app = DebuggerApp(loading, backend, lang=lang, inject=inject, against=against)
+    app.run()
+    if app.load_error is not None:
+        raise app.load_error

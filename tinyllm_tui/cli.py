@@ -29,6 +29,7 @@ from engine.checkpoints.against import compare_activations, load_dump, prefill_s
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, record, requests_record, trace_document
 from engine.gradcheck import check_head
+from engine.progress import Cancelled
 from engine.session import INJECTIONS
 from engine.summaries import (diff_cell, diff_summary, expect_summary, matrix_summary, request_results,
                               token_text, where)
@@ -38,6 +39,7 @@ from .numbers import text_table
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
+EXIT_CANCELLED = 130  # as a shell reports a command stopped by ctrl+c: not a bad file (2), not a failure (1)
 HISTORY_FLOOR = 256 * 2**20  # the TUI keeps at least this much history, however large the weights
 GRADCHECK_TOLERANCE = 1e-6  # central differences with step 1e-6 agree to ~1e-9 in float64
 BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
@@ -192,17 +194,24 @@ def open_tui(
     for text in breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
     _check_inject(inject)
-    loading = _Progress()  # a big scenario takes seconds to read before the screen can appear
-    loading.show(f"loading {file or bundled_x01()}…")
-    scenario = _load(file or bundled_x01(), (prompt, ids, max_new_tokens), dtype, max_memory)
-    loading.done()
+    budget = _max_memory(max_memory)
     array_backend = make_backend(backend, dtype)
-    edits = _edits(scenario, sets)  # they start as unsaved edits, so the TUI can show, undo or save them
     dump = None if against is None else (load_dump(against), tolerance)
+    path = file or bundled_x01()
     from .app import launch  # the UI stack loads only when a TUI is wanted
+    from .loading_screen import Loading, Opening
 
-    launch(scenario, array_backend, lang=lang, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
-           inject=inject, edits=edits, against=dump, budget=history_budget(scenario, dtype, _max_memory(max_memory)))
+    def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
+        scenario = _load(path, (prompt, ids, max_new_tokens), dtype, max_memory)
+        return Opening(scenario, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
+                       edits=_edits(scenario, sets),  # they start as unsaved edits: the TUI can show, undo or save them
+                       budget=history_budget(scenario, dtype, budget))
+
+    try:
+        launch(Loading(str(path), load), array_backend, lang=lang, inject=inject, against=dump)
+    except Cancelled:
+        print("tinyllm-tui: loading cancelled", file=sys.stderr)
+        raise typer.Exit(EXIT_CANCELLED) from None
 
 
 RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.
@@ -273,14 +282,14 @@ def state_text(state: OpState, vocab, full: bool) -> str:
 
 
 class _Progress:
-    """"step N" (or any short line) on stderr, rewritten in place, only when stderr is a terminal."""
+    """"step N" on stderr, rewritten in place, only when stderr is a terminal."""
 
     def __init__(self):
         self.shown = sys.stderr.isatty()
 
-    def show(self, step: int | str) -> None:
+    def show(self, step: int) -> None:
         if self.shown:
-            sys.stderr.write(f"\r\033[K{step if isinstance(step, str) else f'step {step}'}")
+            sys.stderr.write(f"\r\033[Kstep {step}")
             sys.stderr.flush()
 
     def done(self) -> None:

@@ -150,6 +150,7 @@ class _RequestRun:
         self.stop: str | None = None
         self._moment: Moment | None = None
         self._caches: tuple = ()
+        self._caches_of: list | None = None  # the list `_caches` was taken from
 
     def run(self, resume: RoundStart | None = None) -> Iterator[OpState]:
         rng = np.random.default_rng([self.rule.seed, self.index])
@@ -240,12 +241,15 @@ class _RequestRun:
 
     def _state(self, op: Op) -> OpState:
         return OpState(self.counter.take(), self.index, self.phase, self.round, self.chunk, op, self._now(),
-                       self._caches_now(), self.round_start, self.stop if op.kind == "choice" else None)
+                       self._caches_now(op.layer), self.round_start, self.stop if op.kind == "choice" else None)
 
-    def _caches_now(self) -> tuple:
-        """The caches as they stand, one tuple shared by the states between two appends."""
-        if len(self._caches) != len(self.caches) or any(a is not b for a, b in zip(self._caches, self.caches)):
-            self._caches = tuple(self.caches)
+    def _caches_now(self, layer: int | None) -> tuple:
+        """The caches as they stand, one tuple shared by the states between two appends.
+
+        Only two things change them: a round may start from a new list, and an append replaces the
+        entry of the operator's own layer; checking just those keeps a traced step cheap."""
+        if self._caches_of is not self.caches or (layer is not None and self._caches[layer] is not self.caches[layer]):
+            self._caches_of, self._caches = self.caches, tuple(self.caches)
         return self._caches
 
     def _now(self) -> Moment:

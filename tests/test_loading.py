@@ -1,0 +1,209 @@
+"""Opening a scenario: the loading screen's progress (YAML bytes, then tensors), its end on the main screen,
+a bad file's one located line, and cancelling with Esc or ctrl+c."""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from functools import partialmethod
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, X01
+from textual.app import App
+from textual.widgets import ProgressBar, Static
+from typer.testing import CliRunner
+
+import engine.document
+import engine.scenario
+from engine import load_scenario
+from engine.autosave import keep
+from engine.checkpoints import load_checkpoint
+from engine.edits import parse_set
+from engine.progress import READING, WEIGHTS, Cancelled, listening, report
+from tinyllm_tui import cli
+from tinyllm_tui.app import DebuggerApp
+from tinyllm_tui.loading_screen import Loading, LoadingScreen, Opening
+from tinyllm_tui.main_screen import DebuggerScreen
+from tinyllm_tui.widgets.dialogs import ChoiceScreen
+
+BAD = ROOT / "tests" / "data" / "bad" / "duplicate_key.yaml"
+LAYERS = 2
+TENSORS = 2 + 16 * LAYERS + 2  # embed, pos_embed; per layer ln1 w b, wq wk wv wo, bq bk bv bo, ln2 w b, w_in b_in,
+# w_out b_out; ln_final w b (the head is tied)
+
+
+@pytest.fixture(scope="module")
+def inline_model(tmp_path_factory) -> Path:
+    """An all-weights YAML of GPT-2's layout, written by tools/make_big_model.py: ~0.8 MB, ~50 reads of 16 KiB."""
+    spec = importlib.util.spec_from_file_location("make_big_model", ROOT / "tools" / "make_big_model.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    folder = tmp_path_factory.mktemp("inline")
+    tool.main([str(folder), "--inline", "--d-model", "64", "--layers", str(LAYERS), "--vocab", "500",
+               "--max-positions", "64", "--prompt", "16", "--new", "2"])
+    return folder / "model.yaml"
+
+
+def loading(path: Path) -> Loading:
+    return Loading(str(path), lambda: Opening(load_scenario(path)))
+
+
+def app_on(load: Loading) -> DebuggerApp:
+    app = DebuggerApp(load, lang="en")
+    app.animation_level = "none"
+    return app
+
+
+async def until(pilot, condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.02)
+
+
+def shown(app, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+def test_the_engine_reports_every_byte_then_every_tensor(inline_model):
+    reports = []
+    with listening(lambda *r: reports.append(r)):
+        load_scenario(inline_model)
+    reading = [(done, total) for stage, done, total in reports if stage == READING]
+    assert {total for _, total in reading} == {inline_model.stat().st_size}
+    assert [done for done, _ in reading] == sorted(done for done, _ in reading) and reading[-1][0] == reading[-1][1]
+    steps = [b - a for (a, _), (b, _) in zip([(0, 0), *reading], reading)]
+    assert len(reading) > 50 and max(steps) <= 4 * 16384  # PyYAML's C reader takes 16 KiB (of characters) a read
+    assert [r for r in reports if r[0] == WEIGHTS] == [(WEIGHTS, i, TENSORS) for i in range(1, TENSORS + 1)]
+
+
+def test_a_listener_that_raises_cancelled_stops_a_parse_and_a_checkpoint(inline_model):
+    """Cancelled is no Exception: the checkpoint reader's catch-all does not make it a bad file."""
+
+    def stop(stage, done, total):
+        if stage == WEIGHTS or done > 4 * 16384:
+            raise Cancelled
+
+    llama = ROOT / "tests" / "fixtures" / "llama"
+    for load in (lambda: load_scenario(inline_model), lambda: load_checkpoint(llama, ids=[1])):
+        with listening(stop), pytest.raises(Cancelled):
+            load()
+
+
+async def test_the_bar_follows_the_yaml_then_the_tensors_then_step_0(inline_model, monkeypatch):
+    """Held half-way through the YAML and at tensor 5, the screen shows those numbers; then the main screen."""
+    held = {READING: threading.Event(), WEIGHTS: threading.Event()}
+    resume = threading.Event()
+
+    def holding(stage, done, total):
+        report(stage, done, total)  # the screen's listener
+        if not held[stage].is_set() and (done >= total // 2 if stage == READING else done == 5):
+            held[stage].set()
+            resume.wait(5)
+            resume.clear()
+
+    monkeypatch.setattr(engine.document, "report", holding)
+    monkeypatch.setattr(engine.scenario, "report", holding)
+    size = inline_model.stat().st_size
+    app = app_on(loading(inline_model))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, held[READING].is_set)
+        assert isinstance(app.screen, LoadingScreen) and str(inline_model) in shown(app, "#loading-file")
+        bar = app.screen.query_one(ProgressBar)
+        await until(pilot, lambda: bar.progress >= size // 2)
+        assert bar.total == size and bar.progress < size
+        assert shown(app, "#loading-stage").startswith("reading the YAML: ")
+        assert "Esc or ctrl+c cancels" in shown(app, "#loading-hint")
+        resume.set()
+        await until(pilot, held[WEIGHTS].is_set)
+        await until(pilot, lambda: bar.progress == 5)
+        assert bar.total == TENSORS and shown(app, "#loading-stage") == f"converting the weights: tensor 5 of {TENSORS}"
+        resume.set()
+        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen))
+        await pilot.pause()  # let the main screen finish mounting
+        assert not any(isinstance(s, LoadingScreen) for s in app.screen_stack)  # replaced, not covered
+        state = app.debugger.view.state
+        assert (state.step, state.name) == (0, "hook_embed")
+        assert app.title == "random 2×64 · vocab 500"
+
+
+async def test_the_restore_question_comes_after_loading(tmp_path):
+    """An earlier session's unsaved edit is offered over the main screen, as when the app opens at once."""
+    scenario = load_scenario(X01)
+    keep(X01, scenario.fingerprint, [parse_set("blocks.0.attn.wk[0,1]=0.5", scenario.weights)])
+    app = app_on(loading(X01))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ChoiceScreen))
+        assert isinstance(app.screen_stack[-2], DebuggerScreen)
+        await pilot.press("r")  # restore
+        await until(pilot, lambda: app.debugger.unsaved() == 1)
+        assert app.debugger.weights["blocks.0.attn.wk"][0, 1] == 0.5
+
+
+async def test_a_bad_file_ends_the_app_with_its_located_error():
+    app = app_on(loading(BAD))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: app.load_error is not None)
+    assert str(app.load_error) == f"{BAD}:25: model.causal: this key appears twice"
+
+
+def open_headless(monkeypatch, auto_pilot=None) -> None:
+    monkeypatch.setattr(DebuggerApp, "run", partialmethod(App.run, headless=True, auto_pilot=auto_pilot))
+
+
+def test_open_says_a_bad_file_in_the_same_one_line_as_run(monkeypatch):
+    open_headless(monkeypatch)
+    opened, ran = CliRunner().invoke(cli.app, [str(BAD)]), CliRunner().invoke(cli.app, ["run", str(BAD)])
+    assert (opened.exit_code, ran.exit_code) == (2, 2)
+    assert opened.stderr == ran.stderr == f"tinyllm-tui: error: {BAD}:25: model.causal: this key appears twice\n"
+
+
+def test_open_refuses_a_model_over_the_memory_budget_in_one_line(monkeypatch):
+    open_headless(monkeypatch)
+    result = CliRunner().invoke(cli.app, [str(X01), "--max-memory", "1K"])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"tinyllm-tui: error: {X01}:13: model: the weights alone need about ")
+    assert "--max-memory" in result.stderr
+
+
+class Gate:
+    """A load that reports once, then waits until the test has pressed its key, then reports again."""
+
+    def __init__(self):
+        self.started, self.pressed = threading.Event(), threading.Event()
+
+    def load(self, *args, **kwargs):
+        report(READING, 1, 2)
+        self.started.set()
+        self.pressed.wait(5)
+        report(READING, 2, 2)  # Cancelled here, if the key cancelled
+        raise AssertionError("the load was not cancelled")
+
+
+@pytest.mark.parametrize("key", ["escape", "ctrl+c"])
+async def test_esc_or_ctrl_c_cancels_the_load(key):
+    gate = Gate()
+    app = app_on(Loading("big.yaml", gate.load))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, gate.started.is_set)
+        await pilot.press(key)
+        assert shown(app, "#loading-hint") == "cancelling…"
+        gate.pressed.set()
+        await until(pilot, lambda: app.load_error is not None)
+    assert isinstance(app.load_error, Cancelled)
+
+
+def test_a_cancelled_open_quits_with_one_line_and_status_130(monkeypatch):
+    gate = Gate()
+
+    async def press_escape(pilot):
+        await until(pilot, gate.started.is_set)
+        await pilot.press("escape")
+        gate.pressed.set()
+
+    monkeypatch.setattr(cli, "_load", gate.load)
+    open_headless(monkeypatch, press_escape)
+    result = CliRunner().invoke(cli.app, [str(X01)])
+    assert (result.exit_code, result.stderr) == (130, "tinyllm-tui: loading cancelled\n")

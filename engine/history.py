@@ -46,7 +46,9 @@ class History:
         self.replays = 0  # how often the stream was restarted to reach a dropped step
         self.resumed_from: int | None = None  # the step the last restart resumed from
         self.round_starts = RoundStarts(budget * RESUME_SHARE)
-        self._choices: list[OpState] = []  # every round's last operator, kept past the budget: few and small
+        # (step, request, summary) of every round finished so far, kept past the budget: a few token texts
+        # each, where the round's last OpState would hold that round's whole KV cache
+        self._rounds: list[tuple[int, int, RoundSummary]] = []
         self.total: int | None = None  # known once the stream is exhausted
         self._restart(None)
         self.cursor = 0
@@ -69,8 +71,8 @@ class History:
         self._kept_bytes += state_bytes(state)
         while len(self._states) > 1 and (len(self._states) > self._limit or self.kept_bytes > self.budget):
             self._kept_bytes -= state_bytes(self._states.popleft())
-        if state.kind == "choice" and (not self._choices or state.step > self._choices[-1].step):
-            self._choices.append(state)
+        if state.kind == "choice" and (not self._rounds or state.step > self._rounds[-1][0]):
+            self._rounds.append((state.step, state.request, round_summary(state)))
         self._fetched += 1
         return True
 
@@ -151,9 +153,9 @@ class History:
     def _at(self, step: int) -> OpState:
         return self._states[step - self._offset]
 
-    def finished_rounds(self) -> list[OpState]:
-        """The choice operator of every round finished at or before the cursor."""
-        return [state for state in self._choices if state.step <= self.cursor]
+    def finished_rounds(self, request: int) -> list[RoundSummary]:
+        """The rounds of `request` finished at or before the cursor."""
+        return [summary for step, index, summary in self._rounds if step <= self.cursor and index == request]
 
 
 @dataclass(frozen=True)
@@ -170,13 +172,12 @@ class RoundSummary:
 
 def round_summaries(states: list[OpState], request: int) -> list[RoundSummary]:
     """The rounds of `request` that `states` have finished (their choice was made)."""
-    rounds = []
-    for state in states:
-        if state.request != request or state.kind != "choice":
-            continue
-        selected = [t.text for t in state.timeline if t.status is Status.SELECTED]
-        fed = tuple(t.text for t in state.timeline[state.past : -1])
-        length = state.caches[0].length if state.caches else 0
-        rounds.append(RoundSummary(state.round, state.phase, fed, length, selected[0] if selected else None,
-                                   state.stop))
-    return rounds
+    return [round_summary(state) for state in states if state.request == request and state.kind == "choice"]
+
+
+def round_summary(choice: OpState) -> RoundSummary:
+    """The round that `choice`, its last operator, finishes."""
+    selected = [t.text for t in choice.timeline if t.status is Status.SELECTED]
+    fed = tuple(t.text for t in choice.timeline[choice.past : -1])
+    length = choice.caches[0].length if choice.caches else 0
+    return RoundSummary(choice.round, choice.phase, fed, length, selected[0] if selected else None, choice.stop)

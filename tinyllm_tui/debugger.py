@@ -29,7 +29,7 @@ from engine import autosave
 from engine.autosave import Unsaved
 from engine.edits import Edit, WeightHistory, apply_edit, save, with_weights
 from engine.expect import Cell, Outcome
-from engine.history import DEFAULT_BUDGET, History, RoundSummary, round_summaries
+from engine.history import DEFAULT_BUDGET, History, RoundSummary
 from engine.session import INJECTIONS, StaleFrom
 from engine.summaries import request_results
 
@@ -204,7 +204,7 @@ class Debugger:
         state = history.current
         round_states = tuple(history.round_states())
         breaks = frozenset(s.step for s in round_states if self.hits(s))
-        rounds = tuple(round_summaries(history.finished_rounds(), state.request))
+        rounds = tuple(history.finished_rounds(state.request))
         self.view = View(state, round_states, rounds, breaks, history.total, history.at_end)
 
     def hits(self, state: OpState) -> list[str]:

@@ -5,7 +5,8 @@ The stream is pulled lazily. Recorded states are kept while their values fit in
 the kept window moves a cursor; stepping back before it resumes the session from the
 latest kept round start at or before the wanted step and pulls forward to it (sessions
 are deterministic). Values are kept by reference: a state shares its arrays with the
-session, nothing is copied.
+session, nothing is copied. A kept state costs its output and the KV cache entries no
+older kept state holds: a decode round's states hold a cache of their own.
 
 Round starts (engine.session.RoundStart) get at most RESUME_SHARE of the budget, the
 states the rest; engine.resume says what one costs and which are kept.
@@ -24,13 +25,19 @@ from .trace import OpState, Status
 if TYPE_CHECKING:
     from .session import RoundStart
 
-DEFAULT_BUDGET = 2 * 1024**3  # bytes of operator outputs kept for going back
+DEFAULT_BUDGET = 2 * 1024**3  # bytes of operator outputs (and the caches they hold) kept for going back
 RESUME_SHARE = 0.25  # of the budget, at most, for round starts to resume from
 
 
-def state_bytes(state: OpState) -> int:
-    """What keeping `state` costs beyond what the session holds anyway: its output."""
-    return int(getattr(state.values, "nbytes", 0))
+def state_bytes(state: OpState, before: OpState | None = None) -> int:
+    """What keeping `state` after `before` costs: its output, and the KV cache entries it is the first
+    to hold (an append makes one layer's entry anew, shared by the states after it until the next)."""
+    cost = int(getattr(state.values, "nbytes", 0))
+    shared = before.caches if before is not None else ()
+    if state.caches is not shared:
+        cost += sum(int(c.k.nbytes) + int(c.v.nbytes) for i, c in enumerate(state.caches)
+                    if i >= len(shared) or c is not shared[i])
+    return cost
 
 
 class History:
@@ -56,6 +63,7 @@ class History:
     def _restart(self, resume: RoundStart | None) -> None:
         self._stream = self._start(resume=resume, on_round=self.round_starts.add)
         self._states: deque[OpState] = deque()
+        self._costs: deque[int] = deque()  # state_bytes of each kept state after the one before it
         self._kept_bytes = 0
         self._fetched = resume.step if resume else 0
         self._fetch()
@@ -67,14 +75,27 @@ class History:
         if state is None:
             self.total = self._fetched
             return False
-        self._states.append(state)
-        self._kept_bytes += state_bytes(state)
+        self._keep(state)
         while len(self._states) > 1 and (len(self._states) > self._limit or self.kept_bytes > self.budget):
-            self._kept_bytes -= state_bytes(self._states.popleft())
+            self._drop_oldest()
         if state.kind == "choice" and (not self._rounds or state.step > self._rounds[-1][0]):
             self._rounds.append((state.step, state.request, round_summary(state)))
         self._fetched += 1
         return True
+
+    def _keep(self, state: OpState) -> None:
+        cost = state_bytes(state, self._states[-1] if self._states else None)
+        self._states.append(state)
+        self._costs.append(cost)
+        self._kept_bytes += cost
+
+    def _drop_oldest(self) -> None:
+        """Drop the oldest state; the next one now holds alone the cache entries they shared."""
+        self._states.popleft()
+        self._kept_bytes -= self._costs.popleft()
+        alone = state_bytes(self._states[0])
+        self._kept_bytes += alone - self._costs[0]
+        self._costs[0] = alone
 
     @property
     def kept_bytes(self) -> int:

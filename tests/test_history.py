@@ -183,3 +183,16 @@ def test_round_summaries_are_the_a9_table():
     rounds = round_summaries(states, 0)
     assert [(r.phase, r.fed, r.cache_length, r.chosen) for r in rounds] == [
         ("prefill", ("我", "爱", "学习"), 3, "爱"), ("decode", ("爱",), 4, "爱")]
+
+
+def test_kept_states_are_charged_their_outputs_and_every_cache_entry_they_hold_once():
+    scenario = long_scenario(prompt=8, new=40, d_model=16, layers=2)
+    budget = 200_000  # some fifteen decode rounds' states and caches
+    history = History(Session(scenario).steps, budget=budget)
+    while history.forward():
+        pass
+    kept = list(history._states)  # the states in memory, oldest first
+    assert kept[0].step > 0  # the budget made it drop some
+    entries = {id(c): c for state in kept for c in state.caches}  # each cache entry counted once
+    held = sum(int(s.values.nbytes) for s in kept) + sum(c.k.nbytes + c.v.nbytes for c in entries.values())
+    assert history.kept_bytes - history.round_starts.nbytes == held <= budget

@@ -10,9 +10,11 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from .backend import to_host
+from .budget import format_size
 from .diff import TOLERANCE, OpDiff, first_divergence
 from .expect import Outcome
 from .labels import resolve_some
+from .progress import READING
 from .spec import Vocab
 from .trace import Labelled, OpKind, OpState, RequestResult
 
@@ -118,3 +120,10 @@ def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bo
     names = resolve_some(matrix.col_axis, [t for t, _ in top])
     label = resolve_some(matrix.row_axis, [index])[0]
     return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))
+
+
+def loading_progress(stage: str, done: int, total: int) -> str:
+    """An engine.progress report in words."""
+    if stage == READING:
+        return f"reading the YAML: {format_size(done)} of {format_size(total)}"
+    return f"converting the weights: tensor {done} of {total}"

@@ -98,6 +98,17 @@ def test_progress_goes_to_stderr_only_when_it_is_a_terminal(monkeypatch):
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     progress = cli._Progress()
-    progress.show(3)
+    progress.show("step 3")
     progress.done()
     assert terminal.getvalue() == "\r\033[Kstep 3\r\033[K"  # each line clears the one before
+
+
+def test_run_check_and_diff_show_how_far_loading_has_got_on_a_terminal(monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    cli._prepare(X01, "numpy", "float64")
+    lines = terminal.getvalue().split("\r\033[K")
+    size = f"{X01.stat().st_size / 1024:.1f} KiB"
+    assert lines[1].startswith(f"loading {X01}: reading the YAML: ") and lines[1].endswith(f" of {size}")
+    assert f"loading {X01}: reading the YAML: {size} of {size}" in lines
+    assert lines[-2].startswith(f"loading {X01}: converting the weights: tensor ") and lines[-1] == ""

@@ -29,10 +29,10 @@ from engine.checkpoints.against import compare_activations, load_dump, prefill_s
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, record, requests_record, trace_document
 from engine.gradcheck import check_head
-from engine.progress import Cancelled
+from engine.progress import Cancelled, listening
 from engine.session import INJECTIONS
-from engine.summaries import (diff_cell, diff_summary, expect_summary, matrix_summary, request_results,
-                              token_text, where)
+from engine.summaries import (diff_cell, diff_summary, expect_summary, loading_progress, matrix_summary,
+                              request_results, token_text, where)
 from engine.trace import OpKind, OpState
 
 from .numbers import text_table
@@ -131,7 +131,10 @@ def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
 
     request: a checkpoint's (--prompt, --ids, --max-new-tokens)."""
     _check_inject(inject)
-    scenario = _load(file, request, dtype, max_memory)
+    progress = _Progress()
+    with listening(lambda stage, done, total: progress.show(f"loading {file}: {loading_progress(stage, done, total)}")):
+        scenario = _load(file, request, dtype, max_memory)
+    progress.done()
     weights = scenario.weights
     for edit in _edits(scenario, sets):
         weights = apply_edit(weights, edit)
@@ -253,7 +256,7 @@ def run(
     if as_jsonl:
         for state in session.steps():
             _print_json(record(state))
-            progress.show(state.step)
+            progress.show(f"step {state.step}")
         _print_json(requests_record(session.results))
         return
     vocab, group = scenario.vocab, None
@@ -263,7 +266,7 @@ def run(
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
             print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
         print(state_text(state, vocab, full), end="\n\n")
-        progress.show(state.step)
+        progress.show(f"step {state.step}")
     progress.done()
     print(request_results(session.results, vocab))
 
@@ -282,14 +285,14 @@ def state_text(state: OpState, vocab, full: bool) -> str:
 
 
 class _Progress:
-    """"step N" on stderr, rewritten in place, only when stderr is a terminal."""
+    """One line on stderr ("step N", "loading …"), rewritten in place, only when stderr is a terminal."""
 
     def __init__(self):
         self.shown = sys.stderr.isatty()
 
-    def show(self, step: int) -> None:
+    def show(self, text: str) -> None:
         if self.shown:
-            sys.stderr.write(f"\r\033[Kstep {step}")
+            sys.stderr.write(f"\r\033[K{text}")
             sys.stderr.flush()
 
     def done(self) -> None:

@@ -22,11 +22,12 @@ from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
 from engine import Scenario
-from engine.budget import format_size
 from engine.edits import Edit
-from engine.progress import READING, WEIGHTS, Cancelled, listening
+from engine.progress import Cancelled, listening
+from engine.summaries import loading_progress
 
 from .debugger import Debugger
+from .i18n import tr
 
 PREPARING = "preparing"  # the Debugger's first state: no count to show
 
@@ -50,11 +51,7 @@ class Loading:
 
 
 def stage_text(stage: str, done: int, total: int) -> str:
-    if stage == READING:
-        return f"reading the YAML: {format_size(done)} of {format_size(total)}"
-    if stage == WEIGHTS:
-        return f"converting the weights: tensor {done} of {total}"
-    return "preparing the debugger"
+    return "preparing the debugger" if stage == PREPARING else loading_progress(stage, done, total)
 
 
 class LoadingScreen(Screen):
@@ -72,17 +69,18 @@ class LoadingScreen(Screen):
 
         result: Debugger | BaseException
 
-    def __init__(self, file: str, load: Callable[[], Opening], prepare: Callable[[Opening], Debugger]):
+    def __init__(self, file: str, load: Callable[[], Opening], prepare: Callable[[Opening], Debugger],
+                 lang: str = "en"):
         super().__init__()
-        self.file, self.load, self.prepare = file, load, prepare
+        self.file, self.load, self.prepare, self.lang = file, load, prepare, lang
         self.cancelled = threading.Event()
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading"):
-            yield Static(f"Loading {self.file}", id="loading-file")
-            yield Static("reading the file", id="loading-stage")
+            yield Static(f"{tr('Loading', self.lang)} {self.file}", id="loading-file")
+            yield Static(tr("reading the file", self.lang), id="loading-stage")
             yield ProgressBar(total=None, show_eta=False, id="loading-bar")
-            yield Static("Esc or ctrl+c cancels", id="loading-hint")
+            yield Static(tr("Esc or ctrl+c cancels", self.lang), id="loading-hint")
 
     def on_mount(self) -> None:
         self._run()
@@ -107,10 +105,10 @@ class LoadingScreen(Screen):
         self.post_message(self.Progress(stage, done, total))
 
     def on_loading_screen_progress(self, event: Progress) -> None:
-        self.query_one("#loading-stage", Static).update(stage_text(event.stage, event.done, event.total))
+        self.query_one("#loading-stage", Static).update(tr(stage_text(event.stage, event.done, event.total), self.lang))
         bar = self.query_one(ProgressBar)
         bar.update(total=event.total or None, progress=event.done)
 
     def action_cancel(self) -> None:
         self.cancelled.set()
-        self.query_one("#loading-hint", Static).update("cancelling…")
+        self.query_one("#loading-hint", Static).update(tr("cancelling…", self.lang))

@@ -207,3 +207,16 @@ def test_a_cancelled_open_quits_with_one_line_and_status_130(monkeypatch):
     open_headless(monkeypatch, press_escape)
     result = CliRunner().invoke(cli.app, [str(X01)])
     assert (result.exit_code, result.stderr) == (130, "tinyllm-tui: loading cancelled\n")
+
+
+async def test_the_loading_screen_speaks_chinese_with_lang_zh():
+    gate = Gate()
+    app = DebuggerApp(Loading("big.yaml", gate.load), lang="zh")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, gate.started.is_set)
+        assert shown(app, "#loading-file") == "正在加载 big.yaml"
+        assert shown(app, "#loading-hint") == "Esc 或 ctrl+c 取消"
+        await pilot.press("escape")
+        assert shown(app, "#loading-hint") == "正在取消…"
+        gate.pressed.set()
+        await until(pilot, lambda: app.load_error is not None)

@@ -64,7 +64,7 @@ class DebuggerApp(App):
         if self.loading is None:
             self._open(self.push_screen)
         else:
-            self.push_screen(LoadingScreen(self.loading.file, self.loading.load, self.prepare))
+            self.push_screen(LoadingScreen(self.loading.file, self.loading.load, self.prepare, self.lang))
 
     def on_loading_screen_loaded(self, event: LoadingScreen.Loaded) -> None:
         if isinstance(event.result, BaseException):

@@ -46,6 +46,9 @@ ZH = {
     "no action on": "无此按键", "press ? for the keys": "按 ? 查看按键",
     "breakpoint on": "断点设于", "removed breakpoint": "已删除断点", "went to": "已跳转到",
     "end of trace": "运行结束", "running…": "运行中…",
+    # loading screen (its counts stay as the engine words them)
+    "Loading": "正在加载", "reading the file": "正在读取文件", "preparing the debugger": "正在准备调试器",
+    "Esc or ctrl+c cancels": "Esc 或 ctrl+c 取消", "cancelling…": "正在取消…",
 }
 
 TRANSLATIONS = {"zh": ZH}

@@ -141,7 +141,7 @@ def parse(text: str, file: str) -> yaml.Node | None:
         line = mark.line + 1 if mark else None
         raise ScenarioError(file, line, "", f"YAML syntax: {problem}") from None
     except yaml.reader.ReaderError as error:  # a control character: its own message spans two lines
-        line = text[: error.position].count("\n") + 1
+        line = text.encode("utf-8")[: error.position].count(b"\n") + 1  # the position counts UTF-8 bytes
         raise ScenarioError(file, line, "", f"YAML: character #x{error.character:04x} is not allowed "
                             f"({error.reason})") from None
     except yaml.YAMLError as error:

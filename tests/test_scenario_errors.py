@@ -43,6 +43,8 @@ CASES = [
     ("duplicate key", "  causal: true", "  causal: true\n  causal: false", "causal: false", "model.causal: this key appears twice"),
     ("duplicate token", "[PAD, 我, 爱, 学习, 你, ！]", "[PAD, 我, 爱, 学习, 爱, ！]", "[PAD, 我, 爱, 学习, 爱",
      "vocab.tokens[4]: token '爱' appears twice"),
+    ("control character after Chinese text", "- tokens: [你, 爱]", "- tokens: [你, 爱]\x07", "\x07",
+     "YAML: character #x0007 is not allowed"),
 ]
 
 

@@ -8,6 +8,7 @@ gpt2: a GPT-2-small-shaped random model (float32) built in memory: cached decode
 through a Session (traced: an OpState per operator) and through the bare forward pass
 (untraced), the untraced time against the memory-bandwidth floor (weight bytes read per
 token over the bandwidth np.copyto reaches), and peak memory keeping every state or none.
+Everything runs under the garbage-collector setting the program itself uses (engine.gctuning).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from engine import Session, make_backend  # noqa: E402
 from engine.decoding import choose
+from engine.gctuning import tune_for_tracing
 from engine.parameters import parameter_shapes
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
@@ -256,6 +258,7 @@ def gpt2(repeats: int) -> None:
 
 
 def main() -> None:
+    tune_for_tracing()
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", choices=("small", "gpt2"))

@@ -26,6 +26,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header
 
 from engine import load_scenario, make_backend
+from engine.gctuning import tune_for_tracing
 from tinyllm_tui.app import DebuggerApp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,6 +125,7 @@ def gpt2(folder: Path, repeats: int) -> None:
 
 
 def main() -> None:
+    tune_for_tracing()  # as tinyllm-tui's own entry point does
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--gpt2", type=Path, help="folder for the generated GPT-2-shaped model (default: a temporary one)")

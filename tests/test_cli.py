@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 
+import pytest
 from conftest import SCENARIOS, X01
 from typer.testing import CliRunner
 
+from engine.gctuning import YOUNG_THRESHOLD
 from tinyllm_tui import cli
 
 
@@ -89,3 +93,14 @@ def test_gradcheck_reports_a_small_relative_error():
 def test_eos_stop_is_reported_by_run():
     result = invoke("run", str(SCENARIOS / "eos7.yaml"))
     assert "request 0 generated 学习 ！ EOS (eos)" in result.output
+
+
+def test_the_program_collects_young_garbage_less_often_than_python_by_default(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["tinyllm-tui", "--help"])
+    before = gc.get_threshold()
+    try:
+        with pytest.raises(SystemExit):
+            cli.main()
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *before[1:]) and YOUNG_THRESHOLD > before[0]
+    finally:
+        gc.set_threshold(*before)

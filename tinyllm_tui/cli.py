@@ -28,6 +28,7 @@ from engine.checkpoints import open_model
 from engine.checkpoints.against import compare_activations, load_dump, prefill_states, save_activations
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, record, requests_record, trace_document
+from engine.gctuning import tune_for_tracing
 from engine.gradcheck import check_head
 from engine.progress import Cancelled, listening
 from engine.session import INJECTIONS
@@ -451,4 +452,5 @@ def convert(
 
 
 def main() -> None:
+    tune_for_tracing()
     app()

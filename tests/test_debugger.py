@@ -89,6 +89,11 @@ def test_search_takes_conditions_that_breakpoints_take_and_says_when_nothing_mat
     assert debugger.view.state.name == "ln_final.hook_normalized"
     debugger.search("attn.q")
     assert debugger.view.state.name == "blocks.0.attn.hook_q"
+    debugger.search("unembed")  # the first parts of a short name (`unembed.out`) find it too
+    assert debugger.view.state.name == "unembed.hook_out"
+    here = debugger.view.state.step
+    debugger.search("attn.scores", backward=True)
+    assert debugger.view.state.step == max(s.step for s in reference[:here] if s.kind == "scores")
     with pytest.raises(SearchError, match="no operator matches 'blocks.9.*'"):
         debugger.search("blocks.9.*")
     with pytest.raises(SearchError, match=f"no step 9999: the trace has steps 0–{len(reference) - 1}"):

@@ -73,12 +73,18 @@ def short_name(state: OpState) -> str:
 
 def matcher(text: str) -> Callable[[OpState], bool]:
     """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …), or a short
-    name as the operator list shows it (`attn.q`, `attn.pattern h1`, `attn.*`)."""
+    name as the operator list shows it (`attn.q`, `attn.pattern h1`, `attn.*`) or its first parts
+    (`unembed` finds `unembed.out`, `attn.pattern` head 0's pattern)."""
     try:
         condition = parse_breakpoint(text).hits
     except BreakpointError:
         condition = None
-    return lambda state: fnmatch.fnmatchcase(short_name(state), text) or (condition is not None and condition(state))
+
+    def named(state: OpState) -> bool:
+        name = short_name(state)
+        return fnmatch.fnmatchcase(name, text) or name.startswith((f"{text}.", f"{text} "))
+
+    return lambda state: named(state) or (condition is not None and condition(state))
 
 
 class DumpCells(Mapping):

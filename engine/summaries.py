@@ -51,13 +51,14 @@ def diff_summary(diffs: list[OpDiff], inject: str | None) -> str:
     injected = f" (injected: {inject})" if inject else ""
     first = first_divergence(diffs)
     if first is None:
-        return f"✓ cached equals full recompute: every operator within {TOLERANCE:g}{injected}"
+        tolerance = diffs[0].tolerance if diffs else TOLERANCE
+        return f"✓ cached equals full recompute: every operator within {tolerance:g}{injected}"
     return f"✗ first divergence: {first.describe()}{injected}"
 
 
 def diff_cell(d: OpDiff) -> str:
     """The number a diff table shows for one operator; round-off below the tolerance is not shown."""
-    return f"≤ {TOLERANCE:g}" if d.agrees else f"{d.max_abs:.3e}"
+    return f"≤ {d.tolerance:g}" if d.agrees else f"{d.max_abs:.3e}"
 
 
 def expect_summary(outcomes: list[Outcome]) -> str:

@@ -45,6 +45,19 @@ class Fault:
         """The cache `layer` appends its new K/V rows to and then reads."""
         return caches[layer]
 
+    def cannot_run(self, model, requests) -> str | None:
+        """Why this bug cannot run on `model` with `requests` (None: it can): the positions it feeds
+        must stay inside a learned position table."""
+        if model.positions != "learned":
+            return None
+        for request in requests:
+            fed = len(request.tokens)
+            for round_ in range(1, request.max_new_tokens):  # a decode round feeds what `feed` gives
+                fed += len(self.feed(Phase.DECODE, [0], [0] * (len(request.tokens) + round_)))
+            if fed > model.max_positions:
+                return f"it would feed position {fed - 1}, past the model's {model.max_positions} learned positions"
+        return None
+
 
 class ChunkMask(Fault):
     description = "a cached chunk is masked with tril(ones(C, P+C)): new queries miss most of the cache"
@@ -80,6 +93,9 @@ class NoCacheLayer1(Fault):
 
     def layer_cache(self, layer, caches):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
+
+    def cannot_run(self, model, requests):
+        return "the model has no layer 1" if model.n_layers < 2 else super().cannot_run(model, requests)
 
 
 NO_FAULT = Fault()

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
-from conftest import X01
+from conftest import ROOT, X01
+from typer.testing import CliRunner
 
-from engine import load_scenario, make_backend
+from engine import Session, load_scenario, make_backend
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.model import Transformer
 from engine.session import INJECTIONS as SESSION_INJECTIONS
 from engine.trace import LayerCache, Phase
+from tinyllm_tui.cli import app
+from tinyllm_tui.debugger import Debugger
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
 
@@ -55,3 +61,31 @@ def test_the_forward_pass_keeps_no_per_call_state():
     for _ in model.forward([1, 2, 3], [0, 1, 2], model.empty_caches(), padded_keys=[False, True, False]):
         pass
     assert vars(model) == before
+
+
+
+def learned_positions_model(folder: Path, max_positions: int) -> Path:
+    tool = ROOT / "tools" / "make_big_model.py"
+    subprocess.run([sys.executable, str(tool), str(folder), "--d-model", "16", "--layers", "2", "--vocab", "50",
+                    "--max-positions", str(max_positions), "--prompt", "8", "--new", "4"], check=True, capture_output=True)
+    return folder / "model.yaml"
+
+
+def test_a_bug_that_would_feed_past_a_learned_position_table_says_so_and_is_not_offered(tmp_path):
+    roomy = load_scenario(learned_positions_model(tmp_path / "roomy", 64))
+    fed = [p for s in Session(roomy, inject="duplicate-append").steps() if s.name == "hook_pos_embed" for p in s.positions]
+    needed = max(fed) + 1  # what the bug really feeds, with room to spare
+    fault = FAULTS["duplicate-append"]
+    assert fault.cannot_run(dataclasses.replace(roomy.model, max_positions=needed), roomy.requests) is None
+    tight = learned_positions_model(tmp_path / "tight", needed - 1)
+    scenario = load_scenario(tight)
+    assert fault.cannot_run(scenario.model, scenario.requests) == (
+        f"it would feed position {needed - 1}, past the model's {needed - 1} learned positions")
+    assert all(FAULTS[name].cannot_run(scenario.model, scenario.requests) is None
+               for name in INJECTIONS if name != "duplicate-append")
+    debugger = Debugger(scenario)
+    offered = [debugger.cycle_injection() and debugger.inject for _ in INJECTIONS]
+    assert "duplicate-append" not in offered and "position-reset" in offered
+    result = CliRunner().invoke(app, ["diff", str(tight), "--inject", "duplicate-append"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert f"bug 'duplicate-append' cannot run on {tight}: it would feed position {needed - 1}" in result.stderr

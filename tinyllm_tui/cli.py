@@ -28,6 +28,7 @@ from engine.checkpoints import open_model
 from engine.checkpoints.against import compare_activations, load_dump, prefill_states, save_activations
 from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, record, requests_record, trace_document
+from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
 from engine.gradcheck import check_head
 from engine.progress import Cancelled, listening
@@ -136,6 +137,7 @@ def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
     with listening(lambda stage, done, total: progress.show(f"loading {file}: {loading_progress(stage, done, total)}")):
         scenario = _load(file, request, dtype, max_memory)
     progress.done()
+    _check_inject_runs(inject, scenario)
     weights = scenario.weights
     for edit in _edits(scenario, sets):
         weights = apply_edit(weights, edit)
@@ -167,6 +169,12 @@ def _check_inject(inject: str | None) -> None:
     if inject is not None and inject not in INJECTIONS:
         raise typer.BadParameter(f"unknown bug {inject!r} (expected one of {', '.join(INJECTIONS)})",
                                  param_hint="--inject")
+
+
+def _check_inject_runs(inject: str | None, scenario: Scenario) -> None:
+    why = FAULTS[inject].cannot_run(scenario.model, scenario.requests) if inject else None
+    if why:
+        raise typer.BadParameter(f"bug {inject!r} cannot run on {scenario.path}: {why}", param_hint="--inject")
 
 
 def _edits(scenario: Scenario, sets: list[str] | None) -> list[CellEdit]:
@@ -207,6 +215,7 @@ def open_tui(
 
     def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
         scenario = _load(path, (prompt, ids, max_new_tokens), dtype, max_memory)
+        _check_inject_runs(inject, scenario)
         return Opening(scenario, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
                        edits=_edits(scenario, sets),  # they start as unsaved edits: the TUI can show, undo or save them
                        budget=history_budget(scenario, dtype, budget))

@@ -30,6 +30,7 @@ from engine.autosave import Unsaved
 from engine.edits import Edit, WeightHistory, apply_edit, save, with_weights
 from engine.expect import Cell, Outcome
 from engine.history import DEFAULT_BUDGET, History, RoundSummary
+from engine.faults import FAULTS
 from engine.session import INJECTIONS, StaleFrom
 from engine.summaries import request_results
 
@@ -355,8 +356,10 @@ class Debugger:
     def cycle_injection(self, progress: Progress | None = None) -> str:
         """Switch to the next deliberate bug (or none) and replay to the same step.
 
-        A bug that cannot show in this model (layer 1's cache in a one-layer model) is skipped."""
-        names = [None, *(name for name in INJECTIONS if name != "no-cache-layer1" or self.scenario.model.n_layers > 1)]
+        A bug that cannot run on this model (layer 1's cache in a one-layer model, positions past a
+        learned table) is skipped."""
+        model, requests = self.scenario.model, self.scenario.requests
+        names = [None, *(name for name, fault in FAULTS.items() if not fault.cannot_run(model, requests))]
         with self._owned():
             self.inject = names[(names.index(self.inject) + 1) % len(names)]
             self._restart(self.history.cursor, progress)

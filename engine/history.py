@@ -143,9 +143,12 @@ class History:
     def state_at(self, step: int) -> OpState | None:
         """The state of `step` (replaying if it was dropped), without moving the cursor; None past the end.
 
-        Reading a step far from the cursor may drop the cursor's own state; `current` replays it.
+        A dropped step, or one past a kept round start that the stream has not reached since it last
+        resumed, is reached from the nearest round start before it. Reading a step far from the cursor
+        may drop the cursor's own state; `current` replays it.
         """
-        if step < self._offset:  # dropped from memory: resume from the nearest round start before it
+        ahead = step > self.last_recorded + 1 and self.round_starts.latest_step(step) > self.last_recorded + 1
+        if step < self._offset or ahead:
             resume = self.round_starts.latest(step)
             self._restart(resume)
             self.replays += 1

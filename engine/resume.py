@@ -126,6 +126,11 @@ class RoundStarts:
     def steps(self) -> list[int]:
         return [entry.start.step for entry in self._kept]
 
+    def latest_step(self, step: int) -> int:
+        """Where the kept round start nearest before or at `step` begins (0: the session's start)."""
+        index = bisect.bisect_right(self.steps, step) - 1
+        return self._kept[index].start.step if index >= 0 else 0
+
     def latest(self, step: int) -> RoundStart | None:
         """The kept round start nearest before or at `step`, its caches put back together."""
         index = bisect.bisect_right(self.steps, step) - 1

@@ -127,6 +127,11 @@ def test_stepping_back_past_the_budget_recomputes_from_the_wanted_steps_round_on
     assert computed == list(range(rounds[0], target + 1))
     assert len(computed) <= len(rounds) + distance
     assert_same(history.current, expected[target])
+    computed.clear()  # and forward again: from the last round's start, not on from the target
+    last = len(expected) - 1
+    assert history.goto(last) and history.resumed_from == round_of(expected, last)[0] > target + 1
+    assert computed == list(range(history.resumed_from, last + 1))
+    assert_same(history.current, expected[last])
 
 
 @pytest.mark.parametrize("inject", [*INJECTIONS, None])

@@ -11,6 +11,7 @@ from tui_helpers import long_scenario, make_app, matrix_cells, matrix_text, scre
 from engine import load_scenario, load_scenario_text, to_host
 from tinyllm_tui.app import DebuggerApp
 from tinyllm_tui.main_screen import DebuggerScreen
+from tinyllm_tui.numbers import format_number
 from tinyllm_tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.widgets.diffview import DiffScreen
 from tinyllm_tui.widgets.matrix import MatrixWindow
@@ -328,6 +329,16 @@ async def test_the_three_views_at_once_from_120_columns():
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert not app.main.query_one("#side-cache").display  # narrow: the KV cache is a tab again
+
+
+async def test_at_120_columns_the_side_cache_shows_a_whole_x01_head():
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press(*["n"] * 6)
+        keys = to_host(state(app).caches[0].k)[:, :2]  # layer 0's K, head 0's two columns
+        side = screen_text(app).splitlines()
+        for row in keys:
+            assert any(all(format_number(x) in line for x in row) for line in side), row
 
 
 async def test_kv_cache_says_which_weights_its_rows_come_from():

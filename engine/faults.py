@@ -72,6 +72,11 @@ class PositionReset(Fault):
     def positions(self, phase, first, count):
         return super().positions(phase, 0 if phase is Phase.DECODE else first, count)
 
+    def cannot_run(self, model, requests):
+        if model.positions == "none" and not model.training:  # dropout masks are drawn per position
+            return "the model has no position term, so wrong positions change nothing"
+        return super().cannot_run(model, requests)
+
 
 class DuplicateAppend(Fault):
     description = "decode feeds the whole sequence again, so the prefix is appended to the cache twice"

@@ -89,3 +89,14 @@ def test_a_bug_that_would_feed_past_a_learned_position_table_says_so_and_is_not_
     result = CliRunner().invoke(app, ["diff", str(tight), "--inject", "duplicate-append"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert f"bug 'duplicate-append' cannot run on {tight}: it would feed position {needed - 1}" in result.stderr
+
+
+def test_a_bug_that_cannot_show_on_x01_is_refused_and_not_offered():
+    scenario = load_scenario(X01)  # no position term, one layer
+    debugger = Debugger(scenario)
+    offered = {debugger.cycle_injection() and debugger.inject for _ in INJECTIONS}
+    assert offered == {None, "chunk-mask", "duplicate-append", "stale-cache"}
+    result = CliRunner().invoke(app, ["diff", str(X01), "--inject", "position-reset"])
+    assert result.exit_code == 2 and result.stderr == (
+        f"tinyllm-tui: error: Invalid value for --inject: bug 'position-reset' cannot run on {X01}: "
+        "the model has no position term, so wrong positions change nothing\n")

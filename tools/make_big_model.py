@@ -51,7 +51,7 @@ def model_yaml(model: ModelSpec, vocab: int, prompt: int, new: int, weights_text
     tokens = ", ".join(f"t{i}" for i in range(vocab))
     prompt_ids = ", ".join(str((7 * i + 3) % vocab) for i in range(prompt))
     return f"""\
-# A random-weight model (tools/make_big_model.py): {model.n_layers} layers, d_model {model.d_model}; no meaning, only size.
+# A random-weight model written by tools/make_big_model.py: no meaning, only size.
 title: random {model.n_layers}×{model.d_model} · vocab {vocab}
 vocab:
   tokens: [{tokens}]

@@ -1,7 +1,8 @@
 """Breakpoints: where `continue` stops.
 
 A breakpoint is one or more conditions joined by `&`, each one of:
-  `blocks.*.attn.hook_pattern`  an operator name glob
+  `blocks.*.attn.hook_pattern`  an operator name glob, or a short name as the TUI lists it
+                                (`attn.pattern h1`, `ln_final.normalized`) or its first parts
   `softmax`                     an operator kind: embed, positions, norm, linear, scores, softmax,
                                 mix, concat, residual, activation, dropout, logits, filter, probs,
                                 choice
@@ -69,12 +70,27 @@ def _condition(part: str, text: str) -> Condition:
         return _has_overflow
     if part in KINDS:
         return lambda s: s.kind == part
-    if re.fullmatch(r"[\w.*?\[\]]+", part) and ("." in part or "*" in part or part.startswith("hook_")):
-        return lambda s: fnmatch.fnmatchcase(s.name, part)
+    if re.fullmatch(r"[\w.*?\[\]]+( h[\d*?]+)?", part) and ("." in part or "*" in part or part.startswith("hook_")):
+        return lambda s: name_matches(s, part)
     raise BreakpointError(
         f"breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({', '.join(KINDS)}), "
         f"a field=value, nan, inf or abs>N"
     )
+
+
+def short_name(state: OpState) -> str:
+    """`blocks.0.attn.hook_pattern` (head 0) -> `attn.pattern h0`: fits a narrow list."""
+    name = state.name.split(".", 2)[2] if state.name.startswith("blocks.") else state.name
+    name = name.replace("hook_", "").replace("attn.attn_", "attn.")
+    return name if state.head is None else f"{name} h{state.head}"
+
+
+def name_matches(state: OpState, pattern: str) -> bool:
+    """The operator's hook name or short name fits the glob, or the short name starts with its parts
+    (`unembed` finds `unembed.out`, `attn.pattern` every head's pattern)."""
+    short = short_name(state)
+    return (fnmatch.fnmatchcase(state.name, pattern) or fnmatch.fnmatchcase(short, pattern)
+            or short.startswith((f"{pattern}.", f"{pattern} ")))
 
 
 def _finite(state: OpState) -> np.ndarray:

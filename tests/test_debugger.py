@@ -50,6 +50,16 @@ def test_continue_stops_at_each_breakpoint_then_at_the_end_with_tokens_as_text(r
     assert debugger.view.at_end and debugger.view.total == len(reference)
 
 
+@pytest.mark.parametrize("text", ["attn.pattern h1", "attn.pattern h1 & round=1", "blocks.0.attn.hook_pattern & head=1"])
+def test_a_breakpoint_on_a_short_name_stops_where_the_hook_name_does(reference, text):
+    debugger = make(breakpoints=[text])
+    stops = []
+    while debugger.continue_().startswith("⚑ breakpoint"):
+        stops.append(debugger.view.state.step)
+    wanted = [s.step for s in reference if s.name == PATTERN and s.head == 1 and ("round" not in text or s.round == 1)]
+    assert stops == wanted and wanted
+
+
 def test_adding_the_same_breakpoint_twice_keeps_one_and_it_can_be_listed_removed_and_cleared():
     debugger = make()
     debugger.add_breakpoint("softmax")

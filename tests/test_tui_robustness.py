@@ -6,7 +6,7 @@ import pytest
 from tui_helpers import long_scenario, screen_text, settle, state, status
 
 from tinyllm_tui.app import DebuggerApp
-from tinyllm_tui.debugger import short_name
+from engine.breakpoints import short_name
 from tinyllm_tui.main_screen import DebuggerScreen
 from tinyllm_tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.widgets.diffview import DiffScreen

@@ -9,7 +9,6 @@ Views read `view`, an immutable snapshot taken after every move.
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import threading
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
-from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
+from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
 from engine.check import check_scenario
 from engine.checkpoints.against import align
 from engine.diff import OpDiff, diff_runs
@@ -65,13 +64,6 @@ class View:
 Progress = Callable[[int], None]
 
 
-def short_name(state: OpState) -> str:
-    """`blocks.0.attn.hook_pattern` (head 0) -> `attn.pattern h0`: fits a narrow list."""
-    name = state.name.split(".", 2)[2] if state.name.startswith("blocks.") else state.name
-    name = name.replace("hook_", "").replace("attn.attn_", "attn.")
-    return name if state.head is None else f"{name} h{state.head}"
-
-
 def matcher(text: str) -> Callable[[OpState], bool]:
     """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …), or a short
     name as the operator list shows it (`attn.q`, `attn.pattern h1`, `attn.*`) or its first parts
@@ -80,12 +72,7 @@ def matcher(text: str) -> Callable[[OpState], bool]:
         condition = parse_breakpoint(text).hits
     except BreakpointError:
         condition = None
-
-    def named(state: OpState) -> bool:
-        name = short_name(state)
-        return fnmatch.fnmatchcase(name, text) or name.startswith((f"{text}.", f"{text} "))
-
-    return lambda state: named(state) or (condition is not None and condition(state))
+    return lambda state: name_matches(state, text) or (condition is not None and condition(state))
 
 
 class DumpCells(Mapping):

@@ -20,10 +20,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, TabbedContent, TabPane
 
 from engine import to_host
-from engine.breakpoints import BreakpointError
+from engine.breakpoints import BreakpointError, short_name
 from engine.summaries import op_title
 
-from .debugger import BUSY, Busy, Cancelled, Debugger, SearchError, short_name
+from .debugger import BUSY, Busy, Cancelled, Debugger, SearchError
 from .i18n import tr
 from .widgets.cache import CacheView
 from .widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen

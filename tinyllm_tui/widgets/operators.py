@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 
 from engine import OpState
+from engine.breakpoints import short_name
 
-from ..debugger import View, short_name
+from ..debugger import View
 from ..i18n import tr
 from .linelist import Line, LineList
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
+from textual.geometry import Region
 from textual.message import Message
 from textual.reactive import reactive
 
@@ -31,7 +32,7 @@ class LineList(TextLines, can_focus=True):
     ]
 
     lines: reactive[tuple[Line, ...]] = reactive((), layout=False)
-    highlighted: reactive[int | None] = reactive(None)
+    highlighted: reactive[int | None] = reactive(None, repaint=False)  # repaints just its two lines (watcher)
 
     @dataclass
     class Chosen(Message):
@@ -62,18 +63,29 @@ class LineList(TextLines, can_focus=True):
         if index is not None:
             self.highlighted = index
 
-    def watch_highlighted(self, index: int | None) -> None:
+    def watch_highlighted(self, old: int | None, index: int | None) -> None:
         if index is not None:
             self.post_message(self.Highlighted(self, self.lines[index][0]))
+        top = self._top
+        if old is None or index is None or self._scroll_to_highlight() != top:
+            self.refresh()
+        else:  # a step moves the highlight by a line or two: repaint those, not the whole list
+            self.refresh(*(Region(0, i - top, self.size.width, 1) for i in (old, index)))
 
-    def text_lines(self) -> list[Text]:
-        height, width = self.size.height, max(self.size.width, 1)
-        if self.highlighted is not None:  # keep the highlighted line in view, with one line of context
+    def _scroll_to_highlight(self) -> int:
+        """Keep the highlighted line in view, with one line of context; the first line shown."""
+        height = self.size.height
+        if self.highlighted is not None:
             if self.highlighted < self._top + 1:
                 self._top = max(self.highlighted - 1, 0)
             elif self.highlighted >= self._top + height - 1:
                 self._top = self.highlighted - height + 2
         self._top = max(min(self._top, len(self.lines) - height), 0)
+        return self._top
+
+    def text_lines(self) -> list[Text]:
+        height, width = self.size.height, max(self.size.width, 1)
+        self._scroll_to_highlight()
         shown = []
         for i in range(self._top, min(self._top + height, len(self.lines))):
             line = self.lines[i][1].copy()

@@ -35,8 +35,7 @@ def state_bytes(state: OpState, before: OpState | None = None) -> int:
     cost = int(getattr(state.values, "nbytes", 0))
     shared = before.caches if before is not None else ()
     if state.caches is not shared:
-        cost += sum(int(c.k.nbytes) + int(c.v.nbytes) for i, c in enumerate(state.caches)
-                    if i >= len(shared) or c is not shared[i])
+        cost += sum(c.nbytes for i, c in enumerate(state.caches) if i >= len(shared) or c is not shared[i])
     return cost
 
 

@@ -57,11 +57,6 @@ class RoundStart:
     generated: tuple[int, ...]
     rng: dict  # the request's sampling Generator: its bit_generator.state
 
-    @property
-    def nbytes(self) -> int:
-        """What keeping it costs: its K and V rows (the rest is a few token ids)."""
-        return sum(int(c.k.nbytes) + int(c.v.nbytes) for c in self.caches)
-
 
 OnRound = Callable[[RoundStart], None]
 

@@ -128,6 +128,10 @@ class LayerCache:
     def length(self) -> int:
         return int(self.k.shape[0])
 
+    @property
+    def nbytes(self) -> int:
+        return int(self.k.nbytes) + int(self.v.nbytes)
+
 
 @dataclass(eq=False)
 class OpState:

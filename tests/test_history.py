@@ -174,7 +174,8 @@ def test_kept_round_starts_cost_the_newest_cache_and_give_back_every_cache_bit_f
     history = History(Session(scenario).steps)
     history.goto(10**6)
     kept = history.round_starts
-    assert kept.steps == [s.step for s in starts] and kept.nbytes == sum(c.k.nbytes + c.v.nbytes for c in starts[-1].caches)  # one cache, not 41
+    newest_cache = sum(c.k.nbytes + c.v.nbytes for c in starts[-1].caches)
+    assert kept.steps == [s.step for s in starts] and kept.nbytes == newest_cache  # one cache, not 41
     for start in starts:
         again = kept.latest(start.step)
         assert (again.step, again.round, again.fed, again.generated) == (start.step, start.round, start.fed,

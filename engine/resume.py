@@ -126,14 +126,18 @@ class RoundStarts:
     def steps(self) -> list[int]:
         return [entry.start.step for entry in self._kept]
 
+    def _latest_index(self, step: int) -> int:
+        """The index of the kept round start nearest before or at `step`; -1 if none is."""
+        return bisect.bisect_right(self.steps, step) - 1
+
     def latest_step(self, step: int) -> int:
         """Where the kept round start nearest before or at `step` begins (0: the session's start)."""
-        index = bisect.bisect_right(self.steps, step) - 1
+        index = self._latest_index(step)
         return self._kept[index].start.step if index >= 0 else 0
 
     def latest(self, step: int) -> RoundStart | None:
         """The kept round start nearest before or at `step`, its caches put back together."""
-        index = bisect.bisect_right(self.steps, step) - 1
+        index = self._latest_index(step)
         if index < 0:
             return None
         caches = tuple(self._cache(index, layer) for layer in range(len(self._kept[index].layers)))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -27,6 +28,14 @@ def autosave_folder(tmp_path_factory, monkeypatch):
     folder = tmp_path_factory.mktemp("autosave")
     monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(folder))
     return folder
+
+
+@pytest.fixture
+def x01_copy(tmp_path) -> Path:
+    """X01 copied into the test's folder, to edit and save without touching the bundled file."""
+    path = tmp_path / "x01.yaml"
+    shutil.copy(X01, path)
+    return path
 
 
 def still(app):

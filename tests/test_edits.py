@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -93,9 +92,8 @@ def test_a_kept_stale_cache_diverges_and_a_recompute_agrees():
     assert max(d.max_abs for d in recomputed) <= TOLERANCE
 
 
-def test_save_changes_only_the_edited_number(tmp_path):
-    path = tmp_path / "x01.yaml"
-    shutil.copy(X01, path)
+def test_save_changes_only_the_edited_number(tmp_path, x01_copy):
+    path = x01_copy
     scenario = load_scenario(path)
     save(scenario, apply_edit(scenario.weights, parse_set(EDIT, scenario.weights)))
     before, after = X01.read_text(encoding="utf-8"), path.read_text(encoding="utf-8")
@@ -106,9 +104,8 @@ def test_save_changes_only_the_edited_number(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["x01.yaml"]  # no temporary file left behind
 
 
-def test_saving_an_edited_shorthand_writes_its_numbers(tmp_path):
-    path = tmp_path / "x01.yaml"
-    shutil.copy(X01, path)
+def test_saving_an_edited_shorthand_writes_its_numbers(x01_copy):
+    path = x01_copy
     scenario = load_scenario(path)
     save(scenario, apply_edit(scenario.weights, CellEdit("blocks.0.attn.wq", (0, 1), 0.25)))
     reloaded = load_scenario(path)

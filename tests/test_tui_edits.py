@@ -103,9 +103,8 @@ async def test_edit_during_decode_can_keep_a_stale_cache_then_recompute():
         assert state(app).step == 30
 
 
-async def test_ctrl_s_saves_after_confirmation(tmp_path):
-    path = tmp_path / "x01.yaml"
-    shutil.copy(X01, path)
+async def test_ctrl_s_saves_after_confirmation(x01_copy):
+    path = x01_copy
     app = make_app(path)
     async with app.run_test(size=(160, 48)) as pilot:
         await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
@@ -192,11 +191,10 @@ async def test_save_as_writes_a_new_file_and_refuses_a_bad_path(tmp_path):
         assert load_scenario(X01).weights["blocks.0.attn.wk"][0, 1] == 1.0  # the original is untouched
 
 
-async def test_edits_survive_a_crash_and_are_offered_on_the_next_start(tmp_path, monkeypatch):
+async def test_edits_survive_a_crash_and_are_offered_on_the_next_start(tmp_path, x01_copy, monkeypatch):
     """Unsaved edits are autosaved beside the scenario (as edits, not weights) and offered again."""
     monkeypatch.delenv("TINYLLM_AUTOSAVE_DIR")  # the real place: beside the scenario
-    path = tmp_path / "x01.yaml"
-    shutil.copy(X01, path)
+    path = x01_copy
     app = make_app(path)
     async with app.run_test(size=(160, 48)) as pilot:
         await open_cell(pilot, "blocks.0.attn.wk", 0, 1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,10 +21,9 @@ from engine.spec import ModelSpec, NormSpec
 
 
 @pytest.fixture(params=[".safetensors", ".npz"])
-def converted(request, tmp_path):
+def converted(request, tmp_path, x01_copy):
     """X01 with its weights moved into a weight file beside a YAML that names it."""
-    source = tmp_path / "x01.yaml"
-    shutil.copy(X01, source)
+    source = x01_copy
     target = tmp_path / "x01_file.yaml"
     convert_scenario(load_scenario(source), tmp_path / f"x01{request.param}", target)
     return target

@@ -69,10 +69,9 @@ def matcher(text: str) -> Callable[[OpState], bool]:
     name as the operator list shows it (`attn.q`, `attn.pattern h1`, `attn.*`) or its first parts
     (`unembed` finds `unembed.out`, `attn.pattern` head 0's pattern)."""
     try:
-        condition = parse_breakpoint(text).hits
-    except BreakpointError:
-        condition = None
-    return lambda state: name_matches(state, text) or (condition is not None and condition(state))
+        return parse_breakpoint(text).hits  # its name globs are name_matches already
+    except BreakpointError:  # a bare word such as `unembed`, which a breakpoint refuses as a likely typo
+        return lambda state: name_matches(state, text)
 
 
 class DumpCells(Mapping):

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from engine import load_scenario  # noqa: E402
-from engine.edits import convert_scenario  # noqa: E402
+from engine.loading.edits import convert_scenario  # noqa: E402
 from tools.make_big_model import main as make_big_model  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from textual.widgets import DataTable, Footer, Header
 
 from engine import load_scenario, make_backend
 from engine.gctuning import tune_for_tracing
-from tinyllm_tui.app import DebuggerApp
+from tinyllm_tui.tui.app import DebuggerApp
 
 ROOT = Path(__file__).resolve().parents[1]
 X01 = ROOT / "scenarios" / "x01.yaml"

@@ -3,11 +3,12 @@
 Never imports the UI stack (textual, rich, typer); tests enforce it.
 """
 
-from .backend import Backend, BackendError, make_backend, to_host
-from .document import ScenarioError
-from .scenario import Scenario, load_scenario, load_scenario_text
-from .session import Session
-from .trace import LayerCache, Labelled, OpState, RequestResult, Status, TokenState
+from engine.backend import Backend, BackendError, make_backend, to_host
+from engine.loading.document import ScenarioError
+from engine.loading import load_scenario, load_scenario_text
+from engine.scenario import Scenario
+from engine.session import Session
+from engine.trace import LayerCache, Labelled, OpState, RequestResult, Status, TokenState
 
 __all__ = [
     "Backend", "BackendError", "LayerCache", "Labelled", "OpState", "RequestResult", "Scenario",

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import to_host
-from .trace import OpKind, OpState
+from engine.backend import to_host
+from engine.trace import OpKind, OpState
 
 KINDS = tuple(kind.value for kind in OpKind)
 FIELDS = ("phase", "round", "request", "layer", "head")

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
-from .backend import to_host
-from .model import Op, Operand, OpStream
-from .spec import DecodeRule
-from .trace import OpKind
+from engine import ops
+from engine.backend import to_host
+from engine.model import Op, Operand, OpStream
+from engine.spec import DecodeRule
+from engine.trace import OpKind
 
 Array = Any
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from .backend import to_host
-from .session import Session
-from .trace import OpState, RequestResult
+from engine.backend import to_host
+from engine.session import Session
+from engine.trace import OpState, RequestResult
 
 
 def json_number(x: float) -> float | str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .trace import LayerCache, Phase
+from engine.trace import LayerCache, Phase
 
 Array = Any
 STALE_SCALE = 1.1  # the "other checkpoint" of the stale-cache bug: every weight ×1.1

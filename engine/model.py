@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
-from .backend import Backend
-from .faults import NO_FAULT, Fault
-from .spec import ModelSpec
-from .trace import LayerCache, OpKind
+from engine import ops
+from engine.backend import Backend
+from engine.faults import NO_FAULT, Fault
+from engine.spec import ModelSpec
+from engine.trace import LayerCache, OpKind
 
 Array = Any
 

@@ -9,7 +9,7 @@ One naming scheme serves the scenario file, the engine, messages and edits:
 
 from __future__ import annotations
 
-from .spec import ModelSpec
+from engine.spec import ModelSpec
 
 Shape = tuple[int, ...]
 

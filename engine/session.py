@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import Backend, make_backend
-from .decoding import choose
-from .faults import FAULTS, INJECTIONS, NO_FAULT
-from .model import Op, OpStream, Transformer
-from .scenario import Scenario
-from .spec import Request
-from .trace import LayerCache, Moment, OpState, Phase, RequestResult
+from engine.backend import Backend, make_backend
+from engine.decoding import choose
+from engine.faults import FAULTS, INJECTIONS, NO_FAULT
+from engine.model import Op, OpStream, Transformer
+from engine.scenario import Scenario
+from engine.spec import Request
+from engine.trace import LayerCache, Moment, OpState, Phase, RequestResult
 
 MODES = ("cached", "full")
 __all__ = ["INJECTIONS", "MODES", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults

@@ -11,7 +11,7 @@ from enum import Enum, StrEnum
 from functools import cached_property
 from typing import Any
 
-from .labels import Axis, resolve
+from engine.labels import Axis, resolve
 
 Array = Any
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from engine.checkpoints import load_checkpoint
-from engine.checkpoints.against import compare_activations, prefill_states, save_activations
+from engine.loading.checkpoint import load_checkpoint
+from engine.compare.against import compare_activations, prefill_states, save_activations
 
 LLAMA = Path(__file__).parent / "fixtures" / "llama"
 IDS = [0, 266, 222, 286, 280, 279, 261, 276]

@@ -22,8 +22,8 @@ from conftest import ROOT
 from typer.testing import CliRunner
 
 from engine import ScenarioError, load_scenario, load_scenario_text
-from engine.checkpoints import load_checkpoint
-from engine.document import MAX_SCENARIO_BYTES, MAX_SCENARIO_VALUES
+from engine.loading.checkpoint import load_checkpoint
+from engine.loading.document import MAX_SCENARIO_BYTES, MAX_SCENARIO_VALUES
 from tinyllm_tui.cli import app
 
 BAD = ROOT / "tests" / "data" / "bad"
@@ -301,7 +301,7 @@ def test_gguf_with_zero_heads(tmp_path):
 
 def test_a_table_the_trace_cannot_hold_becomes_a_located_error():
     """Problems only the run can find (an operator name no step has) name the table's line, for `check` to refuse."""
-    from engine.check import check_scenario
+    from engine.compare.check import check_scenario
 
     text = (BAD / "expect_layer_range.yaml").read_text(encoding="utf-8").replace("blocks.3.hook_resid_post", "hook_embedd")
     scenario = load_scenario_text(text, "typo.yaml")

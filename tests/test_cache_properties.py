@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from random_models import scenarios
 
 from engine import Session, load_scenario, to_host
-from engine.diff import diff_scenario, first_divergence
+from engine.compare.diff import diff_scenario, first_divergence
 from engine.session import INJECTIONS
 
 PROPERTY_TOLERANCE = 1e-10

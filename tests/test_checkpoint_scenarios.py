@@ -89,7 +89,7 @@ def test_breakpoints_are_kept_and_open_passes_them_before_the_command_line_ones(
     path = write(tmp_path, REQUESTS + 'breakpoints: [softmax, "layer=1 & abs>3"]\n')
     assert load_scenario(path).breakpoints == ("softmax", "layer=1 & abs>3")
     opened = []
-    monkeypatch.setattr("tinyllm_tui.app.launch", lambda loading, backend, **kw: opened.append(loading.load()))
+    monkeypatch.setattr("tinyllm_tui.tui.app.launch", lambda loading, backend, **kw: opened.append(loading.load()))
     assert invoke(path, "--break", "nan").exit_code == 0
     assert opened[0].breakpoints == ["softmax", "layer=1 & abs>3", "nan"]
 

@@ -13,9 +13,9 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engine import ScenarioError, Session, make_backend, to_host
-from engine.checkpoints import is_checkpoint, load_checkpoint
-from engine.checkpoints.tokenizer import piece_texts
-from engine.diff import diff_scenario
+from engine.loading.checkpoint import is_checkpoint, load_checkpoint
+from engine.loading.tokenizer import piece_texts
+from engine.compare.diff import diff_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = {"llama": "llama", "qwen2": "qwen2", "gpt2": "gpt2", "bert": "bert", "gguf": "tiny-gguf/tiny.gguf"}
@@ -240,7 +240,7 @@ def test_memory_budget_refuses_before_reading(tmp_path):
 def test_open_model_takes_either_kind_of_file():
     from conftest import X01
 
-    from engine.checkpoints import open_model
+    from engine.loading import open_model
 
     assert open_model(X01).title and open_model(FIXTURES / "gpt2", ids=[1, 2]).requests[0].tokens == (1, 2)
     with pytest.raises(ScenarioError, match="only a checkpoint") as error:

@@ -57,7 +57,7 @@ def test_diff_says_cached_equals_full():
 
 def test_a_file_argument_opens_the_tui(monkeypatch):
     opened = []  # what the loading screen would load
-    monkeypatch.setattr("tinyllm_tui.app.launch", lambda loading, backend, **kw: opened.append(loading.load()))
+    monkeypatch.setattr("tinyllm_tui.tui.app.launch", lambda loading, backend, **kw: opened.append(loading.load()))
     assert invoke(str(X01), "--break", "softmax").exit_code == 0
     assert invoke().exit_code == 0  # no argument: the bundled X01
     assert [o.scenario.title for o in opened] == ["X01 · 我爱学习 / 你爱"] * 2

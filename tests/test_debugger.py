@@ -10,8 +10,8 @@ from conftest import X01
 
 from engine import Session, load_scenario, to_host
 from engine.breakpoints import BreakpointError
-from engine.edits import CellEdit
-from tinyllm_tui.debugger import Busy, Debugger, SearchError
+from engine.loading.edits import CellEdit
+from tinyllm_tui.debugger.debugger import Busy, Debugger, SearchError
 
 PATTERN = "blocks.0.attn.hook_pattern"
 
@@ -196,7 +196,7 @@ def test_a_small_memory_budget_replays_to_go_back(reference):
 def test_a_diff_in_another_thread_is_cancelled_by_cancel():
     from tui_helpers import long_scenario
 
-    from tinyllm_tui.debugger import Cancelled
+    from tinyllm_tui.debugger.debugger import Cancelled
 
     debugger = Debugger(long_scenario(new=2000))
     outcome = {}

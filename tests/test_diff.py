@@ -10,11 +10,11 @@ import pytest
 from conftest import ROOT, X01
 
 from engine import Session, load_scenario, make_backend
-from engine.diff import TOLERANCE, diff_runs, diff_scenario, first_divergence
+from engine.compare.diff import TOLERANCE, diff_runs, diff_scenario, first_divergence
 from engine.faults import INJECTIONS
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, Request, Vocab
-from engine.summaries import diff_summary
+from tinyllm_tui.presentation.summaries import diff_summary
 
 sys.path.insert(0, str(ROOT / "tools"))
 from make_big_model import random_weights, spec  # noqa: E402

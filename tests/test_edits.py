@@ -11,8 +11,8 @@ from conftest import X01
 from typer.testing import CliRunner
 
 from engine import Session, load_scenario, to_host
-from engine.diff import TOLERANCE, diff_runs, first_divergence
-from engine.edits import CellEdit, EditError, WeightHistory, apply_edit, parse_set, save, with_weights
+from engine.compare.diff import TOLERANCE, diff_runs, first_divergence
+from engine.loading.edits import CellEdit, EditError, WeightHistory, apply_edit, parse_set, save, with_weights
 from engine.session import StaleFrom
 from tinyllm_tui.cli import app
 

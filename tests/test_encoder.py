@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from engine import ScenarioError, Session, load_scenario, load_scenario_text, to_host
-from engine.check import check_scenario
-from engine.diff import diff_scenario
+from engine.compare.check import check_scenario
+from engine.compare.diff import diff_scenario
 from engine.parameters import parameter_shapes
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab

@@ -11,16 +11,19 @@ from conftest import ROOT, X01
 UI_PACKAGES = ("textual", "rich", "typer")
 
 
-def engine_modules() -> list[str]:
-    """Every module of the engine, its subpackages (checkpoints) included."""
+HEADLESS = (ROOT / "engine", ROOT / "tinyllm_tui" / "debugger")  # the engine and the debugger core
+
+
+def headless_modules() -> list[str]:
+    """Every module of the engine and of the debugger package, subpackages included."""
     return sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-                  for p in (ROOT / "engine").rglob("*.py"))
+                  for folder in HEADLESS for p in folder.rglob("*.py"))
 
 
 def test_engine_and_debugger_never_import_the_ui():
     code = (
         "import sys\n"
-        f"import {', '.join(engine_modules())}, tinyllm_tui.debugger\n"
+        f"import {', '.join(headless_modules())}\n"
         "from engine import load_scenario\n"
         "from tinyllm_tui.debugger import Debugger\n"
         f"debugger = Debugger(load_scenario({str(X01)!r}))\n"
@@ -33,7 +36,7 @@ def test_engine_and_debugger_never_import_the_ui():
 
 
 def test_no_engine_source_names_a_ui_package():
-    for path in [*Path(ROOT / "engine").rglob("*.py"), ROOT / "tinyllm_tui" / "debugger.py"]:
+    for path in (p for folder in HEADLESS for p in folder.rglob("*.py")):
         for line in path.read_text(encoding="utf-8").splitlines():
             words = line.split()
             if words[:1] in (["import"], ["from"]):

@@ -18,7 +18,7 @@ from engine.model import Transformer
 from engine.session import INJECTIONS as SESSION_INJECTIONS
 from engine.trace import LayerCache, Phase
 from tinyllm_tui.cli import app
-from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.debugger.debugger import Debugger
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
 

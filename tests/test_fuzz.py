@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import ScenarioError, Session, load_scenario_text
-from engine.check import check_scenario
-from engine.checkpoints import load_checkpoint
-from engine.weightfile import read_weights
+from engine.compare.check import check_scenario
+from engine.loading.checkpoint import load_checkpoint
+from engine.loading.weightfile import read_weights
 
 BUDGET = 64 << 20  # no mutated model may claim more than this much memory
 SCENARIO_TREES = {path.name: yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)

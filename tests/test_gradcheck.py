@@ -6,7 +6,7 @@ import numpy as np
 from conftest import SCENARIOS
 
 from engine import load_scenario, ops
-from engine.gradcheck import GradCheck, analytic_grad_q, check_head, numeric_grad_q
+from engine.compare.gradcheck import GradCheck, analytic_grad_q, check_head, numeric_grad_q
 
 
 def test_analytic_gradient_matches_finite_differences_on_every_scenario():

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from tui_helpers import long_scenario
 
 from engine import Session, load_scenario, to_host
-from engine.edits import apply_edit, parse_set, with_weights
+from engine.loading.edits import apply_edit, parse_set, with_weights
 from engine.faults import INJECTIONS
-from engine.history import RESUME_SHARE, History, round_summaries
+from tinyllm_tui.debugger.history import RESUME_SHARE, History, round_summaries
 from engine.session import StaleFrom
 
 SCENARIO_FILES = sorted(path.name for path in SCENARIOS.glob("*.yaml"))

@@ -15,18 +15,18 @@ from textual.app import App
 from textual.widgets import ProgressBar, Static
 from typer.testing import CliRunner
 
-import engine.document
-import engine.scenario
+import engine.loading.document
+import engine.loading.scenario_file
 from engine import load_scenario
-from engine.autosave import keep
-from engine.checkpoints import load_checkpoint
-from engine.edits import parse_set
+from tinyllm_tui.debugger.autosave import keep
+from engine.loading.checkpoint import load_checkpoint
+from engine.loading.edits import parse_set
 from engine.progress import READING, WEIGHTS, Cancelled, listening, report
 from tinyllm_tui import cli
-from tinyllm_tui.app import DebuggerApp
-from tinyllm_tui.loading_screen import Loading, LoadingScreen, Opening
-from tinyllm_tui.main_screen import DebuggerScreen
-from tinyllm_tui.widgets.dialogs import ChoiceScreen
+from tinyllm_tui.tui.app import DebuggerApp
+from tinyllm_tui.tui.loading_screen import Loading, LoadingScreen, Opening
+from tinyllm_tui.tui.main_screen import DebuggerScreen
+from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen
 
 BAD = ROOT / "tests" / "data" / "bad" / "duplicate_key.yaml"
 LAYERS = 2
@@ -104,8 +104,8 @@ async def test_the_bar_follows_the_yaml_then_the_tensors_then_step_0(inline_mode
             resume.wait(5)
             resume.clear()
 
-    monkeypatch.setattr(engine.document, "report", holding)
-    monkeypatch.setattr(engine.scenario, "report", holding)
+    monkeypatch.setattr(engine.loading.document, "report", holding)
+    monkeypatch.setattr(engine.loading.scenario_file, "report", holding)
     size = inline_model.stat().st_size
     app = app_on(loading(inline_model))
     async with app.run_test(size=(100, 30)) as pilot:

@@ -13,7 +13,7 @@ from conftest import ROOT, SCENARIOS, SEEDS
 from engine import Session, Status, load_scenario, make_backend, to_host
 from engine import ops
 from engine.decoding import _filter
-from engine.history import round_summaries
+from tinyllm_tui.debugger.history import round_summaries
 from engine.spec import DecodeRule
 from extract_a5 import extract as extract_a5
 

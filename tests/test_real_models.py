@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine import Session, make_backend, to_host
-from engine.checkpoints import load_checkpoint
+from engine.loading.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "tests" / "fixtures" / "real"

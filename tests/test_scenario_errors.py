@@ -13,9 +13,9 @@ from conftest import X01
 from typer.testing import CliRunner
 
 from engine import load_scenario_text
-from engine.expect import EXPECT_KEYS
+from engine.compare.expect import EXPECT_KEYS
 from engine.parameters import name_parts, parameter_shapes
-from engine.scenario import (DECODE_KEYS, DROPOUT_KEYS, FFN_KEYS, MODEL_KEYS, NORM_KEYS, REQUEST_KEYS, TOP_KEYS,
+from engine.loading.scenario_file import (DECODE_KEYS, DROPOUT_KEYS, FFN_KEYS, MODEL_KEYS, NORM_KEYS, REQUEST_KEYS, TOP_KEYS,
                              VOCAB_KEYS)
 from engine.spec import ModelSpec, NormSpec
 from tinyllm_tui.cli import app

@@ -5,10 +5,10 @@ from __future__ import annotations
 from conftest import X01
 
 from engine import Session, load_scenario
-from engine.check import check_scenario
-from engine.diff import OpDiff, diff_scenario
-from engine.history import round_summaries
-from engine.summaries import (diff_cell, diff_summary, expect_summary, op_title, request_results, round_line,
+from engine.compare.check import check_scenario
+from engine.compare.diff import OpDiff, diff_scenario
+from tinyllm_tui.debugger.history import round_summaries
+from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, op_title, request_results, round_line,
                               shape_text, token_text, where)
 from engine.trace import Phase
 

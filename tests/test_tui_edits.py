@@ -11,8 +11,8 @@ from conftest import ROOT, X01
 from tui_helpers import make_app, matrix_cells, matrix_text, screen_text, settle, state, status
 
 from engine import load_scenario, to_host
-from tinyllm_tui.widgets.dialogs import ChoiceScreen, PromptScreen
-from tinyllm_tui.widgets.weights import CursorMatrix, WeightsScreen
+from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
+from tinyllm_tui.tui.widgets.weights import CursorMatrix, WeightsScreen
 
 from test_edits import head0_pattern_by_hand
 

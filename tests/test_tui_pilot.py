@@ -9,14 +9,14 @@ from textual.widgets import TabbedContent
 from tui_helpers import long_scenario, make_app, matrix_cells, matrix_text, screen_text, settle, state, status
 
 from engine import load_scenario, load_scenario_text, to_host
-from tinyllm_tui.app import DebuggerApp
-from tinyllm_tui.main_screen import DebuggerScreen
-from tinyllm_tui.numbers import format_number
-from tinyllm_tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
-from tinyllm_tui.widgets.diffview import DiffScreen
-from tinyllm_tui.widgets.matrix import MatrixWindow
-from tinyllm_tui.widgets.operators import OperatorList
-from tinyllm_tui.widgets.timeline import Timeline
+from tinyllm_tui.tui.app import DebuggerApp
+from tinyllm_tui.tui.main_screen import DebuggerScreen
+from tinyllm_tui.presentation.numbers import format_number
+from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
+from tinyllm_tui.tui.widgets.diffview import DiffScreen
+from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+from tinyllm_tui.tui.widgets.operators import OperatorList
+from tinyllm_tui.tui.widgets.timeline import Timeline
 
 PATTERN = "blocks.0.attn.hook_pattern"
 
@@ -433,7 +433,7 @@ async def test_your_own_activations_are_marked_cell_by_cell():
     that cell shows ✗ and the title counts the rest as within the tolerance."""
     from test_against import IDS, LLAMA, hand_llama
 
-    from engine.checkpoints import load_checkpoint
+    from engine.loading.checkpoint import load_checkpoint
 
     dump = hand_llama(IDS)
     dump["blocks.1.attn.hook_pattern"] = dump["blocks.1.attn.hook_pattern"].copy()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from tui_helpers import long_scenario, screen_text, settle, state, status
 
-from tinyllm_tui.app import DebuggerApp
+from tinyllm_tui.tui.app import DebuggerApp
 from engine.breakpoints import short_name
-from tinyllm_tui.main_screen import DebuggerScreen
-from tinyllm_tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
-from tinyllm_tui.widgets.diffview import DiffScreen
-from tinyllm_tui.widgets.weights import WeightsScreen
+from tinyllm_tui.tui.main_screen import DebuggerScreen
+from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
+from tinyllm_tui.tui.widgets.diffview import DiffScreen
+from tinyllm_tui.tui.widgets.weights import WeightsScreen
 
 from test_tui_pilot import EVERY_KEY, busy_process, start_a_long_continue  # noqa: F401 (a fixture)
 

@@ -8,7 +8,7 @@ from conftest import SCENARIOS, X01, still
 from textual.widgets import Input
 
 from engine import load_scenario
-from tinyllm_tui.app import DebuggerApp
+from tinyllm_tui.tui.app import DebuggerApp
 
 SIZES = [pytest.param((80, 24), id="80x24"), pytest.param((160, 48), id="160x48")]
 

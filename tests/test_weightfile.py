@@ -14,9 +14,9 @@ from conftest import ROOT, X01
 from safetensors.numpy import save_file
 
 from engine import Session, load_scenario, to_host
-from engine.budget import cache_bytes, estimate, parse_size, step_bytes, weight_bytes
-from engine.document import ScenarioError
-from engine.edits import CellEdit, apply_edit, convert_scenario, save, with_weights
+from engine.loading.budget import cache_bytes, estimate, parse_size, step_bytes, weight_bytes
+from engine.loading.document import ScenarioError
+from engine.loading.edits import CellEdit, apply_edit, convert_scenario, save, with_weights
 from engine.spec import ModelSpec, NormSpec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from textual.app import App
 
-from tinyllm_tui.widgets.matrix import CELL_WIDTH, Labels, MatrixData, MatrixWindow
+from tinyllm_tui.tui.widgets.matrix import CELL_WIDTH, Labels, MatrixData, MatrixWindow
 
 
 class OneMatrix(App):

@@ -8,8 +8,8 @@ from conftest import X01
 from rich.console import Console
 
 from engine import load_scenario
-from tinyllm_tui.app import DebuggerApp
-from tinyllm_tui.widgets.matrix import CELL_WIDTH, MatrixWindow
+from tinyllm_tui.tui.app import DebuggerApp
+from tinyllm_tui.tui.widgets.matrix import CELL_WIDTH, MatrixWindow
 
 
 def make_app(path=X01, **kwargs) -> DebuggerApp:

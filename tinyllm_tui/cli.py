@@ -20,24 +20,24 @@ from typer.core import TyperGroup
 
 from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
-from engine.check import check_scenario
-from engine.diff import diff_scenario, first_divergence
-from engine.expect import Outcome
-from engine.budget import DEFAULT_BUDGET, parse_size, weight_bytes
-from engine.checkpoints import open_model
-from engine.checkpoints.against import compare_activations, load_dump, prefill_states, save_activations
-from engine.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
+from engine.compare.check import check_scenario
+from engine.compare.diff import diff_scenario, first_divergence
+from engine.compare.expect import Outcome
+from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
+from engine.loading import open_model
+from engine.compare.against import compare_activations, load_dump, prefill_states, save_activations
+from engine.loading.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
 from engine.export import json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
-from engine.gradcheck import check_head
+from engine.compare.gradcheck import check_head
 from engine.progress import Cancelled, listening
 from engine.session import INJECTIONS
-from engine.summaries import (diff_cell, diff_summary, expect_summary, loading_progress, matrix_summary,
+from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, loading_progress, matrix_summary,
                               request_results, token_text, where)
 from engine.trace import OpKind, OpState
 
-from .numbers import text_table
+from tinyllm_tui.presentation.numbers import text_table
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -210,8 +210,8 @@ def open_tui(
     array_backend = make_backend(backend, dtype)
     dump = None if against is None else (load_dump(against), tolerance)
     path = file or bundled_x01()
-    from .app import launch  # the UI stack loads only when a TUI is wanted
-    from .loading_screen import Loading, Opening
+    from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
+    from tinyllm_tui.tui.loading_screen import Loading, Opening
 
     def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
         scenario = _load(path, (prompt, ids, max_new_tokens), dtype, max_memory)

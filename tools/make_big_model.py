@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.parameters import name_parts, parameter_shapes  # noqa: E402
 from engine.spec import ModelSpec, NormSpec  # noqa: E402
-from engine.weightfile import write_weights  # noqa: E402
+from engine.loading.weightfile import write_weights  # noqa: E402
 
 
 def spec(d_model: int, layers: int, heads: int, max_positions: int) -> ModelSpec:

@@ -1,0 +1,1 @@
+"""Comparisons: cached vs full recompute (diff), printed tables (expect/check), dumps (against), gradients."""

@@ -1,0 +1,136 @@
+"""Full-vs-cached diff: the cached run beside a run that recomputes the whole prefix.
+
+Rows are aligned by (request, round, operator, layer, head, absolute position);
+columns by index, and they must stand for the same tokens (or features). Extra key columns in one run count as equal only when masked
+(−∞ scores, 0 probabilities), so a cache that holds extra or missing rows shows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.backend import Backend, to_host
+from engine.scenario import Scenario
+from engine.session import Session
+from engine.labels import resolve
+from engine.trace import OpState
+
+TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
+
+Key = tuple[int, int, str, int | None, int | None]
+
+
+@dataclass(frozen=True)
+class OpDiff:
+    step: int  # the cached run's step of this operator (the chunk that differs most)
+    request: int
+    phase: str
+    round: int
+    name: str
+    layer: int | None
+    head: int | None
+    max_abs: float
+    tolerance: float = TOLERANCE
+
+    @property
+    def agrees(self) -> bool:
+        return self.max_abs <= self.tolerance
+
+    def describe(self) -> str:
+        """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf)`."""
+        head = "" if self.head is None else f" head {self.head}"
+        return (f"request {self.request} {self.phase} round {self.round} {self.name}{head} "
+                f"(max |Δ| = {self.max_abs:.3e})")
+
+
+def tolerance_for(dtype) -> float:
+    """TOLERANCE scaled by the dtype's rounding step: float32's summation order alone moves a GPT-2
+    activation by ~1e-6, which is agreement there (float32: 5.4e-4; float64: 1e-12)."""
+    return TOLERANCE * float(np.finfo(dtype).eps / np.finfo(np.float64).eps)
+
+
+def op_key(state: OpState) -> Key:
+    return (state.request, state.round, state.name, state.layer, state.head)
+
+
+def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff]:
+    """Largest |cached − full| per operator of every round, in the cached run's order.
+
+    Both runs are read round by round in step, so only one round of the reference is held.
+    """
+    worst: dict[Key, OpDiff] = {}
+    full_rounds = itertools.groupby(full, key=_round_key)
+    current = next(full_rounds, None)
+    for round_key, states in itertools.groupby(cached, key=_round_key):
+        while current is not None and current[0] < round_key:  # a round only the full run has
+            current = next(full_rounds, None)
+        reference = _reference(current[1]) if current is not None and current[0] == round_key else {}
+        _compare_round(states, reference, worst)
+    return list(worst.values())
+
+
+def _round_key(state: OpState) -> tuple[int, int]:
+    return state.request, state.round
+
+
+def _reference(states: Iterable[OpState]) -> dict[tuple, tuple[Sequence, np.ndarray]]:
+    reference = {}
+    for state in states:
+        values, cols = to_host(state.values), _column_ids(state)
+        for i, position in enumerate(state.positions):
+            reference[(*op_key(state), position)] = (cols, values[i])
+    return reference
+
+
+def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, OpDiff]) -> None:
+    for state in states:
+        values, cols = to_host(state.values), _column_ids(state)
+        largest = max(
+            (_row_diff(cols, values[i], reference.get((*op_key(state), position)))
+             for i, position in enumerate(state.positions)),
+            default=0.0,
+        )
+        key = op_key(state)
+        step = state.step
+        if key in worst and worst[key].max_abs >= largest:  # a chunked prefill runs it once per chunk:
+            largest, step = worst[key].max_abs, worst[key].step  # keep the chunk that differs most
+        worst[key] = OpDiff(step, state.request, state.phase, state.round, state.name, state.layer, state.head, largest,
+                            tolerance_for(values.dtype))
+
+
+def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
+    cached = Session(scenario, backend, mode="cached", inject=inject)
+    full = Session(scenario, backend, mode="full")
+    return diff_runs(cached.steps(), full.steps())
+
+
+def first_divergence(diffs: list[OpDiff]) -> OpDiff | None:
+    return next((d for d in diffs if not d.agrees), None)
+
+
+def _column_ids(state: OpState) -> Sequence:
+    """What each output column stands for: a token (key columns), else its index."""
+    axis = state.output.col_axis
+    return resolve(axis) if isinstance(axis, tuple) else axis.ids()
+
+
+def _row_diff(cols: Sequence, row: np.ndarray, expected) -> float:
+    if expected is None:
+        return math.inf
+    expected_cols, expected_row = expected
+    n = min(len(cols), len(expected_cols))
+    if cols[:n] != expected_cols[:n]:
+        return math.inf
+    extra = np.concatenate([row[n:], expected_row[n:]])
+    if not np.all((extra == 0) | np.isneginf(extra)):
+        return math.inf
+    a, b = row[:n], expected_row[:n]
+    same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities subtract to nan
+    with np.errstate(invalid="ignore"):
+        gaps = np.where(same, 0.0, np.abs(a - b))
+    return float(np.max(gaps, initial=0.0))

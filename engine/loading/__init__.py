@@ -1,0 +1,29 @@
+"""Reading models: scenario files (YAML, weight files), Hugging Face folders and GGUF files.
+
+`open_model` is the one entry point: it dispatches on what the path is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.loading.checkpoint import is_checkpoint, load_checkpoint
+from engine.loading.document import ScenarioError
+from engine.loading.scenario_file import load_scenario, load_scenario_text
+from engine.scenario import Scenario
+
+__all__ = ["Scenario", "ScenarioError", "is_checkpoint", "load_checkpoint", "load_scenario", "load_scenario_text",
+           "open_model"]
+
+
+def open_model(path: str | Path, *, prompt: str | None = None, ids: list[int] | None = None,
+               max_new_tokens: int | None = None, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
+    """A checkpoint or a scenario file, whichever `path` is: the one entry the CLI needs."""
+    if is_checkpoint(path):
+        return load_checkpoint(path, prompt=prompt, ids=ids, max_new_tokens=max_new_tokens or 1, dtype=dtype,
+                               max_memory=max_memory)
+    for option, value in (("--prompt", prompt), ("--ids", ids), ("--max-new-tokens", max_new_tokens)):
+        if value is not None:
+            raise ScenarioError(str(path), None, option, "only a checkpoint (a .gguf file or a folder with "
+                                "config.json) takes it; a scenario file states its own requests")
+    return load_scenario(path, dtype=dtype, max_memory=max_memory)

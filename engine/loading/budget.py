@@ -1,0 +1,105 @@
+"""How much memory a model needs, and the budget it must fit (`--max-memory`).
+
+Estimates count array bytes only (no Python overhead): the weights as the session holds
+them, the KV cache of a request, and the largest single operator output a step records.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import replace
+
+import numpy as np
+
+from engine.loading.document import Node
+from engine.parameters import parameter_shapes
+from engine.spec import ModelSpec
+
+MAX_TENSORS = 100_000  # the largest released models have a few thousand
+UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+
+
+def physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+DEFAULT_BUDGET = physical_memory() // 2
+
+
+def parse_size(text: str) -> int:
+    """`8G`, `512M`, `1.5GiB`, `1000000` (bytes) -> bytes; K, M, G, T are powers of 1024."""
+    match = SIZE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"expected a size such as 8G, 512M or 1.5G, got {text!r}")
+    return int(float(match.group(1)) * UNITS[match.group(2).upper()])
+
+
+def format_size(size: int) -> str:
+    for unit in ("T", "G", "M", "K"):
+        if size >= UNITS[unit]:
+            return f"{size / UNITS[unit]:.1f} {unit}iB"
+    return f"{size} B"
+
+
+def _itemsize(dtype: str) -> int:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # an unknown dtype is the backend's to refuse; estimate as float64
+        return 8
+
+
+def _sizes(spec: ModelSpec, vocab_size: int) -> tuple[list[int], list[int]]:
+    """Element counts of the tensors outside the blocks and of one block's: every block is alike,
+    so nothing here grows with the number of layers a file may claim."""
+    shapes = parameter_shapes(replace(spec, n_layers=1), vocab_size)
+    block = [math.prod(shape) for name, shape in shapes.items() if name.startswith("blocks.")]
+    return [math.prod(shape) for name, shape in shapes.items() if not name.startswith("blocks.")], block
+
+
+def weight_bytes(spec: ModelSpec, vocab_size: int, dtype: str = "float64") -> int:
+    rest, block = _sizes(spec, vocab_size)
+    return (sum(rest) + sum(block) * spec.n_layers) * _itemsize(dtype)
+
+
+def tensor_count(spec: ModelSpec, vocab_size: int) -> int:
+    rest, block = _sizes(spec, vocab_size)
+    return len(rest) + len(block) * spec.n_layers
+
+
+def too_many_tensors(spec: ModelSpec, vocab_size: int) -> str:
+    """Why a model has too many weight tensors to hold (~1 KB of Python objects each), or ""."""
+    count = tensor_count(spec, vocab_size)
+    if count <= MAX_TENSORS:
+        return ""
+    return f"{spec.n_layers} layers make {count} weight tensors, more than the {MAX_TENSORS} this opens"
+
+
+def cache_bytes(spec: ModelSpec, dtype: str, n_tokens: int) -> int:
+    """K and V of every layer for `n_tokens` positions."""
+    return 2 * spec.n_layers * n_tokens * spec.d_attn * _itemsize(dtype)
+
+
+def step_bytes(spec: ModelSpec, vocab_size: int, dtype: str, n_tokens: int) -> int:
+    """The largest operator output a step records: logits, FFN activations or attention scores."""
+    widths = (vocab_size if spec.lm_head else 0, spec.d_ff, spec.d_model, spec.d_attn, n_tokens)
+    return n_tokens * max(widths) * _itemsize(dtype)
+
+
+def estimate(spec: ModelSpec, vocab_size: int, dtype: str, n_tokens: int) -> int:
+    """Bytes for the weights, one request's KV cache and the largest step's output."""
+    return (weight_bytes(spec, vocab_size, dtype) + cache_bytes(spec, dtype, n_tokens)
+            + step_bytes(spec, vocab_size, dtype, n_tokens))
+
+
+def check_budget(node: Node, spec: ModelSpec, vocab_size: int, dtype: str, budget: int) -> None:
+    """Refuse, at the `model:` section, a model whose weights alone exceed the budget."""
+    if too_many_tensors(spec, vocab_size):
+        raise node.get("layers").error(too_many_tensors(spec, vocab_size))
+    need = weight_bytes(spec, vocab_size, dtype)
+    if need > budget:
+        raise node.error(f"the weights alone need about {format_size(need)} as {dtype}, over the memory budget "
+                         f"of {format_size(budget)}; raise it with --max-memory (e.g. --max-memory "
+                         f"{math.ceil(need * 1.5 / UNITS['G'])}G)")

@@ -1,0 +1,141 @@
+"""Real checkpoints as scenarios: Hugging Face folders (llama, qwen2, gpt2, bert) and llama GGUF files.
+
+    scenario = load_checkpoint("SmolLM2-135M-Instruct.Q4_1.gguf", prompt="The capital of France is",
+                               max_new_tokens=6)
+
+The Scenario is the same dataclass a YAML file gives: weights under the engine's parameter
+names, one request (the prompt's ids from the checkpoint's own tokenizer, or ids given
+directly), greedy decoding, and a vocabulary whose entries are each id's text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from engine.loading.budget import DEFAULT_BUDGET, format_size, too_many_tensors, weight_bytes
+from engine.loading.document import ScenarioError
+from engine.parameters import format_shape, parameter_shapes
+from engine.progress import WEIGHTS, report
+from engine.scenario import Scenario
+from engine.spec import DecodeRule, ModelSpec, Request
+from engine.loading import hf
+from engine.loading.gguf_model import GGUFModel
+from engine.loading.tokenizer import encode, gguf_tokenizer, make_vocab
+
+__all__ = ["is_checkpoint", "load_checkpoint"]
+
+DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+def is_checkpoint(path: str | Path) -> bool:
+    """A .gguf file, a folder with config.json, or that config.json itself."""
+    path = Path(path)
+    return path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").exists()) or path.name == "config.json"
+
+
+def load_checkpoint(path: str | Path, *, prompt: str | None = None, ids: list[int] | None = None,
+                    max_new_tokens: int = 1, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
+    """Open a checkpoint with one request: `prompt` tokenized by its own tokenizer, or `ids`.
+
+    Args:
+        dtype: how the weights are kept ("float64" or "float32"); a session's backend
+            computes in its own dtype either way.
+        max_memory: bytes the weights may take as `dtype` (default: half the RAM); a bigger
+            model is refused before any tensor is read.
+    Raises ScenarioError (file, key, what) for anything it cannot honour.
+    """
+    path = Path(path)
+    if path.name == "config.json":
+        path = path.parent
+    budget = (DEFAULT_BUDGET if max_memory is None else max_memory, dtype)
+    if path.suffix != ".gguf" and not (path / "config.json").exists():
+        raise ScenarioError(str(path), None, "", "not a checkpoint: expected a .gguf file or a folder with config.json")
+    try:
+        read = _gguf if path.suffix == ".gguf" else _hf
+        spec, weights, tokenizer, special = read(path, budget)
+    except ScenarioError:
+        raise
+    except Exception as error:  # a truncated or foreign file: gguf, safetensors, json and tokenizers each raise their own
+        raise ScenarioError(str(path), None, "", f"cannot read the checkpoint ({type(error).__name__}: {error})") from None
+    vocab = make_vocab(tokenizer, **special)
+    tokens = _request_ids(path, tokenizer, len(vocab), prompt, ids)
+    limit = max_new_tokens if spec.lm_head else 1
+    if spec.positions == "learned" and len(tokens) + limit - 1 > spec.max_positions:
+        raise ScenarioError(str(path), None, "--max-new-tokens", f"needs {len(tokens) + limit - 1} positions, "
+                            f"the model has {spec.max_positions}")
+    as_dtype = DTYPES[dtype]
+    return Scenario(
+        path=str(path), title=path.stem if path.suffix == ".gguf" else path.name, vocab=vocab, model=spec,
+        weights={name: np.ascontiguousarray(w, dtype=as_dtype) for name, w in weights.items()},
+        requests=(Request(tokens=tokens, max_new_tokens=limit),),
+        decode=DecodeRule(max_new_tokens=limit),
+    )
+
+
+def _request_ids(path: Path, tokenizer: Tokenizer, size: int, prompt: str | None,
+                 ids: list[int] | None) -> tuple[int, ...]:
+    if (prompt is None) == (ids is None):
+        raise ScenarioError(str(path), None, "--prompt/--ids", "give exactly one of a prompt or token ids")
+    tokens = encode(tokenizer, prompt) if ids is None else tuple(ids)
+    bad = [t for t in tokens if not 0 <= t < size]
+    if bad:
+        raise ScenarioError(str(path), None, "--ids", f"token id {bad[0]} is out of range 0..{size - 1}")
+    if not tokens:
+        raise ScenarioError(str(path), None, "--prompt", "the prompt gives no tokens")
+    return tokens
+
+
+def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[int, str]) -> dict[str, np.ndarray]:
+    """Every parameter the spec needs, read by `read(name)`, with its shape checked."""
+    limit, dtype = budget
+    if too_many_tensors(spec, vocab_size):
+        raise ScenarioError(str(path), None, "layers", too_many_tensors(spec, vocab_size))
+    need = weight_bytes(spec, vocab_size, dtype)
+    if need > limit:
+        raise ScenarioError(str(path), None, "--max-memory", f"the weights need {format_size(need)} as {dtype}, "
+                            f"more than the budget of {format_size(limit)}")
+    weights, shapes = {}, parameter_shapes(spec, vocab_size)
+    for done, (name, shape) in enumerate(shapes.items(), 1):
+        weights[name] = read(name)
+        if not np.issubdtype(weights[name].dtype, np.floating):
+            raise ScenarioError(str(path), None, name, f"expected floating-point numbers, the checkpoint gives "
+                                f"{weights[name].dtype}")
+        if tuple(weights[name].shape) != shape:
+            raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]), "
+                                f"the checkpoint gives {format_shape(weights[name].shape)}")
+        report(WEIGHTS, done, len(shapes))
+    return weights
+
+
+def _gguf(path: Path, budget: tuple[int, str]):
+    model = GGUFModel(path)
+    spec = model.spec()
+    tokenizer = gguf_tokenizer(model.meta, model.error)
+    special = {"eos": model.meta.get("tokenizer.ggml.eos_token_id"), "pad": None}
+    size = len(model.meta["tokenizer.ggml.tokens"])
+    return spec, _checked(path, spec, size, lambda name: model.weight(name, spec), budget), tokenizer, special
+
+
+def _hf(folder: Path, budget: tuple[int, str]):
+    arch, spec, config = hf.read_spec(folder)
+    tokenizer_file = folder / "tokenizer.json"
+    if not tokenizer_file.exists():
+        raise ScenarioError(str(folder), None, "tokenizer.json", "missing (needed to turn text into ids)")
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    except Exception as error:  # tokenizers raises a bare Exception for any unreadable file
+        raise ScenarioError(str(tokenizer_file), None, "", f"not a readable tokenizer ({error})") from None
+    tokenizer.no_padding()
+    with hf.Tensors(folder) as get:
+        weights = _checked(folder, spec, config["vocab_size"], lambda name: hf.engine_weight(arch, spec, name, get),
+                           budget)
+    special = {"eos": _single(config.get("eos_token_id")) if spec.lm_head else None,
+               "pad": None if spec.lm_head else _single(config.get("pad_token_id"))}
+    return spec, weights, tokenizer, special
+
+
+def _single(value) -> int | None:
+    return value[0] if isinstance(value, list) and value else value

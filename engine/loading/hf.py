@@ -1,0 +1,282 @@
+"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, gpt2 and bert.
+
+config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
+(linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
+weights are already [in, out] and its fused `c_attn` is split into q | k | v).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors import safe_open
+
+from engine.loading.document import ScenarioError, read_text
+from engine.spec import ModelSpec, NormSpec
+
+ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert")
+PREFIXES = ("", "model.", "transformer.", "bert.")
+MAX_SIZE = 2**31  # a width, depth or count beyond this is a corrupt config, not a model
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "tanh": "tanh"}
+
+
+class ConfigError(ScenarioError):
+    def __init__(self, file: Path, key: str, message: str):
+        super().__init__(str(file), None, key, message)
+
+
+# -- config.json -> ModelSpec ---------------------------------------------------------------
+def read_spec(folder: Path) -> tuple[str, ModelSpec, dict]:
+    file = folder / "config.json"
+    try:
+        text = read_text(file)  # at most 64 MiB read; its own error if not UTF-8
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(file, "", f"not a readable JSON file ({error})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(file, "", "expected a JSON object of settings")
+    arch = config.get("model_type")
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
+    spec = {"llama": _llama, "qwen2": _llama, "gpt2": _gpt2, "bert": _bert}[arch](config, file)
+    vocab_size = _get(config, "vocab_size", file)
+    for key in ("eos_token_id", "pad_token_id"):
+        special = config.get(key)
+        ids = special if isinstance(special, list) else [special]
+        if any(i is not None and (isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size)
+               for i in ids):
+            raise ConfigError(file, key, f"expected a token id in 0..{vocab_size - 1} (or null), got {special!r}")
+    return arch, spec, config
+
+
+def _get(config: dict, key: str, file: Path, default=None):
+    """A size (an integer ≥ 1), the only kind of value the architectures read with `get`."""
+    if key not in config and default is None:
+        raise ConfigError(file, key, "missing")
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(file, key, f"expected an integer ≥ 1, got {value!r}")
+    if value > MAX_SIZE:
+        raise ConfigError(file, key, f"{value} is beyond any model this opens (at most {MAX_SIZE})")
+    return value
+
+
+def _eps(config: dict, key: str, file: Path, default: float) -> float:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ConfigError(file, key, f"expected a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _heads(file: Path, d: int, heads: int, kv_heads: int, key: str = "num_attention_heads") -> None:
+    if d % heads:
+        raise ConfigError(file, key, f"{heads} heads do not divide the width {d}")
+    if heads % kv_heads:
+        raise ConfigError(file, "num_key_value_heads", f"{kv_heads} key/value heads do not divide {heads} heads")
+
+
+def _llama(config: dict, file: Path) -> ModelSpec:
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    if config.get("hidden_act", "silu") != "silu":
+        raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
+    if config.get("use_sliding_window"):
+        raise ConfigError(file, "use_sliding_window", "sliding-window attention is not supported")
+    heads, d = get("num_attention_heads"), get("hidden_size")
+    kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
+    head_dim = get("head_dim") if config.get("head_dim") is not None else None
+    _heads(file, head_dim * heads if head_dim else d, heads, kv_heads)
+    if config.get("model_type") == "qwen2":
+        biases = ("q", "k", "v")
+    else:
+        biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
+            ("mlp",) if config.get("mlp_bias") else ())
+    return ModelSpec(
+        d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads,
+        d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
+        norm=NormSpec("rmsnorm", "pre", _eps(config, "rms_norm_eps", file, 1e-6), affine=True), final_norm=True,
+        ffn="gated_silu", positions="rope", max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
+        biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", False)),
+        kv_heads=kv_heads, rope_theta=_rope_theta(config, file),
+    )
+
+
+def _rope_theta(config: dict, file: Path) -> float:
+    """theta from `rope_parameters` (transformers 5) or the older top-level `rope_theta`;
+    any RoPE scaling type is refused rather than silently ignored."""
+    params = config.get("rope_parameters") or {}
+    scaling = config.get("rope_scaling") or {}
+    for key, table in (("rope_parameters.rope_type", params), ("rope_scaling.rope_type", scaling)):
+        if not isinstance(table, dict):
+            raise ConfigError(file, key.partition(".")[0], f"expected a JSON object, got {table!r}")
+        kind = table.get("rope_type", table.get("type", "default"))
+        if kind != "default":
+            raise ConfigError(file, key, f"RoPE scaling type {kind!r} is not supported (only 'default')")
+    if config.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
+    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
+        raise ConfigError(file, "rope_theta", f"expected a number > 1, got {theta!r}")
+    return float(theta)
+
+
+def _activation(config: dict, key: str, file: Path, default: str) -> str:
+    name = config.get(key, default)
+    if not isinstance(name, str) or name not in ACTIVATIONS:
+        raise ConfigError(file, key, f"unsupported activation {name!r} (supported: {', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[name]
+
+
+def _gpt2(config: dict, file: Path) -> ModelSpec:
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    for key, ok in (("scale_attn_by_inverse_layer_idx", False), ("scale_attn_weights", True),
+                    ("add_cross_attention", False)):
+        if config.get(key, ok) != ok:
+            raise ConfigError(file, key, f"only {str(ok).lower()} is supported")
+    d, heads = get("n_embd"), get("n_head")
+    _heads(file, d, heads, heads, "n_head")
+    return ModelSpec(
+        d_model=d, n_layers=get("n_layer"), n_heads=heads, d_head=d // heads,
+        d_ff=get("n_inner") if config.get("n_inner") is not None else 4 * d,
+        norm=NormSpec("layernorm", "pre", _eps(config, "layer_norm_epsilon", file, 1e-5), affine=True), final_norm=True,
+        ffn=_activation(config, "activation_function", file, "gelu_new"), positions="learned",
+        max_positions=get("n_positions"), bias=True, tied_unembed=bool(config.get("tie_word_embeddings", True)),
+    )
+
+
+def _bert(config: dict, file: Path) -> ModelSpec:
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    if config.get("position_embedding_type", "absolute") != "absolute":
+        raise ConfigError(file, "position_embedding_type", "only 'absolute' positions are supported")
+    if config.get("is_decoder"):
+        raise ConfigError(file, "is_decoder", "BERT as a decoder is not supported")
+    d, heads = get("hidden_size"), get("num_attention_heads")
+    _heads(file, d, heads, heads)
+    return ModelSpec(
+        d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads, d_head=d // heads,
+        d_ff=get("intermediate_size"),
+        norm=NormSpec("layernorm", "post", _eps(config, "layer_norm_eps", file, 1e-12), affine=True), final_norm=False,
+        ffn=_activation(config, "hidden_act", file, "gelu"), positions="learned",
+        max_positions=get("max_position_embeddings"), bias=True, causal=False, lm_head=False,
+        type_vocab=get("type_vocab_size", 2), embed_norm=True,
+    )
+
+
+# -- tensors ---------------------------------------------------------------------------------
+def tensor_files(folder: Path) -> dict[str, Path]:
+    """Each tensor name -> the safetensors file holding it (one file or a sharded index)."""
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: folder / shard for name, shard in weight_map.items()}
+    single = folder / "model.safetensors"
+    if not single.exists():
+        raise ScenarioError(str(folder), None, "", "no model.safetensors or model.safetensors.index.json "
+                            "(pickled .bin checkpoints are never loaded)")
+    with safe_open(single, framework="numpy") as handle:
+        return {name: single for name in handle.keys()}
+
+
+class Tensors:
+    """A folder's tensors by name, whatever prefix its files give them (`model.`, `transformer.`,
+    `bert.` or none); use as a context manager (the files stay open while reading)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.files = folder, tensor_files(folder)
+        self._stack = ExitStack()
+        self._handles: dict[Path, Any] = {}
+
+    def __enter__(self) -> Tensors:
+        for file in set(self.files.values()):
+            self._handles[file] = self._stack.enter_context(safe_open(file, framework="numpy"))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def __call__(self, key: str) -> np.ndarray:
+        for prefix in PREFIXES:
+            name = prefix + key
+            if name in self.files:
+                handle = self._handles[self.files[name]]
+                if handle.get_slice(name).get_dtype() == "BF16":
+                    return _bf16(self.files[name], name)
+                return handle.get_tensor(name)
+        raise ScenarioError(str(self.folder), None, key, "tensor missing from the checkpoint")
+
+
+def _bf16(file: Path, name: str) -> np.ndarray:
+    """NumPy has no bfloat16: its 16 bits are the top half of a float32."""
+    with open(file, "rb") as handle:
+        size = struct.unpack("<Q", handle.read(8))[0]
+        entry = json.loads(handle.read(size))[name]
+        start, end = entry["data_offsets"]
+        handle.seek(8 + size + start)
+        raw = np.frombuffer(handle.read(end - start), dtype="<u2")
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+
+
+Getter = Callable[[str], np.ndarray]
+
+
+FIXED = {  # engine parameter -> tensor, outside the blocks
+    "llama": {"embed": "embed_tokens.weight", "ln_final.w": "norm.weight"},
+    "gpt2": {"embed": "wte.weight", "pos_embed": "wpe.weight", "ln_final.w": "ln_f.weight", "ln_final.b": "ln_f.bias"},
+    "bert": {"embed": "embeddings.word_embeddings.weight", "pos_embed": "embeddings.position_embeddings.weight",
+             "type_embed": "embeddings.token_type_embeddings.weight", "ln_embed.w": "embeddings.LayerNorm.weight",
+             "ln_embed.b": "embeddings.LayerNorm.bias"},
+}
+
+
+def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndarray:
+    """The engine parameter `name`, read through `get(hf_name)`."""
+    family = "llama" if arch == "qwen2" else arch
+    if name in FIXED[family]:
+        return get(FIXED[family][name])
+    if name == "unembed":
+        return _linear(get, "lm_head.weight")
+    _, layer, part, leaf = name.split(".")
+    return {"llama": _llama_block, "gpt2": _gpt2_block, "bert": _bert_block}[family](layer, part, leaf, spec, get)
+
+
+def _linear(get: Getter, key: str) -> np.ndarray:
+    return get(key).T
+
+
+def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    base = f"layers.{layer}"
+    if part.startswith("ln"):
+        return get(f"{base}.{'input_layernorm' if part == 'ln1' else 'post_attention_layernorm'}.weight")
+    module = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+              "_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"}[leaf[1:]]
+    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
+
+
+def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    base = f"h.{layer}"
+    if part.startswith("ln"):
+        return get(f"{base}.ln_{part[-1]}.{'weight' if leaf == 'w' else 'bias'}")
+    kind = "weight" if leaf.startswith("w") else "bias"
+    if leaf[1:] in ("q", "k", "v"):  # c_attn holds q | k | v side by side
+        fused = get(f"{base}.attn.c_attn.{kind}")
+        third = "qkv".index(leaf[1]) * spec.d_model
+        return fused[..., third:third + spec.d_model]
+    module = {"o": "attn.c_proj", "_in": "mlp.c_fc", "_out": "mlp.c_proj"}[leaf[1:]]
+    return get(f"{base}.{module}.{kind}")
+
+
+def _bert_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    base = f"encoder.layer.{layer}"
+    if part.startswith("ln"):
+        norm = "attention.output.LayerNorm" if part == "ln1" else "output.LayerNorm"
+        return get(f"{base}.{norm}.{'weight' if leaf == 'w' else 'bias'}")
+    module = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+              "o": "attention.output.dense", "_in": "intermediate.dense", "_out": "output.dense"}[leaf[1:]]
+    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")

@@ -1,0 +1,430 @@
+"""Load and check a scenario file: vocabulary, model, weights, requests, decode rule.
+
+A scenario may instead name a checkpoint (`checkpoint: PATH`), which gives the vocabulary,
+model and weights; the file still states its requests, decode rule, breakpoints and expectations.
+
+The scenario's text is kept beside the checked values so that edited weights can later
+be written back with the user's comments and layout intact (`engine.loading.edits`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache, cached_property
+from pathlib import Path
+
+import numpy as np
+
+from engine.breakpoints import BreakpointError, parse_breakpoint
+from engine.loading.checkpoint import is_checkpoint, load_checkpoint
+from engine.loading.budget import DEFAULT_BUDGET, check_budget
+from engine.loading.document import Node, ScenarioError, parse, read_text
+from engine.compare.expect import Expectation, parse_expectations
+from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
+from engine.progress import WEIGHTS, report
+from engine.spec import (
+    DECODE_RULES,
+    FFN_KINDS,
+    NORM_KINDS,
+    NORM_PLACEMENTS,
+    POSITION_SCHEMES,
+    DecodeRule,
+    ModelSpec,
+    NormSpec,
+    Request,
+    Vocab,
+)
+from engine.loading.weightfile import read_weights
+from engine.scenario import Scenario
+
+__all__ = ["ScenarioError", "load_scenario", "load_scenario_text"]
+
+TOP_KEYS = {"title", "checkpoint", "vocab", "model", "weights", "requests", "decode", "breakpoints", "expect"}
+INLINE_MODEL_KEYS = ("vocab", "model", "weights")  # what `checkpoint:` replaces
+Encoder = Callable[[str], tuple[int, ...]]  # text -> ids, by a checkpoint's own tokenizer
+
+
+def load_scenario(path: str | Path, *, max_memory: int | None = None, dtype: str = "float64") -> Scenario:
+    """Read and check a scenario; a model whose weights alone exceed `max_memory` bytes
+    (default: `budget.DEFAULT_BUDGET`) as `dtype` is refused before any weight is read."""
+    path = Path(path)
+    return _build(read_text(path), str(path), max_memory, dtype)
+
+
+def load_scenario_text(text: str, file: str = "<text>", *, max_memory: int | None = None,
+                       dtype: str = "float64") -> Scenario:
+    return _build(text, file, max_memory, dtype)
+
+
+def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario:
+    root = Node(parse(text, file), "", 1, file)
+    from_checkpoint = root.has("checkpoint")
+    root.mapping(TOP_KEYS, {"requests", *(() if from_checkpoint else INLINE_MODEL_KEYS)})
+    if from_checkpoint:
+        base, encoder = _checkpoint(root, max_memory, dtype)
+        vocab, model, weights, source = base.vocab, base.model, base.weights, None
+    else:
+        vocab, model, weights, source = _inline(root, max_memory, dtype)
+        encoder = None
+    decode = _decode(root.get("decode"), vocab) if root.has("decode") else DecodeRule()
+    return Scenario(
+        path=file,
+        title=root.get("title").text() if root.has("title") else Path(file).stem,
+        vocab=vocab,
+        model=model,
+        weights=weights,
+        requests=(requests := _requests(root.get("requests"), vocab, decode, model, encoder)),
+        decode=decode,
+        expect=parse_expectations(root.get("expect"), requests, model) if root.has("expect") else (),
+        breakpoints=_breakpoints(root.get("breakpoints")) if root.has("breakpoints") else (),
+        document=None if from_checkpoint else text,  # no inline weights to write edits back into
+        weights_source=source,
+    )
+
+
+def _inline(root: Node, max_memory: int | None,
+            dtype: str) -> tuple[Vocab, ModelSpec, dict[str, np.ndarray], WeightSource | None]:
+    vocab = _vocab(root.get("vocab"))
+    model = _model(root.get("model"))
+    check_budget(root.get("model"), model, len(vocab), dtype, DEFAULT_BUDGET if max_memory is None else max_memory)
+    weights, source = _weights(root.get("weights"), parameter_shapes(model, len(vocab)))
+    return vocab, model, weights, source
+
+
+def _breakpoints(node: Node) -> tuple[str, ...]:
+    texts = []
+    for item in node.items():
+        try:
+            texts.append(parse_breakpoint(item.text()).text)
+        except BreakpointError as error:
+            raise item.error(str(error)) from None
+    return tuple(texts)
+
+
+# -- checkpoint -----------------------------------------------------------------
+def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenario, Encoder]:
+    """Vocabulary, model and weights from the checkpoint that `checkpoint:` names (relative to this file)."""
+    for key in INLINE_MODEL_KEYS:
+        if root.has(key):
+            raise root.get(key).error("a scenario with a checkpoint takes its vocab, model and weights from it; "
+                                      f"remove {key} or checkpoint")
+    node = root.get("checkpoint")
+    path = Path(node.file).parent / Path(node.text()).expanduser()
+    if not path.exists():
+        raise node.error(f"no checkpoint {str(path)!r}")
+    if not is_checkpoint(path):
+        raise node.error(f"{str(path)!r} is not a checkpoint: expected a .gguf file or a folder with config.json")
+    base = load_checkpoint(path, ids=[0], dtype=dtype, max_memory=max_memory)  # the requests come from this file
+    return base, _encoder(Path(base.path))
+
+
+def _encoder(path: Path) -> Encoder:
+    """The checkpoint's tokenizer, read on the first `text:` request (load_checkpoint has checked it)."""
+
+    @cache
+    def tokenizer():
+        from tokenizers import Tokenizer
+
+        from engine.loading.gguf_model import GGUFModel
+        from engine.loading.tokenizer import gguf_tokenizer
+
+        if path.suffix == ".gguf":
+            model = GGUFModel(path)
+            return gguf_tokenizer(model.meta, model.error)
+        loaded = Tokenizer.from_file(str(path / "tokenizer.json"))
+        loaded.no_padding()
+        return loaded
+
+    return lambda text: tuple(tokenizer().encode(text).ids)
+
+
+# -- vocabulary -----------------------------------------------------------------
+VOCAB_KEYS = {"tokens", "pad", "eos"}
+
+
+def _vocab(node: Node) -> Vocab:
+    node.mapping(VOCAB_KEYS, {"tokens"})
+    listed = node.get("tokens")
+    tokens = listed.texts() or tuple(item.text() for item in listed.items())
+    if len(set(tokens)) != len(tokens):
+        seen: set[str] = set()
+        item = next(item for item, token in zip(listed.items(), tokens) if token in seen or seen.add(token))
+        raise item.error(f"token {item.value!r} appears twice")
+    if not tokens:
+        raise listed.error("the vocabulary is empty")
+    vocab = Vocab(tokens)
+    special = {key: _token_id(node.get(key), vocab) for key in ("pad", "eos") if node.has(key)}
+    return Vocab(tokens, **special)
+
+
+def _token_id(node: Node, vocab: Vocab) -> int:
+    """A token given as its text (`爱`) or its id (`2`)."""
+    if isinstance(node.value, int) and not isinstance(node.value, bool):
+        if not 0 <= node.value < len(vocab):
+            raise node.error(f"token id {node.value} is out of range 0..{len(vocab) - 1}")
+        return node.value
+    text = node.text()
+    if text not in vocab.tokens:
+        raise node.error(f"token {text!r} is not in the vocabulary")
+    return vocab.tokens.index(text)
+
+
+# -- model ----------------------------------------------------------------------
+MODEL_KEYS = {
+    "d_model", "layers", "heads", "d_head", "norm", "final_norm", "positions",
+    "max_positions", "ffn", "bias", "tied_unembed", "causal", "lm_head", "dropout",
+}
+
+
+NORM_KEYS = {"kind", "placement", "eps", "affine"}
+FFN_KEYS = {"kind", "d_ff"}
+DROPOUT_KEYS = {"rate", "seed", "training"}
+
+
+def _model(node: Node) -> ModelSpec:
+    node.mapping(MODEL_KEYS, {"d_model", "layers", "heads", "ffn"})
+    d_model = node.get("d_model").integer(minimum=1)
+    heads_node = node.get("heads")
+    heads = heads_node.integer(minimum=1)
+    if node.has("d_head"):
+        d_head = node.get("d_head").integer(minimum=1)
+    elif d_model % heads:
+        raise heads_node.error(f"{heads} heads do not divide d_model {d_model}")
+    else:
+        d_head = d_model // heads
+    norm = _norm(node.get("norm")) if node.has("norm") else NormSpec()
+    positions = node.get("positions").choice(POSITION_SCHEMES) if node.has("positions") else "none"
+    if positions == "learned" and not node.has("max_positions"):
+        raise node.error("missing required key 'max_positions' for learned positions")
+    ffn_node = node.get("ffn").mapping(FFN_KEYS, FFN_KEYS)
+    return ModelSpec(
+        d_model=d_model,
+        n_layers=node.get("layers").integer(minimum=1),
+        n_heads=heads,
+        d_head=d_head,
+        d_ff=ffn_node.get("d_ff").integer(minimum=1),
+        norm=norm,
+        final_norm=_flag(node, "final_norm", norm.kind != "none"),
+        ffn=ffn_node.get("kind").choice(FFN_KINDS),
+        positions=positions,
+        max_positions=node.get("max_positions").integer(minimum=1) if node.has("max_positions") else 0,
+        bias=_flag(node, "bias", False),
+        tied_unembed=_flag(node, "tied_unembed", True),
+        causal=_flag(node, "causal", True),
+        lm_head=_flag(node, "lm_head", True),
+        **(_dropout(node.get("dropout")) if node.has("dropout") else {}),
+    )
+
+
+def _dropout(node: Node) -> dict:
+    """`dropout: {rate: 0.1, seed: 0, training: true}`: off unless training is true."""
+    node.mapping(DROPOUT_KEYS, {"rate"})
+    rate = node.get("rate").number()
+    if not 0 <= rate < 1:
+        raise node.get("rate").error(f"expected a rate in [0, 1), got {rate}")
+    return {
+        "dropout": rate,
+        "dropout_seed": node.get("seed").integer(minimum=0) if node.has("seed") else 0,
+        "training": _flag(node, "training", False),
+    }
+
+
+def _norm(node: Node) -> NormSpec:
+    node.mapping(NORM_KEYS, {"kind"})
+    eps = node.get("eps").number() if node.has("eps") else NormSpec.eps
+    if eps < 0:
+        raise node.get("eps").error(f"expected eps ≥ 0, got {eps}")
+    return NormSpec(
+        kind=node.get("kind").choice(NORM_KINDS),
+        placement=node.get("placement").choice(NORM_PLACEMENTS) if node.has("placement") else "pre",
+        eps=eps,
+        affine=_flag(node, "affine", False),
+    )
+
+
+def _flag(node: Node, key: str, default: bool) -> bool:
+    return node.get(key).boolean() if node.has(key) else default
+
+
+# -- weights --------------------------------------------------------------------
+def _weights(node: Node, shapes: dict[str, Shape]) -> tuple[dict[str, np.ndarray], WeightSource | None]:
+    """Inline (the document's own layout) or from the file that `weights: {file: …}` names."""
+    if node.is_mapping and node.has("file"):
+        node.mapping({"file"})
+        name = node.get("file")
+        path = Path(node.file).parent / name.text()
+        if not path.is_file():
+            raise name.error(f"no weight file {str(path)!r}")
+        source = read_weights(path, shapes)
+        return dict(source.arrays), source
+    _check_layout(node, _layout(shapes))
+    weights = {}
+    for done, (name, shape) in enumerate(shapes.items(), 1):
+        leaf = node
+        for part in name_parts(name):
+            leaf = leaf.items()[part] if isinstance(part, int) else leaf.get(part)
+        weights[name] = parse_tensor(leaf, shape)
+        report(WEIGHTS, done, len(shapes))
+    return weights, None
+
+
+def _layout(shapes: dict[str, Shape]) -> dict:
+    """Nest parameter names into the shape the document must have ({"blocks": {0: {...}}})."""
+    tree: dict = {}
+    for name in shapes:
+        *parents, leaf = name_parts(name)
+        branch = tree
+        for part in parents:
+            branch = branch.setdefault(part, {})
+        branch[leaf] = name
+    return tree
+
+
+def _check_layout(node: Node, tree: dict) -> None:
+    """Every mapping and list holds exactly the keys and items the model needs."""
+    if all(isinstance(key, int) for key in tree):
+        items = node.items()
+        if len(items) != len(tree):
+            raise node.error(f"expected {len(tree)} entries (one per layer), got {len(items)}")
+        for i, item in enumerate(items):
+            _check_layout(item, tree[i])
+        return
+    node.mapping(set(tree), set(tree))
+    for key, sub in tree.items():
+        if isinstance(sub, dict):
+            _check_layout(node.get(key), sub)
+
+
+def parse_tensor(node: Node, shape: Shape) -> np.ndarray:
+    """A vector or matrix written out, or a shorthand: identity, zeros, ones, {scale: s}."""
+    if isinstance(node.value, str):
+        return _shorthand(node, node.value, shape)
+    if node.is_mapping:
+        node.mapping({"scale"}, {"scale"})
+        return _shorthand(node, "identity", shape) * node.get("scale").number()
+    array = node.numbers(len(shape))
+    if array is not None and array.shape == shape:
+        return array
+    rows = node.items()
+    cells = [rows] if len(shape) == 1 else [row.items() for row in rows]
+    widths = {len(row) for row in cells}
+    got = (len(rows),) if len(shape) == 1 else (len(rows), *sorted(widths - {shape[1]} or widths))
+    if got != shape:
+        bad_row = next((row for row, n in zip(rows, map(len, cells)) if len(shape) == 2 and n != shape[1]), node)
+        where = Node(node.raw, node.path, bad_row.line, node.file)  # the matrix, at its first wrong row
+        raise where.error(f"expected {format_shape(shape)}, got {format_shape(got)}")
+    numbers = [[cell.number() for cell in row] for row in cells]
+    return np.array(numbers[0] if len(shape) == 1 else numbers, dtype=np.float64)
+
+
+def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
+    if word == "zeros":
+        return np.zeros(shape)
+    if word == "ones":
+        return np.ones(shape)
+    if word == "identity":
+        if len(shape) != 2 or shape[0] != shape[1]:
+            raise node.error(f"identity needs a square matrix, this one is {format_shape(shape)}")
+        return np.eye(shape[0])
+    raise node.error(f"expected numbers or one of identity, zeros, ones, {{scale: s}}; got {word!r}")
+
+
+# -- requests and decoding --------------------------------------------------------
+PROMPT_KEYS = ("tokens", "ids", "text")  # exactly one per request
+REQUEST_KEYS = {*PROMPT_KEYS, "max_new_tokens", "pad_to", "vectors"}
+
+
+def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec,
+              encoder: Encoder | None) -> tuple[Request, ...]:
+    items = node.items()
+    if not items:
+        raise node.error("expected at least one request")
+    return tuple(_request(item, vocab, decode, model, encoder) for item in items)
+
+
+def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, encoder: Encoder | None) -> Request:
+    item.mapping(REQUEST_KEYS)
+    given = [key for key in PROMPT_KEYS if item.has(key)]
+    if not given:
+        raise item.error("missing required key 'tokens' (or ids, or text with a checkpoint)")
+    if len(given) > 1:
+        raise item.get(given[1]).error(f"give one of {', '.join(PROMPT_KEYS)}, not {' and '.join(given)}")
+    tokens = _prompt(item.get(given[0]), vocab, encoder)
+    if not tokens:
+        raise item.get(given[0]).error("a request needs at least one token")
+    if item.has("pad_to"):
+        tokens = _padded(item.get("pad_to"), tokens, vocab)
+    limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
+    needed = len(tokens) + limit - 1  # the last chosen token is never fed
+    if model.positions == "learned" and needed > model.max_positions:
+        raise item.error(f"needs {needed} positions ({len(tokens)} tokens + {limit - 1} fed back) "
+                         f"but model.max_positions is {model.max_positions}")
+    vectors = None
+    if item.has("vectors"):
+        if model.lm_head:
+            raise item.get("vectors").error("input vectors are for encoders (model.lm_head: false): "
+                                            "a decoder must embed the tokens it generates")
+        array = parse_tensor(item.get("vectors"), (len(tokens), model.d_model))
+        vectors = tuple(tuple(float(x) for x in row) for row in array)
+    return Request(tokens=tokens, max_new_tokens=limit, vectors=vectors)
+
+
+def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...]:
+    """`tokens: [pieces or ids]`, `ids: [ids]`, or `text: "…"` for the checkpoint's tokenizer."""
+    if node.path.endswith(".text"):
+        if encoder is None:
+            raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH); list tokens instead")
+        return encoder(node.text())
+    items = node.items()
+    if node.path.endswith(".ids"):
+        for item in items:
+            item.integer()  # ids only, never a piece's text
+    return tuple(_token_id(item, vocab) for item in items)
+
+
+def _padded(node: Node, tokens: tuple[int, ...], vocab: Vocab) -> tuple[int, ...]:
+    length = node.integer(minimum=1)
+    if vocab.pad is None:
+        raise node.error("pad_to needs a pad token in vocab.pad")
+    if length < len(tokens):
+        raise node.error(f"pad_to {length} is shorter than the request's {len(tokens)} tokens")
+    return tokens + (vocab.pad,) * (length - len(tokens))
+
+
+DECODE_KEYS = {
+    "rule", "forbid", "max_new_tokens", "stop_at_eos", "temperature", "top_k", "top_p", "seed",
+    "prefill_chunk",
+}
+
+
+def _decode(node: Node, vocab: Vocab) -> DecodeRule:
+    node.mapping(DECODE_KEYS)
+    optional = {
+        "max_new_tokens": lambda n: n.integer(minimum=1),
+        "temperature": _positive,
+        "top_k": lambda n: n.integer(minimum=1),
+        "top_p": _probability,
+        "seed": lambda n: n.integer(minimum=0),
+        "prefill_chunk": lambda n: n.integer(minimum=1),
+        "stop_at_eos": Node.boolean,
+        "rule": lambda n: n.choice(DECODE_RULES),
+    }
+    values = {key: read(node.get(key)) for key, read in optional.items() if node.has(key)}
+    if node.has("forbid"):
+        values["forbid"] = tuple(_token_id(item, vocab) for item in node.get("forbid").items())
+    return DecodeRule(**values)
+
+
+def _positive(node: Node) -> float:
+    value = node.number()
+    if value <= 0:
+        raise node.error(f"expected a number > 0, got {value}")
+    return value
+
+
+def _probability(node: Node) -> float:
+    value = node.number()
+    if not 0 < value <= 1:
+        raise node.error(f"expected a number in (0, 1], got {value}")
+    return value

@@ -1,0 +1,171 @@
+"""Weights in a binary file that a scenario names: `weights: {file: model.safetensors}` (or .npz).
+
+Parameter names are the scenario's own (`blocks.0.attn.wq`, matrices [in, out]). safetensors
+files are checked with the `safetensors` library and their tensors memory-mapped read-only
+(an edit copies the one array it changes); npz files are read with `allow_pickle=False`.
+Every problem is one ScenarioError naming the weight file and the tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from engine.loading.document import ScenarioError
+from engine.parameters import Shape, format_shape
+from engine.progress import WEIGHTS, report
+
+SUFFIXES = (".safetensors", ".npz")
+SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}  # bf16: read as bits, widened
+SAMPLE = 1 << 16  # bytes at each end of the file that go into its identity
+
+
+@dataclass(frozen=True)
+class WeightSource:
+    """Where a scenario's weights came from: arrays identical (`is`) to `arrays` are unedited."""
+
+    file: Path
+    identity: str  # hash of size, mtime and the file's first and last bytes, not of every byte
+    arrays: dict[str, np.ndarray]
+
+
+def read_weights(path: Path, shapes: dict[str, Shape]) -> WeightSource:
+    """Every parameter of `shapes` from `path`, checked for presence, floating dtype and shape."""
+    if path.suffix not in SUFFIXES:
+        raise ScenarioError(str(path), None, "", f"expected a {' or '.join(SUFFIXES)} file")
+    read = _read_safetensors if path.suffix == ".safetensors" else _read_npz
+    try:
+        arrays = read(path, shapes)
+        identity = file_identity(path)
+    except OSError as error:
+        raise ScenarioError(str(path), None, "", f"cannot read ({error.strerror or error})") from None
+    return WeightSource(path, identity, arrays)
+
+
+def file_identity(path: Path) -> str:
+    info = path.stat()
+    digest = hashlib.sha256(f"{info.st_size}:{info.st_mtime_ns}".encode())
+    with path.open("rb") as file:
+        digest.update(file.read(SAMPLE))
+        file.seek(max(0, info.st_size - SAMPLE))
+        digest.update(file.read(SAMPLE))
+    return digest.hexdigest()
+
+
+def _check_names(path: Path, names: list[str], shapes: dict[str, Shape]) -> None:
+    missing = [name for name in shapes if name not in names]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ScenarioError(str(path), None, missing[0], f"missing from the weight file{more}")
+    extra = [name for name in names if name not in shapes]
+    if extra:
+        raise ScenarioError(str(path), None, extra[0], "not a parameter of this model "
+                            f"(its {len(shapes)} parameters are named like {next(iter(shapes))})")
+
+
+def _not_float(path: Path, name: str, kind: str) -> ScenarioError:
+    return ScenarioError(str(path), None, name, f"expected floating-point numbers, got {kind}")
+
+
+def _check_shape(path: Path, name: str, shape: Shape, expected: Shape) -> None:
+    if tuple(shape) != expected:
+        raise ScenarioError(str(path), None, name, f"expected {format_shape(expected)}, got {format_shape(shape)}")
+
+
+def _read_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+    try:
+        with safe_open(str(path), framework="numpy") as file:  # validates the header and the offsets
+            names = list(file.keys())
+            _check_names(path, names, shapes)
+            for name in names:
+                tensor = file.get_slice(name)
+                kind = tensor.get_dtype()
+                if kind not in SAFETENSORS_DTYPES:
+                    raise _not_float(path, name, kind)
+                _check_shape(path, name, tensor.get_shape(), shapes[name])
+    except SafetensorError as error:
+        raise ScenarioError(str(path), None, "", f"not a readable safetensors file ({error})") from None
+    return _map_safetensors(path, shapes)
+
+
+def _map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+    """Read-only views into one memory map of the (already validated) file."""
+    with path.open("rb") as file:
+        length = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(length))
+    data = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # plain ndarray views of the map
+    arrays = {}
+    for name, shape in shapes.items():
+        entry = header[name]
+        begin, end = (8 + length + offset for offset in entry["data_offsets"])
+        array = data[begin:end].view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(shape)
+        if entry["dtype"] == "BF16":
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        arrays[name] = array
+    return arrays
+
+
+def _read_npz(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            names = list(archive.files)
+            _check_names(path, names, shapes)
+            for name in shapes:
+                _check_npy_header(path, archive.zip, name, shapes[name])
+            arrays = {}
+            for done, name in enumerate(shapes, 1):  # inflated one by one: a big archive takes seconds
+                arrays[name] = archive[name]
+                report(WEIGHTS, done, len(shapes))
+    except ScenarioError:
+        raise
+    except (ValueError, KeyError, zipfile.BadZipFile, EOFError, zlib.error) as error:
+        raise ScenarioError(str(path), None, "", f"not a readable npz file ({error})") from None
+    return arrays
+
+
+def _check_npy_header(path: Path, archive: zipfile.ZipFile, name: str, expected: Shape) -> None:
+    """dtype and shape from a member's header, before NumPy reserves the memory that shape claims."""
+    with archive.open(f"{name}.npy") as member:
+        version = np.lib.format.read_magic(member)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(member)
+    if not np.issubdtype(dtype, np.floating):
+        raise _not_float(path, name, str(dtype))
+    _check_shape(path, name, shape, expected)
+
+
+# -- writing -----------------------------------------------------------------------------------
+def write_weights(weights: dict[str, np.ndarray], path: Path) -> Path:
+    """Write every array to `path` (.safetensors or .npz, by its suffix), atomically."""
+    path = Path(path)
+    if path.suffix not in SUFFIXES:
+        raise ScenarioError(str(path), None, "", f"a weight file's name ends in {' or '.join(SUFFIXES)}")
+    arrays = {name: np.ascontiguousarray(array) for name, array in weights.items()}
+    if path.suffix == ".safetensors":
+        return atomic_write(path, lambda temporary: save_file(arrays, str(temporary)))
+    return atomic_write(path, lambda temporary: np.savez(temporary, **arrays))
+
+
+def atomic_write(target: Path, write: Callable[[Path], object]) -> Path:
+    """Let `write` fill a temporary file in the target's folder, then rename it over the target."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.chmod(temporary, target.stat().st_mode if target.exists() else 0o644)  # mkstemp makes 0600
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target

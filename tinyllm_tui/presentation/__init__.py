@@ -1,0 +1,1 @@
+"""Words and numbers as people read them, shared by the CLI and the TUI."""

@@ -1,0 +1,130 @@
+"""Plain-text summaries that the command line and the TUI both print, so they say the same thing.
+
+Requests are numbered from 0; tokens are shown as text, never as float ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from engine.backend import to_host
+from engine.loading.budget import format_size
+from engine.compare.diff import TOLERANCE, OpDiff, first_divergence
+from engine.compare.expect import Outcome
+from engine.labels import resolve_some
+from engine.progress import READING
+from engine.spec import Vocab
+from engine.trace import Labelled, OpKind, OpState, RequestResult
+
+ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
+TOP = 5
+VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
+
+ROUND_SEPARATOR = " │ "
+
+
+def where(phase: str, round_: int) -> str:
+    """"prefill" or "decode 2"."""
+    return "prefill" if phase == "prefill" else f"decode {round_}"
+
+
+def op_title(state: OpState) -> str:
+    """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
+    head = "" if state.head is None else f" · head {state.head}"
+    return f"{state.name}{head} · request {state.request} · {where(state.phase, state.round)}"
+
+
+def shape_text(shape: Sequence[int]) -> str:
+    """"3×4"."""
+    return "×".join(str(n) for n in shape)
+
+
+def token_text(vocab: Vocab, ids: Iterable[int]) -> str:
+    """The tokens' texts, separated by spaces: "我 爱 学习"."""
+    return " ".join(vocab.tokens[int(t)] for t in ids)
+
+
+def diff_summary(diffs: list[OpDiff], inject: str | None) -> str:
+    """One line: every operator agrees, or where the cached run first leaves the full recompute."""
+    injected = f" (injected: {inject})" if inject else ""
+    first = first_divergence(diffs)
+    if first is None:
+        tolerance = diffs[0].tolerance if diffs else TOLERANCE
+        return f"✓ cached equals full recompute: every operator within {tolerance:g}{injected}"
+    return f"✗ first divergence: {first.describe()}{injected}"
+
+
+def diff_cell(d: OpDiff) -> str:
+    """The number a diff table shows for one operator; round-off below the tolerance is not shown."""
+    return f"≤ {d.tolerance:g}" if d.agrees else f"{d.max_abs:.3e}"
+
+
+def expect_summary(outcomes: list[Outcome]) -> str:
+    """"45/45 tables agree fully; 332/332 printed cells agree"."""
+    passed = sum(o.passed for o in outcomes)
+    cells = sum(len(o.cells) for o in outcomes)
+    agreeing = sum(o.agreeing for o in outcomes)
+    return f"{passed}/{len(outcomes)} tables agree fully; {agreeing}/{cells} printed cells agree"
+
+
+def round_line(rounds) -> str:
+    """The A.9 table on one line, from engine.history.RoundSummary objects:
+    "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: fed 爱 → cache 4 → chose 爱"."""
+    parts = []
+    for r in rounds:
+        text = f"{where(r.phase, r.round)}: fed {' '.join(r.fed)} → cache {r.cache_length}"
+        text += "" if r.chosen is None else f" → chose {r.chosen}"
+        parts.append(text + (f" ({r.stop})" if r.stop else ""))
+    return ROUND_SEPARATOR.join(parts)
+
+
+def request_results(results: list[RequestResult], vocab: Vocab) -> str:
+    """"request 0 generated 爱 爱 (max_new_tokens); request 1 generated 你 (max_new_tokens)"."""
+    return "; ".join(
+        f"request {i} generated {token_text(vocab, r.generated) if r.generated else 'nothing'} ({r.stop})"
+        for i, r in enumerate(results)
+    )
+
+
+def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
+    """A large matrix in a few lines: shape and range, each end row's argmax, and for
+    logits and probabilities the last row's top tokens with their probabilities."""
+    values = to_host(matrix.values)
+    finite = values[np.isfinite(values)]
+    lines = [f"shape {shape_text(values.shape)} · min {finite.min(initial=np.inf):.6f} · "
+             f"max {finite.max(initial=-np.inf):.6f} · mean {finite.mean() if finite.size else np.nan:.6f}"
+             + (f" · {values.size - finite.size} entries not finite" if finite.size < values.size else "")]
+    n = values.shape[0]
+    rows = sorted({*range(min(ROWS_SUMMARISED, n)), *range(max(n - ROWS_SUMMARISED, 0), n)})
+    best = [int(np.argmax(values[i])) for i in rows]
+    names = zip(resolve_some(matrix.row_axis, rows), resolve_some(matrix.col_axis, best))
+    lines.append("argmax per row: " + ", ".join(f"{row} → {col}" for row, col in names))
+    if kind in VOCAB_KINDS:
+        lines.append(_top_tokens(matrix, n - 1, values[-1], probabilities=kind == OpKind.PROBS))
+    return lines
+
+
+def top_tokens(row: np.ndarray, probabilities: bool, count: int = TOP) -> list[tuple[int, float]]:
+    """The `count` most likely entries of a logits (softmax taken here, −∞ gets 0) or probabilities row."""
+    if not probabilities:
+        row = np.exp(row - np.max(row)) if np.isfinite(np.max(row)) else np.zeros_like(row)
+        row = row / row.sum() if row.sum() > 0 else row
+    count = min(count, row.size)
+    best = np.argpartition(-row, count - 1)[:count]  # a vocabulary row: no need to sort all of it
+    return [(int(t), float(row[t])) for t in best[np.argsort(-row[best], kind="stable")]]
+
+
+def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bool) -> str:
+    top = top_tokens(row, probabilities)
+    names = resolve_some(matrix.col_axis, [t for t, _ in top])
+    label = resolve_some(matrix.row_axis, [index])[0]
+    return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))
+
+
+def loading_progress(stage: str, done: int, total: int) -> str:
+    """An engine.progress report in words."""
+    if stage == READING:
+        return f"reading the YAML: {format_size(done)} of {format_size(total)}"
+    return f"converting the weights: tensor {done} of {total}"

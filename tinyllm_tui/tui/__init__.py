@@ -1,0 +1,1 @@
+"""The Textual app: screens, widgets, styles and message catalogues."""

@@ -1,0 +1,131 @@
+"""Modal screens: help, a one-line prompt, a one-key choice, and the breakpoint list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Input, Static
+
+from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX
+
+from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.widgets.linelist import LineList
+
+WINDOW_KEYS = ("Matrix window: PgUp/PgDn or shift+↑/↓ rows, < > or shift+←/→ columns. "
+               "KV cache: [ ] layer, { } head. Tab moves focus between the operator list and the panels.")
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close")]
+
+    def __init__(self, bindings: list[Binding], lang: str):
+        super().__init__()
+        self._listed, self._lang = bindings, lang
+
+    def compose(self) -> ComposeResult:
+        table = Table(title=tr("Keys", self._lang), title_justify="left", box=None)
+        table.add_column(tr("key", self._lang), style="bold cyan")
+        table.add_column(tr("action", self._lang))
+        for binding in self._listed:
+            keys = ", ".join(self.app.get_key_display(Binding(key.strip(), "")) for key in binding.key.split(","))
+            table.add_row(keys, tr(binding.description, self._lang))
+        with VerticalScroll(id="help"):
+            yield Static(table)
+            yield Static(Text(WINDOW_KEYS))
+            yield Static(Text(tr("Mouse: click an operator in the list to go there; click a tab to switch panels.",
+                                 self._lang)))
+            yield Static(Text(BREAKPOINT_SYNTAX.strip(), style="italic"))
+            yield Static(Text(tr("Esc, q or ? closes this screen.", self._lang), style="dim"))
+
+
+class PromptScreen(ModalScreen[None]):
+    """Asks for one line; `accept` returns an error message (stay open) or None (close)."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Cancel")]
+
+    def __init__(self, question: str, accept: Callable[[str], str | None]):
+        super().__init__()
+        self._question, self._accept = question, accept
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="prompt"):
+            yield Static(self._question)
+            yield Input()
+            yield Static(id="prompt-error")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        error = self._accept(event.value.strip())
+        if error:
+            self.query_one("#prompt-error", Static).update(Text(error, style="bold red"))
+        else:
+            self.dismiss()
+
+
+class ChoiceScreen(ModalScreen[None]):
+    """A question answered with one key; Escape gives the default answer."""
+
+    def __init__(self, question: str, answers: dict[str, str], default: str, then: Callable[[str], None]):
+        """Args:
+        answers: key -> what it does, e.g. {"r": "recompute the cache", "k": "keep the stale cache"}.
+        default: the key Escape stands for.
+        then: called with the answer once the question has closed (whoever opened it may be gone).
+        """
+        super().__init__()
+        self._question, self._answers, self._default, self._then = question, answers, default, then
+        for key in [*answers, "escape"]:  # priority: the app's own keys must not answer for the user
+            self._bindings.bind(key, f"answer({key!r})", priority=True)
+
+    def compose(self) -> ComposeResult:
+        choices = "   ".join(f"[{key}] {text}" for key, text in self._answers.items())
+        with Vertical(id="prompt"):
+            yield Static(Text(self._question, style="bold"))
+            yield Static(Text(f"{choices}   (Esc: {self._answers[self._default]})"))
+
+    def action_answer(self, key: str) -> None:
+        self.dismiss()
+        self._then(self._default if key == "escape" else key)
+
+
+class BreakpointsScreen(ModalScreen[None]):
+    """Every breakpoint; d/Delete removes the highlighted one, C removes all."""
+
+    BINDINGS = [
+        Binding("escape,q,L", "dismiss", "Close"),
+        Binding("d,delete", "remove", "Delete"),
+        Binding("C", "clear", "Clear all"),
+    ]
+
+    def __init__(self, texts: Callable[[], list[str]], remove: Callable[[str], str], clear: Callable[[], str]):
+        """Args: texts lists the breakpoints now; remove and clear change them and say what they did."""
+        super().__init__()
+        self._texts, self._remove, self._clear = texts, remove, clear
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="breakpoints"):
+            yield Static(Text("Breakpoints · d: delete · C: clear all · Esc: close", style="bold"))
+            yield LineList(id="breakpoint-list")
+            yield Static(id="breakpoint-message")
+
+    def on_mount(self) -> None:
+        self._refresh("")
+        self.query_one(LineList).focus()
+
+    def _refresh(self, message: str) -> None:
+        texts = self._texts()
+        lines = tuple((text, Text(f"● {text}")) for text in texts) or ((None, Text("no breakpoints", style="dim")),)
+        listing = self.query_one(LineList)
+        listing.show(lines, listing.highlighted_key if listing.highlighted_key in texts else (texts or [None])[0])
+        self.query_one("#breakpoint-message", Static).update(message)
+
+    def action_remove(self) -> None:
+        key = self.query_one(LineList).highlighted_key
+        self._refresh(self._remove(key) if key is not None else "no breakpoint to delete")
+
+    def action_clear(self) -> None:
+        self._refresh(self._clear())

@@ -106,7 +106,7 @@ def test_progress_goes_to_stderr_only_when_it_is_a_terminal(monkeypatch):
 def test_run_check_and_diff_show_how_far_loading_has_got_on_a_terminal(monkeypatch):
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    cli._prepare(X01, "numpy", "float64")
+    cli._loaded(X01, cli.Options())
     lines = terminal.getvalue().split("\r\033[K")
     size = f"{X01.stat().st_size / 1024:.1f} KiB"
     assert lines[1].startswith(f"loading {X01}: reading the YAML: ") and lines[1].endswith(f" of {size}")

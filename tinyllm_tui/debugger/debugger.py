@@ -467,3 +467,19 @@ class Debugger:
                 for outcome in self.outcomes or ()
                 if outcome.expectation.key == key and outcome.expectation.run == "cached"
                 for cell in outcome.cells if cell.position in rows}
+
+    # -- passes for the CLI --
+    def trace(self) -> Iterator[tuple[OpState, list[str]]]:
+        """Every operator from the cursor to the end of the trace, with the breakpoints that hit it
+        (`hits`, as `continue_` stops on them): `tinyllm-tui run`'s pass over the session.
+
+        Owns the generator, as a continue does, until the trace ends or the caller stops reading."""
+        with self._owned():
+            try:
+                while True:
+                    state = self.history.current
+                    yield state, self.hits(state)
+                    if not self.history.forward():
+                        return
+            finally:
+                self._snapshot()

@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT, SCENARIOS, X01
 from typer.testing import CliRunner
 
+from engine.faults import INJECTIONS
 from engine.gctuning import YOUNG_THRESHOLD
 from tinyllm_tui import cli
 
@@ -203,3 +204,14 @@ def test_open_with_its_output_redirected_writes_only_the_error_line():
     done = subprocess.run([CLI, str(bad)], capture_output=True, timeout=120, check=False)
     assert done.returncode == 2 and done.stdout == b""
     assert done.stderr.decode() == f"tinyllm-tui: error: {bad}:25: model.causal: this key appears twice\n"
+
+
+@pytest.mark.parametrize("bug", list(INJECTIONS))
+def test_an_injected_cache_bug_is_refused_on_an_encoder(bug):
+    """encoder004 runs one prefill and no cached round: no cache bug can change it, so none is accepted."""
+    encoder = SCENARIOS / "encoder004.yaml"
+    for command in ("run", "diff"):
+        result = invoke(command, str(encoder), "--inject", bug)
+        assert result.exit_code == 2 and result.stdout == ""
+        assert result.stderr.startswith(f"tinyllm-tui: error: Invalid value for --inject: bug {bug!r} cannot run on "
+                                        f"{encoder}: ") and len(result.stderr.splitlines()) == 1

@@ -412,8 +412,15 @@ def _decode(node: Node, vocab: Vocab) -> DecodeRule:
     }
     values = {key: read(node.get(key)) for key, read in optional.items() if node.has(key)}
     if node.has("forbid"):
-        values["forbid"] = tuple(_token_id(item, vocab) for item in node.get("forbid").items())
+        values["forbid"] = _forbidden(node.get("forbid"), vocab)
     return DecodeRule(**values)
+
+
+def _forbidden(node: Node, vocab: Vocab) -> tuple[int, ...]:
+    forbid = tuple(_token_id(item, vocab) for item in node.items())
+    if len(set(forbid)) == len(vocab.tokens):
+        raise node.error(f"forbids every one of the {len(vocab.tokens)} tokens: decoding would have none to choose")
+    return forbid
 
 
 def _positive(node: Node) -> float:

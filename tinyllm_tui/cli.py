@@ -24,7 +24,7 @@ import typer
 from typer._click.exceptions import ClickException, UsageError  # Typer >= 0.26 bundles its own Click
 from typer.core import TyperGroup
 
-from engine import BackendError, Scenario, ScenarioError, load_scenario, make_backend, to_host
+from engine import Backend, BackendError, Scenario, ScenarioError, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.compare.against import compare_activations, load_dump, prefill_states, save_activations
 from engine.compare.diff import OpDiff, first_divergence
@@ -191,7 +191,7 @@ def _debugger_args(scenario: Scenario, options: Options) -> dict[str, Any]:
             "budget": history_budget(scenario, options.dtype, _max_memory(options.max_memory))}
 
 
-def _check_flags(options: Options):
+def _check_flags(options: Options) -> Backend:
     """The flags that need no file, checked before any loading; returns the backend."""
     _check_inject(options.inject)
     for text in options.breakpoints or []:
@@ -262,11 +262,11 @@ def open_tui(
         scenario = _load(path, options)
         return Opening(scenario, **_debugger_args(scenario, options))  # --set edits start unsaved: shown, undoable
 
-    if not _on_a_terminal():  # output redirected: load first, so that a bad file's error line comes alone,
-        opening = load()       # before the app writes its first escape code
-        load = lambda: opening  # noqa: E731
+    # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
+    opening = None if _on_a_terminal() else load()
     try:
-        launch(Loading(str(path), load), array_backend, lang=lang, inject=options.inject, against=dump)
+        launch(Loading(str(path), load if opening is None else lambda: opening), array_backend, lang=lang,
+               inject=options.inject, against=dump)
     except Cancelled:
         print("tinyllm-tui: loading cancelled", file=sys.stderr)
         raise typer.Exit(EXIT_CANCELLED) from None

@@ -215,3 +215,18 @@ def test_an_injected_cache_bug_is_refused_on_an_encoder(bug):
         assert result.exit_code == 2 and result.stdout == ""
         assert result.stderr.startswith(f"tinyllm-tui: error: Invalid value for --inject: bug {bug!r} cannot run on "
                                         f"{encoder}: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_the_debuggers_trace_runs_from_the_cursor_to_the_end_and_leaves_the_cursor():
+    from engine import load_scenario
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    debugger = Debugger(load_scenario(X01), breakpoints=["blocks.0.attn.hook_pattern"])
+    debugger.step()
+    debugger.step()
+    passed = list(debugger.trace())
+    steps = [state.step for state, _ in passed]
+    assert steps == list(range(2, 2 + len(steps))) and debugger.history.cursor == 2
+    records = json.loads(invoke("run", str(X01), "--json").output)["records"]
+    assert [state.name for state, _ in passed] == [r["name"] for r in records[2:]]  # to the end of the trace
+    assert [bool(hits) for _, hits in passed] == [s.name == "blocks.0.attn.hook_pattern" for s, _ in passed]

@@ -321,7 +321,7 @@ def run(
     print(request_results(debugger.session.results, vocab))
 
 
-def _printed(debugger: Debugger, only_hits: bool) -> Iterator[tuple[OpState, list[str]]]:
+def _printed(debugger: Debugger, only_hits: bool) -> Iterator[tuple[OpState, tuple[str, ...]]]:
     """The operators `run` prints, with the breakpoints that hit each: every one, or with --break only
     those where a breakpoint hits (where the TUI's continue stops). Says `step N` on a terminal's stderr."""
     progress = _Progress()

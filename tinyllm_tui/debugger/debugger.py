@@ -469,17 +469,14 @@ class Debugger:
                 for cell in outcome.cells if cell.position in rows}
 
     # -- passes for the CLI --
-    def trace(self) -> Iterator[tuple[OpState, list[str]]]:
-        """Every operator from the cursor to the end of the trace, with the breakpoints that hit it
-        (`hits`, as `continue_` stops on them): `tinyllm-tui run`'s pass over the session.
-
-        Owns the generator, as a continue does, until the trace ends or the caller stops reading."""
-        with self._owned():
-            try:
-                while True:
-                    state = self.history.current
-                    yield state, self.hits(state)
-                    if not self.history.forward():
-                        return
-            finally:
-                self._snapshot()
+    def trace(self) -> Iterator[tuple[OpState, tuple[str, ...]]]:
+        """Every operator from the cursor to the end of the trace, with the breakpoints that hit each (`hits`:
+        where a continue stops): `tinyllm-tui run`'s pass. The cursor stays where it is; the generator is
+        owned, as by a continue, until the trace ends or the caller stops reading."""
+        if not self._owner.acquire(blocking=False):
+            raise Busy("a run is in flight")
+        try:
+            for state in self.history.states_from(self.history.cursor):
+                yield state, tuple(self.hits(state))
+        finally:
+            self._owner.release()

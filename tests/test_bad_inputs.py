@@ -407,3 +407,17 @@ def test_a_printed_exponent_beyond_floats_is_compared_not_crashed(tmp_path, prin
     path.write_text(text.replace(table + "      - [1.0, 0.0,", table + f"      - [1.0, {printed},"), encoding="utf-8")
     result = CliRunner().invoke(app, ["check", str(path)])
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+
+
+def test_a_scenario_naming_a_folder_without_tokenizer_takes_ids_not_text(tmp_path):
+    folder = hf_copy(tmp_path)
+    (folder / "tokenizer.json").unlink()
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("checkpoint: llama\nrequests:\n  - ids: [1, 2]\n", encoding="utf-8")
+    ran = CliRunner().invoke(app, ["run", str(scenario), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    assert json.loads(ran.stdout)["records"][0]["rows"] == ["0 · #1", "1 · #2"]
+    scenario.write_text("checkpoint: llama\nrequests:\n  - text: The cat\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", str(scenario)])
+    assert_refused(result.exit_code, result.stderr, f"tinyllm-tui: error: {scenario}:3: requests[0].text: ",
+                   "text needs a checkpoint's tokenizer")

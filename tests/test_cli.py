@@ -12,6 +12,8 @@ import pytest
 from conftest import ROOT, SCENARIOS, X01
 from typer.testing import CliRunner
 
+from engine import to_host
+from engine.export import json_number
 from engine.faults import INJECTIONS
 from engine.gctuning import YOUNG_THRESHOLD
 from tinyllm_tui import cli
@@ -230,3 +232,20 @@ def test_the_debuggers_trace_runs_from_the_cursor_to_the_end_and_leaves_the_curs
     records = json.loads(invoke("run", str(X01), "--json").output)["records"]
     assert [state.name for state, _ in passed] == [r["name"] for r in records[2:]]  # to the end of the trace
     assert [bool(hits) for _, hits in passed] == [s.name == "blocks.0.attn.hook_pattern" for s, _ in passed]
+
+
+def test_set_is_one_unsaved_edit_of_the_debugger_in_the_tui_and_in_run(monkeypatch):
+    opened = []
+    monkeypatch.setattr("tinyllm_tui.tui.app.launch", lambda loading, backend, **kw: opened.append(loading.load()))
+    edit = "blocks.0.attn.wk[0,1]=0.5"
+    assert invoke(str(X01), "--set", edit).exit_code == 0
+    [opening] = opened
+    assert [(e.name, e.index, e.value) for e in opening.edits] == [("blocks.0.attn.wk", (0, 1), 0.5)]
+    assert opening.scenario.weights["blocks.0.attn.wk"][0, 1] != 0.5  # the file's weights: the edit is unsaved
+    records = json.loads(invoke("run", str(X01), "--set", edit, "--json").output)["records"]
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    tui = Debugger(opening.scenario, edits=opening.edits)  # as the TUI prepares it from the opening
+    assert tui.unsaved() == 1
+    assert [r["values"] for r in records] == [
+        [[json_number(float(x)) for x in row] for row in to_host(state.values)] for state, _ in tui.trace()]

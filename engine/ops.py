@@ -32,7 +32,7 @@ def causal_mask(xp, n_new: int, past: int, window: int | None = None) -> Array:
 
 
 def attention_scores(xp, q: Array, k: Array, visible: Array | None, scale: float | None = None) -> Array:
-    """(…, T, dh) · (…, S, dh) -> (…, T, S) scores over √dh (or times `scale`), −∞ where a key is not visible."""
+    """(…, T, dh) · (…, S, dh) -> (…, T, S): scores over √dh (or times `scale`), −∞ where a key is hidden."""
     scores = q @ xp.matrix_transpose(k)
     scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
     return masked(xp, scores, visible)

@@ -15,9 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import X01
 from engine import ScenarioError, Session, make_backend, to_host
 from engine.compare.diff import diff_scenario
+from engine.loading import open_model
 from engine.loading.checkpoint import load_checkpoint
+from engine.spec import FfnKind, NormKind, NormPlacement, Positions, Rule
 from tinyllm_tui.tui.explanations import TEXTS, explain
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -185,3 +188,12 @@ def test_unsupported_options_are_refused_naming_the_key(tmp_path, arch, edit, ke
     with pytest.raises(ScenarioError) as error:
         load_checkpoint(edited_copy(tmp_path, arch, edit), ids=[1, 2])
     assert error.value.path == key
+
+
+def test_every_kind_is_parsed_once_into_its_enum():
+    """Scenario files and checkpoints both hand the engine enums, never raw strings."""
+    for scenario in (open_model(X01), open_fixture("gemma2")[1]):
+        model = scenario.model
+        kinds = (model.norm.kind, model.norm.placement, model.positions, model.ffn, scenario.decode.rule)
+        assert [type(k) for k in kinds] == [NormKind, NormPlacement, Positions, FfnKind, Rule]
+    assert open_fixture("gemma2")[1].model.ffn is FfnKind.GATED_GELU_TANH

@@ -14,12 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from random_models import scenarios
 
 from conftest import X01
 from engine import ScenarioError, Session, make_backend, to_host
 from engine.compare.diff import diff_scenario
 from engine.loading import open_model
 from engine.loading.checkpoint import load_checkpoint
+from engine.parameters import parameter_shapes
 from engine.spec import FfnKind, NormKind, NormPlacement, Positions, Rule
 from tinyllm_tui.tui.explanations import TEXTS, explain
 
@@ -144,7 +148,7 @@ def test_qk_norms_are_per_head_and_come_before_rope(arch):
     assert order.index("blocks.0.attn.hook_k_normed") < order.index("blocks.0.attn.hook_rot_k")
     scale = next(s for s in states if s.name == "blocks.0.attn.q_norm.hook_scale")
     normalized = to_host(next(s for s in states if s.name == "blocks.0.attn.q_norm.hook_normalized").values)
-    assert to_host(scale.values).shape[1] == spec.n_heads
+    assert to_host(scale.values).shape[1] == spec.n_heads and scale.output.cols[-1] == f"scale h{spec.n_heads - 1}"
     heads = normalized.reshape(normalized.shape[0], spec.n_heads, spec.d_head)
     assert np.allclose(np.sqrt((heads**2).mean(-1)), 1.0, atol=1e-3)  # eps 1e-6 keeps it just below 1
 
@@ -197,3 +201,36 @@ def test_every_kind_is_parsed_once_into_its_enum():
         kinds = (model.norm.kind, model.norm.placement, model.positions, model.ffn, scenario.decode.rule)
         assert [type(k) for k in kinds] == [NormKind, NormPlacement, Positions, FfnKind, Rule]
     assert open_fixture("gemma2")[1].model.ffn is FfnKind.GATED_GELU_TANH
+
+
+@st.composite
+def newer_scenarios(draw):
+    """A random small decoder with every feature of the newer architectures switched on or off at random."""
+    scenario = draw(scenarios(sampled=False))
+    heads = draw(st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2)]))
+    layers = draw(st.integers(1, 3))
+    model = replace(
+        scenario.model, n_layers=layers, n_heads=heads[0], kv_heads=heads[1], d_head=draw(st.sampled_from([2, 4])),
+        norm=replace(scenario.model.norm, kind=NormKind.RMSNORM, placement=NormPlacement.PRE, affine=True,
+                     weight_offset=draw(st.booleans())),
+        positions=Positions.ROPE, ffn=draw(st.sampled_from([FfnKind.GATED_SILU, FfnKind.GATED_GELU_TANH])),
+        qk_norm=draw(st.booleans()), post_norms=draw(st.booleans()),
+        embed_scale=draw(st.sampled_from([1.0, 2.0**0.5])), attn_scale=draw(st.sampled_from([None, 0.3])),
+        attn_softcap=draw(st.sampled_from([None, 0.5, 2.0])), final_softcap=draw(st.sampled_from([None, 1.5])),
+        sliding_window=draw(st.sampled_from([None, 1, 2, 3])),
+        sliding_layers=draw(st.sampled_from([None, tuple(range(0, layers, 2))])),
+        rope_theta_local=draw(st.sampled_from([None, 100.0])),
+    )
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    weights = {name: rng.normal(0.0, 1.0 / np.sqrt(shape[0]), shape)
+               for name, shape in parameter_shapes(model, len(scenario.vocab)).items()}
+    return replace(scenario, model=model, weights=weights)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=newer_scenarios())
+def test_cached_rounds_equal_full_recompute_with_every_newer_feature(scenario, backend):
+    """Sliding windows, soft caps, q/k norms, post-norms, (1 + w) gains, per-layer RoPE bases and chunked
+    prefill: the cached rounds equal the full recompute, on NumPy and array_api_strict."""
+    diffs = diff_scenario(scenario, backend)
+    assert diffs and max(d.max_abs for d in diffs) <= 1e-12

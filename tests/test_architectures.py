@@ -25,7 +25,7 @@ from engine.loading import open_model
 from engine.loading.checkpoint import load_checkpoint
 from engine.parameters import parameter_shapes
 from engine.spec import FfnKind, NormKind, NormPlacement, Positions, Rule
-from tinyllm_tui.tui.explanations import TEXTS, explain
+from tinyllm_tui.tui.explanations import BY_KIND, TEXTS, explain
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3")
@@ -159,11 +159,11 @@ def test_every_new_operator_has_an_explanation():
     for state in gemma2 + qwen3:
         hook = state.name.rsplit(".", 1)[-1]
         if hook in ("hook_scale", "hook_q_normed", "hook_k_normed", "hook_attn_scores_uncapped", "hook_softcap") \
-                or state.kind == "softcap" or (hook == "hook_out" and state.kind == "norm"):
+                or (hook, state.kind) in BY_KIND:
             lines = explain(state, "en")
             assert len(lines) == 5, state.name  # why, how, pitfall, check and the shapes
             assert len(explain(state, "zh")) == 5
-    assert {"norm.hook_out", "hook_attn_scores(softcap)"} <= set(TEXTS)
+    assert set(BY_KIND.values()) <= set(TEXTS)
 
 
 def edited_copy(tmp_path: Path, arch: str, edit) -> Path:

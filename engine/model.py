@@ -91,14 +91,10 @@ class Transformer:
         """
         xp, spec = self.xp, self.spec
         if vectors is None:
-            embed = self.param("embed")
-            x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind=OpKind.EMBED, inputs=(embed,))
+            x = self._embed(ids)
         else:
             x = Op("hook_embed", self.backend.asarray(vectors), kind=OpKind.EMBED)
         yield x
-        if spec.embed_scale != 1.0:  # Gemma: the rows times √d_model
-            x = Op("blocks.0.hook_resid_pre", x.values * spec.embed_scale, kind=OpKind.EMBED, layer=0, inputs=(x,))
-            yield x
         if spec.positions not in (Positions.NONE, Positions.ROPE) or spec.type_vocab:
             x = yield from self._add_positions(x, positions)
         if spec.embed_norm:
@@ -121,6 +117,15 @@ class Transformer:
                         cols="vocab", kind=OpKind.LOGITS, inputs=(logits,))
             yield logits
         return logits
+
+    def _embed(self, ids: list[int]) -> Op:
+        """The embedding rows of `ids`; Gemma's times √d_model (TransformerLens's hook_embed is the scaled rows)."""
+        embed = self.param("embed")
+        rows = self.xp.take(embed.values, self.xp.asarray(ids), axis=0)
+        if self.spec.embed_scale == 1.0:
+            return Op("hook_embed", rows, kind=OpKind.EMBED, inputs=(embed,))
+        scale = Operand("embed_scale", self.backend.asarray([[self.spec.embed_scale]]), rows="in", cols="out")
+        return Op("hook_embed", rows * self.spec.embed_scale, kind=OpKind.EMBED, inputs=(embed, scale))
 
     def _unembed_operand(self) -> Operand:
         """The tied head reads the embedding through a transposed view, never a copy."""

@@ -98,7 +98,9 @@ def test_cached_decode_equals_the_full_recompute_with_sliding_windows(arch):
 @pytest.mark.parametrize("arch, change", [
     ("qwen3", {"sliding_window": None}), ("mistral", {"sliding_window": None}), ("phi3", {"sliding_window": None}),
     ("gemma2", {"sliding_window": None}), ("gemma2", {"attn_softcap": None}), ("gemma2", {"final_softcap": None}),
-    ("gemma2", {"attn_scale": None}), ("gemma3", {"rope_theta_local": None}), ("gemma3", {"sliding_window": None}),
+    ("gemma2", {"attn_scale": None}), ("gemma2", {"embed_scale": 1.0}), ("gemma2", {"post_norms": False}),
+    ("gemma3", {"rope_theta_local": None}), ("gemma3", {"sliding_window": None}), ("gemma3", {"qk_norm": False}),
+    ("qwen3", {"qk_norm": False}),
 ])
 def test_each_feature_changes_what_the_fixture_computes(arch, change):
     """Without the feature the logits leave the reference: the fixtures exercise every one of them."""
@@ -117,9 +119,11 @@ def test_gemma2_trace_has_its_operators_under_transformerlens_style_names():
             "blocks.0.ln1.hook_out", "blocks.0.ln1_post.hook_out", "blocks.0.ln2_post.hook_out",
             "blocks.0.attn.hook_attn_scores_uncapped", "blocks.0.attn.hook_attn_scores",
             "unembed.hook_out", "unembed.hook_softcap"} <= names(states)
-    first = next(s for s in states if s.name == "blocks.0.hook_resid_pre")
-    embed = next(s for s in states if s.name == "hook_embed")
-    assert np.allclose(to_host(first.values), to_host(embed.values) * np.sqrt(spec.d_model), rtol=1e-15)
+    embed = next(s for s in states if s.name == "hook_embed")  # TransformerLens's meaning: the scaled rows
+    table = dict(np.load(FIXTURES / "gemma2" / "reference.npz"))["ids"]
+    rows = to_host(next(m for m in embed.inputs if m.name == "embed").values)[table]
+    assert np.allclose(to_host(embed.values), rows * np.sqrt(spec.d_model), rtol=1e-15)
+    assert explain(embed, "en")[0][1].startswith("Gemma's token vectors")
     capped = [s for s in states if s.name == "blocks.1.attn.hook_attn_scores"]
     assert capped[0].kind == "softcap"
     finite = np.concatenate([to_host(s.values)[np.isfinite(to_host(s.values))] for s in capped])
@@ -158,8 +162,8 @@ def test_every_new_operator_has_an_explanation():
     _, _, _, qwen3 = open_fixture("qwen3")
     for state in gemma2 + qwen3:
         hook = state.name.rsplit(".", 1)[-1]
-        if hook in ("hook_scale", "hook_q_normed", "hook_k_normed", "hook_attn_scores_uncapped", "hook_softcap") \
-                or (hook, state.kind) in BY_KIND:
+        if hook in ("hook_scale", "hook_q_normed", "hook_k_normed", "hook_attn_scores_uncapped", "hook_softcap",
+                    "hook_embed") or (hook, state.kind) in BY_KIND:
             lines = explain(state, "en")
             assert len(lines) == 5, state.name  # why, how, pitfall, check and the shapes
             assert len(explain(state, "zh")) == 5

@@ -184,13 +184,23 @@ class Transformer:
         if normed and pre:
             h = yield from self._norm(norm, x, layer)
         out = yield from body(h)
-        if spec.post_norms:
-            out = yield from self._norm(f"{norm}_post", out, layer)
+        if spec.post_norms:  # TransformerLens: hook_attn_out / hook_mlp_out are what the residual adds
+            out = yield from self._norm(f"{norm}_post", out, layer, out=self._sublayer_out(layer, norm))
         total = Op(residual, x.values + out.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x, out))
         yield total
         if normed and not pre:
             total = yield from self._norm(norm, total, layer)
         return total
+
+    def _sublayer_out(self, layer: int, norm: str) -> str:
+        return f"blocks.{layer}.{'hook_attn_out' if norm.endswith('ln1') else 'hook_mlp_out'}"
+
+    def _body_out(self, layer: int, module: str) -> str:
+        """The attention's (or MLP's) output projection: what the residual adds, unless a post-norm follows
+        (Gemma), whose output then takes the name and the projection is TransformerLens's attn/mlp.hook_out."""
+        if self.spec.post_norms:
+            return f"blocks.{layer}.{module}.hook_out"
+        return self._sublayer_out(layer, "ln1" if module == "attn" else "ln2")
 
     def _norm(self, prefix: str, x: Op, layer: int | None, *, heads: int = 1, out: str | None = None) -> OpStream:
         """TransformerLens's three norm hooks: `hook_scale` (each row's divisor), `hook_normalized`
@@ -260,7 +270,7 @@ class Transformer:
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
         yield concat
-        out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", layer)
+        out = self._linear(self._body_out(layer, "attn"), concat, f"{block}.wo", f"{block}.bo", layer)
         yield out
         return out
 
@@ -359,7 +369,7 @@ class Transformer:
         if spec.training and spec.dropout > 0:
             post = self._dropout(post, layer, positions)
             yield post
-        out = self._linear(f"blocks.{layer}.hook_mlp_out", post, *down, layer)
+        out = self._linear(self._body_out(layer, "mlp"), post, *down, layer)
         yield out
         return out
 

@@ -116,7 +116,8 @@ def test_gemma2_trace_has_its_operators_under_transformerlens_style_names():
     _, scenario, _, states = open_fixture("gemma2")
     spec = scenario.model
     assert {"blocks.0.hook_resid_pre", "blocks.0.ln1.hook_scale", "blocks.0.ln1.hook_normalized",
-            "blocks.0.ln1.hook_out", "blocks.0.ln1_post.hook_out", "blocks.0.ln2_post.hook_out",
+            "blocks.0.ln1.hook_out", "blocks.0.attn.hook_out", "blocks.0.ln1_post.hook_normalized",
+            "blocks.0.hook_attn_out", "blocks.0.mlp.hook_out", "blocks.0.hook_mlp_out",
             "blocks.0.attn.hook_attn_scores_uncapped", "blocks.0.attn.hook_attn_scores",
             "unembed.hook_out", "unembed.hook_softcap"} <= names(states)
     embed = next(s for s in states if s.name == "hook_embed")  # TransformerLens's meaning: the scaled rows

@@ -171,6 +171,38 @@ def test_every_new_operator_has_an_explanation():
     assert set(BY_KIND.values()) <= set(TEXTS)
 
 
+def transformer_lens_layout(state_values: dict[str, list], name: str) -> np.ndarray:
+    """Our per-head operators stacked as TransformerLens lays them out: scores and patterns
+    [head, query, key], hook_z [pos, head, d_head]."""
+    stacked = np.stack(state_values[name])
+    return stacked.transpose(1, 0, 2) if name.endswith("hook_z") else stacked
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "gemma3"])
+def test_every_name_shared_with_transformer_lens_means_the_same(arch):
+    """TransformerLens 4.3's own run_with_cache (its bridge, float64, softmax made float64 too) on the first
+    8 tokens: every hook name the two traces share holds the same numbers (masked scores: −∞ here, the
+    dtype's most negative number there)."""
+    theirs = dict(np.load(FIXTURES / arch / "transformer_lens.npz"))
+    ids = [int(t) for t in reference(arch)["ids"][:8]]
+    states = list(Session(load_checkpoint(FIXTURES / arch, ids=ids, max_new_tokens=1)).steps())
+    ours: dict[str, list] = {}
+    for state in states:
+        ours.setdefault(state.name, []).append(to_host(state.values))
+    shared = sorted(set(ours) & set(theirs))
+    assert len(shared) >= 80 and {"blocks.0.ln1.hook_scale", "blocks.0.ln1.hook_normalized", "blocks.0.hook_resid_pre",
+                                  "hook_embed", "unembed.hook_out"} <= set(shared)
+    for name in shared:
+        mine = ours[name][0] if len(ours[name]) == 1 else transformer_lens_layout(ours, name)
+        other = theirs[name]
+        if ("_norm." in name or name.endswith("_normed")) and other.ndim == 3:  # q/k norms: [head, pos, d_head]
+            other = other.transpose(1, 0, 2)
+        other = np.where(other <= np.finfo(other.dtype).min, -np.inf, other).reshape(mine.shape)
+        assert np.array_equal(np.isneginf(mine), np.isneginf(other)), name
+        finite = np.isfinite(mine)
+        assert np.abs(mine[finite] - other[finite]).max() <= 1e-12, name
+
+
 def edited_copy(tmp_path: Path, arch: str, edit) -> Path:
     folder = tmp_path / arch
     shutil.copytree(FIXTURES / arch, folder)

@@ -61,6 +61,10 @@ def pure_float64() -> None:
         getattr(module, f"{prefix}RMSNorm").forward = _gemma_rms_norm if arch.startswith("gemma") else _rms_norm
         getattr(module, f"{prefix}RotaryEmbedding").forward = _rotary
         module.eager_attention_forward = _eager_attention(module.repeat_kv)
+    from transformer_lens.model_bridge.generalized_components import attention  # its softmax is float32 too
+
+    softmax = attention.AttentionBridge._masked_softmax
+    attention.AttentionBridge._masked_softmax = lambda self, scores, dtype=None: softmax(self, scores, scores.dtype)
 
 
 def _rms_norm(self, x):
@@ -273,6 +277,28 @@ def make_hf(arch: str, tokenizer: Tokenizer, config, seed: int) -> None:
     else:
         ref = reference(reloaded, ids, arch != "bert")
     np.savez_compressed(folder / "reference.npz", **ref)
+    if arch in TL_ARCHS:
+        transformer_lens_dump(arch, ids)
+
+
+# -- TransformerLens's own names and values ------------------------------------------------
+TL_ARCHS = ("qwen3", "gemma2", "gemma3")
+TL_TOKENS = 8  # longer than every window, short enough for a small file
+BRIDGE_ONLY = (".hook_in", ".hook_cos", ".hook_sin", ".q.hook_out", ".k.hook_out", ".v.hook_out", ".o.hook_out",
+               ".gate.hook_out", ".in.hook_out", ".out.hook_out")
+
+
+def transformer_lens_dump(arch: str, ids: list[int]) -> None:
+    """`run_with_cache` of TransformerLens's bridge on the fixture (its softmax made float64 too): what a
+    TransformerLens user would dump, minus the bridge's wrapper aliases (hook_in, the projections' hook_out)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    folder = OUT / arch
+    hf = model_class(arch).from_pretrained(folder, dtype=torch.float64, attn_implementation="eager").eval()
+    bridge = TransformerBridge.boot_transformers(str(folder), hf_model=hf, dtype=torch.float64)
+    _, cache = bridge.run_with_cache(torch.tensor([ids[:TL_TOKENS]]))
+    arrays = {name: value[0].detach().numpy() for name, value in cache.items() if not name.endswith(BRIDGE_ONLY)}
+    np.savez_compressed(folder / "transformer_lens.npz", **arrays)
 
 
 # -- a quantized llama GGUF -------------------------------------------------------------

@@ -169,13 +169,13 @@ class Transformer:
     def _block(self, layer: int, x: Op, caches: list[LayerCache], positions: list[int],
                padded_keys: list[bool] | None) -> OpStream:
         block = f"blocks.{layer}"
-        mid = yield from self._sublayer(layer, x, f"{block}.ln1", f"{block}.hook_resid_mid",
+        mid = yield from self._sublayer(layer, x, "attn", f"{block}.ln1", f"{block}.hook_resid_mid",
                                         lambda h: self._attention(layer, h, caches, positions, padded_keys))
-        post = yield from self._sublayer(layer, mid, f"{block}.ln2", f"{block}.hook_resid_post",
+        post = yield from self._sublayer(layer, mid, "mlp", f"{block}.ln2", f"{block}.hook_resid_post",
                                          lambda h: self._mlp(layer, h, positions))
         return post
 
-    def _sublayer(self, layer: int, x: Op, norm: str, residual: str, body) -> OpStream:
+    def _sublayer(self, layer: int, x: Op, module: str, norm: str, residual: str, body) -> OpStream:
         """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer);
         x + LN_post(body(LN(x))) with Gemma's post-norms."""
         spec = self.spec
@@ -185,22 +185,18 @@ class Transformer:
             h = yield from self._norm(norm, x, layer)
         out = yield from body(h)
         if spec.post_norms:  # TransformerLens: hook_attn_out / hook_mlp_out are what the residual adds
-            out = yield from self._norm(f"{norm}_post", out, layer, out=self._sublayer_out(layer, norm))
+            out = yield from self._norm(f"{norm}_post", out, layer, out=f"blocks.{layer}.hook_{module}_out")
         total = Op(residual, x.values + out.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x, out))
         yield total
         if normed and not pre:
             total = yield from self._norm(norm, total, layer)
         return total
 
-    def _sublayer_out(self, layer: int, norm: str) -> str:
-        return f"blocks.{layer}.{'hook_attn_out' if norm.endswith('ln1') else 'hook_mlp_out'}"
-
     def _body_out(self, layer: int, module: str) -> str:
-        """The attention's (or MLP's) output projection: what the residual adds, unless a post-norm follows
-        (Gemma), whose output then takes the name and the projection is TransformerLens's attn/mlp.hook_out."""
-        if self.spec.post_norms:
-            return f"blocks.{layer}.{module}.hook_out"
-        return self._sublayer_out(layer, "ln1" if module == "attn" else "ln2")
+        """The name of the attention's (module "attn") or MLP's output projection: hook_attn_out / hook_mlp_out,
+        what the residual adds, unless a post-norm follows (Gemma): its output takes that name, and the
+        projection is TransformerLens's attn.hook_out / mlp.hook_out."""
+        return f"blocks.{layer}.{module}.hook_out" if self.spec.post_norms else f"blocks.{layer}.hook_{module}_out"
 
     def _norm(self, prefix: str, x: Op, layer: int | None, *, heads: int = 1, out: str | None = None) -> OpStream:
         """TransformerLens's three norm hooks: `hook_scale` (each row's divisor), `hook_normalized`
@@ -215,14 +211,14 @@ class Transformer:
         scale = Op(f"{prefix}.hook_scale", xp.reshape(divisor, (t, heads)), cols="scale", kind=OpKind.NORM,
                    layer=layer, inputs=(x,))
         yield scale
-        normalized = rows / divisor
-        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(normalized, (t, -1)), kind=OpKind.NORM, layer=layer,
+        divided = rows / divisor
+        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(divided, (t, -1)), kind=OpKind.NORM, layer=layer,
                         inputs=(x, scale))
         yield normalized
         if not norm.affine:
             return normalized
         gain = self.param(f"{prefix}.w")
-        y = rows / divisor * (1.0 + gain.values if norm.weight_offset else gain.values)
+        y = divided * (1.0 + gain.values if norm.weight_offset else gain.values)
         inputs = [normalized, gain]
         if norm.kind == NormKind.LAYERNORM:
             bias = self.param(f"{prefix}.b")

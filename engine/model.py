@@ -284,7 +284,8 @@ class Transformer:
 
     def _rope(self, name: str, x: Op, positions: list[int], layer: int) -> Op:
         spec = self.spec
-        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.theta(layer))
+        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.theta(layer),
+                           spec.rope_divisors(layer))
         return Op(name, rotated, kind=OpKind.ROPE, layer=layer, inputs=(x,))
 
     def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array | None, Array, Array, Array]:

@@ -103,6 +103,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
             ("mlp",) if config.get("mlp_bias") else ())
     window, sliding_layers = _sliding(config, file, layers)
+    theta, divisors = _rope(config, file, head_dim or d // heads, "full_attention" if arch == "gemma3_text" else None)
     spec = ModelSpec(
         d_model=d, n_layers=layers, n_heads=heads,
         d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
@@ -110,7 +111,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
         max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
-        kv_heads=kv_heads, rope_theta=_rope_theta(config, file, "full_attention" if arch == "gemma3_text" else None),
+        kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
         qk_norm=arch in ("qwen3", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
     )
     if arch in GEMMA:
@@ -138,14 +139,23 @@ def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
         spec, ffn=FfnKind.GATED_GELU_TANH, norm=replace(spec.norm, weight_offset=True), post_norms=True,
         embed_scale=math.sqrt(spec.d_model),  # a float32 run rounds it to float32, as transformers does
         attn_scale=scalar**-0.5, attn_softcap=attn_cap, final_softcap=final_cap,
-        rope_theta_local=None if gemma2 else _rope_theta(config, file, "sliding_attention"),
+        rope_theta_local=None if gemma2 else _local_theta(config, file, spec.d_head),
     )
 
 
-def _positive(config: dict, key: str, file: Path, default) -> float:
+def _local_theta(config: dict, file: Path, d_head: int) -> float:
+    """Gemma 3's sliding layers: their own RoPE base, never scaled."""
+    theta, divisors = _rope(config, file, d_head, "sliding_attention")
+    if divisors is not None:
+        raise ConfigError(file, "rope_parameters.sliding_attention.rope_type", "Gemma 3's sliding layers are "
+                          "expected unscaled")
+    return theta
+
+
+def _positive(config: dict, key: str, file: Path, default, where: str = "") -> float:
     value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(file, key, f"expected a number > 0, got {value!r}")
+        raise ConfigError(file, where + key, f"expected a number > 0, got {value!r}")
     return float(value)
 
 
@@ -177,27 +187,53 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     return window, tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
 
 
-def _rope_theta(config: dict, file: Path, layer_type: str | None = None) -> float:
-    """theta from `rope_parameters` (transformers 5; Gemma 3: one table per layer type) or the older
-    top-level `rope_theta`; any RoPE scaling type is refused rather than silently ignored."""
+def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) -> tuple[float, tuple | None]:
+    """theta and the frequency divisors (None: unscaled) from `rope_parameters` (transformers 5; Gemma 3:
+    one table per layer type) or the older top-level `rope_theta` / `rope_scaling`. Linear and Llama 3
+    scaling are read; any other RoPE scaling type is refused rather than silently ignored."""
     params = config.get("rope_parameters") or {}
     prefix = "rope_parameters"
     if layer_type is not None and isinstance(params, dict) and isinstance(params.get(layer_type), dict):
         params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
-    scaling = config.get("rope_scaling") or {}
-    for key, table in ((f"{prefix}.rope_type", params), ("rope_scaling.rope_type", scaling)):
-        if not isinstance(table, dict):
-            raise ConfigError(file, key.rpartition(".")[0], f"expected a JSON object, got {table!r}")
-        kind = table.get("rope_type", table.get("type", "default"))
-        if kind != "default":
-            raise ConfigError(file, key, f"RoPE scaling type {kind!r} is not supported (only 'default')")
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
     fallback = config.get("rope_local_base_freq", 10000.0) if layer_type == "sliding_attention" else 10000.0
-    theta = params.get("rope_theta", config.get("rope_theta", fallback))
+    theta = params.get("rope_theta", config.get("rope_theta", fallback)) if isinstance(params, dict) else None
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
         raise ConfigError(file, f"{prefix}.rope_theta", f"expected a number > 1, got {theta!r}")
-    return float(theta)
+    divisors = None
+    for key, table in ((prefix, params), ("rope_scaling", config.get("rope_scaling") or {})):
+        if not isinstance(table, dict):
+            raise ConfigError(file, key, f"expected a JSON object, got {table!r}")
+        kind = table.get("rope_type", table.get("type", "default"))
+        if kind not in SCALINGS:
+            raise ConfigError(file, f"{key}.rope_type", f"RoPE scaling type {kind!r} is not supported "
+                              f"(supported: {', '.join(SCALINGS)})")
+        if kind != "default":
+            read = lambda name: _positive(table, name, file, None, f"{key}.")  # noqa: E731
+            divisors = SCALINGS[kind](read, float(theta), d_head)
+    return float(theta), divisors
+
+
+def _linear_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
+    return (read("factor"),) * (d_head // 2)
+
+
+def _llama3_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
+    """Llama 3's scaling: wavelengths beyond original/low_freq_factor slow down by `factor`, those below
+    original/high_freq_factor stay, and the ones between blend smoothly (transformers' formula, in float64)."""
+    factor, low, high = read("factor"), read("low_freq_factor"), read("high_freq_factor")
+    old = read("original_max_position_embeddings")
+    inv_freq = 1.0 / theta ** (np.arange(0, d_head, 2, dtype=np.float64) / d_head)
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    scaled = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    return tuple(float(d) for d in inv_freq / scaled)
+
+
+SCALINGS = {"default": None, "linear": _linear_divisors, "llama3": _llama3_divisors}
 
 
 def _activation(config: dict, key: str, file: Path, default: str) -> FfnKind:

@@ -240,6 +240,7 @@ def edited_copy(tmp_path: Path, arch: str, edit) -> Path:
     ("phi3", lambda c: c.update(partial_rotary_factor=0.5), "partial_rotary_factor"),
     ("mistral", lambda c: c.update(sliding_window=0), "sliding_window"),
     ("qwen3", lambda c: c.update(layer_types=["full_attention"]), "layer_types"),
+    ("gemma3", lambda c: c.pop("layer_types") and c.update(sliding_window_pattern=0), "sliding_window_pattern"),
 ])
 def test_unsupported_options_are_refused_naming_the_key(tmp_path, arch, edit, key):
     with pytest.raises(ScenarioError) as error:
@@ -288,3 +289,15 @@ def test_cached_rounds_equal_full_recompute_with_every_newer_feature(scenario, b
     and chunked prefill: the cached rounds equal the full recompute, on NumPy and array_api_strict."""
     diffs = diff_scenario(scenario, backend)
     assert diffs and max(d.max_abs for d in diffs) <= 1e-12
+
+
+def test_without_layer_types_the_sliding_layers_follow_each_architectures_default(tmp_path):
+    """Gemma 3: sliding_window_pattern (every Nth layer full); Qwen: from max_window_layers on; Mistral: all."""
+    def no_types(pattern):
+        return lambda c: c.pop("layer_types") and c.update(sliding_window_pattern=pattern)
+
+    gemma3 = load_checkpoint(edited_copy(tmp_path / "a", "gemma3", no_types(2)), ids=[1, 2]).model
+    assert gemma3.sliding_layers == (0, 2) and gemma3.window(1) is None
+    qwen3 = load_checkpoint(edited_copy(tmp_path / "b", "qwen3", lambda c: c.pop("layer_types")), ids=[1]).model
+    assert qwen3.sliding_layers == (1, 2)
+    assert open_fixture("mistral")[1].model.sliding_layers is None and open_fixture("mistral")[1].model.window(2) == 4

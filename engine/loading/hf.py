@@ -172,8 +172,8 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     window = _get(config, "sliding_window", file, default)
     types = config.get("layer_types")
     if types is None:
-        period = {"gemma2": 2, "gemma3_text": config.get("sliding_window_pattern", 6)}.get(arch)
-        if period is not None:
+        if arch in GEMMA:
+            period = 2 if arch == "gemma2" else _get(config, "sliding_window_pattern", file, 6)
             return window, tuple(i for i in range(layers) if (i + 1) % period)
         if arch in ("qwen2", "qwen3"):
             return window, tuple(range(_get(config, "max_window_layers", file, layers), layers))

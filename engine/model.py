@@ -8,7 +8,7 @@ that a full recompute and the cached path differ only in what they are fed.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,23 +57,27 @@ OpStream = Generator[Op, None, Array]
 
 
 class Transformer:
-    def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str,
+    def __init__(self, spec: ModelSpec, weights: Mapping[str, Any], backend: Backend, fingerprint: str,
                  fault: Fault = NO_FAULT, allow_stale: bool = False):
         """Args:
         fault: an injected cache bug (engine.faults); the default computes correctly.
         allow_stale: extend caches computed with other weights instead of refusing.
         """
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
-        self.weights = {name: backend.asarray(w) for name, w in weights.items()}
-        # One Operand per weight, shared by every operator that reads it: a kept history then holds
-        # fewer objects for Python's garbage collector to walk.
-        self._params = {name: Operand(name, w, rows="in", cols="out") for name, w in self.weights.items()}
-        self._unembed = self._unembed_operand() if spec.lm_head else None
+        self.weights = weights  # a checkpoint's LazyWeights read each array on first use
+        # One Operand per weight, made when first read and shared by every operator that reads it:
+        # a kept history then holds fewer objects for Python's garbage collector to walk.
+        self._params: dict[str, Operand] = {}
+        self._unembed: Operand | None = None
         self.fault = fault
         self.allow_stale = allow_stale or fault.keeps_stale_cache
 
     def param(self, name: str) -> Operand:
-        return self._params[name]
+        operand = self._params.get(name)
+        if operand is None:
+            operand = Operand(name, self.backend.asarray(self.weights[name]), rows="in", cols="out")
+            self._params[name] = operand
+        return operand
 
     def empty_caches(self) -> list[LayerCache]:
         empty = self.xp.zeros((0, self.spec.d_kv), dtype=self.backend.dtype)
@@ -108,6 +112,8 @@ class Transformer:
         if spec.final_norm:
             x = self._norm("ln_final", x, layer=None)
             yield x
+        if self._unembed is None:
+            self._unembed = self._unembed_operand()
         unembed = self._unembed
         logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
@@ -117,14 +123,14 @@ class Transformer:
     def _unembed_operand(self) -> Operand:
         """The tied head reads the embedding through a transposed view, never a copy."""
         if self.spec.tied_unembed:
-            return Operand("embed.T", self.xp.matrix_transpose(self.weights["embed"]), rows="in", cols="vocab")
-        return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")
+            return Operand("embed.T", self.xp.matrix_transpose(self.param("embed").values), rows="in", cols="vocab")
+        return Operand("unembed", self.param("unembed").values, rows="in", cols="vocab")
 
     def _logits(self, x: Array) -> Array:
         """x @ unembed. On NumPy a decode row meets the tied table through vecdot, which reads it row by
         row at the full memory bandwidth; BLAS reads the transposed view at about half of it (engine_speed.py)."""
         if self.spec.tied_unembed and x.shape[0] == 1 and self.backend.name == "numpy":
-            return self.xp.vecdot(self.weights["embed"], x)[None, :]
+            return self.xp.vecdot(self.param("embed").values, x)[None, :]
         return x @ self._unembed.values
 
     def _add_positions(self, x: Op, positions: list[int]) -> OpStream:

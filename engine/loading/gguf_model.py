@@ -1,58 +1,80 @@
-"""GGUF files (llama.cpp's format) of the llama architecture, read with the `gguf` package.
+"""GGUF files (llama.cpp's format) of the llama and qwen2 architectures.
 
-Tensors are dequantized by gguf-py (llama.cpp's own reference code) to float32. llama.cpp's
-converter permutes the rows of attn_q / attn_k for its RoPE layout; they are permuted back here
-(as transformers does when it loads a GGUF), so RoPE is the half-split rotate_half form again.
+Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
+gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
+llama.cpp's converter permutes the rows of a llama model's attn_q / attn_k for its interleaved
+RoPE; they are permuted back here (as transformers does when it loads a GGUF), so RoPE is the
+half-split rotate_half form again. qwen2 files are written unpermuted (llama.cpp runs them with
+its NEOX RoPE, the half-split form) and carry q/k/v biases.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from engine.loading.document import ScenarioError
+from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.spec import ModelSpec, NormSpec
 
-SUPPORTED = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
+ARCHITECTURES = ("llama", "qwen2")
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "attn.wq": "attn_q", "attn.wk": "attn_k",
-                 "attn.wv": "attn_v", "attn.wo": "attn_output", "mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up",
-                 "mlp.w_down": "ffn_down"}
+                 "attn.wv": "attn_v", "attn.wo": "attn_output", "attn.bq": "attn_q", "attn.bk": "attn_k",
+                 "attn.bv": "attn_v", "mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
+CHUNK = 1 << 20  # values dequantized at a time: gguf-py's temporaries stay a few MiB
+Getter = Callable[[str], np.ndarray]
+
+
+@cache
+def dequantizable() -> frozenset[GGMLQuantizationType]:
+    """The tensor types gguf-py dequantizes, found by asking it (one zero block of each)."""
+    found = set()
+    for kind in GGMLQuantizationType:
+        try:
+            dequantize(np.zeros((1, GGML_QUANT_SIZES[kind][1]), dtype=np.uint8), kind)
+        except (NotImplementedError, KeyError, ValueError):
+            continue
+        found.add(kind)
+    return frozenset(found)
 
 
 class GGUFModel:
     def __init__(self, path: Path):
         self.path = path
-        self.reader = GGUFReader(path)
-        self.meta = {key: field.contents() for key, field in self.reader.fields.items()}
-        self.tensors = {tensor.name: tensor for tensor in self.reader.tensors}
-
-    def error(self, key: str, message: str) -> ScenarioError:
-        return ScenarioError(str(self.path), None, key, message)
+        self.file = GGUFFile(path)
+        self.meta, self.tensors = self.file.meta, self.file.tensors
+        self.error = self.file.error
+        self.arch = self.meta.get("general.architecture")
 
     def spec(self) -> ModelSpec:
-        arch = self.meta.get("general.architecture")
-        if arch != "llama":
-            raise self.error("general.architecture", f"only the llama architecture is supported, got {arch!r}")
-        scaling = self.meta.get("llama.rope.scaling.type", "none")
+        arch = self.arch
+        if arch not in ARCHITECTURES:
+            raise self.error("general.architecture", f"unsupported architecture {arch!r} "
+                             f"(supported: {', '.join(ARCHITECTURES)})")
+        scaling = self.meta.get(f"{arch}.rope.scaling.type", "none")
         if scaling != "none":
-            raise self.error("llama.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
-        d, heads = self._size("llama.embedding_length"), self._size("llama.attention.head_count")
-        kv_heads = self._size("llama.attention.head_count_kv", heads)
+            raise self.error(f"{arch}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
+        d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
+        kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
         if d % heads or heads % kv_heads:
-            raise self.error("llama.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
+            raise self.error(f"{arch}.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
                              "heads: the heads must divide the width and the key/value heads the heads")
         return ModelSpec(
-            d_model=d, n_layers=self._size("llama.block_count"), n_heads=heads, d_head=d // heads,
-            d_ff=self._size("llama.feed_forward_length"),
-            norm=NormSpec("rmsnorm", "pre", float(self._key("llama.attention.layer_norm_rms_epsilon")), affine=True),
+            d_model=d, n_layers=self._size(f"{arch}.block_count"), n_heads=heads, d_head=d // heads,
+            d_ff=self._size(f"{arch}.feed_forward_length"),
+            norm=NormSpec("rmsnorm", "pre", float(self._key(f"{arch}.attention.layer_norm_rms_epsilon")),
+                          affine=True),
             final_norm=True, ffn="gated_silu", positions="rope",
-            max_positions=int(self.meta.get("llama.context_length", 0)), bias=False,
+            max_positions=int(self.meta.get(f"{arch}.context_length", 0)), bias=False,
+            biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
             kv_heads=kv_heads,
-            rope_theta=float(self.meta.get("llama.rope.freq_base", 10000.0)),
+            rope_theta=float(self.meta.get(f"{arch}.rope.freq_base", 10000.0)),
         )
 
     def _key(self, key: str) -> int | float:
@@ -66,29 +88,46 @@ class GGUFModel:
             raise self.error(key, f"expected an integer in 1..2^31, got {value!r}")
         return value
 
-    def weight(self, name: str, spec: ModelSpec) -> np.ndarray:
-        """The engine parameter `name`, dequantized, unpermuted, as [in, out] for matrices."""
+    def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+        """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
         if name in ("embed", "ln_final.w"):
-            return self._tensor("token_embd.weight" if name == "embed" else "output_norm.weight")
+            return get("token_embd.weight" if name == "embed" else "output_norm.weight")
         if name == "unembed":
-            return self._tensor("output.weight").T
+            return get("output.weight").T
         _, layer, leaf = name.split(".", 2)
         kind = LAYER_TENSORS[leaf]
-        w = self._tensor(f"blk.{layer}.{kind}.weight")
-        if kind == "attn_q":
-            w = unpermute(w, spec.n_heads)
-        elif kind == "attn_k":
-            w = unpermute(w, spec.n_kv_heads)
+        w = get(f"blk.{layer}.{kind}.{'bias' if leaf.startswith('attn.b') else 'weight'}")
+        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
+            w = unpermute(w, spec.n_heads if kind == "attn_q" else spec.n_kv_heads)
         return w if w.ndim == 1 else w.T
 
-    def _tensor(self, name: str) -> np.ndarray:
+    def info(self, name: str) -> TensorInfo:
+        """A tensor's entry, refused (naming it) when missing or of a type gguf-py cannot dequantize."""
         if name not in self.tensors:
             raise self.error(name, "tensor missing from the file")
-        tensor = self.tensors[name]
-        kind = GGMLQuantizationType(tensor.tensor_type).name
-        if kind not in SUPPORTED:
-            raise self.error(name, f"tensor type {kind} is not supported ({', '.join(SUPPORTED)})")
-        return dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        info = self.tensors[name]
+        if info.kind not in dequantizable():
+            known = ", ".join(sorted(kind.name for kind in dequantizable()))
+            raise self.error(name, f"tensor type {info.kind.name} cannot be dequantized by gguf-py ({known})")
+        return info
+
+    def stand_in(self, name: str) -> np.ndarray:
+        """A zero-byte array of the tensor's shape: checks shapes without reading any data."""
+        return np.broadcast_to(np.float32(0), self.info(name).shape)
+
+    def dequantized(self, name: str, dtype: np.dtype) -> np.ndarray:
+        """The tensor in `dtype`, dequantized a chunk of rows at a time straight into the result."""
+        info = self.info(name)
+        raw = self.file.tensor_bytes(info)
+        if info.kind == GGMLQuantizationType.F32 and np.dtype(dtype) == np.float32:
+            return raw.view(np.float32).reshape(info.shape)  # a view of the map: no copy at all
+        rows = raw.reshape(-1, raw.shape[-1])
+        out = np.empty(info.shape, dtype=dtype)
+        flat = out.reshape(len(rows), -1)
+        step = max(1, CHUNK // flat.shape[1])
+        for start in range(0, len(rows), step):
+            flat[start:start + step] = dequantize(rows[start:start + step], info.kind)
+        return out
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

@@ -1,0 +1,168 @@
+"""Write tests/fixtures/gguf-mixed-llama/ and gguf-mixed-qwen2/: GGUFs whose matrices mix Q2_K, Q3_K,
+Q4_K, Q5_K, Q6_K, Q5_0, Q5_1 and Q8_0, with transformers' float64 references.
+
+    /work/refenv/bin/python tools/make_gguf_fixtures.py
+
+gguf-py quantizes the legacy types (Q5_0, Q5_1, Q8_0) but not the K-quants, so K-quant tensors are
+random blocks whose f16 scales are set to give weights of order 1/sqrt(fan-in): the model *is*
+whatever the file decodes to, and transformers reads the same file (its own GGUF loader,
+dequantized, unpermuted, as a float64 model). The llama file carries a SentencePiece tokenizer
+(`tokenizer.ggml.model = llama`: scores, byte-fallback `<0x..>` pieces, no merges), the qwen2 file
+a byte-level BPE one with qwen2's pre-tokenizer; reference.npz holds transformers' ids for TEXTS
+beside the model references (every layer, the logits, a greedy cached generation).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from make_fixtures import CORPUS, PROMPT, byte_bpe, pure_float64, reference  # noqa: E402
+
+OUT = ROOT / "tests" / "fixtures"
+TEXTS = ["The cat sat on the mat.", "  two leading spaces\nand a newline", "naïve café 日本語 🙂 x²",
+         "Keys and values are cached; queries read them.", ""]
+TYPES = {  # each matrix's type; every one of the eight appears in each file
+    "llama": {"attn_q": "Q2_K", "attn_k": "Q3_K", "attn_v": "Q4_K", "attn_output": "Q5_K", "ffn_gate": "Q6_K",
+              "ffn_up": "Q5_0", "ffn_down": "Q5_1", "token_embd": "Q8_0", "output": "Q4_K"},
+    "qwen2": {"attn_q": "Q5_0", "attn_k": "Q5_1", "attn_v": "Q8_0", "attn_output": "Q2_K", "ffn_gate": "Q3_K",
+              "ffn_up": "Q4_K", "ffn_down": "Q5_K", "token_embd": "Q6_K"},
+}
+SCALE_FIELDS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # f16 d / dmin
+HIDDEN, FFN, HEADS, KV_HEADS = 256, 256, 4, 2  # K-quant rows need multiples of 256
+
+
+def random_blocks(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    """Random K-quant blocks for a (rows, cols) matrix, scaled to weights of std 1/sqrt(cols)."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[kind]
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, (shape[0], shape[1] // block, size), dtype=np.uint8)
+
+    def set_scale(value: float) -> None:
+        for offset in SCALE_FIELDS[kind]:
+            raw[..., offset:offset + 2] = np.full(raw.shape[:2], value, dtype="<f2").view(np.uint8).reshape(
+                *raw.shape[:2], 2)
+
+    set_scale(1.0)
+    spread = gguf.quants.dequantize(raw.reshape(shape[0], -1), qtype).std()
+    set_scale(1.0 / np.sqrt(shape[1]) / spread)
+    return raw.reshape(shape[0], -1)
+
+
+def tensor(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    import gguf
+
+    if kind in SCALE_FIELDS:
+        return random_blocks(kind, shape, rng)
+    return gguf.quants.quantize(rng.normal(0, 1 / np.sqrt(shape[1]), shape).astype(np.float32),
+                                gguf.GGMLQuantizationType[kind])
+
+
+def sentencepiece_vocab() -> tuple[list[str], list[float], list[int]]:
+    """<unk> <s> </s>, the 256 byte pieces, then BPE pieces over `▁`-marked text, scored by rank."""
+    model = Tokenizer(models.BPE())
+    model.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    model.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=200, show_progress=False))
+    pieces = [p for p, _ in sorted(model.get_vocab().items(), key=lambda item: item[1])]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    scores = [0.0] * 259 + [-float(rank) for rank in range(len(pieces))]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    return tokens, scores, types
+
+
+def write(path: Path, arch: str, rng: np.random.Generator) -> None:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    if arch == "llama":
+        tokens, scores, types = sentencepiece_vocab()
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(tokens)
+        writer.add_token_scores(scores)
+        writer.add_token_types(types)
+        writer.add_unk_token_id(0)
+        writer.add_bos_token_id(1)
+        writer.add_eos_token_id(2)
+        writer.add_add_bos_token(True)
+        writer.add_add_space_prefix(True)
+    else:
+        bpe = byte_bpe(["<|endoftext|>"])
+        tokens = [t for t, _ in sorted(bpe.get_vocab().items(), key=lambda item: item[1])]
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("qwen2")
+        writer.add_token_list(tokens)
+        writer.add_token_merges(_merges(bpe))
+        writer.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens])
+        writer.add_eos_token_id(tokens.index("<|endoftext|>"))
+        writer.add_add_bos_token(False)
+    vocab = len(tokens)
+    writer.add_context_length(64)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(FFN)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_dimension_count(HIDDEN // HEADS)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
+    writer.add_vocab_size(vocab)
+    kinds = TYPES[arch]
+    kv = HIDDEN // HEADS * KV_HEADS
+    shapes = {"token_embd": (vocab, HIDDEN), "attn_q": (HIDDEN, HIDDEN), "attn_k": (kv, HIDDEN),
+              "attn_v": (kv, HIDDEN), "attn_output": (HIDDEN, HIDDEN), "ffn_gate": (FFN, HIDDEN),
+              "ffn_up": (FFN, HIDDEN), "ffn_down": (HIDDEN, FFN)}
+    if "output" in kinds:
+        shapes["output"] = (vocab, HIDDEN)
+    for name, shape in shapes.items():
+        qtype = gguf.GGMLQuantizationType[kinds[name]]
+        full = name if name in ("token_embd", "output") else f"blk.0.{name}"
+        writer.add_tensor(f"{full}.weight", tensor(kinds[name], shape, rng), raw_dtype=qtype)
+    for norm in ("blk.0.attn_norm", "blk.0.ffn_norm", "output_norm"):
+        writer.add_tensor(f"{norm}.weight", (1 + 0.1 * rng.normal(size=HIDDEN)).astype(np.float32))
+    if arch == "qwen2":
+        for name, width in (("attn_q", HIDDEN), ("attn_k", kv), ("attn_v", kv)):
+            writer.add_tensor(f"blk.0.{name}.bias", (0.1 * rng.normal(size=width)).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _merges(tokenizer: Tokenizer) -> list[str]:
+    import json
+
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    return [" ".join(m) if isinstance(m, list) else m for m in merges]
+
+
+def main() -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    torch.manual_seed(0)
+    pure_float64()
+    for seed, arch in enumerate(("llama", "qwen2")):
+        folder = OUT / f"gguf-mixed-{arch}"
+        folder.mkdir(parents=True, exist_ok=True)
+        write(folder / "mixed.gguf", arch, np.random.default_rng(seed))
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file="mixed.gguf", dtype=torch.float64,
+                                                     attn_implementation="eager",
+                                                     quantization_config=GgufConfig(dequantize=True)).eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file="mixed.gguf")
+        ids = tokenizer(PROMPT)["input_ids"]
+        text_ids = [tokenizer(text)["input_ids"] for text in TEXTS]
+        print(arch, type(tokenizer).__name__, ids, [len(i) for i in text_ids])
+        np.savez_compressed(folder / "reference.npz", **reference(model, ids, True), texts=np.array(TEXTS),
+                            text_ids=np.concatenate([np.array(i, dtype=np.int64) for i in text_ids]),
+                            text_lengths=np.array([len(i) for i in text_ids]))
+
+
+if __name__ == "__main__":
+    main()

@@ -23,6 +23,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+from gguf_blocks import random_blocks  # noqa: E402
 from make_fixtures import CORPUS, PROMPT, byte_bpe, pure_float64, reference  # noqa: E402
 
 OUT = ROOT / "tests" / "fixtures"
@@ -34,34 +35,14 @@ TYPES = {  # each matrix's type; every one of the eight appears in each file
     "qwen2": {"attn_q": "Q5_0", "attn_k": "Q5_1", "attn_v": "Q8_0", "attn_output": "Q2_K", "ffn_gate": "Q3_K",
               "ffn_up": "Q4_K", "ffn_down": "Q5_K", "token_embd": "Q6_K"},
 }
-SCALE_FIELDS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # f16 d / dmin
 HIDDEN, FFN, HEADS, KV_HEADS = 256, 256, 4, 2  # K-quant rows need multiples of 256
-
-
-def random_blocks(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
-    """Random K-quant blocks for a (rows, cols) matrix, scaled to weights of std 1/sqrt(cols)."""
-    import gguf
-
-    qtype = gguf.GGMLQuantizationType[kind]
-    block, size = gguf.GGML_QUANT_SIZES[qtype]
-    raw = rng.integers(0, 256, (shape[0], shape[1] // block, size), dtype=np.uint8)
-
-    def set_scale(value: float) -> None:
-        for offset in SCALE_FIELDS[kind]:
-            raw[..., offset:offset + 2] = np.full(raw.shape[:2], value, dtype="<f2").view(np.uint8).reshape(
-                *raw.shape[:2], 2)
-
-    set_scale(1.0)
-    spread = gguf.quants.dequantize(raw.reshape(shape[0], -1), qtype).std()
-    set_scale(1.0 / np.sqrt(shape[1]) / spread)
-    return raw.reshape(shape[0], -1)
 
 
 def tensor(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
     import gguf
 
-    if kind in SCALE_FIELDS:
-        return random_blocks(kind, shape, rng)
+    if kind.endswith("_K"):
+        return random_blocks(kind, shape, 1 / np.sqrt(shape[1]), rng)
     return gguf.quants.quantize(rng.normal(0, 1 / np.sqrt(shape[1]), shape).astype(np.float32),
                                 gguf.GGMLQuantizationType[kind])
 

@@ -65,7 +65,7 @@ def load_checkpoint(path: str | Path, *, prompt: str | None = None, ids: list[in
         raise
     except Exception as error:  # a truncated or foreign file: gguf, safetensors, json and tokenizers each raise their own
         raise ScenarioError(str(path), None, "", f"cannot read the checkpoint ({type(error).__name__}: {error})") from None
-    vocab = make_vocab(tokenizer, **special)
+    vocab = make_vocab(tokenizer, weights.shapes["embed"][0], **special)
     tokens = _request_ids(path, tokenizer, len(vocab), prompt, ids)
     limit = max_new_tokens if spec.lm_head else 1
     if spec.positions == "learned" and len(tokens) + limit - 1 > spec.max_positions:

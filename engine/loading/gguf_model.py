@@ -116,11 +116,12 @@ class GGUFModel:
         return np.broadcast_to(np.float32(0), self.info(name).shape)
 
     def dequantized(self, name: str, dtype: np.dtype) -> np.ndarray:
-        """The tensor in `dtype`, dequantized a chunk of rows at a time straight into the result."""
+        """The tensor in `dtype`: gguf-py's float32 as it is (F32 stays a view of the map), or
+        converted a chunk of rows at a time straight into the result (no whole float32 copy)."""
         info = self.info(name)
         raw = self.file.tensor_bytes(info)
-        if info.kind == GGMLQuantizationType.F32 and np.dtype(dtype) == np.float32:
-            return raw.view(np.float32).reshape(info.shape)  # a view of the map: no copy at all
+        if np.dtype(dtype) == np.float32:
+            return dequantize(raw, info.kind).reshape(info.shape)
         rows = raw.reshape(-1, raw.shape[-1])
         out = np.empty(info.shape, dtype=dtype)
         flat = out.reshape(len(rows), -1)

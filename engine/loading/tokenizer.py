@@ -74,8 +74,11 @@ def _bytes_text(piece: str, table: dict[int, str]) -> str:
     return raw.decode("utf-8", errors="backslashreplace")
 
 
-def make_vocab(tokenizer: Tokenizer, eos: int | None, pad: int | None) -> Vocab:
-    return Vocab(piece_texts(tokenizer), pad=pad, eos=eos)
+def make_vocab(tokenizer: Tokenizer, size: int, eos: int | None, pad: int | None) -> Vocab:
+    """The texts of the model's `size` ids: an embedding row the tokenizer never produces (models pad
+    their tables, e.g. Qwen2.5's 151 936 rows for 151 665 pieces) reads `<unused N>`."""
+    pieces = piece_texts(tokenizer)[:size]
+    return Vocab(pieces + tuple(f"<unused {i}>" for i in range(len(pieces), size)), pad=pad, eos=eos)
 
 
 def encode(tokenizer: Tokenizer, prompt: str) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import subprocess
 import sys
@@ -62,9 +63,9 @@ print(json.dumps({"seconds": time.time() - launched, "peak": resource.getrusage(
 """
 
 BASELINE = """
-import json, resource, sys, time
+import json, sys
 from benchmarks.checkpoint_speed import plain_run
-print(json.dumps(plain_run(sys.argv[1], [int(i) for i in sys.argv[2].split(",")], int(sys.argv[3]))))
+print(json.dumps(plain_run(sys.argv[2], [int(i) for i in sys.argv[3].split(",")], int(sys.argv[4]))))
 """
 
 
@@ -111,15 +112,15 @@ def qwen2_greedy(w: dict[str, np.ndarray], meta: dict, ids: list[int], new_token
     eps, theta = meta["qwen2.attention.layer_norm_rms_epsilon"], meta["qwen2.rope.freq_base"]
     d = w["token_embd.weight"].shape[1]
     dh = d // heads
-    inv = 1.0 / theta ** (np.arange(0, dh, 2) / dh)
+    inv = (1.0 / theta ** (np.arange(0, dh, 2) / dh)).astype(np.float32)  # float32 throughout, as the engine's run
 
     def rms(x, gain):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * gain
 
     def rope(x, pos):  # half-split rotation of (T, heads, dh)
-        angle = np.concatenate([pos[:, None] * inv] * 2, axis=-1)[:, None, :]
+        angle = np.concatenate([pos[:, None].astype(np.float32) * inv] * 2, axis=-1)[:, None, :]
         turned = np.concatenate([-x[..., dh // 2:], x[..., :dh // 2]], axis=-1)
-        return (x * np.cos(angle) + turned * np.sin(angle)).astype(np.float32)
+        return x * np.cos(angle) + turned * np.sin(angle)
 
     keys, values, chosen, feed, start = [None] * layers, [None] * layers, [], list(ids), 0
     for _ in range(new_tokens):
@@ -133,7 +134,7 @@ def qwen2_greedy(w: dict[str, np.ndarray], meta: dict, ids: list[int], new_token
             keys[i] = k if keys[i] is None else np.concatenate([keys[i], k])
             values[i] = v if values[i] is None else np.concatenate([values[i], v])
             kk, vv = (np.repeat(t, heads // kv_heads, axis=1) for t in (keys[i], values[i]))
-            scores = np.einsum("thd,shd->hts", q, kk) / np.sqrt(dh)
+            scores = np.einsum("thd,shd->hts", q, kk) / math.sqrt(dh)
             scores[:, np.arange(kk.shape[0])[None, :] > pos[:, None]] = -np.inf
             scores = np.exp(scores - scores.max(-1, keepdims=True))
             mixed = np.einsum("hts,shd->thd", scores / scores.sum(-1, keepdims=True), vv).reshape(len(feed), d)
@@ -142,6 +143,7 @@ def qwen2_greedy(w: dict[str, np.ndarray], meta: dict, ids: list[int], new_token
             gate, up = h @ w[b + "ffn_gate.weight"].T, h @ w[b + "ffn_up.weight"].T
             x = x + (gate / (1 + np.exp(-gate)) * up) @ w[b + "ffn_down.weight"].T
         logits = w["token_embd.weight"] @ rms(x[-1], w["output_norm.weight"])
+        assert logits.dtype == np.float32
         chosen.append(int(np.argmax(logits)))
         start, feed = start + len(feed), chosen[-1:]
     return chosen

@@ -38,7 +38,7 @@ def hand_llama(ids: list[int]) -> dict[str, np.ndarray]:
     x = out["hook_embed"]
     for layer in range(cfg["num_hidden_layers"]):
         p, b = f"model.layers.{layer}.", f"blocks.{layer}."
-        h = out[b + "ln1.hook_normalized"] = rms(x, w[p + "input_layernorm.weight"])
+        h = out[b + "ln1.hook_out"] = rms(x, w[p + "input_layernorm.weight"])
         q, k, v = ((h @ w[f"{p}self_attn.{n}_proj.weight"].T).reshape(t, -1, dh) for n in "qkv")
         out[b + "attn.hook_q"], out[b + "attn.hook_k"], out[b + "attn.hook_v"] = q, k, v
         rq, rk = out[b + "attn.hook_rot_q"], out[b + "attn.hook_rot_k"] = rope(q), rope(k)
@@ -50,13 +50,13 @@ def hand_llama(ids: list[int]) -> dict[str, np.ndarray]:
         z = out[b + "attn.hook_z"] = np.einsum("hqk,khd->qhd", pattern, v)
         attn = out[b + "hook_attn_out"] = z.reshape(t, -1) @ w[p + "self_attn.o_proj.weight"].T
         mid = out[b + "hook_resid_mid"] = x + attn
-        h = out[b + "ln2.hook_normalized"] = rms(mid, w[p + "post_attention_layernorm.weight"])
+        h = out[b + "ln2.hook_out"] = rms(mid, w[p + "post_attention_layernorm.weight"])
         gate = out[b + "mlp.hook_pre"] = h @ w[p + "mlp.gate_proj.weight"].T
         up = out[b + "mlp.hook_pre_linear"] = h @ w[p + "mlp.up_proj.weight"].T
         post = out[b + "mlp.hook_post"] = gate / (1 + np.exp(-gate)) * up
         mlp = out[b + "hook_mlp_out"] = post @ w[p + "mlp.down_proj.weight"].T
         x = out[b + "hook_resid_post"] = mid + mlp
-    final = out["ln_final.hook_normalized"] = rms(x, w["model.norm.weight"])
+    final = out["ln_final.hook_out"] = rms(x, w["model.norm.weight"])
     out["unembed.hook_out"] = final @ w["lm_head.weight"].T
     return out
 

@@ -1,16 +1,19 @@
-"""GGUF files (llama.cpp's format) of the llama and qwen2 architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2 and gemma3 architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
 llama.cpp's converter permutes the rows of a llama model's attn_q / attn_k for its interleaved
 RoPE; they are permuted back here (as transformers does when it loads a GGUF), so RoPE is the
-half-split rotate_half form again. qwen2 files are written unpermuted (llama.cpp runs them with
-its NEOX RoPE, the half-split form) and carry q/k/v biases.
+half-split rotate_half form again. qwen2, qwen3 and Gemma files are written unpermuted (llama.cpp
+runs them with its NEOX RoPE, the half-split form); llama.cpp stores Gemma's norm gains as 1 + w
+(undone here, as transformers does).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -20,12 +23,15 @@ from gguf.quants import dequantize
 
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_file import GGUFFile, TensorInfo
-from engine.spec import ModelSpec, NormSpec
+from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
-ARCHITECTURES = ("llama", "qwen2")
-LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "attn.wq": "attn_q", "attn.wk": "attn_k",
-                 "attn.wv": "attn_v", "attn.wo": "attn_output", "attn.bq": "attn_q", "attn.bk": "attn_k",
-                 "attn.bv": "attn_v", "mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
+GEMMA = ("gemma2", "gemma3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA)
+LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
+                 "ln2_post.w": "post_ffw_norm", "attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v",
+                 "attn.wo": "attn_output", "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v",
+                 "attn.q_norm.w": "attn_q_norm", "attn.k_norm.w": "attn_k_norm", "mlp.w_gate": "ffn_gate",
+                 "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
 CHUNK = 1 << 20  # values dequantized at a time: gguf-py's temporaries stay a few MiB
 Getter = Callable[[str], np.ndarray]
 
@@ -61,20 +67,41 @@ class GGUFModel:
             raise self.error(f"{arch}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
         kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
-        if d % heads or heads % kv_heads:
+        d_head = self._size(f"{arch}.attention.key_length", d // heads)
+        if (f"{arch}.attention.key_length" not in self.meta and d % heads) or heads % kv_heads:
             raise self.error(f"{arch}.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
                              "heads: the heads must divide the width and the key/value heads the heads")
-        return ModelSpec(
-            d_model=d, n_layers=self._size(f"{arch}.block_count"), n_heads=heads, d_head=d // heads,
-            d_ff=self._size(f"{arch}.feed_forward_length"),
-            norm=NormSpec("rmsnorm", "pre", float(self._key(f"{arch}.attention.layer_norm_rms_epsilon")),
-                          affine=True),
-            final_norm=True, ffn="gated_silu", positions="rope",
+        layers = self._size(f"{arch}.block_count")
+        spec = ModelSpec(
+            d_model=d, n_layers=layers, n_heads=heads, d_head=d_head, d_ff=self._size(f"{arch}.feed_forward_length"),
+            norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE,
+                          float(self._key(f"{arch}.attention.layer_norm_rms_epsilon")), affine=True),
+            final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
             max_positions=int(self.meta.get(f"{arch}.context_length", 0)), bias=False,
             biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
-            kv_heads=kv_heads,
-            rope_theta=float(self.meta.get(f"{arch}.rope.freq_base", 10000.0)),
+            kv_heads=kv_heads, rope_theta=float(self.meta.get(f"{arch}.rope.freq_base", 10000.0)),
+            qk_norm=arch in ("qwen3", "gemma3"),
+        )
+        return self._gemma(spec) if arch in GEMMA else spec
+
+    def _gemma(self, spec: ModelSpec) -> ModelSpec:
+        """As llama.cpp runs Gemma 2/3: GeGLU, (1 + w) norms around each sublayer, embeddings times √d,
+        scores over √key_length; Gemma 2 soft-caps scores and logits and slides on even layers, Gemma 3
+        slides on five layers of six with RoPE base 10 000 there."""
+        arch, gemma2 = self.arch, self.arch == "gemma2"
+        caps = [self.meta.get(f"{arch}.{key}", default if gemma2 else None)
+                for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0))]
+        window = self.meta.get(f"{arch}.attention.sliding_window")
+        period = 2 if gemma2 else 6
+        return replace(
+            spec, ffn=FfnKind.GATED_GELU_TANH, norm=replace(spec.norm, weight_offset=True), post_norms=True,
+            embed_scale=math.sqrt(spec.d_model), attn_scale=spec.d_head**-0.5,
+            attn_softcap=None if caps[0] is None else float(caps[0]),
+            final_softcap=None if caps[1] is None else float(caps[1]),
+            sliding_window=None if window is None else self._size(f"{arch}.attention.sliding_window"),
+            sliding_layers=None if window is None else tuple(i for i in range(spec.n_layers) if (i + 1) % period),
+            rope_theta_local=None if gemma2 else 10000.0,
         )
 
     def _key(self, key: str) -> int | float:
@@ -90,8 +117,11 @@ class GGUFModel:
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
         """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
-        if name in ("embed", "ln_final.w"):
-            return get("token_embd.weight" if name == "embed" else "output_norm.weight")
+        if name == "embed":
+            return get("token_embd.weight")
+        if name == "ln_final.w":
+            gain = get("output_norm.weight")
+            return gain - 1 if self.arch in GEMMA else gain
         if name == "unembed":
             return get("output.weight").T
         _, layer, leaf = name.split(".", 2)
@@ -99,6 +129,8 @@ class GGUFModel:
         w = get(f"blk.{layer}.{kind}.{'bias' if leaf.startswith('attn.b') else 'weight'}")
         if self.arch == "llama" and kind in ("attn_q", "attn_k"):
             w = unpermute(w, spec.n_heads if kind == "attn_q" else spec.n_kv_heads)
+        if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
+            w = w - 1
         return w if w.ndim == 1 else w.T
 
     def info(self, name: str) -> TensorInfo:

@@ -14,6 +14,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -54,10 +55,14 @@ class WeightCache:
 
 
 class LazyWeights(Mapping):
+    """`blocks(name, index)`, where the file is quantized (GGUF), gives the quantisation block behind
+    a value (engine.loading.gguf_blocks.Block) or None."""
+
     def __init__(self, shapes: dict[str, Shape], cache: WeightCache, identity: str,
-                 edited: dict[str, np.ndarray] | None = None):
+                 edited: dict[str, np.ndarray] | None = None, blocks: Callable[[str, tuple[int, ...]], Any] | None = None):
         self.shapes, self.cache, self.identity = shapes, cache, identity
         self.edited = edited or {}
+        self.blocks = blocks
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.edited:
@@ -85,7 +90,7 @@ class LazyWeights(Mapping):
             edited.pop(name, None)
             if array is not self.cache.get(name):
                 edited[name] = array
-        return LazyWeights(self.shapes, self.cache, self.identity, edited)
+        return LazyWeights(self.shapes, self.cache, self.identity, edited, self.blocks)
 
 
 def changed_names(weights: Mapping, original: Mapping) -> list[str]:

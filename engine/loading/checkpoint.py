@@ -129,6 +129,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
     tensors = (model.stand_in, lambda name: model.dequantized(name, as_dtype))
     weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
                        file_identity(path))
+    weights.blocks = lambda name, index: model.block(name, index, spec)
     return spec, weights, tokenizer, special
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.loading.document import ScenarioError
+from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
@@ -117,21 +117,43 @@ class GGUFModel:
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
         """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
-        if name == "embed":
-            return get("token_embd.weight")
-        if name == "ln_final.w":
-            gain = get("output_norm.weight")
-            return gain - 1 if self.arch in GEMMA else gain
-        if name == "unembed":
-            return get("output.weight").T
-        _, layer, leaf = name.split(".", 2)
-        kind = LAYER_TENSORS[leaf]
-        w = get(f"blk.{layer}.{kind}.{'bias' if leaf.startswith('attn.b') else 'weight'}")
+        tensor = self.tensor_name(name)
+        w = get(tensor)
+        kind = tensor.split(".")[-2]
         if self.arch == "llama" and kind in ("attn_q", "attn_k"):
             w = unpermute(w, spec.n_heads if kind == "attn_q" else spec.n_kv_heads)
         if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
             w = w - 1
-        return w if w.ndim == 1 else w.T
+        return w if w.ndim == 1 or name == "embed" else w.T
+
+    def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> Block | None:
+        """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
+        tensor, row, col = self.locate(name, index, spec)
+        info = self.info(tensor)
+        raw = self.file.tensor_bytes(info)
+        return block_of(tensor, info.kind, raw.reshape(-1, raw.shape[-1]), row, col)
+
+    def locate(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> tuple[str, int, int]:
+        """The GGUF tensor, row and column that hold engine parameter `name` at `index`: matrices are
+        transposed ([in, out] here, [out, in] there), a llama file's q/k rows permuted."""
+        if len(index) == 1:
+            return self.tensor_name(name), 0, index[0]
+        if name == "embed":
+            return "token_embd.weight", index[0], index[1]
+        tensor, (row, col) = self.tensor_name(name), index[::-1]
+        kind = tensor.split(".")[-2]
+        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
+            rows = self.tensors[tensor].shape[0]
+            heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
+            row = int(unpermute(np.arange(rows)[:, None], heads)[row, 0])
+        return tensor, row, col
+
+    def tensor_name(self, name: str) -> str:
+        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight"}
+        if name in fixed:
+            return fixed[name]
+        _, layer, leaf = name.split(".", 2)
+        return f"blk.{layer}.{LAYER_TENSORS[leaf]}.{'bias' if leaf.startswith('attn.b') else 'weight'}"
 
     def info(self, name: str) -> TensorInfo:
         """A tensor's entry, refused (naming it) when missing or of a type gguf-py cannot dequantize."""

@@ -7,9 +7,9 @@ Gemma's sliding window 4), with transformers' float64 references.
 gguf-py quantizes the legacy types (Q5_0, Q5_1, Q8_0) but not the K-quants, so K-quant tensors are
 random blocks whose f16 scales are set to give weights of order 1/sqrt(fan-in): the model *is*
 whatever the file decodes to, and transformers reads the same file (its own GGUF loader,
-dequantized, unpermuted, as a float64 model). The llama file carries a SentencePiece tokenizer
-(`tokenizer.ggml.model = llama`: scores, byte-fallback `<0x..>` pieces, no merges), the qwen2 file
-a byte-level BPE one with qwen2's pre-tokenizer; reference.npz holds transformers' ids for TEXTS
+dequantized, unpermuted, as a float64 model). The llama and gemma3 files carry SentencePiece tokenizers
+(`tokenizer.ggml.model = llama`: scores, byte-fallback `<0x..>` pieces, no merges; transformers reads
+Gemma's its own way), the others a byte-level BPE one with qwen2's pre-tokenizer; reference.npz holds transformers' ids for TEXTS
 beside the model references (every layer, the logits, a greedy cached generation; for the sliding-
 window architectures, each step recomputed over the whole sequence, as transformers' cache keeps
 only the window).
@@ -46,6 +46,7 @@ SHAPES = {  # hidden, heads, kv heads, head dim, ffn: K-quant rows need multiple
     "gemma3": (128, 2, 1, 256, 256),
 }
 WINDOW = 4  # Gemma's sliding window: shorter than the prompt
+SENTENCEPIECE = {"llama": ["<unk>", "<s>", "</s>"], "gemma3": ["<pad>", "<eos>", "<bos>", "<unk>"]}  # their specials
 
 
 def tensor(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
@@ -57,31 +58,33 @@ def tensor(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.nd
                                 gguf.GGMLQuantizationType[kind])
 
 
-def sentencepiece_vocab() -> tuple[list[str], list[float], list[int]]:
-    """<unk> <s> </s>, the 256 byte pieces, then BPE pieces over `▁`-marked text, scored by rank."""
+def sentencepiece_vocab(specials: list[str]) -> tuple[list[str], list[float], list[int]]:
+    """The special pieces (<unk> unknown, the others control), the 256 byte pieces, then BPE pieces over
+    `▁`-marked text, scored by rank, and a piece of two spaces spelled as such (as Gemma's files do)."""
     model = Tokenizer(models.BPE())
     model.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
     model.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=200, show_progress=False))
-    pieces = [p for p, _ in sorted(model.get_vocab().items(), key=lambda item: item[1])]
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
-    scores = [0.0] * 259 + [-float(rank) for rank in range(len(pieces))]
-    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    pieces = [p for p, _ in sorted(model.get_vocab().items(), key=lambda item: item[1])] + ["  "]
+    tokens = specials + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    scores = [0.0] * (len(specials) + 256) + [-float(rank) for rank in range(len(pieces))]
+    types = [2 if t == "<unk>" else 3 for t in specials] + [6] * 256 + [1] * len(pieces)
     return tokens, scores, types
 
 
 def add_tokenizer(writer, arch: str) -> int:
-    """llama: SentencePiece; the others byte-level BPE with qwen2's pre-tokenizer. Returns the size."""
-    if arch == "llama":
-        tokens, scores, types = sentencepiece_vocab()
+    """llama and gemma3: SentencePiece; the others byte-level BPE with qwen2's pre-tokenizer. Returns the size."""
+    if arch in SENTENCEPIECE:
+        specials = SENTENCEPIECE[arch]
+        tokens, scores, types = sentencepiece_vocab(specials)
         writer.add_tokenizer_model("llama")
         writer.add_token_list(tokens)
         writer.add_token_scores(scores)
         writer.add_token_types(types)
-        writer.add_unk_token_id(0)
-        writer.add_bos_token_id(1)
-        writer.add_eos_token_id(2)
+        writer.add_unk_token_id(tokens.index("<unk>"))
+        writer.add_bos_token_id(tokens.index(specials[1] if arch == "llama" else "<bos>"))
+        writer.add_eos_token_id(tokens.index(specials[2] if arch == "llama" else "<eos>"))
         writer.add_add_bos_token(True)
-        writer.add_add_space_prefix(True)
+        writer.add_add_space_prefix(arch == "llama")
         return len(tokens)
     bpe = byte_bpe(["<|endoftext|>"])
     tokens = [t for t, _ in sorted(bpe.get_vocab().items(), key=lambda item: item[1])]

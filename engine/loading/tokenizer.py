@@ -12,11 +12,12 @@ import json
 from functools import cache
 
 import numpy as np
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from engine.spec import Vocab
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
+GEMMA = ("gemma", "gemma2", "gemma3")  # their SentencePiece files follow transformers' GemmaTokenizer
 ESCAPES = {i: f"\\x{i:02x}" for i in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
 
 
@@ -111,7 +112,8 @@ def gguf_tokenizer(meta: dict, error) -> Tokenizer:
     if kind not in builders:
         raise error("tokenizer.ggml.model", f"unsupported tokenizer {kind!r} (supported: {', '.join(builders)})")
     tokens = meta["tokenizer.ggml.tokens"]
-    tokenizer = builders[kind](meta, tokens, error)
+    gemma = kind == "llama" and meta.get("general.architecture") in GEMMA
+    tokenizer = (_gemma_sentencepiece if gemma else builders[kind])(meta, tokens, error)
     types = meta.get("tokenizer.ggml.token_type", ())
     tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                                   for i in np.flatnonzero(np.asarray(types) == CONTROL)])
@@ -149,6 +151,19 @@ def _sentencepiece(meta: dict, tokens: list[str], error) -> Tokenizer:
     return tokenizer
 
 
+def _gemma_sentencepiece(meta: dict, tokens: list[str], error) -> Tokenizer:
+    """As transformers' GemmaTokenizer: a piece of spaces is spelled with `▁`, merges follow the file's
+    order (Gemma's scores do not), every space becomes `▁` and no prefix space is added."""
+    tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    vocab = _vocab(tokens)
+    merges = _merges(meta) if "tokenizer.ggml.merges" in meta else _merges_by_score(tokens, vocab, -np.arange(len(tokens)))
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, unk_token="<unk>", byte_fallback=True))
+    tokenizer.normalizer = normalizers.Replace(" ", "▁")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tokenizer
+
+
 def _vocab(tokens: list[str]) -> dict[str, int]:
     return {token: index for index, token in enumerate(tokens)}
 
@@ -158,10 +173,14 @@ def _merges(meta: dict) -> list[tuple[str, str]]:
 
 
 def _merges_from_scores(tokens: list[str], vocab: dict[str, int], meta: dict, error) -> list[tuple[str, str]]:
-    """Every split of a piece into two pieces, best-scored merged piece first (transformers' generate_merges)."""
     scores = meta.get("tokenizer.ggml.scores")
     if scores is None or len(scores) != len(tokens):
         raise error("tokenizer.ggml.scores", "a SentencePiece vocabulary without merges needs one score per token")
+    return _merges_by_score(tokens, vocab, scores)
+
+
+def _merges_by_score(tokens: list[str], vocab: dict[str, int], scores: np.ndarray) -> list[tuple[str, str]]:
+    """Every split of a piece into two pieces, best-scored merged piece first (transformers' generate_merges)."""
     found = []
     for piece, score in zip(tokens, scores.tolist()):
         pairs = [(piece[:i], piece[i:]) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]

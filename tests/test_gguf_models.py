@@ -76,7 +76,7 @@ def test_what_the_new_architectures_read_from_the_file(arch):
 def test_tokenizer_from_metadata_gives_transformers_ids(arch):
     path, ref = fixture(arch)
     file = GGUFFile(path)
-    tokenizer = gguf_tokenizer(file.meta, file.error)
+    tokenizer = gguf_tokenizer(file.meta, ValueError)
     expected = np.split(ref["text_ids"], np.cumsum(ref["text_lengths"])[:-1])
     for text, ids in zip(ref["texts"], expected):
         assert tokenizer.encode(str(text)).ids == list(ids), text
@@ -86,7 +86,7 @@ def test_tokenizer_from_metadata_gives_transformers_ids(arch):
 
 def test_sentencepiece_pieces_read_as_text():
     file = GGUFFile(FIXTURES / "gguf-mixed-llama" / "mixed.gguf")
-    tokenizer = gguf_tokenizer(file.meta, file.error)
+    tokenizer = gguf_tokenizer(file.meta, ValueError)
     texts = piece_texts(tokenizer)
     tokens = file.meta["tokenizer.ggml.tokens"]
     assert texts[tokens.index("<0x0A>")] == "\\n" and texts[tokens.index("<0xE6>")] == "\\xe6"

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine.loading.document import ScenarioError
+
+class LayoutError(ValueError):
+    """The file is not a sound GGUF; engine.loading.gguf_checks then names the field and what it holds."""
 
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
@@ -60,8 +62,8 @@ class GGUFFile:
         start = -(-self._pos // alignment) * alignment
         self.tensors = {name: self._place(name, shape, kind, start + offset) for name, shape, kind, offset in infos}
 
-    def error(self, key: str, message: str) -> ScenarioError:
-        return ScenarioError(str(self.path), None, key, message)
+    def error(self, key: str, message: str) -> LayoutError:
+        return LayoutError(f"{key}: {message}" if key else message)
 
     def tensor_bytes(self, info: TensorInfo) -> np.ndarray:
         """The tensor's raw bytes as uint8 rows (rows, bytes per row): a read-only view of the map."""

@@ -21,6 +21,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
+from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
@@ -54,8 +55,10 @@ class GGUFModel:
         self.path = path
         self.file = GGUFFile(path)
         self.meta, self.tensors = self.file.meta, self.file.tensors
-        self.error = self.file.error
         self.arch = self.meta.get("general.architecture")
+
+    def error(self, key: str, message: str) -> ScenarioError:
+        return ScenarioError(str(self.path), None, key, message)
 
     def spec(self) -> ModelSpec:
         arch = self.arch

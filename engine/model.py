@@ -54,6 +54,7 @@ class Op(Operand):
 
 
 OpStream = Generator[Op, None, Array]
+HEAD = "(head)"  # the key of the head's operand among the parameters' (no parameter is named so)
 
 
 class Transformer:
@@ -68,7 +69,6 @@ class Transformer:
         # One Operand per weight, made when first read and shared by every operator that reads it:
         # a kept history then holds fewer objects for Python's garbage collector to walk.
         self._params: dict[str, Operand] = {}
-        self._unembed: Operand | None = None
         self.fault = fault
         self.allow_stale = allow_stale or fault.keeps_stale_cache
 
@@ -116,9 +116,7 @@ class Transformer:
             return x
         if spec.final_norm:
             x = yield from self._norm("ln_final", x, layer=None)
-        if self._unembed is None:
-            self._unembed = self._unembed_operand()
-        unembed = self._unembed
+        unembed = self._unembed_operand()
         logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
         yield logits
@@ -129,17 +127,21 @@ class Transformer:
         return logits
 
     def _unembed_operand(self) -> Operand:
-        """The tied head reads the embedding through a transposed view, never a copy."""
-        if self.spec.tied_unembed:
-            return Operand("embed.T", self.xp.matrix_transpose(self.param("embed").values), rows="in", cols="vocab")
-        return Operand("unembed", self.param("unembed").values, rows="in", cols="vocab")
+        """The head as the logits read it (made once, kept beside the parameters' operands): the tied
+        head reads the embedding through a transposed view, never a copy."""
+        operand = self._params.get(HEAD)
+        if operand is None:
+            tied = self.spec.tied_unembed
+            table = self.xp.matrix_transpose(self.param("embed").values) if tied else self.param("unembed").values
+            operand = self._params[HEAD] = Operand("embed.T" if tied else "unembed", table, rows="in", cols="vocab")
+        return operand
 
     def _logits(self, x: Array) -> Array:
         """x @ unembed. On NumPy a decode row meets the tied table through vecdot, which reads it row by
         row at the full memory bandwidth; BLAS reads the transposed view at about half of it (engine_speed.py)."""
         if self.spec.tied_unembed and x.shape[0] == 1 and self.backend.name == "numpy":
             return self.xp.vecdot(self.param("embed").values, x)[None, :]
-        return x @ self._unembed.values
+        return x @ self._unembed_operand().values
 
     def _add_positions(self, x: Op, positions: list[int]) -> OpStream:
         """Token embeddings plus position terms (and BERT's token type 0): the residual stream."""

@@ -72,3 +72,18 @@ def test_a_weights_block_holds_the_very_value_the_engine_uses(fixture):
             kinds.add(block.kind)
     assert kinds == {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "Q8_0"}
     assert scenario.weights.blocks("ln_final.w", (3,)) is None  # F32: nothing quantized
+
+
+def test_a_block_reads_as_lines_with_the_cursors_code_marked():
+    from tinyllm_tui.presentation.quantisation import block_lines
+
+    codes = np.arange(32, dtype=np.int8) - 16  # a hand-made Q8_0 block: d = 0.5, codes −16…15
+    block_bytes = np.concatenate([np.array([0.5], dtype="<f2").view(np.uint8), codes.view(np.uint8)])
+    rows = np.concatenate([block_bytes, block_bytes])[None, :]  # one row of two blocks
+    lines = block_lines(block_of("blk.0.attn_q.weight", T.Q8_0, rows, 0, 37))  # the 6th value of the 2nd block
+    assert lines[0] == "Q8_0 block at blk.0.attn_q.weight[0, 32–63] · d 0.5"
+    assert lines[1] == "value 5 (sub-block 0): 0.5 × code -11 + 0 = -5.500000"
+    assert lines[2] == "codes   -15 -14 -13 -12 [-11] -10 -9 -8"
+    assert lines[3].startswith("values  -7.500000 -7.000000") and "[-5.500000]" in lines[3]
+    iq = block_lines(block_of("t", T.IQ4_NL, raw_rows(T.IQ4_NL), 0, 3))
+    assert iq[1] == "codes   (not decoded for IQ4_NL: its values only)" and len(iq) == 3

@@ -55,14 +55,14 @@ class WeightCache:
 
 
 class LazyWeights(Mapping):
-    """`blocks(name, index)`, where the file is quantized (GGUF), gives the quantisation block behind
-    a value (engine.loading.gguf_blocks.Block) or None."""
+    """`quantisation`, for a GGUF file, tells each parameter's tensor type and the block behind a value
+    (engine.loading.gguf_model.Quantisation); None otherwise."""
 
     def __init__(self, shapes: dict[str, Shape], cache: WeightCache, identity: str,
-                 edited: dict[str, np.ndarray] | None = None, blocks: Callable[[str, tuple[int, ...]], Any] | None = None):
+                 edited: dict[str, np.ndarray] | None = None, quantisation: Any = None):
         self.shapes, self.cache, self.identity = shapes, cache, identity
         self.edited = edited or {}
-        self.blocks = blocks
+        self.quantisation = quantisation
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name in self.edited:
@@ -90,7 +90,7 @@ class LazyWeights(Mapping):
             edited.pop(name, None)
             if array is not self.cache.get(name):
                 edited[name] = array
-        return LazyWeights(self.shapes, self.cache, self.identity, edited, self.blocks)
+        return LazyWeights(self.shapes, self.cache, self.identity, edited, self.quantisation)
 
 
 def changed_names(weights: Mapping, original: Mapping) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 from gguf import GGMLQuantizationType as T
 
 from engine.loading.checkpoint import load_checkpoint
+from engine.loading.edits import CellEdit, apply_edit
 from engine.loading.gguf_blocks import DECODERS, block_of
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -65,13 +66,16 @@ def test_a_weights_block_holds_the_very_value_the_engine_uses(fixture):
         if len(shape) == 1:
             continue
         for index in [(0, 0), (shape[0] - 1, shape[1] - 1), (shape[0] // 3, shape[1] // 2 + 1)]:
-            block = scenario.weights.blocks(name, index)
+            block = scenario.weights.quantisation.block(name, index)
             assert block.values[block.index] == scenario.weights[name][index], (name, index)
             assert block.scale[block.index] * block.codes[block.index] + block.offset[block.index] == \
                 pytest.approx(float(scenario.weights[name][index]), rel=1e-6, abs=1e-7)
             kinds.add(block.kind)
     assert kinds == {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1", "Q8_0"}
-    assert scenario.weights.blocks("ln_final.w", (3,)) is None  # F32: nothing quantized
+    assert scenario.weights.quantisation.block("ln_final.w", (3,)) is None  # F32: nothing quantized
+    assert scenario.weights.quantisation.kind("blocks.0.attn.wq") == ("Q2_K" if "llama" in fixture else "Q5_0")
+    edited = apply_edit(scenario.weights, CellEdit("embed", (0, 0), 1.0))
+    assert edited.quantisation is scenario.weights.quantisation  # an edit still shows the file's blocks
 
 
 def test_a_block_reads_as_lines_with_the_cursors_code_marked():

@@ -24,7 +24,7 @@ from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, Positions, Request
 from engine.loading import hf
 from engine.loading.gguf_checks import gguf_damage
-from engine.loading.gguf_model import GGUFModel
+from engine.loading.gguf_model import GGUFModel, Quantisation
 from engine.loading.weightfile import file_identity
 from engine.lazy_weights import LazyWeights, WeightCache
 from engine.loading.tokenizer import encode, gguf_tokenizer, make_vocab, numbered_vocab
@@ -137,7 +137,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
     tensors = (model.stand_in, lambda name: model.dequantized(name, as_dtype))
     weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
                        file_identity(path))
-    weights.blocks = lambda name, index: model.block(name, index, spec)
+    weights.quantisation = Quantisation(model, spec)
     return spec, weights, tokenizer, special
 
 

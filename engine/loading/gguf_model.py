@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -186,6 +186,22 @@ class GGUFModel:
         for start in range(0, len(rows), step):
             flat[start:start + step] = dequantize(rows[start:start + step], info.kind)
         return out
+
+
+@dataclass(frozen=True)
+class Quantisation:
+    """How a GGUF checkpoint stores each engine parameter (LazyWeights.quantisation)."""
+
+    model: GGUFModel
+    spec: ModelSpec
+
+    def kind(self, name: str) -> str:
+        """The parameter's tensor type, e.g. "Q4_K"."""
+        return self.model.info(self.model.tensor_name(name)).kind.name
+
+    def block(self, name: str, index: tuple[int, ...]) -> Block | None:
+        """The quantisation block behind the parameter's value at `index` (None if unquantized)."""
+        return self.model.block(name, index, self.spec)
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

@@ -8,7 +8,7 @@ that a full recompute and the cached path differ only in what they are fed.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,26 +54,30 @@ class Op(Operand):
 
 
 OpStream = Generator[Op, None, Array]
+HEAD = "(head)"  # the key of the head's operand among the parameters' (no parameter is named so)
 
 
 class Transformer:
-    def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str,
+    def __init__(self, spec: ModelSpec, weights: Mapping[str, Any], backend: Backend, fingerprint: str,
                  fault: Fault = NO_FAULT, allow_stale: bool = False):
         """Args:
         fault: an injected cache bug (engine.faults); the default computes correctly.
         allow_stale: extend caches computed with other weights instead of refusing.
         """
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
-        self.weights = {name: backend.asarray(w) for name, w in weights.items()}
-        # One Operand per weight, shared by every operator that reads it: a kept history then holds
-        # fewer objects for Python's garbage collector to walk.
-        self._params = {name: Operand(name, w, rows="in", cols="out") for name, w in self.weights.items()}
-        self._unembed = self._unembed_operand() if spec.lm_head else None
+        self.weights = weights  # a checkpoint's LazyWeights read each array on first use
+        # One Operand per weight, made when first read and shared by every operator that reads it:
+        # a kept history then holds fewer objects for Python's garbage collector to walk.
+        self._params: dict[str, Operand] = {}
         self.fault = fault
         self.allow_stale = allow_stale or fault.keeps_stale_cache
 
     def param(self, name: str) -> Operand:
-        return self._params[name]
+        operand = self._params.get(name)
+        if operand is None:
+            operand = Operand(name, self.backend.asarray(self.weights[name]), rows="in", cols="out")
+            self._params[name] = operand
+        return operand
 
     def empty_caches(self) -> list[LayerCache]:
         empty = self.xp.zeros((0, self.spec.d_kv), dtype=self.backend.dtype)
@@ -108,7 +112,7 @@ class Transformer:
             return x
         if spec.final_norm:
             x = yield from self._norm("ln_final", x, layer=None)
-        unembed = self._unembed
+        unembed = self._unembed_operand()
         logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
         yield logits
@@ -128,17 +132,21 @@ class Transformer:
         return Op("hook_embed", rows * self.spec.embed_scale, kind=OpKind.EMBED, inputs=(embed, scale))
 
     def _unembed_operand(self) -> Operand:
-        """The tied head reads the embedding through a transposed view, never a copy."""
-        if self.spec.tied_unembed:
-            return Operand("embed.T", self.xp.matrix_transpose(self.weights["embed"]), rows="in", cols="vocab")
-        return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")
+        """The head as the logits read it (made once, kept beside the parameters' operands): the tied
+        head reads the embedding through a transposed view, never a copy."""
+        operand = self._params.get(HEAD)
+        if operand is None:
+            tied = self.spec.tied_unembed
+            table = self.xp.matrix_transpose(self.param("embed").values) if tied else self.param("unembed").values
+            operand = self._params[HEAD] = Operand("embed.T" if tied else "unembed", table, rows="in", cols="vocab")
+        return operand
 
     def _logits(self, x: Array) -> Array:
         """x @ unembed. On NumPy a decode row meets the tied table through vecdot, which reads it row by
         row at the full memory bandwidth; BLAS reads the transposed view at about half of it (engine_speed.py)."""
         if self.spec.tied_unembed and x.shape[0] == 1 and self.backend.name == "numpy":
-            return self.xp.vecdot(self.weights["embed"], x)[None, :]
-        return x @ self._unembed.values
+            return self.xp.vecdot(self.param("embed").values, x)[None, :]
+        return x @ self._unembed_operand().values
 
     def _add_positions(self, x: Op, positions: list[int]) -> OpStream:
         """Token embeddings plus position terms (and BERT's token type 0): the residual stream."""

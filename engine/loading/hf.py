@@ -13,15 +13,14 @@ import json
 import math
 import struct
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from safetensors import safe_open
 
 from engine.loading.document import ScenarioError, read_text
+from engine.loading.weightfile import SAFETENSORS_DTYPES
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
@@ -29,6 +28,8 @@ ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 PREFIXES = ("", "model.", "transformer.", "bert.")
+STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+                                       "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
 MAX_SIZE = 2**31  # a width, depth or count beyond this is a corrupt config, not a model
 ACTIVATIONS = {"gelu": FfnKind.GELU, "gelu_new": FfnKind.GELU_TANH, "gelu_pytorch_tanh": FfnKind.GELU_TANH,
                "relu": FfnKind.RELU, "tanh": FfnKind.TANH}
@@ -297,41 +298,46 @@ def tensor_files(folder: Path) -> dict[str, Path]:
 
 class Tensors:
     """A folder's tensors by name, whatever prefix its files give them (`model.`, `transformer.`,
-    `bert.` or none); use as a context manager (the files stay open while reading)."""
+    `bert.` or none). Each file's header is checked by `safetensors` and its data memory-mapped:
+    `load(key)` is a read-only view of the map (bfloat16 widened to float32), `stand_in(key)` a
+    zero-byte array of the tensor's shape and dtype, for checking shapes without reading."""
 
     def __init__(self, folder: Path):
         self.folder, self.files = folder, tensor_files(folder)
-        self._stack = ExitStack()
-        self._handles: dict[Path, Any] = {}
+        self._headers = {file: _header(file) for file in set(self.files.values())}
 
-    def __enter__(self) -> Tensors:
-        for file in set(self.files.values()):
-            self._handles[file] = self._stack.enter_context(safe_open(file, framework="numpy"))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stack.close()
-
-    def __call__(self, key: str) -> np.ndarray:
+    def _entry(self, key: str) -> tuple[Path, str, dict]:
         for prefix in PREFIXES:
             name = prefix + key
             if name in self.files:
-                handle = self._handles[self.files[name]]
-                if handle.get_slice(name).get_dtype() == "BF16":
-                    return _bf16(self.files[name], name)
-                return handle.get_tensor(name)
+                file = self.files[name]
+                return file, name, self._headers[file][1][name]
         raise ScenarioError(str(self.folder), None, key, "tensor missing from the checkpoint")
 
+    def stand_in(self, key: str) -> np.ndarray:
+        file, name, entry = self._entry(key)
+        dtype = STAND_IN_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise ScenarioError(str(file), None, name, f"expected floating-point numbers, got {entry['dtype']}")
+        return np.broadcast_to(np.zeros((), dtype), entry["shape"])
 
-def _bf16(file: Path, name: str) -> np.ndarray:
-    """NumPy has no bfloat16: its 16 bits are the top half of a float32."""
+    def load(self, key: str) -> np.ndarray:
+        file, name, entry = self._entry(key)
+        start = self._headers[file][0]
+        begin, end = (start + offset for offset in entry["data_offsets"])
+        data = np.memmap(file, dtype=np.uint8, mode="r", offset=begin, shape=(end - begin,))
+        if entry["dtype"] == "BF16":  # NumPy has no bfloat16: its 16 bits are the top half of a float32
+            return (np.asarray(data).view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+        return np.asarray(data).view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+
+
+def _header(file: Path) -> tuple[int, dict]:
+    """Where the data starts and each tensor's entry; `safe_open` validates the header first."""
+    with safe_open(file, framework="numpy"):
+        pass
     with open(file, "rb") as handle:
         size = struct.unpack("<Q", handle.read(8))[0]
-        entry = json.loads(handle.read(size))[name]
-        start, end = entry["data_offsets"]
-        handle.seek(8 + size + start)
-        raw = np.frombuffer(handle.read(end - start), dtype="<u2")
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+        return 8 + size, json.loads(handle.read(size))
 
 
 Getter = Callable[[str], np.ndarray]

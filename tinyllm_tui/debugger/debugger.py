@@ -26,6 +26,7 @@ from engine.compare.against import align
 from engine.compare.diff import OpDiff, diff_runs
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
+from engine.lazy_weights import changed_names
 from engine.loading.edits import Edit, WeightHistory, apply_edit, save, with_weights
 from engine.compare.expect import Cell, Outcome
 from tinyllm_tui.debugger.history import DEFAULT_BUDGET, History, RoundSummary
@@ -407,8 +408,7 @@ class Debugger:
         saved = self.file_scenario.weights
         key = (id(self.weights), id(saved))
         if self._unsaved[0] != key:
-            count = sum(int(np.sum(array != saved[name])) for name, array in self.weights.items()
-                        if array is not saved[name])  # an edit copies only the array it changes
+            count = sum(int(np.sum(self.weights[name] != saved[name])) for name in changed_names(self.weights, saved))
             self._unsaved = (key, count)
         return self._unsaved[1]
 

@@ -25,9 +25,11 @@ from engine.compare.diff import diff_scenario, first_divergence
 from engine.compare.expect import Outcome
 from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
 from engine.loading import open_model
-from engine.compare.against import compare_activations, load_dump, prefill_states, save_activations
+from engine.compare.against import compare_generation
+from engine.compare.dump import load_dump, save_dump
+from engine.compare.layout import Passes
 from engine.loading.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
-from engine.export import json_number, record, requests_record, trace_document
+from engine.export import ActivationDump, json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
 from engine.compare.gradcheck import check_head
@@ -111,9 +113,14 @@ MaxNewTokensOption = Annotated[Optional[int], typer.Option(
 
 
 AgainstOption = Annotated[Optional[Path], typer.Option(
-    "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
-    "compare operator by operator with this reference.", show_default=False)]
-ToleranceOption = Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")]
+    "--against", help="Activations of your own implementation (.safetensors/.npz keyed by pass and hook name, "
+    "see the README) to compare with this reference over the whole generation.", show_default=False)]
+ToleranceOption = Annotated[Optional[float], typer.Option(
+    "--tolerance", help="With --against: largest |Δ| that agrees (default per dtype: float64 1e-9, float32 1e-5, "
+    "float16 1e-3, bfloat16 1e-2, each plus the same relative part).", show_default=False)]
+RtolOption = Annotated[Optional[float], typer.Option(
+    "--rtol", help="With --against: relative part of the tolerance, |Δ| ≤ tolerance + rtol·|reference|.",
+    show_default=False)]
 
 
 def history_budget(scenario: Scenario, dtype: str, max_memory: int | None) -> int:
@@ -197,10 +204,11 @@ def open_tui(
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
     against: AgainstOption = None,
-    tolerance: ToleranceOption = 1e-6,
+    tolerance: ToleranceOption = None,
+    rtol: RtolOption = None,
 ) -> None:
     """Open the step debugger on a scenario or a checkpoint; with --against, your own activations are
-    marked ✓/✗ cell by cell on the first prompt's prefill."""
+    marked ✓/✗ cell by cell in every pass the dump holds."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
     for text in breakpoints or []:
@@ -208,7 +216,7 @@ def open_tui(
     _check_inject(inject)
     budget = _max_memory(max_memory)
     array_backend = make_backend(backend, dtype)
-    dump = None if against is None else (load_dump(against), tolerance)
+    dump = None if against is None else (load_dump(against), tolerance, rtol)
     path = file or bundled_x01()
     from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
     from tinyllm_tui.tui.loading_screen import Loading, Opening
@@ -251,26 +259,34 @@ def run(
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
     save: Annotated[Optional[Path], typer.Option(
-        "--save-activations", help="Also write the first request's prefill activations, keyed by hook name, "
-        "in TransformerLens's layouts (.safetensors or .npz).", show_default=False)] = None,
+        "--save-activations", help="Also write every pass's activations and KV caches, keyed by pass and hook "
+        "name in TransformerLens's layouts (.safetensors or .npz; see the README).", show_default=False)] = None,
 ) -> None:
     scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens))
-    if save is not None:
-        save_activations(prefill_states(scenario, array_backend), save)
-        print(f"wrote the prefill activations to {save}", file=sys.stderr)
     session = Session(scenario, array_backend, inject=inject)
+    dump = ActivationDump(Passes(scenario)) if save is not None else None
+    states = session.steps() if dump is None else dump.tee(session.steps())
+    try:
+        _print_run(scenario, session, states, as_json, as_jsonl, full)
+    finally:
+        if dump is not None:
+            save_dump(dump.arrays(), save)
+            print(f"wrote the activations of every pass to {save}", file=sys.stderr)
+
+
+def _print_run(scenario: Scenario, session: Session, states, as_json: bool, as_jsonl: bool, full: bool) -> None:
     if as_json:
-        _print_json(trace_document(session, session.steps()))
+        _print_json(trace_document(session, states))
         return
     progress = _Progress()
     if as_jsonl:
-        for state in session.steps():
+        for state in states:
             _print_json(record(state))
             progress.show(f"step {state.step}")
         _print_json(requests_record(session.results))
         return
     vocab, group = scenario.vocab, None
-    for state in session.steps():
+    for state in states:
         if (state.request, state.round) != group:
             group = (state.request, state.round)
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
@@ -346,16 +362,25 @@ def check(
     max_memory: MaxMemoryOption = None,
     prompt: PromptOption = None,
     ids: IdsOption = None,
+    max_new_tokens: MaxNewTokensOption = None,
     against: AgainstOption = None,
-    tolerance: ToleranceOption = 1e-6,
+    tolerance: ToleranceOption = None,
+    rtol: RtolOption = None,
 ) -> None:
     """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell;
-    or, with --against, a dump of activations from your own implementation."""
+    or, with --against, a dump of activations from your own implementation over the whole generation
+    (a checkpoint generates greedily as many tokens as the dump has passes, unless --max-new-tokens)."""
+    dump = None if against is None else load_dump(against)
+    if dump is not None and max_new_tokens is None and (prompt is not None or ids is not None):
+        max_new_tokens = dump.new_tokens()
     scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory,
-                                       request=(prompt, ids, None))
-    if against is not None:
-        report = compare_activations(scenario, against, tolerance, array_backend)
-        print("\n".join(report.lines()))
+                                       request=(prompt, ids, max_new_tokens))
+    if dump is not None:
+        report = compare_generation(scenario, dump, tolerance, rtol, array_backend)
+        if as_json:
+            _print_json(report.document())
+        else:
+            print("\n".join(report.lines()))
         if report.first_divergence is not None:
             raise typer.Exit(1)
         return

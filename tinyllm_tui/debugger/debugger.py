@@ -22,7 +22,8 @@ import numpy as np
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
 from engine.compare.check import check_scenario
-from engine.compare.against import align
+from engine.compare.against import Against, Tolerance, disagreement
+from engine.compare.dump import Dump
 from engine.compare.diff import OpDiff, diff_runs
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
@@ -77,13 +78,15 @@ def matcher(text: str) -> Callable[[OpState], bool]:
 class DumpCells(Mapping):
     """The cells of a dumped activation as expectations: each must agree within `tolerance`."""
 
-    def __init__(self, values: np.ndarray, tolerance: float):
+    def __init__(self, values: np.ndarray, tolerance: Tolerance):
         self._values, self._tolerance = values, tolerance
-        self.label = f"your activations: {{}} cells within {tolerance:g} (✓ ✗)"
+        self.label = f"your activations: {{}} cells within {tolerance.describe()} (✓ ✗)"
 
     def __getitem__(self, cell: tuple[int, int]) -> Cell:
         i, j = cell
-        return Cell(i, j, "", "", float(self._values[i, j]), math.nan, self._tolerance)
+        value = float(self._values[i, j])
+        bound = self._tolerance.atol + self._tolerance.rtol * (abs(value) if math.isfinite(value) else 0.0)
+        return Cell(i, j, "", "", value, math.nan, bound)
 
     def __iter__(self):
         return iter(np.ndindex(*self._values.shape))
@@ -97,22 +100,20 @@ class DumpCells(Mapping):
 
     def agreeing(self, shown: np.ndarray) -> int:
         """How many cells `shown` agrees with (counted at once: a dump has every cell of a big matrix)."""
-        same = (shown == self._values) | (np.isnan(shown) & np.isnan(self._values))
-        with np.errstate(invalid="ignore"):
-            return int(np.sum(same | (np.abs(shown - self._values) <= self._tolerance)))
+        return int(np.sum(~disagreement(np.asarray(shown, dtype=np.float64), self._values, self._tolerance)[1]))
 
 
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
                  inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET,
-                 against: tuple[dict, float] | None = None):
+                 against: tuple[Dump, float | None, float | None] | None = None):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
         budget: bytes of operator outputs the history keeps for stepping back.
-        against: a dump of the user's own activations (hook name -> array) and the tolerance they must meet;
-            the first request's prefill is then judged cell by cell against it.
+        against: a dump of the user's own activations and the tolerance (--tolerance, --rtol; None: the
+            dtype's default) they must meet; every pass the dump holds is judged cell by cell against it.
         """
-        self.against = against
+        self.against = None if against is None else Against(against[0], scenario, *against[1:])
         self.file_scenario = scenario
         self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
@@ -457,10 +458,11 @@ class Debugger:
 
     def verdicts(self, state: OpState) -> Mapping[tuple[int, int], Cell]:
         """(row, col) of `state`'s matrix -> the cell it must agree with: a dump's, or an expect: table's."""
-        if self.against is not None and (state.request, state.round) == (0, 0) and state.name in self.against[0]:
-            aligned = align(self.against[0][state.name], state, tuple(state.values.shape))
+        if self.against is not None:
+            key = self.against.passes.key(state)
+            aligned = self.against.aligned(key, state.head, tuple(state.values.shape))
             if aligned is not None:
-                return DumpCells(np.asarray(aligned, dtype=np.float64), self.against[1])
+                return DumpCells(aligned, self.against.tolerance(key))
         key = (state.request, state.round, state.name, state.head)
         rows = {position: i for i, position in enumerate(state.positions)}
         return {(rows[cell.position], cell.col): cell

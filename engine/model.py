@@ -36,7 +36,7 @@ class Operand:
 
     rows/cols are label schemes resolved by the session: "chunk" (the new tokens),
     "keys" (every cached position), "last" (the last new token), "features",
-    "vocab", "in"/"out" (a weight's input/output features), "choice".
+    "vocab", "in"/"out" (a weight's input/output features), "choice", "scale" (a norm's divisor).
     """
 
     name: str
@@ -99,15 +99,16 @@ class Transformer:
         if spec.positions not in ("none", "rope") or spec.type_vocab:
             x = yield from self._add_positions(x, positions)
         if spec.embed_norm:
-            x = self._norm("ln_embed", x, layer=None)
-            yield x
+            x = yield from self._norm("ln_embed", x, layer=None)
         for layer in range(spec.n_layers):
+            if x.name != f"blocks.{layer}.hook_resid_pre":
+                x = Op(f"blocks.{layer}.hook_resid_pre", x.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x,))
+                yield x
             x = yield from self._block(layer, x, caches, positions, padded_keys)
         if not spec.lm_head:
             return x
         if spec.final_norm:
-            x = self._norm("ln_final", x, layer=None)
-            yield x
+            x = yield from self._norm("ln_final", x, layer=None)
         unembed = self._unembed
         logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
@@ -167,30 +168,34 @@ class Transformer:
         normed, pre = self.spec.norm.kind != "none", self.spec.norm.placement == "pre"
         h = x
         if normed and pre:
-            h = self._norm(norm, x, layer)
-            yield h
+            h = yield from self._norm(norm, x, layer)
         out = yield from body(h)
         total = Op(residual, x.values + out.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x, out))
         yield total
         if normed and not pre:
-            total = self._norm(norm, total, layer)
-            yield total
+            total = yield from self._norm(norm, total, layer)
         return total
 
-    def _norm(self, prefix: str, x: Op, layer: int | None) -> Op:
+    def _norm(self, prefix: str, x: Op, layer: int | None) -> OpStream:
+        """TransformerLens's three norm hooks: `hook_scale` (each row's divisor), `hook_normalized`
+        (the rows divided, before the affine) and, with an affine, `hook_out` (after it)."""
         norm = self.spec.norm
-        normalize = ops.layer_norm if norm.kind == "layernorm" else ops.rms_norm
-        y = normalize(self.xp, x.values, norm.eps)
-        inputs = [x]
-        if norm.affine:
-            gain = self.param(f"{prefix}.w")
-            y = y * gain.values
-            inputs.append(gain)
-            if norm.kind == "layernorm":
-                bias = self.param(f"{prefix}.b")
-                y = y + bias.values
-                inputs.append(bias)
-        return Op(f"{prefix}.hook_normalized", y, kind=OpKind.NORM, layer=layer, inputs=tuple(inputs))
+        rows, divisor = ops.norm_scale(self.xp, x.values, norm.eps, centred=norm.kind == "layernorm")
+        scale = Op(f"{prefix}.hook_scale", divisor, cols="scale", kind=OpKind.NORM, layer=layer, inputs=(x,))
+        yield scale
+        normalized = Op(f"{prefix}.hook_normalized", rows / divisor, kind=OpKind.NORM, layer=layer,
+                        inputs=(x, scale))
+        yield normalized
+        if not norm.affine:
+            return normalized
+        gain = self.param(f"{prefix}.w")
+        y, inputs = normalized.values * gain.values, [normalized, gain]
+        if norm.kind == "layernorm":
+            bias = self.param(f"{prefix}.b")
+            y, inputs = y + bias.values, inputs + [bias]
+        out = Op(f"{prefix}.hook_out", y, kind=OpKind.NORM, layer=layer, inputs=tuple(inputs))
+        yield out
+        return out
 
     def _linear(self, name: str, x: Op, weight: str, bias: str | None, layer: int) -> Op:
         w = self.param(weight)

@@ -12,16 +12,14 @@ from typing import Any
 Array = Any
 
 
-def layer_norm(xp, x: Array, eps: float) -> Array:
-    """(T, D) -> (T, D): each row minus its mean, over its (biased) standard deviation."""
-    mean = xp.mean(x, axis=-1, keepdims=True)
-    var = xp.mean((x - mean) ** 2, axis=-1, keepdims=True)
-    return (x - mean) / xp.sqrt(var + eps)
+def norm_scale(xp, x: Array, eps: float, *, centred: bool) -> tuple[Array, Array]:
+    """(…, D) -> the rows to divide, (…, D), and their divisor, (…, 1): TransformerLens's `hook_scale`.
 
-
-def rms_norm(xp, x: Array, eps: float) -> Array:
-    """(T, D) -> (T, D): each row over its root mean square."""
-    return x / xp.sqrt(xp.mean(x**2, axis=-1, keepdims=True) + eps)
+    centred (LayerNorm): each row minus its mean over its (biased) standard deviation;
+    otherwise (RMSNorm): each row over its root mean square."""
+    if centred:
+        x = x - xp.mean(x, axis=-1, keepdims=True)
+    return x, xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
 def causal_mask(xp, n_new: int, past: int) -> Array:

@@ -36,11 +36,11 @@ def run(name: str, dtype: str, **request):
 
 def layer_outputs(states) -> list[np.ndarray]:
     """Each block's output in the prefill: the later of its residual sum and its second norm
-    (pre-LN: the sum; post-LN, as BERT: the norm after it)."""
+    (pre-LN: the sum; post-LN, as BERT: the norm after it, past its affine)."""
     last = {}
     for state in states:
         if state.round == 0 and state.name in (f"blocks.{state.layer}.hook_resid_post",
-                                               f"blocks.{state.layer}.ln2.hook_normalized"):
+                                               f"blocks.{state.layer}.ln2.hook_out"):
             last[state.layer] = to_host(state.values)
     return [last[layer] for layer in sorted(last)]
 
@@ -278,7 +278,7 @@ def test_cli_run_json_of_a_checkpoint_has_logits_under_unembed():
 
 def test_cli_encoder_json_ends_with_final_hidden_states():
     document = json.loads(cli("run", FIXTURES / "bert", "--prompt", "the cat", "--json").output)
-    assert document["records"][-1]["name"] == "blocks.1.ln2.hook_normalized"
+    assert document["records"][-1]["name"] == "blocks.1.ln2.hook_out"
 
 
 def test_cli_diff_and_gradcheck_take_a_checkpoint():

@@ -56,6 +56,23 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("让每行在进入下一次矩阵乘法前保持稳定尺度。", "每行减均值，除以sqrt(方差+eps)（RMSNorm不减均值）。",
                "跨Token归一化会让新Token改变旧位置，破坏缓存。", "每行均值为0、方差约为1（仿射前）。"),
     },
+    "hook_scale": {
+        "en": ("Each row's divisor: how large the row was before the norm.",
+               "LayerNorm: sqrt(variance + eps) of the row; RMSNorm: sqrt(mean(x²) + eps).",
+               "A tiny scale means a near-zero row: eps then decides the output.",
+               "hook_normalized · hook_scale gives back the (centred) input row."),
+        "zh": ("每行的除数：归一化前这一行有多大。", "LayerNorm：sqrt(方差+eps)；RMSNorm：sqrt(平方均值+eps)。",
+               "除数极小说明该行接近零，此时eps决定输出。", "hook_normalized × hook_scale 还原（去均值后的）输入行。"),
+    },
+    "norm.hook_out": {
+        "en": ("The norm's output after its learned gain (and bias): what the next matrix reads.",
+               "hook_normalized · w (+ b); Gemma's RMSNorm stores w as an offset: · (1 + w).",
+               "Loading Gemma's w without the 1 + offset shrinks every row to almost nothing.",
+               "Equals hook_normalized when the gain is 1 and the bias 0."),
+        "zh": ("归一化加上可学习增益（和偏置）后的输出，下一次矩阵乘法读它。",
+               "hook_normalized·w（+b）；Gemma的RMSNorm把w存为偏移量：·(1+w)。",
+               "加载Gemma权重时漏掉1+偏移会让每行几乎变成零。", "增益为1、偏置为0时与hook_normalized相同。"),
+    },
     "hook_q": {
         "en": ("Q says what the current position is looking for.", "Q = LN(X) · Wq, split into heads by columns.",
                "Q is never cached: only the new positions need queries.", "Columns h·dh…(h+1)·dh belong to head h."),
@@ -193,6 +210,8 @@ def explain(state: OpState, lang: str) -> list[tuple[str, str]]:
     hook = state.name.rsplit(".", 1)[-1]
     if hook == "hook_embed" and not state.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
+    elif hook == "hook_out" and state.kind == "norm":  # a norm's output, not the logits
+        hook = "norm.hook_out"
     texts = TEXTS.get(hook, {}).get(lang)
     lines = list(zip((why, how, pitfall, check), texts)) if texts else []
     return lines + [(shapes, _shapes(state))]

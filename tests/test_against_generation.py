@@ -116,3 +116,26 @@ def test_a_bfloat16_dump_is_read_and_held_to_its_own_tolerance(scenario, tmp_pat
     assert report.first_divergence is None, report.lines()[1]
     assert compare_generation(scenario, tmp_path / "bf16.safetensors", atol=1e-3).first_divergence is not None
 
+
+
+def test_round_verdicts_the_step_to_jump_to_and_the_cache_rows_that_differ(scenario, tmp_path):
+    """What the debugger shows: ✓/✗ per round, where `g diverged` goes, which cache rows to mark."""
+    from engine.compare.against import Against
+    from engine.compare.dump import load_dump
+    from engine.session import Session
+
+    path, _ = dump_of(tmp_path, ("late-cache",))
+    report = compare_generation(scenario, path)
+    assert report.round_verdicts() == {(0, 0): True, (0, 1): True, (0, 2): False, (0, 3): False, (0, 4): False}
+    states = list(Session(scenario).steps())
+    first = report.first_divergence
+    at = states[first.step]  # the cache is compared where its layer's attention first reads it
+    assert (at.round, at.layer, at.name, at.head) == (2, 0, "blocks.0.attn.hook_attn_scores", 0)
+    assert first.cell == (len(IDS) + 1, 0)  # [position, kv_head·d_head] in the engine's cache rows
+    against = Against(load_dump(path), scenario)
+    last = {state.round: state for state in states}  # each round's last state: every layer appended
+    assert against.differing_cache_rows(last[1], 0) == frozenset()
+    assert against.differing_cache_rows(last[2], 0) == {len(IDS) + 1}
+    assert against.differing_cache_rows(last[3], 1) == {len(IDS) + 1, len(IDS) + 2}
+    before_append = next(s for s in states if s.round == 2 and s.name == "blocks.1.attn.hook_q")
+    assert against.differing_cache_rows(before_append, 1) == frozenset()  # rows 0 … 6 still agree

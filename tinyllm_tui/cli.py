@@ -364,6 +364,9 @@ def check(
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
     against: AgainstOption = None,
+    against_llama_cpp: Annotated[bool, typer.Option(
+        "--against-llama-cpp", help="A GGUF file: run it through llama.cpp itself (needs llama-cpp-python) and "
+        "report how far its quantized kernels drift from this reference, per pass and operator.")] = False,
     tolerance: ToleranceOption = None,
     rtol: RtolOption = None,
 ) -> None:
@@ -375,8 +378,15 @@ def check(
         max_new_tokens = dump.new_tokens()
     scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory,
                                        request=(prompt, ids, max_new_tokens))
-    if dump is not None:
-        report = compare_generation(scenario, dump, tolerance, rtol, array_backend)
+    if against_llama_cpp and file.suffix != ".gguf":
+        raise typer.BadParameter(f"{file} is not a .gguf file", param_hint="--against-llama-cpp")
+    if dump is not None or against_llama_cpp:
+        if against_llama_cpp:
+            from engine.compare.llama_cpp import compare_with_llama_cpp  # ctypes and llama.cpp only when asked
+
+            report = compare_with_llama_cpp(scenario, file, tolerance, rtol, array_backend)
+        else:
+            report = compare_generation(scenario, dump, tolerance, rtol, array_backend)
         if as_json:
             _print_json(report.document())
         else:

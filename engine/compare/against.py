@@ -72,6 +72,8 @@ class OpAgreement:
     where: str = ""  # that cell's labels, or why the arrays could not be compared
     ours: float | None = None
     theirs: float | None = None
+    step: int | None = None  # the reference's step (a cache: the step where its layer's attention first reads it)
+    cell: tuple[int, int] | None = None  # the first disagreeing cell in the engine's matrix (row, col)
 
     @property
     def agrees(self) -> bool:
@@ -116,6 +118,14 @@ class Report:
     def first_divergence(self) -> OpAgreement | None:
         return next((op for op in self.ops if not op.agrees), None)
 
+    def round_verdicts(self) -> dict[tuple[int, int], bool]:
+        """(request, round) -> whether every operator the dump holds for it agrees."""
+        verdicts: dict[tuple[int, int], bool] = {}
+        for op in self.ops:
+            where = (op.key.request, op.key.round)
+            verdicts[where] = verdicts.get(where, True) and op.agrees
+        return verdicts
+
     def rows(self) -> list[Row]:
         grouped: dict[Key, list[OpAgreement]] = {}
         for op in self.ops:
@@ -130,6 +140,9 @@ class Report:
         first = self.first_divergence
         summary = [f"{agree} of {len(rows)} operators agree over {passes} passes",
                    f"first divergence: {first.cell_text(self.requests)}" if first else "no divergence"]
+        if rows:
+            top = max(rows, key=lambda row: row.max_abs)
+            summary.append(f"largest |Δ| {top.max_abs:.3e}: {top.key.label(self.requests)} · {top.key.name}")
         if self.missing:
             summary.append(f"not in the dump ({len(self.missing)}): " + _some(
                 f"{name}" + (f" ({count} passes)" if count > 1 else "") for name, count in self.missing.items()))
@@ -191,21 +204,43 @@ class Against:
             aligned = np.where(aligned <= _lowest(self.dump.dtypes[key]), -np.inf, aligned)
         return aligned
 
-    def compare(self, key: Key, head: int | None, ours: np.ndarray, label: Callable[[int, int], str]) -> OpAgreement:
+    def compare(self, key: Key, head: int | None, ours: np.ndarray, label: Callable[[int, int], str],
+                step: int | None = None) -> OpAgreement:
         ours = np.asarray(ours, dtype=np.float64)
         tolerance, dtype = self.tolerance(key), self.dump.dtypes[key]
         theirs = self.aligned(key, head, ours.shape)
         if theirs is None:
             shape = tuple(self.dump.arrays[key].shape)
             return OpAgreement(key, head, float("inf"), tolerance, dtype,
-                               where=f"dump shape {shape} does not fit {tuple(ours.shape)}")
+                               where=f"dump shape {shape} does not fit {tuple(ours.shape)}", step=step)
         delta, beyond = disagreement(ours, theirs, tolerance)
         if not beyond.any():
-            return OpAgreement(key, head, float(delta.max(initial=0.0)), tolerance, dtype)
+            return OpAgreement(key, head, float(delta.max(initial=0.0)), tolerance, dtype, step=step)
         row, col = (int(i) for i in np.argwhere(beyond)[0])
         return OpAgreement(key, head, float(delta.max()), tolerance, dtype,
                            dump_index(key.name, head, row, col, self.d_head), label(row, col),
-                           float(ours[row, col]), float(theirs[row, col]))
+                           float(ours[row, col]), float(theirs[row, col]), step, (row, col))
+
+    def differing_cache_rows(self, state: OpState, layer: int) -> frozenset[int]:
+        """The positions of `layer`'s cache, as it stands at `state`, whose K or V row differs from the
+        dump's cache after the same pass (rows the pass has not appended yet are compared as they stand)."""
+        rows: set[int] = set()
+        cache = state.caches[layer]
+        for name, ours in (("cache_k", cache.k), ("cache_v", cache.v)):
+            theirs = self.dump.get(self.passes.key(state, f"blocks.{layer}.attn.{name}"))
+            if theirs is None:
+                continue
+            theirs = align(theirs, name, None, (theirs.shape[-2], int(ours.shape[1])))
+            ours = np.asarray(to_host(ours), dtype=np.float64)
+            if theirs is None:  # another width: every row differs
+                rows.update(range(ours.shape[0]))
+                continue
+            shared = min(len(ours), len(theirs))
+            beyond = disagreement(ours[:shared], np.asarray(theirs[:shared], dtype=np.float64),
+                                  self.tolerance(self.passes.key(state, f"blocks.{layer}.attn.{name}")))[1]
+            rows.update(np.flatnonzero(beyond.any(axis=1)).tolist())
+            rows.update(range(shared, len(ours)))
+        return frozenset(rows)
 
 
 def disagreement(ours: np.ndarray, theirs: np.ndarray, tolerance: Tolerance) -> tuple[np.ndarray, np.ndarray]:
@@ -263,8 +298,8 @@ class _Meeting:
             return
         self.used.add(key)
         ours = to_host(state.values)
-        self.ops.append(self.against.compare(key, state.head, ours, lambda r, c: _cell_labels(state, r, c,
-                                                                                            self.against.d_head)))
+        self.ops.append(self.against.compare(key, state.head, ours,
+                                             lambda r, c: _cell_labels(state, r, c, self.against.d_head), state.step))
 
     def _cache(self, state: OpState, key: Key) -> None:
         if key not in self.against.dump.arrays:
@@ -278,7 +313,7 @@ class _Meeting:
         def label(row: int, col: int) -> str:
             return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"
 
-        self.ops.append(self.against.compare(key, None, ours, label))
+        self.ops.append(self.against.compare(key, None, ours, label, state.step))
 
     def report(self) -> Report:
         requests = self.against.passes.requests

@@ -36,6 +36,11 @@ class Key(NamedTuple):
     pass_: str
     name: str
 
+    @property
+    def round(self) -> int:
+        """The round a pass belongs to: 0 for the prefill (every chunk of it), N for decode.N."""
+        return int(self.pass_.split(".")[1]) if self.pass_.startswith("decode.") else 0
+
     def label(self, requests: int = 1) -> str:
         """The pass as a key prefix shows it (the request only when there are several)."""
         return (f"request.{self.request}." if requests > 1 else "") + self.pass_

@@ -217,6 +217,8 @@ def open_tui(
     budget = _max_memory(max_memory)
     array_backend = make_backend(backend, dtype)
     dump = None if against is None else (load_dump(against), tolerance, rtol)
+    if dump is not None and max_new_tokens is None and (prompt is not None or ids is not None):
+        max_new_tokens = dump[0].new_tokens()  # as many decode rounds as the dump holds
     path = file or bundled_x01()
     from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
     from tinyllm_tui.tui.loading_screen import Loading, Opening

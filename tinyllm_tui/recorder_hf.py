@@ -7,6 +7,7 @@ layouts are known: Llama-like (`model.model.layers`: llama, qwen2, mistral) and 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +27,9 @@ def generate_recorded(model: Any, ids: list[int], max_new_tokens: int, rec: Reco
             for round_ in range(max_new_tokens):
                 if round_:
                     rec.decode(round_)
-                out = model(input_ids=tokens, past_key_values=past, use_cache=True, output_attentions=True)
-                past = out.past_key_values
+                cache = {} if past is None else {_cache_argument(model): past}
+                out = model(input_ids=tokens, use_cache=True, output_attentions=True, **cache)
+                past = out.cache if hasattr(out, "cache") else out.past_key_values
                 for layer, pattern in enumerate(out.attentions or ()):
                     rec.record(f"blocks.{layer}.attn.hook_pattern", pattern[0])
                 for layer, (k, v) in enumerate(_cache_layers(past)):
@@ -38,6 +40,11 @@ def generate_recorded(model: Any, ids: list[int], max_new_tokens: int, rec: Reco
         for handle in handles:
             handle.remove()
     return rec
+
+
+def _cache_argument(model: Any) -> str:
+    """transformers ≥ 5.24 names the KV cache argument `cache` (before: `past_key_values`)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _register(module: Any, when: str, record: Callable[[Any, Any], None]):

@@ -77,8 +77,8 @@ def as_numpy(array: Any) -> np.ndarray:
     if str(getattr(array, "dtype", "")) == "torch.bfloat16":
         return _bfloat16(array)
     if callable(getattr(array, "numpy", None)):
-        return np.array(array.numpy(), copy=True)
-    return np.array(array, copy=True)
+        array = array.numpy()
+    return np.array(np.asarray(array), copy=True)  # an __array__ may ignore copy=True: copy the ndarray itself
 
 
 def _bfloat16(tensor: Any) -> np.ndarray:

@@ -227,7 +227,8 @@ class Against:
         rows: set[int] = set()
         cache = state.caches[layer]
         for name, ours in (("cache_k", cache.k), ("cache_v", cache.v)):
-            theirs = self.dump.get(self.passes.key(state, f"blocks.{layer}.attn.{name}"))
+            key = self.passes.key(state, f"blocks.{layer}.attn.{name}")
+            theirs = self.dump.get(key)
             if theirs is None:
                 continue
             theirs = align(theirs, name, None, (theirs.shape[-2], int(ours.shape[1])))
@@ -236,8 +237,7 @@ class Against:
                 rows.update(range(ours.shape[0]))
                 continue
             shared = min(len(ours), len(theirs))
-            beyond = disagreement(ours[:shared], np.asarray(theirs[:shared], dtype=np.float64),
-                                  self.tolerance(self.passes.key(state, f"blocks.{layer}.attn.{name}")))[1]
+            beyond = disagreement(ours[:shared], np.asarray(theirs[:shared], dtype=np.float64), self.tolerance(key))[1]
             rows.update(np.flatnonzero(beyond.any(axis=1)).tolist())
             rows.update(range(shared, len(ours)))
         return frozenset(rows)

@@ -159,3 +159,21 @@ def test_unreadable_dump_is_one_error(tmp_path):
         load_dump(tmp_path / "dump.pt")
     result = cli("check", LLAMA, "--ids", "1,2", "--against", tmp_path / "absent.npz")
     assert result.exit_code == 2 and "absent.npz" in result.output and "Traceback" not in result.output
+
+
+def test_chunked_prefill_and_several_requests_name_their_passes(tmp_path):
+    scenarios = Path(__file__).parents[1] / "tinyllm_tui" / "scenarios"
+    chunked, x01 = tmp_path / "chunked.npz", tmp_path / "x01.npz"
+    assert cli("run", scenarios / "chunked.yaml", "--save-activations", chunked).exit_code == 0
+    saved = dict(np.load(chunked))  # a 5-token prompt in chunks of 3: the cache after each chunk
+    assert saved["prefill.chunk.0.blocks.0.attn.cache_k"].shape[2] == 3
+    assert saved["prefill.chunk.1.blocks.0.attn.cache_k"].shape[2] == 5
+    assert "prefill.chunk.1.sample.hook_choice" in saved  # the choice follows the last chunk
+    assert cli("check", scenarios / "chunked.yaml", "--against", chunked).exit_code == 0
+    assert cli("run", scenarios / "x01.yaml", "--save-activations", x01).exit_code == 0
+    arrays = dict(np.load(x01))
+    arrays["request.1.prefill.blocks.0.attn.hook_pattern"][0, 0, 1, 0] += 1e-3  # head 0, query 1, key 0
+    np.savez(x01, **arrays)
+    result = cli("check", scenarios / "x01.yaml", "--against", x01)
+    assert result.exit_code == 1
+    assert "first divergence: request.1.prefill · blocks.0.attn.hook_pattern · [0, 1, 0] (head 0" in result.output

@@ -26,6 +26,7 @@ import numpy as np
 PER_HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")  # [head, query, key]
 HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # [pos, head, d_head]
 CACHES = ("cache_k", "cache_v")  # [kv_head, position, d_head]
+DECODE_RULE = ("filter", "probs", "choice")  # engine.trace.OpKind values of the sample.* operators
 _KEY = re.compile(r"(?:request\.(\d+)\.)?(prefill\.chunk\.\d+|prefill|decode\.\d+)\.(.+)")
 
 
@@ -69,12 +70,15 @@ class Passes:
 
     def __init__(self, scenario):
         self.requests, self.d_head = len(scenario.requests), scenario.model.d_head
-        chunk = scenario.decode.prefill_chunk
-        self._chunked = [bool(chunk) and len(r.tokens) > chunk for r in scenario.requests]
+        size = scenario.decode.prefill_chunk
+        self._chunks = [-(-len(r.tokens) // size) if size else 1 for r in scenario.requests]
 
     def key(self, state, name: str | None = None) -> Key:
-        """The key of `state` (an engine.trace.OpState), or of another operator `name` of its pass."""
-        return Key(state.request, pass_of(state.round, state.chunk, self._chunked[state.request]), name or state.name)
+        """The key of `state` (an engine.trace.OpState), or of another operator `name` of its pass.
+        The decode rule's operators after a chunked prefill belong to its last chunk."""
+        chunks = self._chunks[state.request]
+        chunk = chunks - 1 if state.kind in DECODE_RULE else state.chunk
+        return Key(state.request, pass_of(state.round, chunk, chunks > 1), name or state.name)
 
     def text(self, state, name: str | None = None) -> str:
         return self.key(state, name).text(self.requests)

@@ -139,3 +139,31 @@ def test_round_verdicts_the_step_to_jump_to_and_the_cache_rows_that_differ(scena
     assert against.differing_cache_rows(last[3], 1) == {len(IDS) + 1, len(IDS) + 2}
     before_append = next(s for s in states if s.round == 2 and s.name == "blocks.1.attn.hook_q")
     assert against.differing_cache_rows(before_append, 1) == frozenset()  # rows 0 … 6 still agree
+
+
+def test_the_debugger_finds_a_decode_round_fault_with_g_diverged(scenario, tmp_path):
+    """Headless: `g diverged` lands on the cache row written late in round 2; rounds get ✓/✗."""
+    from engine.compare.dump import load_dump
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    path, _ = dump_of(tmp_path, ("late-cache",))
+    debugger = Debugger(scenario, against=(load_dump(path), None, None))
+    assert debugger.round_verdicts() == {}  # not compared yet
+    debugger.search("diverged")
+    state = debugger.view.state
+    assert (state.round, state.name, state.head) == (2, "blocks.0.attn.hook_attn_scores", 0)
+    assert debugger.round_verdicts() == {(0, 0): True, (0, 1): True, (0, 2): False, (0, 3): False, (0, 4): False}
+    assert debugger.differing_cache_rows(state, 0) == {len(IDS) + 1}
+    assert debugger.differing_cache_rows(state, 1) == frozenset()  # layer 1 has not appended in round 2 yet
+
+
+def test_the_debugger_without_a_dump_refuses_g_diverged_and_a_clean_dump_agrees(scenario, tmp_path):
+    from engine.compare.dump import load_dump
+    from tinyllm_tui.debugger.debugger import Debugger, SearchError
+
+    with pytest.raises(SearchError, match="--against"):
+        Debugger(scenario).search("diverged")
+    path, _ = dump_of(tmp_path)
+    debugger = Debugger(scenario, against=(load_dump(path), None, None))
+    assert debugger.search("diverged") == "your activations agree everywhere"
+    assert set(debugger.round_verdicts().values()) == {True} and debugger.view.state.step == 0

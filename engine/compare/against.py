@@ -221,6 +221,13 @@ class Against:
                            dump_index(key.name, head, row, col, self.d_head), label(row, col),
                            float(ours[row, col]), float(theirs[row, col]), step, (row, col))
 
+    def meet(self, states: Iterable[OpState]) -> Report:
+        """The reference's `states` (a whole run, in order) against the dump."""
+        meeting = _Meeting(self)
+        for state in states:
+            meeting.see(state)
+        return meeting.report()
+
     def differing_cache_rows(self, state: OpState, layer: int) -> frozenset[int]:
         """The positions of `layer`'s cache, as it stands at `state`, whose K or V row differs from the
         dump's cache after the same pass (rows the pass has not appended yet are compared as they stand)."""
@@ -265,11 +272,7 @@ def compare_generation(scenario: Scenario, dump: Dump | str | Path, atol: float 
                        states: Iterable[OpState] | None = None) -> Report:
     """The scenario's whole run (or `states` of it) against the dump, pass by pass and operator by operator."""
     dump = dump if isinstance(dump, Dump) else load_dump(dump)
-    against = Against(dump, scenario, atol, rtol)
-    meeting = _Meeting(against)
-    for state in Session(scenario, backend).steps() if states is None else states:
-        meeting.see(state)
-    return meeting.report()
+    return Against(dump, scenario, atol, rtol).meet(Session(scenario, backend).steps() if states is None else states)
 
 
 class _Meeting:

@@ -22,7 +22,7 @@ import numpy as np
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
 from engine.compare.check import check_scenario
-from engine.compare.against import Against, Tolerance, disagreement
+from engine.compare.against import Against, Report, Tolerance, disagreement
 from engine.compare.dump import Dump
 from engine.compare.diff import OpDiff, diff_runs
 from tinyllm_tui.debugger import autosave
@@ -40,6 +40,9 @@ BUSY = "busy: a run is in flight (Esc or ctrl+c cancels it)"
 
 class Busy(RuntimeError):
     """Another thread owns the session's generator (a run is in flight)."""
+
+
+DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
 
 class SearchError(ValueError):
@@ -184,6 +187,7 @@ class Debugger:
         self.scenario = with_weights(self.file_scenario, self.weights)
         self.fingerprint = self.scenario.fingerprint  # what a cache row computed with these weights carries
         self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
+        self.divergences: Report | None = None  # None until the run is compared with the --against dump
         self.session = Session(self.scenario, self.backend, inject=self.inject, stale=self.stale)
         self.history = History(self.session.steps, budget=self.budget)
         self._cancel.clear()
@@ -269,6 +273,8 @@ class Debugger:
             raise SearchError("type a step number or an operator name, kind or condition")
         if text.isdigit():
             return self.goto_step(int(text))
+        if text == DIVERGED:
+            return self.goto_divergence()
         wanted = matcher(text)
         with self._owned():
             self._cancel.clear()
@@ -445,6 +451,40 @@ class Debugger:
         full = Session(scenario, self.backend, mode="full")
         with self._comparison():
             return diff_runs(self._cancellable(cached.steps()), self._cancellable(full.steps()))
+
+    def compare_against(self) -> Report | None:
+        """The run being debugged (fault and stale cache included) against the --against dump over every
+        pass; kept unless an edit has outrun it. Raises Cancelled when `cancel()` is called meanwhile."""
+        if self.against is None:
+            return None
+        scenario = self.scenario
+        session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
+        with self._comparison():
+            report = self.against.meet(self._cancellable(session.steps()))
+        if scenario is self.scenario:
+            self.divergences = report
+        return report
+
+    def round_verdicts(self) -> dict[tuple[int, int], bool]:
+        """(request, round) -> whether your activations agree in every operator of that round."""
+        return {} if self.divergences is None else self.divergences.round_verdicts()
+
+    def differing_cache_rows(self, state: OpState, layer: int) -> frozenset[int]:
+        """Positions of `layer`'s cache at `state` whose K or V row differs from your dumped cache."""
+        if self.against is None or not state.caches:
+            return frozenset()
+        return self.against.differing_cache_rows(state, min(layer, len(state.caches) - 1))
+
+    def goto_divergence(self) -> str:
+        """`g diverged`: to the first operator (or cache) where your activations leave the reference."""
+        if self.against is None:
+            raise SearchError("no activations to compare: open with --against DUMP")
+        report = self.divergences or self.compare_against()
+        first = report.first_divergence
+        if first is None:
+            return "your activations agree everywhere"
+        self.goto_step(first.step)
+        return f"first divergence: {first.cell_text(len(self.scenario.requests))}"
 
     def check_expectations(self, scenario: Scenario) -> list[Outcome]:
         return check_scenario(scenario, self.backend) if scenario.expect else []

@@ -108,13 +108,16 @@ def test_transformer_lens_bridge_keys_are_listed_in_one_line(scenario, tmp_path)
     assert sum(line.startswith("TransformerLens bridge keys") for line in report.lines()) == 1
 
 
-def test_passes_the_reference_runs_but_the_dump_lacks_are_listed(tmp_path):
+def test_passes_only_one_side_has_are_listed(tmp_path):
     rec = Recorder()
     NumpyLlama(LLAMA).generate(IDS, 3, rec)
     arrays = {k: v for k, v in rec.arrays.items() if not k.startswith("decode.2.")}
     np.savez(tmp_path / "dump.npz", **arrays)
     report = compare_generation(load_checkpoint(LLAMA, ids=IDS, max_new_tokens=3), tmp_path / "dump.npz")
     assert report.first_divergence is None and report.absent_passes == ("decode.2",)
+    np.savez(tmp_path / "dump.npz", **rec.arrays)
+    report = compare_generation(load_checkpoint(LLAMA, ids=IDS, max_new_tokens=2), tmp_path / "dump.npz")
+    assert report.beyond == ("decode.2",) and not report.unused  # a pass the shorter run never reaches
 
 
 def cli(*args):

@@ -111,6 +111,7 @@ class Report:
     missing: dict[str, int] = field(default_factory=dict)  # hook name -> passes of the dump that lack it
     absent_passes: tuple[str, ...] = ()  # passes of the reference the dump has no key for
     unused: tuple[str, ...] = ()  # dump keys that name no operator of the reference run
+    beyond: tuple[str, ...] = ()  # passes of the dump the reference run does not reach
     bridge: tuple[str, ...] = ()  # TransformerLens bridge keys the engine has no operator for
     requests: int = 1
 
@@ -148,6 +149,9 @@ class Report:
                 f"{name}" + (f" ({count} passes)" if count > 1 else "") for name, count in self.missing.items()))
         if self.absent_passes:
             summary.append(f"passes not in the dump ({len(self.absent_passes)}): {_some(self.absent_passes)}")
+        if self.beyond:
+            summary.append(f"dump passes this run does not reach ({len(self.beyond)}; more --max-new-tokens?): "
+                           f"{_some(self.beyond)}")
         if self.unused:
             summary.append(f"dump keys that name no operator of this run ({len(self.unused)}): {_some(self.unused)}")
         if self.bridge:
@@ -163,7 +167,7 @@ class Report:
                                "max_abs": _number(row.max_abs), "dtype": row.dtype, "agrees": row.first is None,
                                "atol": row.tolerance.atol, "rtol": row.tolerance.rtol} for row in self.rows()],
                 "missing": self.missing, "absent_passes": list(self.absent_passes), "unused": list(self.unused),
-                "bridge_keys": list(self.bridge)}
+                "beyond": list(self.beyond), "bridge_keys": list(self.bridge)}
 
 
 def _some(items: Iterable[str], shown: int = 8) -> str:
@@ -285,10 +289,12 @@ class _Meeting:
         self.used: set[Key] = set()
         self.missing: dict[str, int] = {}
         self.absent: dict[str, None] = {}
+        self.reached: set[tuple[int, str]] = set()
 
     def see(self, state: OpState) -> None:
         passes = self.against.passes
         key = passes.key(state)
+        self.reached.add((key.request, key.pass_))
         if (key.request, key.pass_) not in self.held:
             self.absent[key.label(passes.requests)] = None
             return
@@ -320,10 +326,12 @@ class _Meeting:
 
     def report(self) -> Report:
         requests = self.against.passes.requests
-        unused = [key for key in self.against.dump.arrays if key not in self.used]
+        beyond = sorted(self.held - self.reached)
+        unused = [k for k in self.against.dump.arrays if k not in self.used and (k.request, k.pass_) in self.reached]
         bridge = tuple(k.text(requests) for k in unused if suffix(k.name) in BRIDGE_SUFFIXES or k.name == "hook_unembed")
         other = tuple(k.text(requests) for k in unused if k.text(requests) not in bridge)
-        return Report(tuple(self.ops), self.missing, tuple(self.absent), other, bridge, requests)
+        return Report(tuple(self.ops), self.missing, tuple(self.absent), other,
+                      tuple(Key(r, p, "").label(requests) for r, p in beyond), bridge, requests)
 
 
 def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> str:

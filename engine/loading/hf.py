@@ -198,8 +198,10 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) 
         params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
+    if not isinstance(params, dict):  # before its theta is looked for: `"fast"` has none to name
+        raise ConfigError(file, prefix, f"expected a JSON object, got {params!r}")
     fallback = config.get("rope_local_base_freq", 10000.0) if layer_type == "sliding_attention" else 10000.0
-    theta = params.get("rope_theta", config.get("rope_theta", fallback)) if isinstance(params, dict) else None
+    theta = params.get("rope_theta", config.get("rope_theta", fallback))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
         raise ConfigError(file, f"{prefix}.rope_theta", f"expected a number > 1, got {theta!r}")
     divisors = None

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from engine.backend import to_host
+from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX  # the help screen shows it
 from engine.loading.budget import format_size
 from engine.compare.diff import TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome

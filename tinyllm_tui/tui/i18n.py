@@ -268,7 +268,7 @@ ZH = {
 CATALOGUES = {"en": EN, "zh": ZH}
 
 
-def tr(key: str, lang: str, *args, **facts) -> str:
+def tr(key: str, lang: str, /, *args, **facts) -> str:
     """The text of `key` in `lang` with the facts filled in; English where `lang` lacks it.
     A count of one takes the `key.one` form where the language has one (English: "1 breakpoint")."""
     catalogue = CATALOGUES.get(lang, EN)

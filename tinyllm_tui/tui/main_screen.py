@@ -296,7 +296,7 @@ class DebuggerScreen(Screen):
 
     def _accept_breakpoint(self, text: str) -> str | None:
         result = self.debugger.add_breakpoint(text)
-        if isinstance(result, Refused):
+        if isinstance(result, Refused) and result.reason is Reason.BAD_QUERY:  # stays open to be corrected
             return describe(result, self.lang)
         self.say(result)
         return None

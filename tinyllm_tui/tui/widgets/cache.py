@@ -59,7 +59,7 @@ class CacheView(Vertical):
         title.update(where, layout=False)  # two lines, always
         for matrix, window in ((cache.k, self.query_one(".cache-k", MatrixWindow)),
                                (cache.v, self.query_one(".cache-v", MatrixWindow))):
-            window.show(matrix, tr("cache.matrix", lang, name=matrix.name, layer=cache.layer, head=cache.head))
+            window.show(matrix, matrix.name)  # the layer and head are in the title above
 
 
 def _same(old: CacheFrame, new: CacheFrame) -> bool:

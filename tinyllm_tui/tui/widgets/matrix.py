@@ -172,7 +172,10 @@ class MatrixWindow(TextLines):
         header = Text(" " * width)
         for j in cols:
             header.append(right_aligned(_fit(matrix.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
-        lines: list[Text | Strip] = [*self._title(rows, where)[: self._title_lines()], header]
+        title = self._title(rows, where)
+        if self._title_lines() == 1 and title[1].plain:  # a short panel: which part shows stays said
+            title = [Text.assemble(title[0], " · ", title[1])]
+        lines: list[Text | Strip] = [*title[: self._title_lines()], header]
         heat, cursor, changed = self.heat, self.cursor, matrix.changed
         for i in rows:
             label = _fit(matrix.rows[i], width - 1)

@@ -9,6 +9,7 @@ ctrl+c cancel the run.
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingsMap
@@ -33,6 +34,7 @@ from tinyllm_tui.tui.widgets.timeline import Timeline
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
 DEFAULT_SPEED = 3
 WIDE = 120  # from this many columns the KV cache sits beside the matrix: the card's three views at once
+QUEUED = 8  # quick moves that may wait for the one in flight (a held key)
 CACHE_MOVES = {"left_square_bracket": (-1, 0), "right_square_bracket": (1, 0),
                "left_curly_bracket": (0, -1), "right_curly_bracket": (0, 1)}
 
@@ -102,6 +104,7 @@ class DebuggerScreen(Screen):
         self.refusal = ""  # why the last key pressed during a run was refused
         self.wide = False
         self._frame: Frame | None = None
+        self._queued: deque = deque()  # quick moves pressed while one was in flight
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -203,6 +206,26 @@ class DebuggerScreen(Screen):
             self.show(describe(result, self.lang))
 
     # -- the runner ------------------------------------------------------------------------------------------
+    def move(self, move, *args) -> None:
+        """A quick move (step, back, go to, cache page) in the runner: its frame is built off the UI thread.
+        Pressed while another quick move is in flight, it waits its turn; during a long run it is refused."""
+        if self.runner.running:
+            if self.runner.quick and len(self._queued) < QUEUED:
+                self._queued.append((move, args))
+            elif not self.runner.quick:
+                self._refuse()
+            return
+        self.runner.start(lambda report: move(*args), self._moved, quick=True)
+
+    def _moved(self, result: Result) -> None:
+        if isinstance(result, BaseException):
+            raise result
+        self.say(result)
+        if self._queued:
+            move, args = self._queued.popleft()
+            self.move(move, *args)
+
+
     def in_background(self, status: str, move, *args, then=None, **options) -> bool:
         """Run a Debugger move that replays or computes ahead in the app's runner; False if refused.
 
@@ -241,10 +264,10 @@ class DebuggerScreen(Screen):
 
     # -- stepping ------------------------------------------------------------------------------------------
     def action_step(self) -> None:
-        self.say(self.debugger.step())
+        self.move(self.debugger.step)
 
     def action_back(self) -> None:
-        self.say(self.debugger.back())
+        self.move(self.debugger.back)
 
     def action_continue(self) -> None:
         self.in_background(tr("screen.running", self.lang), self.debugger.continue_)
@@ -269,10 +292,12 @@ class DebuggerScreen(Screen):
         self.show(message)
 
     def _play_tick(self) -> None:
-        result = self.debugger.play_step()
-        if isinstance(result, Refused) and result.reason is Reason.BUSY:
-            return
-        if isinstance(result, Moved) and not self.debugger.frame.status.hits:
+        if not self.runner.running:  # a tick that finds a move in flight waits for the next
+            self.runner.start(lambda report: self.debugger.play_step(), self._played, quick=True)
+
+    def _played(self, result: Result) -> None:
+        busy = isinstance(result, Refused) and result.reason is Reason.BUSY
+        if self.player is None or busy or isinstance(result, Moved):  # paused meanwhile, or on it goes
             self.show()
         else:
             self._stop_playing(describe(result, self.lang))  # a breakpoint (the status names it) or the end
@@ -327,7 +352,7 @@ class DebuggerScreen(Screen):
 
     def on_line_list_chosen(self, event: LineList.Chosen) -> None:
         if isinstance(event.list, OperatorList):
-            self.say(self.debugger.goto_step(event.key))
+            self.move(self.debugger.goto_step, event.key)
 
     # -- panels and the windows ------------------------------------------------------------------------------
     def action_panel(self, pane: str) -> None:
@@ -366,9 +391,7 @@ class DebuggerScreen(Screen):
     def on_key(self, event) -> None:
         """[ ] and { } page the KV cache; a printable key nothing is bound to gets an answer."""
         if event.key in CACHE_MOVES:
-            result = self.debugger.move_cache(*CACHE_MOVES[event.key])
-            self._show_panels()
-            self.say(result)
+            self.move(self.debugger.move_cache, *CACHE_MOVES[event.key])
             event.stop()
         elif event.is_printable and event.key not in self.app.active_bindings:
             self.set_status(tr("screen.no_action", self.lang, key=event.character))
@@ -392,9 +415,11 @@ class DebuggerScreen(Screen):
 
     def _after_diff(self, step: int | None) -> None:
         if step is not None:
-            result = self.debugger.goto_step(step)
-            self.show(describe(result, self.lang) if isinstance(result, Refused)
-                      else tr("diff.from", self.lang, step=step))
+            self.runner.start(lambda report: self.debugger.goto_step(step), self._went_from_diff, quick=True)
+
+    def _went_from_diff(self, result: Result) -> None:
+        self.show(tr("diff.from", self.lang, step=result.step) if isinstance(result, Moved)
+                  else describe(result, self.lang))
 
     def action_cycle_injection(self, then=None) -> None:
         self.in_background(tr("screen.injecting", self.lang), self.debugger.cycle_injection, then=then)

@@ -20,10 +20,9 @@ from engine.breakpoints import short_name
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.trace import OpKind, Phase, Status
+from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
 
-VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
 PROBABILITY_KINDS = (OpKind.SOFTMAX, OpKind.PROBS)
-TOP = 5  # entries of the top-tokens line
 SORTED_COLUMNS = 256  # columns of a vocabulary row's top-k sorted view
 CORNER = 4  # rows and columns of each input shown in the inputs panel
 
@@ -218,16 +217,6 @@ def changed_cells(values: np.ndarray, before: np.ndarray | None) -> np.ndarray |
     return ~((values == before) | (np.isnan(values) & np.isnan(before)))
 
 
-def top_tokens(row: np.ndarray, probabilities: bool, count: int = TOP) -> list[tuple[int, float]]:
-    """The `count` most likely entries of a logits (softmax taken here, −∞ gets 0) or probabilities row."""
-    if not probabilities:
-        row = np.exp(row - np.max(row)) if np.isfinite(np.max(row)) else np.zeros_like(row)
-        row = row / row.sum() if row.sum() > 0 else row
-    count = min(count, row.size)
-    best = np.argpartition(-row, count - 1)[:count]  # a vocabulary row: no need to sort all of it
-    return [(int(t), float(row[t])) for t in best[np.argsort(-row[best], kind="stable")]]
-
-
 def row_summary(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], kind: str,
                 names: Callable[[int], str] | None = None) -> RowSummary | None:
     """The last position's row in one line (a window shows it when the row is too wide)."""
@@ -297,7 +286,7 @@ def timeline_frame(state: OpState, requests: int, chunked: bool, rounds: tuple) 
     tokens = tuple((t.position, t.text, t.status) for t in state.timeline)
     focus = next((i for status in (Status.CURRENT, Status.SELECTED)
                   for i, token in enumerate(tokens) if token[2] is status), max(len(tokens) - 1, 0))
-    chunk = state.chunk if chunked and state.phase == Phase.PREFILL else None
+    chunk = state.chunk if chunked and state.phase is Phase.PREFILL else None
     return TimelineFrame(tokens, focus, state.request, requests, Phase(state.phase), state.round, chunk,
                          state.caches[0].length if state.caches else 0, rounds)
 

@@ -17,7 +17,7 @@ from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
 from engine.spec import Vocab
-from engine.trace import Labelled, OpKind, OpState, RequestResult
+from engine.trace import Labelled, OpKind, OpState, Phase, RequestResult
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
 TOP = 5
@@ -28,7 +28,7 @@ ROUND_SEPARATOR = " │ "
 
 def where(phase: str, round_: int) -> str:
     """"prefill" or "decode 2"."""
-    return "prefill" if phase == "prefill" else f"decode {round_}"
+    return "prefill" if Phase(phase) is Phase.PREFILL else f"decode {round_}"
 
 
 def op_title(state: OpState) -> str:

@@ -7,6 +7,7 @@ which the tests see. `describe(result, lang)` words a Debugger result (tinyllm_t
 
 from __future__ import annotations
 
+from tinyllm_tui.debugger.frame import Phase
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
                                           Cancelled, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
                                           Rebuilt, Refused, Result, Saved)
@@ -279,7 +280,7 @@ def tr(key: str, lang: str, /, *args, **facts) -> str:
 
 
 def where(phase: str, round_: int, lang: str) -> str:
-    return tr("where.prefill", lang) if phase == "prefill" else tr("where.decode", lang, round=round_)
+    return tr("where.prefill", lang) if Phase(phase) is Phase.PREFILL else tr("where.decode", lang, round=round_)
 
 
 def describe(result: Result, lang: str) -> str:

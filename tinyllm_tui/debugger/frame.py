@@ -101,6 +101,7 @@ class MatrixFrame:
     scale: float = 0.0  # the largest finite |value|: the heat colours' full scale
     scale_before: float = 0.0
     newest_first: bool = False  # open the window on the last rows (a KV cache's newest positions)
+    new_from: int | None = None  # rows from here on were appended this round (a KV cache)
 
     @property
     def sequential(self) -> bool:
@@ -246,16 +247,16 @@ def sorted_columns(values: np.ndarray, kind: str) -> np.ndarray | None:
 
 def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], *, kind: str = "",
                  head: int | None = None, before: np.ndarray | None = None, verdicts: Verdicts | None = None,
-                 tokens: tuple[str, ...] = (), newest_first: bool = False,
+                 tokens: tuple[str, ...] = (), newest_first: bool = False, new_from: int | None = None,
                  names: Callable[[int], str] | None = None) -> MatrixFrame:
     """Args: names: a vocabulary column's token text, for the top-tokens line."""
     return MatrixFrame(name, values, rows, cols, kind, head, before, changed_cells(values, before), verdicts,
                        tokens, sorted_columns(values, kind), row_summary(values, rows, cols, kind, names),
-                       finite_scale(values), finite_scale(before), newest_first)
+                       finite_scale(values), finite_scale(before), newest_first, new_from)
 
 
 def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head: int) -> CacheFrame | None:
-    """`state`'s KV cache of `layer`, the columns of `head`: rows added this round marked +."""
+    """`state`'s KV cache of `layer`, the columns of `head`; rows from `state.past` on were added this round."""
     if not state.caches:
         return None
     layer = min(layer, len(state.caches) - 1)
@@ -264,10 +265,9 @@ def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head:
     head = min(head, heads - 1)
     part = slice(head * d_head, (head + 1) * d_head)
     timeline = state.timeline
-    rows = Labels(cache.length, lambda p: f"{'+' if p >= state.past else ' '}{p} · "
-                                          f"{timeline[p].text if p < len(timeline) else '?'}")
+    rows = Labels(cache.length, lambda p: f"{p} · {timeline[p].text}" if p < len(timeline) else str(p))
     cols = Labels(min(d_head, cache.k.shape[1]), lambda j: f"d{j}")
-    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=True)
+    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=True, new_from=state.past)
             for name, array in (("K", cache.k), ("V", cache.v)))
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, max(cache.length - state.past, 0),
                       cache.fingerprint != fingerprint, k, v)

@@ -183,7 +183,7 @@ ZH = {
     "refused.busy": "忙：正在运行（Esc 或 ctrl+c 取消）", "refused.first_step": "已经是第一步",
     "refused.no_step": "没有步骤 {0}：运行共有步骤 0–{1}", "refused.no_match": "没有算子匹配 {0!r}",
     "refused.empty_search": "请输入步骤编号、算子名称、类型或条件",
-    "refused.bad_query": "{0}", "refused.already_set": "断点 {0} 已存在",
+    "refused.bad_query": "无法理解的条件：{0}", "refused.already_set": "断点 {0} 已存在",
     "refused.no_breakpoint": "没有断点 {0}", "refused.nothing_to_undo": "没有可撤销的修改",
     "refused.nothing_to_redo": "没有可重做的修改", "refused.not_stale": "缓存没有过期",
     "refused.unchanged": "{0} 没有变化", "refused.bad_edit": "{0}；保留原值",

@@ -91,7 +91,7 @@ class MatrixWindow(TextLines):
 
     def _label_width(self) -> int:
         rows = self.matrix.rows
-        sample = [rows[i] for i in range(self.row_offset, min(self.row_offset + self._row_count(), len(rows)))]
+        sample = [self._row_label(i) for i in range(self.row_offset, min(self.row_offset + self._row_count(), len(rows)))]
         return min(max((cell_len(label) for label in sample), default=4) + 1, max(self.size.width // 3, 6))
 
     def _title_lines(self) -> int:
@@ -178,7 +178,7 @@ class MatrixWindow(TextLines):
         lines: list[Text | Strip] = [*title[: self._title_lines()], header]
         heat, cursor, changed = self.heat, self.cursor, matrix.changed
         for i in rows:
-            label = _fit(matrix.rows[i], width - 1)
+            label = _fit(self._row_label(i), width - 1)
             segments = [Segment(label + " " * (width - cell_len(label)), BOLD)]
             for j in cols:
                 x = float(values[i, j])
@@ -188,6 +188,11 @@ class MatrixWindow(TextLines):
                              *self._number(i, j, x, CURSOR if cursor == (i, j) else style), BLANK]
             lines.append(Strip(segments))
         return lines
+
+    def _row_label(self, i: int) -> str:
+        """A KV cache marks the rows this round appended with +."""
+        new_from = self.matrix.new_from
+        return self.matrix.rows[i] if new_from is None else f"{'+' if i >= new_from else ' '}{self.matrix.rows[i]}"
 
     def _number(self, i: int, j: int, x: float, style: Style) -> tuple[Segment, ...]:
         matrix = self.matrix

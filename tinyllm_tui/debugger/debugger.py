@@ -222,11 +222,14 @@ class Debugger:
         if not self.cache_pinned:
             self.cache_layer = follow_layer(state) if follow_layer(state) is not None else self.cache_layer
         scenario = self.scenario
+        operators = operator_lines(round_states, breaks)
+        if getattr(self, "frame", None) is not None and self.frame.operators == operators:
+            operators = self.frame.operators  # the same round: the list keeps its lines
         frame = Frame(
             step=state.step, phase=Phase(state.phase), request=state.request, round=state.round,
             matrix=self._matrix(state),
             cache=cache_frame(state, self.fingerprint, scenario.model.d_head, self.cache_layer, self.cache_head),
-            operators=operator_lines(round_states, breaks),
+            operators=operators,
             timeline=timeline_frame(state, len(scenario.requests), bool(scenario.decode.prefill_chunk), view.rounds),
             status=StatusFacts(state.step, None if history.total is None else history.total - 1,
                                next(line.short for line in operator_lines((state,), breaks)), self.inject,

@@ -84,7 +84,7 @@ async def test_at_40_by_12_operator_names_read_whole_and_the_kv_tab_says_where_i
         await pilot.pause()
         assert pilot.app.main.query_one(TabbedContent).active == "cache"
         assert "rows 2–3 of 4" in screen_text(pilot.app)
-        assert "layer 0 (of 0–0)" in screen_text(pilot.app)  # never `layer 0/0`
+        assert "layer 0 of 0–0" in screen_text(pilot.app)  # never `layer 0/0`, "zero of zero"
 
 
 async def test_v_in_the_weights_browser_shows_the_files_values():

@@ -113,7 +113,7 @@ EN = {
     "where.prefill": "prefill", "where.decode": "decode {round}",
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
-    "cache.where": "KV cache · layer {layer} (of 0–{last_layer}) · head {head} (of 0–{last_head})",
+    "cache.where": "KV cache · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
     "cache.rows": "{rows} rows, {new} new (+)", "cache.current": "from the current weights",
     "cache.stale": "⚠ stale: old weights, r recomputes",
     # the timeline

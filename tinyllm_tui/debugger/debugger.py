@@ -638,3 +638,16 @@ class Debugger:
                 for outcome in self.outcomes or ()
                 if outcome.expectation.key == key and outcome.expectation.run == "cached"
                 for cell in outcome.cells if cell.position in rows}
+
+    # -- passes for the CLI --
+    def trace(self) -> Iterator[tuple[OpState, tuple[str, ...]]]:
+        """Every operator from the cursor to the end of the trace, with the breakpoints that hit each (`hits`:
+        where a continue stops): `tinyllm-tui run`'s pass. The cursor stays where it is; the generator is
+        owned, as by a continue, until the trace ends or the caller stops reading."""
+        if not self._owner.acquire(blocking=False):
+            raise Busy("a run is in flight")
+        try:
+            for state in self.history.states_from(self.history.cursor):
+                yield state, tuple(self.hits(state))
+        finally:
+            self._owner.release()

@@ -256,7 +256,8 @@ def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Seque
 
 
 def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head: int) -> CacheFrame | None:
-    """`state`'s KV cache of `layer`, the columns of `head`; rows from `state.past` on were added this round."""
+    """`state`'s KV cache of `layer`, the columns of `head`; rows from `state.chunk_past` on were added by this
+    chunk (this round, unless the prefill is chunked)."""
     if not state.caches:
         return None
     layer = min(layer, len(state.caches) - 1)
@@ -267,9 +268,10 @@ def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head:
     timeline = state.timeline
     rows = Labels(cache.length, lambda p: f"{p} · {timeline[p].text}" if p < len(timeline) else str(p))
     cols = Labels(min(d_head, cache.k.shape[1]), lambda j: f"d{j}")
-    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=True, new_from=state.past)
+    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=True,
+                         new_from=state.chunk_past)
             for name, array in (("K", cache.k), ("V", cache.v)))
-    return CacheFrame(layer, len(state.caches), head, heads, cache.length, max(cache.length - state.past, 0),
+    return CacheFrame(layer, len(state.caches), head, heads, cache.length, max(cache.length - state.chunk_past, 0),
                       cache.fingerprint != fingerprint, k, v)
 
 
@@ -277,7 +279,7 @@ def follow_layer(state: OpState) -> int | None:
     """The cache layer that follows the operator: its own, or past the blocks the last (the newest)."""
     if state.layer is not None:
         return state.layer
-    if state.caches and state.caches[-1].length > state.past:
+    if state.caches and state.caches[-1].length > state.chunk_past:
         return len(state.caches) - 1
     return None
 

@@ -313,3 +313,13 @@ def test_the_bert_embedding_sum_is_listed_with_the_input():
     first_layer = kinds.index(Group.LAYER)
     assert dict(groups)["embed.sum"] is Group.INPUT
     assert kinds[:first_layer] == [Group.INPUT] * first_layer and Group.INPUT not in kinds[first_layer:]
+
+
+def test_the_cache_frame_counts_the_rows_a_prefill_chunk_appended():
+    """chunked.yaml: chunk 1 appends positions 3-4 onto chunk 0's three rows: 5 rows, 2 new (not 5)."""
+    from conftest import ROOT
+
+    debugger = Debugger(load_scenario(ROOT / "scenarios" / "chunked.yaml"))
+    while not (debugger.frame.timeline.chunk == 1 and debugger.frame.cache and debugger.frame.cache.length == 5):
+        assert isinstance(debugger.step(), Moved)
+    assert debugger.frame.cache.appended == 2 and debugger.frame.cache.k.new_from == 3

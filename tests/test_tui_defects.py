@@ -100,3 +100,14 @@ async def test_v_in_the_weights_browser_shows_the_files_values():
         assert grid.show_before and "BEFORE the edit (v)" in screen_text(app)
         file_value = app.debugger.file_scenario.weights["embed"][1, 0]
         assert f"{file_value:.6f}" in screen_text(app)
+
+
+async def test_generated_text_is_decoded_and_its_pieces_come_on_demand():
+    """Defect 11: the end of the trace says the generated text decoded; p shows it token by token."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("c")  # to the end: 我爱学习 continues with 爱 爱
+        await settle(pilot)
+        assert "request 0 generated '爱爱'" in status(app)
+        await pilot.press("p")
+        assert "request 0 generated '爱|爱'" in status(app)

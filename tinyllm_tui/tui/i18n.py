@@ -20,7 +20,7 @@ EN = {
     "Explanation": "Explanation", "KV cache": "KV cache", "Inputs": "Inputs", "Expectations": "Expectations",
     "Weights": "Weights", "Undo edit": "Undo edit", "Redo edit": "Redo edit", "Before/after edit": "Before/after edit",
     "Recompute stale cache": "Recompute stale cache", "Save weights": "Save weights", "Save as…": "Save as…",
-    "Heat": "Heat", "Top-k sorted": "Top-k sorted", "Columns ←": "Columns ←", "Columns →": "Columns →",
+    "Heat": "Heat", "Top-k sorted": "Top-k sorted", "Pieces": "Pieces", "Columns ←": "Columns ←", "Columns →": "Columns →",
     "Rows ↑": "Rows ↑", "Rows ↓": "Rows ↓", "Cancel run": "Cancel run", "Help": "Help", "Quit": "Quit",
     "Close": "Close", "Cancel": "Cancel", "Delete": "Delete", "Clear all": "Clear all", "Edit cell": "Edit cell",
     "Undo": "Undo", "Redo": "Redo", "Reset to file": "Reset to file", "Zero": "Zero", "Identity": "Identity",
@@ -159,7 +159,7 @@ ZH = {
     "Explanation": "解释", "KV cache": "KV缓存", "Inputs": "输入", "Expectations": "期望值",
     "Weights": "权重", "Undo edit": "撤销修改", "Redo edit": "重做修改", "Before/after edit": "修改前/后",
     "Recompute stale cache": "重新计算过期缓存", "Save weights": "保存权重", "Save as…": "另存为…",
-    "Heat": "热力着色", "Top-k sorted": "按概率排序", "Columns ←": "列 ←", "Columns →": "列 →",
+    "Heat": "热力着色", "Top-k sorted": "按概率排序", "Pieces": "词元片段", "Columns ←": "列 ←", "Columns →": "列 →",
     "Rows ↑": "行 ↑", "Rows ↓": "行 ↓", "Cancel run": "取消运行", "Help": "帮助", "Quit": "退出",
     "Close": "关闭", "Cancel": "取消", "Delete": "删除", "Clear all": "全部清除", "Edit cell": "编辑单元格",
     "Undo": "撤销", "Redo": "重做", "Reset to file": "恢复为文件值", "Zero": "置零", "Identity": "单位矩阵",
@@ -283,8 +283,14 @@ def where(phase: str, round_: int, lang: str) -> str:
     return tr("where.prefill", lang) if Phase(phase) is Phase.PREFILL else tr("where.decode", lang, round=round_)
 
 
-def describe(result: Result, lang: str) -> str:
-    """A Debugger result in words ("" for a plain move: the screen itself shows where it is)."""
+def generated(text: str, pieces: tuple[str, ...], as_pieces: bool) -> str:
+    """Generated text decoded ('Echo'), or its pieces, one per token ('E|cho')."""
+    return repr("|".join(pieces)) if as_pieces else repr(text)
+
+
+def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
+    """A Debugger result in words ("" for a plain move: the screen itself shows where it is).
+    Args: pieces: generated text as its tokens' pieces instead of decoded."""
     match result:
         case Moved(step=step, wrapped=True):
             return tr("result.wrapped", lang, step=step)
@@ -292,7 +298,8 @@ def describe(result: Result, lang: str) -> str:
             return ""  # the status line shows the step and the breakpoints that hit it
         case EndOfTrace(results=results):
             return tr("result.end", lang, results="; ".join(
-                tr("result.generated", lang, request=i, text=repr(r.text), stop=r.stop) if r.pieces
+                tr("result.generated", lang, request=i, text=generated(r.text, r.pieces, pieces), stop=r.stop)
+                if r.pieces
                 else tr("result.nothing", lang, request=i, stop=r.stop) for i, r in enumerate(results)))
         case Cancelled(step=step):
             return tr("result.cancelled", lang, step=step)

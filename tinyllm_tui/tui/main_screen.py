@@ -19,7 +19,7 @@ from textual.widgets import Footer, ProgressBar, TabbedContent, TabPane
 
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
-from tinyllm_tui.debugger.results import Moved, Reason, Refused, Result
+from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
 from tinyllm_tui.tui.i18n import EN, describe, tr, where
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
@@ -87,6 +87,7 @@ class DebuggerScreen(Screen):
         Binding("S", "app.save_as", "Save as…", show=False),
         Binding("h", "heat", "Heat", show=False),
         Binding("t", "sorted_columns", "Top-k sorted", show=False),
+        Binding("p", "pieces", "Pieces", show=False),
         Binding("less_than_sign,shift+left", "columns(-1)", "Columns ←", show=False),
         Binding("greater_than_sign,shift+right", "columns(1)", "Columns →", show=False),
         Binding("pageup,shift+up", "rows(-1)", "Rows ↑", show=False, priority=True),
@@ -105,6 +106,8 @@ class DebuggerScreen(Screen):
         self.wide = False
         self._frame: Frame | None = None
         self._queued: deque = deque()  # quick moves pressed while one was in flight
+        self.said: Result | None = None  # the last result worded on the status line
+        self.pieces = False  # generated text as its tokens' pieces instead of decoded
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -203,7 +206,8 @@ class DebuggerScreen(Screen):
         if isinstance(result, Refused) and result.reason is Reason.BUSY:
             self._refuse()
         else:
-            self.show(describe(result, self.lang))
+            self.said = result
+            self.show(describe(result, self.lang, pieces=self.pieces))
 
     # -- the runner ------------------------------------------------------------------------------------------
     def move(self, move, *args) -> None:
@@ -365,6 +369,12 @@ class DebuggerScreen(Screen):
     def action_heat(self) -> None:
         self.matrix.heat = not self.matrix.heat
         self.set_status(tr("screen.heat_on" if self.matrix.heat else "screen.heat_off", self.lang))
+
+    def action_pieces(self) -> None:
+        """Generated text decoded, or token by token (the end of the trace says it)."""
+        self.pieces = not self.pieces
+        if isinstance(self.said, EndOfTrace):
+            self.say(self.said)
 
     def action_sorted_columns(self) -> None:
         matrix = self.matrix

@@ -23,18 +23,10 @@ ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matri
 TOP = 5
 VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
 
-ROUND_SEPARATOR = " │ "
-
 
 def where(phase: str, round_: int) -> str:
     """"prefill" or "decode 2"."""
     return "prefill" if Phase(phase) is Phase.PREFILL else f"decode {round_}"
-
-
-def op_title(state: OpState) -> str:
-    """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
-    head = "" if state.head is None else f" · head {state.head}"
-    return f"{state.name}{head} · request {state.request} · {where(state.phase, state.round)}"
 
 
 def shape_text(shape: Sequence[int]) -> str:
@@ -68,17 +60,6 @@ def expect_summary(outcomes: list[Outcome]) -> str:
     cells = sum(len(o.cells) for o in outcomes)
     agreeing = sum(o.agreeing for o in outcomes)
     return f"{passed}/{len(outcomes)} tables agree fully; {agreeing}/{cells} printed cells agree"
-
-
-def round_line(rounds) -> str:
-    """The A.9 table on one line, from engine.history.RoundSummary objects:
-    "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: fed 爱 → cache 4 → chose 爱"."""
-    parts = []
-    for r in rounds:
-        text = f"{where(r.phase, r.round)}: fed {' '.join(r.fed)} → cache {r.cache_length}"
-        text += "" if r.chosen is None else f" → chose {r.chosen}"
-        parts.append(text + (f" ({r.stop})" if r.stop else ""))
-    return ROUND_SEPARATOR.join(parts)
 
 
 def request_results(results: list[RequestResult], vocab: Vocab) -> str:

@@ -123,12 +123,10 @@ class Debugger:
         for edit in edits:
             self.weight_history.push(apply_edit(self.weight_history.current, edit), edit)
         self.found_unsaved = autosave.find(scenario.path, self.file_fingerprint, scenario.weights)
-        self.breakpoints: tuple[Breakpoint, ...] = ()  # replaced, never mutated: a run reads it meanwhile
+        # replaced, never mutated: a run reads it meanwhile; a text that cannot be understood raises BreakpointError
+        parsed = (parse_breakpoint(text.strip()) for text in breakpoints)
+        self.breakpoints: tuple[Breakpoint, ...] = tuple({b.text: b for b in parsed}.values())
         self._hits: dict[int, tuple[str, ...]] = {}  # step -> breakpoints hitting it: judged once per step
-        for text in breakpoints:
-            result = self.add_breakpoint(text)
-            if isinstance(result, Refused) and result.reason is Reason.BAD_QUERY:
-                raise BreakpointError(result.args[0])
         self.budget = budget
         self.stale: StaleFrom | None = None
         self.previous: History | None = None  # the run before the last edit, to show changed cells
@@ -409,7 +407,7 @@ class Debugger:
         if any(b.text == breakpoint.text for b in self.breakpoints):
             return Refused(Reason.ALREADY_SET, (breakpoint.text,))
         self.breakpoints = (*self.breakpoints, breakpoint)
-        self._refresh_if_published()
+        self._refresh_breaks()
         return BreakpointAdded(breakpoint.text)
 
     def remove_breakpoint(self, text: str) -> Result:
@@ -417,7 +415,7 @@ class Debugger:
         if len(kept) == len(self.breakpoints):
             return Refused(Reason.NO_BREAKPOINT, (text,))
         self.breakpoints = kept
-        self._refresh_if_published()
+        self._refresh_breaks()
         return BreakpointRemoved(text)
 
     def toggle_breakpoint(self, name: str) -> Result:
@@ -427,14 +425,8 @@ class Debugger:
 
     def clear_breakpoints(self) -> Result:
         count, self.breakpoints = len(self.breakpoints), ()
-        self._refresh_if_published()
+        self._refresh_breaks()
         return BreakpointsCleared(count)
-
-    def _refresh_if_published(self) -> None:
-        if hasattr(self, "frame"):
-            self._refresh_breaks()
-        else:
-            self._hits = {}
 
     # -- the injected fault --------------------------------------------------------------------------
     @owning

@@ -153,10 +153,14 @@ class DebuggerScreen(Screen):
     def check_expectations(self) -> None:
         """The expect: tables, checked off the UI thread once per set of weights (beside the runner:
         a check runs sessions of its own and only hands its outcomes to the Debugger)."""
-        scenario = self.debugger.scenario
         if self.debugger.outcomes is None:
-            self.run_worker(lambda: self.debugger.accept_outcomes(scenario, self.debugger.check_expectations(scenario))
-                            and self.app.call_from_thread(self._checked), thread=True, exclusive=True, group="expect")
+            self.run_worker(self._check, thread=True, exclusive=True, group="expect")
+
+    def _check(self) -> None:
+        """In a thread: the outcomes go into the Debugger's next frame (at once when no move is in flight)."""
+        scenario = self.debugger.scenario
+        if self.debugger.accept_outcomes(scenario, self.debugger.check_expectations(scenario)):
+            self.app.call_from_thread(self._checked)
 
     def _checked(self) -> None:
         if self.is_current:

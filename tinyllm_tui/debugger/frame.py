@@ -55,7 +55,7 @@ class VerdictSource(StrEnum):
     DUMP = "dump"  # the user's own activations (--against)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class Verdicts:
     """Which cells are judged and whether they agree, for the values and for the values before the edit."""
 
@@ -82,7 +82,7 @@ class RowSummary:
     argmax: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class MatrixFrame:
     """One matrix window's picture. `values` are host NumPy, 2-D; the labels are made when shown."""
 
@@ -108,7 +108,7 @@ class MatrixFrame:
         return self.kind in PROBABILITY_KINDS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class CacheFrame:
     layer: int
     layers: int
@@ -151,7 +151,7 @@ class TimelineFrame:
     rounds: tuple  # tinyllm_tui.debugger.history.RoundSummary
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class Operand:
     """An input of the operator: its name, shape and top-left corner."""
 
@@ -173,7 +173,7 @@ class StatusFacts:
     hits: tuple[str, ...]  # the breakpoints that hit the current operator
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
 class Frame:
     step: int
     phase: Phase

@@ -144,6 +144,14 @@ class MatrixWindow(TextLines):
         self.col_offset = min(max(self.col_offset, col - cols + 1), col)
 
     # -- rendering ---------------------------------------------------------------------------------
+    def line_count(self) -> int | None:
+        if self.matrix is None or not self.size.height:
+            return None
+        if not self.matrix.values.size:
+            return 1
+        rows = min(self.row_offset + self._row_count(), self.matrix.values.shape[0]) - self.row_offset
+        return min(self._title_lines() + 1 + max(rows, 0), self.size.height)
+
     def text_lines(self) -> list[Text | Strip]:
         if self.matrix is None:
             return []

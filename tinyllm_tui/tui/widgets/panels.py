@@ -15,19 +15,30 @@ from tinyllm_tui.presentation.numbers import format_number
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.explanations import explain
 from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.widgets.textlines import TextLines
 
 
-class ExplanationPanel(Widget):
-    """Rendered in place (no layout pass): a step changes the text, never the panel's size."""
+class ExplanationPanel(TextLines):
+    """Wrapped here and drawn line by line: a step repaints the lines of text, not the blank panel below."""
 
     frame: reactive[Frame | None] = reactive(None, always_update=True)
     lang = "en"
+    _wrapped: tuple = (None, 0, [])  # (frame, width, lines)
 
-    def render(self) -> Text:
-        if self.frame is None:
-            return Text("")
-        return Text("\n").join(Text.assemble((f"{heading}: ", "bold cyan"), text)
-                               for heading, text in explain(self.frame, self.lang))
+    def _lines(self) -> list[Text]:
+        width = max(self.size.width, 1)
+        if self._wrapped[0] is not self.frame or self._wrapped[1] != width:
+            lines = []
+            for heading, text in explain(self.frame, self.lang) if self.frame is not None else ():
+                lines.extend(Text.assemble((f"{heading}: ", "bold cyan"), text).wrap(self.app.console, width))
+            self._wrapped = (self.frame, width, lines)
+        return self._wrapped[2]
+
+    def line_count(self) -> int | None:
+        return min(len(self._lines()), self.size.height) if self.size.height else None
+
+    def text_lines(self) -> list[Text]:
+        return [line.copy() for line in self._lines()]
 
 
 class InputsPanel(Widget):

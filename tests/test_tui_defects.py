@@ -111,3 +111,14 @@ async def test_generated_text_is_decoded_and_its_pieces_come_on_demand():
         assert "request 0 generated '爱爱'" in status(app)
         await pilot.press("p")
         assert "request 0 generated '爱|爱'" in status(app)
+
+
+async def test_g_keeps_its_prompt_open_on_a_condition_b_refuses():
+    """Defect 13: `g abs>` says what `B abs>` says, and the prompt stays open to correct it."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g", *"abs>", "enter")
+        assert isinstance(app.screen, PromptScreen)
+        said_by_g = str(app.screen.query_one("#prompt-error").render())
+        await pilot.press("escape", "B", *"abs>", "enter")
+        assert said_by_g == str(app.screen.query_one("#prompt-error").render()) and "abs>" in said_by_g

@@ -339,14 +339,12 @@ class Debugger:
     def search(self, text: str, backward: bool = False, *, progress: Progress | None = None) -> Result:
         """Go to a step number, or to the next (previous) operator matching `text`, wrapping around."""
         text = text.strip()
-        if not text:
-            return Refused(Reason.EMPTY_SEARCH)
+        refused = self.check_query(text)
+        if refused is not None:
+            return refused
         if text.isdigit():
             return self._goto(int(text))
-        try:
-            wanted = matcher(text)
-        except BreakpointError as error:
-            return Refused(Reason.BAD_QUERY, (str(error),))
+        wanted = matcher(text)
         self._cancel.clear()
         start = self.history.cursor
         after, before = (start + 1, None), (0, start)
@@ -361,6 +359,19 @@ class Debugger:
         if found is None:
             return Refused(Reason.NO_MATCH, (text,))
         return Moved(found, wrapped)
+
+    @staticmethod
+    def check_query(text: str) -> Refused | None:
+        """What `search` would refuse about `text` itself, said before any run (a prompt stays open)."""
+        text = text.strip()
+        if not text:
+            return Refused(Reason.EMPTY_SEARCH)
+        if not text.isdigit():
+            try:
+                matcher(text)
+            except BreakpointError as error:
+                return Refused(Reason.BAD_QUERY, (str(error),))
+        return None
 
     def _scan(self, first: int, end: int | None, wanted, last: bool, progress: Progress | None) -> int | None:
         """The first (or last) step in [first, end) whose state is `wanted`."""

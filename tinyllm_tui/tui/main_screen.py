@@ -348,7 +348,10 @@ class DebuggerScreen(Screen):
     def _accept_search(self, text: str, backward: bool) -> str | None:
         if self.runner.running:
             return tr("refused.busy", self.lang)
-        if not text or text.isdigit():  # at once: no run needed
+        refused = self.debugger.check_query(text)
+        if refused is not None:  # the prompt stays open to correct it, as B's does
+            return describe(refused, self.lang)
+        if text.isdigit():  # at once: no run needed
             result = self.debugger.search(text, backward)
             if isinstance(result, Refused):
                 return describe(result, self.lang)

@@ -284,8 +284,9 @@ def where(phase: str, round_: int, lang: str) -> str:
 
 
 def generated(text: str, pieces: tuple[str, ...], as_pieces: bool) -> str:
-    """Generated text decoded ('Echo'), or its pieces, one per token ('E|cho')."""
-    return repr("|".join(pieces)) if as_pieces else repr(text)
+    """Generated text decoded ('Echo'), or its pieces, one per token ('E|cho'); quoted so that spaces at its
+    ends show (the pieces are display text already: a newline is written \\n, never repeated by repr)."""
+    return f"'{'|'.join(pieces) if as_pieces else text}'"
 
 
 def describe(result: Result, lang: str, *, pieces: bool = False) -> str:

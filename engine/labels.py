@@ -18,7 +18,8 @@ class Axis(NamedTuple):
     """One axis of a labelled matrix (a NamedTuple: a traced run makes two per operand).
 
     scheme: "chunk" (the new tokens), "keys" (every cached position), "last" (the last
-    new token), "features", "vocab", "in"/"out" (a weight's input/output features), "choice".
+    new token), "features", "vocab", "in"/"out" (a weight's input/output features), "choice",
+    "scale" (a norm's divisor).
     """
 
     scheme: str
@@ -54,6 +55,8 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
         return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":
         return tuple("token id" for _ in indices)
+    if axis.scheme == "scale":  # one divisor per row, or per head (q/k norms)
+        return tuple("scale" if axis.count == 1 else f"scale h{i}" for i in indices)
     return tuple(f"f{i}" for i in indices)
 
 

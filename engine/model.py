@@ -8,7 +8,7 @@ that a full recompute and the cached path differ only in what they are fed.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ import numpy as np
 from engine import ops
 from engine.backend import Backend
 from engine.faults import NO_FAULT, Fault
-from engine.spec import ModelSpec
+from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, Positions
 from engine.trace import LayerCache, OpKind
 
 Array = Any
@@ -36,7 +36,7 @@ class Operand:
 
     rows/cols are label schemes resolved by the session: "chunk" (the new tokens),
     "keys" (every cached position), "last" (the last new token), "features",
-    "vocab", "in"/"out" (a weight's input/output features), "choice".
+    "vocab", "in"/"out" (a weight's input/output features), "choice", "scale" (a norm's divisor).
     """
 
     name: str
@@ -54,26 +54,30 @@ class Op(Operand):
 
 
 OpStream = Generator[Op, None, Array]
+HEAD = "(head)"  # the key of the head's operand among the parameters' (no parameter is named so)
 
 
 class Transformer:
-    def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str,
+    def __init__(self, spec: ModelSpec, weights: Mapping[str, Any], backend: Backend, fingerprint: str,
                  fault: Fault = NO_FAULT, allow_stale: bool = False):
         """Args:
         fault: an injected cache bug (engine.faults); the default computes correctly.
         allow_stale: extend caches computed with other weights instead of refusing.
         """
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
-        self.weights = {name: backend.asarray(w) for name, w in weights.items()}
-        # One Operand per weight, shared by every operator that reads it: a kept history then holds
-        # fewer objects for Python's garbage collector to walk.
-        self._params = {name: Operand(name, w, rows="in", cols="out") for name, w in self.weights.items()}
-        self._unembed = self._unembed_operand() if spec.lm_head else None
+        self.weights = weights  # a checkpoint's LazyWeights read each array on first use
+        # One Operand per weight, made when first read and shared by every operator that reads it:
+        # a kept history then holds fewer objects for Python's garbage collector to walk.
+        self._params: dict[str, Operand] = {}
         self.fault = fault
         self.allow_stale = allow_stale or fault.keeps_stale_cache
 
     def param(self, name: str) -> Operand:
-        return self._params[name]
+        operand = self._params.get(name)
+        if operand is None:
+            operand = Operand(name, self.backend.asarray(self.weights[name]), rows="in", cols="out")
+            self._params[name] = operand
+        return operand
 
     def empty_caches(self) -> list[LayerCache]:
         empty = self.xp.zeros((0, self.spec.d_kv), dtype=self.backend.dtype)
@@ -91,41 +95,58 @@ class Transformer:
         """
         xp, spec = self.xp, self.spec
         if vectors is None:
-            embed = self.param("embed")
-            x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind=OpKind.EMBED, inputs=(embed,))
+            x = self._embed(ids)
         else:
             x = Op("hook_embed", self.backend.asarray(vectors), kind=OpKind.EMBED)
         yield x
-        if spec.positions not in ("none", "rope") or spec.type_vocab:
+        if spec.positions not in (Positions.NONE, Positions.ROPE) or spec.type_vocab:
             x = yield from self._add_positions(x, positions)
         if spec.embed_norm:
-            x = self._norm("ln_embed", x, layer=None)
-            yield x
+            x = yield from self._norm("ln_embed", x, layer=None)
         for layer in range(spec.n_layers):
+            if x.name != f"blocks.{layer}.hook_resid_pre":
+                x = Op(f"blocks.{layer}.hook_resid_pre", x.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x,))
+                yield x
             x = yield from self._block(layer, x, caches, positions, padded_keys)
         if not spec.lm_head:
             return x
         if spec.final_norm:
-            x = self._norm("ln_final", x, layer=None)
-            yield x
-        unembed = self._unembed
+            x = yield from self._norm("ln_final", x, layer=None)
+        unembed = self._unembed_operand()
         logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
         yield logits
+        if spec.final_softcap:  # Gemma 2: what decoding reads is cap·tanh(logits / cap)
+            logits = Op("unembed.hook_softcap", ops.softcap(self.xp, logits.values, spec.final_softcap),
+                        cols="vocab", kind=OpKind.LOGITS, inputs=(logits,))
+            yield logits
         return logits
 
+    def _embed(self, ids: list[int]) -> Op:
+        """The embedding rows of `ids`; Gemma's times √d_model (TransformerLens's hook_embed is the scaled rows)."""
+        embed = self.param("embed")
+        rows = self.xp.take(embed.values, self.xp.asarray(ids), axis=0)
+        if self.spec.embed_scale == 1.0:
+            return Op("hook_embed", rows, kind=OpKind.EMBED, inputs=(embed,))
+        scale = Operand("embed_scale", self.backend.asarray([[self.spec.embed_scale]]), rows="in", cols="out")
+        return Op("hook_embed", rows * self.spec.embed_scale, kind=OpKind.EMBED, inputs=(embed, scale))
+
     def _unembed_operand(self) -> Operand:
-        """The tied head reads the embedding through a transposed view, never a copy."""
-        if self.spec.tied_unembed:
-            return Operand("embed.T", self.xp.matrix_transpose(self.weights["embed"]), rows="in", cols="vocab")
-        return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")
+        """The head as the logits read it (made once, kept beside the parameters' operands): the tied
+        head reads the embedding through a transposed view, never a copy."""
+        operand = self._params.get(HEAD)
+        if operand is None:
+            tied = self.spec.tied_unembed
+            table = self.xp.matrix_transpose(self.param("embed").values) if tied else self.param("unembed").values
+            operand = self._params[HEAD] = Operand("embed.T" if tied else "unembed", table, rows="in", cols="vocab")
+        return operand
 
     def _logits(self, x: Array) -> Array:
         """x @ unembed. On NumPy a decode row meets the tied table through vecdot, which reads it row by
         row at the full memory bandwidth; BLAS reads the transposed view at about half of it (engine_speed.py)."""
         if self.spec.tied_unembed and x.shape[0] == 1 and self.backend.name == "numpy":
-            return self.xp.vecdot(self.weights["embed"], x)[None, :]
-        return x @ self._unembed.values
+            return self.xp.vecdot(self.param("embed").values, x)[None, :]
+        return x @ self._unembed_operand().values
 
     def _add_positions(self, x: Op, positions: list[int]) -> OpStream:
         """Token embeddings plus position terms (and BERT's token type 0): the residual stream."""
@@ -136,11 +157,11 @@ class Transformer:
             table = self.param("type_embed")
             terms.append(Op("hook_token_type_embed", xp.take(table.values, xp.zeros_like(where), axis=0),
                             kind=OpKind.EMBED, inputs=(table,)))
-        if spec.positions == "learned":
+        if spec.positions == Positions.LEARNED:
             table = self.param("pos_embed")
             terms.append(Op("hook_pos_embed", xp.take(table.values, where, axis=0), kind=OpKind.EMBED, inputs=(table,)))
-        elif spec.positions in ("seed_sin", "sinusoidal"):
-            encode = ops.seed_sin_positions if spec.positions == "seed_sin" else ops.sinusoidal_positions
+        elif spec.positions in (Positions.SEED_SIN, Positions.SINUSOIDAL):
+            encode = ops.seed_sin_positions if spec.positions == Positions.SEED_SIN else ops.sinusoidal_positions
             terms.append(Op("hook_pos_embed", encode(xp, where, spec.d_model, self.backend.dtype),
                             kind=OpKind.POSITIONS))
         yield from terms[1:]
@@ -156,41 +177,64 @@ class Transformer:
     def _block(self, layer: int, x: Op, caches: list[LayerCache], positions: list[int],
                padded_keys: list[bool] | None) -> OpStream:
         block = f"blocks.{layer}"
-        mid = yield from self._sublayer(layer, x, f"{block}.ln1", f"{block}.hook_resid_mid",
+        mid = yield from self._sublayer(layer, x, "attn", f"{block}.ln1", f"{block}.hook_resid_mid",
                                         lambda h: self._attention(layer, h, caches, positions, padded_keys))
-        post = yield from self._sublayer(layer, mid, f"{block}.ln2", f"{block}.hook_resid_post",
+        post = yield from self._sublayer(layer, mid, "mlp", f"{block}.ln2", f"{block}.hook_resid_post",
                                          lambda h: self._mlp(layer, h, positions))
         return post
 
-    def _sublayer(self, layer: int, x: Op, norm: str, residual: str, body) -> OpStream:
-        """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer)."""
-        normed, pre = self.spec.norm.kind != "none", self.spec.norm.placement == "pre"
+    def _sublayer(self, layer: int, x: Op, module: str, norm: str, residual: str, body) -> OpStream:
+        """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer);
+        x + LN_post(body(LN(x))) with Gemma's post-norms."""
+        spec = self.spec
+        normed, pre = spec.norm.kind != NormKind.NONE, spec.norm.placement == NormPlacement.PRE
         h = x
         if normed and pre:
-            h = self._norm(norm, x, layer)
-            yield h
+            h = yield from self._norm(norm, x, layer)
         out = yield from body(h)
+        if spec.post_norms:  # TransformerLens: hook_attn_out / hook_mlp_out are what the residual adds
+            out = yield from self._norm(f"{norm}_post", out, layer, out=f"blocks.{layer}.hook_{module}_out")
         total = Op(residual, x.values + out.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x, out))
         yield total
         if normed and not pre:
-            total = self._norm(norm, total, layer)
-            yield total
+            total = yield from self._norm(norm, total, layer)
         return total
 
-    def _norm(self, prefix: str, x: Op, layer: int | None) -> Op:
-        norm = self.spec.norm
-        normalize = ops.layer_norm if norm.kind == "layernorm" else ops.rms_norm
-        y = normalize(self.xp, x.values, norm.eps)
-        inputs = [x]
-        if norm.affine:
-            gain = self.param(f"{prefix}.w")
-            y = y * gain.values
-            inputs.append(gain)
-            if norm.kind == "layernorm":
-                bias = self.param(f"{prefix}.b")
-                y = y + bias.values
-                inputs.append(bias)
-        return Op(f"{prefix}.hook_normalized", y, kind=OpKind.NORM, layer=layer, inputs=tuple(inputs))
+    def _body_out(self, layer: int, module: str) -> str:
+        """The name of the attention's (module "attn") or MLP's output projection: hook_attn_out / hook_mlp_out,
+        what the residual adds, unless a post-norm follows (Gemma): its output takes that name, and the
+        projection is TransformerLens's attn.hook_out / mlp.hook_out."""
+        return f"blocks.{layer}.{module}.hook_out" if self.spec.post_norms else f"blocks.{layer}.hook_{module}_out"
+
+    def _norm(self, prefix: str, x: Op, layer: int | None, *, heads: int = 1, out: str | None = None) -> OpStream:
+        """TransformerLens's three norm hooks: `hook_scale` (each row's divisor), `hook_normalized`
+        (the rows divided, before the affine) and, with an affine, `hook_out` (or `out`: after it).
+
+        heads > 1: each row is that many heads, normalized one by one (Qwen3's q/k norms), and the
+        divisor has a column per head."""
+        xp, norm = self.xp, self.spec.norm
+        t = x.values.shape[0]
+        split = xp.reshape(x.values, (t, heads, -1))
+        rows, divisor = ops.norm_scale(xp, split, norm.eps, centred=norm.kind == NormKind.LAYERNORM)
+        scale = Op(f"{prefix}.hook_scale", xp.reshape(divisor, (t, heads)), cols="scale", kind=OpKind.NORM,
+                   layer=layer, inputs=(x,))
+        yield scale
+        divided = rows / divisor
+        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(divided, (t, -1)), kind=OpKind.NORM, layer=layer,
+                        inputs=(x, scale))
+        yield normalized
+        if not norm.affine:
+            return normalized
+        gain = self.param(f"{prefix}.w")
+        y = divided * (1.0 + gain.values if norm.weight_offset else gain.values)
+        inputs = [normalized, gain]
+        if norm.kind == NormKind.LAYERNORM:
+            bias = self.param(f"{prefix}.b")
+            y, inputs = y + bias.values, inputs + [bias]
+        result = Op(out or f"{prefix}.hook_out", xp.reshape(y, (t, -1)), kind=OpKind.NORM, layer=layer,
+                    inputs=tuple(inputs))
+        yield result
+        return result
 
     def _linear(self, name: str, x: Op, weight: str, bias: str | None, layer: int) -> Op:
         w = self.param(weight)
@@ -211,14 +255,17 @@ class Transformer:
         yield q
         yield k
         yield v
-        if spec.positions == "rope":
-            q, k = (self._rope(f"{block}.hook_rot_{x.name[-1]}", x, positions, layer) for x in (q, k))
+        if spec.qk_norm:  # Qwen3, Gemma 3: each head's q and k through an RMSNorm of their own
+            q = yield from self._norm(f"{block}.q_norm", q, layer, heads=spec.n_heads, out=f"{block}.hook_q_normed")
+            k = yield from self._norm(f"{block}.k_norm", k, layer, heads=spec.n_kv_heads, out=f"{block}.hook_k_normed")
+        if spec.positions == Positions.ROPE:
+            q, k = (self._rope(f"{block}.hook_rot_{n}", x, positions, layer) for n, x in (("q", q), ("k", k)))
             yield q
             yield k
         caches[layer] = self._append(self.fault.layer_cache(layer, caches), k.values, v.values)
         keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
-        visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys)
+        visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys, spec.window(layer))
         every = self._heads(q.values, keys.values, values.values, visible)
         heads = []
         for head in range(spec.n_heads):
@@ -227,14 +274,15 @@ class Transformer:
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
         yield concat
-        out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", layer)
+        out = self._linear(self._body_out(layer, "attn"), concat, f"{block}.wo", f"{block}.bo", layer)
         yield out
         return out
 
-    def _mask(self, n_new: int, n_keys: int, padded_keys: list[bool] | None):
-        """Which keys each new query may read: causal order and key-side padding; None = all."""
+    def _mask(self, n_new: int, n_keys: int, padded_keys: list[bool] | None, window: int | None):
+        """Which keys each new query may read: causal order (within a sliding `window`) and key-side
+        padding; None = all."""
         xp = self.xp
-        visible = ops.causal_mask(xp, n_new, n_keys - n_new) if self.spec.causal else None
+        visible = ops.causal_mask(xp, n_new, n_keys - n_new, window) if self.spec.causal else None
         visible = self.fault.mask(xp, visible, n_new, n_keys)
         if padded_keys is None or not any(padded_keys[:n_keys]):
             return visible
@@ -244,12 +292,14 @@ class Transformer:
 
     def _rope(self, name: str, x: Op, positions: list[int], layer: int) -> Op:
         spec = self.spec
-        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.rope_theta)
+        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.theta(layer),
+                           spec.rope_divisors(layer))
         return Op(name, rotated, kind=OpKind.ROPE, layer=layer, inputs=(x,))
 
-    def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array, Array, Array]:
-        """Every head's scores, pattern and output at once, (H, T, S), (H, T, S), (H, T, dh):
-        one batched call per step instead of one per head (the heads are yielded one by one)."""
+    def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array | None, Array, Array, Array]:
+        """Every head's scores before a soft cap (None without one), scores, pattern and output at once,
+        (H, T, S) ×3 and (H, T, dh): one batched call per step instead of one per head (the heads are
+        yielded one by one)."""
         xp, spec = self.xp, self.spec
         dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
 
@@ -260,9 +310,15 @@ class Transformer:
         if group > 1:  # grouped-query attention: query head h reads kv head h // group
             kv = xp.asarray([head // group for head in range(spec.n_heads)])
             k, v = xp.take(k, kv, axis=0), xp.take(v, kv, axis=0)
-        scores = ops.attention_scores(xp, split(q), k, visible)
+        q = split(q)
+        if spec.attn_softcap:  # the cap comes before the mask
+            raw = ops.attention_scores(xp, q, k, None, spec.attn_scale)
+            uncapped = ops.masked(xp, raw, visible)
+            scores = ops.masked(xp, ops.softcap(xp, raw, spec.attn_softcap), visible)
+        else:
+            uncapped, scores = None, ops.attention_scores(xp, q, k, visible, spec.attn_scale)
         pattern = ops.softmax(xp, scores)
-        return scores, pattern, pattern @ v
+        return uncapped, scores, pattern, pattern @ v
 
     def _head(self, layer, head, q: Operand, keys: Operand, values: Operand, every) -> OpStream:
         """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
@@ -273,9 +329,15 @@ class Transformer:
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows="keys")
         v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows="keys")
-        scores, pattern, z = (x[head, ...] for x in every)
-        scores = Op(f"{block}.hook_attn_scores", scores, cols="keys", kind=OpKind.SCORES, layer=layer, head=head,
-                    inputs=(q_h, k_h))
+        uncapped, scores, pattern, z = (None if x is None else x[head, ...] for x in every)
+        inputs = (q_h, k_h)
+        if uncapped is not None:  # Gemma 2: the scores before their soft cap, then cap·tanh(s / cap)
+            uncapped = Op(f"{block}.hook_attn_scores_uncapped", uncapped, cols="keys", kind=OpKind.SCORES,
+                          layer=layer, head=head, inputs=inputs)
+            yield uncapped
+            inputs = (uncapped,)
+        scores = Op(f"{block}.hook_attn_scores", scores, cols="keys",
+                    kind=OpKind.SCORES if uncapped is None else OpKind.SOFTCAP, layer=layer, head=head, inputs=inputs)
         yield scores
         pattern = Op(f"{block}.hook_pattern", pattern, cols="keys", kind=OpKind.SOFTMAX, layer=layer, head=head,
                      inputs=(scores,))
@@ -293,13 +355,13 @@ class Transformer:
         return LayerCache(xp.concat([cache.k, k], axis=0), xp.concat([cache.v, v], axis=0), cache.fingerprint)
 
     def _mlp(self, layer: int, h: Op, positions: list[int]) -> OpStream:
-        xp, spec, mlp = self.xp, self.spec, f"blocks.{layer}.mlp"
-        if spec.ffn == "gated_silu":
+        spec, mlp = self.spec, f"blocks.{layer}.mlp"
+        if FfnKind(spec.ffn).gated:
             gate = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_gate", f"{mlp}.b_gate", layer)
             up = self._linear(f"{mlp}.hook_pre_linear", h, f"{mlp}.w_up", f"{mlp}.b_up", layer)
             yield gate
             yield up
-            post = Op(f"{mlp}.hook_post", ops.silu(xp, gate.values) * up.values, kind=OpKind.ACTIVATION,
+            post = Op(f"{mlp}.hook_post", self._activation(gate.values) * up.values, kind=OpKind.ACTIVATION,
                       layer=layer, inputs=(gate, up))
             down = f"{mlp}.w_down", f"{mlp}.b_down"
         else:
@@ -312,7 +374,7 @@ class Transformer:
         if spec.training and spec.dropout > 0:
             post = self._dropout(post, layer, positions)
             yield post
-        out = self._linear(f"blocks.{layer}.hook_mlp_out", post, *down, layer)
+        out = self._linear(self._body_out(layer, "mlp"), post, *down, layer)
         yield out
         return out
 
@@ -328,11 +390,13 @@ class Transformer:
                   inputs=(post,))
 
     def _activation(self, x: Array) -> Array:
-        xp, kind = self.xp, self.spec.ffn
-        if kind == "relu":
+        xp, kind = self.xp, FfnKind(self.spec.ffn)
+        if kind == FfnKind.GATED_SILU:
+            return ops.silu(xp, x)
+        if kind == FfnKind.RELU:
             return ops.relu(xp, x)
-        if kind == "tanh":
+        if kind == FfnKind.TANH:
             return xp.tanh(x)
-        if kind == "gelu_tanh":
+        if kind in (FfnKind.GELU_TANH, FfnKind.GATED_GELU_TANH):
             return ops.gelu_tanh(xp, x)
         return ops.gelu_from_erf(x, self.backend.erf(x / 2**0.5))

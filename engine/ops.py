@@ -12,31 +12,42 @@ from typing import Any
 Array = Any
 
 
-def layer_norm(xp, x: Array, eps: float) -> Array:
-    """(T, D) -> (T, D): each row minus its mean, over its (biased) standard deviation."""
-    mean = xp.mean(x, axis=-1, keepdims=True)
-    var = xp.mean((x - mean) ** 2, axis=-1, keepdims=True)
-    return (x - mean) / xp.sqrt(var + eps)
+def norm_scale(xp, x: Array, eps: float, *, centred: bool) -> tuple[Array, Array]:
+    """(…, D) -> the rows to divide, (…, D), and their divisor, (…, 1): TransformerLens's `hook_scale`.
+
+    centred (LayerNorm): each row minus its mean over its (biased) standard deviation;
+    otherwise (RMSNorm): each row over its root mean square."""
+    if centred:
+        x = x - xp.mean(x, axis=-1, keepdims=True)
+    return x, xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
-def rms_norm(xp, x: Array, eps: float) -> Array:
-    """(T, D) -> (T, D): each row over its root mean square."""
-    return x / xp.sqrt(xp.mean(x**2, axis=-1, keepdims=True) + eps)
+def causal_mask(xp, n_new: int, past: int, window: int | None = None) -> Array:
+    """(T, P+T) booleans: query i (absolute position past+i) may read key j iff j ≤ past + i,
+    and with a sliding window only if j > past + i − window."""
+    keys = xp.arange(past + n_new)[None, :]
+    queries = (xp.arange(n_new) + past)[:, None]
+    visible = keys <= queries
+    return visible if window is None else visible & (keys > queries - window)
 
 
-def causal_mask(xp, n_new: int, past: int) -> Array:
-    """(T, P+T) booleans: query i (absolute position past+i) may read key j iff j ≤ past + i."""
-    keys = xp.arange(past + n_new)
-    queries = xp.arange(n_new) + past
-    return keys[None, :] <= queries[:, None]
+def attention_scores(xp, q: Array, k: Array, visible: Array | None, scale: float | None = None) -> Array:
+    """(…, T, dh) · (…, S, dh) -> (…, T, S): scores over √dh (or times `scale`), −∞ where a key is hidden."""
+    scores = q @ xp.matrix_transpose(k)
+    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
+    return masked(xp, scores, visible)
 
 
-def attention_scores(xp, q: Array, k: Array, visible: Array | None) -> Array:
-    """(…, T, dh) · (…, S, dh) -> (…, T, S) scaled scores, −∞ where a key is not visible."""
-    scores = (q @ xp.matrix_transpose(k)) / math.sqrt(q.shape[-1])
+def masked(xp, scores: Array, visible: Array | None) -> Array:
+    """−∞ where a key is not visible (None: every key is)."""
     if visible is None:
         return scores
     return xp.where(visible, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+
+
+def softcap(xp, x: Array, cap: float) -> Array:
+    """Gemma 2's soft cap: cap·tanh(x / cap), smooth and within (−cap, cap)."""
+    return xp.tanh(x / cap) * cap
 
 
 def softmax(xp, x: Array) -> Array:
@@ -51,12 +62,15 @@ def softmax(xp, x: Array) -> Array:
     return e / xp.where(total > 0, total, xp.ones_like(total))
 
 
-def rope(xp, x: Array, positions: Array, d_head: int, theta: float) -> Array:
-    """(T, H·dh) -> (T, H·dh): every head rotated by position·θ^(−2i/dh) in the half-split
-    layout of Llama's rotate_half (feature i pairs with feature i + dh/2)."""
+def rope(xp, x: Array, positions: Array, d_head: int, theta: float,
+         divisors: tuple[float, ...] | None = None) -> Array:
+    """(T, H·dh) -> (T, H·dh): every head rotated by position·θ^(−2i/dh) (over divisors[i], a scaled RoPE)
+    in the half-split layout of Llama's rotate_half (feature i pairs with feature i + dh/2)."""
     half, t = d_head // 2, x.shape[0]
     heads = xp.reshape(x, (t, -1, d_head))
     inv_freq = 1.0 / theta ** (xp.astype(xp.arange(0, d_head, 2), x.dtype) / d_head)
+    if divisors is not None:
+        inv_freq = inv_freq / xp.asarray(divisors, dtype=x.dtype)
     angle = xp.astype(positions, x.dtype)[:, None] * inv_freq[None, :]
     angle = xp.concat([angle, angle], axis=1)[:, None, :]
     rotated = xp.concat([-heads[..., half:], heads[..., :half]], axis=-1)

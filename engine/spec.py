@@ -1,18 +1,67 @@
 """What a scenario declares: vocabulary, model shape, decode rule, requests.
 
-Plain frozen dataclasses; `scenario.py` builds them from YAML and checks them.
+Plain frozen dataclasses and the enums of their kinds; engine.loading builds them from YAML
+and checkpoints (parsing each kind once) and checks them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-NORM_KINDS = ("layernorm", "rmsnorm", "none")
-NORM_PLACEMENTS = ("pre", "post")
-POSITION_SCHEMES = ("none", "seed_sin", "sinusoidal", "learned")  # scenario files; checkpoints add "rope"
+
+class NormKind(StrEnum):
+    LAYERNORM = "layernorm"
+    RMSNORM = "rmsnorm"
+    NONE = "none"
+
+
+class NormPlacement(StrEnum):
+    PRE = "pre"  # x + f(norm(x)) (GPT-2, Llama)
+    POST = "post"  # norm(x + f(x)) (the original Transformer, BERT)
+
+
+class Positions(StrEnum):
+    """How positions enter: scenario files name the first four; checkpoints add ROPE."""
+
+    NONE = "none"
+    SEED_SIN = "seed_sin"
+    SINUSOIDAL = "sinusoidal"
+    LEARNED = "learned"
+    ROPE = "rope"
+
+
+class FfnKind(StrEnum):
+    GATED_SILU = "gated_silu"  # SwiGLU: silu(x·W_gate) ⊙ (x·W_up), as Llama
+    GATED_GELU_TANH = "gated_gelu_tanh"  # GeGLU with the tanh GELU, as Gemma
+    RELU = "relu"
+    TANH = "tanh"
+    GELU = "gelu"
+    GELU_TANH = "gelu_tanh"
+
+    @property
+    def gated(self) -> bool:
+        return self.value.startswith("gated_")
+
+
+class Rule(StrEnum):
+    GREEDY = "greedy"
+    SAMPLE = "sample"
+
+
+class Mode(StrEnum):
+    """How a session feeds a round: only the new tokens, or the whole prefix again."""
+
+    CACHED = "cached"
+    FULL = "full"
+
+
+NORM_KINDS = tuple(NormKind)
+NORM_PLACEMENTS = tuple(NormPlacement)
+POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # what scenario files may name
 LINEARS = ("q", "k", "v", "o", "mlp")  # what ModelSpec.biases may name
-FFN_KINDS = ("gated_silu", "relu", "tanh", "gelu", "gelu_tanh")
-DECODE_RULES = ("greedy", "sample")
+FFN_KINDS = tuple(FfnKind)
+DECODE_RULES = tuple(Rule)
 
 
 @dataclass(frozen=True)
@@ -30,10 +79,11 @@ class Vocab:
 
 @dataclass(frozen=True)
 class NormSpec:
-    kind: str = "layernorm"
-    placement: str = "pre"
+    kind: NormKind = NormKind.LAYERNORM
+    placement: NormPlacement = NormPlacement.PRE
     eps: float = 1e-5
     affine: bool = False
+    weight_offset: bool = False  # Gemma: the stored gain w is applied as (1 + w)
 
 
 @dataclass(frozen=True)
@@ -45,8 +95,8 @@ class ModelSpec:
     d_ff: int
     norm: NormSpec
     final_norm: bool
-    ffn: str = "gated_silu"
-    positions: str = "none"
+    ffn: FfnKind = FfnKind.GATED_SILU
+    positions: Positions = Positions.NONE
     max_positions: int = 0
     bias: bool = False
     tied_unembed: bool = True
@@ -60,6 +110,17 @@ class ModelSpec:
     biases: tuple[str, ...] | None = None  # the LINEARS with a bias (Qwen2: q, k, v); None: all if `bias`
     type_vocab: int = 0  # BERT: a token-type table whose row 0 is added to every embedding
     embed_norm: bool = False  # BERT: a norm (ln_embed) over the summed embeddings
+    embed_scale: float = 1.0  # Gemma: the embedding rows times √d_model
+    qk_norm: bool = False  # Qwen3, Gemma 3: an RMSNorm over each head's q and k (attn.q_norm.w, attn.k_norm.w)
+    post_norms: bool = False  # Gemma 2/3: ln1_post after attention and ln2_post after the MLP, before each sum
+    attn_scale: float | None = None  # the scores' factor; None: 1/√d_head (Gemma: query_pre_attn_scalar^-½)
+    attn_softcap: float | None = None  # Gemma 2: scores -> cap·tanh(scores / cap), before the mask
+    final_softcap: float | None = None  # Gemma 2: logits -> cap·tanh(logits / cap)
+    sliding_window: int | None = None  # on sliding layers, query i reads keys j > i − window only
+    sliding_layers: tuple[int, ...] | None = None  # the layers with that window; None: every layer (Mistral)
+    rope_theta_local: float | None = None  # Gemma 3: the RoPE base of sliding layers (rope_theta: the others)
+    rope_factors: tuple[float, ...] | None = None  # d_head/2 divisors of the RoPE frequencies on the layers with
+    # rope_theta (linear scaling: all the factor; Llama 3: by wavelength), as llama.cpp's rope_freqs tensor
 
     @property
     def d_attn(self) -> int:
@@ -77,10 +138,27 @@ class ModelSpec:
     def has_bias(self, linear: str) -> bool:
         return linear in self.biases if self.biases is not None else self.bias
 
+    def window(self, layer: int) -> int | None:
+        """The sliding window of `layer`'s attention, or None (every earlier key visible)."""
+        if self.sliding_window is None or (self.sliding_layers is not None and layer not in self.sliding_layers):
+            return None
+        return self.sliding_window
+
+    def theta(self, layer: int) -> float:
+        """`layer`'s RoPE base: Gemma 3's sliding layers have their own."""
+        return self.rope_theta_local if self._local_rope(layer) else self.rope_theta
+
+    def rope_divisors(self, layer: int) -> tuple[float, ...] | None:
+        """What `layer`'s RoPE frequencies are divided by (None: nothing); Gemma 3 scales its global layers only."""
+        return None if self._local_rope(layer) else self.rope_factors
+
+    def _local_rope(self, layer: int) -> bool:
+        return bool(self.rope_theta_local and self.window(layer))
+
 
 @dataclass(frozen=True)
 class DecodeRule:
-    rule: str = "greedy"
+    rule: Rule = Rule.GREEDY
     forbid: tuple[int, ...] = ()
     max_new_tokens: int = 1
     stop_at_eos: bool = True

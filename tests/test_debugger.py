@@ -155,10 +155,10 @@ def test_a_run_owns_the_generator_others_are_refused_and_cancel_stops_it():
 
 def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(reference):
     debugger = make()
-    debugger.goto_step(6)  # head-0 pattern of 我爱学习
+    debugger.goto_step(8)  # head-0 pattern of 我爱学习
     before = to_host(debugger.view.state.values)
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5))
-    assert debugger.view.state.step == 6 and debugger.unsaved() == 1
+    assert debugger.view.state.step == 8 and debugger.unsaved() == 1
     assert not np.array_equal(to_host(debugger.view.state.values), before)
     assert np.array_equal(debugger.before(debugger.view.state), before)
     assert np.array_equal(debugger.frame.matrix.before, before) and debugger.frame.matrix.changed.any()
@@ -170,7 +170,7 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
 
 def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
     debugger = make()
-    debugger.goto_step(31)  # decode round 1
+    debugger.goto_step(37)  # decode round 1
     assert debugger.edit_asks_about_the_cache()
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5), keep_stale=True)
     assert debugger.stale is not None
@@ -181,10 +181,10 @@ def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
 
 def test_cycling_the_injected_fault_replays_to_the_same_step():
     debugger = make()
-    debugger.goto_step(31)
+    debugger.goto_step(37)  # the head-0 pattern of decode round 1
     assert debugger.cycle_injection() == InjectionChanged("chunk-mask") and debugger.inject == "chunk-mask"
     assert debugger.frame.status.inject == "chunk-mask"
-    assert debugger.view.state.step == 31
+    assert debugger.view.state.step == 37
     assert to_host(debugger.view.state.values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
@@ -192,7 +192,7 @@ def test_verdicts_come_from_the_expect_tables():
     debugger = make()
     scenario = debugger.scenario
     assert debugger.accept_outcomes(scenario, debugger.check_expectations(scenario))
-    debugger.goto_step(6)
+    debugger.goto_step(8)
     verdicts = debugger.verdicts(debugger.view.state)
     assert len(verdicts) == 9 and verdicts[(1, 0)].printed == 0.971309
     judged = debugger.frame.matrix.verdicts  # the frame judges them once, for the widgets
@@ -275,9 +275,9 @@ def test_breakpoints_are_judged_once_per_step(reference):
 
 def test_the_kv_cache_frame_is_the_head_shown_and_pages_through_layers_and_heads(reference):
     debugger = make()
-    debugger.goto_step(31)  # decode round 1: the cache holds 4 rows
+    debugger.goto_step(37)  # decode round 1: the cache holds 4 rows
     cache = debugger.frame.cache
-    state = reference[31]
+    state = reference[37]
     d_head = debugger.scenario.model.d_head
     assert (cache.layer, cache.head, cache.length) == (0, 0, 4)
     assert np.array_equal(cache.k.values, to_host(state.caches[0].k)[:, :d_head])

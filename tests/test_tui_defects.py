@@ -76,11 +76,11 @@ async def test_at_40_by_12_operator_names_read_whole_and_the_kv_tab_says_where_i
     """Defect 12: the list keeps `attn.pattern h0` whole; the KV tab's windows name the rows they show."""
     app = make_app()
     async with app.run_test(size=(40, 12)) as pilot:
-        await pilot.press(*["n"] * 6)  # head 0's pattern
+        await pilot.press(*["n"] * 8)  # head 0's pattern
         await pilot.pause()
-        assert "6 attn.pattern h0" in screen_text(app)
+        assert "8 attn.pattern h0" in screen_text(app)
     async with make_app().run_test(size=(80, 24)) as pilot:
-        await pilot.press(*["n"] * 31, "k")  # decode round 1: 4 cache rows, 2 of them shown
+        await pilot.press(*["n"] * 37, "k")  # decode round 1: 4 cache rows, 2 of them shown
         await pilot.pause()
         assert pilot.app.main.query_one(TabbedContent).active == "cache"
         assert "rows 2–3 of 4" in screen_text(pilot.app)

@@ -41,7 +41,7 @@ def grid_cell(app, row: int, col: int) -> float:
 
 
 def head0_pattern(app) -> np.ndarray:
-    app.debugger.goto_step(6)  # blocks.0.attn.hook_pattern, head 0, of 我爱学习
+    app.debugger.goto_step(8)  # blocks.0.attn.hook_pattern, head 0, of 我爱学习
     return to_host(state(app).values)
 
 
@@ -167,7 +167,7 @@ async def test_before_after_marks_changed_cells_and_judges_the_values_shown():
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await open_cell(pilot, "blocks.0.attn.wk", 0, 0)
-        await pilot.press("1", "escape", "g", *"6", "enter")  # identity Wk, then the head-0 pattern
+        await pilot.press("1", "escape", "g", *"8", "enter")  # identity Wk, then the head-0 pattern
         await settle(pilot)
         now = to_host(state(app).values)
         after = matrix_cells(app)

@@ -26,8 +26,8 @@ async def test_step_keys_advance_one_operator(key):
     """n, → and F10 each move to the next operator."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press(key, key)  # embed -> ln1 -> hook_q
-        assert (state(app).step, state(app).name) == (2, "blocks.0.attn.hook_q")
+        await pilot.press(*[key] * 4)  # embed -> resid_pre -> ln1 scale -> ln1 normalized -> hook_q
+        assert (state(app).step, state(app).name) == (4, "blocks.0.attn.hook_q")
 
 
 async def test_step_back_to_step_zero_and_no_further():
@@ -74,14 +74,14 @@ async def test_toggle_breakpoint_on_the_highlighted_operator(key):
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         operators = app.main.query_one(OperatorList)
-        await pilot.press("down", "down")  # highlight moves from embed to hook_q (past the layer heading)
-        assert operators.highlighted_key == 2
+        await pilot.press(*["down"] * 4)  # highlight moves from embed to hook_q (past the layer heading)
+        assert operators.highlighted_key == 4
         await pilot.press(key)  # set
         assert [b.text for b in app.debugger.breakpoints] == ["blocks.0.attn.hook_q"]
         assert "●" in operators.lines[operators.highlighted][1].plain
         await pilot.press("c")  # continue stops there
         await settle(pilot)
-        assert state(app).step == 2
+        assert state(app).step == 4
         await pilot.press(key)  # toggle off
         assert app.debugger.breakpoints == ()
 
@@ -127,7 +127,7 @@ async def test_space_plays_until_a_breakpoint_and_plus_minus_change_the_speed():
             await pilot.pause(0.02)
             if app.main.player is None:
                 break
-        assert state(app).step == 9 and state(app).head == 1
+        assert state(app).step == 11 and state(app).head == 1
         await pilot.press(*["minus"] * 8)  # the slowest: no step happens before the pause below
         await pilot.press("space")
         assert app.main.player is not None and "0.5/s" in status(app)
@@ -149,12 +149,12 @@ async def test_goto_step_operator_condition_backwards_and_past_the_end():
         assert state(app).kind == "softmax" and state(app).round == 1 and state(app).head == 1
         await pilot.press("g", *"round=0&request=1", "enter")  # conditions, as B takes them
         await settle(pilot)
-        assert (state(app).request, state(app).round, state(app).step) == (1, 0, 50)
+        assert (state(app).request, state(app).round, state(app).step) == (1, 0, 58)
         await pilot.press("g", *"9999", "enter")  # beyond the trace: a message, and no move
         assert isinstance(app.screen, PromptScreen)
-        assert "no step 9999: the trace has steps 0–74" in str(app.screen.query_one("#prompt-error").render())
+        assert "no step 9999: the trace has steps 0–86" in str(app.screen.query_one("#prompt-error").render())
         await pilot.press("escape")
-        assert state(app).step == 50
+        assert state(app).step == 58
 
 
 @pytest.mark.parametrize("key", ["question_mark", "f1"])
@@ -224,14 +224,14 @@ async def test_timeline_shows_a_window_around_the_current_token():
 
 
 async def test_current_operator_stays_in_view_at_80x24():
-    """g 49 (X01's last operator of decode round 1) keeps the highlighted line on screen, one line each."""
+    """g 57 (X01's last operator of decode round 1) keeps the highlighted line on screen, one line each."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("g", *"49", "enter")
+        await pilot.press("g", *"57", "enter")
         operators = app.main.query_one(OperatorList)
         rendered = [line.plain for line in operators.text_lines()]
         assert len(rendered) <= operators.size.height
-        assert any(" 49 sample.choice" in line for line in rendered)
+        assert any(" 57 sample.choice" in line for line in rendered)
         assert all(len(line) <= operators.size.width for line in rendered)  # no wrapped labels
 
 
@@ -257,7 +257,7 @@ async def test_unbound_key_gets_an_answer_and_q_quits():
 async def test_matrix_shows_masked_scores_as_minus_infinity():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press(*["n"] * 5)  # head-0 scores of 我爱学习
+        await pilot.press(*["n"] * 7)  # head-0 scores of 我爱学习
         assert [cell.split()[-1] for cell in matrix_cells(app)[0][1:]] == ["0.665434", "−∞", "−∞"]
         assert to_host(state(app).values)[0, 1] == float("-inf")
 
@@ -291,10 +291,10 @@ async def test_cycling_injections_replays_to_the_same_step():
     """I switches the deliberate bug (none → chunk-mask → …) and keeps the cursor where it was."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("g", *"31", "enter")  # decode round 1, head-0 pattern
+        await pilot.press("g", *"37", "enter")  # decode round 1, head-0 pattern
         await pilot.press("I")  # chunk-mask: decode's single query sees only key 0
-        await settle(pilot)  # the replay to step 31 runs in the worker
-        assert app.debugger.inject == "chunk-mask" and state(app).step == 31
+        await settle(pilot)  # the replay to step 37 runs in the worker
+        assert app.debugger.inject == "chunk-mask" and state(app).step == 37
         assert to_host(state(app).values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
         assert "injected bug: chunk-mask" in status(app)
         for _ in range(3):  # through the other two bugs (X01 has neither positions nor a layer 1) and back to none
@@ -307,11 +307,11 @@ async def test_chinese_for_the_explanations_status_panels_and_help():
     """--lang zh: the seeds' four questions, the status line, the tab titles and the help screen."""
     app = DebuggerApp(load_scenario(X01), lang="zh")
     async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.press(*["n"] * 6)  # the head-0 pattern
+        await pilot.press(*["n"] * 8)  # the head-0 pattern
         await settle(pilot)
         screen = screen_text(app)
         assert "为什么需要" in screen and "每行和为1" in screen
-        assert status(app).startswith("步骤 6") and "解释" in screen and "KV缓存" in screen
+        assert status(app).startswith("步骤 8") and "解释" in screen and "KV缓存" in screen
         await pilot.press("a")  # expectations
         assert "332/332" in screen_text(app)
         await pilot.press("question_mark")
@@ -322,7 +322,7 @@ async def test_the_three_views_at_once_from_120_columns():
     """From 120 columns the timeline, the matrix and the current layer's KV cache are all on screen."""
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.press(*["n"] * 6)
+        await pilot.press(*["n"] * 8)  # the head-0 pattern
         side = app.main.query_one("#side-cache")
         assert side.display and side.region.width > 30
         assert "KV cache · layer 0" in screen_text(app) and app.main.query_one(TabbedContent).active == "explain"
@@ -334,7 +334,7 @@ async def test_the_three_views_at_once_from_120_columns():
 async def test_at_120_columns_the_side_cache_shows_a_whole_x01_head():
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press(*["n"] * 6)
+        await pilot.press(*["n"] * 8)  # the head-0 pattern
         keys = to_host(state(app).caches[0].k)[:, :2]  # layer 0's K, head 0's two columns
         side = screen_text(app).splitlines()
         for row in keys:
@@ -344,7 +344,7 @@ async def test_at_120_columns_the_side_cache_shows_a_whole_x01_head():
 async def test_kv_cache_says_which_weights_its_rows_come_from():
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.press(*["n"] * 6)
+        await pilot.press(*["n"] * 8)  # the head-0 pattern
         text = screen_text(app)
         assert "3 rows, 3 new (+) · from the current weights" in text and "31828e94" not in text
 
@@ -428,17 +428,18 @@ async def test_every_binding_while_a_long_continue_runs_then_quit_cleanly(busy_p
         assert not app.is_running
 
 
-async def test_your_own_activations_are_marked_cell_by_cell():
+async def test_your_own_activations_are_marked_cell_by_cell(tmp_path):
     """--against in the TUI: a dump from an independent NumPy forward of the tiny Llama, one cell perturbed;
     that cell shows ✗ and the title counts the rest as within the tolerance."""
-    from test_against import IDS, LLAMA, hand_llama
+    from test_against import IDS, LLAMA, prefill_arrays
 
+    from engine.compare.dump import load_dump
     from engine.loading.checkpoint import load_checkpoint
 
-    dump = hand_llama(IDS)
-    dump["blocks.1.attn.hook_pattern"] = dump["blocks.1.attn.hook_pattern"].copy()
-    dump["blocks.1.attn.hook_pattern"][2, 5, 3] += 1e-3  # head 2, query 5, key 3
-    app = DebuggerApp(load_checkpoint(LLAMA, ids=IDS), lang="en", against=(dump, 1e-9))
+    arrays = prefill_arrays()
+    arrays["blocks.1.attn.hook_pattern"][2, 5, 3] += 1e-3  # head 2, query 5, key 3
+    np.savez(tmp_path / "dump.npz", **arrays)
+    app = DebuggerApp(load_checkpoint(LLAMA, ids=IDS), lang="en", against=(load_dump(tmp_path / "dump.npz"), 1e-9, None))
     async with app.run_test(size=(160, 48)) as pilot:
         app.debugger.search("blocks.1.attn.hook_pattern&head=2")
         app.main.show()

@@ -37,14 +37,14 @@ def test_start_screen(snap_compare, size):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_head0_pattern_of_the_first_request(snap_compare, size):
-    # embed, ln1, q, k, v, head-0 scores, then the head-0 pattern
-    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle(*["n"] * 6))
+    # embed, resid_pre, ln1 scale and normalized, q, k, v, head-0 scores, then the head-0 pattern
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle(*["n"] * 8))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_cached_decode_round_with_four_cache_rows(snap_compare, size):
-    # step 30 is the head-0 scores of decode round 1; k shows the KV cache (4 rows, 1 appended)
-    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle("g", "3", "0", "enter", "k"))
+    # step 36 is the head-0 scores of decode round 1; k shows the KV cache (4 rows, 1 appended)
+    assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle("g", "3", "6", "enter", "k"))
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -94,7 +94,7 @@ def test_inline_editor(snap_compare):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_stale_cache_warning(snap_compare, size):
-    keys = ["g", "3", "0", "enter", *WK_CELL, "e", "0", ".", "5", "enter", "k", "escape", "k"]  # …then the KV cache tab
+    keys = ["g", "3", "6", "enter", *WK_CELL, "e", "0", ".", "5", "enter", "k", "escape", "k"]  # …then the KV cache tab
     assert snap_compare(make_app(), terminal_size=size, run_before=keys_then_settle(*keys))
 
 

@@ -120,12 +120,12 @@ requests:
         expectation("blocks.0.attn.hook_concat", printed(text, "concatenated ="), "concatenated"),
         expectation("blocks.0.hook_attn_out", printed(text, "Z ="), "Z = concatenated × W_o"),
         expectation("blocks.0.hook_resid_mid", printed(text, "X + Y = X_res ="), "X_res = X + Z"),
-        expectation("blocks.0.ln1.hook_normalized", printed(text, "z ="), "LayerNorm z (γ=1, β=0)"),
+        expectation("blocks.0.ln1.hook_out", printed(text, "z ="), "LayerNorm z (γ=1, β=0)"),
         expectation("blocks.0.mlp.hook_pre", printed(text, "Y1 ="), "Y1 = LN · W1 + b1"),
         expectation("blocks.0.mlp.hook_post", printed(text, "Y2 ="), "Y2 = GELU(Y1)"),
         expectation("blocks.0.hook_mlp_out", printed(text, "FFN_out ="), "FFN_out"),
         expectation("blocks.0.hook_resid_post", printed(text, "residual ="), "residual (second Add)"),
-        expectation("blocks.0.ln2.hook_normalized", printed(text, "encoder_final ="), "encoder_final"),
+        expectation("blocks.0.ln2.hook_out", printed(text, "encoder_final ="), "encoder_final"),
     ]
     OUT.write_text(HEAD + weights + "\nexpect:\n" + "\n".join(expects) + "\n", encoding="utf-8")
     print(f"wrote {OUT}")

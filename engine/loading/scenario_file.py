@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
+from enum import StrEnum
 
 import numpy as np
 
@@ -24,15 +25,16 @@ from engine.compare.expect import Expectation, parse_expectations
 from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
 from engine.progress import WEIGHTS, report
 from engine.spec import (
-    DECODE_RULES,
-    FFN_KINDS,
-    NORM_KINDS,
-    NORM_PLACEMENTS,
     POSITION_SCHEMES,
     DecodeRule,
+    FfnKind,
     ModelSpec,
+    NormKind,
+    NormPlacement,
     NormSpec,
+    Positions,
     Request,
+    Rule,
     Vocab,
 )
 from engine.loading.weightfile import read_weights
@@ -197,8 +199,8 @@ def _model(node: Node) -> ModelSpec:
     else:
         d_head = d_model // heads
     norm = _norm(node.get("norm")) if node.has("norm") else NormSpec()
-    positions = node.get("positions").choice(POSITION_SCHEMES) if node.has("positions") else "none"
-    if positions == "learned" and not node.has("max_positions"):
+    positions = Positions(node.get("positions").choice(POSITION_SCHEMES)) if node.has("positions") else Positions.NONE
+    if positions is Positions.LEARNED and not node.has("max_positions"):
         raise node.error("missing required key 'max_positions' for learned positions")
     ffn_node = node.get("ffn").mapping(FFN_KEYS, FFN_KEYS)
     return ModelSpec(
@@ -208,8 +210,8 @@ def _model(node: Node) -> ModelSpec:
         d_head=d_head,
         d_ff=ffn_node.get("d_ff").integer(minimum=1),
         norm=norm,
-        final_norm=_flag(node, "final_norm", norm.kind != "none"),
-        ffn=ffn_node.get("kind").choice(FFN_KINDS),
+        final_norm=_flag(node, "final_norm", norm.kind is not NormKind.NONE),
+        ffn=_kind(ffn_node.get("kind"), FfnKind),
         positions=positions,
         max_positions=node.get("max_positions").integer(minimum=1) if node.has("max_positions") else 0,
         bias=_flag(node, "bias", False),
@@ -218,6 +220,11 @@ def _model(node: Node) -> ModelSpec:
         lm_head=_flag(node, "lm_head", True),
         **(_dropout(node.get("dropout")) if node.has("dropout") else {}),
     )
+
+
+def _kind(node: Node, kinds: type[StrEnum]) -> StrEnum:
+    """One of an enum's values, parsed once here (the error names the node and the values)."""
+    return kinds(node.choice(tuple(kinds)))
 
 
 def _dropout(node: Node) -> dict:
@@ -239,8 +246,8 @@ def _norm(node: Node) -> NormSpec:
     if eps < 0:
         raise node.get("eps").error(f"expected eps ≥ 0, got {eps}")
     return NormSpec(
-        kind=node.get("kind").choice(NORM_KINDS),
-        placement=node.get("placement").choice(NORM_PLACEMENTS) if node.has("placement") else "pre",
+        kind=_kind(node.get("kind"), NormKind),
+        placement=_kind(node.get("placement"), NormPlacement) if node.has("placement") else NormPlacement.PRE,
         eps=eps,
         affine=_flag(node, "affine", False),
     )
@@ -360,7 +367,7 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, enc
         tokens = _padded(item.get("pad_to"), tokens, vocab)
     limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
     needed = len(tokens) + limit - 1  # the last chosen token is never fed
-    if model.positions == "learned" and needed > model.max_positions:
+    if model.positions == Positions.LEARNED and needed > model.max_positions:
         raise item.error(f"needs {needed} positions ({len(tokens)} tokens + {limit - 1} fed back) "
                          f"but model.max_positions is {model.max_positions}")
     vectors = None
@@ -412,7 +419,7 @@ def _decode(node: Node, vocab: Vocab) -> DecodeRule:
         "seed": lambda n: n.integer(minimum=0),
         "prefill_chunk": lambda n: n.integer(minimum=1),
         "stop_at_eos": Node.boolean,
-        "rule": lambda n: n.choice(DECODE_RULES),
+        "rule": lambda n: _kind(n, Rule),
     }
     values = {key: read(node.get(key)) for key, read in optional.items() if node.has(key)}
     if node.has("forbid"):

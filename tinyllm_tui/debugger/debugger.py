@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import wraps
 from pathlib import Path
@@ -23,11 +24,13 @@ import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
-from engine.compare.against import align
+from engine.compare.against import Against, Report, disagreement
 from engine.compare.check import check_scenario
 from engine.compare.diff import TOLERANCE, OpDiff, diff_runs, first_divergence
+from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
+from engine.lazy_weights import changed_names
 from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, WeightHistory, apply_edit, parse_value, save, \
     with_weights
 from engine.session import StaleFrom
@@ -39,11 +42,13 @@ from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts,
                                         timeline_frame, with_breakpoints)
 from tinyllm_tui.debugger.history import DEFAULT_BUDGET, History, RoundSummary
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
-                                          Cancelled, DiffReport, EditKind, EndOfTrace, Generated, HitBreakpoint,
-                                          InjectionChanged, Moved, Reason, Rebuilt, Refused, Result, Saved)
+                                          Cancelled, DiffReport, Diverged, EditKind, EndOfTrace, Generated,
+                                          HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt, Refused, Result,
+                                          Saved)
 
 PROGRESS_EVERY = 200  # steps between progress reports of a long run
 BARE_WORD = re.compile(r"[\w.*?\[\]-]+")  # a name `g` may look for although a breakpoint refuses it
+DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
 
 class Busy(RuntimeError):
@@ -108,14 +113,14 @@ def owning(move: Callable[..., Result]) -> Callable[..., Result]:
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
                  inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET,
-                 against: tuple[dict, float] | None = None):
+                 against: tuple[Dump, float | None, float | None] | None = None):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
         budget: bytes of operator outputs the history keeps for stepping back.
-        against: a dump of the user's own activations (hook name -> array) and the tolerance they must meet;
-            the first request's prefill is then judged cell by cell against it.
+        against: a dump of the user's own activations and the tolerance (--tolerance, --rtol; None: the
+            dtype's default) they must meet; every pass the dump holds is judged cell by cell against it.
         """
-        self.against = against
+        self.against = None if against is None else Against(against[0], scenario, *against[1:])
         self.file_scenario = scenario
         self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
@@ -131,6 +136,7 @@ class Debugger:
         self.stale: StaleFrom | None = None
         self.previous: History | None = None  # the run before the last edit, to show changed cells
         self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
+        self.divergences: Report | None = None  # None until the run is compared with the --against dump
         self.cache_layer, self.cache_head, self.cache_pinned = 0, 0, False  # the KV cache shown
         self._owner = threading.Lock()
         self._publishing = threading.Lock()  # a frame is replaced whole, by one thread at a time
@@ -196,7 +202,7 @@ class Debugger:
         return Run(scenario, session, history)
 
     def _adopt(self, run: Run) -> None:
-        self._run, self.outcomes = run, None
+        self._run, self.outcomes, self.divergences = run, None, None
         self._hits = {}
         self._publish()
 
@@ -226,15 +232,21 @@ class Debugger:
         frame = Frame(
             step=state.step, phase=Phase(state.phase), request=state.request, round=state.round,
             matrix=self._matrix(state),
-            cache=cache_frame(state, self.fingerprint, scenario.model.d_head, self.cache_layer, self.cache_head),
+            cache=self._cache(state, self.cache_layer, self.cache_head),
             operators=operators,
-            timeline=timeline_frame(state, len(scenario.requests), bool(scenario.decode.prefill_chunk), view.rounds),
+            timeline=timeline_frame(state, len(scenario.requests), bool(scenario.decode.prefill_chunk), view.rounds,
+                                    self.round_verdicts()),
             status=StatusFacts(state.step, None if history.total is None else history.total - 1,
                                next(line.short for line in operator_lines((state,), breaks)), self.inject,
                                self.stale is not None, self.unsaved(), len(self.breakpoints), self.hits(state)),
             hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
         with self._publishing:
             self.view, self.frame = view, frame
+
+    def _cache(self, state: OpState, layer: int, head: int):
+        """The KV-cache slice shown, with the rows that differ from a --against dump."""
+        differing = self.differing_cache_rows(state, layer)
+        return cache_frame(state, self.fingerprint, self.scenario.model.d_head, layer, head, differing)
 
     def _matrix(self, state: OpState) -> MatrixFrame:
         values = to_host(state.values)
@@ -248,18 +260,17 @@ class Debugger:
 
     def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:
         """Cell by cell: the user's dump (every cell), or the printed cells of an expect: table."""
-        if self.against is not None and (state.request, state.round) == (0, 0) and state.name in self.against[0]:
-            aligned = align(self.against[0][state.name], state, tuple(state.values.shape))
-            if aligned is not None:
-                wanted, tolerance = np.asarray(aligned, dtype=np.float64), self.against[1]
+        if self.against is not None:
+            key = self.against.passes.key(state)
+            wanted = self.against.aligned(key, state.head, tuple(state.values.shape))
+            if wanted is not None:
+                tolerance = self.against.tolerance(key)
 
                 def agree(shown: np.ndarray) -> np.ndarray:
-                    with np.errstate(invalid="ignore"):
-                        return (shown == wanted) | (np.isnan(shown) & np.isnan(wanted)) | (
-                            np.abs(shown - wanted) <= tolerance)
+                    return ~disagreement(np.asarray(shown, dtype=np.float64), wanted, tolerance)[1]
 
                 return Verdicts(VerdictSource.DUMP, np.ones(values.shape, bool), agree(values),
-                                None if before is None else agree(before), tolerance)
+                                None if before is None else agree(before), tolerance.describe())
         cells = self.verdicts(state)
         if not cells:
             return None
@@ -270,7 +281,8 @@ class Debugger:
             agrees[i, j] = replace(cell, computed=float(values[i, j])).agrees
             if before is not None:
                 agrees_before[i, j] = replace(cell, computed=float(before[i, j])).agrees
-        return Verdicts(VerdictSource.EXPECT, judged, agrees, agrees_before, next(iter(cells.values())).tolerance)
+        return Verdicts(VerdictSource.EXPECT, judged, agrees, agrees_before,
+                        f"{next(iter(cells.values())).tolerance:g}")
 
     def _refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""
@@ -344,6 +356,8 @@ class Debugger:
             return refused
         if text.isdigit():
             return self._goto(int(text))
+        if text == DIVERGED:
+            return self._goto_divergence()
         wanted = matcher(text)
         self._cancel.clear()
         start = self.history.cursor
@@ -402,9 +416,9 @@ class Debugger:
             return Refused(Reason.NO_CACHE)
         self.cache_pinned = self.cache_pinned or bool(layers)
         self.cache_layer = (min(self.cache_layer, len(state.caches) - 1) + layers) % len(state.caches)
-        cache = cache_frame(state, self.fingerprint, self.scenario.model.d_head, self.cache_layer, 0)
-        self.cache_head = (min(self.cache_head, cache.heads - 1) + heads) % cache.heads
-        cache = cache_frame(state, self.fingerprint, self.scenario.model.d_head, self.cache_layer, self.cache_head)
+        heads_shown = self._cache(state, self.cache_layer, 0).heads
+        self.cache_head = (min(self.cache_head, heads_shown - 1) + heads) % heads_shown
+        cache = self._cache(state, self.cache_layer, self.cache_head)
         with self._publishing:
             self.frame = replace(self.frame, cache=cache)
         return CacheShown(cache.layer, cache.head)
@@ -539,8 +553,7 @@ class Debugger:
         saved = self.file_scenario.weights
         key = (id(self.weights), id(saved))
         if self._unsaved[0] != key:
-            count = sum(int(np.sum(array != saved[name])) for name, array in self.weights.items()
-                        if array is not saved[name])  # an edit copies only the array it changes
+            count = sum(int(np.sum(self.weights[name] != saved[name])) for name in changed_names(self.weights, saved))
             self._unsaved = (key, count)
         return self._unsaved[1]
 
@@ -592,6 +605,19 @@ class Debugger:
                 raise DiffCancelled("cancelled")
             yield state
 
+    @contextmanager
+    def _comparison(self) -> Iterator[None]:
+        """A comparison in flight, counted (under a lock: several may run) so that `cancel()` reaches it."""
+        with self._counting:
+            if self._comparing == 0:
+                self._cancel_comparisons.clear()
+            self._comparing += 1
+        try:
+            yield
+        finally:
+            with self._counting:
+                self._comparing -= 1
+
     def diff(self) -> list[OpDiff]:
         """The run being debugged (fault and stale cache included) against a full recompute.
 
@@ -599,15 +625,8 @@ class Debugger:
         scenario, inject, stale = self.scenario, self.inject, self.stale
         cached = Session(scenario, self.backend, inject=inject, stale=stale)
         full = Session(scenario, self.backend, mode="full")
-        with self._counting:
-            if self._comparing == 0:
-                self._cancel_comparisons.clear()
-            self._comparing += 1
-        try:
+        with self._comparison():
             return diff_runs(self._cancellable(cached.steps()), self._cancellable(full.steps()))
-        finally:
-            with self._counting:
-                self._comparing -= 1
 
     def compare(self) -> DiffReport:
         """`diff()` with where it first diverges (raises DiffCancelled as diff does)."""
@@ -616,6 +635,42 @@ class Debugger:
         first = first_divergence(diffs)
         return DiffReport(tuple(diffs), None if first is None else diffs.index(first), inject,
                           diffs[0].tolerance if diffs else TOLERANCE)
+
+    def compare_against(self) -> Report | None:
+        """The run being debugged (fault and stale cache included) against the --against dump over every
+        pass; kept (and shown) unless an edit has outrun it. Raises DiffCancelled when `cancel()` is called."""
+        if self.against is None:
+            return None
+        scenario = self.scenario
+        session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
+        with self._comparison():
+            report = self.against.meet(self._cancellable(session.steps()))
+        if scenario is self.scenario:
+            self.divergences = report
+            self._republish()
+        return report
+
+    def round_verdicts(self) -> dict[tuple[int, int], bool]:
+        """(request, round) -> whether your activations agree in every operator of that round."""
+        return {} if self.divergences is None else self.divergences.round_verdicts()
+
+    def differing_cache_rows(self, state: OpState, layer: int) -> frozenset[int]:
+        """Positions of `layer`'s cache at `state` whose K or V row differs from your dumped cache."""
+        if self.against is None or not state.caches:
+            return frozenset()
+        return self.against.differing_cache_rows(state, min(layer, len(state.caches) - 1))
+
+    def _goto_divergence(self) -> Result:
+        """`g diverged`: to the first operator (or cache) where your activations leave the reference."""
+        if self.against is None:
+            return Refused(Reason.NO_DUMP)
+        report = self.divergences or self.compare_against()
+        first = report.first_divergence
+        if first is None:
+            self._publish()
+            return Diverged(None, "")
+        self._goto(first.step)
+        return Diverged(first.step, first.cell_text(len(self.scenario.requests)))
 
     def check_expectations(self, scenario: Scenario) -> list[Outcome]:
         return check_scenario(scenario, self.backend) if scenario.expect else []
@@ -626,12 +681,16 @@ class Debugger:
         if scenario is not self.scenario:
             return False
         self.outcomes = tuple(outcomes)
+        self._republish()
+        return True
+
+    def _republish(self) -> None:
+        """A frame with what a comparison found, now; or when the run in flight publishes as it stops."""
         if self._owner.acquire(blocking=False):
             try:
                 self._publish()
             finally:
                 self._owner.release()
-        return True
 
     def verdicts(self, state: OpState) -> Mapping[tuple[int, int], Cell]:
         """(row, col) of `state`'s matrix -> the printed cell of an expect: table it must agree with."""

@@ -63,7 +63,7 @@ class Verdicts:
     judged: np.ndarray  # bool, the matrix's shape
     agrees: np.ndarray  # bool: the current values agree
     agrees_before: np.ndarray | None  # bool: the values before the last edit agree
-    tolerance: float
+    tolerance: str  # as the comparison words it: "1e-09", "1e-05 + 1e-05·|ref|"
 
     @property
     def count(self) -> int:
@@ -102,6 +102,7 @@ class MatrixFrame:
     scale_before: float = 0.0
     newest_first: bool = False  # open the window on the last rows (a KV cache's newest positions)
     new_from: int | None = None  # rows from here on were appended this round (a KV cache)
+    differing: frozenset[int] = frozenset()  # rows that differ from a --against dump (a KV cache)
 
     @property
     def sequential(self) -> bool:
@@ -117,6 +118,7 @@ class CacheFrame:
     length: int
     appended: int  # rows this round added (+)
     stale: bool  # computed with other weights than the current ones
+    differing: frozenset[int]  # positions whose K or V row differs from a --against dump
     k: MatrixFrame
     v: MatrixFrame
 
@@ -149,6 +151,7 @@ class TimelineFrame:
     chunk: int | None  # shown when the prefill is chunked
     cache_length: int
     rounds: tuple  # tinyllm_tui.debugger.history.RoundSummary
+    marks: tuple[tuple[int, bool], ...] = ()  # (round, your dump agrees) of this request, once compared
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
@@ -248,14 +251,15 @@ def sorted_columns(values: np.ndarray, kind: str) -> np.ndarray | None:
 def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], *, kind: str = "",
                  head: int | None = None, before: np.ndarray | None = None, verdicts: Verdicts | None = None,
                  tokens: tuple[str, ...] = (), newest_first: bool = False, new_from: int | None = None,
-                 names: Callable[[int], str] | None = None) -> MatrixFrame:
+                 differing: frozenset[int] = frozenset(), names: Callable[[int], str] | None = None) -> MatrixFrame:
     """Args: names: a vocabulary column's token text, for the top-tokens line."""
     return MatrixFrame(name, values, rows, cols, kind, head, before, changed_cells(values, before), verdicts,
                        tokens, sorted_columns(values, kind), row_summary(values, rows, cols, kind, names),
-                       finite_scale(values), finite_scale(before), newest_first, new_from)
+                       finite_scale(values), finite_scale(before), newest_first, new_from, differing)
 
 
-def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head: int) -> CacheFrame | None:
+def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head: int,
+                differing: frozenset[int] = frozenset()) -> CacheFrame | None:
     """`state`'s KV cache of `layer`, the columns of `head`; rows from `state.chunk_past` on were added by this
     chunk (this round, unless the prefill is chunked)."""
     if not state.caches:
@@ -269,10 +273,10 @@ def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head:
     rows = Labels(cache.length, lambda p: f"{p} · {timeline[p].text}" if p < len(timeline) else str(p))
     cols = Labels(min(d_head, cache.k.shape[1]), lambda j: f"d{j}")
     k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=True,
-                         new_from=state.chunk_past)
+                         new_from=state.chunk_past, differing=differing)
             for name, array in (("K", cache.k), ("V", cache.v)))
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, max(cache.length - state.chunk_past, 0),
-                      cache.fingerprint != fingerprint, k, v)
+                      cache.fingerprint != fingerprint, differing, k, v)
 
 
 def follow_layer(state: OpState) -> int | None:
@@ -284,13 +288,16 @@ def follow_layer(state: OpState) -> int | None:
     return None
 
 
-def timeline_frame(state: OpState, requests: int, chunked: bool, rounds: tuple) -> TimelineFrame:
+def timeline_frame(state: OpState, requests: int, chunked: bool, rounds: tuple,
+                   verdicts: dict[tuple[int, int], bool]) -> TimelineFrame:
+    """Args: verdicts: (request, round) -> your dump agrees, where a --against dump was compared."""
     tokens = tuple((t.position, t.text, t.status) for t in state.timeline)
     focus = next((i for status in (Status.CURRENT, Status.SELECTED)
                   for i, token in enumerate(tokens) if token[2] is status), max(len(tokens) - 1, 0))
     chunk = state.chunk if chunked and state.phase is Phase.PREFILL else None
+    marks = tuple((r, agrees) for (q, r), agrees in sorted(verdicts.items()) if q == state.request)
     return TimelineFrame(tokens, focus, state.request, requests, Phase(state.phase), state.round, chunk,
-                         state.caches[0].length if state.caches else 0, rounds)
+                         state.caches[0].length if state.caches else 0, rounds, marks)
 
 
 def operands(state: OpState) -> tuple[Operand, ...]:
@@ -303,9 +310,19 @@ def operands(state: OpState) -> tuple[Operand, ...]:
     return tuple(corner(operand) for operand in state.inputs)
 
 
+BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not the logits
+           ("hook_attn_scores", OpKind.SOFTCAP): "hook_attn_scores(softcap)"}  # Gemma 2's capped scores
+
+
 def hook_key(state: OpState) -> str:
+    """What the explanation of the operator is filed under: the hook name's last part, told apart where
+    one hook does different things (given vectors or a scaled table, a norm's output, capped scores)."""
     hook = state.name.rsplit(".", 1)[-1]
-    return "hook_embed(vectors)" if hook == "hook_embed" and not state.op.inputs else hook
+    if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
+        hook = "hook_embed(vectors)"
+    elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale
+        hook = "hook_embed(scaled)"
+    return BY_KIND.get((hook, state.kind), hook)
 
 
 def with_breakpoints(frame: Frame, breaks: frozenset[int], hits: tuple[str, ...], count: int) -> Frame:

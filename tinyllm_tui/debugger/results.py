@@ -25,6 +25,7 @@ class Reason(StrEnum):
     BAD_EDIT = "bad_edit"  # args: (the edit parser's message,)
     NOTHING_TO_SAVE = "nothing_to_save"
     NO_CACHE = "no_cache"
+    NO_DUMP = "no_dump"  # `g diverged` without --against
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,14 @@ class Cancelled:
 class Refused:
     reason: Reason
     args: tuple = ()
+
+
+@dataclass(frozen=True)
+class Diverged:
+    """`g diverged`: the first step where your activations leave the reference (None: they agree everywhere)."""
+
+    step: int | None
+    where: str  # the engine's description of the first cell that differs
 
 
 @dataclass(frozen=True)
@@ -122,5 +131,5 @@ class DiffReport:
     tolerance: float
 
 
-Result = (Moved | HitBreakpoint | EndOfTrace | Cancelled | Refused | BreakpointAdded | BreakpointRemoved
+Result = (Moved | HitBreakpoint | EndOfTrace | Cancelled | Refused | Diverged | BreakpointAdded | BreakpointRemoved
           | BreakpointsCleared | InjectionChanged | Rebuilt | Saved | CacheShown)

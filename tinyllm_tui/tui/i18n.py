@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tinyllm_tui.debugger.frame import Phase
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
-                                          Cancelled, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
+                                          Cancelled, Diverged, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
                                           Rebuilt, Refused, Result, Saved)
 
 EN = {
@@ -45,6 +45,7 @@ EN = {
     "result.undone": "undid the last edit", "result.redone": "redid the edit",
     "result.recomputed": "recomputed the cache with the current weights", "result.saved": "saved to {path}",
     "result.cache": "KV cache: layer {layer} head {head}",
+    "result.diverged": "first divergence: {where}", "result.agree": "your activations agree everywhere",
     # refusals
     "refused.busy": "busy: a run is in flight (Esc or ctrl+c cancels it)",
     "refused.first_step": "already at the first step",
@@ -55,6 +56,7 @@ EN = {
     "refused.nothing_to_redo": "nothing to redo", "refused.not_stale": "the cache is not stale",
     "refused.unchanged": "{0} unchanged", "refused.bad_edit": "{0}; the old value is kept",
     "refused.nothing_to_save": "nothing to save: the weights equal the file", "refused.no_cache": "no KV cache yet",
+    "refused.no_dump": "no activations to compare: open with --against DUMP",
     # the main screen's own messages
     "screen.start": "start · n/→ step · c continue · ? help", "screen.running": "running… (Esc cancels)",
     "screen.running_at": "running… step {step} (Esc cancels)", "screen.cancelling": "cancelling…",
@@ -106,7 +108,7 @@ EN = {
     "matrix.changed": "{count} cells changed by the edit (•)", "matrix.changed.one": "{count} cell changed by the edit (•)", "matrix.showing_before": "BEFORE the edit (v)",
     "matrix.v": "v: before", "matrix.chose": "chose {tokens}",
     "matrix.expect": "expect: {agree}/{count} printed cells agree (✓ ✗)",
-    "matrix.dump": "your activations: {agree}/{count} cells within {tolerance:g} (✓ ✗)",
+    "matrix.dump": "your activations: {agree}/{count} cells within {tolerance} (✓ ✗)",
     "matrix.top": "{label} ▸ top {count}: {entries}",
     "matrix.range": "{label}: min {low} max {high} mean {mean} argmax {argmax}",
     "matrix.no_finite": "{label}: no finite value",
@@ -116,6 +118,7 @@ EN = {
     "cache.where": "KV cache · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
     "cache.rows": "{rows} rows, {new} new (+)", "cache.current": "from the current weights",
     "cache.stale": "⚠ stale: old weights, r recomputes",
+    "cache.differ": "✗ {count} rows differ from your dump", "cache.differ.one": "✗ {count} row differs from your dump",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
     "timeline.cache": " · cache {length}  ", "timeline.processed": "processed (K/V cached)",
@@ -180,6 +183,7 @@ ZH = {
     "result.undone": "已撤销上一次修改", "result.redone": "已重做修改",
     "result.recomputed": "已用当前权重重新计算缓存", "result.saved": "已保存到 {path}",
     "result.cache": "KV缓存：第 {layer} 层 第 {head} 头",
+    "result.diverged": "第一次出现差异：{where}", "result.agree": "你的激活值处处一致",
     "refused.busy": "忙：正在运行（Esc 或 ctrl+c 取消）", "refused.first_step": "已经是第一步",
     "refused.no_step": "没有步骤 {0}：运行共有步骤 0–{1}", "refused.no_match": "没有算子匹配 {0!r}",
     "refused.empty_search": "请输入步骤编号、算子名称、类型或条件",
@@ -188,6 +192,7 @@ ZH = {
     "refused.nothing_to_redo": "没有可重做的修改", "refused.not_stale": "缓存没有过期",
     "refused.unchanged": "{0} 没有变化", "refused.bad_edit": "{0}；保留原值",
     "refused.nothing_to_save": "无需保存：权重与文件相同", "refused.no_cache": "还没有KV缓存",
+    "refused.no_dump": "没有可对比的激活值：请用 --against DUMP 打开",
     "screen.start": "开始 · n/→ 单步 · c 继续 · ? 帮助", "screen.running": "运行中…（Esc 取消）",
     "screen.running_at": "运行中… 步骤 {step}（Esc 取消）", "screen.cancelling": "正在取消…",
     "screen.idle": "没有正在运行的任务", "screen.paused": "已暂停", "screen.speed": "播放速度 {speed} 步/秒",
@@ -229,7 +234,7 @@ ZH = {
     "matrix.changed": "{count} 个单元格被修改改变（•）", "matrix.showing_before": "修改之前（v）",
     "matrix.v": "v：修改前", "matrix.chose": "选出 {tokens}",
     "matrix.expect": "期望值：{agree}/{count} 个印出的单元格一致（✓ ✗）",
-    "matrix.dump": "你的激活值：{agree}/{count} 个单元格在 {tolerance:g} 之内（✓ ✗）",
+    "matrix.dump": "你的激活值：{agree}/{count} 个单元格在 {tolerance} 之内（✓ ✗）",
     "matrix.top": "{label} ▸ 前 {count}：{entries}",
     "matrix.range": "{label}：最小 {low} 最大 {high} 平均 {mean} 最大处 {argmax}",
     "matrix.no_finite": "{label}：没有有限值",
@@ -237,7 +242,7 @@ ZH = {
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
     "cache.where": "KV缓存 · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.current": "来自当前权重",
-    "cache.stale": "⚠ 过期：旧权重，r 重新计算",
+    "cache.stale": "⚠ 过期：旧权重，r 重新计算", "cache.differ": "✗ {count} 行与你的转储不同",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
     "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）",
     "timeline.current": "正在输入", "timeline.selected": "已选出，尚未输入", "timeline.pending": "待处理",
@@ -320,6 +325,10 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr(f"result.{kind}", lang, name=name, count=count)
         case Saved(path=path):
             return tr("result.saved", lang, path=path)
+        case Diverged(step=None):
+            return tr("result.agree", lang)
+        case Diverged(where=where_):
+            return tr("result.diverged", lang, where=where_)
         case CacheShown(layer=layer, head=head):
             return tr("result.cache", lang, layer=layer, head=head)
     raise TypeError(f"no words for {result!r}")

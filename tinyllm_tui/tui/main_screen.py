@@ -151,16 +151,24 @@ class DebuggerScreen(Screen):
         return self.app.runner
 
     def check_expectations(self) -> None:
-        """The expect: tables, checked off the UI thread once per set of weights (beside the runner:
-        a check runs sessions of its own and only hands its outcomes to the Debugger)."""
-        if self.debugger.outcomes is None:
+        """The expect: tables and the --against dump, checked off the UI thread once per set of weights (beside
+        the runner: a check runs sessions of its own and only hands what it found to the Debugger)."""
+        debugger = self.debugger
+        if debugger.outcomes is None or (debugger.against is not None and debugger.divergences is None):
             self.run_worker(self._check, thread=True, exclusive=True, group="expect")
 
     def _check(self) -> None:
-        """In a thread: the outcomes go into the Debugger's next frame (at once when no move is in flight)."""
-        scenario = self.debugger.scenario
-        if self.debugger.accept_outcomes(scenario, self.debugger.check_expectations(scenario)):
-            self.app.call_from_thread(self._checked)
+        """In a thread: what it finds goes into the Debugger's next frame (at once when no move is in flight)."""
+        debugger = self.debugger
+        scenario = debugger.scenario
+        try:
+            if debugger.against is not None and debugger.divergences is None:
+                debugger.compare_against()
+        except DiffCancelled:
+            return
+        if debugger.outcomes is None:
+            debugger.accept_outcomes(scenario, debugger.check_expectations(scenario))
+        self.app.call_from_thread(self._checked)
 
     def _checked(self) -> None:
         if self.is_current:

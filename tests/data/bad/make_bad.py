@@ -128,7 +128,7 @@ CASES = [
     ("kind_placement.yaml", "    placement: pre", "    placement: sandwich", "placement", "model.norm.placement",
      "expected one of pre, post, got 'sandwich'"),
     ("kind_ffn.yaml", "    kind: gelu_tanh", "    kind: swiglu", "swiglu", "model.ffn.kind",
-     "expected one of gated_silu, relu, tanh, gelu, gelu_tanh, got 'swiglu'"),
+     "expected one of gated_silu, gated_gelu_tanh, relu, tanh, gelu, gelu_tanh, got 'swiglu'"),
     ("kind_decode_rule.yaml", "  rule: greedy", "  rule: beam", "rule", "decode.rule", "expected one of greedy, sample, got 'beam'"),
     # vocabulary and tokens
     ("vocab_duplicate.yaml", "tokens: [PAD, a, b, c, EOS]", "tokens: [PAD, a, b, a, EOS]", "tokens", "vocab.tokens[3]",

@@ -56,6 +56,8 @@ class CacheView(Vertical):
             where.append(f"{tr('cache.stale', lang)} · {rows}", style="bold yellow")
         else:
             where.append(f"{rows} · {tr('cache.current', lang)}")
+        if cache.differing:
+            where.append(" · " + tr("cache.differ", lang, count=len(cache.differing)), style="bold red")
         title.update(where, layout=False)  # two lines, always
         for matrix, window in ((cache.k, self.query_one(".cache-k", MatrixWindow)),
                                (cache.v, self.query_one(".cache-v", MatrixWindow))):
@@ -64,5 +66,5 @@ class CacheView(Vertical):
 
 def _same(old: CacheFrame, new: CacheFrame) -> bool:
     return (old.k.values.base is new.k.values.base and old.k.values.base is not None
-            and (old.layer, old.head, old.length, old.appended, old.stale)
-            == (new.layer, new.head, new.length, new.appended, new.stale))
+            and (old.layer, old.head, old.length, old.appended, old.stale, old.differing)
+            == (new.layer, new.head, new.length, new.appended, new.stale, new.differing))

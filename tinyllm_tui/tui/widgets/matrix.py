@@ -198,9 +198,11 @@ class MatrixWindow(TextLines):
         return lines
 
     def _row_label(self, i: int) -> str:
-        """A KV cache marks the rows this round appended with +."""
-        new_from = self.matrix.new_from
-        return self.matrix.rows[i] if new_from is None else f"{'+' if i >= new_from else ' '}{self.matrix.rows[i]}"
+        """A KV cache marks the rows that differ from your dump ✗, else the rows this chunk appended +."""
+        matrix = self.matrix
+        if matrix.new_from is None:
+            return matrix.rows[i]
+        return f"{'✗' if i in matrix.differing else '+' if i >= matrix.new_from else ' '}{matrix.rows[i]}"
 
     def _number(self, i: int, j: int, x: float, style: Style) -> tuple[Segment, ...]:
         matrix = self.matrix

@@ -49,12 +49,17 @@ def token_window(data: TimelineFrame, width: int) -> Text:
     return text
 
 
-def round_line(rounds, lang: str) -> str:
-    """The A.9 table on one line: "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: …"."""
+def mark(agrees: bool) -> str:
+    return "✓" if agrees else "✗"
+
+
+def round_line(rounds, lang: str, marks: dict[int, bool] | None = None) -> str:
+    """The A.9 table on one line: "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: …";
+    `marks` (round -> your dump agrees) put ✓/✗ after a round's name."""
     parts = []
     for r in rounds:
-        text = tr("timeline.round", lang, where=where(r.phase, r.round, lang), fed=" ".join(r.fed),
-                  length=r.cache_length)
+        name = where(r.phase, r.round, lang) + (f" {mark(marks[r.round])}" if marks and r.round in marks else "")
+        text = tr("timeline.round", lang, where=name, fed=" ".join(r.fed), length=r.cache_length)
         text += "" if r.chosen is None else tr("timeline.chose", lang, token=r.chosen)
         parts.append(text + (f" ({r.stop})" if r.stop else ""))
     return ROUND_SEPARATOR.join(parts)
@@ -75,6 +80,9 @@ class Timeline(Widget):
                    where=where(data.phase, data.round, lang))
         if data.chunk is not None:
             place += tr("timeline.chunk", lang, chunk=data.chunk)
+        marks = dict(data.marks)
+        if data.round in marks:
+            place += f" {mark(marks[data.round])}"
         place += tr("timeline.cache", lang, length=data.cache_length)
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
         lines.append_text(token_window(data, width - cell_len(place)))
@@ -86,12 +94,12 @@ class Timeline(Widget):
 
     def _rounds(self, width: int) -> str:
         """The latest finished rounds that fit, with how many earlier ones are hidden."""
-        rounds, lang = self.data.rounds, self.lang
+        rounds, lang, marks = self.data.rounds, self.lang, dict(self.data.marks)
         if not rounds:
             return tr("timeline.no_round", lang)
         start = len(rounds) - 1
-        while start > 0 and (cell_len(round_line(rounds[start - 1 :], lang))
+        while start > 0 and (cell_len(round_line(rounds[start - 1 :], lang, marks))
                              + cell_len(tr("timeline.earlier", lang, count=start)) <= width):
             start -= 1
-        line = round_line(rounds[start:], lang)
+        line = round_line(rounds[start:], lang, marks)
         return tr("timeline.earlier", lang, count=start) + line if start else line

@@ -138,7 +138,7 @@ EN = {
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
     "diff.injected": "injected bug {name}: {description}",
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
-    "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first",
+    "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
     # the weights browser
     "weights.read_by": "read by: {readers}", "weights.no_reader": "no operator of this round",
@@ -257,7 +257,7 @@ ZH = {
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
-    "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处",
+    "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
     "weights.read_by": "读取者：{readers}", "weights.no_reader": "本轮没有算子读取",
     "weights.differ": "{count} 个单元格与文件不同（•）",

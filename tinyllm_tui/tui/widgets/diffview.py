@@ -19,8 +19,8 @@ def diff_line(d, first: bool, lang: str) -> Text:
     mark = tr("diff.mark_first", lang) if first else ("✗" if not d.agrees else "✓")
     head = "" if d.head is None else f" h{d.head}"
     style = "bold red" if first else ("red" if not d.agrees else "")
-    return Text(f"{mark:<8}req {d.request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}",
-                style=style)
+    request = tr("diff.request", lang, request=d.request)
+    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}", style=style)
 
 
 def report_summary(report: DiffReport, lang: str) -> Text:

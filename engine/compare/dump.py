@@ -16,8 +16,6 @@ from engine.compare.layout import Key, parse_key
 from engine.loading.document import ScenarioError
 
 SUFFIXES = (".safetensors", ".npz")
-SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
-                      "I8": "i1", "U8": "u1", "BOOL": "?"}  # BF16: its bits, widened to float32 when read
 
 
 @dataclass(frozen=True)
@@ -66,18 +64,20 @@ def _read_npz(path: Path) -> dict[str, tuple[np.ndarray, str]]:
 
 
 def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
-    from safetensors import deserialize  # validates the header and the offsets
+    from safetensors import safe_open
+
+    from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
 
     named = {}
-    for key, tensor in deserialize(path.read_bytes()):
-        kind = tensor["dtype"]
-        if kind not in SAFETENSORS_DTYPES:
-            raise ScenarioError(str(path), None, key, f"expected numbers, got {kind}")
-        array = np.frombuffer(tensor["data"], dtype=SAFETENSORS_DTYPES[kind]).reshape(tensor["shape"])
-        if kind == "BF16":  # NumPy has no bfloat16: its 16 bits are the top half of a float32
-            named[key] = ((array.astype(np.uint32) << 16).view(np.float32), "bfloat16")
-        else:
-            named[key] = (array, array.dtype.name)
+    with safe_open(str(path), framework="numpy") as file:
+        for key in file.keys():
+            kind = file.get_slice(key).get_dtype()
+            if kind == "BF16":
+                shape = tuple(file.get_slice(key).get_shape())
+                named[key] = (map_safetensors(path, {key: shape})[key], "bfloat16")
+            else:
+                array = file.get_tensor(key)
+                named[key] = _checked(path, key, array, array.dtype.name)
     return named
 
 

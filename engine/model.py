@@ -1,7 +1,9 @@
 """The transformer forward pass over one chunk of new tokens, as a stream of operators.
 
 `Transformer.forward` is a generator: it yields an `Op` after every operator and
-returns the logits. The same code serves prefill (many tokens, empty cache),
+returns the logits. Whoever drives it may replace a yielded Op's `values` before resuming it
+(engine.interventions does, from outside): everything computed afterwards reads `op.values`,
+so the rest of the pass, and the KV cache rows it appends, follow the replacement. The same code serves prefill (many tokens, empty cache),
 chunked prefill (C tokens onto P cached ones) and cached decode (one token), so
 that a full recompute and the cached path differ only in what they are fed.
 """
@@ -115,6 +117,13 @@ class Transformer:
         yield logits
         return logits
 
+    def lens(self, resid: Array) -> Array:
+        """The logits the final norm and the unembedding make of residual rows (T, D): the logit lens."""
+        x = Op("lens", resid)
+        if self.spec.final_norm:
+            x = _finish(self._norm("ln_final", x, layer=None))
+        return self._logits(x.values)
+
     def _unembed_operand(self) -> Operand:
         """The tied head reads the embedding through a transposed view, never a copy."""
         if self.spec.tied_unembed:
@@ -183,7 +192,7 @@ class Transformer:
         rows, divisor = ops.norm_scale(self.xp, x.values, norm.eps, centred=norm.kind == "layernorm")
         scale = Op(f"{prefix}.hook_scale", divisor, cols="scale", kind=OpKind.NORM, layer=layer, inputs=(x,))
         yield scale
-        normalized = Op(f"{prefix}.hook_normalized", rows / divisor, kind=OpKind.NORM, layer=layer,
+        normalized = Op(f"{prefix}.hook_normalized", rows / scale.values, kind=OpKind.NORM, layer=layer,
                         inputs=(x, scale))
         yield normalized
         if not norm.affine:
@@ -225,16 +234,27 @@ class Transformer:
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
         visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys)
         every = self._heads(q.values, keys.values, values.values, visible)
-        heads = []
+        heads, results = [], []
         for head in range(spec.n_heads):
-            z = yield from self._head(layer, head, q, keys, values, every)
+            z, result = yield from self._head(layer, head, q, keys, values, every)
             heads.append(z)
+            results.append(result)
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
         yield concat
-        out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", layer)
+        out = self._sum(f"blocks.{layer}.hook_attn_out", results, f"{block}.bo", layer)
         yield out
         return out
+
+    def _sum(self, name: str, terms: list[Op], bias: str, layer: int) -> Op:
+        """The heads' contributions (hook_result) summed, plus the output bias: concat @ wo + bo."""
+        total = terms[0].values
+        for term in terms[1:]:
+            total = total + term.values
+        inputs = tuple(terms)
+        if bias in self.weights:
+            total, inputs = total + self.param(bias).values, inputs + (self.param(bias),)
+        return Op(name, total, kind=OpKind.LINEAR, layer=layer, inputs=inputs)
 
     def _mask(self, n_new: int, n_keys: int, padded_keys: list[bool] | None):
         """Which keys each new query may read: causal order and key-side padding; None = all."""
@@ -278,16 +298,23 @@ class Transformer:
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows="keys")
         v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows="keys")
-        scores, pattern, z = (x[head, ...] for x in every)
-        scores = Op(f"{block}.hook_attn_scores", scores, cols="keys", kind=OpKind.SCORES, layer=layer, head=head,
+        scores_h, batch_pattern, z_h = (x[head, ...] for x in every)
+        scores = Op(f"{block}.hook_attn_scores", scores_h, cols="keys", kind=OpKind.SCORES, layer=layer, head=head,
                     inputs=(q_h, k_h))
         yield scores
-        pattern = Op(f"{block}.hook_pattern", pattern, cols="keys", kind=OpKind.SOFTMAX, layer=layer, head=head,
+        # The batch computed every head at once; a value replaced since is followed from there on.
+        pattern_h = batch_pattern if scores.values is scores_h else ops.softmax(self.xp, scores.values)
+        pattern = Op(f"{block}.hook_pattern", pattern_h, cols="keys", kind=OpKind.SOFTMAX, layer=layer, head=head,
                      inputs=(scores,))
         yield pattern
-        z = Op(f"{block}.hook_z", z, kind=OpKind.MIX, layer=layer, head=head, inputs=(pattern, v_h))
+        z_h = z_h if pattern.values is batch_pattern else pattern.values @ v_h.values
+        z = Op(f"{block}.hook_z", z_h, kind=OpKind.MIX, layer=layer, head=head, inputs=(pattern, v_h))
         yield z
-        return z
+        wo = self.param(f"{block}.wo")
+        result = Op(f"{block}.hook_result", z.values @ wo.values[part, :], kind=OpKind.LINEAR, layer=layer, head=head,
+                    inputs=(z, wo))
+        yield result
+        return z, result
 
     def _append(self, cache: LayerCache, k: Array, v: Array) -> LayerCache:
         if cache.fingerprint != self.fingerprint and not self.allow_stale:
@@ -341,3 +368,12 @@ class Transformer:
         if kind == "gelu_tanh":
             return ops.gelu_tanh(xp, x)
         return ops.gelu_from_erf(x, self.backend.erf(x / 2**0.5))
+
+
+def _finish(stream: OpStream) -> Op:
+    """Run an operator stream to its end, unrecorded, and return what it returns."""
+    while True:
+        try:
+            next(stream)
+        except StopIteration as done:
+            return done.value

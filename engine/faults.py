@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine.spec import Positions
 from engine.trace import LayerCache, Phase
 
 Array = Any
@@ -48,7 +49,7 @@ class Fault:
     def cannot_run(self, model, requests) -> str | None:
         """Why this bug cannot run on `model` with `requests` (None: it can): the positions it feeds
         must stay inside a learned position table."""
-        if model.positions != "learned":
+        if model.positions != Positions.LEARNED:
             return None
         for request in requests:
             fed = len(request.tokens)
@@ -73,7 +74,7 @@ class PositionReset(Fault):
         return super().positions(phase, 0 if phase is Phase.DECODE else first, count)
 
     def cannot_run(self, model, requests):
-        if model.positions == "none" and not model.training:  # dropout masks are drawn per position
+        if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
             return "the model has no position term, so wrong positions change nothing"
         return super().cannot_run(model, requests)
 

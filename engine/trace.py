@@ -41,6 +41,7 @@ class OpKind(StrEnum):
     NORM = "norm"
     LINEAR = "linear"
     SCORES = "scores"
+    SOFTCAP = "softcap"
     SOFTMAX = "softmax"
     MIX = "mix"
     CONCAT = "concat"

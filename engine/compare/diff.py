@@ -17,6 +17,7 @@ import numpy as np
 from engine.backend import Backend, to_host
 from engine.scenario import Scenario
 from engine.session import Session
+from engine.spec import Mode
 from engine.labels import resolve
 from engine.trace import OpState
 
@@ -104,8 +105,8 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
 
 
 def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
-    cached = Session(scenario, backend, mode="cached", inject=inject)
-    full = Session(scenario, backend, mode="full")
+    cached = Session(scenario, backend, mode=Mode.CACHED, inject=inject)
+    full = Session(scenario, backend, mode=Mode.FULL)
     return diff_runs(cached.steps(), full.steps())
 
 

@@ -217,7 +217,7 @@ class Transformer:
         if not norm.affine:
             return normalized
         gain = self.param(f"{prefix}.w")
-        y = rows / divisor * (1.0 + gain.values if norm.weight_offset else gain.values)
+        y = xp.reshape(normalized.values, (t, heads, -1)) * (1.0 + gain.values if norm.weight_offset else gain.values)
         inputs = [normalized, gain]
         if norm.kind == NormKind.LAYERNORM:
             bias = self.param(f"{prefix}.b")

@@ -31,7 +31,7 @@ class AnalysisError(ValueError):
     """The model cannot be read this way (an encoder, a post-norm model, …)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Pass:
     """The values one pass of one request produced, chunks joined: what the lens and DLA read."""
 
@@ -39,6 +39,7 @@ class Pass:
     round: int
     first: int  # the absolute position of the first row
     values: dict[Key, np.ndarray]  # host arrays, (rows, cols)
+    context: tuple[int, ...] = ()  # the token ids at positions 0, 1, … through the pass's last row
 
     def get(self, name: str, head: int | None = None) -> np.ndarray:
         return self.values[(name, head)]
@@ -57,6 +58,7 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
         rows = to_host(state.values)
         if current is None:
             current = Pass(state.request, state.round, len(state.context) - rows.shape[0], {})
+        current.context = state.context
         key = (state.name, state.head)
         before = current.values.get(key)
         current.values[key] = rows if before is None or state.name.startswith("sample.") else np.concatenate([before, rows])
@@ -75,9 +77,10 @@ class LensRow:
 
 def logit_lens(model: Transformer, run: Pass, k: int = 5) -> list[LensRow]:
     """Every residual stream of the pass through the final norm and the unembedding, as top-k tokens
-    with probabilities per position, in layer order (resid_pre, resid_mid, resid_post)."""
+    with probabilities per position, in layer order (block 0's resid_pre, then each block's resid_mid
+    and resid_post)."""
     _check_decoder(model)
-    hooks = sorted((key[0] for key in run.values if _RESIDUAL.match(key[0])), key=_residual_order)
+    hooks = sorted((key[0] for key in run.values if _RESIDUAL.match(key[0]) and _shown(key[0])), key=_residual_order)
     if not hooks:
         return []
     stacked = np.concatenate([run.get(hook) for hook in hooks])  # one unembedding for every row
@@ -91,6 +94,11 @@ def logit_lens(model: Transformer, run: Pass, k: int = 5) -> list[LensRow]:
         part = slice(index * count, (index + 1) * count)
         rows.append(LensRow(hook, int(_RESIDUAL.match(hook)[1]), top[part], ranked[part]))
     return rows
+
+
+def _shown(hook: str) -> bool:
+    """Every block's resid_mid and resid_post; resid_pre only of block 0 (block L's is block L−1's resid_post)."""
+    return not hook.endswith("hook_resid_pre") or hook == "blocks.0.hook_resid_pre"
 
 
 def _residual_order(hook: str) -> tuple[int, int]:

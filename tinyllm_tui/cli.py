@@ -6,6 +6,7 @@ routed to `open`. Every bad input ends with one line on stderr and exit status 2
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -30,6 +31,8 @@ from engine.loading.edits import CellEdit, EditError, apply_edit, convert_scenar
 from engine.export import json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
+from engine.analysis import AnalysisError, attribution, logit_lens, passes
+from engine.interventions import InterventionError, check_intervention, parse_ablation, parse_intervention
 from engine.compare.gradcheck import check_head
 from engine.progress import Cancelled, listening
 from engine.session import INJECTIONS
@@ -37,6 +40,7 @@ from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_
                               request_results, token_text, where)
 from engine.trace import OpKind, OpState
 
+from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.numbers import text_table
 
 DEFAULT_COMMAND = "open"
@@ -64,7 +68,7 @@ class OpenByDefault(TyperGroup):
             _fail(error.format_message(), error.exit_code)
         except typer.Abort:
             _fail("aborted", 1)
-        except (ScenarioError, BackendError, BreakpointError, EditError) as error:
+        except (ScenarioError, BackendError, BreakpointError, EditError, InterventionError, AnalysisError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
         except BrokenPipeError:  # `tinyllm-tui run FILE | head`: stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -93,6 +97,14 @@ SetOption = Annotated[
     Optional[list[str]],
     typer.Option("--set", help="Edit one weight, e.g. 'blocks.0.attn.wk[0,1]=0.5' (repeatable).", show_default=False),
 ]
+PatchOption = Annotated[Optional[list[str]], typer.Option(
+    "--patch", help="Change an activation as it is produced: 'HOOK[row,col]=VALUE', 'HOOK[row,:]=[v, …]', "
+    "'HOOK[row,:]*=FACTOR', 'HOOK[row,:]=from:REQUEST' (its value in that request); rows are token positions; "
+    "' head H' after a per-head hook; ' @prefill', ' @decode.N', ' @request.N' limit it (repeatable).",
+    show_default=False)]
+AblateOption = Annotated[Optional[list[str]], typer.Option(
+    "--ablate", help="Zero one head's output before the output projection: 'blocks.L.attn head H' (repeatable).",
+    show_default=False)]
 InjectOption = Annotated[
     Optional[str],
     typer.Option("--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False),
@@ -128,8 +140,10 @@ def bundled_x01() -> Path:
 
 def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
              sets: list[str] | None = None, max_memory: str | None = None,
-             request: tuple = (None, None, None)) -> tuple[Scenario, Any]:
-    """The scenario with every --set applied, and the backend; bad input raises before any work.
+             request: tuple = (None, None, None), patches: list[str] | None = None,
+             ablations: list[str] | None = None) -> tuple[Scenario, Any]:
+    """The scenario with every --set applied and every --patch/--ablate added, and the backend; bad input
+    raises before any work.
 
     request: a checkpoint's (--prompt, --ids, --max-new-tokens)."""
     _check_inject(inject)
@@ -141,7 +155,16 @@ def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
     weights = scenario.weights
     for edit in _edits(scenario, sets):
         weights = apply_edit(weights, edit)
-    return with_weights(scenario, weights), make_backend(backend, dtype)
+    scenario = with_interventions(with_weights(scenario, weights), patches, ablations)
+    return scenario, make_backend(backend, dtype)
+
+
+def with_interventions(scenario: Scenario, patches: list[str] | None, ablations: list[str] | None) -> Scenario:
+    """The scenario with the --patch and --ablate interventions after its own; a bad one raises InterventionError."""
+    added = [*(parse_intervention(text) for text in patches or []), *(parse_ablation(text) for text in ablations or [])]
+    for intervention in added:
+        check_intervention(intervention, scenario.model, len(scenario.requests))
+    return dataclasses.replace(scenario, interventions=(*scenario.interventions, *added)) if added else scenario
 
 
 def _load(file: Path, request: tuple, dtype: str = "float64", max_memory: str | None = None) -> Scenario:
@@ -253,12 +276,22 @@ def run(
     save: Annotated[Optional[Path], typer.Option(
         "--save-activations", help="Also write the first request's prefill activations, keyed by hook name, "
         "in TransformerLens's layouts (.safetensors or .npz).", show_default=False)] = None,
+    patches: PatchOption = None,
+    ablations: AblateOption = None,
+    lens: Annotated[bool, typer.Option(
+        "--lens", help="Instead of every operator, print each pass's logit lens (every residual stream through the "
+        "final norm and unembedding) and the chosen token's direct logit attribution.")] = False,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="With --lens: tokens per position.")] = 5,
 ) -> None:
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens))
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens),
+                                       patches, ablations)
     if save is not None:
         save_activations(prefill_states(scenario, array_backend), save)
         print(f"wrote the prefill activations to {save}", file=sys.stderr)
     session = Session(scenario, array_backend, inject=inject)
+    if lens:
+        _print_lens(session, as_json, top_k)
+        return
     if as_json:
         _print_json(trace_document(session, session.steps()))
         return
@@ -279,6 +312,34 @@ def run(
         progress.show(f"step {state.step}")
     progress.done()
     print(request_results(session.results, vocab))
+    _warn_unused(session)
+
+
+def _print_lens(session: Session, as_json: bool, top_k: int) -> None:
+    """Each pass's logit lens and the chosen token's direct logit attribution, as text or one JSON document."""
+    scenario, documents = session.scenario, []
+    for run in passes(session.steps()):
+        rows = logit_lens(session.model, run, top_k)
+        dla = None if session.model.spec.post_norms else attribution(session.model, run)
+        if as_json:
+            documents.append(lens_json(rows, dla, run, scenario.vocab))
+            continue
+        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
+        print("\n".join(lens_lines(rows, run, run.context, scenario.vocab)))
+        if dla is not None:
+            print("\n".join(attribution_lines(dla, scenario.vocab)))
+        print()
+    if as_json:
+        _print_json({"passes": documents, "interventions": [i.text for i in scenario.interventions]})
+    else:
+        print(request_results(session.results, scenario.vocab))
+    _warn_unused(session)
+
+
+def _warn_unused(session: Session) -> None:
+    for intervention in session.patcher.unused() if session.patcher else ():
+        print(f"tinyllm-tui: warning: {intervention.text!r} changed nothing: no operator of that name, head, "
+              "rows and pass ran", file=sys.stderr)
 
 
 def state_text(state: OpState, vocab, full: bool) -> str:
@@ -321,9 +382,13 @@ def diff(
     prompt: PromptOption = None,
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
+    patches: PatchOption = None,
+    ablations: AblateOption = None,
 ) -> None:
-    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens))
+    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator (both with
+    the same interventions)."""
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens),
+                                       patches, ablations)
     if inject:
         print(f"injected bug {inject}: {INJECTIONS[inject]}")
     diffs = diff_scenario(scenario, array_backend, inject)
@@ -348,11 +413,13 @@ def check(
     ids: IdsOption = None,
     against: AgainstOption = None,
     tolerance: ToleranceOption = 1e-6,
+    patches: PatchOption = None,
+    ablations: AblateOption = None,
 ) -> None:
     """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell;
     or, with --against, a dump of activations from your own implementation."""
     scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory,
-                                       request=(prompt, ids, None))
+                                       request=(prompt, ids, None), patches=patches, ablations=ablations)
     if against is not None:
         report = compare_activations(scenario, against, tolerance, array_backend)
         print("\n".join(report.lines()))

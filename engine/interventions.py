@@ -127,6 +127,11 @@ def parse_ablation(text: str) -> Intervention:
     return Intervention(hook, Action.SET, 0.0, int(match["head"]), when=when, request=request)
 
 
+def parse_any(text: str) -> Intervention:
+    """An ablation ('blocks.L.attn head H') or any other intervention spec."""
+    return parse_ablation(text) if _ABLATION.match(text.strip()) else parse_intervention(text)
+
+
 def _span(text: str, spec: str, what: str) -> Span:
     text = text.strip()
     if text == ":":

@@ -224,3 +224,27 @@ def test_spec_text_round_trips():
         assert parse_intervention(text).text == text
     assert parse_ablation("blocks.2.attn head 3 @prefill").text == "blocks.2.attn.hook_z head 3=0 @prefill"
 
+
+
+# -- the Debugger ------------------------------------------------------------------------------------------
+def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy):
+    from tinyllm_tui.debugger.debugger import Debugger
+    from engine.loading import load_scenario
+
+    debugger = Debugger(load_scenario(x01_copy))
+    debugger.goto_step(60)
+    assert debugger.intervene("blocks.0.attn head 1") == "intervention blocks.0.attn.hook_z head 1=0"
+    assert debugger.history.cursor == 60  # replayed to the same step
+    assert debugger.scenario.interventions == (parse_ablation("blocks.0.attn head 1"),)
+    z = next(s for s in debugger.history.round_states() if s.name == "blocks.0.attn.hook_z" and s.head == 1)
+    assert np.all(host(z) == 0) and debugger.before(z) is not None and np.any(debugger.before(z) != 0)
+    with pytest.raises(InterventionError, match="heads 0–1"):
+        debugger.intervene("blocks.0.attn head 4")
+    assert debugger.undo_intervention() == "undid the last intervention" and debugger.scenario.interventions == ()
+    assert debugger.undo_intervention() == "no intervention to undo"
+    assert debugger.redo_intervention() == "redid the intervention" and len(debugger.scenario.interventions) == 1
+    comments = [line for line in x01_copy.read_text(encoding="utf-8").splitlines() if line.lstrip().startswith("#")]
+    debugger.save_interventions()
+    reloaded = load_scenario(x01_copy)
+    assert [i.text for i in reloaded.interventions] == ["blocks.0.attn.hook_z head 1=0"]
+    assert all(line in reloaded.document.splitlines() for line in comments)  # the user's comments stay

@@ -25,6 +25,7 @@ from engine.compare.check import check_scenario
 from engine.compare.against import align
 from engine.compare.diff import OpDiff, diff_runs
 from tinyllm_tui.debugger import autosave
+from tinyllm_tui.debugger.interventions import InterventionHistory, save_interventions
 from tinyllm_tui.debugger.autosave import Unsaved
 from engine.loading.edits import Edit, WeightHistory, apply_edit, save, with_weights
 from engine.compare.expect import Cell, Outcome
@@ -132,6 +133,7 @@ class Debugger:
         self._comparing = 0
         self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
         self.inject = inject
+        self.interventions = InterventionHistory(scenario.interventions)
         self._restart()
 
     # -- ownership -------------------------------------------------------------------------
@@ -180,7 +182,7 @@ class Debugger:
 
     def _restart(self, step: int = 0, progress: Progress | None = None) -> None:
         """A fresh session with the current weights and fault, replayed to `step` (a cancel stops it earlier)."""
-        self.scenario = with_weights(self.file_scenario, self.weights)
+        self.scenario = self.interventions.applied_to(with_weights(self.file_scenario, self.weights))
         self.fingerprint = self.scenario.fingerprint  # what a cache row computed with these weights carries
         self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
         self.session = Session(self.scenario, self.backend, inject=self.inject, stale=self.stale)
@@ -396,10 +398,37 @@ class Debugger:
         """A new session with the current weights, replayed to the same step (the caller owns the generator)."""
         state = self.history.current
         self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
-        self.previous = self.history if self.weights is not self.file_scenario.weights else None
+        changed = self.weights is not self.file_scenario.weights or self.interventions.current
+        self.previous = self.history if changed else None
         self._restart(state.step, progress)
         autosave.keep(self.file_scenario.path, self.file_fingerprint, self.weight_history.edits)
         return message
+
+    # -- interventions on activations (the list: tinyllm_tui/debugger/interventions.py) -------------------
+    def intervene(self, text: str, progress: Progress | None = None) -> str:
+        """Add one intervention (raises InterventionError) and replay to the same step."""
+        with self._owned():
+            intervention = self.interventions.add(text, self.scenario)
+            return self._rebuild(f"intervention {intervention.text}", progress)
+
+    def undo_intervention(self, progress: Progress | None = None) -> str:
+        with self._owned():
+            return self._rebuild("undid the last intervention", progress) if self.interventions.undo() \
+                else "no intervention to undo"
+
+    def redo_intervention(self, progress: Progress | None = None) -> str:
+        with self._owned():
+            return self._rebuild("redid the intervention", progress) if self.interventions.redo() \
+                else "no intervention to redo"
+
+    def save_interventions(self, path: str | Path | None = None) -> str:
+        """Write the current interventions into the scenario file's `interventions:` (a checkpoint has none:
+        name a YAML that states `checkpoint:`)."""
+        if path is None and self.file_scenario.document is None:
+            return "a checkpoint has no scenario file to hold interventions"
+        target = path or self.file_scenario.path
+        save_interventions(target, self.interventions.current)
+        return f"saved {len(self.interventions.current)} interventions to {target}"
 
     def unsaved(self) -> int:
         """How many numbers differ from the file; counted once per pair of weight sets (the status

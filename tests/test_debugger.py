@@ -159,7 +159,7 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
 
 def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
     debugger = make()
-    debugger.goto_step(37)  # decode round 1
+    debugger.goto_step(39)  # decode round 1
     assert debugger.edit_asks_about_the_cache()
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5), keep_stale=True)
     assert debugger.stale is not None
@@ -170,9 +170,9 @@ def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
 
 def test_cycling_the_injected_fault_replays_to_the_same_step():
     debugger = make()
-    debugger.goto_step(37)  # the head-0 pattern of decode round 1
+    debugger.goto_step(39)  # the head-0 pattern of decode round 1
     assert debugger.cycle_injection().startswith("now:") and debugger.inject == "chunk-mask"
-    assert debugger.view.state.step == 37
+    assert debugger.view.state.step == 39
     assert to_host(debugger.view.state.values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
 
 

@@ -258,14 +258,19 @@ class Transformer:
         values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
         visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys, spec.window(layer))
         every = self._heads(q.values, keys.values, values.values, visible)
-        heads, results = [], []
+        heads = []
         for head in range(spec.n_heads):
-            z, result = yield from self._head(layer, head, q, keys, values, every)
+            z = yield from self._head(layer, head, q, keys, values, every)
             heads.append(z)
-            results.append(result)
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
         yield concat
+        wo, dh, results = self.param(f"{block}.wo"), spec.d_head, []
+        for head, z in enumerate(heads):  # each head's contribution to the residual, as TransformerLens's hook_result
+            result = Op(f"{block}.hook_result", z.values @ wo.values[head * dh:(head + 1) * dh, :], kind=OpKind.LINEAR,
+                        layer=layer, head=head, inputs=(z, wo))
+            yield result
+            results.append(result)
         out = self._sum(f"blocks.{layer}.hook_attn_out", results, f"{block}.bo", layer)
         yield out
         return out
@@ -352,11 +357,7 @@ class Transformer:
         z_h = z_h if pattern.values is batch_pattern else pattern.values @ v_h.values
         z = Op(f"{block}.hook_z", z_h, kind=OpKind.MIX, layer=layer, head=head, inputs=(pattern, v_h))
         yield z
-        wo = self.param(f"{block}.wo")
-        result = Op(f"{block}.hook_result", z.values @ wo.values[part, :], kind=OpKind.LINEAR, layer=layer, head=head,
-                    inputs=(z, wo))
-        yield result
-        return z, result
+        return z
 
     def _append(self, cache: LayerCache, k: Array, v: Array) -> LayerCache:
         if cache.fingerprint != self.fingerprint and not self.allow_stale:

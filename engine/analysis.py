@@ -23,7 +23,7 @@ Array = Any
 RESIDUALS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 _RESIDUAL = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_resid_post)$")
 _WANTED = re.compile(r"^(blocks\.\d+\.(hook_resid_\w+|attn\.hook_result|hook_mlp_out)|ln_final\.hook_scale"
-                     r"|unembed\.hook_out|sample\.hook_choice)$")
+                     r"|unembed\.hook_out|sample\.hook_(probs|choice))$")
 Key = tuple[str, int | None]  # (hook name, head)
 
 
@@ -64,6 +64,18 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
         current.values[key] = rows if before is None or state.name.startswith("sample.") else np.concatenate([before, rows])
     if current is not None:
         yield current
+
+
+def decisions(states: Iterable[OpState]) -> dict[tuple[int, int], tuple[int, float]]:
+    """(request, round) -> the token each pass chose and its probability."""
+    chosen, probs = {}, None
+    for state in states:
+        if state.name == "sample.hook_probs":
+            probs = to_host(state.values)[0]
+        elif state.name == "sample.hook_choice":
+            token = int(to_host(state.values)[0, 0])
+            chosen[(state.request, state.round)] = (token, float(probs[token]))
+    return chosen
 
 
 # -- the logit lens ----------------------------------------------------------------------------------

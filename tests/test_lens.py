@@ -154,3 +154,14 @@ def test_a_bad_intervention_in_a_file_names_its_line_and_path():
     with pytest.raises(ScenarioError) as error:
         load_scenario_text(text, "x.yaml")
     assert str(error.value).startswith(f"x.yaml:{line}: interventions[1]:") and "heads 0–1" in str(error.value)
+
+
+def test_a_choice_under_interventions_says_what_the_pass_chose_without_them():
+    scenario = open_model(FIXTURES / "llama", prompt="The cat", max_new_tokens=1)
+    probs = next(to_host(s.values)[0] for s in Session(scenario).steps() if s.name == "sample.hook_probs")
+    result = invoke("run", FIXTURES / "llama", "--prompt", "The cat", "--lens", "--ablate", "blocks.1.attn head 0")
+    assert result.exit_code == 0, result.output
+    line = result.output.splitlines()[1]
+    clean = int(np.argmax(probs))
+    assert line.endswith(f" · without the interventions: {scenario.vocab.tokens[clean]} (token id {clean}, "
+                         f"p {probs[clean]:.6f})"), line

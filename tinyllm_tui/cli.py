@@ -31,7 +31,7 @@ from engine.loading.edits import CellEdit, EditError, apply_edit, convert_scenar
 from engine.export import json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
-from engine.analysis import AnalysisError, attribution, logit_lens, passes
+from engine.analysis import AnalysisError, attribution, decisions, logit_lens, passes
 from engine.interventions import InterventionError, check_intervention, parse_ablation, parse_intervention
 from engine.compare.gradcheck import check_head
 from engine.progress import Cancelled, listening
@@ -302,22 +302,39 @@ def run(
             progress.show(f"step {state.step}")
         _print_json(requests_record(session.results))
         return
-    vocab, group = scenario.vocab, None
+    vocab, group, clean = scenario.vocab, None, _clean_decisions(session)
     for state in session.steps():
         if (state.request, state.round) != group:
             group = (state.request, state.round)
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
             print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
-        print(state_text(state, vocab, full), end="\n\n")
+        print(state_text(state, vocab, full) + _without(clean, state.request, state.round, state.kind, vocab),
+              end="\n\n")
         progress.show(f"step {state.step}")
     progress.done()
     print(request_results(session.results, vocab))
     _warn_unused(session)
 
 
+def _clean_decisions(session: Session) -> dict | None:
+    """What each pass chose without the scenario's interventions (None when it has none)."""
+    if not session.scenario.interventions:
+        return None
+    clean = dataclasses.replace(session.scenario, interventions=())
+    return decisions(Session(clean, session.backend, inject=session.inject).steps())
+
+
+def _without(clean: dict | None, request: int, round_: int, kind: OpKind, vocab) -> str:
+    """For a choice under interventions: what the same pass chose without them."""
+    if clean is None or kind != OpKind.CHOICE or (request, round_) not in clean:
+        return ""
+    token, probability = clean[(request, round_)]
+    return f" · without the interventions: {token_text(vocab, [token])} (token id {token}, p {probability:.6f})"
+
+
 def _print_lens(session: Session, as_json: bool, top_k: int) -> None:
     """Each pass's logit lens and the chosen token's direct logit attribution, as text or one JSON document."""
-    scenario, documents = session.scenario, []
+    scenario, documents, clean = session.scenario, [], _clean_decisions(session)
     for run in passes(session.steps()):
         rows = logit_lens(session.model, run, top_k)
         dla = None if session.model.spec.post_norms else attribution(session.model, run)
@@ -325,6 +342,9 @@ def _print_lens(session: Session, as_json: bool, top_k: int) -> None:
             documents.append(lens_json(rows, dla, run, scenario.vocab))
             continue
         print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
+        token = int(run.get("sample.hook_choice")[0, 0])
+        print(f"chose {token_text(scenario.vocab, [token])} (token id {token}, p {float(run.get('sample.hook_probs')[0, token]):.6f})"
+              + _without(clean, run.request, run.round, OpKind.CHOICE, scenario.vocab))
         print("\n".join(lens_lines(rows, run, run.context, scenario.vocab)))
         if dla is not None:
             print("\n".join(attribution_lines(dla, scenario.vocab)))

@@ -89,7 +89,8 @@ def test_run_lens_prints_the_layer_by_position_table_and_the_attribution():
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == "── request 0 · prefill · logit lens ──"
-    assert [line.split()[:2] for line in lines[2:7]] == [["0", "pre"], ["0", "mid"], ["0", "post"], ["1", "mid"],
+    assert lines[1].startswith("chose ")
+    assert [line.split()[:2] for line in lines[3:8]] == [["0", "pre"], ["0", "mid"], ["0", "post"], ["1", "mid"],
                                                          ["1", "post"]]
     attribution_line = next(line for line in lines if line.startswith("direct logit attribution"))
     logit, terms = map(float, re.search(r"logit (\S+) = terms (\S+) \+", attribution_line).groups())

@@ -166,3 +166,21 @@ def test_a_choice_under_interventions_says_what_the_pass_chose_without_them():
     clean = int(np.argmax(probs))
     assert line.endswith(f" · without the interventions: {scenario.vocab.tokens[clean]} (token id {clean}, "
                          f"p {probs[clean]:.6f})"), line
+
+
+# -- the TUI's readings, headless --------------------------------------------------------------------------
+def test_attention_at_a_glance_draws_each_head_of_a_layer_in_its_window():
+    from tinyllm_tui.debugger.readings import layer_patterns
+    from tinyllm_tui.presentation.glance import glance_lines
+
+    scenario = open_model(FIXTURES / "llama", prompt="The cat sat", max_new_tokens=1)
+    states = [s for s in Session(scenario).steps() if s.round == 0]
+    patterns = layer_patterns(states, layer=1)
+    assert len(patterns) == 4 and patterns[0].shape == (5, 5)
+    lines = glance_lines(patterns, ["a", "b", "c", "d", "e"], width=30, height=10, selected=1)
+    assert lines[0].split() == ["h0", "▸h1", "h2", "h3"]  # 4 heads of 5 columns + 2 fit in 30
+    assert lines[1][:5] == "█    "  # query 0 sees only key 0, which holds all its weight; the future is blank
+    assert lines[6].startswith("abcde") and "heads 0–3 of 4" in lines[7]
+    narrow = glance_lines(patterns, list("abcde"), width=14, height=5, first_head=2)
+    assert narrow[0].split() == ["h2", "h3"] and all(len(line) <= 14 for line in narrow)
+    assert len(narrow) == 5  # title, 2 query rows (the last two), labels, window line

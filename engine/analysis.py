@@ -151,7 +151,7 @@ class Attribution:
 def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attribution:
     """Direct logit attribution at the pass's last position, for `token` (default: the one chosen)."""
     _check_decoder(model)
-    spec, weights = model.spec, {name: to_host(w) for name, w in model.weights.items() if name.startswith("ln_final")}
+    spec = model.spec
     if spec.post_norms:
         raise AnalysisError("the model normalizes each block's output before the sum: heads do not add to the residual")
     if token is None:
@@ -160,11 +160,11 @@ def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attr
     column = _unembedding(model, token)
     direction, bias_term = column, 0.0
     if spec.final_norm:
-        gain = weights.get("ln_final.w")
-        if gain is not None:
+        if "ln_final.w" in model.weights:
+            gain = _weight(model, "ln_final.w")
             direction = direction * (1.0 + gain if spec.norm.weight_offset else gain)
-        if "ln_final.b" in weights:
-            bias_term = float(weights["ln_final.b"] @ column)
+        if "ln_final.b" in model.weights:
+            bias_term = float(_weight(model, "ln_final.b") @ column)
         direction = direction / float(run.get("ln_final.hook_scale")[row, 0])
     centred = spec.final_norm and spec.norm.kind == NormKind.LAYERNORM
     terms = [(label, float(_centre(vector, centred) @ direction)) for label, vector in _terms(model, run, row)]
@@ -176,8 +176,12 @@ def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attr
 def _unembedding(model: Transformer, token: int) -> np.ndarray:
     """The unembedding's column for `token` (the embedding's row, with a tied head)."""
     if model.spec.tied_unembed:
-        return to_host(model.weights["embed"][token, :])
-    return to_host(model.weights["unembed"][:, token])
+        return to_host(model.param("embed").values[token, :])
+    return to_host(model.param("unembed").values[:, token])
+
+
+def _weight(model: Transformer, name: str) -> np.ndarray:
+    return to_host(model.param(name).values)
 
 
 def _centre(vector: np.ndarray, centred: bool) -> np.ndarray:
@@ -191,5 +195,5 @@ def _terms(model: Transformer, run: Pass, row: int) -> Iterator[tuple[str, np.nd
         for head in range(model.spec.n_heads):
             yield f"L{layer}.H{head}", run.get(f"blocks.{layer}.attn.hook_result", head)[row]
         if f"blocks.{layer}.attn.bo" in model.weights:
-            yield f"L{layer}.attn_bias", to_host(model.weights[f"blocks.{layer}.attn.bo"])
+            yield f"L{layer}.attn_bias", _weight(model, f"blocks.{layer}.attn.bo")
         yield f"L{layer}.mlp", run.get(f"blocks.{layer}.hook_mlp_out")[row]

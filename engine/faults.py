@@ -47,8 +47,10 @@ class Fault:
         return caches[layer]
 
     def cannot_run(self, model, requests) -> str | None:
-        """Why this bug cannot run on `model` with `requests` (None: it can): the positions it feeds
-        must stay inside a learned position table."""
+        """Why this bug cannot run on `model` with `requests` (None: it can): an encoder keeps no cache
+        between rounds, and the positions a bug feeds must stay inside a learned position table."""
+        if not model.lm_head:
+            return "an encoder (model.lm_head: false) runs one prefill and no cached round, so no cache bug can show"
         if model.positions != Positions.LEARNED:
             return None
         for request in requests:

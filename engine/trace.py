@@ -191,6 +191,13 @@ class OpState:
         return tuple(self.moment.labelled(operand) for operand in self.op.inputs)
 
     @property
+    def chunk_past(self) -> int:
+        """The cache length before this chunk: a layer's rows at or after it were appended by this chunk.
+        `past` for a round's first chunk (and the decode rule after the round); a later chunk of a chunked
+        prefill appends onto the rows the earlier chunks fed."""
+        return self.past if self.chunk == 0 else self.moment.fed
+
+    @property
     def context(self) -> tuple[int, ...]:
         """The token ids at positions 0, 1, … (fed so far and being fed)."""
         return self.moment.context

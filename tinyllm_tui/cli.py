@@ -1,47 +1,53 @@
-"""The `tinyllm-tui` command line: open (the TUI), run, diff.
+"""The `tinyllm-tui` command line: open (the TUI), run, diff, check, gradcheck, convert.
 
 `tinyllm-tui FILE` opens the TUI: a first argument that is not a sub-command is
-routed to `open`. Every bad input ends with one line on stderr and exit status 2.
+routed to `open`. `open`, `run`, `diff` and `check` drive the same `Debugger`, so
+`--set`, `--break` and `--inject` mean the same in each; the options they share are
+declared once, in `Options`. Every bad input ends with one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import inspect
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, get_type_hints
 
 import typer
-from typer._click import ClickException  # Typer >= 0.26 bundles its own Click
+from typer._click.exceptions import ClickException, UsageError  # Typer >= 0.26 bundles its own Click
 from typer.core import TyperGroup
 
-from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
+from engine import Backend, BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
-from engine.compare.check import check_scenario
-from engine.compare.diff import diff_scenario, first_divergence
+from engine.compare.against import compare_generation
+from engine.compare.dump import Dump, load_dump, save_dump
+from engine.compare.layout import Passes
+from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
-from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
-from engine.loading import open_model
-from engine.compare.against import compare_activations, load_dump, prefill_states, save_activations
-from engine.loading.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
-from engine.export import json_number, record, requests_record, trace_document
+from engine.compare.gradcheck import check_head
+from engine.export import ActivationDump, json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
 from engine.analysis import AnalysisError, attribution, decisions, logit_lens, passes
 from engine.interventions import InterventionError, check_intervention, parse_ablation, parse_intervention
-from engine.compare.gradcheck import check_head
+from engine.loading import open_model
+from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
+from engine.loading.edits import CellEdit, EditError, convert_scenario, parse_set
 from engine.progress import Cancelled, listening
 from engine.session import INJECTIONS
-from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, loading_progress, matrix_summary,
-                              request_results, token_text, where)
 from engine.trace import OpKind, OpState
-
+from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.numbers import text_table
+from tinyllm_tui.presentation.summaries import (diff_summary, expect_summary, loading_progress, matrix_summary,
+                                                request_results, token_text, where)
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -57,8 +63,19 @@ class OpenByDefault(TyperGroup):
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         if not args or (args[0] not in self.commands and not args[0].startswith("-")):
+            if args and not Path(args[0]).exists():
+                guess = difflib.get_close_matches(args[0], list(self.commands), n=1)
+                if guess:  # `tinyllm-tui rnu x.yaml`: a typo of a command, not a file to open
+                    raise UsageError(f"no command {args[0]!r} (did you mean {guess[0]!r}?)")
             args = [DEFAULT_COMMAND, *args]
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `tinyllm-tui run FILE | head`: the reader has what it wanted; stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the unwritten rest goes nowhere
+            return 0
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:
         extra["standalone_mode"] = False
@@ -70,9 +87,6 @@ class OpenByDefault(TyperGroup):
             _fail("aborted", 1)
         except (ScenarioError, BackendError, BreakpointError, EditError, InterventionError, AnalysisError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
-        except BrokenPipeError:  # `tinyllm-tui run FILE | head`: stop quietly
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(1)
         sys.exit(code or 0)
 
 
@@ -91,45 +105,79 @@ app = typer.Typer(
 ScenarioFile = Annotated[Path, typer.Argument(
     help="Scenario YAML file, or a checkpoint: a .gguf file or a Hugging Face folder (config.json).",
     show_default=False)]
-BackendOption = Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")]
-DtypeOption = Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")]
-SetOption = Annotated[
-    Optional[list[str]],
-    typer.Option("--set", help="Edit one weight, e.g. 'blocks.0.attn.wk[0,1]=0.5' (repeatable).", show_default=False),
-]
-PatchOption = Annotated[Optional[list[str]], typer.Option(
-    "--patch", help="Change an activation as it is produced: 'HOOK[row,col]=VALUE', 'HOOK[row,:]=[v, …]', "
-    "'HOOK[row,:]*=FACTOR', 'HOOK[row,:]=from:REQUEST' (its value in that request); rows are token positions; "
-    "' head H' after a per-head hook; ' @prefill', ' @decode.N', ' @request.N' limit it (repeatable).",
-    show_default=False)]
-AblateOption = Annotated[Optional[list[str]], typer.Option(
-    "--ablate", help="Zero one head's output before the output projection: 'blocks.L.attn head H' (repeatable).",
-    show_default=False)]
-InjectOption = Annotated[
-    Optional[str],
-    typer.Option("--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False),
-]
-MaxMemoryOption = Annotated[
-    Optional[str],
-    typer.Option("--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
-                 show_default=False),
-]
-PromptOption = Annotated[Optional[str], typer.Option(
-    "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer.", show_default=False)]
-IdsOption = Annotated[Optional[str], typer.Option(
-    "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3.", show_default=False)]
-MaxNewTokensOption = Annotated[Optional[int], typer.Option(
-    "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).", show_default=False)]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document.")]
 
 
-AgainstOption = Annotated[Optional[Path], typer.Option(
-    "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
-    "compare operator by operator with this reference.", show_default=False)]
-ToleranceOption = Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")]
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The options several commands take, each declared once here; `@shared(...)` names which a command takes."""
+
+    backend: Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")] = "numpy"
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64"
+    inject: Annotated[Optional[str], typer.Option(
+        "--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False)] = None
+    sets: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Edit one weight, e.g. 'blocks.0.attn.wk[0,1]=0.5' (repeatable); an unsaved edit in the TUI.",
+        show_default=False)] = None
+    max_memory: Annotated[Optional[str], typer.Option(
+        "--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
+        show_default=False)] = None
+    prompt: Annotated[Optional[str], typer.Option(
+        "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer.",
+        show_default=False)] = None
+    ids: Annotated[Optional[str], typer.Option(
+        "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3.", show_default=False)] = None
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).",
+        show_default=False)] = None
+    patches: Annotated[Optional[list[str]], typer.Option(
+        "--patch", help="Change an activation as it is produced: 'HOOK[row,col]=VALUE', 'HOOK[row,:]=[v, …]', "
+        "'HOOK[row,:]*=FACTOR', 'HOOK[row,:]=from:REQUEST' (its value in that request); rows are token positions; "
+        "' head H' after a per-head hook; ' @prefill', ' @decode.N', ' @request.N' limit it (repeatable).",
+        show_default=False)] = None
+    ablations: Annotated[Optional[list[str]], typer.Option(
+        "--ablate", help="Zero one head's output before the output projection: 'blocks.L.attn head H' (repeatable).",
+        show_default=False)] = None
+    breakpoints: Annotated[Optional[list[str]], typer.Option(
+        "--break", help="Breakpoint (repeatable): operator glob, kind, or condition; where the TUI's continue stops "
+        "and the only operators `run` prints.", show_default=False)] = None
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="Activations of your own implementation (.safetensors/.npz keyed by pass and hook name, "
+        "see the README) to compare with this reference over the whole generation.", show_default=False)] = None
+    tolerance: Annotated[Optional[float], typer.Option(
+        "--tolerance", help="With --against: largest |Δ| that agrees (default per dtype: float64 1e-9, float32 1e-5, "
+        "float16 1e-3, bfloat16 1e-2, each plus the same relative part).", show_default=False)] = None
+    rtol: Annotated[Optional[float], typer.Option(
+        "--rtol", help="With --against: relative part of the tolerance, |Δ| ≤ tolerance + rtol·|reference|.",
+        show_default=False)] = None
+
+
+MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "patches",
+                 "ablations")
+
+
+def shared(*names: str) -> Callable[[Callable], Callable]:
+    """Give a command the shared `Options` fields `names` as its own options; it receives them as `options`."""
+    hints = get_type_hints(Options, include_extras=True)
+    defaults = {field.name: field.default for field in dataclasses.fields(Options)}
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name], default=defaults[name])
+             for name in names]
+
+    def add(command: Callable) -> Callable:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
+
+        @functools.wraps(command)
+        def with_options(**values: Any) -> Any:
+            return command(options=Options(**{name: values.pop(name) for name in names}), **values)
+
+        with_options.__signature__ = inspect.Signature([*own, *added])  # what Typer reads
+        return with_options
+
+    return add
 
 
 def history_budget(scenario: Scenario, dtype: str, max_memory: int | None) -> int:
-    """What the TUI's history may keep: the memory budget less the weights (at least HISTORY_FLOOR)."""
+    """What the history may keep: the memory budget less the weights (at least HISTORY_FLOOR)."""
     total = DEFAULT_BUDGET if max_memory is None else max_memory
     return max(total - weight_bytes(scenario.model, len(scenario.vocab), dtype), HISTORY_FLOOR)
 
@@ -138,25 +186,12 @@ def bundled_x01() -> Path:
     return Path(str(files("tinyllm_tui.scenarios") / "x01.yaml"))
 
 
-def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
-             sets: list[str] | None = None, max_memory: str | None = None,
-             request: tuple = (None, None, None), patches: list[str] | None = None,
-             ablations: list[str] | None = None) -> tuple[Scenario, Any]:
-    """The scenario with every --set applied and every --patch/--ablate added, and the backend; bad input
-    raises before any work.
-
-    request: a checkpoint's (--prompt, --ids, --max-new-tokens)."""
-    _check_inject(inject)
-    progress = _Progress()
-    with listening(lambda stage, done, total: progress.show(f"loading {file}: {loading_progress(stage, done, total)}")):
-        scenario = _load(file, request, dtype, max_memory)
-    progress.done()
-    _check_inject_runs(inject, scenario)
-    weights = scenario.weights
-    for edit in _edits(scenario, sets):
-        weights = apply_edit(weights, edit)
-    scenario = with_interventions(with_weights(scenario, weights), patches, ablations)
-    return scenario, make_backend(backend, dtype)
+def _load(file: Path, options: Options) -> Scenario:
+    """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens), with --patch and --ablate
+    after the scenario's own interventions."""
+    scenario = open_model(file, prompt=options.prompt, ids=_ids(options.ids), max_new_tokens=options.max_new_tokens,
+                          dtype=options.dtype, max_memory=_max_memory(options.max_memory))
+    return with_interventions(scenario, options.patches, options.ablations)
 
 
 def with_interventions(scenario: Scenario, patches: list[str] | None, ablations: list[str] | None) -> Scenario:
@@ -167,11 +202,49 @@ def with_interventions(scenario: Scenario, patches: list[str] | None, ablations:
     return dataclasses.replace(scenario, interventions=(*scenario.interventions, *added)) if added else scenario
 
 
-def _load(file: Path, request: tuple, dtype: str = "float64", max_memory: str | None = None) -> Scenario:
-    """A scenario file or a checkpoint; request is (--prompt, --ids, --max-new-tokens)."""
-    prompt, ids, max_new_tokens = request
-    return open_model(file, prompt=prompt, ids=_ids(ids), max_new_tokens=max_new_tokens, dtype=dtype,
-                      max_memory=_max_memory(max_memory))
+def _loaded(file: Path, options: Options) -> Scenario:
+    """`_load`, saying on a terminal's stderr how far it has got."""
+    progress = _Progress()
+    with listening(lambda stage, done, total: progress.show(f"loading {file}: {loading_progress(stage, done, total)}")):
+        scenario = _load(file, options)
+    progress.done()
+    return scenario
+
+
+def _debugger_args(scenario: Scenario, options: Options) -> dict[str, Any]:
+    """What a Debugger on `scenario` opens with, the same for the TUI and the CLI: the scenario's breakpoints then
+    every --break, every --set as an unsaved edit, and the history's budget. A bug that cannot run is refused."""
+    _check_inject_runs(options.inject, scenario)
+    return {"breakpoints": [*scenario.breakpoints, *(options.breakpoints or [])],
+            "edits": _edits(scenario, options.sets),
+            "budget": history_budget(scenario, options.dtype, _max_memory(options.max_memory))}
+
+
+def _check_flags(options: Options) -> Backend:
+    """The flags that need no file, checked before any loading; returns the backend."""
+    _check_inject(options.inject)
+    for text in options.breakpoints or []:
+        parse_breakpoint(text)  # a bad --break is reported before anything loads
+    _max_memory(options.max_memory)
+    return make_backend(options.backend, options.dtype)
+
+
+def _debugger(file: Path, options: Options) -> Debugger:
+    """The Debugger `run`, `diff` and `check` drive: what the TUI would open on `file` with these options."""
+    backend = _check_flags(options)
+    scenario = _loaded(file, options)
+    return Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
+
+
+def _dump(options: Options) -> tuple[Dump | None, Options]:
+    """The --against dump, and the options with a checkpoint's --max-new-tokens defaulting to as many
+    decode rounds as the dump holds."""
+    if options.against is None:
+        return None, options
+    dump = load_dump(options.against)
+    if options.max_new_tokens is None and (options.prompt is not None or options.ids is not None):
+        options = dataclasses.replace(options, max_new_tokens=dump.new_tokens())
+    return dump, options
 
 
 def _ids(text: str | None) -> list[int] | None:
@@ -204,47 +277,37 @@ def _edits(scenario: Scenario, sets: list[str] | None) -> list[CellEdit]:
     return [parse_set(text, scenario.weights) for text in sets or []]
 
 
+def _on_a_terminal() -> bool:
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
 @app.command("open")
+@shared(*MODEL_OPTIONS, "breakpoints", "against", "tolerance", "rtol")
 def open_tui(
     file: Annotated[Optional[Path], typer.Argument(help="Scenario YAML file (default: the bundled X01).")] = None,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
     lang: Annotated[Optional[str], typer.Option("--lang", help="Explanations in en or zh.")] = None,
-    breakpoints: Annotated[
-        Optional[list[str]], typer.Option("--break", help="Breakpoint: operator glob, kind, or condition.")
-    ] = None,
-    inject: InjectOption = None,
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    max_new_tokens: MaxNewTokensOption = None,
-    against: AgainstOption = None,
-    tolerance: ToleranceOption = 1e-6,
+    *, options: Options,
 ) -> None:
     """Open the step debugger on a scenario or a checkpoint; with --against, your own activations are
-    marked ✓/✗ cell by cell on the first prompt's prefill."""
+    marked ✓/✗ cell by cell in every pass the dump holds, and `g diverged` goes to the first divergence."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
-    for text in breakpoints or []:
-        parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
-    _check_inject(inject)
-    budget = _max_memory(max_memory)
-    array_backend = make_backend(backend, dtype)
-    dump = None if against is None else (load_dump(against), tolerance)
+    array_backend = _check_flags(options)
+    dump, options = _dump(options)
+    dump = None if dump is None else (dump, options.tolerance, options.rtol)
     path = file or bundled_x01()
     from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
     from tinyllm_tui.tui.loading_screen import Loading, Opening
 
     def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
-        scenario = _load(path, (prompt, ids, max_new_tokens), dtype, max_memory)
-        _check_inject_runs(inject, scenario)
-        return Opening(scenario, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
-                       edits=_edits(scenario, sets),  # they start as unsaved edits: the TUI can show, undo or save them
-                       budget=history_budget(scenario, dtype, budget))
+        scenario = _load(path, options)
+        return Opening(scenario, **_debugger_args(scenario, options))  # --set edits start unsaved: shown, undoable
 
+    # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
+    opening = None if _on_a_terminal() else load()
     try:
-        launch(Loading(str(path), load), array_backend, lang=lang, inject=inject, against=dump)
+        launch(Loading(str(path), load if opening is None else lambda: opening), array_backend, lang=lang,
+               inject=options.inject, against=dump)
     except Cancelled:
         print("tinyllm-tui: loading cancelled", file=sys.stderr)
         raise typer.Exit(EXIT_CANCELLED) from None
@@ -258,6 +321,7 @@ for logits and probabilities the last row's top tokens) and its corner cells, un
 
 
 @app.command(help=RUN_HELP)
+@shared(*MODEL_OPTIONS, "breakpoints")
 def run(
     file: ScenarioFile,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole trace as one JSON document.")] = False,
@@ -265,63 +329,60 @@ def run(
         "--jsonl", help="Stream one JSON record per operator, then a final {\"requests\": …} record.")] = False,
     full: Annotated[bool, typer.Option(
         "--full", help=f"Print every cell, also of matrices over {BIG_ROWS} rows or {BIG_COLS} columns.")] = False,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
-    inject: InjectOption = None,
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    max_new_tokens: MaxNewTokensOption = None,
     save: Annotated[Optional[Path], typer.Option(
-        "--save-activations", help="Also write the first request's prefill activations, keyed by hook name, "
-        "in TransformerLens's layouts (.safetensors or .npz).", show_default=False)] = None,
-    patches: PatchOption = None,
-    ablations: AblateOption = None,
+        "--save-activations", help="Also write every pass's activations and KV caches, keyed by pass and hook "
+        "name in TransformerLens's layouts (.safetensors or .npz; see the README).", show_default=False)] = None,
     lens: Annotated[bool, typer.Option(
         "--lens", help="Instead of every operator, print each pass's logit lens (every residual stream through the "
         "final norm and unembedding) and the chosen token's direct logit attribution.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="With --lens: tokens per position.")] = 5,
+    *, options: Options,
 ) -> None:
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens),
-                                       patches, ablations)
-    if save is not None:
-        save_activations(prefill_states(scenario, array_backend), save)
-        print(f"wrote the prefill activations to {save}", file=sys.stderr)
-    session = Session(scenario, array_backend, inject=inject)
+    debugger = _debugger(file, options)
     if lens:
-        _print_lens(session, as_json, top_k)
+        _print_lens(debugger, as_json, top_k)
         return
+    dump = None if save is None else ActivationDump(Passes(debugger.scenario))
+    try:
+        _print_run(debugger, _printed(debugger, bool(options.breakpoints), dump), as_json, as_jsonl, full, options)
+    finally:
+        if dump is not None:
+            save_dump(dump.arrays(), save)
+            print(f"wrote the activations of every pass to {save}", file=sys.stderr)
+
+
+def _print_run(debugger: Debugger, printed, as_json: bool, as_jsonl: bool, full: bool, options: Options) -> None:
+    scenario = debugger.scenario
     if as_json:
-        _print_json(trace_document(session, session.steps()))
+        _print_json(trace_document(debugger.session, (state for state, _ in printed)))
         return
-    progress = _Progress()
     if as_jsonl:
-        for state in session.steps():
+        for state, _ in printed:
             _print_json(record(state))
-            progress.show(f"step {state.step}")
-        _print_json(requests_record(session.results))
+        _print_json(requests_record(debugger.session.results))
         return
-    vocab, group, clean = scenario.vocab, None, _clean_decisions(session)
-    for state in session.steps():
+    vocab, group, clean = scenario.vocab, None, _clean_decisions(debugger)
+    for state, hits in printed:
         if (state.request, state.round) != group:
             group = (state.request, state.round)
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
             print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
+        if hits:
+            print(f"⚑ breakpoint: {', '.join(hits)}")
         print(state_text(state, vocab, full) + _without(clean, state.request, state.round, state.kind, vocab),
               end="\n\n")
-        progress.show(f"step {state.step}")
-    progress.done()
-    print(request_results(session.results, vocab))
-    _warn_unused(session)
+    if options.breakpoints and group is None:
+        print(f"no operator hits a breakpoint ({', '.join(b.text for b in debugger.breakpoints)})")
+    print(request_results(debugger.session.results, vocab))
+    _warn_unused(debugger.session)
 
 
-def _clean_decisions(session: Session) -> dict | None:
+def _clean_decisions(debugger: Debugger) -> dict | None:
     """What each pass chose without the scenario's interventions (None when it has none)."""
-    if not session.scenario.interventions:
+    if not debugger.scenario.interventions:
         return None
-    clean = dataclasses.replace(session.scenario, interventions=())
-    return decisions(Session(clean, session.backend, inject=session.inject).steps())
+    clean = dataclasses.replace(debugger.scenario, interventions=())
+    return decisions(Session(clean, debugger.backend, inject=debugger.inject).steps())
 
 
 def _without(clean: dict | None, request: int, round_: int, kind: OpKind, vocab) -> str:
@@ -332,18 +393,19 @@ def _without(clean: dict | None, request: int, round_: int, kind: OpKind, vocab)
     return f" · without the interventions: {token_text(vocab, [token])} (token id {token}, p {probability:.6f})"
 
 
-def _print_lens(session: Session, as_json: bool, top_k: int) -> None:
+def _print_lens(debugger: Debugger, as_json: bool, top_k: int) -> None:
     """Each pass's logit lens and the chosen token's direct logit attribution, as text or one JSON document."""
-    scenario, documents, clean = session.scenario, [], _clean_decisions(session)
-    for run in passes(session.steps()):
-        rows = logit_lens(session.model, run, top_k)
-        dla = None if session.model.spec.post_norms else attribution(session.model, run)
+    scenario, model, documents, clean = debugger.scenario, debugger.session.model, [], _clean_decisions(debugger)
+    for run in passes(state for state, _ in debugger.trace()):
+        rows = logit_lens(model, run, top_k)
+        dla = None if model.spec.post_norms else attribution(model, run)
         if as_json:
             documents.append(lens_json(rows, dla, run, scenario.vocab))
             continue
-        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
         token = int(run.get("sample.hook_choice")[0, 0])
-        print(f"chose {token_text(scenario.vocab, [token])} (token id {token}, p {float(run.get('sample.hook_probs')[0, token]):.6f})"
+        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
+        print(f"chose {token_text(scenario.vocab, [token])} (token id {token}, "
+              f"p {float(run.get('sample.hook_probs')[0, token]):.6f})"
               + _without(clean, run.request, run.round, OpKind.CHOICE, scenario.vocab))
         print("\n".join(lens_lines(rows, run, run.context, scenario.vocab)))
         if dla is not None:
@@ -352,14 +414,29 @@ def _print_lens(session: Session, as_json: bool, top_k: int) -> None:
     if as_json:
         _print_json({"passes": documents, "interventions": [i.text for i in scenario.interventions]})
     else:
-        print(request_results(session.results, scenario.vocab))
-    _warn_unused(session)
+        print(request_results(debugger.session.results, scenario.vocab))
+    _warn_unused(debugger.session)
 
 
 def _warn_unused(session: Session) -> None:
     for intervention in session.patcher.unused() if session.patcher else ():
         print(f"tinyllm-tui: warning: {intervention.text!r} changed nothing: no operator of that name, head, "
               "rows and pass ran", file=sys.stderr)
+
+
+def _printed(debugger: Debugger, only_hits: bool, dump: ActivationDump | None = None
+             ) -> Iterator[tuple[OpState, tuple[str, ...]]]:
+    """The operators `run` prints, with the breakpoints that hit each: every one, or with --break only
+    those where a breakpoint hits (where the TUI's continue stops). Says `step N` on a terminal's stderr;
+    `dump` sees every operator (--save-activations)."""
+    progress = _Progress()
+    for state, hits in debugger.trace():
+        progress.show(f"step {state.step}")
+        if dump is not None:
+            dump.see(state)
+        if hits or not only_hits:
+            yield state, hits
+    progress.done()
 
 
 def state_text(state: OpState, vocab, full: bool) -> str:
@@ -392,63 +469,68 @@ class _Progress:
 
 
 @app.command()
-def diff(
-    file: ScenarioFile,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
-    inject: InjectOption = None,
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    max_new_tokens: MaxNewTokensOption = None,
-    patches: PatchOption = None,
-    ablations: AblateOption = None,
-) -> None:
-    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator (both with
-    the same interventions)."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens),
-                                       patches, ablations)
-    if inject:
-        print(f"injected bug {inject}: {INJECTIONS[inject]}")
-    diffs = diff_scenario(scenario, array_backend, inject)
-    for d in diffs:
-        head = "" if d.head is None else f" head {d.head}"
-        mark = "✓" if d.agrees else "✗"
-        print(f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  max|Δ| {diff_cell(d)}")
-    print(diff_summary(diffs, inject))
+@shared(*MODEL_OPTIONS)
+def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> None:
+    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator:
+    the largest |cached − full| of each (0 when they agree exactly); exit 1 past the tolerance."""
+    diffs = _debugger(file, options).diff()
+    if as_json:
+        _print_json(_diff_json(diffs, options.inject))
+    else:
+        if options.inject:
+            print(f"injected bug {options.inject}: {INJECTIONS[options.inject]}")
+        for d in diffs:
+            print(_diff_line(d))
+        print(diff_summary(diffs, options.inject))
     if first_divergence(diffs) is not None:
         raise typer.Exit(1)
 
 
+def _diff_line(d: OpDiff) -> str:
+    """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
+    head = "" if d.head is None else f" head {d.head}"
+    mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
+    return (f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  "
+            f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:g})")
+
+
+def _diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
+    first = first_divergence(diffs)
+    return {
+        "inject": inject,
+        "agrees": first is None,
+        "first_divergence": None if first is None else first.step,
+        "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
+                       "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
+                       "tolerance": d.tolerance, "agrees": d.agrees} for d in diffs],
+    }
+
+
 @app.command()
+@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "patches", "ablations", "against",
+        "tolerance", "rtol")
 def check(
     file: ScenarioFile,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON document.")] = False,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    against: AgainstOption = None,
-    tolerance: ToleranceOption = 1e-6,
-    patches: PatchOption = None,
-    ablations: AblateOption = None,
+    as_json: JsonFlag = False,
+    against_llama_cpp: Annotated[bool, typer.Option(
+        "--against-llama-cpp", help="A GGUF file: run it through llama.cpp itself (needs llama-cpp-python) and "
+        "report how far its quantized kernels drift from this reference, per pass and operator.")] = False,
+    *, options: Options,
 ) -> None:
     """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell;
-    or, with --against, a dump of activations from your own implementation."""
-    scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory,
-                                       request=(prompt, ids, None), patches=patches, ablations=ablations)
-    if against is not None:
-        report = compare_activations(scenario, against, tolerance, array_backend)
-        print("\n".join(report.lines()))
-        if report.first_divergence is not None:
-            raise typer.Exit(1)
+    or, with --against, a dump of activations from your own implementation over the whole generation
+    (a checkpoint generates greedily as many tokens as the dump has passes, unless --max-new-tokens)."""
+    if against_llama_cpp and file.suffix != ".gguf":
+        raise typer.BadParameter(f"{file} is not a .gguf file", param_hint="--against-llama-cpp")
+    dump, options = _dump(options)
+    debugger = _debugger(file, options)
+    if dump is not None or against_llama_cpp:
+        _check_against(debugger, file, dump, against_llama_cpp, as_json, options)
         return
-    if not scenario.expect:
-        raise typer.BadParameter(f"{file} has no expect: section", param_hint="FILE")
-    outcomes = check_scenario(scenario, array_backend)
+    if not debugger.scenario.expect:
+        raise ScenarioError(str(file), None, "expect", "no expect: tables to check (check compares a scenario's "
+                            "expect: tables; --against DUMP compares your own activations; run prints every operator)")
+    outcomes = debugger.check_expectations(debugger.scenario)
     malformed = next((o for o in outcomes if o.problem), None)
     if malformed is not None:  # a table that names what the run never computes is a bad file, not a disagreement
         raise malformed.error(str(file))
@@ -461,6 +543,23 @@ def check(
         if not all(o.passed for o in outcomes):
             _explain_disagreement(outcomes)
     if not all(o.passed for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _check_against(debugger: Debugger, file: Path, dump: Dump | None, llama_cpp: bool, as_json: bool,
+                   options: Options) -> None:
+    """Your dump (or llama.cpp's own evaluation of a GGUF) against the run, pass by pass; exit 1 on a divergence."""
+    if llama_cpp:
+        from engine.compare.llama_cpp import compare_with_llama_cpp  # ctypes and llama.cpp only when asked
+
+        report = compare_with_llama_cpp(debugger.scenario, file, options.tolerance, options.rtol, debugger.backend)
+    else:
+        report = compare_generation(debugger.scenario, dump, options.tolerance, options.rtol, debugger.backend)
+    if as_json:
+        _print_json(report.document())
+    else:
+        print("\n".join(report.lines()))
+    if report.first_divergence is not None:
         raise typer.Exit(1)
 
 
@@ -506,16 +605,16 @@ def _outcome_json(outcome: Outcome) -> dict:
 
 
 @app.command()
+@shared("prompt", "ids")
 def gradcheck(
     file: ScenarioFile,
     request: Annotated[int, typer.Option(help="Request whose prefill supplies Q, K, V.")] = 0,
     layer: Annotated[int, typer.Option(help="Layer of the head.")] = 0,
     head: Annotated[int, typer.Option(help="Head to check.")] = 0,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
+    *, options: Options,
 ) -> None:
     """Check one attention head's analytic dL/dQ against central finite differences."""
-    scenario = _load(file, (prompt, ids, None))
+    scenario = _load(file, options)
     try:
         result = check_head(scenario, request=request, layer=layer, head=head)
     except ValueError as error:

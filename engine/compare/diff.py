@@ -19,7 +19,7 @@ from engine.scenario import Scenario
 from engine.session import Session
 from engine.spec import Mode
 from engine.labels import resolve
-from engine.trace import OpState
+from engine.trace import OpState, Phase
 
 TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
 
@@ -30,7 +30,7 @@ Key = tuple[int, int, str, int | None, int | None]
 class OpDiff:
     step: int  # the cached run's step of this operator (the chunk that differs most)
     request: int
-    phase: str
+    phase: Phase
     round: int
     name: str
     layer: int | None

@@ -48,6 +48,14 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "Adding positions twice (prefill and decode) doubles them.", "Row = embed + pos_embed."),
         "zh": ("本层输入：Token向量加位置项。", "逐元素相加。", "位置项重复相加会加倍。", "每行=embed+pos_embed。"),
     },
+    "hook_embed(scaled)": {
+        "en": ("Gemma's token vectors: embedding rows scaled up to the size the blocks expect.",
+               "Row id of the embedding table E, times embed_scale = √d_model (the tied head reads E unscaled).",
+               "Forgetting the scale leaves every row √d too small; the logits still look plausible.",
+               "Each row equals E[id] · √d_model."),
+        "zh": ("Gemma的Token向量：把Embedding行放大到各层期望的尺度。", "取E的对应行，再乘以embed_scale=√d_model（绑定的输出头读未缩放的E）。",
+               "漏掉缩放会让每行小√d倍，logits看起来仍然合理。", "每行等于E[编号]·√d_model。"),
+    },
     "hook_normalized": {
         "en": ("Keep each row at a steady scale before the next matrix.",
                "Per row: subtract the mean, divide by sqrt(variance + eps) (RMSNorm: no mean).",
@@ -251,6 +259,11 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
 }
 
 
+# A hook whose meaning depends on its operator's kind: (hook, kind) -> the entry of TEXTS.
+BY_KIND = {("hook_out", "norm"): "norm.hook_out",  # a norm's output, not the logits
+           ("hook_attn_scores", "softcap"): "hook_attn_scores(softcap)"}  # Gemma 2's capped scores
+
+
 def default_language() -> str:
     code = os.environ.get("LC_ALL") or os.environ.get("LANG") or (locale.getlocale()[0] or "")
     return "zh" if code.lower().startswith("zh") else "en"
@@ -262,10 +275,9 @@ def explain(state: OpState, lang: str) -> list[tuple[str, str]]:
     hook = state.name.rsplit(".", 1)[-1]
     if hook == "hook_embed" and not state.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
-    elif hook == "hook_out" and state.kind == "norm":  # a norm's output, not the logits
-        hook = "norm.hook_out"
-    elif hook == "hook_attn_scores" and state.kind == "softcap":  # Gemma 2's capped scores
-        hook = "hook_attn_scores(softcap)"
+    elif hook == "hook_embed" and len(state.inputs) == 2:  # the table and Gemma's embed_scale
+        hook = "hook_embed(scaled)"
+    hook = BY_KIND.get((hook, state.kind), hook)
     texts = TEXTS.get(hook, {}).get(lang)
     lines = list(zip((why, how, pitfall, check), texts)) if texts else []
     return lines + [(shapes, _shapes(state))]

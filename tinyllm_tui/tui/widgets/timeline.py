@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -31,11 +32,18 @@ class TimelineData:
     requests: int
     chunked: bool
     rounds: tuple[RoundSummary, ...]
+    verdicts: Mapping[tuple[int, int], bool] = field(default_factory=dict)  # (request, round) -> your dump agrees
 
     def shown(self) -> tuple:
         """What the timeline draws of these: most steps change none of it."""
         state = self.state
-        return state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk
+        return (state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk,
+                tuple(self.marks().items()))
+
+    def marks(self) -> dict[int, str]:
+        """round -> ✓/✗ of the current request, where a --against dump was compared."""
+        request = self.state.request
+        return {r: "✓" if agrees else "✗" for (q, r), agrees in self.verdicts.items() if q == request}
 
 
 def focus_index(state: OpState) -> int:
@@ -92,6 +100,8 @@ class Timeline(Widget):
         place = f"{tr('request', self.lang)} {state.request} (of {self.data.requests}) · {where(state.phase, state.round)}"
         if self.data.chunked and state.phase == "prefill":
             place += f" · chunk {state.chunk}"
+        if state.round in self.data.marks():
+            place += f" {self.data.marks()[state.round]}"
         place += f" · {tr('cache', self.lang)} {state.caches[0].length if state.caches else 0}  "
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
         lines.append_text(token_window(state, width - cell_len(place)))
@@ -108,7 +118,8 @@ class Timeline(Widget):
         if not rounds:
             return tr("no round finished yet", self.lang)
         start = len(rounds) - 1
-        while start > 0 and cell_len(round_line(rounds[start - 1 :])) + len(f"‹ {start} earlier │ ") <= width:
+        marks = self.data.marks()
+        while start > 0 and cell_len(round_line(rounds[start - 1 :], marks)) + len(f"‹ {start} earlier │ ") <= width:
             start -= 1
-        line = round_line(rounds[start:])
+        line = round_line(rounds[start:], marks)
         return f"‹ {start} earlier │ {line}" if start else line

@@ -248,3 +248,17 @@ def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy)
     reloaded = load_scenario(x01_copy)
     assert [i.text for i in reloaded.interventions] == ["blocks.0.attn.hook_z head 1=0"]
     assert all(line in reloaded.document.splitlines() for line in comments)  # the user's comments stay
+
+
+def test_an_intervention_refused_while_replaying_leaves_the_debugger_as_it_was(x01_copy):
+    from tinyllm_tui.debugger.debugger import Debugger
+    from engine.loading import load_scenario
+
+    debugger = Debugger(load_scenario(x01_copy))
+    debugger.goto_step(20)
+    before = host(debugger.view.state)
+    with pytest.raises(InterventionError, match="3 numbers for 4 columns"):
+        debugger.intervene("blocks.0.hook_resid_post[0,:]=[1, 2, 3]")
+    assert debugger.scenario.interventions == () and debugger.history.cursor == 20
+    assert np.array_equal(host(debugger.view.state), before)
+    assert debugger.redo_intervention() == "no intervention to redo"

@@ -26,6 +26,7 @@ from engine.compare.against import Against, Report, Tolerance, disagreement
 from engine.compare.dump import Dump
 from engine.compare.diff import OpDiff, diff_runs
 from tinyllm_tui.debugger import autosave
+from engine.interventions import InterventionError
 from tinyllm_tui.debugger.interventions import InterventionHistory, save_interventions
 from tinyllm_tui.debugger.autosave import Unsaved
 from engine.lazy_weights import changed_names
@@ -417,7 +418,12 @@ class Debugger:
         """Add one intervention (raises InterventionError) and replay to the same step."""
         with self._owned():
             intervention = self.interventions.add(text, self.scenario)
-            return self._rebuild(f"intervention {intervention.text}", progress)
+            try:
+                return self._rebuild(f"intervention {intervention.text}", progress)
+            except InterventionError:  # refused by an operator it met while replaying: back to the list before
+                self.interventions.discard()
+                self._rebuild("", progress)
+                raise
 
     def undo_intervention(self, progress: Progress | None = None) -> str:
         with self._owned():

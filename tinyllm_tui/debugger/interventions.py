@@ -44,6 +44,11 @@ class InterventionHistory:
         self._lists.append(interventions)
         self._at += 1
 
+    def discard(self) -> None:
+        """Forget the last change altogether (it cannot be redone)."""
+        del self._lists[self._at:]
+        self._at -= 1
+
     def undo(self) -> bool:
         if self._at == 0:
             return False

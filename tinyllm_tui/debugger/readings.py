@@ -5,7 +5,7 @@ Computed on demand (in a worker: the lens unembeds every residual stream), never
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -28,3 +28,24 @@ def layer_patterns(states: Iterable[OpState], layer: int, chunk: int = 0) -> lis
     name = f"blocks.{layer}.attn.hook_pattern"
     found = {s.head: to_host(s.values) for s in states if s.name == name and s.chunk == chunk}
     return [found[head] for head in sorted(found)]
+
+
+
+def choice_before_after(states: Iterable[OpState], previous) -> tuple[tuple[int, float], tuple[int, float]] | None:
+    """The round's choice and its probability before the last change and now (`previous`: the History of the
+    run before it); None before the round has chosen, or without an earlier run."""
+    by_step = {s.step: s for s in states}
+    steps = [next((step for step, s in by_step.items() if s.name == name), None)
+             for name in ("sample.hook_probs", "sample.hook_choice")]
+    if previous is None or None in steps:
+        return None
+    before, after = _choice(previous.state_at, *steps), _choice(by_step.get, *steps)
+    return None if before is None or after is None else (before, after)
+
+
+def _choice(at: Callable[[int], OpState | None], probs_step: int, choice_step: int) -> tuple[int, float] | None:
+    probs, choice = at(probs_step), at(choice_step)
+    if probs is None or choice is None or choice.name != "sample.hook_choice":
+        return None  # the earlier run had other operators there
+    token = int(to_host(choice.values)[0, 0])
+    return token, float(to_host(probs.values)[0, token])

@@ -26,18 +26,19 @@ def short_hook(hook: str) -> str:
     return f"{layer} {name}"
 
 
-def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: Vocab) -> list[str]:
+def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: Vocab, *,
+               first: int = 0, count: int | None = None) -> list[str]:
     """A layer × position table of each residual stream's most likely token and its probability,
-    then the last position's top-k per layer."""
-    count = rows[0].top.shape[0] if rows else 0
-    positions = range(run.first, run.first + count)
+    then the last position's top-k per layer; `first`, `count`: the window of the pass's positions shown."""
+    total = rows[0].top.shape[0] if rows else 0
+    shown = range(first, total if count is None else min(total, first + count))
     label = max((len(short_hook(r.hook)) for r in rows), default=0)
-    lines = [" " * label + "  " + " ".join(f"{f'{p}·' + short_token(vocab, context[p], CELL - 3):<{CELL}}"
-                                              for p in positions)]
+    lines = [" " * label + "  " + " ".join(f"{f'{run.first + i}·' + short_token(vocab, context[run.first + i], CELL - 3):<{CELL}}"
+                                              for i in shown)]
     for row in rows:
-        cells = (lens_cell(vocab, int(row.top[i, 0]), float(row.probs[i, 0])) for i in range(count))
+        cells = (lens_cell(vocab, int(row.top[i, 0]), float(row.probs[i, 0])) for i in shown)
         lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(f"{c:<{CELL}}" for c in cells))
-    lines.append(f"top {rows[0].top.shape[1] if rows else 0} at position {run.first + count - 1}:")
+    lines.append(f"top {rows[0].top.shape[1] if rows else 0} at position {run.first + total - 1}:")
     for row in rows:
         cells = (lens_cell(vocab, int(t), float(p)) for t, p in zip(row.top[-1], row.probs[-1]))
         lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(f"{c:<{CELL}}" for c in cells))

@@ -21,7 +21,9 @@ from textual.widgets import Footer, ProgressBar, TabbedContent, TabPane
 
 from engine import to_host
 from engine.breakpoints import BreakpointError, short_name
-from tinyllm_tui.presentation.summaries import op_title
+from engine.interventions import InterventionError, check_intervention, parse_any
+from tinyllm_tui.debugger.readings import choice_before_after, layer_patterns, round_lens
+from tinyllm_tui.presentation.summaries import op_title, where
 
 from tinyllm_tui.debugger.debugger import BUSY, Busy, Cancelled, Debugger, SearchError
 from tinyllm_tui.tui.i18n import tr
@@ -32,6 +34,7 @@ from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixData, MatrixWindow, lazy_labels
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
+from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
 from tinyllm_tui.tui.widgets.statusbar import StatusBar, StatusData
 from tinyllm_tui.tui.widgets.timeline import Timeline, TimelineData
 
@@ -75,6 +78,10 @@ class DebuggerScreen(Screen):
         Binding("ctrl+s", "app.save", "Save weights", show=False),
         Binding("S", "app.save_as", "Save as…", show=False),
         Binding("h", "heat", "Heat", show=False),
+        Binding("l", "lens", "Logit lens", show=False),
+        Binding("A", "glance", "Heads at a glance", show=False),
+        Binding("p", "intervene", "Patch/ablate…", show=False),
+        Binding("P", "undo_intervention", "Undo intervention", show=False),
         Binding("less_than_sign,shift+left", "columns(-1)", "Columns ←", show=False),
         Binding("greater_than_sign,shift+right", "columns(1)", "Columns →", show=False),
         Binding("pageup,shift+up", "rows(-1)", "Rows ↑", show=False, priority=True),
@@ -219,6 +226,7 @@ class DebuggerScreen(Screen):
             step=view.state.step, last=None if total is None else total - 1, operator=short_name(view.state),
             inject=debugger.inject,
             stale=debugger.stale is not None, unsaved=debugger.unsaved(), breakpoints=len(debugger.breakpoints),
+            interventions=tuple(i.text for i in debugger.interventions.current),
             playing=PLAY_SPEEDS[self.speed] if self.player is not None else None, message=message))
 
     def _guarded(self, move) -> None:
@@ -446,6 +454,79 @@ class DebuggerScreen(Screen):
     def action_recompute(self) -> None:
         self.in_background("recomputing the cache, replaying to this step…", self.debugger.recompute)
 
+    # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
+    def action_intervene(self) -> None:
+        if not self._refused():
+            self.app.push_screen(PromptScreen(tr("Patch or ablate, as --patch/--ablate take it (e.g. "
+                                                 "blocks.0.attn head 1):", self.lang), self._accept_intervention))
+
+    def _accept_intervention(self, text: str) -> str | None:
+        try:
+            check_intervention(parse_any(text), self.debugger.scenario.model, len(self.debugger.scenario.requests))
+        except InterventionError as error:
+            return str(error)
+        self.in_background("intervening, replaying to this step…", self._intervene, text)
+        return None
+
+    def _intervene(self, text: str, progress=None) -> str:
+        """In the run worker: the intervention, then what the round chose before → after it."""
+        try:
+            message = self.debugger.intervene(text, progress)
+        except InterventionError as error:  # met while replaying (a row of the wrong width, …): undone
+            return str(error)
+        return message + choice_text(self.debugger, self.debugger.scenario.vocab)
+
+    def action_undo_intervention(self) -> None:
+        self.in_background("undoing the intervention, replaying to this step…", self.debugger.undo_intervention)
+
+    def action_lens(self) -> None:
+        if not self._refused():
+            self.set_status("reading every residual stream through the unembedding…")
+            self._compute_lens()
+
+    @work(thread=True, exclusive=True, group="readings")
+    def _compute_lens(self) -> None:
+        debugger = self.debugger
+        states = debugger.history.round_states()
+        run, rows, attribution = round_lens(debugger.session.model, states)
+        title = (f"Logit lens · request {run.request} · {where(states[0].phase, run.round)}"
+                 + choice_text(debugger, debugger.scenario.vocab) + " · Esc: close")
+        self.app.call_from_thread(self._show_lens, LensScreen(title, run, rows, attribution, debugger.scenario.vocab))
+
+    def _show_lens(self, screen) -> None:
+        self.set_status()
+        self.app.push_screen(screen)
+
+    def action_glance(self) -> None:
+        if self._refused():
+            return
+        debugger, state = self.debugger, self.debugger.view.state
+        states = debugger.history.round_states()
+        spec = debugger.scenario.model
+
+        def patterns(layer: int):
+            return layer_patterns(states, layer, state.chunk)
+
+        screen = GlanceScreen(state.layer or 0, spec.n_layers, patterns, state.context, debugger.scenario.vocab)
+        self.app.push_screen(screen, lambda chosen: self._open_head(states, state.chunk, chosen))
+
+    def _open_head(self, states, chunk: int, chosen: tuple[int, int] | None) -> None:
+        if chosen is None:
+            return
+        name = f"blocks.{chosen[0]}.attn.hook_pattern"
+        step = next((s.step for s in states if s.name == name and s.head == chosen[1] and s.chunk == chunk), None)
+        if step is not None:
+            self._guarded(lambda: self.debugger.goto_step(step))
+
     def action_before_after(self) -> None:
         self.show_before = not self.show_before
         self.show("showing values BEFORE the last edit" if self.show_before else "showing current values")
+
+
+def choice_text(debugger: Debugger, vocab) -> str:
+    """` · chose X 0.41 → Y 0.14`: the round's choice before the last change and now ('' before it chose)."""
+    change = choice_before_after(debugger.history.round_states(), debugger.previous)
+    if change is None:
+        return ""
+    (before, p_before), (after, p_after) = change
+    return f" · chose {vocab.tokens[before]!r} {p_before:.3f} → {vocab.tokens[after]!r} {p_after:.3f}"

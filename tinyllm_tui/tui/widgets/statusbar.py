@@ -20,6 +20,7 @@ class StatusData:
     unsaved: int = 0
     breakpoints: int = 0
     playing: float | None = None  # steps per second while playing
+    interventions: tuple[str, ...] = ()  # on activations, as --patch/--ablate write them
     message: str = ""
 
 
@@ -34,6 +35,10 @@ def status_text(data: StatusData, lang: str) -> Text:
     if data.unsaved:
         text.append(f" · {data.unsaved} {tr('unsaved edit' if data.unsaved == 1 else 'unsaved edits', lang)}",
                     style="bold")
+    if data.interventions:
+        count = len(data.interventions)
+        text.append(f" · ✂ {count} {tr('intervention' if count == 1 else 'interventions', lang)}: "
+                    f"{data.interventions[-1]}", style="bold magenta")
     parts = [f"{data.breakpoints} {tr('breakpoint' if data.breakpoints == 1 else 'breakpoints', lang)}"]
     if data.playing:
         parts.append(f"▶ {tr('playing', lang)} {data.playing:g}/s (+ -)")

@@ -1,0 +1,47 @@
+"""The TUI's interventions, logit lens and attention at a glance, driven by keys (Pilot)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tui_helpers import make_app, screen_text, settle, state, status
+
+from engine import to_host
+from tinyllm_tui.tui.widgets.dialogs import PromptScreen
+from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
+
+
+async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open():
+    """p ablates a head (the status line says so and the choice before → after), l opens the lens,
+    A every head of the layer, Enter on one opens its pattern."""
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("g", *"28", "enter")  # request 0's prefill has chosen (sample.choice)
+        await pilot.press("p")  # patch / ablate
+        assert isinstance(app.screen, PromptScreen)
+        await pilot.press(*"blocks.0.attn head 9", "enter")  # X01 has heads 0–1: refused in the prompt
+        assert "heads 0–1" in str(app.screen.query_one("#prompt-error").render())
+        await pilot.press(*["backspace"] * 20, *"blocks.0.attn head 1", "enter")
+        await settle(pilot)
+        assert "✂ 1 intervention: blocks.0.attn.hook_z head 1=0" in status(app)
+        assert " · chose '" in status(app) and " → '" in status(app)  # the round's choice before → after
+        assert state(app).step == 28
+        await pilot.press("l")  # the logit lens of this round
+        await settle(pilot)
+        assert isinstance(app.screen, LensScreen)
+        text = screen_text(app)
+        assert "0 pre" in text and "0 post" in text and "direct logit attribution" in text  # X01: one layer
+        assert "L0.H1          +0.000000" in text  # the ablated head adds nothing to the chosen logit
+        await pilot.press("escape")
+        await pilot.press("g", *"7", "enter")  # layer 0's attention, in the prefill
+        await pilot.press("A")  # every head of layer 0
+        assert isinstance(app.screen, GlanceScreen)
+        assert "▸h0" in screen_text(app) and "h1" in screen_text(app)
+        await pilot.press("right", "enter")  # head 1: opened as the current matrix
+        await settle(pilot)
+        assert state(app).name == "blocks.0.attn.hook_pattern" and state(app).head == 1
+        z = next(s for s in app.debugger.history.round_states() if s.name == "blocks.0.attn.hook_z" and s.head == 1)
+        assert np.all(to_host(z.values) == 0)
+        await pilot.press("P")  # undo the intervention
+        await settle(pilot)
+        assert "✂" not in status(app) and "undid the last intervention" in status(app)
+        assert app.debugger.scenario.interventions == ()

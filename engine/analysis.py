@@ -99,7 +99,9 @@ def logit_lens(model: Transformer, run: Pass, k: int = 5) -> list[LensRow]:
     logits = to_host(model.lens(model.backend.asarray(stacked)))
     probs = _softmax(logits)
     k = min(k, probs.shape[1])
-    top = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    candidates = np.argpartition(-probs, k - 1, axis=1)[:, :k]  # the k largest, unordered: no sort of the vocabulary
+    order = np.argsort(-np.take_along_axis(probs, candidates, axis=1), axis=1, kind="stable")
+    top = np.take_along_axis(candidates, order, axis=1)
     ranked = np.take_along_axis(probs, top, axis=1)
     rows, count = [], run.get(hooks[0]).shape[0]
     for index, hook in enumerate(hooks):

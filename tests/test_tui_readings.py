@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from tui_helpers import make_app, screen_text, settle, state, status
+from tui_helpers import make_app, matrix_text, screen_text, settle, state, status
 
 from engine import to_host
 from tinyllm_tui.tui.widgets.dialogs import PromptScreen
@@ -39,8 +39,10 @@ async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open(
         await pilot.press("right", "enter")  # head 1: opened as the current matrix
         await settle(pilot)
         assert state(app).name == "blocks.0.attn.hook_pattern" and state(app).head == 1
-        z = next(s for s in app.debugger.history.round_states() if s.name == "blocks.0.attn.hook_z" and s.head == 1)
-        assert np.all(to_host(z.values) == 0)
+        await pilot.press("g", *"attn.z h1", "enter")  # the ablated head's output: zero, each cell marked changed
+        await settle(pilot)
+        assert state(app).name == "blocks.0.attn.hook_z" and np.all(to_host(state(app).values) == 0)
+        assert all("•" in row for row in matrix_text(app)[-3:])
         await pilot.press("P")  # undo the intervention
         await settle(pilot)
         assert "✂" not in status(app) and "undid the last intervention" in status(app)

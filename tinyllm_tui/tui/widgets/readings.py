@@ -19,7 +19,7 @@ from textual.widgets import Static
 from engine.analysis import Attribution, LensRow, Pass
 from engine.spec import Vocab
 from tinyllm_tui.presentation.glance import GAP, glance_lines
-from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines, short_token
+from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
          Binding("up", "move(-1, 0)", "↑", show=False), Binding("down", "move(1, 0)", "↓", show=False)]
@@ -88,7 +88,7 @@ class GlanceScreen(_Window):
                  vocab: Vocab):
         super().__init__("Attention at a glance · ←/→ head · ↑/↓ layer · Enter: open it · Esc: close")
         self.first_row, self._layers, self._patterns = layer, layers, patterns
-        self._keys = [short_token(vocab, token, 1) for token in context]
+        self._keys = [vocab.tokens[token].strip()[:1] or "␣" for token in context]  # a key's first visible character
 
     def action_move(self, rows: int, cols: int) -> None:
         self.first_row = min(max(self.first_row + rows, 0), self._layers - 1)

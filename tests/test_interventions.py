@@ -129,6 +129,30 @@ def test_patching_every_hook_with_its_own_value_changes_nothing():
     assert largest_change((host(p), host(c)) for p, c in zip(patched, clean)) == 0.0  # ... with no change
 
 
+def test_patching_each_hook_of_x01_alone_with_its_own_value_changes_nothing():
+    """One hook at a time, in both of X01's requests, so that no patch hides behind another."""
+    from conftest import X01
+    from engine.loading import load_scenario
+
+    scenario = load_scenario(X01)
+    clean = list(Session(scenario).steps())
+    for name, head in sorted({(s.name, s.head) for s in clean}, key=str):
+        spec = f"{name}{'' if head is None else f' head {head}'}"
+        patched = list(Session(with_interventions(scenario, f"{spec}=from:0 @request.0",
+                                                  f"{spec}=from:1 @request.1")).steps())
+        assert [s.original is not None for s in patched] == [(s.name, s.head) == (name, head) for s in clean], spec
+        assert largest_change((host(p), host(c)) for p, c in zip(patched, clean, strict=True)) == 0.0, spec
+
+
+def test_zeroing_a_heads_result_is_zeroing_its_output_before_wo():
+    scenario = open_model(FIXTURES / "llama", prompt="The cat sat", max_new_tokens=3)
+    by_z = [host(s) for s in Session(with_interventions(scenario, ablate=["blocks.0.attn head 2"])).steps()
+            if s.name == "unembed.hook_out"]
+    by_result = [host(s) for s in Session(with_interventions(scenario, "blocks.0.attn.hook_result head 2=0")).steps()
+                 if s.name == "unembed.hook_out"]
+    assert len(by_z) == 3 and all(np.array_equal(a, b) for a, b in zip(by_z, by_result, strict=True))
+
+
 def test_patching_b_residual_into_a_reproduces_b_from_that_layer_on():
     scenario = two_requests()
     layer = 0

@@ -1,11 +1,13 @@
 """The transformer forward pass over one chunk of new tokens, as a stream of operators.
 
 `Transformer.forward` is a generator: it yields an `Op` after every operator and
-returns the logits. Whoever drives it may replace a yielded Op's `values` before resuming it
-(engine.interventions does, from outside): everything computed afterwards reads `op.values`,
-so the rest of the pass, and the KV cache rows it appends, follow the replacement. The same code serves prefill (many tokens, empty cache),
+returns the logits. The same code serves prefill (many tokens, empty cache),
 chunked prefill (C tokens onto P cached ones) and cached decode (one token), so
 that a full recompute and the cached path differ only in what they are fed.
+
+Whoever drives the generator may replace a yielded Op's `values` before resuming it
+(engine.interventions does, from outside): everything computed afterwards reads `op.values`,
+so the rest of the pass, and the KV cache rows it appends, follow the replacement.
 """
 
 from __future__ import annotations

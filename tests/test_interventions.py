@@ -252,21 +252,27 @@ def test_spec_text_round_trips():
 
 # -- the Debugger ------------------------------------------------------------------------------------------
 def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy):
-    from tinyllm_tui.debugger.debugger import Debugger
     from engine.loading import load_scenario
+    from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.debugger.interventions import Change, Intervened
+    from tinyllm_tui.debugger.results import Reason, Refused
 
     debugger = Debugger(load_scenario(x01_copy))
-    debugger.goto_step(60)
-    assert debugger.intervene("blocks.0.attn head 1") == "intervention blocks.0.attn.hook_z head 1=0"
-    assert debugger.history.cursor == 60  # replayed to the same step
+    debugger.goto_step(61)  # decode round 1 of 我爱学习: its choice
+    result = debugger.intervene("blocks.0.attn head 1")
+    assert isinstance(result, Intervened) and (result.change, result.text) == (Change.ADDED, "blocks.0.attn.hook_z head 1=0")
+    assert debugger.history.cursor == 61  # replayed to the same step
+    probs = [to_host(h.state_at(60).values)[0] for h in (debugger.previous, debugger.history)]  # sample.probs
+    assert result.choice == tuple((debugger.scenario.vocab.tokens[int(np.argmax(p))], float(p.max())) for p in probs)
     assert debugger.scenario.interventions == (parse_ablation("blocks.0.attn head 1"),)
+    assert debugger.frame.status.interventions == ("blocks.0.attn.hook_z head 1=0",)
     z = next(s for s in debugger.history.round_states() if s.name == "blocks.0.attn.hook_z" and s.head == 1)
     assert np.all(host(z) == 0) and debugger.before(z) is not None and np.any(debugger.before(z) != 0)
-    with pytest.raises(InterventionError, match="heads 0–1"):
-        debugger.intervene("blocks.0.attn head 4")
-    assert debugger.undo_intervention() == "undid the last intervention" and debugger.scenario.interventions == ()
-    assert debugger.undo_intervention() == "no intervention to undo"
-    assert debugger.redo_intervention() == "redid the intervention" and len(debugger.scenario.interventions) == 1
+    refused = debugger.intervene("blocks.0.attn head 4")
+    assert isinstance(refused, Refused) and "heads 0–1" in refused.args[0]
+    assert debugger.undo_intervention().change is Change.UNDONE and debugger.scenario.interventions == ()
+    assert debugger.undo_intervention() == Refused(Reason.NOTHING_TO_UNDO)
+    assert debugger.redo_intervention().change is Change.REDONE and len(debugger.scenario.interventions) == 1
     comments = [line for line in x01_copy.read_text(encoding="utf-8").splitlines() if line.lstrip().startswith("#")]
     debugger.save_interventions()
     reloaded = load_scenario(x01_copy)
@@ -275,14 +281,15 @@ def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy)
 
 
 def test_an_intervention_refused_while_replaying_leaves_the_debugger_as_it_was(x01_copy):
-    from tinyllm_tui.debugger.debugger import Debugger
     from engine.loading import load_scenario
+    from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.debugger.results import Reason, Refused
 
     debugger = Debugger(load_scenario(x01_copy))
     debugger.goto_step(20)
     before = host(debugger.view.state)
-    with pytest.raises(InterventionError, match="3 numbers for 4 columns"):
-        debugger.intervene("blocks.0.hook_resid_post[0,:]=[1, 2, 3]")
+    refused = debugger.intervene("blocks.0.hook_resid_post[0,:]=[1, 2, 3]")
+    assert isinstance(refused, Refused) and "3 numbers for 4 columns" in refused.args[0]
     assert debugger.scenario.interventions == () and debugger.history.cursor == 20
     assert np.array_equal(host(debugger.view.state), before)
-    assert debugger.redo_intervention() == "no intervention to redo"
+    assert debugger.redo_intervention() == Refused(Reason.NOTHING_TO_REDO)

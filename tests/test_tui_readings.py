@@ -15,7 +15,7 @@ async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open(
     A every head of the layer, Enter on one opens its pattern."""
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("g", *"28", "enter")  # request 0's prefill has chosen (sample.choice)
+        await pilot.press("g", *"28", "enter")  # request 0's prefill, just before its choice
         await pilot.press("p")  # patch / ablate
         assert isinstance(app.screen, PromptScreen)
         await pilot.press(*"blocks.0.attn head 9", "enter")  # X01 has heads 0–1: refused in the prompt

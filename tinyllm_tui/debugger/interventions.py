@@ -8,12 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from engine.interventions import Intervention, check_intervention, parse_any
 from engine.loading.document import round_trip_yaml
 from engine.loading.weightfile import atomic_write
 from engine.scenario import Scenario
+
+
+class Change(StrEnum):
+    ADDED = "added"
+    UNDONE = "undone"
+    REDONE = "redone"
+
+
+@dataclass(frozen=True)
+class Intervened:
+    """A Debugger result: the interventions changed and the run was replayed to the same step."""
+
+    change: Change
+    text: str = ""  # the intervention added
+    choice: tuple[tuple[str, float], tuple[str, float]] | None = None  # the round's (token text, p) before → after
 
 
 class InterventionHistory:

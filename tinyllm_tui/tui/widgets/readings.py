@@ -84,9 +84,9 @@ class GlanceScreen(_Window):
 
     BINDINGS = [Binding("escape,A,q", "dismiss(None)", "Close"), Binding("enter", "open", "Open"), *MOVES]
 
-    def __init__(self, layer: int, layers: int, patterns: Callable[[int], list[np.ndarray]], context: tuple[int, ...],
-                 vocab: Vocab):
-        super().__init__("Attention at a glance · ←/→ head · ↑/↓ layer · Enter: open it · Esc: close")
+    def __init__(self, title: str, layer: int, layers: int, patterns: Callable[[int], list[np.ndarray]],
+                 context: tuple[int, ...], vocab: Vocab):
+        super().__init__(title)
         self.first_row, self._layers, self._patterns = layer, layers, patterns
         self._keys = [vocab.tokens[token].strip()[:1] or "␣" for token in context]  # a key's first visible character
 

@@ -323,3 +323,29 @@ def test_the_cache_frame_counts_the_rows_a_prefill_chunk_appended():
     while not (debugger.frame.timeline.chunk == 1 and debugger.frame.cache and debugger.frame.cache.length == 5):
         assert isinstance(debugger.step(), Moved)
     assert debugger.frame.cache.appended == 2 and debugger.frame.cache.k.new_from == 3
+
+
+def test_a_replay_after_an_edit_is_built_aside_and_published_whole():
+    """While an edit replays in a worker, readers see the old session, history and frame, never a mix;
+    once it is done they see the new ones together."""
+    from tui_helpers import long_scenario
+
+    debugger = Debugger(long_scenario(prompt=8, new=60))
+    debugger.goto_step(450)
+    old = (debugger.session, debugger.history, debugger.frame, debugger.scenario)
+    inside, release = threading.Event(), threading.Event()
+
+    def progress(step):  # the replay reports at step 200 and 400: hold it there
+        inside.set()
+        release.wait(5)
+
+    worker = threading.Thread(target=lambda: debugger.apply(CellEdit("blocks.0.attn.wk", (0, 0), 3.0),
+                                                            progress=progress))
+    worker.start()
+    assert inside.wait(5)
+    assert (debugger.session, debugger.history, debugger.frame, debugger.scenario) == old  # mid-replay: the old run
+    release.set()
+    worker.join(10)
+    new = (debugger.session, debugger.history, debugger.frame, debugger.scenario)
+    assert all(a is not b for a, b in zip(new, old)) and debugger.frame.step == 450
+    assert debugger.frame.status.unsaved == 1 and debugger.scenario.fingerprint == debugger.fingerprint

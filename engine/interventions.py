@@ -177,9 +177,23 @@ def _where(text: str, spec: str) -> tuple[str | None, int | None]:
     return when, request
 
 
-def check_intervention(intervention: Intervention, model, requests: int) -> None:
-    """Refuse what cannot apply to `model` (an engine.spec.ModelSpec) with `requests` requests."""
+def hook_width(hook: str, model, vocab: int) -> int | None:
+    """How many columns `hook`'s operator has, where the spec alone says (None: keys, or a hook not listed)."""
+    d, d_attn, d_kv = model.d_model, model.d_attn, model.d_kv
+    widths = {"hook_resid_pre": d, "hook_resid_mid": d, "hook_resid_post": d, "hook_attn_out": d, "hook_mlp_out": d,
+              "attn.hook_q": d_attn, "attn.hook_rot_q": d_attn, "attn.hook_k": d_kv, "attn.hook_rot_k": d_kv,
+              "attn.hook_v": d_kv, "attn.hook_z": model.d_head, "attn.hook_result": d, "attn.hook_concat": d_attn,
+              "mlp.hook_pre": model.d_ff, "mlp.hook_post": model.d_ff, "unembed.hook_out": vocab, "hook_embed": d}
+    return widths.get(re.sub(r"^blocks\.\d+\.", "", hook))
+
+
+def check_intervention(intervention: Intervention, model, requests: int, vocab: int | None = None) -> None:
+    """Refuse what cannot apply to `model` (an engine.spec.ModelSpec) with `requests` requests (and, given the
+    vocabulary's size, columns or a row the operator does not have)."""
     spec, text = intervention, intervention.text
+    width = None if vocab is None else hook_width(spec.hook, model, vocab)
+    if width is not None:
+        _check_width(spec, width)
     layer = _LAYER.match(spec.hook)
     if layer and int(layer[1]) >= model.n_layers:
         raise InterventionError(f"{text!r}: the model has layers 0–{model.n_layers - 1}")
@@ -193,6 +207,12 @@ def check_intervention(intervention: Intervention, model, requests: int) -> None
     for index, name in ((spec.request, "request"), (spec.value if spec.action is Action.PATCH else None, "from:")):
         if index is not None and index >= requests:
             raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
+
+
+def _check_width(spec: Intervention, width: int) -> None:
+    cols = _columns(spec, width)
+    if spec.action is Action.SET and isinstance(spec.value, tuple) and len(spec.value) != len(range(width)[cols]):
+        raise InterventionError(f"{spec.text!r}: {len(spec.value)} numbers for {len(range(width)[cols])} columns")
 
 
 # -- applying --------------------------------------------------------------------------------------

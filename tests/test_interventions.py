@@ -26,7 +26,7 @@ SMOLLM2 = Path.home() / ".cache" / "tinyllm-tui" / "SmolLM2-135M-Instruct.Q4_1.g
 def with_interventions(scenario, *texts, ablate=()):
     interventions = tuple(parse_intervention(t) for t in texts) + tuple(parse_ablation(t) for t in ablate)
     for intervention in interventions:
-        check_intervention(intervention, scenario.model, len(scenario.requests))
+        check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
     return dataclasses.replace(scenario, interventions=interventions)
 
 
@@ -235,11 +235,22 @@ def test_specs_the_model_cannot_take_are_refused(text, message):
         check_intervention(parse_intervention(text), scenario.model, len(scenario.requests))
 
 
+def test_a_row_of_the_wrong_width_is_refused_before_the_run_where_the_spec_says_the_width():
+    scenario = open_model(FIXTURES / "llama", prompt="The cat", max_new_tokens=1)
+    for text, message in [("blocks.0.hook_resid_post[0,:]=[1, 2]", "2 numbers for 16 columns"),
+                          ("blocks.0.attn.hook_k[0,2:4]=[1, 2, 3]", "3 numbers for 2 columns"),
+                          ("blocks.1.mlp.hook_post[0,32]=1", "columns 0–31"),
+                          ("unembed.hook_out[0,300]=0", "columns 0–299")]:
+        with pytest.raises(InterventionError, match=message):
+            check_intervention(parse_intervention(text), scenario.model, 1, len(scenario.vocab))
+    check_intervention(parse_intervention("blocks.0.attn.hook_k[0,2:4]=[1, 2]"), scenario.model, 1, 300)
+
+
 def test_a_row_of_the_wrong_width_is_refused_when_met():
-    scenario = with_interventions(open_model(FIXTURES / "llama", prompt="The cat", max_new_tokens=1),
-                                  "blocks.0.hook_resid_post[0,:]=[1, 2]")
+    scenario = open_model(FIXTURES / "llama", prompt="The cat", max_new_tokens=1)
+    unchecked = dataclasses.replace(scenario, interventions=(parse_intervention("blocks.0.hook_resid_post[0,:]=[1, 2]"),))
     with pytest.raises(InterventionError, match="2 numbers for 16 columns"):
-        list(Session(scenario).steps())
+        list(Session(unchecked).steps())
 
 
 def test_spec_text_round_trips():
@@ -288,8 +299,8 @@ def test_an_intervention_refused_while_replaying_leaves_the_debugger_as_it_was(x
     debugger = Debugger(load_scenario(x01_copy))
     debugger.goto_step(20)
     before = host(debugger.view.state)
-    refused = debugger.intervene("blocks.0.hook_resid_post[0,:]=[1, 2, 3]")
-    assert isinstance(refused, Refused) and "3 numbers for 4 columns" in refused.args[0]
+    refused = debugger.intervene("blocks.0.hook_resid_post=from:1 @request.0")  # request 1 is shorter: met in the run
+    assert isinstance(refused, Refused) and "request 1 has no positions 0–2" in refused.args[0]
     assert debugger.scenario.interventions == () and debugger.history.cursor == 20
     assert np.array_equal(host(debugger.view.state), before)
     assert debugger.redo_intervention() == Refused(Reason.NOTHING_TO_REDO)

@@ -122,8 +122,6 @@ def test_run_lens_json_holds_every_pass_and_position():
 def test_bad_interventions_are_refused_with_one_line(option, text, fragment):
     for command in ("run", "diff", "check"):
         result = invoke(command, FIXTURES / "llama", "--prompt", "The cat", option, text)
-        if command == "check" and "columns" in fragment:
-            continue  # check refuses a checkpoint without expect: first
         assert result.exit_code == 2, (command, result.output)
         assert fragment in result.stderr and "Traceback" not in result.output
         assert len(result.stderr.strip().splitlines()) == 1

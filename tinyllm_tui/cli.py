@@ -198,7 +198,7 @@ def with_interventions(scenario: Scenario, patches: list[str] | None, ablations:
     """The scenario with the --patch and --ablate interventions after its own; a bad one raises InterventionError."""
     added = [*(parse_intervention(text) for text in patches or []), *(parse_ablation(text) for text in ablations or [])]
     for intervention in added:
-        check_intervention(intervention, scenario.model, len(scenario.requests))
+        check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
     return dataclasses.replace(scenario, interventions=(*scenario.interventions, *added)) if added else scenario
 
 

@@ -82,7 +82,7 @@ def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario
         decode=decode,
         expect=parse_expectations(root.get("expect"), requests, model) if root.has("expect") else (),
         breakpoints=_breakpoints(root.get("breakpoints")) if root.has("breakpoints") else (),
-        interventions=_interventions(root.get("interventions"), model, len(requests))
+        interventions=_interventions(root.get("interventions"), model, len(requests), len(vocab))
         if root.has("interventions") else (),
         document=None if from_checkpoint else text,  # no inline weights to write edits back into
         weights_source=source,
@@ -108,13 +108,13 @@ def _breakpoints(node: Node) -> tuple[str, ...]:
     return tuple(texts)
 
 
-def _interventions(node: Node, model: ModelSpec, requests: int) -> tuple[Intervention, ...]:
+def _interventions(node: Node, model: ModelSpec, requests: int, vocab: int) -> tuple[Intervention, ...]:
     """`interventions:` a list of specs as `--patch` or `--ablate` take them (engine.interventions)."""
     parsed = []
     for item in node.items():
         try:
             parsed.append(parse_any(item.text()))
-            check_intervention(parsed[-1], model, requests)
+            check_intervention(parsed[-1], model, requests, vocab)
         except InterventionError as error:
             raise item.error(str(error)) from None
     return tuple(parsed)

@@ -47,7 +47,7 @@ class InterventionHistory:
     def add(self, text: str, scenario: Scenario) -> Intervention:
         """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError."""
         intervention = parse_any(text)
-        check_intervention(intervention, scenario.model, len(scenario.requests))
+        check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
         self._push((*self.current, intervention))
         return intervention
 

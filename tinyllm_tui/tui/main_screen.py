@@ -486,7 +486,7 @@ class DebuggerScreen(Screen):
         """A malformed spec is refused in the prompt; a good one replays in the runner."""
         scenario = self.debugger.scenario
         try:
-            check_intervention(parse_any(text), scenario.model, len(scenario.requests))
+            check_intervention(parse_any(text), scenario.model, len(scenario.requests), len(scenario.vocab))
         except InterventionError as error:
             return str(error)
         self.in_background(tr("screen.intervening", self.lang), self.debugger.intervene, text)

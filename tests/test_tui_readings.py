@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from tui_helpers import make_app, matrix_text, screen_text, settle, state, status
 
+from engine import load_scenario
+
 from engine import to_host
 from tinyllm_tui.tui.widgets.dialogs import PromptScreen
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
@@ -47,3 +49,14 @@ async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open(
         await settle(pilot)
         assert "✂" not in status(app) and "undid the last intervention" in status(app)
         assert app.debugger.scenario.interventions == ()
+
+
+async def test_w_saves_the_interventions_into_the_scenario_file(x01_copy):
+    """p then W: the scenario file lists the intervention under interventions:."""
+    app = make_app(x01_copy)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("p", *"blocks.0.hook_resid_mid[1,:]*=0.5", "enter")  # scale position 1's residual
+        await settle(pilot)
+        await pilot.press("W")
+        assert f"saved to {x01_copy}" in status(app)
+    assert [i.text for i in load_scenario(x01_copy).interventions] == ["blocks.0.hook_resid_mid[1,:]*=0.5"]

@@ -93,6 +93,7 @@ class DebuggerScreen(Screen):
         Binding("A", "glance", "Heads at a glance", show=False),
         Binding("p", "intervene", "Patch/ablate…", show=False),
         Binding("P", "undo_intervention", "Undo intervention", show=False),
+        Binding("W", "save_interventions", "Save interventions", show=False),
         Binding("t", "sorted_columns", "Top-k sorted", show=False),
         Binding("p", "pieces", "Pieces", show=False),
         Binding("less_than_sign,shift+left", "columns(-1)", "Columns ←", show=False),
@@ -494,6 +495,10 @@ class DebuggerScreen(Screen):
 
     def action_undo_intervention(self) -> None:
         self.in_background(tr("screen.undoing", self.lang), self.debugger.undo_intervention)
+
+    def action_save_interventions(self) -> None:
+        """Into the scenario file's interventions: (a checkpoint opened directly has no file for them)."""
+        self.say(self.debugger.save_interventions())
 
     def action_lens(self) -> None:
         debugger = self.debugger

@@ -304,3 +304,20 @@ def test_an_intervention_refused_while_replaying_leaves_the_debugger_as_it_was(x
     assert debugger.scenario.interventions == () and debugger.history.cursor == 20
     assert np.array_equal(host(debugger.view.state), before)
     assert debugger.redo_intervention() == Refused(Reason.NOTHING_TO_REDO)
+
+
+def test_hook_result_is_each_heads_z_through_its_rows_of_wo_and_they_sum_to_attn_out():
+    """TransformerLens's hook_result: z_h · W_O[h·dh:(h+1)·dh]; their sum plus b_O is attn_out (gpt2 has b_O)."""
+    scenario = open_model(FIXTURES / "gpt2", prompt="The cat sat", max_new_tokens=2)
+    spec, states = scenario.model, list(Session(scenario).steps())
+    dh = spec.d_head
+    for state in (s for s in states if s.name == "blocks.1.hook_attn_out"):
+        mine = [s for s in states if (s.request, s.round) == (state.request, state.round)]
+        z = {s.head: host(s) for s in mine if s.name == "blocks.1.attn.hook_z"}
+        result = {s.head: host(s) for s in mine if s.name == "blocks.1.attn.hook_result"}
+        wo = np.asarray(scenario.weights["blocks.1.attn.wo"], dtype=np.float64)
+        assert sorted(result) == list(range(spec.n_heads))
+        for head in range(spec.n_heads):
+            np.testing.assert_allclose(result[head], z[head] @ wo[head * dh:(head + 1) * dh], rtol=0, atol=1e-12)
+        bias = np.asarray(scenario.weights["blocks.1.attn.bo"], dtype=np.float64)
+        np.testing.assert_allclose(sum(result.values()) + bias, host(state), rtol=0, atol=1e-12)

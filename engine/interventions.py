@@ -211,8 +211,13 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
 
 def _check_width(spec: Intervention, width: int) -> None:
     cols = _columns(spec, width)
-    if spec.action is Action.SET and isinstance(spec.value, tuple) and len(spec.value) != len(range(width)[cols]):
-        raise InterventionError(f"{spec.text!r}: {len(spec.value)} numbers for {len(range(width)[cols])} columns")
+    if spec.action is Action.SET and isinstance(spec.value, tuple):
+        _check_row(spec, len(range(width)[cols]))
+
+
+def _check_row(spec: Intervention, columns: int) -> None:
+    if len(spec.value) != columns:
+        raise InterventionError(f"{spec.text!r}: {len(spec.value)} numbers for {columns} columns")
 
 
 # -- applying --------------------------------------------------------------------------------------
@@ -264,8 +269,7 @@ class Patcher:
         if spec.action is Action.SCALE:
             return current * spec.value
         if spec.action is Action.SET and isinstance(spec.value, tuple):
-            if len(spec.value) != current.shape[1]:
-                raise InterventionError(f"{spec.text!r}: {len(spec.value)} numbers for {current.shape[1]} columns")
+            _check_row(spec, current.shape[1])
             return xp.asarray(spec.value, dtype=current.dtype)[None, :]
         if spec.action is Action.SET:
             return spec.value

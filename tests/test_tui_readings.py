@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from textual.widgets import Input
 from tui_helpers import make_app, matrix_text, screen_text, settle, state, status
 
 from engine import load_scenario
@@ -18,11 +19,12 @@ async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open(
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("g", *"28", "enter")  # request 0's prefill, just before its choice
-        await pilot.press("p")  # patch / ablate
+        await pilot.press("p")  # patch / ablate: the prompt starts with the current operator
         assert isinstance(app.screen, PromptScreen)
-        await pilot.press(*"blocks.0.attn head 9", "enter")  # X01 has heads 0–1: refused in the prompt
+        assert app.screen.query_one(Input).value == "sample.hook_filtered[:,:]="
+        await pilot.press("ctrl+u", *"blocks.0.attn head 9", "enter")  # X01 has heads 0–1: refused in the prompt
         assert "heads 0–1" in str(app.screen.query_one("#prompt-error").render())
-        await pilot.press(*["backspace"] * 20, *"blocks.0.attn head 1", "enter")
+        await pilot.press("ctrl+u", *"blocks.0.attn head 1", "enter")
         await settle(pilot)
         assert "✂ 1 intervention: blocks.0.attn.hook_z head 1=0" in status(app)
         assert " · chose '" in status(app) and " → '" in status(app)  # the round's choice before → after
@@ -55,7 +57,7 @@ async def test_w_saves_the_interventions_into_the_scenario_file(x01_copy):
     """p then W: the scenario file lists the intervention under interventions:."""
     app = make_app(x01_copy)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("p", *"blocks.0.hook_resid_mid[1,:]*=0.5", "enter")  # scale position 1's residual
+        await pilot.press("p", "ctrl+u", *"blocks.0.hook_resid_mid[1,:]*=0.5", "enter")  # scale position 1's residual
         await settle(pilot)
         await pilot.press("W")
         assert f"saved to {x01_copy}" in status(app)

@@ -481,7 +481,9 @@ class DebuggerScreen(Screen):
         if self.runner.running:
             self._refuse()
             return
-        self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention))
+        state = self.debugger.history.current  # the current operator, all of it: the value is the user's to type
+        here = state.name + ("" if state.head is None else f" head {state.head}") + "[:,:]="
+        self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention, here))
 
     def _accept_intervention(self, text: str) -> str | None:
         """A malformed spec is refused in the prompt; a good one replays in the runner."""

@@ -209,6 +209,15 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
             raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
 
 
+def check_operator(intervention: Intervention, operators: set[tuple[str, int | None]]) -> None:
+    """Refuse an intervention that names no operator of `operators` ((name, head) of a round: every round has
+    every hook of the model), e.g. a misspelt hook."""
+    if (intervention.hook, intervention.head) not in operators:
+        near = sorted({name for name, _ in operators if name.rsplit(".", 1)[-1] == intervention.hook.rsplit(".", 1)[-1]})
+        hint = f" (the model has {near[0]}, …)" if near else ""
+        raise InterventionError(f"{intervention.text!r}: no operator {intervention.hook} runs in this model{hint}")
+
+
 def _check_width(spec: Intervention, width: int) -> None:
     cols = _columns(spec, width)
     if spec.action is Action.SET and isinstance(spec.value, tuple):

@@ -281,6 +281,8 @@ def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy)
     assert np.all(host(z) == 0) and debugger.before(z) is not None and np.any(debugger.before(z) != 0)
     refused = debugger.intervene("blocks.0.attn head 4")
     assert isinstance(refused, Refused) and "heads 0–1" in refused.args[0]
+    refused = debugger.intervene("blocks.0.hook_resid_psot[0,:]=0")
+    assert isinstance(refused, Refused) and "no operator blocks.0.hook_resid_psot" in refused.args[0]
     assert debugger.undo_intervention().change is Change.UNDONE and debugger.scenario.interventions == ()
     assert debugger.undo_intervention() == Refused(Reason.NOTHING_TO_UNDO)
     assert debugger.redo_intervention().change is Change.REDONE and len(debugger.scenario.interventions) == 1

@@ -118,6 +118,8 @@ def test_run_lens_json_holds_every_pass_and_position():
     ("--ablate", "blocks.0.attn head 9", "heads 0–3"),
     ("--ablate", "blocks.0.attn", "expected 'blocks.L.attn head H'"),
     ("--patch", "blocks.0.hook_resid_post[0,40]=1", "columns 0–15"),
+    ("--patch", "blocks.0.hook_resid_pots[0,:]=1", "no operator blocks.0.hook_resid_pots runs in this model"),
+    ("--patch", "blocks.0.attn.hook_rot_v=1", "no operator blocks.0.attn.hook_rot_v"),
 ])
 def test_bad_interventions_are_refused_with_one_line(option, text, fragment):
     for command in ("run", "diff", "check"):

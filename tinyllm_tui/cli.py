@@ -36,7 +36,8 @@ from engine.export import ActivationDump, json_number, record, requests_record, 
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
 from engine.analysis import AnalysisError, attribution, decisions, logit_lens, passes
-from engine.interventions import InterventionError, check_intervention, parse_ablation, parse_intervention
+from engine.interventions import (InterventionError, check_intervention, check_operator, parse_ablation,
+                                  parse_intervention)
 from engine.loading import open_model
 from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
 from engine.loading.edits import CellEdit, EditError, convert_scenario, parse_set
@@ -233,7 +234,12 @@ def _debugger(file: Path, options: Options) -> Debugger:
     """The Debugger `run`, `diff` and `check` drive: what the TUI would open on `file` with these options."""
     backend = _check_flags(options)
     scenario = _loaded(file, options)
-    return Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
+    debugger = Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
+    if scenario.interventions:  # a misspelt hook is refused before anything prints
+        operators = {(s.name, s.head) for s in debugger.history.round_states()}
+        for intervention in scenario.interventions:
+            check_operator(intervention, operators)
+    return debugger
 
 
 def _dump(options: Options) -> tuple[Dump | None, Options]:

@@ -558,7 +558,8 @@ class Debugger:
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
         """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""
         try:
-            intervention = self.interventions.add(text, self.scenario)
+            operators = {(s.name, s.head) for s in self.history.round_states()}
+            intervention = self.interventions.add(text, self.scenario, operators)
         except InterventionError as error:
             return Refused(Reason.BAD_QUERY, (str(error),))
         try:

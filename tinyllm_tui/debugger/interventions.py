@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from engine.interventions import Intervention, check_intervention, parse_any
+from engine.interventions import Intervention, check_intervention, check_operator, parse_any
 from engine.loading.document import round_trip_yaml
 from engine.loading.weightfile import atomic_write
 from engine.scenario import Scenario
@@ -44,10 +44,13 @@ class InterventionHistory:
     def current(self) -> tuple[Intervention, ...]:
         return self._lists[self._at]
 
-    def add(self, text: str, scenario: Scenario) -> Intervention:
-        """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError."""
+    def add(self, text: str, scenario: Scenario, operators: set[tuple[str, int | None]]) -> Intervention:
+        """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError.
+
+        Args: operators: (name, head) of the operators of a round, which every hook it names must be."""
         intervention = parse_any(text)
         check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
+        check_operator(intervention, operators)
         self._push((*self.current, intervention))
         return intervention
 

@@ -323,3 +323,13 @@ def test_hook_result_is_each_heads_z_through_its_rows_of_wo_and_they_sum_to_attn
             np.testing.assert_allclose(result[head], z[head] @ wo[head * dh:(head + 1) * dh], rtol=0, atol=1e-12)
         bias = np.asarray(scenario.weights["blocks.1.attn.bo"], dtype=np.float64)
         np.testing.assert_allclose(sum(result.values()) + bias, host(state), rtol=0, atol=1e-12)
+
+
+def test_interventions_give_the_same_numbers_on_every_backend(backend):
+    """Set, scale, ablate and patch from another request: NumPy and array_api_strict agree exactly."""
+    scenario = with_interventions(two_requests(), "blocks.0.hook_resid_post=from:1 @request.0",
+                                  "blocks.1.hook_resid_mid[2,:]*=0.5", "blocks.0.hook_mlp_out[1,3]=2",
+                                  ablate=["blocks.1.attn head 1"])
+    numpy = [host(s) for s in Session(scenario).steps()]
+    other = [host(s) for s in Session(scenario, backend).steps()]
+    assert largest_change(zip(numpy, other, strict=True)) == 0.0

@@ -12,8 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from random_models import scenarios
 
-from engine.backend import to_host
+from engine.backend import make_backend, to_host
+from engine.compare.diff import diff_scenario
 from engine.interventions import InterventionError, check_intervention, parse_ablation, parse_intervention
 from engine.loading import open_model
 from engine.session import Session
@@ -333,3 +337,23 @@ def test_interventions_give_the_same_numbers_on_every_backend(backend):
     numpy = [host(s) for s in Session(scenario).steps()]
     other = [host(s) for s in Session(scenario, backend).steps()]
     assert largest_change(zip(numpy, other, strict=True)) == 0.0
+
+
+# -- a property: a cached run and a full recompute follow the same interventions ---------------------------
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(), data=st.data())
+def test_cached_rounds_equal_full_recompute_under_random_interventions(scenario, data):
+    """Interventions name positions, so the full recompute, which computes every position again each round,
+    applies them where the cached run applied them once and kept the K/V rows they fed."""
+    hooks = sorted({(s.name, s.head) for s in Session(scenario).steps() if s.round == 0
+                    and s.op.cols != "keys" and not s.name.startswith("sample.")}, key=str)
+    texts = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        name, head = data.draw(st.sampled_from(hooks))
+        row = data.draw(st.integers(0, len(scenario.requests[0].tokens) - 1))  # in the first prefill: applied
+        value = data.draw(st.sampled_from(["=0.5", "=2", "*=0.5", "*=1.5"]))
+        texts.append(f"{name}{'' if head is None else f' head {head}'}[{row},:]{value}")
+    patched = with_interventions(scenario, *texts)
+    assert any(s.original is not None for s in Session(patched).steps())
+    diffs = diff_scenario(patched, make_backend())
+    assert max(d.max_abs for d in diffs) <= 1e-10, texts

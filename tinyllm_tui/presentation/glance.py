@@ -10,6 +10,7 @@ import numpy as np
 
 SHADES = " ░▒▓█"  # probability 0 … 1, in five steps
 GAP = 2  # columns between two heat maps
+GUTTER = 2  # the query labels' column on the left
 
 
 def shade(probability: float) -> str:
@@ -25,23 +26,25 @@ def glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, hei
 
     Args:
         patterns: each head's (queries, keys) attention pattern, host arrays.
-        keys: a short label per key position (one character is shown under each column).
+        keys: a one-character label per key position; the queries are the last positions, labelled alike
+            in a gutter on the left.
         selected: the head marked with ▸ in its title (the one Enter opens).
     Returns the lines, each at most `width` characters; the first names the heads shown.
     """
     if not patterns:
         return []
-    rows = min(patterns[0].shape[0], max(height - 3, 1))  # a title line, the key labels, the window line
-    cols = min(patterns[0].shape[1], max(width - 4, 1))
+    queries, count = patterns[0].shape
+    rows = min(queries, max(height - 3, 1))  # a title line, the key labels, the window line
+    cols = min(count, max(width - GUTTER - 4, 1))
     per = max(cols, 4) + GAP
-    shown = range(first_head, min(len(patterns), first_head + max(width // per, 1)))
-    lines = ["".join(f"{('▸' if head == selected else ' ') + f'h{head}':<{per}}" for head in shown)]
+    shown = range(first_head, min(len(patterns), first_head + max((width - GUTTER) // per, 1)))
+    lines = [" " * GUTTER + "".join(f"{('▸' if head == selected else ' ') + f'h{head}':<{per}}" for head in shown)]
     for row in range(rows):
-        lines.append("".join(
+        label = keys[count - rows + row] if count - rows + row < len(keys) else " "  # a query at its key's position
+        lines.append(f"{label:<{GUTTER}}" + "".join(
             f"{''.join(shade(float(p)) for p in patterns[head][-rows + row, -cols:]):<{per}}" for head in shown))
-    labels = "".join((label or " ")[0] for label in keys[-cols:])
-    lines.append("".join(f"{labels:<{per}}" for _ in shown))
-    last = patterns[0].shape
-    lines.append(f"heads {shown.start}–{shown.stop - 1} of {len(patterns)} · last {rows} of {last[0]} queries, "
-                 f"{cols} of {last[1]} keys")
+    labels = "".join((label or " ")[0] for label in keys[count - cols:count])
+    lines.append(" " * GUTTER + "".join(f"{labels:<{per}}" for _ in shown))
+    lines.append(f"heads {shown.start}–{shown.stop - 1} of {len(patterns)} · last {rows} of {queries} queries, "
+                 f"{cols} of {count} keys")
     return [line.rstrip()[:width] for line in lines]

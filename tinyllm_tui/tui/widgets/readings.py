@@ -18,7 +18,7 @@ from textual.widgets import Static
 
 from engine.analysis import Attribution, LensRow, Pass
 from engine.spec import Vocab
-from tinyllm_tui.presentation.glance import GAP, glance_lines
+from tinyllm_tui.presentation.glance import GAP, GUTTER, glance_lines
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
@@ -105,8 +105,8 @@ class GlanceScreen(_Window):
         if not patterns:
             return [f"layer {self.first_row}: no attention pattern in this round yet"]
         self.first_col = min(self.first_col, len(patterns) - 1)
-        per = min(patterns[0].shape[1], max(width - 4, 1)) + GAP
-        fit = max(width // max(per, 6), 1)
+        per = max(min(patterns[0].shape[1], max(width - GUTTER - 4, 1)), 4) + GAP  # as glance_lines lays them out
+        fit = max((width - GUTTER) // per, 1)
         first_head = max(self.first_col - fit + 1, 0)
         return [f"layer {self.first_row} of 0–{self._layers - 1}"] + glance_lines(
             patterns, self._keys, width=width, height=height - 1, first_head=first_head, selected=self.first_col)

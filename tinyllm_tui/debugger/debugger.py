@@ -37,7 +37,7 @@ from engine.session import StaleFrom
 from engine.trace import OpKind, Phase
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
-from engine.interventions import InterventionError
+from engine.interventions import InterventionError, check_intervention, parse_any
 from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
@@ -554,6 +554,15 @@ class Debugger:
         return result
 
     # -- interventions on activations (the list: tinyllm_tui/debugger/interventions.py) -------------------
+    def intervention_problem(self, text: str) -> str | None:
+        """What is wrong with `text` as an intervention on this model (None: nothing seen before a run)."""
+        try:
+            check_intervention(parse_any(text), self.scenario.model, len(self.scenario.requests),
+                               len(self.scenario.vocab))
+        except InterventionError as error:
+            return str(error)
+        return None
+
     @owning
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
         """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""

@@ -30,7 +30,6 @@ from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
 from tinyllm_tui.debugger.readings import layer_patterns, round_lens
-from engine.interventions import InterventionError, check_intervention, parse_any
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 
@@ -487,11 +486,9 @@ class DebuggerScreen(Screen):
 
     def _accept_intervention(self, text: str) -> str | None:
         """A malformed spec is refused in the prompt; a good one replays in the runner."""
-        scenario = self.debugger.scenario
-        try:
-            check_intervention(parse_any(text), scenario.model, len(scenario.requests), len(scenario.vocab))
-        except InterventionError as error:
-            return str(error)
+        problem = self.debugger.intervention_problem(text)
+        if problem:
+            return problem
         self.in_background(tr("screen.intervening", self.lang), self.debugger.intervene, text)
         return None
 

@@ -16,8 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engine.analysis import Attribution, LensRow, Pass
-from engine.spec import Vocab
+from tinyllm_tui.debugger.readings import Attribution, LensRow, Pass
 from tinyllm_tui.presentation.glance import GAP, GUTTER, glance_lines
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 
@@ -63,7 +62,7 @@ class LensScreen(_Window):
 
     BINDINGS = [Binding("escape,l,q", "dismiss", "Close"), *MOVES]
 
-    def __init__(self, title: str, run: Pass, rows: list[LensRow], attribution: Attribution | None, vocab: Vocab):
+    def __init__(self, title: str, run: Pass, rows: list[LensRow], attribution: Attribution | None, vocab):
         super().__init__(title)
         self._run, self._rows, self._attribution, self._vocab = run, rows, attribution, vocab
 
@@ -85,7 +84,7 @@ class GlanceScreen(_Window):
     BINDINGS = [Binding("escape,A,q", "dismiss(None)", "Close"), Binding("enter", "open", "Open"), *MOVES]
 
     def __init__(self, title: str, layer: int, layers: int, patterns: Callable[[int], list[np.ndarray]],
-                 context: tuple[int, ...], vocab: Vocab):
+                 context: tuple[int, ...], vocab):
         super().__init__(title)
         self.first_row, self._layers, self._patterns = layer, layers, patterns
         self._keys = [vocab.tokens[token].strip()[:1] or "␣" for token in context]  # a key's first visible character

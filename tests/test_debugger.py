@@ -349,3 +349,27 @@ def test_a_replay_after_an_edit_is_built_aside_and_published_whole():
     new = (debugger.session, debugger.history, debugger.frame, debugger.scenario)
     assert all(a is not b for a, b in zip(new, old)) and debugger.frame.step == 450
     assert debugger.frame.status.unsaved == 1 and debugger.scenario.fingerprint == debugger.fingerprint
+
+
+def test_a_quick_start_reads_no_later_layer_before_the_first_frame():
+    """A checkpoint's weights are read on first use: the first frame (step 0) is built without computing the
+    rest of round 0, so no tensor of layer 1 is read; `complete_round` then lists the whole round, in order."""
+    from conftest import ROOT
+    from engine.loading.checkpoint import load_checkpoint
+
+    scenario = load_checkpoint(ROOT / "tests" / "fixtures" / "llama", ids=[1, 2, 3])
+    cache = scenario.weights.cache
+    reads, read = [], cache.read
+    cache.read = lambda name: reads.append(name) or read(name)
+    debugger = Debugger(scenario, quick_start=True)
+    assert debugger.round_pending and debugger.frame.step == 0
+    assert not [name for name in reads if name.startswith("blocks.1.")]
+    assert len(debugger.frame.operators) < 5
+
+    assert debugger.complete_round() == Moved(0)
+    assert not debugger.round_pending and debugger.frame.step == 0
+    assert any(name.startswith("blocks.1.") for name in reads)
+    everything = Debugger(scenario)  # the eager first frame: the same list
+    assert debugger.frame.operators == everything.frame.operators
+    assert [line.step for line in debugger.frame.operators] == [s.step for s in everything.view.round_states]
+    assert everything.view.round_states[-1].kind.name == "CHOICE"  # the round's end: its token chosen

@@ -116,12 +116,15 @@ def owning(move: Callable[..., Result]) -> Callable[..., Result]:
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
                  inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET,
-                 against: tuple[Dump, float | None, float | None] | None = None):
+                 against: tuple[Dump, float | None, float | None] | None = None, quick_start: bool = False):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
         budget: bytes of operator outputs the history keeps for stepping back.
         against: a dump of the user's own activations and the tolerance (--tolerance, --rtol; None: the
             dtype's default) they must meet; every pass the dump holds is judged cell by cell against it.
+        quick_start: the first frame lists only the operators computed so far, so that it shows before the rest
+            of round 0 (and the weights it reads) is computed; `complete_round` (in the generator's owner) lists
+            the rest. Until then `round_pending` is True.
         """
         self.against = None if against is None else Against(against[0], scenario, *against[1:])
         self.file_scenario = scenario
@@ -151,7 +154,8 @@ class Debugger:
         self.inject = inject
         self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
-        self._publish()
+        self.round_pending = quick_start
+        self._publish(ahead=not quick_start)
 
     # -- what views and callers read -------------------------------------------------------------
     @property
@@ -219,11 +223,12 @@ class Debugger:
             found = self._hits[state.step] = tuple(b.text for b in self.breakpoints if b.hits(state))
         return found
 
-    def _publish(self) -> None:
-        """Build the view and the frame of where the history stands (in the owner's thread) and publish them."""
+    def _publish(self, ahead: bool = True) -> None:
+        """Build the view and the frame of where the history stands (in the owner's thread) and publish them.
+        `ahead` False: the operator list holds the round's operators computed so far, nothing more."""
         history = self.history
         state = history.current
-        round_states = tuple(history.round_states())
+        round_states = tuple(history.round_states(ahead))
         breaks = frozenset(s.step for s in round_states if self.hits(s))
         view = View(state, round_states, tuple(history.finished_rounds(state.request)), breaks, history.total,
                     history.at_end)
@@ -299,6 +304,14 @@ class Debugger:
             self.frame = with_breakpoints(self.frame, breaks, self.hits(view.state), len(self.breakpoints))
 
     # -- moving ------------------------------------------------------------------------------------
+    @owning
+    def complete_round(self) -> Result:
+        """Compute the current round to its end and publish the frame listing all its operators (after a
+        quick start); the cursor stays."""
+        self._publish()
+        self.round_pending = False
+        return Moved(self.frame.step)
+
     @owning
     def step(self) -> Result:
         moved = self.history.forward()

@@ -160,15 +160,17 @@ class History:
             yield state
             step += 1
 
-    def round_states(self) -> list[OpState]:
-        """Every operator of the current state's round still in memory, computing ahead to the round's end.
+    def round_states(self, ahead: bool = True) -> list[OpState]:
+        """Every operator of the current state's round still in memory, computing ahead to the round's end
+        (with `ahead` False, only those computed so far: nothing is pulled).
 
         Walks out from the cursor, so a step costs the round's length, not the whole kept history's."""
         key = (self.current.request, self.current.round)
         first = last = self.cursor
         while first > self._offset and (self._at(first - 1).request, self._at(first - 1).round) == key:
             first -= 1
-        while self._have(last + 1) and (self._at(last + 1).request, self._at(last + 1).round) == key:
+        known = self._have if ahead else lambda step: step <= self.last_recorded
+        while known(last + 1) and (self._at(last + 1).request, self._at(last + 1).round) == key:
             last += 1
         first = max(first, self._offset)  # computing ahead may have dropped the round's oldest states
         return [self._at(step) for step in range(first, last + 1)]

@@ -57,7 +57,7 @@ class DebuggerApp(App):
         """The Debugger on a loaded scenario (in any thread: it touches no widget)."""
         extra = {} if opening.budget is None else {"budget": opening.budget}
         return Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
-                        edits=opening.edits, against=self.against, **extra)
+                        edits=opening.edits, against=self.against, quick_start=True, **extra)
 
     def _adopt(self, debugger: Debugger) -> None:
         scenario = debugger.file_scenario

@@ -144,6 +144,8 @@ class DebuggerScreen(Screen):
             widget.lang = self.lang
         self.query_one(OperatorList).focus()
         self.show(tr("screen.start", self.lang))
+        if self.debugger.round_pending:  # shown quickly: the rest of round 0 is listed once computed
+            self.runner.start(lambda report: self.debugger.complete_round(), self._round_listed, quick=True)
 
     def on_unmount(self) -> None:
         """However the app ends, no run or comparison thread outlives it."""
@@ -244,6 +246,16 @@ class DebuggerScreen(Screen):
         if isinstance(result, BaseException):
             raise result
         self.say(result)
+        self._next_queued()
+
+    def _round_listed(self, result: Result) -> None:
+        """The first round's operators are all listed: the frame is redrawn, the status line keeps its words."""
+        if isinstance(result, BaseException):
+            raise result
+        self.show(self.message)
+        self._next_queued()
+
+    def _next_queued(self) -> None:
         if self._queued:
             move, args = self._queued.popleft()
             self.move(move, *args)

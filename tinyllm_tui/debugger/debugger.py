@@ -30,7 +30,7 @@ from engine.compare.diff import TOLERANCE, OpDiff, diff_runs, first_divergence
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
-from engine.lazy_weights import changed_names
+from engine.lazy_weights import LazyWeights, changed_names
 from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, WeightHistory, apply_edit, parse_value, save, \
     with_weights
 from engine.session import StaleFrom
@@ -122,8 +122,9 @@ class Debugger:
         budget: bytes of operator outputs the history keeps for stepping back.
         against: a dump of the user's own activations and the tolerance (--tolerance, --rtol; None: the
             dtype's default) they must meet; every pass the dump holds is judged cell by cell against it.
-        quick_start: the first frame lists only the operators computed so far, so that it shows before the rest
-            of round 0 (and the weights it reads) is computed; `complete_round` (in the generator's owner) lists
+        quick_start: with weights read on first use (a checkpoint's LazyWeights), the first frame lists only the
+            operators computed so far, so that it shows before the rest of round 0 (and the weights it reads) is
+            computed; `complete_round` (in the generator's owner) lists
             the rest. Until then `round_pending` is True.
         """
         self.against = None if against is None else Against(against[0], scenario, *against[1:])
@@ -154,8 +155,7 @@ class Debugger:
         self.inject = inject
         self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
-        self.round_pending = quick_start
-        self._publish(ahead=not quick_start)
+        self._publish(ahead=not (quick_start and isinstance(scenario.weights, LazyWeights)))
 
     # -- what views and callers read -------------------------------------------------------------
     @property
@@ -251,7 +251,7 @@ class Debugger:
                                tuple(i.text for i in self.interventions.current)),
             hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
         with self._publishing:
-            self.view, self.frame = view, frame
+            self.view, self.frame, self.round_pending = view, frame, not ahead
 
     def _cache(self, state: OpState, layer: int, head: int):
         """The KV-cache slice shown, with the rows that differ from a --against dump."""
@@ -309,7 +309,6 @@ class Debugger:
         """Compute the current round to its end and publish the frame listing all its operators (after a
         quick start); the cursor stays."""
         self._publish()
-        self.round_pending = False
         return Moved(self.frame.step)
 
     @owning

@@ -112,7 +112,7 @@ class DebuggerScreen(Screen):
         self.refusal = ""  # why the last key pressed during a run was refused
         self.wide = False
         self._frame: Frame | None = None
-        self._queued: deque = deque()  # quick moves pressed while one was in flight
+        self._queued: deque = deque()  # moves pressed while a quick one was in flight, to start in turn
         self.said: Result | None = None  # the last result worded on the status line
         self.pieces = False  # generated text as its tokens' pieces instead of decoded
 
@@ -144,8 +144,9 @@ class DebuggerScreen(Screen):
             widget.lang = self.lang
         self.query_one(OperatorList).focus()
         self.show(tr("screen.start", self.lang))
-        if self.debugger.round_pending:  # shown quickly: the rest of round 0 is listed once computed
-            self.runner.start(lambda report: self.debugger.complete_round(), self._round_listed, quick=True)
+        if self.debugger.round_pending:  # shown quickly: the rest of round 0 is listed once computed, after a paint
+            self.call_after_refresh(self.runner.start, lambda report: self.debugger.complete_round(),
+                                    self._round_listed, quick=True)
 
     def on_unmount(self) -> None:
         """However the app ends, no run or comparison thread outlives it."""
@@ -235,9 +236,7 @@ class DebuggerScreen(Screen):
         """A quick move (step, back, go to, cache page) in the runner: its frame is built off the UI thread.
         Pressed while another quick move is in flight, it waits its turn; during a long run it is refused."""
         if self.runner.running:
-            if self.runner.quick and len(self._queued) < QUEUED:
-                self._queued.append((move, args))
-            elif not self.runner.quick:
+            if not self._queue(lambda: self.move(move, *args)):
                 self._refuse()
             return
         self.runner.start(lambda report: move(*args), self._moved, quick=True)
@@ -255,16 +254,26 @@ class DebuggerScreen(Screen):
         self.show(self.message)
         self._next_queued()
 
+    def _queue(self, start) -> bool:
+        """`start()` once the quick move in flight is done; False (not queued) during a long run or a full queue."""
+        queued = self.runner.quick and len(self._queued) < QUEUED
+        if queued:
+            self._queued.append(start)
+        return queued
+
     def _next_queued(self) -> None:
         if self._queued:
-            move, args = self._queued.popleft()
-            self.move(move, *args)
+            self._queued.popleft()()
 
 
     def in_background(self, status: str, move, *args, then=None, **options) -> bool:
         """Run a Debugger move that replays or computes ahead in the app's runner; False if refused.
 
-        Args: status: what the status line says meanwhile (in words). then: gets the result (run_done)."""
+        Args: status: what the status line says meanwhile (in words). then: gets the result (run_done).
+        Asked while a quick move is in flight, it waits its turn (True)."""
+        if self.runner.running and self._queue(lambda: self.in_background(status, move, *args, then=then, **options)):
+            return True
+
         def work(report):
             return move(*args, progress=report, **options)
 

@@ -121,7 +121,7 @@ async def test_the_bar_follows_the_yaml_then_the_tensors_then_step_0(inline_mode
         await until(pilot, lambda: bar.progress == 5)
         assert bar.total == TENSORS and shown(app, "#loading-stage") == f"converting the weights: tensor 5 of {TENSORS}"
         resume.set()
-        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen))
+        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen), timeout=30)
         await pilot.pause()  # let the main screen finish mounting
         assert not any(isinstance(s, LoadingScreen) for s in app.screen_stack)  # replaced, not covered
         state = app.debugger.view.state
@@ -221,3 +221,18 @@ async def test_the_loading_screen_speaks_chinese_with_lang_zh():
         assert shown(app, "#loading-hint") == "正在取消…"
         gate.pressed.set()
         await until(pilot, lambda: app.load_error is not None)
+
+
+async def test_a_checkpoint_shows_step_0_then_lists_the_rest_of_round_0_with_a_key_pressed_meanwhile():
+    """Step 0 of a checkpoint shows before its round 0 is computed; the runner lists the rest of the round, and
+    a step pressed as the screen opens waits its turn (it is neither lost nor refused)."""
+    llama = ROOT / "tests" / "fixtures" / "llama"
+    app = app_on(Loading(str(llama), lambda: Opening(load_checkpoint(llama, ids=[1, 2, 3]))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        # the expect: check publishes once, taking the generator a moment (a key then is refused): not this test's
+        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and app.debugger.outcomes is not None,
+                    timeout=30)
+        await pilot.press("n")
+        await until(pilot, lambda: not app.debugger.round_pending and app.debugger.frame.step == 1, timeout=30)
+        steps = [line.step for line in app.debugger.frame.operators]
+        assert steps == list(range(len(steps))) and app.debugger.view.round_states[-1].kind.name == "CHOICE"

@@ -441,6 +441,8 @@ async def test_your_own_activations_are_marked_cell_by_cell(tmp_path):
     np.savez(tmp_path / "dump.npz", **arrays)
     app = DebuggerApp(load_checkpoint(LLAMA, ids=IDS), lang="en", against=(load_dump(tmp_path / "dump.npz"), 1e-9, None))
     async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()  # a checkpoint opens on step 0, then lists round 0 in the runner: let it (and the
+        await settle(pilot)  # comparison) finish before moving the headless Debugger from here
         app.debugger.search("blocks.1.attn.hook_pattern&head=2")
         app.main.show()
         await pilot.pause()

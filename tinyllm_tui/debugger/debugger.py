@@ -760,10 +760,11 @@ class Debugger:
         return True
 
     def _republish(self) -> None:
-        """A frame with what a comparison found, now; or when the run in flight publishes as it stops."""
+        """A frame with what a comparison found, now; or when the run in flight publishes as it stops. A round
+        still to be listed stays so: `complete_round` computes it, in the runner."""
         if self._owner.acquire(blocking=False):
             try:
-                self._publish()
+                self._publish(ahead=not self.round_pending)
             finally:
                 self._owner.release()
 

@@ -91,11 +91,11 @@ class Session:
         self.fault = FAULTS[self.inject] if self.inject else NO_FAULT
         self.stale = stale if mode == "cached" else None
         self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint,
-                                 self.fault, allow_stale=self.stale is not None)
+                                 self.fault, allow_stale=self.stale is not None, cache=scenario.cache)
         self.old_model = None
         if self.stale is not None:
             old = dataclasses.replace(scenario, weights=self.stale.weights)
-            self.old_model = Transformer(old.model, old.weights, self.backend, old.fingerprint)
+            self.old_model = Transformer(old.model, old.weights, self.backend, old.fingerprint, cache=scenario.cache)
         self.results: list[RequestResult] = []
 
     def model_for(self, request: int, round_: int) -> Transformer:
@@ -108,7 +108,7 @@ class Session:
         """The prefix cache another checkpoint (every weight × `scale`) would have left behind."""
         weights = {name: w * scale for name, w in self.scenario.weights.items()}
         other = dataclasses.replace(self.scenario, weights=weights)
-        model = Transformer(other.model, other.weights, self.backend, other.fingerprint)
+        model = Transformer(other.model, other.weights, self.backend, other.fingerprint, cache=self.scenario.cache)
         caches = model.empty_caches()
         for _ in model.forward(tokens, list(range(len(tokens))), caches):
             pass
@@ -116,26 +116,59 @@ class Session:
 
     def steps(self, resume: RoundStart | None = None, on_round: OnRound | None = None) -> Iterator[OpState]:
         """Every operator's state, from the start or from `resume`; `on_round` is given each round start."""
+        if self.scenario.batch:
+            yield from self._batch_steps()
+            return
         self.results = list(resume.results) if resume else []
         counter = _Counter(resume.step if resume else 0)
         first = resume.request if resume else 0
+        caches = None  # a paged cache's pool goes on from one request to the next
         for index in range(first, len(self.scenario.requests)):
-            run = _RequestRun(self, index, self.scenario.requests[index], counter, on_round)
+            run = _RequestRun(self, index, self.scenario.requests[index], counter, on_round, caches)
             yield from run.run(resume if index == first else None)
             self.results.append(run.result())
+            caches = run.caches
+
+    @property
+    def padding(self) -> tuple[int, ...]:
+        """Each request's left padding: none one after another; up to the longest prompt in a batch."""
+        lengths = [len(request.tokens) for request in self.scenario.requests]
+        return tuple(max(lengths) - n if self.scenario.batch else 0 for n in lengths)
+
+    def _batch_steps(self) -> Iterator[OpState]:
+        """Every request as a row of one left-padded batch: the rows go through each operator in
+        turn (lockstep), and a row that stops leaves the batch while the others go on. A batch hands
+        out no round starts: a resume replays it from the first step."""
+        counter = _Counter(0)
+        runs = [_RequestRun(self, index, request, counter, pad=pad)
+                for index, (request, pad) in enumerate(zip(self.scenario.requests, self.padding))]
+        self.rows = runs
+        streams = {run.index: run.run() for run in runs}
+        while streams:
+            for index, stream in list(streams.items()):
+                state = next(stream, None)
+                if state is None:
+                    del streams[index]
+                else:
+                    yield state
+        self.results = [run.result() for run in runs]
 
 
 class _RequestRun:
     """One request's prefill and decode rounds, and the context each OpState reports."""
 
     def __init__(self, session: Session, index: int, request: Request, counter: _Counter,
-                 on_round: OnRound | None = None):
+                 on_round: OnRound | None = None, previous: list[LayerCache] | None = None, pad: int = 0):
+        """previous: the caches the request before left (a paged pool goes on); pad: left padding."""
         self.session, self.index, self.request, self.counter = session, index, request, counter
         self.on_round = on_round
         self.xp = session.model.xp
         self.rule = session.scenario.decode
         self.vocab = session.scenario.vocab
-        self.caches = session.model_for(index, 0).empty_caches()
+        self.pad = pad
+        self.prompt = (self.vocab.pad_id,) * pad + tuple(request.tokens)
+        self.caches = ([cache.fresh() for cache in previous] if previous
+                       else session.model_for(index, 0).empty_caches())
         self.fed: list[int] = []  # tokens whose K/V are in the cache
         self.current: list[int] = []  # tokens going through the model now
         self.generated: list[int] = []
@@ -151,7 +184,7 @@ class _RequestRun:
         rng = np.random.default_rng([self.rule.seed, self.index])
         if resume is not None:
             self._resume(resume, rng)
-        new = [self.selected] if self.round else list(self.request.tokens)
+        new = [self.selected] if self.round else list(self.prompt)
         while True:
             if self.on_round is not None:
                 self.on_round(self._round_start(rng))
@@ -185,7 +218,7 @@ class _RequestRun:
 
     def _feed(self, new: list[int]) -> OpStream:
         """Feed new tokens (cached mode) or the whole prefix again (full mode)."""
-        fault, sequence = self.session.fault, list(self.request.tokens) + self.generated
+        fault, sequence = self.session.fault, list(self.prompt) + self.generated
         new = sequence if self.session.mode == "full" else fault.feed(self.phase, new, sequence)
         if self.session.mode == "full":
             self.caches, self.fed = self.session.model.empty_caches(), []
@@ -196,7 +229,8 @@ class _RequestRun:
         self.selected, self.round_start = None, len(self.fed)
         for self.chunk, start in enumerate(range(0, len(new), size)):
             self.current = new[start : start + size]
-            positions = fault.positions(self.phase, len(self.fed), len(self.current))
+            shift = fault.position_offset(self.pad)  # left padding: the first real token sits at position 0
+            positions = [max(0, p - shift) for p in fault.positions(self.phase, len(self.fed), len(self.current))]
             model = self.session.model_for(self.index, self.round)
             stream = model.forward(self.current, positions, self.caches, vectors=self._vectors(start, size),
                                    padded_keys=self._padded_keys())
@@ -212,9 +246,10 @@ class _RequestRun:
         return None if vectors is None else vectors[start : start + size]
 
     def _padded_keys(self) -> list[bool] | None:
+        """PAD keys, and a batch row's left padding, whatever token fills it."""
         pad = self.vocab.pad
-        context = self.fed + self.current
-        return [token == pad for token in context] if pad is not None and pad in context else None
+        flags = [i < self.pad or token == pad for i, token in enumerate(self.fed + self.current)]
+        return self.session.fault.padded(flags) if any(flags) else None
 
     def _states(self, stream: OpStream) -> OpStream:
         """Wrap each Op of `stream` in an OpState; pass the stream's return value through."""
@@ -251,6 +286,6 @@ class _RequestRun:
         """The moment the request is at, made anew only when the tokens or the choice changed."""
         m, fed = self._moment, len(self.fed)
         if m is None or (m.fed, len(m.context), m.selected) != (fed, fed + len(self.current), self.selected):
-            pending = self.request.tokens[fed + len(self.current):] if self.round == 0 else ()
+            pending = self.prompt[fed + len(self.current):] if self.round == 0 else ()
             self._moment = Moment(tuple(self.fed + self.current), fed, tuple(pending), self.selected, self.vocab)
         return self._moment

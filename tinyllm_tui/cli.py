@@ -172,7 +172,7 @@ def _check_inject(inject: str | None) -> None:
 
 
 def _check_inject_runs(inject: str | None, scenario: Scenario) -> None:
-    why = FAULTS[inject].cannot_run(scenario.model, scenario.requests) if inject else None
+    why = FAULTS[inject].cannot_run(scenario) if inject else None
     if why:
         raise typer.BadParameter(f"bug {inject!r} cannot run on {scenario.path}: {why}", param_hint="--inject")
 

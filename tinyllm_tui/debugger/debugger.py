@@ -344,8 +344,7 @@ class Debugger:
 
         A bug that cannot run on this model (layer 1's cache in a one-layer model, positions past a
         learned table) is skipped."""
-        model, requests = self.scenario.model, self.scenario.requests
-        names = [None, *(name for name, fault in FAULTS.items() if not fault.cannot_run(model, requests))]
+        names = [None, *(name for name, fault in FAULTS.items() if not fault.cannot_run(self.scenario))]
         with self._owned():
             self.inject = names[(names.index(self.inject) + 1) % len(names)]
             self._restart(self.history.cursor, progress)

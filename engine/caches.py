@@ -6,8 +6,10 @@ of each key row, and the cache to keep for the next chunk. The forward pass neve
 the layout; it asks the Read which keys are visible.
 
 - LayerCache (contiguous): every row, in order (the seed walkthrough's cache).
-- RingCache: a sliding window of `window` slots (plus `sinks` slots kept forever, StreamingLLM),
-  written round robin; the read holds the live slots in sequence order, then the chunk's rows.
+- RingCache: a sliding window's `window − 1` earlier rows in as many slots (plus `sinks` slots
+  kept forever, StreamingLLM), written round robin after the chunk read them; the read holds the
+  live slots in sequence order, then the chunk's rows (a query's window is itself and the
+  window − 1 before it).
 - PagedCache: fixed-size blocks in a pool of physical blocks and a block table per request
   (vLLM's PagedAttention); equal blocks are stored once and copied before a write (copy on write).
 - QuantizedCache: rows stored as int8 codes with a scale per head or per token, or as float8
@@ -128,8 +130,9 @@ class HeadedCache(LayerCache):
 # -- ring buffer --------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class RingCache(HeadedCache):
-    """`sinks + window` physical slots: k/v are the slots in physical order; `slots[s]` is the
-    sequence index slot s holds (−1: empty), `written` how many tokens were fed."""
+    """`sinks + window − 1` physical slots (at least one past the sinks): k/v are the slots in
+    physical order; `slots[s]` is the sequence index slot s holds (−1: empty), `written` how many
+    tokens were fed."""
 
     window: int = 1
     sinks: int = 0
@@ -146,8 +149,8 @@ class RingCache(HeadedCache):
 
     @property
     def write_position(self) -> int:
-        """The slot the next token goes to (when it is past the sinks)."""
-        return self.sinks + (self.written - self.sinks) % self.window if self.written >= self.sinks else self.written
+        """The slot the next token goes to."""
+        return ring_slot(self.written, self.sinks, len(self.slots) - self.sinks)
 
     @property
     def evicted(self) -> int:
@@ -169,16 +172,17 @@ class RingCache(HeadedCache):
         rows_v = [self.v[slot, ...] for slot in range(len(self.slots))]
         slots = list(self.slots)
         for row, i in enumerate(new_index):
-            slot = fault.ring_slot(i, self.sinks, self.window)
+            slot = fault.ring_slot(i, self.sinks, len(self.slots) - self.sinks)
             rows_k[slot], rows_v[slot], slots[slot] = k[row, ...], v[row, ...], i
         cache = dataclasses.replace(self, k=xp.stack(rows_k), v=xp.stack(rows_v), slots=tuple(slots),
                                     written=self.written + k.shape[0])
         return Read(read_k, read_v, index, cache)
 
 
-def ring_slot(index: int, sinks: int, window: int) -> int:
-    """The slot a token at sequence `index` is written to: its own sink slot, else round robin."""
-    return index if index < sinks else sinks + (index - sinks) % window
+def ring_slot(index: int, sinks: int, size: int) -> int:
+    """The slot a token at sequence `index` is written to: its own sink slot, else round robin
+    over the `size` slots after the sinks."""
+    return index if index < sinks else sinks + (index - sinks) % size
 
 
 # -- paged --------------------------------------------------------------------------------------
@@ -338,7 +342,7 @@ def empty_cache(spec: CacheSpec, xp, width: int, head_width: int, dtype, fingerp
     if spec.quantize is not Quantize.NONE:
         return QuantizedCache(**common, quantize=spec.quantize, scale=spec.scale)
     if spec.layout is Layout.RING and window is not None:
-        slots = spec.sinks + window
+        slots = spec.sinks + max(window - 1, 1)
         full = xp.zeros((slots, width), dtype=dtype)
         return RingCache(**{**common, "k": full, "v": full}, window=window, sinks=spec.sinks, slots=(-1,) * slots)
     if spec.layout is Layout.PAGED:

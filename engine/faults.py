@@ -65,9 +65,9 @@ class Fault:
         """The K rows a cache stores for a chunk's (T, kv_heads·dh) keys."""
         return k
 
-    def ring_slot(self, index: int, sinks: int, window: int) -> int:
-        """The ring-buffer slot the token at sequence `index` is written to."""
-        return ring_slot(index, sinks, window)
+    def ring_slot(self, index: int, sinks: int, size: int) -> int:
+        """The ring-buffer slot the token at sequence `index` is written to (`size` slots past the sinks)."""
+        return ring_slot(index, sinks, size)
 
     def table_entry(self, physical: int, table: list[int]) -> int:
         """The block-table entry of a new logical block stored in physical block `physical`."""
@@ -197,15 +197,15 @@ class TransposedK(Fault):
 class RingWrongSlot(Fault):
     description = "the ring buffer overwrites the slot after the oldest one when it wraps"
 
-    def ring_slot(self, index, sinks, window):
-        wrapped = index >= sinks + window
-        return super().ring_slot(index + wrapped, sinks, window)
+    def ring_slot(self, index, sinks, size):
+        wrapped = index >= sinks + size
+        return super().ring_slot(index + wrapped, sinks, size)
 
     def cannot_run(self, scenario):
         cache, model = scenario.cache, scenario.model
         windows = [w for w in map(model.window, range(model.n_layers)) if w is not None]
         longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests) + max(_padding(scenario), default=0)
-        if cache.layout != "ring" or not windows or longest <= cache.sinks + min(windows) + 1:
+        if cache.layout != "ring" or not windows or longest <= cache.sinks + min(windows):
             return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
         return super().cannot_run(scenario)
 

@@ -1,0 +1,224 @@
+"""KV-cache layouts (engine.caches): ring buffer, paged blocks, quantized rows.
+
+References: an independent NumPy Llama forward with a sliding-window mask written here, the
+contiguous cache bit for bit, and each number format's rounding step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import Session, load_scenario_text, make_backend
+from engine.caches import CacheSpec, Layout, Quantize, ScaleAxis
+from engine.compare.diff import diff_scenario, first_divergence
+from engine.compare.exact import against_exact
+from engine.loading import ScenarioError, load_checkpoint
+from engine.spec import DecodeRule, Request
+
+LLAMA = Path(__file__).resolve().parent / "fixtures" / "llama"
+PROMPT = (5, 17, 42, 8, 99, 3, 250, 61, 7)  # nine tokens: longer than the window of 4
+
+
+def llama(*prompts: tuple[int, ...], new: int = 5, cache: CacheSpec = CacheSpec(), window: int | None = None,
+          max_new: tuple[int, ...] | None = None):
+    base = load_checkpoint(LLAMA, ids=[0])
+    model = dataclasses.replace(base.model, sliding_window=window)
+    requests = tuple(Request(p, n) for p, n in zip(prompts, max_new or (new,) * len(prompts)))
+    return dataclasses.replace(base, model=model, requests=requests, cache=cache,
+                               decode=DecodeRule(max_new_tokens=new, stop_at_eos=False))
+
+
+def logits_by_round(scenario, inject: str | None = None) -> dict[tuple[int, int], np.ndarray]:
+    return {(s.request, s.round): np.asarray(s.values) for s in Session(scenario, inject=inject).steps()
+            if s.name == "unembed.hook_out"}
+
+
+# -- an independent sliding-window Llama ------------------------------------------------------------
+def numpy_llama(weights: dict, spec, tokens: list[int], window: int, sinks: int = 0) -> np.ndarray:
+    """Every position's logits of `tokens`, the whole sequence at once (no cache)."""
+    t, dh, heads, kv = len(tokens), spec.d_head, spec.n_heads, spec.n_kv_heads
+
+    def rms(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + spec.norm.eps) * w
+
+    def rope(x):  # (t, h, dh), half split
+        inv = 1.0 / spec.rope_theta ** (np.arange(0, dh, 2) / dh)
+        angle = np.arange(t)[:, None] * inv[None, :]
+        cos, sin = np.cos(np.concatenate([angle, angle], 1))[:, None], np.sin(np.concatenate([angle, angle], 1))[:, None]
+        return x * cos + np.concatenate([-x[..., dh // 2:], x[..., :dh // 2]], -1) * sin
+
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    allowed = (j <= i) & ((j > i - window) | (j < sinks))
+    x = weights["embed"][tokens]
+    for layer in range(spec.n_layers):
+        p = f"blocks.{layer}"
+        h = rms(x, weights[f"{p}.ln1.w"])
+        q = rope((h @ weights[f"{p}.attn.wq"]).reshape(t, heads, dh))
+        k = np.repeat(rope((h @ weights[f"{p}.attn.wk"]).reshape(t, kv, dh)), heads // kv, axis=1)
+        v = np.repeat((h @ weights[f"{p}.attn.wv"]).reshape(t, kv, dh), heads // kv, axis=1)
+        scores = np.einsum("ihd,jhd->hij", q, k) / np.sqrt(dh)
+        scores = np.where(allowed, scores, -np.inf)
+        pattern = np.exp(scores - scores.max(-1, keepdims=True))
+        pattern /= pattern.sum(-1, keepdims=True)
+        x = x + np.einsum("hij,jhd->ihd", pattern, v).reshape(t, -1) @ weights[f"{p}.attn.wo"]
+        h = rms(x, weights[f"{p}.ln2.w"])
+        gate = h @ weights[f"{p}.mlp.w_gate"]
+        x = x + (gate / (1 + np.exp(-gate)) * (h @ weights[f"{p}.mlp.w_up"])) @ weights[f"{p}.mlp.w_down"]
+    return rms(x, weights["ln_final.w"]) @ weights["unembed"]
+
+
+@pytest.mark.parametrize("sinks", [0, 1])
+def test_a_ring_buffer_matches_an_independent_sliding_window_forward_in_prefill_and_every_decode_step(sinks):
+    scenario = llama(PROMPT, cache=CacheSpec(Layout.RING, window=4, sinks=sinks), window=4)
+    session = Session(scenario)
+    states = list(session.steps())
+    generated = session.results[0].generated
+    sequence = list(PROMPT) + list(generated)
+    reference = numpy_llama(scenario.weights, scenario.model, sequence, window=4, sinks=sinks)
+    rounds = [s for s in states if s.name == "unembed.hook_out"]
+    assert len(rounds) == 5 and len(PROMPT) > 4 + sinks
+    for state in rounds:
+        last = len(PROMPT) - 1 + state.round  # the position whose logits choose the next token
+        np.testing.assert_allclose(np.asarray(state.values)[-1], reference[last], rtol=0, atol=1e-12)
+    assert reference.argmax(-1)[len(PROMPT) - 1:-1].tolist() == list(generated)
+    assert first_divergence(diff_scenario(scenario)) is None  # the ring equals the masked full recompute
+
+
+def test_the_ring_holds_only_the_window_and_wraps_round_robin():
+    scenario = llama(PROMPT, new=3, cache=CacheSpec(Layout.RING, window=4, sinks=1), window=4)
+    prefill_end = [s for s in Session(scenario).steps() if s.round == 0][-1]
+    ring = prefill_end.caches[0]
+    # a query reads itself and the 3 keys before it: slot 0 keeps sink 0; slots 1..3 take 1, 2, 3,
+    # then 4, 5, 6 and 7, 8 overwrite them in turn
+    assert ring.slots == (0, 7, 8, 6)
+    assert (ring.length, ring.evicted, ring.write_position) == (4, 5, 3)  # 9 → slot 1 + (9 − 1) % 3
+    assert ring.k.shape[0] == 4  # never more rows than sinks + window − 1
+
+
+def test_a_ring_reads_its_keys_in_sequence_order_and_labels_them_by_position():
+    scenario = llama(PROMPT, new=2, cache=CacheSpec(Layout.RING, window=4), window=4)
+    decode = next(s for s in Session(scenario).steps() if s.round == 1 and s.name == "blocks.0.attn.hook_attn_scores")
+    # the query at position 9 reads the ring's 6..8 and itself
+    assert decode.output.cols == tuple(f"k{p} · {decode.moment.vocab.tokens[decode.context[p]]}" for p in range(6, 10))
+    assert np.all(np.isfinite(np.asarray(decode.values)))
+
+
+def test_a_paged_cache_with_block_size_2_is_bit_identical_to_the_contiguous_cache():
+    contiguous = Session(llama(PROMPT, (4, 4, 4))).steps()
+    paged = Session(llama(PROMPT, (4, 4, 4), cache=CacheSpec(Layout.PAGED, block_size=2))).steps()
+    pairs = list(zip(contiguous, paged, strict=True))
+    assert all(a.name == b.name and np.array_equal(np.asarray(a.values), np.asarray(b.values)) for a, b in pairs)
+    last = pairs[-1][1].caches[1]
+    # request 0 fed 9 + 4 tokens: blocks 0..6 of the pool; request 1 fed 3 + 4 in blocks 7..10
+    assert last.table == (7, 8, 9, 10) and last.length == 7
+    assert [last.pool.k[b].shape[0] for b in last.table] == [2, 2, 2, 1]
+
+
+def test_two_requests_with_one_prompt_share_its_blocks_and_copy_the_last_one_before_writing():
+    shared = PROMPT[:5]  # blocks [0 1] [2 3] [4]
+    scenario = llama(shared, shared, max_new=(1, 3), cache=CacheSpec(Layout.PAGED, block_size=2))
+    states = list(Session(scenario).steps())
+    first = [s for s in states if s.request == 0][-1].caches[0]
+    prefill = [s for s in states if s.request == 1 and s.round == 0][-1].caches[0]
+    assert prefill.table == first.table == (0, 1, 2)  # the second request stored no block of its own
+    assert [prefill.pool.refs[b] for b in prefill.table] == [2, 2, 2]
+    decoded = [s for s in states if s.request == 1][-1].caches[0]
+    assert decoded.table[:2] == (0, 1) and decoded.table[2] == 3  # the shared [4] was copied, then written
+    assert decoded.pool.k[2].shape[0] == 1  # the first request's block is untouched
+    assert np.array_equal(decoded.pool.k[3][:1], first.pool.k[2])
+    assert first_divergence(diff_scenario(scenario)) is None
+
+
+FORMAT_STEP = {  # the largest relative rounding of one stored value (half a step at the group's max)
+    (Quantize.INT8, ScaleAxis.PER_HEAD): 0.5 / 127,
+    (Quantize.INT8, ScaleAxis.PER_TOKEN): 0.5 / 127,
+    (Quantize.FLOAT8_E4M3, ScaleAxis.PER_HEAD): 2.0 ** -4,  # 3 mantissa bits
+    (Quantize.FLOAT8_E5M2, ScaleAxis.PER_HEAD): 2.0 ** -3,  # 2 mantissa bits
+}
+
+
+def quantized_report(kind, scale):
+    scenario = llama(PROMPT, (4, 4, 4), cache=CacheSpec(quantize=kind, scale=scale))
+    return scenario, against_exact(scenario)
+
+
+@pytest.mark.parametrize("kind, scale", list(FORMAT_STEP), ids=lambda x: str(x))
+def test_a_quantized_cache_reports_its_logits_error_per_round_within_its_formats_step(kind, scale):
+    scenario, report = quantized_report(kind, scale)
+    step = FORMAT_STEP[kind, scale]
+    for request in (0, 1):  # every round, until the two runs choose different tokens
+        rows = [r for r in report if r.request == request]
+        assert [r.round for r in rows] == list(range(len(rows)))
+        assert len(rows) == 5 or not rows[-1].same_choice
+    exact = logits_by_round(dataclasses.replace(scenario, cache=CacheSpec()))
+    for row in report:
+        # layer 0's K/V are computed from the same tokens in both runs: only the rounding differs,
+        # at most half a step of the group's largest magnitude
+        assert 0 < row.kv_error[0] <= step * row.kv_scale[0]
+        # first order, the logits move by the relative step times their size, amplified through two
+        # layers (at most 4× each)
+        assert 0 < row.logits_error <= 16 * step * np.max(np.abs(exact[row.request, row.round]))
+        assert len(row.pattern_error) == scenario.model.n_layers and all(e > 0 for e in row.pattern_error)
+    assert first_divergence(diff_scenario(scenario)) is None  # row-local scales: cached equals full recompute
+
+
+def test_a_coarser_format_makes_a_larger_error():
+    worst = [max(r.logits_error for r in quantized_report(kind, ScaleAxis.PER_HEAD)[1])
+             for kind in (Quantize.INT8, Quantize.FLOAT8_E4M3, Quantize.FLOAT8_E5M2)]
+    assert worst == sorted(worst)  # steps 1/254 < 1/16 < 1/8
+
+
+# -- each bug is caught where it acts ---------------------------------------------------------------
+BUGS = [  # (bug, cache, prompt, expected first divergence), reasoned from what each bug breaks
+    ("rope-off-by-one", CacheSpec(), PROMPT[:3], ("decode", 1, "blocks.0.attn.hook_rot_q", None)),
+    ("gqa-modulo", CacheSpec(), PROMPT[:3], ("prefill", 0, "blocks.0.attn.hook_attn_scores", 1)),  # 1 // 2 ≠ 1 % 2
+    ("transposed-k", CacheSpec(), PROMPT[:3], ("prefill", 0, "blocks.0.attn.hook_attn_scores", 0)),
+    # 3 slots: decode 1 writes position 3 over position 1 (not 0); decode 2's query needs 1
+    ("ring-wrong-slot", CacheSpec(Layout.RING, window=4), PROMPT[:3],
+     ("decode", 2, "blocks.0.attn.hook_attn_scores", 0)),
+    ("block-table-wrong", CacheSpec(Layout.PAGED, block_size=2), PROMPT[:3],
+     ("prefill", 0, "blocks.0.attn.hook_attn_scores", 0)),
+    ("scale-per-tensor", CacheSpec(quantize=Quantize.INT8), PROMPT[:3],
+     ("prefill", 0, "blocks.0.attn.hook_attn_scores", 0)),
+]
+
+
+@pytest.mark.parametrize("bug, cache, prompt, expected", BUGS, ids=[b[0] for b in BUGS])
+def test_each_cache_bug_is_caught_at_the_operator_where_it_acts(bug, cache, prompt, expected):
+    scenario = llama(prompt, new=3, cache=cache, window=cache.window)
+    first = first_divergence(diff_scenario(scenario, inject=bug))
+    assert (first.phase, first.round, first.name, first.head) == expected
+    assert first_divergence(diff_scenario(scenario)) is None
+
+
+# -- scenario keys ----------------------------------------------------------------------------------
+X01_HEAD = Path(__file__).resolve().parents[1] / "scenarios" / "x01.yaml"
+
+
+@pytest.mark.parametrize("cache, expected", [
+    ("{layout: ring}", "cache: a ring cache needs a window: the model has no sliding window, give cache.window"),
+    ("{layout: paged, window: 2}", "cache.window: only a ring cache takes window (this one is paged)"),
+    ("{quantize: int4}", "cache.quantize: expected one of none, int8, float8_e4m3, float8_e5m2, got 'int4'"),
+    ("{layout: ring, window: 2, quantize: int8}", "cache.quantize: a quantized cache is contiguous; remove layout: ring"),
+    ("{quantize: float8_e4m3, scale: per_token}", "cache.scale: only an int8 cache has a choice of scale"),
+    ("{layout: paged, block_size: 0}", "cache.block_size: "),
+    ("{layot: ring}", "cache"),
+])
+def test_a_bad_cache_key_names_its_line_and_path(cache, expected):
+    text = X01_HEAD.read_text() + f"\ncache: {cache}\n"
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "x.yaml")
+    line = text.count("\n")  # the cache line is the last one
+    assert str(caught.value).startswith(f"x.yaml:{line}: {expected}")
+
+
+def test_scenario_keys_choose_the_layout_and_give_a_windowless_model_the_rings_window():
+    text = X01_HEAD.read_text() + "\ncache: {layout: ring, window: 2, sinks: 1}\nbatch: true\n"
+    scenario = load_scenario_text(text, "x.yaml")
+    assert scenario.cache == CacheSpec(Layout.RING, window=2, sinks=1) and scenario.batch
+    assert scenario.model.sliding_window == 2
+    assert first_divergence(diff_scenario(scenario, make_backend("numpy"))) is None

@@ -22,7 +22,7 @@ import numpy as np
 from engine.backend import Backend, to_host
 from engine.scenario import Scenario
 from engine.session import Session
-from engine.labels import resolve
+from engine.labels import Axis
 from engine.trace import OpState
 
 TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
@@ -134,8 +134,8 @@ def first_divergence(diffs: list[OpDiff]) -> OpDiff | None:
 def _column_ids(state: OpState, shift: int) -> Sequence:
     """What each output column stands for: (position, token) for key columns, else its index."""
     axis = state.output.col_axis
-    if isinstance(axis, tuple):
-        return resolve(axis)
+    if not isinstance(axis, Axis):  # labels given as strings
+        return tuple(axis)
     ids = axis.ids()
     return ids if isinstance(ids, range) else tuple(zip((p - shift for p in axis.positions), ids))
 

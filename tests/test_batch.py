@@ -1,0 +1,102 @@
+"""Batched decode: left padding, the mask over it, per-request position ids, rows that stop early.
+
+The reference is each request run alone (no padding at all): a batch must not change a number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from test_caches import LLAMA
+
+from engine import Session
+from engine.compare.diff import diff_batch, diff_scenario, first_divergence
+from engine.loading import load_checkpoint
+from engine.spec import DecodeRule, Request
+from engine.trace import Status
+
+PROMPTS = (
+    (5, 17, 42),
+    (8, 99, 3, 250, 61, 7, 33),
+    (120,),
+    (44, 2, 9, 180, 77, 64, 13, 5, 290, 31, 8, 100),
+)  # lengths 3, 7, 1 and 12
+NEW = 8
+
+
+def batch_scenario(eos: int | None = None, batch: bool = True):
+    base = load_checkpoint(LLAMA, ids=[0])
+    vocab = dataclasses.replace(base.vocab, eos=eos)
+    return dataclasses.replace(base, vocab=vocab, requests=tuple(Request(p, NEW) for p in PROMPTS),
+                               decode=DecodeRule(max_new_tokens=NEW, stop_at_eos=eos is not None), batch=batch)
+
+
+def logits(session: Session) -> dict[tuple[int, int], np.ndarray]:
+    """The last row of each round's logits: what the decode rule reads."""
+    return {(s.request, s.round): np.asarray(s.values)[-1] for s in session.steps() if s.name == "unembed.hook_out"}
+
+
+def test_a_padded_batch_gives_each_request_the_ids_and_logits_it_gets_alone():
+    batched, alone = Session(batch_scenario()), Session(batch_scenario(batch=False))
+    got, expected = logits(batched), logits(alone)
+    assert batched.padding == (9, 5, 11, 0)
+    assert [r.generated for r in batched.results] == [r.generated for r in alone.results]
+    assert all(len(r.generated) == NEW for r in alone.results)
+    assert got.keys() == expected.keys() and len(got) == 4 * NEW
+    assert max(float(np.max(np.abs(got[key] - expected[key]))) for key in got) <= 1e-12
+    assert first_divergence(diff_batch(batch_scenario())) is None  # every operator, not just the logits
+
+
+def test_the_rows_go_through_each_operator_in_turn_and_carry_their_padding():
+    scenario = batch_scenario()
+    states = Session(scenario).steps()
+    first = [next(states) for _ in range(4)]
+    assert [(s.step, s.request, s.name) for s in first] == [(i, i, "hook_embed") for i in range(4)]
+    assert all(len(s.context) == 12 for s in first)  # every row is as long as the longest prompt
+    row = first[2]  # one token after 11 PADs
+    assert row.context[:11] == (scenario.vocab.pad_id,) * 11 and row.context[11] == 120
+    assert [t.status for t in row.timeline] == [Status.CURRENT] * 12
+    rope = next(s for s in states if s.request == 2 and s.name == "blocks.0.attn.hook_rot_q")
+    scores = next(s for s in states if s.request == 2 and s.name == "blocks.0.attn.hook_attn_scores")
+    assert np.isneginf(np.asarray(scores.values)[-1, :11]).all()  # the real token reads no PAD
+    assert np.isfinite(np.asarray(scores.values)[-1, 11])
+    assert rope.step < scores.step
+
+
+def test_an_eos_mid_batch_stops_that_request_and_leaves_the_others_unchanged():
+    plain = Session(batch_scenario())
+    plain_logits = logits(plain)
+    generated = plain.results[1].generated
+    eos = generated[3]  # request 1's fourth new token becomes EOS: it stops in round 3
+    assert eos not in generated[:3]
+    stopping = Session(batch_scenario(eos=eos))
+    stopped_logits = logits(stopping)
+    results = stopping.results
+    assert results[1].generated == generated[:4] and results[1].stop == "eos"
+    alone = Session(batch_scenario(eos=eos, batch=False))
+    alone_logits = logits(alone)
+    assert [r.generated for r in results] == [r.generated for r in alone.results]
+    going_on = [i for i, r in enumerate(results) if eos not in r.generated]
+    assert going_on and all(len(results[i].generated) == NEW for i in going_on)
+    assert stopped_logits.keys() == alone_logits.keys()
+    for key in stopped_logits:
+        assert float(np.max(np.abs(stopped_logits[key] - alone_logits[key]))) <= 1e-12
+        if key[0] in going_on:
+            assert np.array_equal(stopped_logits[key], plain_logits[key])
+    assert max(r for q, r in stopped_logits if q == 1) == 3
+
+
+@pytest.mark.parametrize("bug, expected", [
+    # a real token's query reads the PAD keys before it: the first scores of a padded request
+    ("padding-unmasked", (0, "prefill", "blocks.0.attn.hook_attn_scores", 0)),
+    # q and k are right; their rotation by position is the first thing the positions touch
+    ("positions-not-offset", (0, "prefill", "blocks.0.attn.hook_rot_q", None)),
+])
+def test_each_padding_bug_is_caught_where_it_acts(bug, expected):
+    alone = first_divergence(diff_batch(batch_scenario(), inject=bug))
+    assert (alone.request, alone.phase, alone.name, alone.head) == expected
+    full = first_divergence(diff_scenario(batch_scenario(), inject=bug))  # the batch against its full recompute
+    assert (full.request, full.phase, full.name, full.head) == expected
+    assert first_divergence(diff_scenario(batch_scenario())) is None

@@ -14,7 +14,7 @@ import numpy as np
 from engine import ops
 from engine.backend import to_host
 from engine.model import Op, Operand, OpStream
-from engine.spec import DecodeRule
+from engine.spec import DecodeRule, Rule
 from engine.trace import OpKind
 
 Array = Any
@@ -30,7 +30,7 @@ def choose(xp, logits: Op, rule: DecodeRule, rng: np.random.Generator) -> OpStre
                kind=OpKind.PROBS, inputs=(filtered,))
     yield probs
     host = to_host(probs.values)[0]
-    if rule.rule == "greedy":
+    if rule.rule == Rule.GREEDY:
         token = int(np.argmax(host))
     else:
         token = int(rng.choice(host.shape[0], p=host / host.sum()))
@@ -47,7 +47,7 @@ def _filter(xp, logits: Array, rule: DecodeRule) -> Array:
     for token in rule.forbid:
         allowed = allowed & (vocab != token)[None, :]
     logits = xp.where(allowed, logits, minus_inf)
-    if rule.rule == "greedy":
+    if rule.rule == Rule.GREEDY:
         return logits
     logits = logits / rule.temperature
     if rule.top_k is not None and rule.top_k < logits.shape[-1]:

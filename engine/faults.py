@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.caches import ScaleAxis, ring_slot
+from engine.caches import Layout, Quantize, ScaleAxis, ring_slot
+from engine.spec import Positions
 from engine.trace import LayerCache, Phase
 
 Array = Any
@@ -81,7 +82,7 @@ class Fault:
         """Why this bug cannot run on an engine.scenario.Scenario (None: it can): the positions it
         feeds must stay inside a learned position table."""
         model, requests = scenario.model, scenario.requests
-        if model.positions != "learned":
+        if model.positions != Positions.LEARNED:
             return None
         for request in requests:
             fed = len(request.tokens)
@@ -205,7 +206,7 @@ class RingWrongSlot(Fault):
         cache, model = scenario.cache, scenario.model
         windows = [w for w in map(model.window, range(model.n_layers)) if w is not None]
         longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests) + max(_padding(scenario), default=0)
-        if cache.layout != "ring" or not windows or longest <= cache.sinks + min(windows):
+        if cache.layout is not Layout.RING or not windows or longest <= cache.sinks + min(windows):
             return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
         return super().cannot_run(scenario)
 
@@ -218,7 +219,7 @@ class BlockTableWrong(Fault):
 
     def cannot_run(self, scenario):
         longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests)
-        if scenario.cache.layout != "paged" or scenario.cache.quantize != "none" or longest <= scenario.cache.block_size:
+        if scenario.cache.layout is not Layout.PAGED or scenario.cache.quantize is not Quantize.NONE or longest <= scenario.cache.block_size:
             return "no request fills a second block of a paged cache (cache: {layout: paged})"
         return super().cannot_run(scenario)
 
@@ -230,13 +231,13 @@ class ScalePerTensor(Fault):
         return ScaleAxis.PER_TENSOR
 
     def cannot_run(self, scenario):
-        if scenario.cache.quantize == "none":
+        if scenario.cache.quantize is Quantize.NONE:
             return "the cache is not quantized (cache: {quantize: int8})"
         return super().cannot_run(scenario)
 
 
 def _no_positions(model) -> str | None:
-    if model.positions == "none" and not model.training:  # dropout masks are drawn per position
+    if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
         return "the model has no position term, so wrong positions change nothing"
     return None
 

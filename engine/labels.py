@@ -56,8 +56,8 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
         return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":
         return tuple("token id" for _ in indices)
-    if axis.scheme == "scale":
-        return tuple("scale" for _ in indices)
+    if axis.scheme == "scale":  # one divisor per row, or per head (q/k norms)
+        return tuple("scale" if axis.count == 1 else f"scale h{i}" for i in indices)
     return tuple(f"f{i}" for i in indices)
 
 

@@ -18,7 +18,7 @@ from engine import ops
 from engine.backend import Backend
 from engine.caches import CacheSpec, Read, empty_cache
 from engine.faults import NO_FAULT, Fault
-from engine.spec import ModelSpec
+from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, Positions
 from engine.trace import LayerCache, OpKind
 
 Array = Any
@@ -94,12 +94,11 @@ class Transformer:
         """
         xp, spec = self.xp, self.spec
         if vectors is None:
-            embed = self.param("embed")
-            x = Op("hook_embed", xp.take(embed.values, xp.asarray(ids), axis=0), kind=OpKind.EMBED, inputs=(embed,))
+            x = self._embed(ids)
         else:
             x = Op("hook_embed", self.backend.asarray(vectors), kind=OpKind.EMBED)
         yield x
-        if spec.positions not in ("none", "rope") or spec.type_vocab:
+        if spec.positions not in (Positions.NONE, Positions.ROPE) or spec.type_vocab:
             x = yield from self._add_positions(x, positions)
         if spec.embed_norm:
             x = yield from self._norm("ln_embed", x, layer=None)
@@ -116,7 +115,20 @@ class Transformer:
         logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
         yield logits
+        if spec.final_softcap:  # Gemma 2: what decoding reads is cap·tanh(logits / cap)
+            logits = Op("unembed.hook_softcap", ops.softcap(self.xp, logits.values, spec.final_softcap),
+                        cols="vocab", kind=OpKind.LOGITS, inputs=(logits,))
+            yield logits
         return logits
+
+    def _embed(self, ids: list[int]) -> Op:
+        """The embedding rows of `ids`; Gemma's times √d_model (TransformerLens's hook_embed is the scaled rows)."""
+        embed = self.param("embed")
+        rows = self.xp.take(embed.values, self.xp.asarray(ids), axis=0)
+        if self.spec.embed_scale == 1.0:
+            return Op("hook_embed", rows, kind=OpKind.EMBED, inputs=(embed,))
+        scale = Operand("embed_scale", self.backend.asarray([[self.spec.embed_scale]]), rows="in", cols="out")
+        return Op("hook_embed", rows * self.spec.embed_scale, kind=OpKind.EMBED, inputs=(embed, scale))
 
     def _unembed_operand(self) -> Operand:
         """The tied head reads the embedding through a transposed view, never a copy."""
@@ -140,11 +152,11 @@ class Transformer:
             table = self.param("type_embed")
             terms.append(Op("hook_token_type_embed", xp.take(table.values, xp.zeros_like(where), axis=0),
                             kind=OpKind.EMBED, inputs=(table,)))
-        if spec.positions == "learned":
+        if spec.positions == Positions.LEARNED:
             table = self.param("pos_embed")
             terms.append(Op("hook_pos_embed", xp.take(table.values, where, axis=0), kind=OpKind.EMBED, inputs=(table,)))
-        elif spec.positions in ("seed_sin", "sinusoidal"):
-            encode = ops.seed_sin_positions if spec.positions == "seed_sin" else ops.sinusoidal_positions
+        elif spec.positions in (Positions.SEED_SIN, Positions.SINUSOIDAL):
+            encode = ops.seed_sin_positions if spec.positions == Positions.SEED_SIN else ops.sinusoidal_positions
             terms.append(Op("hook_pos_embed", encode(xp, where, spec.d_model, self.backend.dtype),
                             kind=OpKind.POSITIONS))
         yield from terms[1:]
@@ -167,38 +179,61 @@ class Transformer:
         return post
 
     def _sublayer(self, layer: int, x: Op, norm: str, residual: str, body) -> OpStream:
-        """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer)."""
-        normed, pre = self.spec.norm.kind != "none", self.spec.norm.placement == "pre"
+        """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer);
+        x + LN_post(body(LN(x))) with Gemma's post-norms."""
+        spec = self.spec
+        normed, pre = spec.norm.kind != NormKind.NONE, spec.norm.placement == NormPlacement.PRE
         h = x
         if normed and pre:
             h = yield from self._norm(norm, x, layer)
         out = yield from body(h)
+        if spec.post_norms:  # TransformerLens: hook_attn_out / hook_mlp_out are what the residual adds
+            out = yield from self._norm(f"{norm}_post", out, layer, out=self._sublayer_out(layer, norm))
         total = Op(residual, x.values + out.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x, out))
         yield total
         if normed and not pre:
             total = yield from self._norm(norm, total, layer)
         return total
 
-    def _norm(self, prefix: str, x: Op, layer: int | None) -> OpStream:
+    def _sublayer_out(self, layer: int, norm: str) -> str:
+        return f"blocks.{layer}.{'hook_attn_out' if norm.endswith('ln1') else 'hook_mlp_out'}"
+
+    def _body_out(self, layer: int, module: str) -> str:
+        """The attention's (or MLP's) output projection: what the residual adds, unless a post-norm follows
+        (Gemma), whose output then takes the name and the projection is TransformerLens's attn/mlp.hook_out."""
+        if self.spec.post_norms:
+            return f"blocks.{layer}.{module}.hook_out"
+        return self._sublayer_out(layer, "ln1" if module == "attn" else "ln2")
+
+    def _norm(self, prefix: str, x: Op, layer: int | None, *, heads: int = 1, out: str | None = None) -> OpStream:
         """TransformerLens's three norm hooks: `hook_scale` (each row's divisor), `hook_normalized`
-        (the rows divided, before the affine) and, with an affine, `hook_out` (after it)."""
-        norm = self.spec.norm
-        rows, divisor = ops.norm_scale(self.xp, x.values, norm.eps, centred=norm.kind == "layernorm")
-        scale = Op(f"{prefix}.hook_scale", divisor, cols="scale", kind=OpKind.NORM, layer=layer, inputs=(x,))
+        (the rows divided, before the affine) and, with an affine, `hook_out` (or `out`: after it).
+
+        heads > 1: each row is that many heads, normalized one by one (Qwen3's q/k norms), and the
+        divisor has a column per head."""
+        xp, norm = self.xp, self.spec.norm
+        t = x.values.shape[0]
+        split = xp.reshape(x.values, (t, heads, -1))
+        rows, divisor = ops.norm_scale(xp, split, norm.eps, centred=norm.kind == NormKind.LAYERNORM)
+        scale = Op(f"{prefix}.hook_scale", xp.reshape(divisor, (t, heads)), cols="scale", kind=OpKind.NORM,
+                   layer=layer, inputs=(x,))
         yield scale
-        normalized = Op(f"{prefix}.hook_normalized", rows / divisor, kind=OpKind.NORM, layer=layer,
+        normalized = rows / divisor
+        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(normalized, (t, -1)), kind=OpKind.NORM, layer=layer,
                         inputs=(x, scale))
         yield normalized
         if not norm.affine:
             return normalized
         gain = self.param(f"{prefix}.w")
-        y, inputs = normalized.values * gain.values, [normalized, gain]
-        if norm.kind == "layernorm":
+        y = rows / divisor * (1.0 + gain.values if norm.weight_offset else gain.values)
+        inputs = [normalized, gain]
+        if norm.kind == NormKind.LAYERNORM:
             bias = self.param(f"{prefix}.b")
             y, inputs = y + bias.values, inputs + [bias]
-        out = Op(f"{prefix}.hook_out", y, kind=OpKind.NORM, layer=layer, inputs=tuple(inputs))
-        yield out
-        return out
+        result = Op(out or f"{prefix}.hook_out", xp.reshape(y, (t, -1)), kind=OpKind.NORM, layer=layer,
+                    inputs=tuple(inputs))
+        yield result
+        return result
 
     def _linear(self, name: str, x: Op, weight: str, bias: str | None, layer: int) -> Op:
         w = self.param(weight)
@@ -219,8 +254,11 @@ class Transformer:
         yield q
         yield k
         yield v
-        if spec.positions == "rope":
-            q, k = (self._rope(f"{block}.hook_rot_{x.name[-1]}", x, positions, layer) for x in (q, k))
+        if spec.qk_norm:  # Qwen3, Gemma 3: each head's q and k through an RMSNorm of their own
+            q = yield from self._norm(f"{block}.q_norm", q, layer, heads=spec.n_heads, out=f"{block}.hook_q_normed")
+            k = yield from self._norm(f"{block}.k_norm", k, layer, heads=spec.n_kv_heads, out=f"{block}.hook_k_normed")
+        if spec.positions == Positions.ROPE:
+            q, k = (self._rope(f"{block}.hook_rot_{n}", x, positions, layer) for n, x in (("q", q), ("k", k)))
             yield q
             yield k
         read = self._append(self.fault.layer_cache(layer, caches), k.values, v.values)
@@ -236,7 +274,7 @@ class Transformer:
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
         yield concat
-        out = self._linear(f"blocks.{layer}.hook_attn_out", concat, f"{block}.wo", f"{block}.bo", layer)
+        out = self._linear(self._body_out(layer, "attn"), concat, f"{block}.wo", f"{block}.bo", layer)
         yield out
         return out
 
@@ -254,12 +292,13 @@ class Transformer:
 
     def _rope(self, name: str, x: Op, positions: list[int], layer: int) -> Op:
         spec = self.spec
-        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.rope_theta)
+        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.theta(layer))
         return Op(name, rotated, kind=OpKind.ROPE, layer=layer, inputs=(x,))
 
-    def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array, Array, Array]:
-        """Every head's scores, pattern and output at once, (H, T, S), (H, T, S), (H, T, dh):
-        one batched call per step instead of one per head (the heads are yielded one by one)."""
+    def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array | None, Array, Array, Array]:
+        """Every head's scores before a soft cap (None without one), scores, pattern and output at once,
+        (H, T, S) ×3 and (H, T, dh): one batched call per step instead of one per head (the heads are
+        yielded one by one)."""
         xp, spec = self.xp, self.spec
         dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
 
@@ -270,9 +309,15 @@ class Transformer:
         if group > 1:  # grouped-query attention: query head h reads kv head h // group
             kv = xp.asarray([self.fault.kv_head(head, group, spec.n_kv_heads) for head in range(spec.n_heads)])
             k, v = xp.take(k, kv, axis=0), xp.take(v, kv, axis=0)
-        scores = ops.attention_scores(xp, split(q), k, visible)
+        q = split(q)
+        if spec.attn_softcap:  # the cap comes before the mask
+            raw = ops.attention_scores(xp, q, k, None, spec.attn_scale)
+            uncapped = ops.masked(xp, raw, visible)
+            scores = ops.masked(xp, ops.softcap(xp, raw, spec.attn_softcap), visible)
+        else:
+            uncapped, scores = None, ops.attention_scores(xp, q, k, visible, spec.attn_scale)
         pattern = ops.softmax(xp, scores)
-        return scores, pattern, pattern @ v
+        return uncapped, scores, pattern, pattern @ v
 
     def _head(self, layer, head, q: Operand, keys: Operand, values: Operand, every) -> OpStream:
         """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
@@ -283,9 +328,15 @@ class Transformer:
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows=keys.rows)
         v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows=keys.rows)
-        scores, pattern, z = (x[head, ...] for x in every)
-        scores = Op(f"{block}.hook_attn_scores", scores, cols=keys.rows, kind=OpKind.SCORES, layer=layer, head=head,
-                    inputs=(q_h, k_h))
+        uncapped, scores, pattern, z = (None if x is None else x[head, ...] for x in every)
+        inputs = (q_h, k_h)
+        if uncapped is not None:  # Gemma 2: the scores before their soft cap, then cap·tanh(s / cap)
+            uncapped = Op(f"{block}.hook_attn_scores_uncapped", uncapped, cols=keys.rows, kind=OpKind.SCORES,
+                          layer=layer, head=head, inputs=inputs)
+            yield uncapped
+            inputs = (uncapped,)
+        scores = Op(f"{block}.hook_attn_scores", scores, cols=keys.rows,
+                    kind=OpKind.SCORES if uncapped is None else OpKind.SOFTCAP, layer=layer, head=head, inputs=inputs)
         yield scores
         pattern = Op(f"{block}.hook_pattern", pattern, cols=keys.rows, kind=OpKind.SOFTMAX, layer=layer, head=head,
                      inputs=(scores,))
@@ -302,13 +353,13 @@ class Transformer:
         return cache.extend(self.xp, k, v, self.fault)
 
     def _mlp(self, layer: int, h: Op, positions: list[int]) -> OpStream:
-        xp, spec, mlp = self.xp, self.spec, f"blocks.{layer}.mlp"
-        if spec.ffn == "gated_silu":
+        spec, mlp = self.spec, f"blocks.{layer}.mlp"
+        if FfnKind(spec.ffn).gated:
             gate = self._linear(f"{mlp}.hook_pre", h, f"{mlp}.w_gate", f"{mlp}.b_gate", layer)
             up = self._linear(f"{mlp}.hook_pre_linear", h, f"{mlp}.w_up", f"{mlp}.b_up", layer)
             yield gate
             yield up
-            post = Op(f"{mlp}.hook_post", ops.silu(xp, gate.values) * up.values, kind=OpKind.ACTIVATION,
+            post = Op(f"{mlp}.hook_post", self._activation(gate.values) * up.values, kind=OpKind.ACTIVATION,
                       layer=layer, inputs=(gate, up))
             down = f"{mlp}.w_down", f"{mlp}.b_down"
         else:
@@ -321,7 +372,7 @@ class Transformer:
         if spec.training and spec.dropout > 0:
             post = self._dropout(post, layer, positions)
             yield post
-        out = self._linear(f"blocks.{layer}.hook_mlp_out", post, *down, layer)
+        out = self._linear(self._body_out(layer, "mlp"), post, *down, layer)
         yield out
         return out
 
@@ -337,11 +388,13 @@ class Transformer:
                   inputs=(post,))
 
     def _activation(self, x: Array) -> Array:
-        xp, kind = self.xp, self.spec.ffn
-        if kind == "relu":
+        xp, kind = self.xp, FfnKind(self.spec.ffn)
+        if kind == FfnKind.GATED_SILU:
+            return ops.silu(xp, x)
+        if kind == FfnKind.RELU:
             return ops.relu(xp, x)
-        if kind == "tanh":
+        if kind == FfnKind.TANH:
             return xp.tanh(x)
-        if kind == "gelu_tanh":
+        if kind in (FfnKind.GELU_TANH, FfnKind.GATED_GELU_TANH):
             return ops.gelu_tanh(xp, x)
         return ops.gelu_from_erf(x, self.backend.erf(x / 2**0.5))

@@ -22,19 +22,32 @@ def norm_scale(xp, x: Array, eps: float, *, centred: bool) -> tuple[Array, Array
     return x, xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
-def causal_mask(xp, n_new: int, past: int) -> Array:
-    """(T, P+T) booleans: query i (absolute position past+i) may read key j iff j ≤ past + i."""
-    keys = xp.arange(past + n_new)
-    queries = xp.arange(n_new) + past
-    return keys[None, :] <= queries[:, None]
+def causal_mask(xp, n_new: int, past: int, window: int | None = None) -> Array:
+    """(T, P+T) booleans: query i (absolute position past+i) may read key j iff j ≤ past + i,
+    and with a sliding window only if j > past + i − window."""
+    keys = xp.arange(past + n_new)[None, :]
+    queries = (xp.arange(n_new) + past)[:, None]
+    visible = keys <= queries
+    return visible if window is None else visible & (keys > queries - window)
 
 
-def attention_scores(xp, q: Array, k: Array, visible: Array | None) -> Array:
-    """(…, T, dh) · (…, S, dh) -> (…, T, S) scaled scores, −∞ where a key is not visible."""
-    scores = (q @ xp.matrix_transpose(k)) / math.sqrt(q.shape[-1])
+def attention_scores(xp, q: Array, k: Array, visible: Array | None, scale: float | None = None) -> Array:
+    """(…, T, dh) · (…, S, dh) -> (…, T, S): scores over √dh (or times `scale`), −∞ where a key is hidden."""
+    scores = q @ xp.matrix_transpose(k)
+    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
+    return masked(xp, scores, visible)
+
+
+def masked(xp, scores: Array, visible: Array | None) -> Array:
+    """−∞ where a key is not visible (None: every key is)."""
     if visible is None:
         return scores
     return xp.where(visible, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+
+
+def softcap(xp, x: Array, cap: float) -> Array:
+    """Gemma 2's soft cap: cap·tanh(x / cap), smooth and within (−cap, cap)."""
+    return xp.tanh(x / cap) * cap
 
 
 def softmax(xp, x: Array) -> Array:

@@ -1,7 +1,7 @@
 """A session: every request of a scenario through prefill and cached decode rounds.
 
 `Session.steps()` yields one `OpState` per operator in execution order. In
-mode "cached" only new tokens are fed and the KV cache grows; in mode "full"
+mode CACHED only new tokens are fed and the KV cache grows; in mode FULL
 every round recomputes the whole prefix from an empty cache, which is the
 reference the cached run is diffed against.
 
@@ -25,11 +25,10 @@ from engine.decoding import choose
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.model import Op, OpStream, Transformer
 from engine.scenario import Scenario
-from engine.spec import Request
-from engine.trace import LayerCache, Moment, OpState, Phase, RequestResult
+from engine.spec import Mode, Request
+from engine.trace import LayerCache, Moment, OpKind, OpState, Phase, RequestResult
 
-MODES = ("cached", "full")
-__all__ = ["INJECTIONS", "MODES", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
+__all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
 
 
 @dataclass(frozen=True)
@@ -73,23 +72,23 @@ class _Counter:
 
 
 class Session:
-    def __init__(self, scenario: Scenario, backend: Backend | None = None, *, mode: str = "cached",
+    def __init__(self, scenario: Scenario, backend: Backend | None = None, *, mode: Mode | str = Mode.CACHED,
                  inject: str | None = None, stale: StaleFrom | None = None):
         """Args:
-        mode: "cached" (feed only new tokens) or "full" (recompute the whole prefix every round).
+        mode: CACHED (feed only new tokens) or FULL (recompute the whole prefix every round).
         inject: one of INJECTIONS, applied to the cached path only; the full recompute stays correct.
         stale: run rounds before an edit with the old weights and keep their cache (cached mode only).
         """
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r} (expected one of {', '.join(MODES)})")
+        if mode not in tuple(Mode):
+            raise ValueError(f"unknown mode {mode!r} (expected one of {', '.join(Mode)})")
         if inject is not None and inject not in INJECTIONS:
             raise ValueError(f"unknown bug {inject!r} (expected one of {', '.join(INJECTIONS)})")
         self.scenario = scenario
         self.backend = backend or make_backend()
-        self.mode = mode
-        self.inject = inject if mode == "cached" else None
+        self.mode = mode = Mode(mode)
+        self.inject = inject if mode == Mode.CACHED else None
         self.fault = FAULTS[self.inject] if self.inject else NO_FAULT
-        self.stale = stale if mode == "cached" else None
+        self.stale = stale if mode == Mode.CACHED else None
         self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint,
                                  self.fault, allow_stale=self.stale is not None, cache=scenario.cache)
         self.old_model = None
@@ -219,12 +218,12 @@ class _RequestRun:
     def _feed(self, new: list[int]) -> OpStream:
         """Feed new tokens (cached mode) or the whole prefix again (full mode)."""
         fault, sequence = self.session.fault, list(self.prompt) + self.generated
-        new = sequence if self.session.mode == "full" else fault.feed(self.phase, new, sequence)
-        if self.session.mode == "full":
+        new = sequence if self.session.mode == Mode.FULL else fault.feed(self.phase, new, sequence)
+        if self.session.mode == Mode.FULL:
             self.caches, self.fed = self.session.model.empty_caches(), []
         fed = list(self.fed)
         self.caches = fault.starting_caches(self.round, self.caches, lambda scale: self.session.scaled_caches(fed, scale))
-        size = self.rule.prefill_chunk if self.phase == "prefill" and self.session.mode == "cached" else None
+        size = self.rule.prefill_chunk if self.phase == Phase.PREFILL and self.session.mode == Mode.CACHED else None
         size = size or len(new)
         self.selected, self.round_start = None, len(self.fed)
         for self.chunk, start in enumerate(range(0, len(new), size)):
@@ -258,7 +257,7 @@ class _RequestRun:
                 op = next(stream)
             except StopIteration as done:
                 return done.value
-            if op.kind == "choice":
+            if op.kind == OpKind.CHOICE:
                 self._select(int(op.values[0, 0]))
             yield self._state(op)
 
@@ -271,7 +270,7 @@ class _RequestRun:
 
     def _state(self, op: Op) -> OpState:
         return OpState(self.counter.take(), self.index, self.phase, self.round, self.chunk, op, self._now(),
-                       self._caches_now(op.layer), self.round_start, self.stop if op.kind == "choice" else None)
+                       self._caches_now(op.layer), self.round_start, self.stop if op.kind == OpKind.CHOICE else None)
 
     def _caches_now(self, layer: int | None) -> tuple:
         """The caches as they stand, one tuple shared by the states between two appends.

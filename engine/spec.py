@@ -115,7 +115,7 @@ class ModelSpec:
     biases: tuple[str, ...] | None = None  # the LINEARS with a bias (Qwen2: q, k, v); None: all if `bias`
     type_vocab: int = 0  # BERT: a token-type table whose row 0 is added to every embedding
     embed_norm: bool = False  # BERT: a norm (ln_embed) over the summed embeddings
-    embed_scale: float = 1.0  # Gemma: the embedding rows times √d_model (rounded to float32, as transformers)
+    embed_scale: float = 1.0  # Gemma: the embedding rows times √d_model
     qk_norm: bool = False  # Qwen3, Gemma 3: an RMSNorm over each head's q and k (attn.q_norm.w, attn.k_norm.w)
     post_norms: bool = False  # Gemma 2/3: ln1_post after attention and ln2_post after the MLP, before each sum
     attn_scale: float | None = None  # the scores' factor; None: 1/√d_head (Gemma: query_pre_attn_scalar^-½)

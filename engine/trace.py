@@ -42,6 +42,7 @@ class OpKind(StrEnum):
     NORM = "norm"
     LINEAR = "linear"
     SCORES = "scores"
+    SOFTCAP = "softcap"
     SOFTMAX = "softmax"
     MIX = "mix"
     CONCAT = "concat"

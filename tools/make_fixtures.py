@@ -1,7 +1,8 @@
 """Write tests/fixtures/: tiny random-weight checkpoints and float64 reference outputs from transformers.
 
-    /work/refvenv/bin/python tools/make_fixtures.py          # the tiny models
-    /work/refvenv/bin/python tools/make_fixtures.py --real   # also the two real models' references
+    /work/refenv/bin/python tools/make_fixtures.py                 # the tiny models
+    /work/refenv/bin/python tools/make_fixtures.py gemma2 qwen3    # only those (of ALL)
+    /work/refenv/bin/python tools/make_fixtures.py --real          # also the two real models' references
 
 Needs torch, transformers, tokenizers, safetensors, gguf and accelerate (a separate virtual
 environment; the project itself never depends on torch). For every architecture (llama with
@@ -11,8 +12,14 @@ float64 outputs: every layer's output, the full-forward logits, and a greedy cac
 with each step's logits. tiny-gguf/ holds a quantized llama GGUF (Q4_0, Q4_1, Q8_0, F16, F32)
 whose reference transformers computes from its own dequantization of the file.
 
-transformers' `model.double()` is not pure float64 for Llama/Qwen2 (RMSNorm and RoPE compute in
-float32, eager softmax is float32): `pure_float64()` patches those three paths first.
+The newer architectures (qwen3 with q/k norms, mistral and phi3 with sliding windows, phi3's fused
+projections, gemma2 with soft caps, gemma3 with q/k norms and per-layer RoPE bases) have windows
+shorter than the prompt, so their decode references recompute the whole sequence at each step
+(transformers' DynamicCache keeps only the window): `step_logits` and `step_layers` (every layer's
+last row) per step.
+
+transformers' `model.double()` is not pure float64 (RMSNorm and RoPE compute in float32, eager
+softmax is float32): `pure_float64()` patches those three paths first, for every architecture.
 """
 
 from __future__ import annotations
@@ -42,25 +49,37 @@ NEW_TOKENS = 5
 
 
 # -- float64 everywhere -------------------------------------------------------------
-def pure_float64() -> None:
-    from transformers.models.llama import modeling_llama
-    from transformers.models.qwen2 import modeling_qwen2
+LLAMA_LIKE = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "Mistral", "phi3": "Phi3",
+              "gemma2": "Gemma2", "gemma3": "Gemma3"}
 
-    for module, norm, rotary in ((modeling_llama, "LlamaRMSNorm", "LlamaRotaryEmbedding"),
-                                 (modeling_qwen2, "Qwen2RMSNorm", "Qwen2RotaryEmbedding")):
-        getattr(module, norm).forward = _rms_norm
-        getattr(module, rotary).forward = _rotary
+
+def pure_float64() -> None:
+    import importlib
+
+    for arch, prefix in LLAMA_LIKE.items():
+        module = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+        getattr(module, f"{prefix}RMSNorm").forward = _gemma_rms_norm if arch.startswith("gemma") else _rms_norm
+        getattr(module, f"{prefix}RotaryEmbedding").forward = _rotary
         module.eager_attention_forward = _eager_attention(module.repeat_kv)
+    from transformer_lens.model_bridge.generalized_components import attention  # its softmax is float32 too
+
+    softmax = attention.AttentionBridge._masked_softmax
+    attention.AttentionBridge._masked_softmax = lambda self, scores, dtype=None: softmax(self, scores, scores.dtype)
 
 
 def _rms_norm(self, x):
     return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
 
-def _rotary(self, x, position_ids):
+def _gemma_rms_norm(self, x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+
+def _rotary(self, x, position_ids, layer_type=None):
     config = self.config
     dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    theta = config.rope_parameters["rope_theta"]
+    params = config.rope_parameters if layer_type is None else config.rope_parameters[layer_type]
+    theta = params["rope_theta"]
     inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
     freqs = position_ids[..., None].to(torch.float64) * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -68,10 +87,12 @@ def _rotary(self, x, position_ids):
 
 
 def _eager_attention(repeat_kv):
-    def attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kwargs):
         key = repeat_kv(key, module.num_key_value_groups)
         value = repeat_kv(value, module.num_key_value_groups)
-        weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+        weights = torch.matmul(query, key.transpose(2, 3)) * (module.head_dim**-0.5 if scaling is None else scaling)
+        if softcap is not None:
+            weights = torch.tanh(weights / softcap) * softcap
         if attention_mask is not None:
             weights = weights + attention_mask
         weights = torch.softmax(weights, dim=-1)
@@ -128,6 +149,37 @@ def configs(vocab: dict[str, int]):
     }
 
 
+WINDOW = 4  # shorter than the prompt: the sliding layers mask keys in prefill and in every decode step
+NEW_SMALL = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=3, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6)
+
+
+def new_configs(vocab: dict[str, int]):
+    """qwen3 (sliding from layer 1 on), mistral and phi3 (sliding everywhere), gemma2 (every other layer,
+    soft caps low enough to bite), gemma3 (text; one full layer between sliding ones, two RoPE bases)."""
+    import transformers as t
+
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    gemma = dict(query_pre_attn_scalar=12, sliding_window=WINDOW, hidden_activation="gelu_pytorch_tanh",
+                 pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=True, **NEW_SMALL)
+    return {
+        "qwen3": t.Qwen3Config(vocab_size=vocab["qwen3"], rope_parameters=rope, use_sliding_window=True,
+                               sliding_window=WINDOW, max_window_layers=1, tie_word_embeddings=True,
+                               eos_token_id=0, **NEW_SMALL),
+        "mistral": t.MistralConfig(vocab_size=vocab["mistral"], rope_parameters=rope, sliding_window=WINDOW,
+                                   tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, **NEW_SMALL),
+        "phi3": t.Phi3Config(vocab_size=vocab["phi3"], rope_parameters=rope, sliding_window=WINDOW + 1,
+                             tie_word_embeddings=False, bos_token_id=0, eos_token_id=1, pad_token_id=None,
+                             **NEW_SMALL),
+        "gemma2": t.Gemma2Config(vocab_size=vocab["gemma2"], rope_parameters=rope, attn_logit_softcapping=2.0,
+                                 final_logit_softcapping=3.0, **gemma),
+        "gemma3": t.Gemma3TextConfig(
+            vocab_size=vocab["gemma3"], layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}, **gemma),
+    }
+
+
 def randomize(model, seed: int) -> None:
     """Weights of order 1/sqrt(fan-in) and gains near 1, so that the logits are far from uniform."""
     rng = np.random.default_rng(seed)
@@ -146,8 +198,9 @@ def randomize(model, seed: int) -> None:
 def model_class(arch: str):
     import transformers
 
-    return {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM,
-            "gpt2": transformers.GPT2LMHeadModel, "bert": transformers.BertModel}[arch]
+    if arch in LLAMA_LIKE:
+        return getattr(transformers, f"{LLAMA_LIKE[arch]}ForCausalLM")
+    return {"gpt2": transformers.GPT2LMHeadModel, "bert": transformers.BertModel}[arch]
 
 
 # -- references -----------------------------------------------------------------------
@@ -194,6 +247,22 @@ def reference(model, ids: list[int], decoder: bool) -> dict[str, np.ndarray]:
     return ref
 
 
+def recomputed(model, ids: list[int], steps: int) -> dict[str, np.ndarray]:
+    """The prefill, then greedy decoding that runs the whole sequence again at every step: each step's
+    last-position logits and every layer's last row."""
+    out, layers = forward_with_layers(model, ids)
+    ref = {"ids": np.array(ids), "layers": layers, "logits": out.logits[0].numpy()}
+    sequence, chosen, step_logits, step_layers = list(ids), [], [], []
+    for _ in range(steps):
+        out, layers = forward_with_layers(model, sequence)
+        step_logits.append(out.logits[0, -1].numpy())
+        step_layers.append(layers[:, -1])
+        chosen.append(int(torch.argmax(out.logits[0, -1])))
+        sequence.append(chosen[-1])
+    return ref | {"greedy_ids": np.array(chosen), "step_logits": np.stack(step_logits),
+                  "step_layers": np.stack(step_layers)}
+
+
 def make_hf(arch: str, tokenizer: Tokenizer, config, seed: int) -> None:
     folder = OUT / arch
     folder.mkdir(parents=True, exist_ok=True)
@@ -203,7 +272,33 @@ def make_hf(arch: str, tokenizer: Tokenizer, config, seed: int) -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
     reloaded = model_class(arch).from_pretrained(folder, dtype=torch.float64, attn_implementation="eager").eval()
     ids = tokenizer.encode(BERT_PROMPT if arch == "bert" else PROMPT).ids
-    np.savez_compressed(folder / "reference.npz", **reference(reloaded, ids, arch != "bert"))
+    if arch in NEW_ARCHS:
+        ref = recomputed(reloaded, ids, NEW_TOKENS)
+    else:
+        ref = reference(reloaded, ids, arch != "bert")
+    np.savez_compressed(folder / "reference.npz", **ref)
+    if arch in TL_ARCHS:
+        transformer_lens_dump(arch, ids)
+
+
+# -- TransformerLens's own names and values ------------------------------------------------
+TL_ARCHS = ("qwen3", "gemma2", "gemma3")
+TL_TOKENS = 8  # longer than every window, short enough for a small file
+BRIDGE_ONLY = (".hook_in", ".hook_cos", ".hook_sin", ".q.hook_out", ".k.hook_out", ".v.hook_out", ".o.hook_out",
+               ".gate.hook_out", ".in.hook_out", ".out.hook_out")
+
+
+def transformer_lens_dump(arch: str, ids: list[int]) -> None:
+    """`run_with_cache` of TransformerLens's bridge on the fixture (its softmax made float64 too): what a
+    TransformerLens user would dump, minus the bridge's wrapper aliases (hook_in, the projections' hook_out)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    folder = OUT / arch
+    hf = model_class(arch).from_pretrained(folder, dtype=torch.float64, attn_implementation="eager").eval()
+    bridge = TransformerBridge.boot_transformers(str(folder), hf_model=hf, dtype=torch.float64)
+    _, cache = bridge.run_with_cache(torch.tensor([ids[:TL_TOKENS]]))
+    arrays = {name: value[0].detach().numpy() for name, value in cache.items() if not name.endswith(BRIDGE_ONLY)}
+    np.savez_compressed(folder / "transformer_lens.npz", **arrays)
 
 
 # -- a quantized llama GGUF -------------------------------------------------------------
@@ -334,15 +429,28 @@ def make_real() -> None:
     np.savez_compressed(folder / "minilm.npz", **hidden)
 
 
+NEW_ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3")
+ALL = ("llama", "qwen2", "gpt2", "bert", *NEW_ARCHS, "gguf")
+
+
 def main() -> None:
     torch.manual_seed(0)
     pure_float64()
+    chosen = [a for a in sys.argv[1:] if not a.startswith("--")] or ALL
+    if unknown := set(chosen) - set(ALL):
+        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(ALL)})")
     tokenizers = {"llama": byte_bpe(["<s>", "</s>"], bos="<s>"), "qwen2": byte_bpe(["<|endoftext|>"]),
-                  "gpt2": byte_bpe(["<|endoftext|>"]), "bert": wordpiece()}
+                  "gpt2": byte_bpe(["<|endoftext|>"]), "bert": wordpiece(),
+                  "qwen3": byte_bpe(["<|endoftext|>"]), "mistral": byte_bpe(["<s>", "</s>"], bos="<s>"),
+                  "phi3": byte_bpe(["<s>", "</s>"], bos="<s>"), "gemma2": byte_bpe(["<pad>", "<eos>", "<bos>"]),
+                  "gemma3": byte_bpe(["<pad>", "<eos>", "<bos>"])}
     vocab = {arch: t.get_vocab_size() for arch, t in tokenizers.items()}
-    for seed, (arch, config) in enumerate(configs(vocab).items()):
-        make_hf(arch, tokenizers[arch], config, seed)
-    make_gguf(tokenizers["llama"])
+    every = configs(vocab) | new_configs(vocab)
+    for seed, (arch, config) in enumerate(every.items()):
+        if arch in chosen:
+            make_hf(arch, tokenizers[arch], config, seed)
+    if "gguf" in chosen:
+        make_gguf(tokenizers["llama"])
     if "--real" in sys.argv:
         make_real()
 

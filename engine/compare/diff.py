@@ -23,6 +23,7 @@ from engine.backend import Backend, to_host
 from engine.scenario import Scenario
 from engine.session import Session
 from engine.labels import Axis
+from engine.spec import Mode
 from engine.trace import OpState
 
 TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
@@ -110,8 +111,8 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
 
 
 def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
-    cached = Session(scenario, backend, mode="cached", inject=inject)
-    full = Session(scenario, backend, mode="full")
+    cached = Session(scenario, backend, mode=Mode.CACHED, inject=inject)
+    full = Session(scenario, backend, mode=Mode.FULL)
     return diff_runs(by_request(cached), by_request(full))
 
 

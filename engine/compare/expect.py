@@ -17,7 +17,7 @@ from engine.backend import to_host
 from yaml.nodes import SequenceNode
 
 from engine.loading.document import MAX_SCENARIO_VALUES, Node, ScenarioError
-from engine.spec import ModelSpec, Request
+from engine.spec import Mode, ModelSpec, Request
 from engine.trace import OpState
 
 EXPECT_KEYS = {"op", "request", "round", "head", "run", "rows", "cols", "tolerance", "values", "note"}
@@ -31,7 +31,7 @@ class Expectation:
     request: int
     round: int
     head: int | None
-    run: str  # "cached" or "full": which computation the text printed
+    run: Mode  # which computation the text printed: the cached one or the full recompute
     rows: tuple[int, ...] | None  # absolute positions; None: every row
     cols: tuple[int, ...] | None  # column indices; None: every column
     printed: tuple[tuple[float, ...], ...]
@@ -47,7 +47,7 @@ class Expectation:
     def describe(self) -> str:
         head = "" if self.head is None else f" head {self.head}"
         where = "prefill" if self.round == 0 else f"decode round {self.round}"
-        full = " (full recompute)" if self.run == "full" else ""
+        full = " (full recompute)" if self.run == Mode.FULL else ""
         return f"request {self.request} {where} {self.op}{head}{full}"
 
 
@@ -150,7 +150,7 @@ def _expectation(node: Node, index: int) -> Expectation:
         request=node.get("request").integer(minimum=0) if node.has("request") else 0,
         round=node.get("round").integer(minimum=0) if node.has("round") else 0,
         head=node.get("head").integer(minimum=0) if node.has("head") else None,
-        run=node.get("run").choice(("cached", "full")) if node.has("run") else "cached",
+        run=Mode(node.get("run").choice(tuple(Mode))) if node.has("run") else Mode.CACHED,
         rows=picked["rows"],
         cols=picked["cols"],
         printed=tuple(printed),
@@ -193,9 +193,9 @@ def _indices(node: Node) -> tuple[int, ...]:
 def check(expectations: Iterable[Expectation], cached: Iterable[OpState], full: Iterable[OpState] | None) -> list[Outcome]:
     """Compare every expectation with the run it names (the full recompute only if needed)."""
     expectations = list(expectations)
-    runs = {"cached": _rows_by_key(cached, expectations)}
-    if full is not None and any(e.run == "full" for e in expectations):
-        runs["full"] = _rows_by_key(full, expectations)
+    runs = {Mode.CACHED: _rows_by_key(cached, expectations)}
+    if full is not None and any(e.run == Mode.FULL for e in expectations):
+        runs[Mode.FULL] = _rows_by_key(full, expectations)
     return [_compare(e, runs.get(e.run, {})) for e in expectations]
 
 

@@ -20,7 +20,7 @@ from engine.loading.document import ScenarioError
 from engine.parameters import format_shape, parameter_shapes
 from engine.progress import WEIGHTS, report
 from engine.scenario import Scenario
-from engine.spec import DecodeRule, ModelSpec, Request
+from engine.spec import DecodeRule, ModelSpec, Positions, Request
 from engine.loading import hf
 from engine.loading.gguf_model import GGUFModel
 from engine.loading.tokenizer import encode, gguf_tokenizer, make_vocab
@@ -63,7 +63,7 @@ def load_checkpoint(path: str | Path, *, prompt: str | None = None, ids: list[in
     vocab = make_vocab(tokenizer, **special)
     tokens = _request_ids(path, tokenizer, len(vocab), prompt, ids)
     limit = max_new_tokens if spec.lm_head else 1
-    if spec.positions == "learned" and len(tokens) + limit - 1 > spec.max_positions:
+    if spec.positions == Positions.LEARNED and len(tokens) + limit - 1 > spec.max_positions:
         raise ScenarioError(str(path), None, "--max-new-tokens", f"needs {len(tokens) + limit - 1} positions, "
                             f"the model has {spec.max_positions}")
     as_dtype = DTYPES[dtype]

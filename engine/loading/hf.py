@@ -1,8 +1,10 @@
-"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, gpt2 and bert.
+"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, mistral, phi3,
+gemma2, gemma3 (text), gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
-weights are already [in, out] and its fused `c_attn` is split into q | k | v).
+weights are already [in, out] and its fused `c_attn` is split into q | k | v; Phi-3's fused
+`qkv_proj` and `gate_up_proj` are split by rows).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 import struct
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +22,16 @@ import numpy as np
 from safetensors import safe_open
 
 from engine.loading.document import ScenarioError, read_text
-from engine.spec import ModelSpec, NormSpec
+from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
-ARCHITECTURES = ("llama", "qwen2", "gpt2", "bert")
+LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
+ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
+GEMMA = ("gemma2", "gemma3_text")
+LAYER_TYPES = ("full_attention", "sliding_attention")
 PREFIXES = ("", "model.", "transformer.", "bert.")
 MAX_SIZE = 2**31  # a width, depth or count beyond this is a corrupt config, not a model
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
-               "tanh": "tanh"}
+ACTIVATIONS = {"gelu": FfnKind.GELU, "gelu_new": FfnKind.GELU_TANH, "gelu_pytorch_tanh": FfnKind.GELU_TANH,
+               "relu": FfnKind.RELU, "tanh": FfnKind.TANH}
 
 
 class ConfigError(ScenarioError):
@@ -46,7 +52,7 @@ def read_spec(folder: Path) -> tuple[str, ModelSpec, dict]:
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
-    spec = {"llama": _llama, "qwen2": _llama, "gpt2": _gpt2, "bert": _bert}[arch](config, file)
+    spec = (_llama if arch in LLAMA_FAMILY else {"gpt2": _gpt2, "bert": _bert}[arch])(config, file)
     vocab_size = _get(config, "vocab_size", file)
     for key in ("eos_token_id", "pad_token_id"):
         special = config.get(key)
@@ -84,50 +90,117 @@ def _heads(file: Path, d: int, heads: int, kv_heads: int, key: str = "num_attent
 
 
 def _llama(config: dict, file: Path) -> ModelSpec:
+    """Llama and the architectures that differ from it by a few settings (see `_gemma`)."""
     get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
-    if config.get("hidden_act", "silu") != "silu":
-        raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
-    if config.get("use_sliding_window"):
-        raise ConfigError(file, "use_sliding_window", "sliding-window attention is not supported")
-    heads, d = get("num_attention_heads"), get("hidden_size")
+    arch = config["model_type"]
+    heads, d, layers = get("num_attention_heads"), get("hidden_size"), get("num_hidden_layers")
     kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
     head_dim = get("head_dim") if config.get("head_dim") is not None else None
     _heads(file, head_dim * heads if head_dim else d, heads, kv_heads)
-    if config.get("model_type") == "qwen2":
+    if arch == "qwen2":
         biases = ("q", "k", "v")
     else:
         biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
             ("mlp",) if config.get("mlp_bias") else ())
-    return ModelSpec(
-        d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads,
+    window, sliding_layers = _sliding(config, file, layers)
+    spec = ModelSpec(
+        d_model=d, n_layers=layers, n_heads=heads,
         d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
-        norm=NormSpec("rmsnorm", "pre", _eps(config, "rms_norm_eps", file, 1e-6), affine=True), final_norm=True,
-        ffn="gated_silu", positions="rope", max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
-        biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", False)),
-        kv_heads=kv_heads, rope_theta=_rope_theta(config, file),
+        norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE, _eps(config, "rms_norm_eps", file, 1e-6), affine=True),
+        final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
+        max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
+        biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
+        kv_heads=kv_heads, rope_theta=_rope_theta(config, file, "full_attention" if arch == "gemma3_text" else None),
+        qk_norm=arch in ("qwen3", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
+    )
+    if arch in GEMMA:
+        return _gemma(config, file, spec)
+    if config.get("hidden_act", "silu") != "silu":
+        raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
+    return spec
+
+
+def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
+    """Gemma 2 and 3: GeGLU, (1 + w) norms before and after each sublayer, embeddings times √d,
+    scores over √query_pre_attn_scalar; Gemma 2 soft-caps scores and logits, Gemma 3 has q/k norms
+    and its own RoPE base on sliding layers."""
+    act = config.get("hidden_activation", config.get("hidden_act", "gelu_pytorch_tanh"))
+    if act != "gelu_pytorch_tanh":
+        raise ConfigError(file, "hidden_activation", f"only 'gelu_pytorch_tanh' is supported, got {act!r}")
+    if config.get("use_bidirectional_attention"):
+        raise ConfigError(file, "use_bidirectional_attention", "bidirectional attention is not supported")
+    gemma2 = config["model_type"] == "gemma2"
+    scalar = _positive(config, "query_pre_attn_scalar", file, 256)
+    caps = {key: config.get(key, default if gemma2 else None)
+            for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0))}
+    attn_cap, final_cap = (None if caps[key] is None else _positive(caps, key, file, None) for key in caps)
+    return replace(
+        spec, ffn=FfnKind.GATED_GELU_TANH, norm=replace(spec.norm, weight_offset=True), post_norms=True,
+        embed_scale=math.sqrt(spec.d_model),  # a float32 run rounds it to float32, as transformers does
+        attn_scale=scalar**-0.5, attn_softcap=attn_cap, final_softcap=final_cap,
+        rope_theta_local=None if gemma2 else _rope_theta(config, file, "sliding_attention"),
     )
 
 
-def _rope_theta(config: dict, file: Path) -> float:
-    """theta from `rope_parameters` (transformers 5) or the older top-level `rope_theta`;
-    any RoPE scaling type is refused rather than silently ignored."""
+def _positive(config: dict, key: str, file: Path, default) -> float:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(file, key, f"expected a number > 0, got {value!r}")
+    return float(value)
+
+
+def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[int, ...] | None]:
+    """The sliding window and the layers that use it: `layer_types` where given, else Qwen's
+    `max_window_layers` or every layer (Mistral, Phi-3); Gemma alternates (2: every other layer,
+    3: five of six) when the config does not list them."""
+    arch = config["model_type"]
+    if arch in ("qwen2", "qwen3") and not config.get("use_sliding_window"):
+        return None, None
+    default = 4096 if arch in GEMMA else None  # transformers' default for Gemma
+    if config.get("sliding_window", default) is None:
+        return None, None
+    window = _get(config, "sliding_window", file, default)
+    types = config.get("layer_types")
+    if types is None:
+        period = {"gemma2": 2, "gemma3_text": config.get("sliding_window_pattern", 6)}.get(arch)
+        if period is not None:
+            return window, tuple(i for i in range(layers) if (i + 1) % period)
+        if arch in ("qwen2", "qwen3"):
+            return window, tuple(range(_get(config, "max_window_layers", file, layers), layers))
+        return window, None
+    if not isinstance(types, list) or len(types) != layers:
+        raise ConfigError(file, "layer_types", f"expected a list of {layers} attention types, got {types!r}")
+    for i, kind in enumerate(types):
+        if kind not in LAYER_TYPES:
+            raise ConfigError(file, f"layer_types[{i}]", f"attention type {kind!r} is not supported "
+                              f"(supported: {', '.join(LAYER_TYPES)})")
+    return window, tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+
+
+def _rope_theta(config: dict, file: Path, layer_type: str | None = None) -> float:
+    """theta from `rope_parameters` (transformers 5; Gemma 3: one table per layer type) or the older
+    top-level `rope_theta`; any RoPE scaling type is refused rather than silently ignored."""
     params = config.get("rope_parameters") or {}
+    prefix = "rope_parameters"
+    if layer_type is not None and isinstance(params, dict) and isinstance(params.get(layer_type), dict):
+        params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
     scaling = config.get("rope_scaling") or {}
-    for key, table in (("rope_parameters.rope_type", params), ("rope_scaling.rope_type", scaling)):
+    for key, table in ((f"{prefix}.rope_type", params), ("rope_scaling.rope_type", scaling)):
         if not isinstance(table, dict):
-            raise ConfigError(file, key.partition(".")[0], f"expected a JSON object, got {table!r}")
+            raise ConfigError(file, key.rpartition(".")[0], f"expected a JSON object, got {table!r}")
         kind = table.get("rope_type", table.get("type", "default"))
         if kind != "default":
             raise ConfigError(file, key, f"RoPE scaling type {kind!r} is not supported (only 'default')")
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
-    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+    fallback = config.get("rope_local_base_freq", 10000.0) if layer_type == "sliding_attention" else 10000.0
+    theta = params.get("rope_theta", config.get("rope_theta", fallback))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
-        raise ConfigError(file, "rope_theta", f"expected a number > 1, got {theta!r}")
+        raise ConfigError(file, f"{prefix}.rope_theta", f"expected a number > 1, got {theta!r}")
     return float(theta)
 
 
-def _activation(config: dict, key: str, file: Path, default: str) -> str:
+def _activation(config: dict, key: str, file: Path, default: str) -> FfnKind:
     name = config.get(key, default)
     if not isinstance(name, str) or name not in ACTIVATIONS:
         raise ConfigError(file, key, f"unsupported activation {name!r} (supported: {', '.join(ACTIVATIONS)})")
@@ -145,8 +218,9 @@ def _gpt2(config: dict, file: Path) -> ModelSpec:
     return ModelSpec(
         d_model=d, n_layers=get("n_layer"), n_heads=heads, d_head=d // heads,
         d_ff=get("n_inner") if config.get("n_inner") is not None else 4 * d,
-        norm=NormSpec("layernorm", "pre", _eps(config, "layer_norm_epsilon", file, 1e-5), affine=True), final_norm=True,
-        ffn=_activation(config, "activation_function", file, "gelu_new"), positions="learned",
+        norm=NormSpec(NormKind.LAYERNORM, NormPlacement.PRE, _eps(config, "layer_norm_epsilon", file, 1e-5),
+                      affine=True), final_norm=True,
+        ffn=_activation(config, "activation_function", file, "gelu_new"), positions=Positions.LEARNED,
         max_positions=get("n_positions"), bias=True, tied_unembed=bool(config.get("tie_word_embeddings", True)),
     )
 
@@ -162,8 +236,9 @@ def _bert(config: dict, file: Path) -> ModelSpec:
     return ModelSpec(
         d_model=d, n_layers=get("num_hidden_layers"), n_heads=heads, d_head=d // heads,
         d_ff=get("intermediate_size"),
-        norm=NormSpec("layernorm", "post", _eps(config, "layer_norm_eps", file, 1e-12), affine=True), final_norm=False,
-        ffn=_activation(config, "hidden_act", file, "gelu"), positions="learned",
+        norm=NormSpec(NormKind.LAYERNORM, NormPlacement.POST, _eps(config, "layer_norm_eps", file, 1e-12),
+                      affine=True), final_norm=False,
+        ffn=_activation(config, "hidden_act", file, "gelu"), positions=Positions.LEARNED,
         max_positions=get("max_position_embeddings"), bias=True, causal=False, lm_head=False,
         type_vocab=get("type_vocab_size", 2), embed_norm=True,
     )
@@ -237,29 +312,51 @@ FIXED = {  # engine parameter -> tensor, outside the blocks
 
 def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndarray:
     """The engine parameter `name`, read through `get(hf_name)`."""
-    family = "llama" if arch == "qwen2" else arch
+    family = "llama" if arch in LLAMA_FAMILY else arch
     if name in FIXED[family]:
         return get(FIXED[family][name])
     if name == "unembed":
         return _linear(get, "lm_head.weight")
-    _, layer, part, leaf = name.split(".")
-    return {"llama": _llama_block, "gpt2": _gpt2_block, "bert": _bert_block}[family](layer, part, leaf, spec, get)
+    _, layer, part, leaf = name.split(".", 3)
+    if arch == "phi3" and leaf in FUSED:
+        return _phi3_fused(layer, leaf, spec, get)
+    block = {"llama": _llama_block, "gpt2": _gpt2_block, "bert": _bert_block}[family]
+    return block(layer, part, leaf, spec, get, arch)
 
 
 def _linear(get: Getter, key: str) -> np.ndarray:
     return get(key).T
 
 
-def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+LLAMA_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+GEMMA_NORMS = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
+               "ln2": "pre_feedforward_layernorm", "ln2_post": "post_feedforward_layernorm"}
+LLAMA_MODULES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+                 "_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"}
+FUSED = {"wq": ("qkv_proj", 0), "wk": ("qkv_proj", 1), "wv": ("qkv_proj", 2),
+         "w_gate": ("gate_up_proj", 0), "w_up": ("gate_up_proj", 1)}  # Phi-3: (fused module, which part)
+
+
+def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
     base = f"layers.{layer}"
     if part.startswith("ln"):
-        return get(f"{base}.{'input_layernorm' if part == 'ln1' else 'post_attention_layernorm'}.weight")
-    module = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-              "_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"}[leaf[1:]]
+        return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
+    if leaf in ("q_norm.w", "k_norm.w"):
+        return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
+    module = LLAMA_MODULES[leaf[1:]]
     return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
 
 
-def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+def _phi3_fused(layer: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    """Phi-3 stores q | k | v as the rows of one qkv_proj, and gate | up as the rows of gate_up_proj."""
+    module, index = FUSED[leaf]
+    sections = ((spec.d_attn, spec.d_kv, spec.d_kv) if module == "qkv_proj" else (spec.d_ff, spec.d_ff))
+    start = sum(sections[:index])
+    mlp = "mlp" if module == "gate_up_proj" else "self_attn"
+    return get(f"layers.{layer}.{mlp}.{module}.weight")[start:start + sections[index]].T
+
+
+def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
     base = f"h.{layer}"
     if part.startswith("ln"):
         return get(f"{base}.ln_{part[-1]}.{'weight' if leaf == 'w' else 'bias'}")
@@ -272,7 +369,7 @@ def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) 
     return get(f"{base}.{module}.{kind}")
 
 
-def _bert_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+def _bert_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
     base = f"encoder.layer.{layer}"
     if part.startswith("ln"):
         norm = "attention.output.LayerNorm" if part == "ln1" else "output.LayerNorm"

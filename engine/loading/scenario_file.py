@@ -379,7 +379,7 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, enc
         tokens = _padded(item.get("pad_to"), tokens, vocab)
     limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
     needed = len(tokens) + limit - 1  # the last chosen token is never fed
-    if model.positions == "learned" and needed > model.max_positions:
+    if model.positions == Positions.LEARNED and needed > model.max_positions:
         raise item.error(f"needs {needed} positions ({len(tokens)} tokens + {limit - 1} fed back) "
                          f"but model.max_positions is {model.max_positions}")
     vectors = None

@@ -48,6 +48,14 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "Adding positions twice (prefill and decode) doubles them.", "Row = embed + pos_embed."),
         "zh": ("本层输入：Token向量加位置项。", "逐元素相加。", "位置项重复相加会加倍。", "每行=embed+pos_embed。"),
     },
+    "hook_embed(scaled)": {
+        "en": ("Gemma's token vectors: embedding rows scaled up to the size the blocks expect.",
+               "Row id of the embedding table E, times embed_scale = √d_model (the tied head reads E unscaled).",
+               "Forgetting the scale leaves every row √d too small; the logits still look plausible.",
+               "Each row equals E[id] · √d_model."),
+        "zh": ("Gemma的Token向量：把Embedding行放大到各层期望的尺度。", "取E的对应行，再乘以embed_scale=√d_model（绑定的输出头读未缩放的E）。",
+               "漏掉缩放会让每行小√d倍，logits看起来仍然合理。", "每行等于E[编号]·√d_model。"),
+    },
     "hook_normalized": {
         "en": ("Keep each row at a steady scale before the next matrix.",
                "Per row: subtract the mean, divide by sqrt(variance + eps) (RMSNorm: no mean).",
@@ -101,6 +109,50 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "Decoder row i has −∞ exactly at keys > i; every row has −∞ at PAD keys."),
         "zh": ("每个查询与每个可见键的匹配程度。", "每头q·kᵀ/√dh；不可读的键设为−∞（解码器的未来位置、PAD键）。",
                "有缓存时掩码是key ≤ past+query_index，不是tril(ones(C,P+C))。", "解码器第i行只在未来位置为−∞；PAD键在每行都是−∞。"),
+    },
+    "hook_attn_scores_uncapped": {
+        "en": ("Gemma 2's scores before their soft cap: how well each query matches each visible key.",
+               "q·kᵀ · query_pre_attn_scalar^-½ per head; −∞ at keys it may not read, including keys at or "
+               "beyond the sliding window (j ≤ i − window) on sliding layers.",
+               "Gemma scales by query_pre_attn_scalar, not by the head width; the two differ in some sizes.",
+               "Sliding-layer row i is −∞ at keys ≤ i − window, full layers only at keys > i."),
+        "zh": ("Gemma 2软上限之前的分数：每个查询与每个可见键的匹配程度。",
+               "每头q·kᵀ·query_pre_attn_scalar^-½；不可读的键为−∞，滑动窗口层上还包括窗口外的键（j ≤ i − window）。",
+               "Gemma按query_pre_attn_scalar缩放，而不是按头宽；有些尺寸两者不同。",
+               "滑动层第i行在键≤i−window处为−∞，全局层只在键>i处为−∞。"),
+    },
+    "hook_attn_scores(softcap)": {
+        "en": ("Keep every score within (−cap, cap) so that no key takes all the attention.",
+               "cap · tanh(score / cap), applied before the mask; masked keys stay −∞.",
+               "Capping after the mask, or in the wrong order with the scaling, changes every pattern.",
+               "|score| < cap everywhere; scores much smaller than the cap barely change."),
+        "zh": ("把每个分数限制在(−cap, cap)内，避免某个键独占注意力。", "cap·tanh(分数/cap)，在掩码之前；被掩码的键仍为−∞。",
+               "在掩码之后或与缩放顺序颠倒地做上限，会改变所有注意力分布。", "处处|分数|<cap；远小于cap的分数几乎不变。"),
+    },
+    "hook_softcap": {
+        "en": ("Gemma 2's final soft cap: the logits decoding reads stay within (−cap, cap).",
+               "cap · tanh(logit / cap) on unembed.hook_out.",
+               "Sampling from the uncapped logits gives other probabilities (greedy keeps its order).",
+               "|logit| < cap; the argmax is the same as before the cap."),
+        "zh": ("Gemma 2最终的软上限：解码读取的logits保持在(−cap, cap)内。", "对unembed.hook_out做cap·tanh(logit/cap)。",
+               "用未加上限的logits采样会得到不同概率（贪心顺序不变）。", "|logit|<cap；argmax与上限前相同。"),
+    },
+    "hook_q_normed": {
+        "en": ("Qwen3 and Gemma 3 normalize each head's query before RoPE, keeping scores in range.",
+               "An RMSNorm over each head's d_head features, times its gain attn.q_norm.w (shared by the heads).",
+               "Normalizing the whole row of all heads at once gives other numbers.",
+               "Each head's slice has root mean square ≈ 1 before the gain."),
+        "zh": ("Qwen3和Gemma 3在RoPE前对每个头的查询做归一化，让分数保持在合理范围。",
+               "对每个头的d_head个特征做RMSNorm，再乘以各头共享的增益attn.q_norm.w。",
+               "把所有头的一整行一起归一化会得到不同结果。", "增益前每个头切片的均方根约为1。"),
+    },
+    "hook_k_normed": {
+        "en": ("The same per-head RMSNorm for the keys, before RoPE and before the cache.",
+               "An RMSNorm over each key head's d_head features, times attn.k_norm.w.",
+               "The cache holds normalized, rotated keys: a decode step must not normalize them again.",
+               "Each kv head's slice has root mean square ≈ 1 before the gain."),
+        "zh": ("键也做同样的逐头RMSNorm，在RoPE和写入缓存之前。", "对每个键头的d_head个特征做RMSNorm，再乘以attn.k_norm.w。",
+               "缓存里存的是归一化并旋转后的键：解码时不能再归一化一次。", "增益前每个kv头切片的均方根约为1。"),
     },
     "hook_pattern": {
         "en": ("Turn scores into weights that sum to 1 per row.", "Row-wise softmax; −∞ becomes exactly 0.",
@@ -199,6 +251,11 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
 }
 
 
+# A hook whose meaning depends on its operator's kind: (hook, kind) -> the entry of TEXTS.
+BY_KIND = {("hook_out", "norm"): "norm.hook_out",  # a norm's output, not the logits
+           ("hook_attn_scores", "softcap"): "hook_attn_scores(softcap)"}  # Gemma 2's capped scores
+
+
 def default_language() -> str:
     code = os.environ.get("LC_ALL") or os.environ.get("LANG") or (locale.getlocale()[0] or "")
     return "zh" if code.lower().startswith("zh") else "en"
@@ -210,8 +267,9 @@ def explain(state: OpState, lang: str) -> list[tuple[str, str]]:
     hook = state.name.rsplit(".", 1)[-1]
     if hook == "hook_embed" and not state.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
-    elif hook == "hook_out" and state.kind == "norm":  # a norm's output, not the logits
-        hook = "norm.hook_out"
+    elif hook == "hook_embed" and len(state.inputs) == 2:  # the table and Gemma's embed_scale
+        hook = "hook_embed(scaled)"
+    hook = BY_KIND.get((hook, state.kind), hook)
     texts = TEXTS.get(hook, {}).get(lang)
     lines = list(zip((why, how, pitfall, check), texts)) if texts else []
     return lines + [(shapes, _shapes(state))]

@@ -18,6 +18,7 @@ from engine.compare.diff import diff_scenario, first_divergence
 from engine.compare.exact import against_exact
 from engine.loading import ScenarioError, load_checkpoint
 from engine.spec import DecodeRule, Request
+from engine.trace import OpKind
 
 LLAMA = Path(__file__).resolve().parent / "fixtures" / "llama"
 PROMPT = (5, 17, 42, 8, 99, 3, 250, 61, 7)  # nine tokens: longer than the window of 4
@@ -222,3 +223,28 @@ def test_scenario_keys_choose_the_layout_and_give_a_windowless_model_the_rings_w
     assert scenario.cache == CacheSpec(Layout.RING, window=2, sinks=1) and scenario.batch
     assert scenario.model.sliding_window == 2
     assert first_divergence(diff_scenario(scenario, make_backend("numpy"))) is None
+
+
+# -- transformers' sliding-window models through a ring buffer -------------------------------------
+@pytest.mark.parametrize("name", ["mistral", "gemma2"])
+def test_a_ring_buffer_matches_transformers_sliding_window_forward_in_prefill_and_every_decode_step(name, tmp_path):
+    """tools/make_fixtures.py (H4) dumped transformers' float64 prefill and greedy-step logits of a
+    21/20-token prompt through a window of 4; the ring keeps 3 rows per sliding layer."""
+    folder = LLAMA.parent / name
+    ref = dict(np.load(folder / "reference.npz"))
+    ids = ", ".join(str(int(t)) for t in ref["ids"])
+    text = (f"checkpoint: {folder}\nrequests:\n  - ids: [{ids}]\n    max_new_tokens: {len(ref['greedy_ids'])}\n"
+            "decode: {max_new_tokens: 5, stop_at_eos: false}\ncache: {layout: ring}\n")
+    scenario = load_scenario_text(text, str(tmp_path / "ring.yaml"))
+    assert scenario.model.sliding_window == 4 and len(ref["ids"]) > 4
+    session = Session(scenario)
+    states = list(session.steps())
+    logits = {s.round: np.asarray(s.values) for s in states if s.kind == OpKind.LOGITS}  # Gemma 2: after its cap
+    rounds = [logits[r] for r in sorted(logits)]
+    np.testing.assert_allclose(rounds[0], ref["logits"], rtol=0, atol=1e-9)  # every prefill position
+    np.testing.assert_allclose([r[-1] for r in rounds], ref["step_logits"], rtol=0, atol=1e-9)
+    assert list(session.results[0].generated) == list(ref["greedy_ids"])
+    final = states[-1].caches
+    windowed = [layer for layer in range(scenario.model.n_layers) if scenario.model.window(layer)]
+    assert windowed and all(final[layer].length == 3 for layer in windowed)
+    assert all(final[layer].length == len(ref["ids"]) + 4 for layer in set(range(scenario.model.n_layers)) - set(windowed))

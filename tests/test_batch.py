@@ -100,3 +100,21 @@ def test_each_padding_bug_is_caught_where_it_acts(bug, expected):
     full = first_divergence(diff_scenario(batch_scenario(), inject=bug))  # the batch against its full recompute
     assert (full.request, full.phase, full.name, full.head) == expected
     assert first_divergence(diff_scenario(batch_scenario())) is None
+
+
+def test_diff_batch_on_the_command_line_checks_each_request_against_itself_alone():
+    from typer.testing import CliRunner
+
+    from tinyllm_tui.cli import app
+
+    ids = [arg for prompt in PROMPTS for arg in ("--ids", ",".join(map(str, prompt)))]
+    result = CliRunner().invoke(app, ["diff", str(LLAMA), *ids, "--max-new-tokens", "3", "--batch"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == "✓ the batch equals each request alone: every operator within 1e-12"
+    assert "✓ request 3 decode 2  unembed.hook_out  max|Δ| ≤ 1e-12" in result.output
+    buggy = CliRunner().invoke(app, ["diff", str(LLAMA), *ids, "--max-new-tokens", "3", "--batch",
+                                     "--inject", "padding-unmasked"])
+    assert buggy.exit_code == 1
+    assert buggy.output.splitlines()[-1] == ("✗ first divergence: request 0 prefill round 0 "
+                                             "blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf) "
+                                             "(injected: padding-unmasked)")

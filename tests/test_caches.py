@@ -248,3 +248,20 @@ def test_a_ring_buffer_matches_transformers_sliding_window_forward_in_prefill_an
     windowed = [layer for layer in range(scenario.model.n_layers) if scenario.model.window(layer)]
     assert windowed and all(final[layer].length == 3 for layer in windowed)
     assert all(final[layer].length == len(ref["ids"]) + 4 for layer in set(range(scenario.model.n_layers)) - set(windowed))
+
+
+def test_diff_of_a_quantized_cache_prints_its_error_against_the_exact_cache_per_round(tmp_path):
+    from typer.testing import CliRunner
+
+    from tinyllm_tui.cli import app
+
+    path = tmp_path / "int8.yaml"
+    path.write_text(f"checkpoint: {LLAMA}\nrequests:\n  - ids: [5, 17, 42]\n    max_new_tokens: 3\n"
+                    "decode: {max_new_tokens: 3, stop_at_eos: false}\ncache: {quantize: int8}\n")
+    result = CliRunner().invoke(app, ["diff", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "int8 cache against the exact cache (max |Δ|):"
+    assert [line.split(":")[0] for line in lines[1:4]] == [f"  request 0 round {r}" for r in range(3)]
+    assert all("logits " in line and "pattern per layer " in line for line in lines[1:4])
+    assert lines[-1].startswith("✓ cached equals full recompute")

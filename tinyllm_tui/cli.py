@@ -6,6 +6,7 @@ routed to `open`. Every bad input ends with one line on stderr and exit status 2
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -21,7 +22,9 @@ from typer.core import TyperGroup
 from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.compare.check import check_scenario
-from engine.compare.diff import diff_scenario, first_divergence
+from engine.caches import Quantize
+from engine.compare.diff import diff_batch, diff_scenario, first_divergence
+from engine.compare.exact import against_exact
 from engine.compare.expect import Outcome
 from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
 from engine.loading import open_model
@@ -102,10 +105,14 @@ MaxMemoryOption = Annotated[
     typer.Option("--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
                  show_default=False),
 ]
-PromptOption = Annotated[Optional[str], typer.Option(
-    "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer.", show_default=False)]
-IdsOption = Annotated[Optional[str], typer.Option(
-    "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3.", show_default=False)]
+PromptOption = Annotated[Optional[list[str]], typer.Option(
+    "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer; repeat it for "
+    "more requests.", show_default=False)]
+IdsOption = Annotated[Optional[list[str]], typer.Option(
+    "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3; repeat it for more requests.",
+    show_default=False)]
+BatchOption = Annotated[bool, typer.Option(
+    "--batch", help="Run the requests as one left-padded batch (diff: the batch against each request alone).")]
 MaxNewTokensOption = Annotated[Optional[int], typer.Option(
     "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).", show_default=False)]
 
@@ -145,15 +152,16 @@ def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
 
 
 def _load(file: Path, request: tuple, dtype: str = "float64", max_memory: str | None = None) -> Scenario:
-    """A scenario file or a checkpoint; request is (--prompt, --ids, --max-new-tokens)."""
-    prompt, ids, max_new_tokens = request
-    return open_model(file, prompt=prompt, ids=_ids(ids), max_new_tokens=max_new_tokens, dtype=dtype,
-                      max_memory=_max_memory(max_memory))
+    """A scenario file or a checkpoint; request is (--prompt, --ids, --max-new-tokens[, --batch])."""
+    prompt, ids, max_new_tokens, *batch = request
+    scenario = open_model(file, prompt=prompt, ids=None if ids is None else [_ids(each) for each in ids],
+                          max_new_tokens=max_new_tokens, dtype=dtype, max_memory=_max_memory(max_memory))
+    return dataclasses.replace(scenario, batch=True) if any(batch) else scenario
 
 
-def _ids(text: str | None) -> list[int] | None:
+def _ids(text: str) -> list[int]:
     try:
-        return None if text is None else [int(part) for part in text.split(",") if part.strip()]
+        return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise typer.BadParameter(f"expected token ids like 1,2,3, got {text!r}", param_hint="--ids") from None
 
@@ -196,6 +204,7 @@ def open_tui(
     prompt: PromptOption = None,
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
+    batch: BatchOption = False,
     against: AgainstOption = None,
     tolerance: ToleranceOption = 1e-6,
 ) -> None:
@@ -214,7 +223,7 @@ def open_tui(
     from tinyllm_tui.tui.loading_screen import Loading, Opening
 
     def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
-        scenario = _load(path, (prompt, ids, max_new_tokens), dtype, max_memory)
+        scenario = _load(path, (prompt, ids, max_new_tokens, batch), dtype, max_memory)
         _check_inject_runs(inject, scenario)
         return Opening(scenario, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
                        edits=_edits(scenario, sets),  # they start as unsaved edits: the TUI can show, undo or save them
@@ -250,11 +259,13 @@ def run(
     prompt: PromptOption = None,
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
+    batch: BatchOption = False,
     save: Annotated[Optional[Path], typer.Option(
         "--save-activations", help="Also write the first request's prefill activations, keyed by hook name, "
         "in TransformerLens's layouts (.safetensors or .npz).", show_default=False)] = None,
 ) -> None:
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens))
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory,
+                                       (prompt, ids, max_new_tokens, batch))
     if save is not None:
         save_activations(prefill_states(scenario, array_backend), save)
         print(f"wrote the prefill activations to {save}", file=sys.stderr)
@@ -321,17 +332,24 @@ def diff(
     prompt: PromptOption = None,
     ids: IdsOption = None,
     max_new_tokens: MaxNewTokensOption = None,
+    batch: BatchOption = False,
 ) -> None:
-    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory, (prompt, ids, max_new_tokens))
+    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator;
+    with --batch, the requests run as one batch against each request run alone."""
+    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory,
+                                       (prompt, ids, max_new_tokens, batch))
     if inject:
         print(f"injected bug {inject}: {INJECTIONS[inject]}")
-    diffs = diff_scenario(scenario, array_backend, inject)
+    if scenario.cache.quantize is not Quantize.NONE:
+        print(f"{scenario.cache.quantize} cache against the exact cache (max |Δ|):")
+        for row in against_exact(scenario, array_backend):
+            print(f"  {row.describe()}")
+    diffs = (diff_batch if batch else diff_scenario)(scenario, array_backend, inject)
     for d in diffs:
         head = "" if d.head is None else f" head {d.head}"
         mark = "✓" if d.agrees else "✗"
         print(f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  max|Δ| {diff_cell(d)}")
-    print(diff_summary(diffs, inject))
+    print(diff_summary(diffs, inject, batch))
     if first_divergence(diffs) is not None:
         raise typer.Exit(1)
 

@@ -88,6 +88,34 @@ class Read:
         return visible
 
 
+@dataclass(frozen=True)
+class RingFacts:
+    """What a cache view shows of a ring buffer."""
+
+    window: int
+    sinks: int
+    write: int  # the slot the next token goes to
+    evicted: int  # fed tokens no slot holds any more
+
+
+@dataclass(frozen=True)
+class PagedFacts:
+    """What a cache view shows of a paged cache: the block table and which blocks are shared."""
+
+    block_size: int
+    table: tuple[int, ...]  # logical block -> physical block
+    shared: tuple[bool, ...]  # per table entry: another request's table points at it too
+    blocks: int  # physical blocks in the pool
+
+
+@dataclass(frozen=True)
+class QuantizedFacts:
+    quantize: Quantize
+    scale: ScaleAxis
+    nbytes: int  # codes and scales, what the cache really stores
+    exact_nbytes: int  # the same rows unquantized
+
+
 @dataclass(frozen=True, eq=False)
 class LayerCache:
     """One layer's contiguous KV cache: K and V rows, one per position fed."""
@@ -108,6 +136,16 @@ class LayerCache:
     @property
     def nbytes(self) -> int:
         return int(self.k.nbytes) + int(self.v.nbytes)
+
+    @property
+    def row_positions(self) -> tuple[int, ...]:
+        """The sequence position of each row of k/v (−1: an empty slot)."""
+        return tuple(range(self.length))
+
+    @property
+    def facts(self) -> RingFacts | PagedFacts | QuantizedFacts | None:
+        """What a view shows of the layout beside the rows (None: a contiguous cache)."""
+        return None
 
     def fresh(self) -> LayerCache:
         """An empty cache for the next request (a paged cache keeps its pool of blocks)."""
@@ -156,6 +194,14 @@ class RingCache(HeadedCache):
     def evicted(self) -> int:
         """How many fed tokens no slot holds any more."""
         return self.written - self.length
+
+    @property
+    def row_positions(self) -> tuple[int, ...]:
+        return self.slots
+
+    @property
+    def facts(self) -> RingFacts:
+        return RingFacts(self.window, self.sinks, self.write_position, self.evicted)
 
     def fresh(self) -> RingCache:
         return dataclasses.replace(self, slots=(-1,) * len(self.slots), written=0)
@@ -225,6 +271,15 @@ class PagedCache(HeadedCache):
     pool: Pool = Pool()
     table: tuple[int, ...] = ()  # logical block -> physical block
 
+    @property
+    def facts(self) -> PagedFacts:
+        return PagedFacts(self.block_size, self.table, tuple(self.shared(b) for b in self.table), len(self.pool.k))
+
+    def slot_of(self, position: int) -> tuple[int, int]:
+        """(physical block, row in it) of the token at `position`."""
+        logical, row = divmod(position, self.block_size)
+        return self.table[logical], row
+
     def fresh(self) -> PagedCache:
         return dataclasses.replace(self, k=self.k[:0, ...], v=self.v[:0, ...], table=())
 
@@ -283,6 +338,10 @@ class QuantizedCache(HeadedCache):
     @property
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in (*(self.codes or ()), *(self.scales or ())))
+
+    @property
+    def facts(self) -> QuantizedFacts:
+        return QuantizedFacts(self.quantize, self.scale, self.nbytes, int(self.k.nbytes) + int(self.v.nbytes))
 
     def fresh(self) -> QuantizedCache:
         return dataclasses.replace(super().fresh(), codes=None, scales=None)

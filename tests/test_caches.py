@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from engine import Session, load_scenario_text, make_backend
-from engine.caches import CacheSpec, Layout, Quantize, ScaleAxis
+from engine.caches import CacheSpec, Layout, PagedFacts, Quantize, RingFacts, ScaleAxis
 from engine.compare.diff import diff_scenario, first_divergence
 from engine.compare.exact import against_exact
 from engine.loading import ScenarioError, load_checkpoint
@@ -98,6 +98,7 @@ def test_the_ring_holds_only_the_window_and_wraps_round_robin():
     assert ring.slots == (0, 7, 8, 6)
     assert (ring.length, ring.evicted, ring.write_position) == (4, 5, 3)  # 9 → slot 1 + (9 − 1) % 3
     assert ring.k.shape[0] == 4  # never more rows than sinks + window − 1
+    assert ring.row_positions == ring.slots and ring.facts == RingFacts(window=4, sinks=1, write=3, evicted=5)
 
 
 def test_a_ring_reads_its_keys_in_sequence_order_and_labels_them_by_position():
@@ -131,6 +132,8 @@ def test_two_requests_with_one_prompt_share_its_blocks_and_copy_the_last_one_bef
     assert decoded.table[:2] == (0, 1) and decoded.table[2] == 3  # the shared [4] was copied, then written
     assert decoded.pool.k[2].shape[0] == 1  # the first request's block is untouched
     assert np.array_equal(decoded.pool.k[3][:1], first.pool.k[2])
+    assert prefill.facts == PagedFacts(block_size=2, table=(0, 1, 2), shared=(True, True, True), blocks=3)
+    assert decoded.facts.shared == (True, True, False, False) and decoded.slot_of(5) == (3, 1)
     assert first_divergence(diff_scenario(scenario)) is None
 
 
@@ -164,6 +167,8 @@ def test_a_quantized_cache_reports_its_logits_error_per_round_within_its_formats
         # layers (at most 4× each)
         assert 0 < row.logits_error <= 16 * step * np.max(np.abs(exact[row.request, row.round]))
         assert len(row.pattern_error) == scenario.model.n_layers and all(e > 0 for e in row.pattern_error)
+    facts = Session(scenario).steps().__next__().caches[0].facts
+    assert (facts.quantize, facts.scale) == (kind, scale)
     assert first_divergence(diff_scenario(scenario)) is None  # row-local scales: cached equals full recompute
 
 

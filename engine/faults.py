@@ -153,8 +153,12 @@ class PositionsNotOffset(Fault):
         return 0
 
     def cannot_run(self, scenario):
-        why = _no_positions(scenario.model) or (None if _padding(scenario) else "no request is left-padded "
-                                                "(run prompts of different lengths as a batch)")
+        model = scenario.model
+        why = _no_positions(model) or (None if _padding(scenario) else "no request is left-padded "
+                                       "(run prompts of different lengths as a batch)")
+        longest = max(len(r.tokens) for r in scenario.requests) + max(r.max_new_tokens for r in scenario.requests) - 1
+        if not why and model.positions == Positions.LEARNED and longest > model.max_positions:
+            why = f"it would feed position {longest - 1}, past the model's {model.max_positions} learned positions"
         return why or super().cannot_run(scenario)
 
 

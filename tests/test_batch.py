@@ -118,3 +118,18 @@ def test_diff_batch_on_the_command_line_checks_each_request_against_itself_alone
     assert buggy.output.splitlines()[-1] == ("✗ first divergence: request 0 prefill round 0 "
                                              "blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf) "
                                              "(injected: padding-unmasked)")
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from random_models import scenarios  # noqa: E402
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios())
+def test_a_batch_of_random_requests_equals_each_request_alone_and_its_own_full_recompute(scenario):
+    """Sampled rules too: each request draws from its own generator, in a batch or not."""
+    assert first_divergence(diff_batch(scenario)) is None
+    assert first_divergence(diff_scenario(dataclasses.replace(scenario, batch=True))) is None
+    batched, alone = Session(dataclasses.replace(scenario, batch=True)), Session(scenario)
+    list(batched.steps()), list(alone.steps())
+    assert batched.results == alone.results

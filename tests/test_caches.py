@@ -270,3 +270,32 @@ def test_diff_of_a_quantized_cache_prints_its_error_against_the_exact_cache_per_
     assert [line.split(":")[0] for line in lines[1:4]] == [f"  request 0 round {r}" for r in range(3)]
     assert all("logits " in line and "pattern per layer " in line for line in lines[1:4])
     assert lines[-1].startswith("✓ cached equals full recompute")
+
+
+# -- every layout on random models ------------------------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from random_models import scenarios  # noqa: E402
+
+LAYOUTS = st.one_of(
+    st.builds(lambda w, s: CacheSpec(Layout.RING, window=w, sinks=s), st.integers(1, 4), st.integers(0, 2)),
+    st.builds(lambda b: CacheSpec(Layout.PAGED, block_size=b), st.integers(1, 3)),
+    st.builds(lambda q, s: CacheSpec(quantize=q, scale=s), st.sampled_from(list(Quantize)[1:]), st.sampled_from(list(ScaleAxis)[:2])),
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scenario=scenarios(), cache=LAYOUTS)
+def test_every_layout_equals_its_full_recompute_and_an_exact_layout_equals_the_contiguous_cache(scenario, cache):
+    model = dataclasses.replace(scenario.model, sliding_window=cache.window)
+    contiguous = dataclasses.replace(scenario, model=model, cache=CacheSpec(sinks=cache.sinks))  # sinks: a mask
+    laid_out = dataclasses.replace(contiguous, cache=cache)
+    assert first_divergence(diff_scenario(laid_out)) is None
+    if cache.quantize is Quantize.NONE:  # ring and paged store the exact rows: the same numbers
+        exact = {(s.step, s.name): np.asarray(s.values) for s in Session(contiguous).steps()}
+        for state in Session(laid_out).steps():
+            theirs = exact[state.step, state.name]
+            if cache.layout is Layout.PAGED:
+                assert np.array_equal(np.asarray(state.values), theirs, equal_nan=True)
+            elif state.kind not in (OpKind.SCORES, OpKind.SOFTMAX):  # a ring's key columns are its window only
+                np.testing.assert_allclose(np.asarray(state.values), theirs, rtol=0, atol=1e-12)

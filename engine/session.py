@@ -26,7 +26,7 @@ from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.model import Op, OpStream, Transformer
 from engine.scenario import Scenario
 from engine.spec import Mode, Request
-from engine.trace import LayerCache, Moment, OpKind, OpState, Phase, RequestResult
+from engine.trace import BatchRow, LayerCache, Moment, OpKind, OpState, Phase, RequestResult
 
 __all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
 
@@ -141,7 +141,9 @@ class Session:
         counter = _Counter(0)
         runs = [_RequestRun(self, index, request, counter, pad=pad)
                 for index, (request, pad) in enumerate(zip(self.scenario.requests, self.padding))]
-        self.rows = runs
+        rows = _BatchRows(runs)
+        for run in runs:
+            run.batch = rows.now
         streams = {run.index: run.run() for run in runs}
         while streams:
             for index, stream in list(streams.items()):
@@ -151,6 +153,21 @@ class Session:
                 else:
                     yield state
         self.results = [run.result() for run in runs]
+
+
+class _BatchRows:
+    """Every row of a batch as it stands, one tuple shared by the states until a row's moment or stop changes."""
+
+    def __init__(self, runs: list[_RequestRun]):
+        self.runs, self._rows, self._key = runs, (), ()
+
+    def now(self) -> tuple[BatchRow, ...]:
+        key = tuple((run._moment, run.stop) for run in self.runs)
+        if key != self._key:
+            self._key = key
+            self._rows = tuple(BatchRow(run.index, run.pad, moment, stop) for run, (moment, stop) in zip(self.runs, key)
+                               if moment is not None)
+        return self._rows
 
 
 class _RequestRun:
@@ -165,6 +182,7 @@ class _RequestRun:
         self.rule = session.scenario.decode
         self.vocab = session.scenario.vocab
         self.pad = pad
+        self.batch: Callable[[], tuple[BatchRow, ...]] | None = None  # the batch's rows (a batch run only)
         self.prompt = (self.vocab.pad_id,) * pad + tuple(request.tokens)
         self.caches = ([cache.fresh() for cache in previous] if previous
                        else session.model_for(index, 0).empty_caches())
@@ -270,7 +288,8 @@ class _RequestRun:
 
     def _state(self, op: Op) -> OpState:
         return OpState(self.counter.take(), self.index, self.phase, self.round, self.chunk, op, self._now(),
-                       self._caches_now(op.layer), self.round_start, self.stop if op.kind == OpKind.CHOICE else None)
+                       self._caches_now(op.layer), self.round_start, self.stop if op.kind == OpKind.CHOICE else None,
+                       None if self.batch is None else self.batch())
 
     def _caches_now(self, layer: int | None) -> tuple:
         """The caches as they stand, one tuple shared by the states between two appends.

@@ -121,6 +121,16 @@ class Moment:
                      for p, (t, status) in enumerate(zip(tokens, statuses)))
 
 
+@dataclass(frozen=True, eq=False)
+class BatchRow:
+    """One request of a batch as it stands at some step (its latest moment; its stop once it left)."""
+
+    request: int
+    pad: int  # left padding: the row's first `pad` positions hold PAD
+    moment: Moment
+    stop: str | None
+
+
 @dataclass(eq=False)
 class OpState:
     """One operator's output and where the run stood.
@@ -141,6 +151,7 @@ class OpState:
     caches: tuple[LayerCache, ...]
     past: int  # cache length before this round: rows at or after it were appended now
     stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
+    batch: tuple[BatchRow, ...] | None = None  # every row of a batch run as it stands (None: no batch)
 
     @property
     def name(self) -> str:

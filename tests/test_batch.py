@@ -133,3 +133,18 @@ def test_a_batch_of_random_requests_equals_each_request_alone_and_its_own_full_r
     batched, alone = Session(dataclasses.replace(scenario, batch=True)), Session(scenario)
     list(batched.steps()), list(alone.steps())
     assert batched.results == alone.results
+
+
+def test_each_state_of_a_batch_carries_every_row_as_it_stands():
+    plain = Session(batch_scenario())
+    eos = [list(plain.steps()), plain.results[1].generated[3]][1]
+    states = list(Session(batch_scenario(eos=eos)).steps())
+    choice = next(s for s in states if s.request == 2 and s.name == "sample.hook_choice")  # prefill's choice
+    rows = choice.batch
+    assert [(r.request, r.pad) for r in rows] == [(0, 9), (1, 5), (2, 11), (3, 0)]
+    assert [r.moment.selected is not None for r in rows] == [True, True, True, False]  # row 3 chooses next
+    assert all(len(r.moment.context) == 12 for r in rows)
+    later = next(s for s in states if s.request == 0 and s.round == 5)
+    assert later.batch[1].stop == "eos" and later.batch[0].stop is None
+    assert len(later.batch[1].moment.context) == 12 + 3  # it stopped after feeding its third new token
+    assert all(s.batch is None for s in Session(batch_scenario(batch=False)).steps())

@@ -22,7 +22,7 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 import ml_dtypes
 import numpy as np
@@ -123,6 +123,7 @@ class LayerCache:
     k: Array  # (S, n_kv_heads·dh)
     v: Array  # (S, n_kv_heads·dh)
     fingerprint: str  # the weights these rows were computed with
+    appends_rows: ClassVar[bool] = True  # a later cache is this one's rows and more (a kept history stores the new)
 
     @property
     def length(self) -> int:
@@ -172,6 +173,7 @@ class RingCache(HeadedCache):
     physical order; `slots[s]` is the sequence index slot s holds (−1: empty), `written` how many
     tokens were fed."""
 
+    appends_rows: ClassVar[bool] = False
     window: int = 1
     sinks: int = 0
     slots: tuple[int, ...] = ()
@@ -267,6 +269,7 @@ class Pool:
 class PagedCache(HeadedCache):
     """k/v hold the request's rows gathered through its block table (what the attention reads)."""
 
+    appends_rows: ClassVar[bool] = False
     block_size: int = 16
     pool: Pool = Pool()
     table: tuple[int, ...] = ()  # logical block -> physical block
@@ -330,6 +333,7 @@ QMAX = {Quantize.INT8: 127.0, Quantize.FLOAT8_E4M3: 448.0, Quantize.FLOAT8_E5M2:
 class QuantizedCache(HeadedCache):
     """k/v hold the dequantized rows (what the attention reads); codes and scales what is stored."""
 
+    appends_rows: ClassVar[bool] = False
     quantize: Quantize = Quantize.INT8
     scale: ScaleAxis = ScaleAxis.PER_HEAD
     codes: tuple[np.ndarray, np.ndarray] | None = None  # K and V codes, (S, d_kv)

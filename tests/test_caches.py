@@ -299,3 +299,23 @@ def test_every_layout_equals_its_full_recompute_and_an_exact_layout_equals_the_c
                 assert np.array_equal(np.asarray(state.values), theirs, equal_nan=True)
             elif state.kind not in (OpKind.SCORES, OpKind.SOFTMAX):  # a ring's key columns are its window only
                 np.testing.assert_allclose(np.asarray(state.values), theirs, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cache", [CacheSpec(Layout.RING, window=4, sinks=1), CacheSpec(Layout.PAGED, block_size=2),
+                                   CacheSpec(quantize=Quantize.INT8)], ids=["ring", "paged", "int8"])
+def test_a_history_resumes_every_layout_from_its_kept_round_starts(cache):
+    """A kept round start holds a ring, a block table or int8 codes whole: resuming is bit for bit."""
+    from tinyllm_tui.debugger.history import History
+
+    scenario = llama(PROMPT, (4, 4, 4), new=3, cache=cache, window=cache.window)
+    expected = list(Session(scenario).steps())
+    history = History(Session(scenario).steps, limit=2)
+    history.goto(len(expected) - 1)
+    for step in reversed(range(len(expected))):  # most steps back are past the window: resumed
+        assert history.goto(step)
+        state = history.current
+        assert (state.name, state.request, state.round) == (expected[step].name, expected[step].request,
+                                                            expected[step].round)
+        assert np.array_equal(np.asarray(state.values), np.asarray(expected[step].values), equal_nan=True)
+        assert [type(c) for c in state.caches] == [type(c) for c in expected[step].caches]
+        assert [c.row_positions for c in state.caches] == [c.row_positions for c in expected[step].caches]

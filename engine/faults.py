@@ -50,6 +50,10 @@ class Fault:
         """The cache `layer` appends its new K/V rows to and then reads."""
         return caches[layer]
 
+    def unseen(self, scenario) -> str | None:
+        """Why this bug would change no number of the scenario (None: it shows)."""
+        return None
+
     def padded(self, flags: list[bool]) -> list[bool] | None:
         """Which key positions hold padding, to be masked (None: none)."""
         return flags
@@ -79,10 +83,15 @@ class Fault:
         return axis
 
     def cannot_run(self, scenario) -> str | None:
-        """Why this bug cannot run on an engine.scenario.Scenario (None: it can): the positions it
-        feeds must stay inside a learned position table."""
+        """Why this bug cannot run on an engine.scenario.Scenario (None: it can): an encoder keeps no
+        cache between rounds, the bug must change some number, and the positions it feeds must stay
+        inside a learned position table."""
         model, requests = scenario.model, scenario.requests
-        if model.positions != Positions.LEARNED:
+        if not model.lm_head:
+            return "an encoder (model.lm_head: false) runs one prefill and no cached round, so no cache bug can show"
+        unseen = self.unseen(scenario)
+        if unseen or model.positions != Positions.LEARNED:
+            return unseen
             return None
         for request in requests:
             fed = len(request.tokens)
@@ -106,8 +115,8 @@ class PositionReset(Fault):
     def positions(self, phase, first, count):
         return super().positions(phase, 0 if phase is Phase.DECODE else first, count)
 
-    def cannot_run(self, scenario):
-        return _no_positions(scenario.model) or super().cannot_run(scenario)
+    def unseen(self, scenario):
+        return _no_positions(scenario.model)
 
 
 class DuplicateAppend(Fault):
@@ -131,8 +140,8 @@ class NoCacheLayer1(Fault):
     def layer_cache(self, layer, caches):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
 
-    def cannot_run(self, scenario):
-        return "the model has no layer 1" if scenario.model.n_layers < 2 else super().cannot_run(scenario)
+    def unseen(self, scenario):
+        return "the model has no layer 1" if scenario.model.n_layers < 2 else None
 
 
 class PaddingUnmasked(Fault):
@@ -141,7 +150,7 @@ class PaddingUnmasked(Fault):
     def padded(self, flags):
         return None
 
-    def cannot_run(self, scenario):
+    def unseen(self, scenario):
         padded = any(scenario.vocab.pad in r.tokens for r in scenario.requests) or _padding(scenario)
         return None if padded else "no request is padded (run prompts of different lengths as a batch)"
 
@@ -152,14 +161,14 @@ class PositionsNotOffset(Fault):
     def position_offset(self, pad):
         return 0
 
-    def cannot_run(self, scenario):
+    def unseen(self, scenario):
         model = scenario.model
         why = _no_positions(model) or (None if _padding(scenario) else "no request is left-padded "
                                        "(run prompts of different lengths as a batch)")
         longest = max(len(r.tokens) for r in scenario.requests) + max(r.max_new_tokens for r in scenario.requests) - 1
         if not why and model.positions == Positions.LEARNED and longest > model.max_positions:
             why = f"it would feed position {longest - 1}, past the model's {model.max_positions} learned positions"
-        return why or super().cannot_run(scenario)
+        return why
 
 
 class RopeOffByOne(Fault):
@@ -168,8 +177,8 @@ class RopeOffByOne(Fault):
     def positions(self, phase, first, count):
         return super().positions(phase, first + (phase is Phase.DECODE), count)
 
-    def cannot_run(self, scenario):
-        return _no_positions(scenario.model) or super().cannot_run(scenario)
+    def unseen(self, scenario):
+        return _no_positions(scenario.model)
 
 
 class GqaModulo(Fault):
@@ -178,11 +187,11 @@ class GqaModulo(Fault):
     def kv_head(self, head, group, kv_heads):
         return head % kv_heads
 
-    def cannot_run(self, scenario):
+    def unseen(self, scenario):
         model = scenario.model
         if model.n_kv_heads < 2 or model.n_kv_heads == model.n_heads:
             return "the model needs grouped-query attention with at least two kv heads"
-        return super().cannot_run(scenario)
+        return None
 
 
 class TransposedK(Fault):
@@ -193,10 +202,10 @@ class TransposedK(Fault):
         heads = xp.permute_dims(xp.reshape(k, (t, -1, head_width)), (1, 2, 0))  # (H, dh, T)
         return xp.reshape(xp.permute_dims(xp.reshape(heads, (-1, t, head_width)), (1, 0, 2)), (t, -1))
 
-    def cannot_run(self, scenario):
+    def unseen(self, scenario):
         if all(len(r.tokens) < 2 for r in scenario.requests):
             return "every prompt is one token, whose K reads the same either way"
-        return super().cannot_run(scenario)
+        return None
 
 
 class RingWrongSlot(Fault):
@@ -206,13 +215,13 @@ class RingWrongSlot(Fault):
         wrapped = index >= sinks + size
         return super().ring_slot(index + wrapped, sinks, size)
 
-    def cannot_run(self, scenario):
+    def unseen(self, scenario):
         cache, model = scenario.cache, scenario.model
         windows = [w for w in map(model.window, range(model.n_layers)) if w is not None]
         longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests) + max(_padding(scenario), default=0)
         if cache.layout is not Layout.RING or not windows or longest <= cache.sinks + min(windows):
             return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
-        return super().cannot_run(scenario)
+        return None
 
 
 class BlockTableWrong(Fault):
@@ -221,11 +230,11 @@ class BlockTableWrong(Fault):
     def table_entry(self, physical, table):
         return table[-1] if table else physical
 
-    def cannot_run(self, scenario):
+    def unseen(self, scenario):
         longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests)
         if scenario.cache.layout is not Layout.PAGED or scenario.cache.quantize is not Quantize.NONE or longest <= scenario.cache.block_size:
             return "no request fills a second block of a paged cache (cache: {layout: paged})"
-        return super().cannot_run(scenario)
+        return None
 
 
 class ScalePerTensor(Fault):
@@ -234,10 +243,10 @@ class ScalePerTensor(Fault):
     def scale_axis(self, axis):
         return ScaleAxis.PER_TENSOR
 
-    def cannot_run(self, scenario):
+    def unseen(self, scenario):
         if scenario.cache.quantize is Quantize.NONE:
             return "the cache is not quantized (cache: {quantize: int8})"
-        return super().cannot_run(scenario)
+        return None
 
 
 def _no_positions(model) -> str | None:

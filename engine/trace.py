@@ -188,6 +188,12 @@ class OpState:
         return tuple(self.moment.labelled(operand) for operand in self.op.inputs)
 
     @property
+    def chunk_past(self) -> int:
+        """The cache length before this chunk: a layer's rows at or after it were appended by this chunk.
+        Equal to `past` but in a chunked prefill, whose later chunks append onto the earlier ones' rows."""
+        return self.moment.fed
+
+    @property
     def context(self) -> tuple[int, ...]:
         """The token ids at positions 0, 1, … (fed so far and being fed)."""
         return self.moment.context

@@ -226,10 +226,33 @@ def test_config_not_json(tmp_path):
 
 def test_tokenizer_missing_or_corrupt(tmp_path):
     folder = hf_copy(tmp_path)
-    (folder / "tokenizer.json").unlink()
-    cli_refuses(folder, f"{folder}: tokenizer.json: ", "missing")
     (folder / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": 7}}')
     cli_refuses(folder, f"{folder / 'tokenizer.json'}: ", "not a readable tokenizer")
+    (folder / "tokenizer.json").unlink()
+    result = CliRunner().invoke(app, ["run", str(folder), "--prompt", "The cat"])
+    assert_refused(result.exit_code, result.stderr, f"tinyllm-tui: error: {folder}: tokenizer.json: ",
+                   "missing: --prompt needs it to turn text into ids")
+
+
+def test_ids_need_no_tokenizer(tmp_path):
+    folder = hf_copy(tmp_path)
+    (folder / "tokenizer.json").unlink()
+    without = CliRunner().invoke(app, ["run", str(folder), "--ids", "1,2,3", "--json"])
+    assert without.exit_code == 0, without.stderr
+    records = json.loads(without.stdout)["records"]
+    assert records[0]["rows"] == ["0 · #1", "1 · #2", "2 · #3"]  # no tokenizer: each id stands for itself
+    with_tokenizer = json.loads(CliRunner().invoke(app, ["run", str(FIXTURES / "llama"), "--ids", "1,2,3",
+                                                         "--json"]).stdout)["records"]
+    assert [r["values"] for r in records] == [r["values"] for r in with_tokenizer]  # only the labels differ
+
+
+@pytest.mark.parametrize("options", [[], ["--prompt", "The cat"], ["--ids", "1,2"]])
+def test_a_folder_without_config_json_says_so(tmp_path, options):
+    folder = hf_copy(tmp_path)
+    (folder / "config.json").unlink()
+    result = CliRunner().invoke(app, ["run", str(folder), *options])
+    assert_refused(result.exit_code, result.stderr, f"tinyllm-tui: error: {folder}: config.json: ",
+                   "missing: a checkpoint folder holds config.json")
 
 
 def test_checkpoint_tensors_truncated_missing_or_misshapen(tmp_path):
@@ -255,12 +278,65 @@ def gguf_copy(tmp_path: Path) -> tuple[Path, bytearray]:
     return tmp_path / "bad.gguf", data
 
 
-def test_truncated_gguf(tmp_path):
+@pytest.mark.parametrize("keep", [0.5, 0.9, -100])
+def test_a_truncated_gguf_names_the_tensor_and_the_bytes_it_lacks(tmp_path, keep):
+    from gguf import GGUFReader
+
     path, data = gguf_copy(tmp_path)
-    path.write_bytes(data[: len(data) // 2])
-    cli_refuses(path, f"{path}: ", "cannot read the checkpoint")
-    path.write_bytes(data[:100])
-    cli_refuses(path, f"{path}: ", "cannot read the checkpoint")
+    cut = int(len(data) * keep) if keep > 0 else len(data) + keep
+    path.write_bytes(data[:cut])
+    tensors = GGUFReader(FIXTURES / "tiny-gguf" / "tiny.gguf").tensors  # the intact file, read by the gguf package
+    first = next(t for t in tensors if t.data_offset + t.n_bytes > cut)  # in the order the header lists them
+    cli_refuses(path, f"{path}: tensor {first.name}: ", f"expected {first.n_bytes} bytes ({first.tensor_type.name} "
+                f"{'×'.join(str(n) for n in first.shape)}) from byte {first.data_offset}, the file holds "
+                f"{max(cut - first.data_offset, 0)} there (it ends at byte {cut}: truncated?)")
+
+
+def test_a_gguf_cut_inside_its_metadata_names_the_field(tmp_path):
+    from gguf import GGUFReader
+
+    path, data = gguf_copy(tmp_path)
+    field = GGUFReader(FIXTURES / "tiny-gguf" / "tiny.gguf").fields["tokenizer.ggml.tokens"]
+    cut = field.offset + 200  # inside the list of token texts
+    path.write_bytes(data[:cut])
+    cli_refuses(path, f"{path}: tokenizer.ggml.tokens", "(truncated")
+
+
+def field_start(name: str) -> int:
+    from gguf import GGUFReader
+
+    field = GGUFReader(FIXTURES / "tiny-gguf" / "tiny.gguf").fields[name]
+    return field.offset + sum(part.nbytes for part in field.parts[:-1])  # where its value starts
+
+
+HEADER_DAMAGE = [  # (offset, bytes written there, where, fragment)
+    (0, b"GGUB", "header.magic", "expected the bytes 'GGUF', the file starts with b'GGUB'"),
+    (4, struct.pack("<I", 99), "header.version", "expected version 2 or 3, the file holds 99"),
+    (8, struct.pack("<Q", 10**9), "header.tensor_count", "the file claims 1000000000 tensors"),
+    (16, struct.pack("<Q", 10**12), "header.kv_count", "the file claims 1000000000000 metadata fields"),
+]
+
+
+@pytest.mark.parametrize("offset, raw, where, fragment", HEADER_DAMAGE, ids=[c[2] for c in HEADER_DAMAGE])
+def test_a_damaged_gguf_header_names_the_field(tmp_path, offset, raw, where, fragment):
+    path, data = gguf_copy(tmp_path)
+    assert data[offset:offset + len(raw)] != raw
+    data[offset:offset + len(raw)] = raw
+    path.write_bytes(data)
+    cli_refuses(path, f"{path}: {where}: ", fragment)
+
+
+def test_a_damaged_gguf_value_type_or_string_length_names_the_key(tmp_path):
+    path, data = gguf_copy(tmp_path)
+    start = field_start("llama.attention.head_count")
+    data[start - 4:start] = struct.pack("<I", 77)  # the value's type code
+    path.write_bytes(data)
+    cli_refuses(path, f"{path}: llama.attention.head_count: ", "expected a value type 0..12, the file holds 77")
+    path, data = gguf_copy(tmp_path)
+    start = field_start("general.architecture")
+    data[start - 8:start] = struct.pack("<Q", 2**40)  # the length of the string "llama"
+    path.write_bytes(data)
+    cli_refuses(path, f"{path}: general.architecture (a string of {2**40} bytes): ", "the file ends at byte")
 
 
 def test_gguf_with_another_architecture(tmp_path):
@@ -331,3 +407,17 @@ def test_a_printed_exponent_beyond_floats_is_compared_not_crashed(tmp_path, prin
     path.write_text(text.replace(table + "      - [1.0, 0.0,", table + f"      - [1.0, {printed},"), encoding="utf-8")
     result = CliRunner().invoke(app, ["check", str(path)])
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+
+
+def test_a_scenario_naming_a_folder_without_tokenizer_takes_ids_not_text(tmp_path):
+    folder = hf_copy(tmp_path)
+    (folder / "tokenizer.json").unlink()
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text("checkpoint: llama\nrequests:\n  - ids: [1, 2]\n", encoding="utf-8")
+    ran = CliRunner().invoke(app, ["run", str(scenario), "--json"])
+    assert ran.exit_code == 0, ran.stderr
+    assert json.loads(ran.stdout)["records"][0]["rows"] == ["0 · #1", "1 · #2"]
+    scenario.write_text("checkpoint: llama\nrequests:\n  - text: The cat\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["run", str(scenario)])
+    assert_refused(result.exit_code, result.stderr, f"tinyllm-tui: error: {scenario}:3: requests[0].text: ",
+                   "text needs a checkpoint's tokenizer")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from engine import Session
 from engine.parameters import parameter_shapes
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
+from engine.trace import OpKind
 from tinyllm_tui import cli
 
 ENCODER = SCENARIOS / "encoder004.yaml"  # 8-wide rows with CJK labels: wider than 80 columns
@@ -67,7 +69,7 @@ def wide_scenario(vocab: int = 100) -> Scenario:
 
 
 def test_a_matrix_wider_than_32_prints_a_summary_and_its_corners():
-    logits = next(s for s in Session(wide_scenario()).steps() if s.kind == "logits")
+    logits = next(s for s in Session(wide_scenario()).steps() if s.kind is OpKind.LOGITS)
     text = cli.state_text(logits, None, full=False)
     row = logits.values[-1]
     p = np.exp(row - row.max()) / np.exp(row - row.max()).sum()
@@ -106,9 +108,29 @@ def test_progress_goes_to_stderr_only_when_it_is_a_terminal(monkeypatch):
 def test_run_check_and_diff_show_how_far_loading_has_got_on_a_terminal(monkeypatch):
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
-    cli._prepare(X01, "numpy", "float64")
+    cli._loaded(X01, cli.Options())
     lines = terminal.getvalue().split("\r\033[K")
     size = f"{X01.stat().st_size / 1024:.1f} KiB"
     assert lines[1].startswith(f"loading {X01}: reading the YAML: ") and lines[1].endswith(f" of {size}")
     assert f"loading {X01}: reading the YAML: {size} of {size}" in lines
     assert lines[-2].startswith(f"loading {X01}: converting the weights: tensor ") and lines[-1] == ""
+
+
+def test_the_readmes_at_size_commands_run_as_written(tmp_path):
+    """The two commands of README's "At size", in a small size (the shape options are the tool's own)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## At size"):text.index("## Scenarios")]
+    commands = re.findall(r"`(\.venv/bin/[^`]+)`", section)
+    make, open_ = (command.split() for command in commands[:2])
+    assert make[:2] == [".venv/bin/python", "tools/make_big_model.py"] and open_[0] == ".venv/bin/tinyllm-tui"
+    folder = tmp_path / "gpt2"
+    small = ["--d-model", "16", "--layers", "1", "--vocab", "40", "--prompt", "3", "--new", "2"]
+    bin_folder = Path(sys.executable).parent  # the venv the tests run in, as .venv/bin
+    made = subprocess.run([bin_folder / "python", make[1], str(folder), *small], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    args = [str(folder / "model.yaml") if a == make[2] + "/model.yaml" else a for a in open_[1:]]
+    assert args[0] == str(folder / "model.yaml")
+    result = invoke("run", *args, "--json")  # `run` takes what `open` takes: the TUI is not started here
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["dtype"] == "float32"

@@ -14,6 +14,7 @@ from engine.compare.diff import TOLERANCE, diff_runs, diff_scenario, first_diver
 from engine.faults import FAULTS, INJECTIONS
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, Request, Vocab
+from engine.trace import Phase
 from tinyllm_tui.presentation.summaries import diff_summary
 
 sys.path.insert(0, str(ROOT / "tools"))
@@ -22,7 +23,7 @@ from make_big_model import random_weights, spec  # noqa: E402
 
 def test_x01_cached_round_equals_full_recompute(backend):
     diffs = diff_scenario(load_scenario(X01), backend)
-    decode = [d for d in diffs if d.phase == "decode"]
+    decode = [d for d in diffs if d.phase is Phase.DECODE]
     assert {d.round for d in decode} == {1}
     assert len(decode) == 29  # every operator of the one cached round of 我爱学习 → 爱
     assert max(d.max_abs for d in diffs) <= TOLERANCE

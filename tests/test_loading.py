@@ -204,6 +204,7 @@ def test_a_cancelled_open_quits_with_one_line_and_status_130(monkeypatch):
         gate.pressed.set()
 
     monkeypatch.setattr(cli, "_load", gate.load)
+    monkeypatch.setattr(cli, "_on_a_terminal", lambda: True)  # else the file is loaded before the app starts
     open_headless(monkeypatch, press_escape)
     result = CliRunner().invoke(cli.app, [str(X01)])
     assert (result.exit_code, result.stderr) == (130, "tinyllm-tui: loading cancelled\n")

@@ -81,6 +81,18 @@ def test_chunked_prefill_masks_by_absolute_position():
     assert pending == [Status.CURRENT] * 3 + [Status.PENDING] * 2  # the second chunk waits
 
 
+def test_chunked_prefill_marks_only_the_chunks_own_rows_as_new():
+    """chunked.yaml: chunk 0 appends positions 0-2, chunk 1 appends 3-4 onto them (5 rows, 2 new)."""
+    states = list(Session(load_scenario(SCENARIOS / "chunked.yaml")).steps())
+    for chunk, fed in ((0, (0, 1, 2)), (1, (3, 4))):
+        scores = next(s for s in states if s.name == "blocks.0.attn.hook_attn_scores" and s.chunk == chunk)
+        cache = scores.caches[0]  # layer 0 has appended this chunk's K/V before its scores
+        assert cache.length == fed[-1] + 1 and scores.positions == fed
+        assert tuple(range(scores.chunk_past, cache.length)) == fed
+    decode = next(s for s in states if s.name == "blocks.0.attn.hook_attn_scores" and s.round == 1)
+    assert (decode.chunk_past, decode.past, decode.caches[0].length) == (5, 5, 6)  # one fed token, one new row
+
+
 def test_sampling_is_reproducible_and_backend_independent():
     scenario = load_scenario(SCENARIOS / "decoder2.yaml")
     rule = dataclasses.replace(scenario.decode, rule="sample", temperature=1.3, seed=11, top_k=5)

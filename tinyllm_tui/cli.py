@@ -1,46 +1,50 @@
-"""The `tinyllm-tui` command line: open (the TUI), run, diff.
+"""The `tinyllm-tui` command line: open (the TUI), run, diff, check, gradcheck, convert.
 
 `tinyllm-tui FILE` opens the TUI: a first argument that is not a sub-command is
-routed to `open`. Every bad input ends with one line on stderr and exit status 2.
+routed to `open`. `open`, `run`, `diff` and `check` drive the same `Debugger`, so
+`--set`, `--break` and `--inject` mean the same in each; the options they share are
+declared once, in `Options`. Every bad input ends with one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import inspect
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Optional, get_type_hints
 
 import typer
-from typer._click import ClickException  # Typer >= 0.26 bundles its own Click
+from typer._click.exceptions import ClickException, UsageError  # Typer >= 0.26 bundles its own Click
 from typer.core import TyperGroup
 
-from engine import BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
+from engine import Backend, BackendError, Scenario, ScenarioError, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
-from engine.compare.check import check_scenario
-from engine.caches import Quantize
-from engine.compare.diff import diff_batch, diff_scenario, first_divergence
-from engine.compare.exact import against_exact
-from engine.compare.expect import Outcome
-from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
-from engine.loading import open_model
 from engine.compare.against import compare_activations, load_dump, prefill_states, save_activations
-from engine.loading.edits import CellEdit, EditError, apply_edit, convert_scenario, parse_set, with_weights
+from engine.caches import Quantize
+from engine.compare.exact import against_exact
+from engine.compare.diff import OpDiff, first_divergence
+from engine.compare.expect import Outcome
+from engine.compare.gradcheck import check_head
 from engine.export import json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
-from engine.compare.gradcheck import check_head
+from engine.loading import open_model
+from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
+from engine.loading.edits import CellEdit, EditError, convert_scenario, parse_set
 from engine.progress import Cancelled, listening
 from engine.session import INJECTIONS
-from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, loading_progress, matrix_summary,
-                              request_results, token_text, where)
 from engine.trace import OpKind, OpState
-
+from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.presentation.numbers import text_table
+from tinyllm_tui.presentation.summaries import (diff_summary, expect_summary, loading_progress, matrix_summary,
+                                                request_results, token_text, where)
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -56,8 +60,19 @@ class OpenByDefault(TyperGroup):
 
     def parse_args(self, ctx, args: list[str]) -> list[str]:
         if not args or (args[0] not in self.commands and not args[0].startswith("-")):
+            if args and not Path(args[0]).exists():
+                guess = difflib.get_close_matches(args[0], list(self.commands), n=1)
+                if guess:  # `tinyllm-tui rnu x.yaml`: a typo of a command, not a file to open
+                    raise UsageError(f"no command {args[0]!r} (did you mean {guess[0]!r}?)")
             args = [DEFAULT_COMMAND, *args]
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `tinyllm-tui run FILE | head`: the reader has what it wanted; stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the unwritten rest goes nowhere
+            return 0
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:
         extra["standalone_mode"] = False
@@ -69,9 +84,6 @@ class OpenByDefault(TyperGroup):
             _fail("aborted", 1)
         except (ScenarioError, BackendError, BreakpointError, EditError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
-        except BrokenPipeError:  # `tinyllm-tui run FILE | head`: stop quietly
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(1)
         sys.exit(code or 0)
 
 
@@ -90,41 +102,68 @@ app = typer.Typer(
 ScenarioFile = Annotated[Path, typer.Argument(
     help="Scenario YAML file, or a checkpoint: a .gguf file or a Hugging Face folder (config.json).",
     show_default=False)]
-BackendOption = Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")]
-DtypeOption = Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")]
-SetOption = Annotated[
-    Optional[list[str]],
-    typer.Option("--set", help="Edit one weight, e.g. 'blocks.0.attn.wk[0,1]=0.5' (repeatable).", show_default=False),
-]
-InjectOption = Annotated[
-    Optional[str],
-    typer.Option("--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False),
-]
-MaxMemoryOption = Annotated[
-    Optional[str],
-    typer.Option("--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
-                 show_default=False),
-]
-PromptOption = Annotated[Optional[list[str]], typer.Option(
-    "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer; repeat it for "
-    "more requests.", show_default=False)]
-IdsOption = Annotated[Optional[list[str]], typer.Option(
-    "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3; repeat it for more requests.",
-    show_default=False)]
-BatchOption = Annotated[bool, typer.Option(
-    "--batch", help="Run the requests as one left-padded batch (diff: the batch against each request alone).")]
-MaxNewTokensOption = Annotated[Optional[int], typer.Option(
-    "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).", show_default=False)]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the result as one JSON document.")]
 
 
-AgainstOption = Annotated[Optional[Path], typer.Option(
-    "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
-    "compare operator by operator with this reference.", show_default=False)]
-ToleranceOption = Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")]
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The options several commands take, each declared once here; `@shared(...)` names which a command takes."""
+
+    backend: Annotated[str, typer.Option("--backend", help="Array library: numpy, cupy or array_api_strict.")] = "numpy"
+    dtype: Annotated[str, typer.Option("--dtype", help="float64 (default) or float32.")] = "float64"
+    inject: Annotated[Optional[str], typer.Option(
+        "--inject", help=f"Switch on one deliberate cache bug: {', '.join(INJECTIONS)}.", show_default=False)] = None
+    sets: Annotated[Optional[list[str]], typer.Option(
+        "--set", help="Edit one weight, e.g. 'blocks.0.attn.wk[0,1]=0.5' (repeatable); an unsaved edit in the TUI.",
+        show_default=False)] = None
+    max_memory: Annotated[Optional[str], typer.Option(
+        "--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
+        show_default=False)] = None
+    prompt: Annotated[Optional[list[str]], typer.Option(
+        "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer (repeatable: one "
+        "request each).", show_default=False)] = None
+    ids: Annotated[Optional[list[str]], typer.Option(
+        "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3 (repeatable: one request each).",
+        show_default=False)] = None
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="Run the requests as one left-padded batch; diff: the batch against each request alone.")] = False
+    max_new_tokens: Annotated[Optional[int], typer.Option(
+        "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).",
+        show_default=False)] = None
+    breakpoints: Annotated[Optional[list[str]], typer.Option(
+        "--break", help="Breakpoint (repeatable): operator glob, kind, or condition; where the TUI's continue stops "
+        "and the only operators `run` prints.", show_default=False)] = None
+    against: Annotated[Optional[Path], typer.Option(
+        "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
+        "compare operator by operator with this reference.", show_default=False)] = None
+    tolerance: Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")] = 1e-6
+
+
+MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "batch")
+
+
+def shared(*names: str) -> Callable[[Callable], Callable]:
+    """Give a command the shared `Options` fields `names` as its own options; it receives them as `options`."""
+    hints = get_type_hints(Options, include_extras=True)
+    defaults = {field.name: field.default for field in dataclasses.fields(Options)}
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=hints[name], default=defaults[name])
+             for name in names]
+
+    def add(command: Callable) -> Callable:
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "options"]
+
+        @functools.wraps(command)
+        def with_options(**values: Any) -> Any:
+            return command(options=Options(**{name: values.pop(name) for name in names}), **values)
+
+        with_options.__signature__ = inspect.Signature([*own, *added])  # what Typer reads
+        return with_options
+
+    return add
 
 
 def history_budget(scenario: Scenario, dtype: str, max_memory: int | None) -> int:
-    """What the TUI's history may keep: the memory budget less the weights (at least HISTORY_FLOOR)."""
+    """What the history may keep: the memory budget less the weights (at least HISTORY_FLOOR)."""
     total = DEFAULT_BUDGET if max_memory is None else max_memory
     return max(total - weight_bytes(scenario.model, len(scenario.vocab), dtype), HISTORY_FLOOR)
 
@@ -133,30 +172,46 @@ def bundled_x01() -> Path:
     return Path(str(files("tinyllm_tui.scenarios") / "x01.yaml"))
 
 
-def _prepare(file: Path, backend: str, dtype: str, inject: str | None = None,
-             sets: list[str] | None = None, max_memory: str | None = None,
-             request: tuple = (None, None, None)) -> tuple[Scenario, Any]:
-    """The scenario with every --set applied, and the backend; bad input raises before any work.
+def _load(file: Path, options: Options) -> Scenario:
+    """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens), as one batch with --batch."""
+    ids = None if options.ids is None else [_ids(text) for text in options.ids]
+    scenario = open_model(file, prompt=options.prompt, ids=ids, max_new_tokens=options.max_new_tokens,
+                          dtype=options.dtype, max_memory=_max_memory(options.max_memory))
+    return dataclasses.replace(scenario, batch=True) if options.batch else scenario
 
-    request: a checkpoint's (--prompt, --ids, --max-new-tokens)."""
-    _check_inject(inject)
+
+def _loaded(file: Path, options: Options) -> Scenario:
+    """`_load`, saying on a terminal's stderr how far it has got."""
     progress = _Progress()
     with listening(lambda stage, done, total: progress.show(f"loading {file}: {loading_progress(stage, done, total)}")):
-        scenario = _load(file, request, dtype, max_memory)
+        scenario = _load(file, options)
     progress.done()
-    _check_inject_runs(inject, scenario)
-    weights = scenario.weights
-    for edit in _edits(scenario, sets):
-        weights = apply_edit(weights, edit)
-    return with_weights(scenario, weights), make_backend(backend, dtype)
+    return scenario
 
 
-def _load(file: Path, request: tuple, dtype: str = "float64", max_memory: str | None = None) -> Scenario:
-    """A scenario file or a checkpoint; request is (--prompt, --ids, --max-new-tokens[, --batch])."""
-    prompt, ids, max_new_tokens, *batch = request
-    scenario = open_model(file, prompt=prompt, ids=None if ids is None else [_ids(each) for each in ids],
-                          max_new_tokens=max_new_tokens, dtype=dtype, max_memory=_max_memory(max_memory))
-    return dataclasses.replace(scenario, batch=True) if any(batch) else scenario
+def _debugger_args(scenario: Scenario, options: Options) -> dict[str, Any]:
+    """What a Debugger on `scenario` opens with, the same for the TUI and the CLI: the scenario's breakpoints then
+    every --break, every --set as an unsaved edit, and the history's budget. A bug that cannot run is refused."""
+    _check_inject_runs(options.inject, scenario)
+    return {"breakpoints": [*scenario.breakpoints, *(options.breakpoints or [])],
+            "edits": _edits(scenario, options.sets),
+            "budget": history_budget(scenario, options.dtype, _max_memory(options.max_memory))}
+
+
+def _check_flags(options: Options) -> Backend:
+    """The flags that need no file, checked before any loading; returns the backend."""
+    _check_inject(options.inject)
+    for text in options.breakpoints or []:
+        parse_breakpoint(text)  # a bad --break is reported before anything loads
+    _max_memory(options.max_memory)
+    return make_backend(options.backend, options.dtype)
+
+
+def _debugger(file: Path, options: Options) -> Debugger:
+    """The Debugger `run`, `diff` and `check` drive: what the TUI would open on `file` with these options."""
+    backend = _check_flags(options)
+    scenario = _loaded(file, options)
+    return Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
 
 
 def _ids(text: str) -> list[int]:
@@ -189,48 +244,36 @@ def _edits(scenario: Scenario, sets: list[str] | None) -> list[CellEdit]:
     return [parse_set(text, scenario.weights) for text in sets or []]
 
 
+def _on_a_terminal() -> bool:
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
 @app.command("open")
+@shared(*MODEL_OPTIONS, "breakpoints", "against", "tolerance")
 def open_tui(
     file: Annotated[Optional[Path], typer.Argument(help="Scenario YAML file (default: the bundled X01).")] = None,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
     lang: Annotated[Optional[str], typer.Option("--lang", help="Explanations in en or zh.")] = None,
-    breakpoints: Annotated[
-        Optional[list[str]], typer.Option("--break", help="Breakpoint: operator glob, kind, or condition.")
-    ] = None,
-    inject: InjectOption = None,
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    max_new_tokens: MaxNewTokensOption = None,
-    batch: BatchOption = False,
-    against: AgainstOption = None,
-    tolerance: ToleranceOption = 1e-6,
+    *, options: Options,
 ) -> None:
     """Open the step debugger on a scenario or a checkpoint; with --against, your own activations are
     marked ✓/✗ cell by cell on the first prompt's prefill."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
-    for text in breakpoints or []:
-        parse_breakpoint(text)  # a bad --break is reported before the screen is taken over
-    _check_inject(inject)
-    budget = _max_memory(max_memory)
-    array_backend = make_backend(backend, dtype)
-    dump = None if against is None else (load_dump(against), tolerance)
+    array_backend = _check_flags(options)
+    dump = None if options.against is None else (load_dump(options.against), options.tolerance)
     path = file or bundled_x01()
     from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
     from tinyllm_tui.tui.loading_screen import Loading, Opening
 
     def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
-        scenario = _load(path, (prompt, ids, max_new_tokens, batch), dtype, max_memory)
-        _check_inject_runs(inject, scenario)
-        return Opening(scenario, breakpoints=[*scenario.breakpoints, *(breakpoints or [])],
-                       edits=_edits(scenario, sets),  # they start as unsaved edits: the TUI can show, undo or save them
-                       budget=history_budget(scenario, dtype, budget))
+        scenario = _load(path, options)
+        return Opening(scenario, **_debugger_args(scenario, options))  # --set edits start unsaved: shown, undoable
 
+    # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
+    opening = None if _on_a_terminal() else load()
     try:
-        launch(Loading(str(path), load), array_backend, lang=lang, inject=inject, against=dump)
+        launch(Loading(str(path), load if opening is None else lambda: opening), array_backend, lang=lang,
+               inject=options.inject, against=dump)
     except Cancelled:
         print("tinyllm-tui: loading cancelled", file=sys.stderr)
         raise typer.Exit(EXIT_CANCELLED) from None
@@ -244,6 +287,7 @@ for logits and probabilities the last row's top tokens) and its corner cells, un
 
 
 @app.command(help=RUN_HELP)
+@shared(*MODEL_OPTIONS, "breakpoints")
 def run(
     file: ScenarioFile,
     as_json: Annotated[bool, typer.Option("--json", help="Print the whole trace as one JSON document.")] = False,
@@ -251,45 +295,48 @@ def run(
         "--jsonl", help="Stream one JSON record per operator, then a final {\"requests\": …} record.")] = False,
     full: Annotated[bool, typer.Option(
         "--full", help=f"Print every cell, also of matrices over {BIG_ROWS} rows or {BIG_COLS} columns.")] = False,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
-    inject: InjectOption = None,
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    max_new_tokens: MaxNewTokensOption = None,
-    batch: BatchOption = False,
     save: Annotated[Optional[Path], typer.Option(
         "--save-activations", help="Also write the first request's prefill activations, keyed by hook name, "
         "in TransformerLens's layouts (.safetensors or .npz).", show_default=False)] = None,
+    *, options: Options,
 ) -> None:
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory,
-                                       (prompt, ids, max_new_tokens, batch))
+    debugger = _debugger(file, options)
+    scenario = debugger.scenario
     if save is not None:
-        save_activations(prefill_states(scenario, array_backend), save)
+        save_activations(prefill_states(scenario, debugger.backend), save)
         print(f"wrote the prefill activations to {save}", file=sys.stderr)
-    session = Session(scenario, array_backend, inject=inject)
+    printed = _printed(debugger, only_hits=bool(options.breakpoints))
     if as_json:
-        _print_json(trace_document(session, session.steps()))
+        _print_json(trace_document(debugger.session, (state for state, _ in printed)))
         return
-    progress = _Progress()
     if as_jsonl:
-        for state in session.steps():
+        for state, _ in printed:
             _print_json(record(state))
-            progress.show(f"step {state.step}")
-        _print_json(requests_record(session.results))
+        _print_json(requests_record(debugger.session.results))
         return
     vocab, group = scenario.vocab, None
-    for state in session.steps():
+    for state, hits in printed:
         if (state.request, state.round) != group:
             group = (state.request, state.round)
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
             print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
+        if hits:
+            print(f"⚑ breakpoint: {', '.join(hits)}")
         print(state_text(state, vocab, full), end="\n\n")
+    if options.breakpoints and group is None:
+        print(f"no operator hits a breakpoint ({', '.join(b.text for b in debugger.breakpoints)})")
+    print(request_results(debugger.session.results, vocab))
+
+
+def _printed(debugger: Debugger, only_hits: bool) -> Iterator[tuple[OpState, tuple[str, ...]]]:
+    """The operators `run` prints, with the breakpoints that hit each: every one, or with --break only
+    those where a breakpoint hits (where the TUI's continue stops). Says `step N` on a terminal's stderr."""
+    progress = _Progress()
+    for state, hits in debugger.trace():
         progress.show(f"step {state.step}")
+        if hits or not only_hits:
+            yield state, hits
     progress.done()
-    print(request_results(session.results, vocab))
 
 
 def state_text(state: OpState, vocab, full: bool) -> str:
@@ -322,64 +369,77 @@ class _Progress:
 
 
 @app.command()
-def diff(
-    file: ScenarioFile,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
-    inject: InjectOption = None,
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    max_new_tokens: MaxNewTokensOption = None,
-    batch: BatchOption = False,
-) -> None:
-    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator;
-    with --batch, the requests run as one batch against each request run alone."""
-    scenario, array_backend = _prepare(file, backend, dtype, inject, sets, max_memory,
-                                       (prompt, ids, max_new_tokens, batch))
-    if inject:
-        print(f"injected bug {inject}: {INJECTIONS[inject]}")
-    if scenario.cache.quantize is not Quantize.NONE:
-        print(f"{scenario.cache.quantize} cache against the exact cache (max |Δ|):")
-        for row in against_exact(scenario, array_backend):
-            print(f"  {row.describe()}")
-    diffs = (diff_batch if batch else diff_scenario)(scenario, array_backend, inject)
-    for d in diffs:
-        head = "" if d.head is None else f" head {d.head}"
-        mark = "✓" if d.agrees else "✗"
-        print(f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  max|Δ| {diff_cell(d)}")
-    print(diff_summary(diffs, inject, batch))
+@shared(*MODEL_OPTIONS)
+def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> None:
+    """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator:
+    the largest |cached − full| of each (0 when they agree exactly); exit 1 past the tolerance.
+    With --batch: the requests as one batch against each request run alone. A quantized cache's
+    error against the exact cache is printed first, round by round."""
+    debugger = _debugger(file, options)
+    lossy = against_exact(debugger.scenario, debugger.backend) if debugger.scenario.cache.quantize is not Quantize.NONE else []
+    diffs = debugger.diff(alone=options.batch)
+    if as_json:
+        _print_json({**_diff_json(diffs, options.inject), **_exact_json(lossy)})
+    else:
+        if options.inject:
+            print(f"injected bug {options.inject}: {INJECTIONS[options.inject]}")
+        if lossy:
+            print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
+            for row in lossy:
+                print(f"  {row.describe()}")
+        for d in diffs:
+            print(_diff_line(d))
+        print(diff_summary(diffs, options.inject, options.batch))
     if first_divergence(diffs) is not None:
         raise typer.Exit(1)
 
 
+def _diff_line(d: OpDiff) -> str:
+    """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
+    head = "" if d.head is None else f" head {d.head}"
+    mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
+    return (f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  "
+            f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:g})")
+
+
+def _exact_json(rows: list) -> dict:
+    """A quantized cache's error against the exact cache, per round (nothing for an exact cache)."""
+    if not rows:
+        return {}
+    return {"against_exact_cache": [{"request": r.request, "round": r.round, "logits": json_number(r.logits_error),
+                                     "pattern": [json_number(e) for e in r.pattern_error],
+                                     "kv": [json_number(e) for e in r.kv_error], "same_choice": r.same_choice}
+                                    for r in rows]}
+
+
+def _diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
+    first = first_divergence(diffs)
+    return {
+        "inject": inject,
+        "agrees": first is None,
+        "first_divergence": None if first is None else first.step,
+        "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
+                       "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
+                       "tolerance": d.tolerance, "agrees": d.agrees} for d in diffs],
+    }
+
+
 @app.command()
-def check(
-    file: ScenarioFile,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as one JSON document.")] = False,
-    backend: BackendOption = "numpy",
-    dtype: DtypeOption = "float64",
-    sets: SetOption = None,
-    max_memory: MaxMemoryOption = None,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
-    against: AgainstOption = None,
-    tolerance: ToleranceOption = 1e-6,
-) -> None:
+@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "against", "tolerance")
+def check(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> None:
     """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell;
     or, with --against, a dump of activations from your own implementation."""
-    scenario, array_backend = _prepare(file, backend, dtype, sets=sets, max_memory=max_memory,
-                                       request=(prompt, ids, None))
-    if against is not None:
-        report = compare_activations(scenario, against, tolerance, array_backend)
+    debugger = _debugger(file, options)
+    if options.against is None and not debugger.scenario.expect:
+        raise ScenarioError(str(file), None, "expect", "no expect: tables to check (check compares a scenario's "
+                            "expect: tables; --against DUMP compares your own activations; run prints every operator)")
+    if options.against is not None:
+        report = compare_activations(debugger.scenario, options.against, options.tolerance, debugger.backend)
         print("\n".join(report.lines()))
         if report.first_divergence is not None:
             raise typer.Exit(1)
         return
-    if not scenario.expect:
-        raise typer.BadParameter(f"{file} has no expect: section", param_hint="FILE")
-    outcomes = check_scenario(scenario, array_backend)
+    outcomes = debugger.check_expectations(debugger.scenario)
     malformed = next((o for o in outcomes if o.problem), None)
     if malformed is not None:  # a table that names what the run never computes is a bad file, not a disagreement
         raise malformed.error(str(file))
@@ -437,16 +497,16 @@ def _outcome_json(outcome: Outcome) -> dict:
 
 
 @app.command()
+@shared("prompt", "ids")
 def gradcheck(
     file: ScenarioFile,
     request: Annotated[int, typer.Option(help="Request whose prefill supplies Q, K, V.")] = 0,
     layer: Annotated[int, typer.Option(help="Layer of the head.")] = 0,
     head: Annotated[int, typer.Option(help="Head to check.")] = 0,
-    prompt: PromptOption = None,
-    ids: IdsOption = None,
+    *, options: Options,
 ) -> None:
     """Check one attention head's analytic dL/dQ against central finite differences."""
-    scenario = _load(file, (prompt, ids, None))
+    scenario = _load(file, options)
     try:
         result = check_head(scenario, request=request, layer=layer, head=head)
     except ValueError as error:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +24,7 @@ from engine.scenario import Scenario
 from engine.session import Session
 from engine.labels import Axis
 from engine.spec import Mode
-from engine.trace import OpState
+from engine.trace import OpState, Phase
 
 TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
 
@@ -35,7 +35,7 @@ Key = tuple[int, int, str, int | None, int | None]
 class OpDiff:
     step: int  # the cached run's step of this operator (the chunk that differs most)
     request: int
-    phase: str
+    phase: Phase
     round: int
     name: str
     layer: int | None
@@ -112,20 +112,32 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
 
 def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
     cached = Session(scenario, backend, mode=Mode.CACHED, inject=inject)
-    full = Session(scenario, backend, mode=Mode.FULL)
-    return diff_runs(by_request(cached), by_request(full))
+    return diff_sessions(cached, Session(scenario, backend, mode=Mode.FULL))
 
 
 def diff_batch(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
     """The requests run as one batch (cached, with `inject`) against each request run alone."""
     batched = Session(dataclasses.replace(scenario, batch=True), backend, inject=inject)
-    alone = Session(dataclasses.replace(scenario, batch=False), backend)
-    return diff_runs(by_request(batched), alone.steps(), shift=batched.padding)
+    return diff_sessions(batched, alone(scenario, backend))
 
 
-def by_request(session: Session) -> Iterable[OpState]:
+def alone(scenario: Scenario, backend: Backend | None = None) -> Session:
+    """The reference of a batch: each request run by itself, cached, no bug."""
+    return Session(dataclasses.replace(scenario, batch=False), backend)
+
+
+def diff_sessions(cached: Session, reference: Session,
+                  read: Callable[[Iterable[OpState]], Iterable[OpState]] = iter) -> list[OpDiff]:
+    """Two sessions' runs, each read through `read` (a cancellable wrapper); a batch is regrouped request by
+    request, and shifted by its padding to meet a reference that is not a batch."""
+    shift = cached.padding if cached.scenario.batch and not reference.scenario.batch else ()
+    return diff_runs(_by_request(cached, read), _by_request(reference, read), shift)
+
+
+def _by_request(session: Session, read) -> Iterable[OpState]:
     """A session's states request by request: a batch's lockstep rows are regrouped (and held)."""
-    return sorted(session.steps(), key=_round_key) if session.scenario.batch else session.steps()
+    states = read(session.steps())
+    return sorted(states, key=_round_key) if session.scenario.batch else states
 
 
 def first_divergence(diffs: list[OpDiff]) -> OpDiff | None:

@@ -22,8 +22,9 @@ from engine.progress import WEIGHTS, report
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, Positions, Request
 from engine.loading import hf
+from engine.loading.gguf_checks import gguf_damage
 from engine.loading.gguf_model import GGUFModel
-from engine.loading.tokenizer import encode, gguf_tokenizer, make_vocab
+from engine.loading.tokenizer import encode, gguf_tokenizer, make_vocab, numbered_vocab
 
 __all__ = ["is_checkpoint", "load_checkpoint"]
 
@@ -53,15 +54,18 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
         path = path.parent
     budget = (DEFAULT_BUDGET if max_memory is None else max_memory, dtype)
     if path.suffix != ".gguf" and not (path / "config.json").exists():
-        raise ScenarioError(str(path), None, "", "not a checkpoint: expected a .gguf file or a folder with config.json")
+        raise ScenarioError(str(path), None, "config.json", "missing: a checkpoint folder holds config.json, "
+                            "its weights (model.safetensors) and tokenizer.json; a GGUF checkpoint is one .gguf file")
     try:
         read = _gguf if path.suffix == ".gguf" else _hf
         spec, weights, tokenizer, special = read(path, budget)
     except ScenarioError:
         raise
     except Exception as error:  # a truncated or foreign file: gguf, safetensors, json and tokenizers each raise their own
-        raise ScenarioError(str(path), None, "", f"cannot read the checkpoint ({type(error).__name__}: {error})") from None
-    vocab = make_vocab(tokenizer, **special)
+        damage = gguf_damage(path) if path.suffix == ".gguf" else None  # which field or tensor, and what it holds
+        raise damage or ScenarioError(str(path), None, "", f"cannot read the checkpoint ({type(error).__name__}: "
+                                      f"{error})") from None
+    vocab = make_vocab(tokenizer, **special) if tokenizer else numbered_vocab(len(weights["embed"]), **special)
     prompts = _one_each(path, prompt, ids)
     tokens = [_request_ids(path, tokenizer, len(vocab), *given) for given in prompts]
     limit = max_new_tokens if spec.lm_head else 1
@@ -90,10 +94,13 @@ def _one_each(path: Path, prompt: str | list[str] | None,
     return [(None if isinstance(prompt, list) else prompt, ids or None)]
 
 
-def _request_ids(path: Path, tokenizer: Tokenizer, size: int, prompt: str | None,
+def _request_ids(path: Path, tokenizer: Tokenizer | None, size: int, prompt: str | None,
                  ids: list[int] | None) -> tuple[int, ...]:
     if (prompt is None) == (ids is None):
         raise ScenarioError(str(path), None, "--prompt/--ids", "give exactly one of a prompt or token ids")
+    if tokenizer is None and prompt is not None:
+        raise ScenarioError(str(path), None, "tokenizer.json", "missing: --prompt needs it to turn text into ids "
+                            "(--ids needs none)")
     tokens = encode(tokenizer, prompt) if ids is None else tuple(ids)
     bad = [t for t in tokens if not 0 <= t < size]
     if bad:
@@ -136,20 +143,25 @@ def _gguf(path: Path, budget: tuple[int, str]):
 
 def _hf(folder: Path, budget: tuple[int, str]):
     arch, spec, config = hf.read_spec(folder)
-    tokenizer_file = folder / "tokenizer.json"
-    if not tokenizer_file.exists():
-        raise ScenarioError(str(folder), None, "tokenizer.json", "missing (needed to turn text into ids)")
-    try:
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    except Exception as error:  # tokenizers raises a bare Exception for any unreadable file
-        raise ScenarioError(str(tokenizer_file), None, "", f"not a readable tokenizer ({error})") from None
-    tokenizer.no_padding()
+    tokenizer = _hf_tokenizer(folder / "tokenizer.json")
     with hf.Tensors(folder) as get:
         weights = _checked(folder, spec, config["vocab_size"], lambda name: hf.engine_weight(arch, spec, name, get),
                            budget)
     special = {"eos": _single(config.get("eos_token_id")) if spec.lm_head else None,
                "pad": None if spec.lm_head else _single(config.get("pad_token_id"))}
     return spec, weights, tokenizer, special
+
+
+def _hf_tokenizer(file: Path) -> Tokenizer | None:
+    """The folder's tokenizer; None without tokenizer.json (ids need no tokenizer: each id's text is `#id`)."""
+    if not file.exists():
+        return None
+    try:
+        tokenizer = Tokenizer.from_file(str(file))
+    except Exception as error:  # tokenizers raises a bare Exception for any unreadable file
+        raise ScenarioError(str(file), None, "", f"not a readable tokenizer ({error})") from None
+    tokenizer.no_padding()
+    return tokenizer
 
 
 def _single(value) -> int | None:

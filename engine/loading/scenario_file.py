@@ -136,8 +136,11 @@ def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenari
     return base, _encoder(Path(base.path))
 
 
-def _encoder(path: Path) -> Encoder:
-    """The checkpoint's tokenizer, read on the first `text:` request (load_checkpoint has checked it)."""
+def _encoder(path: Path) -> Encoder | None:
+    """The checkpoint's tokenizer, read on the first `text:` request (load_checkpoint has checked it);
+    None for a folder without tokenizer.json."""
+    if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
+        return None
 
     @cache
     def tokenizer():
@@ -396,7 +399,8 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
     """`tokens: [pieces or ids]`, `ids: [ids]`, or `text: "…"` for the checkpoint's tokenizer."""
     if node.path.endswith(".text"):
         if encoder is None:
-            raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH); list tokens instead")
+            raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH; a folder's tokenizer.json); "
+                             "list tokens or ids instead")
         return encoder(node.text())
     items = node.items()
     if node.path.endswith(".ids"):
@@ -434,8 +438,15 @@ def _decode(node: Node, vocab: Vocab) -> DecodeRule:
     }
     values = {key: read(node.get(key)) for key, read in optional.items() if node.has(key)}
     if node.has("forbid"):
-        values["forbid"] = tuple(_token_id(item, vocab) for item in node.get("forbid").items())
+        values["forbid"] = _forbidden(node.get("forbid"), vocab)
     return DecodeRule(**values)
+
+
+def _forbidden(node: Node, vocab: Vocab) -> tuple[int, ...]:
+    forbid = tuple(_token_id(item, vocab) for item in node.items())
+    if len(set(forbid)) == len(vocab.tokens):
+        raise node.error(f"forbids every one of the {len(vocab.tokens)} tokens: decoding would have none to choose")
+    return forbid
 
 
 def _positive(node: Node) -> float:

@@ -71,6 +71,11 @@ def make_vocab(tokenizer: Tokenizer, eos: int | None, pad: int | None) -> Vocab:
     return Vocab(piece_texts(tokenizer), pad=pad, eos=eos)
 
 
+def numbered_vocab(size: int, eos: int | None, pad: int | None) -> Vocab:
+    """A checkpoint without a tokenizer, fed ids: each id's text is `#id`."""
+    return Vocab(tuple(f"#{i}" for i in range(size)), pad=pad, eos=eos)
+
+
 def encode(tokenizer: Tokenizer, prompt: str) -> tuple[int, ...]:
     """The ids the checkpoint's own tokenizer gives, with its special tokens (BOS, [CLS] … [SEP])."""
     return tuple(tokenizer.encode(prompt).ids)

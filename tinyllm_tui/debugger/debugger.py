@@ -9,6 +9,7 @@ Views read `view`, an immutable snapshot taken after every move.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -23,7 +24,8 @@ from engine import Backend, OpState, Scenario, Session, load_scenario, make_back
 from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
 from engine.compare.check import check_scenario
 from engine.compare.against import align
-from engine.compare.diff import OpDiff, diff_runs
+from engine.compare.diff import OpDiff, diff_sessions
+from engine.compare.diff import alone as alone_session
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
 from engine.loading.edits import Edit, WeightHistory, apply_edit, save, with_weights
@@ -434,15 +436,16 @@ class Debugger:
                                   if any(o.name.removesuffix(".T") == name for o in s.inputs)))
 
     # -- comparisons (each on sessions of its own: safe in a worker) ---------------------------------
-    def diff(self) -> list[OpDiff]:
-        """The run being debugged (fault and stale cache included) against a full recompute.
+    def diff(self, alone: bool = False) -> list[OpDiff]:
+        """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
+        its requests as one batch against each request run alone.
 
         Raises Cancelled when `cancel()` is called meanwhile."""
-        scenario = self.scenario
+        scenario = dataclasses.replace(self.scenario, batch=True) if alone else self.scenario
         cached = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
-        full = Session(scenario, self.backend, mode="full")
+        reference = alone_session(scenario, self.backend) if alone else Session(scenario, self.backend, mode="full")
         with self._comparison():
-            return diff_runs(self._cancellable(cached.steps()), self._cancellable(full.steps()))
+            return diff_sessions(cached, reference, self._cancellable)
 
     def check_expectations(self, scenario: Scenario) -> list[Outcome]:
         return check_scenario(scenario, self.backend) if scenario.expect else []
@@ -466,3 +469,16 @@ class Debugger:
                 for outcome in self.outcomes or ()
                 if outcome.expectation.key == key and outcome.expectation.run == "cached"
                 for cell in outcome.cells if cell.position in rows}
+
+    # -- passes for the CLI --
+    def trace(self) -> Iterator[tuple[OpState, tuple[str, ...]]]:
+        """Every operator from the cursor to the end of the trace, with the breakpoints that hit each (`hits`:
+        where a continue stops): `tinyllm-tui run`'s pass. The cursor stays where it is; the generator is
+        owned, as by a continue, until the trace ends or the caller stops reading."""
+        if not self._owner.acquire(blocking=False):
+            raise Busy("a run is in flight")
+        try:
+            for state in self.history.states_from(self.history.cursor):
+                yield state, tuple(self.hits(state))
+        finally:
+            self._owner.release()

@@ -170,6 +170,8 @@ CASES = [
     ("decode_top_k_zero.yaml", "  top_k: 3", "  top_k: 0", "top_k", "decode.top_k", "expected an integer ≥ 1, got 0"),
     ("decode_forbid_unknown.yaml", "  forbid: [PAD]", "  forbid: [UNK]", "forbid", "decode.forbid[0]",
      "token 'UNK' is not in the vocabulary"),
+    ("decode_forbid_every.yaml", "  forbid: [PAD]", "  forbid: [PAD, a, b, c, 4]", "forbid", "decode.forbid",
+     "forbids every one of the 5 tokens: decoding would have none to choose"),
     # expect: tables (check must refuse them with a location, not count a disagreement)
     ("expect_tolerance_zero.yaml", "    note: the embedding", "    tolerance: 0\n    note: the embedding", "tolerance",
      "expect[0].tolerance", "expected a number > 0, got 0"),

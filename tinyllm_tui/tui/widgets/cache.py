@@ -42,7 +42,7 @@ class CacheView(Vertical):
         self.state, self.fingerprint = state, fingerprint
         if not self.pinned and state.layer is not None:
             self.shown_layer = state.layer
-        elif not self.pinned and state.caches and state.caches[-1].length > state.past:
+        elif not self.pinned and state.caches and state.caches[-1].length > state.chunk_past:
             self.shown_layer = len(state.caches) - 1  # past the blocks: the last layer's cache is the newest
         self._show()
 
@@ -74,11 +74,11 @@ class CacheView(Vertical):
         cache = state.caches[layer]
         heads = cache_heads(state, self.d_head)
         head = min(self.shown_head, heads - 1)
-        shown = (layer, head, self.fingerprint, state.past)
+        shown = (layer, head, self.fingerprint, state.chunk_past)
         if self._shown is not None and self._shown[0] is cache.k and self._shown[1] == shown:
             return  # most operators leave the cache as it was: nothing to redraw
         self._shown = (cache.k, shown)
-        appended = max(cache.length - state.past, 0)
+        appended = max(cache.length - state.chunk_past, 0)
         where = Text.assemble((f"KV cache · layer {layer}/{len(state.caches) - 1} · head {head}/{heads - 1}", "bold"),
                               " ([ ] { })\n")
         rows = f"{cache.length} rows, {appended} new (+)"
@@ -87,7 +87,7 @@ class CacheView(Vertical):
         else:  # the warning first: it must survive a narrow panel
             where.append(f"⚠ stale: old weights, r recomputes · {rows}", style="bold yellow")
         title.update(where, layout=False)  # two lines, always
-        labels = [f"{'+' if p >= state.past else ' '}{p} · {_token(state, p)}" for p in range(cache.length)]
+        labels = [f"{'+' if p >= state.chunk_past else ' '}{p} · {_token(state, p)}" for p in range(cache.length)]
         part = slice(head * self.d_head, (head + 1) * self.d_head)
         cols = [f"d{j}" for j in range(self.d_head)]
         for name, array in (("K", cache.k), ("V", cache.v)):

@@ -190,8 +190,9 @@ class OpState:
     @property
     def chunk_past(self) -> int:
         """The cache length before this chunk: a layer's rows at or after it were appended by this chunk.
-        Equal to `past` but in a chunked prefill, whose later chunks append onto the earlier ones' rows."""
-        return self.moment.fed
+        `past` for a round's first chunk (and the decode rule after the round); a later chunk of a chunked
+        prefill appends onto the rows the earlier chunks fed."""
+        return self.past if self.chunk == 0 else self.moment.fed
 
     @property
     def context(self) -> tuple[int, ...]:

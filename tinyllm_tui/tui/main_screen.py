@@ -106,7 +106,7 @@ class DebuggerScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield ProgressBar(id="progress", show_eta=False)  # only while a run is in flight
-        yield Timeline(id="timeline")
+        yield Timeline(id="timeline", classes="-batch" if self.debugger.scenario.batch else None)
         with Horizontal(id="body"):
             yield OperatorList(id="operators")
             with Vertical(id="right"):

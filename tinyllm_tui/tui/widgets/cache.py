@@ -10,6 +10,7 @@ from textual.widgets import Static
 
 from engine import OpState, to_host
 
+from tinyllm_tui.presentation.cache_layout import layout_line, row_labels
 from tinyllm_tui.tui.widgets.matrix import MatrixData, MatrixWindow
 
 
@@ -82,12 +83,14 @@ class CacheView(Vertical):
         where = Text.assemble((f"KV cache · layer {layer}/{len(state.caches) - 1} · head {head}/{heads - 1}", "bold"),
                               " ([ ] { })\n")
         rows = f"{cache.length} rows, {appended} new (+)"
+        layout = layout_line(cache)
+        rows = f"{layout} · {rows}" if layout else rows  # the layout first: a ring's write slot must show
         if cache.fingerprint == self.fingerprint:
             where.append(f"{rows} · from the current weights")
         else:  # the warning first: it must survive a narrow panel
             where.append(f"⚠ stale: old weights, r recomputes · {rows}", style="bold yellow")
         title.update(where, layout=False)  # two lines, always
-        labels = [f"{'+' if p >= state.chunk_past else ' '}{p} · {_token(state, p)}" for p in range(cache.length)]
+        labels = row_labels(cache, state.timeline, state.chunk_past)
         part = slice(head * self.d_head, (head + 1) * self.d_head)
         cols = [f"d{j}" for j in range(self.d_head)]
         for name, array in (("K", cache.k), ("V", cache.v)):
@@ -95,7 +98,3 @@ class CacheView(Vertical):
             window.data = MatrixData(f"{name} · layer {layer} head {head}", to_host(array)[:, part], labels, cols,
                                      newest_first=True)
 
-
-def _token(state: OpState, position: int) -> str:
-    timeline = state.timeline
-    return timeline[position].text if position < len(timeline) else "?"  # an injected bug added a row

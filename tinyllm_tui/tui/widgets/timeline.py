@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.cells import cell_len
@@ -9,7 +10,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from engine import OpState, Status
+from engine import OpState, Status, TokenState
+from tinyllm_tui.presentation.cache_layout import batch_row_head
 from tinyllm_tui.debugger.history import RoundSummary
 from tinyllm_tui.presentation.summaries import round_line, where
 
@@ -35,24 +37,25 @@ class TimelineData:
     def shown(self) -> tuple:
         """What the timeline draws of these: most steps change none of it."""
         state = self.state
-        return state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk
+        return (state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk, state.batch,
+                state.request)
 
 
-def focus_index(state: OpState) -> int:
+def focus_index(timeline: Sequence[TokenState]) -> int:
     """The token the window centres on: the first one being fed, else the selected one, else the last."""
     for status in (Status.CURRENT, Status.SELECTED):
-        for i, token in enumerate(state.timeline):
+        for i, token in enumerate(timeline):
             if token.status is status:
                 return i
-    return max(len(state.timeline) - 1, 0)
+    return max(len(timeline) - 1, 0)
 
 
-def token_window(state: OpState, width: int) -> Text:
+def token_window(timeline: Sequence[TokenState], width: int) -> Text:
     """As many tokens around the focus as fit in `width` cells, with counts of the hidden ones."""
-    pieces = [(f"{STYLES[t.status][0]}{t.position}:{t.text}", STYLES[t.status][1]) for t in state.timeline]
+    pieces = [(f"{STYLES[t.status][0]}{t.position}:{t.text}", STYLES[t.status][1]) for t in timeline]
     if not pieces:
         return Text("")
-    first = last = focus_index(state)
+    first = last = focus_index(timeline)
     used = cell_len(pieces[first][0]) + 1
     reserve = 2 * len("‹ 9999 ")  # room for the hidden counts
     while True:
@@ -94,12 +97,27 @@ class Timeline(Widget):
             place += f" · chunk {state.chunk}"
         place += f" · {tr('cache', self.lang)} {state.caches[0].length if state.caches else 0}  "
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
-        lines.append_text(token_window(state, width - cell_len(place)))
+        if state.batch:  # one line per row of the batch, as many as the panel holds around the current one
+            return self._batch(lines, state, width)
+        lines.append_text(token_window(state.timeline, width - cell_len(place)))
         rounds = self._rounds(width)
         lines.append("\n")
         lines.append(rounds, style="italic")
         legend = "  ".join(f"{STYLES[s][0]} {tr(text, self.lang)}" for s, text in zip(STYLES, LEGEND))
         lines.append("\n" + legend, style="dim")
+        return lines
+
+    def _batch(self, lines: Text, state: OpState, width: int) -> Text:
+        rows = state.batch
+        room = max(self.size.height - 1, 1)
+        mine = next(i for i, row in enumerate(rows) if row.request == state.request)
+        first = min(max(mine - room // 2, 0), max(len(rows) - room, 0))
+        lines.append(f"batch of {len(rows)}" + (f" · rows {first}–{first + room - 1}" if len(rows) > room else ""),
+                     style="dim")
+        for row in rows[first : first + room]:
+            head = batch_row_head(row, state.request)
+            lines.append("\n" + head, style="bold" if row.request == state.request else "")
+            lines.append_text(token_window(row.moment.timeline, width - cell_len(head)))
         return lines
 
     def _rounds(self, width: int) -> str:

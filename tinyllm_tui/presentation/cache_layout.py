@@ -1,0 +1,54 @@
+"""How a KV-cache layout and a batch read on screen: text the TUI's cache view and timeline share.
+
+A ring's rows are its physical slots ("s2 ↺ 7 · cat": slot 2 holds position 7; the next write goes to
+the slot marked ↺), a paged cache's rows carry their physical block and row ("b3.1"), and one line
+says what the layout holds beside its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
+from engine.loading.budget import format_size
+from engine.trace import BatchRow, TokenState
+
+
+def layout_line(cache: LayerCache) -> str:
+    """One line about what the layout holds beside its rows ("" for a contiguous cache)."""
+    facts = cache.facts
+    if isinstance(facts, RingFacts):
+        sinks = f", {facts.sinks} sink{'s' * (facts.sinks != 1)}" if facts.sinks else ""
+        return f"ring: window {facts.window}{sinks} · next write slot {facts.write} · {facts.evicted} evicted"
+    if isinstance(facts, PagedFacts):
+        table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
+        return f"paged: blocks of {facts.block_size} · table [{table}] (* shared) · {facts.blocks} in the pool"
+    if isinstance(facts, QuantizedFacts):
+        return (f"{facts.quantize} {facts.scale.replace('_', ' ')}: {format_size(facts.nbytes)} stored "
+                f"(exact {format_size(facts.exact_nbytes)})")
+    return ""
+
+
+def row_labels(cache: LayerCache, timeline: Sequence[TokenState], new_from: int) -> list[str]:
+    """A label per row of k/v: + for rows this chunk added, the position and its token; a ring's
+    slot (↺ where the next write goes, "empty" before it is filled), a paged row's block."""
+    def token(position: int) -> str:
+        return timeline[position].text if position < len(timeline) else "?"  # an injected bug added a row
+
+    def label(row: int, position: int) -> str:
+        new = "+" if position >= new_from else " "
+        if isinstance(cache, RingCache):
+            mark = "↺" if row == cache.write_position else " "
+            return f"s{row}{mark} " + ("empty" if position < 0 else f"{new}{position} · {token(position)}")
+        if isinstance(cache, PagedCache):
+            block, offset = cache.slot_of(position)
+            return f"b{block}.{offset} {new}{position} · {token(position)}"
+        return f"{new}{position} · {token(position)}"
+
+    return [label(row, position) for row, position in enumerate(cache.row_positions)]
+
+
+def batch_row_head(row: BatchRow, current: int) -> str:
+    """The start of a batch row's line: ▸ on the current request, its padding, a stop once it left."""
+    stop = f" ⏹ {row.stop}" if row.stop else ""
+    return f"{'▸' if row.request == current else ' '} r{row.request} pad {row.pad}{stop}  "

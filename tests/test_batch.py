@@ -149,3 +149,20 @@ def test_each_state_of_a_batch_carries_every_row_as_it_stands():
     assert later.batch[1].stop == "eos" and later.batch[0].stop is None
     assert len(later.batch[1].moment.context) == 12 + 3  # it stopped after feeding its third new token
     assert all(s.batch is None for s in Session(batch_scenario(batch=False)).steps())
+
+
+async def test_the_timeline_shows_the_batch_as_rows():
+    from tinyllm_tui.tui.app import DebuggerApp
+    from tui_helpers import screen_text, settle
+
+    app = DebuggerApp(batch_scenario(), lang="en")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press(*"nnn")  # the fourth row's embedding: every row has been through the first operator
+        await settle(pilot)
+        lines = screen_text(app).splitlines()
+        place = next(i for i, line in enumerate(lines) if "batch of 4" in line)
+        assert "request 3 (of 4) · prefill" in lines[place]
+        rows = lines[place + 1 : place + 5]
+        assert [row.split()[:3] for row in rows] == [["r0", "pad", "9"], ["r1", "pad", "5"], ["r2", "pad", "11"],
+                                                     ["▸", "r3", "pad"]]
+        assert "▶11:" in rows[2] and rows[3].split()[3] == "0"

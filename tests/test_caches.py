@@ -319,3 +319,30 @@ def test_a_history_resumes_every_layout_from_its_kept_round_starts(cache):
         assert np.array_equal(np.asarray(state.values), np.asarray(expected[step].values), equal_nan=True)
         assert [type(c) for c in state.caches] == [type(c) for c in expected[step].caches]
         assert [c.row_positions for c in state.caches] == [c.row_positions for c in expected[step].caches]
+
+
+# -- what the cache view shows ---------------------------------------------------------------------
+def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_what_the_layout_holds():
+    from tinyllm_tui.presentation.cache_layout import layout_line, row_labels
+
+    ring_end = [s for s in Session(llama(PROMPT, new=3, cache=CacheSpec(Layout.RING, window=4, sinks=1),
+                                         window=4)).steps() if s.round == 0][-1]
+    ring = ring_end.caches[0]  # slots (0, 7, 8, 6) after nine tokens, as test_the_ring_holds_only… reasons
+    tokens = [t.text for t in ring_end.timeline]
+    assert layout_line(ring) == "ring w4+1 sink · next s3 · 5 evicted"
+    assert row_labels(ring, ring_end.timeline, 0) == [f"s0  +0 · {tokens[0]}", f"s1  +7 · {tokens[7]}",
+                                                      f"s2  +8 · {tokens[8]}", f"s3↺ +6 · {tokens[6]}"]
+    shared = PROMPT[:5]
+    states = list(Session(llama(shared, shared, max_new=(1, 3), cache=CacheSpec(Layout.PAGED, block_size=2))).steps())
+    decoded = [s for s in states if s.request == 1][-1]
+    paged = decoded.caches[0]
+    assert layout_line(paged) == "paged ×2 · table [0* 1* 3 4] (*shared) · pool 5"
+    labels = row_labels(paged, decoded.timeline, decoded.chunk_past)
+    assert [label.split(" ")[0] for label in labels] == ["b0.0", "b0.1", "b1.0", "b1.1", "b3.0", "b3.1", "b4.0"]
+    assert labels[-1].startswith("b4.0 +6 · ")  # the row this round added
+    quantized = [s for s in Session(llama(PROMPT, cache=CacheSpec(quantize=Quantize.INT8))).steps()
+                 if s.round == 0][-1].caches[0]
+    # nine rows of K and V, 2 kv heads × 4: one byte a code, one float64 scale per head and row
+    codes, scales, exact = 9 * 8 * 2, 9 * 2 * 8 * 2, 9 * 8 * 8 * 2
+    assert layout_line(quantized) == f"int8 per head: {codes + scales} B stored (exact {exact / 1024:.1f} KiB)"
+    assert layout_line(next(Session(llama(PROMPT)).steps()).caches[0]) == ""

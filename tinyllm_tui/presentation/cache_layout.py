@@ -18,11 +18,11 @@ def layout_line(cache: LayerCache) -> str:
     """One line about what the layout holds beside its rows ("" for a contiguous cache)."""
     facts = cache.facts
     if isinstance(facts, RingFacts):
-        sinks = f", {facts.sinks} sink{'s' * (facts.sinks != 1)}" if facts.sinks else ""
-        return f"ring: window {facts.window}{sinks} · next write slot {facts.write} · {facts.evicted} evicted"
+        sinks = f"+{facts.sinks} sink{'s' * (facts.sinks != 1)}" if facts.sinks else ""
+        return f"ring w{facts.window}{sinks} · next s{facts.write} · {facts.evicted} evicted"
     if isinstance(facts, PagedFacts):
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
-        return f"paged: blocks of {facts.block_size} · table [{table}] (* shared) · {facts.blocks} in the pool"
+        return f"paged ×{facts.block_size} · table [{table}] (*shared) · pool {facts.blocks}"
     if isinstance(facts, QuantizedFacts):
         return (f"{facts.quantize} {facts.scale.replace('_', ' ')}: {format_size(facts.nbytes)} stored "
                 f"(exact {format_size(facts.exact_nbytes)})")

@@ -1,11 +1,16 @@
-"""Time how long scenarios take to open (file -> checked Scenario), medians of repeated loads.
+"""Time how long scenarios and checkpoints take to open, against the issues' goals.
 
-    python benchmarks/load_speed.py [--repeat 3] [--skip-gpt2]
+    python benchmarks/load_speed.py [--repeat 3] [--skip-gpt2] [--only yaml|checkpoints]
+                                    [--qwen /tmp/qwen-0.5b.gguf]
 
-Generates, in a temporary folder, the 6.7 MB all-weights YAML of issue 10 (d_model 128,
-4 layers, 64-token prompt), the same converted to a safetensors file, and a GPT-2-small-
-shaped file-backed scenario; X01 is the shipped one. Prints one line per file, against
-issue 10's goals where it sets one.
+yaml (issue 10; medians of repeated loads, file -> checked Scenario): the 6.7 MB all-weights
+YAML (d_model 128, 4 layers, 64-token prompt), the same converted to a safetensors file, and a
+GPT-2-small-shaped file-backed scenario, generated in a temporary folder; X01 is the shipped one.
+
+checkpoints (issue 17; benchmarks/checkpoint_speed.py): SmolLM2-135M's GGUF and a GPT-2-small
+Hugging Face folder from the shell to the first screen; the Qwen2.5-0.5B-shaped Q4_K_M-style GGUF
+of tools/make_qwen_gguf.py: first screen, a step with the logits on screen, `run` against
+gguf-py's dequantization plus a plain NumPy forward, and peak memory.
 """
 
 from __future__ import annotations
@@ -37,8 +42,20 @@ def median_load(path: Path, repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--skip-gpt2", action="store_true", help="do not write the 500 MB GPT-2-sized file")
+    parser.add_argument("--skip-gpt2", action="store_true", help="do not write the 500 MB GPT-2-sized files")
+    parser.add_argument("--only", choices=("yaml", "checkpoints"))
+    parser.add_argument("--qwen", type=Path, default=Path("/tmp/qwen-0.5b.gguf"),
+                        help="the 0.5B GGUF (written by tools/make_qwen_gguf.py if missing)")
     args = parser.parse_args()
+    if args.only != "checkpoints":
+        yaml_files(args)
+    if args.only != "yaml":
+        from benchmarks.checkpoint_speed import checkpoints
+
+        checkpoints(args.qwen, skip_gpt2=args.skip_gpt2)
+
+
+def yaml_files(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         make_big_model([str(folder / "inline"), "--inline"])

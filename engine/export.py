@@ -1,11 +1,15 @@
-"""A session's trace as one JSON-ready document (`tinyllm-tui run --json`)."""
+"""A session's trace as one JSON-ready document (`tinyllm-tui run --json`), or as arrays in the dump
+layout of a whole generation (`run --save-activations`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+import numpy as np
 
 from engine.backend import to_host
+from engine.compare.layout import Passes, stack_heads, to_dump
 from engine.session import Session
 from engine.trace import OpState, RequestResult
 
@@ -47,3 +51,45 @@ def trace_document(session: Session, states: Iterable[OpState]) -> dict:
 def requests_record(results: list[RequestResult]) -> dict:
     """What every request generated: the last record of `run --jsonl`."""
     return {"requests": [{"input": list(r.input), "generated": list(r.generated), "stop": r.stop} for r in results]}
+
+
+# -- activations in the dump layout (engine.compare.layout) ----------------------------------------
+class ActivationDump:
+    """Collects every operator a run yields and every layer's KV cache after each pass, keyed as a
+    dump names them (`decode.2.blocks.0.attn.hook_k`), in TransformerLens's layouts with a batch axis of 1."""
+
+    def __init__(self, passes: Passes):
+        self.passes = passes
+        self._arrays: dict[str, np.ndarray] = {}
+        self._heads: dict[str, list[np.ndarray]] = {}
+        self._last: OpState | None = None
+
+    def tee(self, states: Iterable[OpState]) -> Iterator[OpState]:
+        """`states`, each seen on its way through."""
+        for state in states:
+            self.see(state)
+            yield state
+
+    def see(self, state: OpState) -> None:
+        if self._last is not None and self.passes.key(self._last)[:2] != self.passes.key(state)[:2]:
+            self._caches(self._last)
+        name = self.passes.text(state)
+        values = np.asarray(to_host(state.values))
+        if state.head is None:
+            self._arrays[name] = to_dump(name, values, self.passes.d_head)
+        else:
+            self._heads.setdefault(name, []).append(values)
+        self._last = state
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Everything seen so far (the last pass's caches included)."""
+        if self._last is not None:
+            self._caches(self._last)
+        return {**self._arrays, **{name: stack_heads(name, heads) for name, heads in self._heads.items()}}
+
+    def _caches(self, state: OpState) -> None:
+        """Every layer's cache as the pass that `state` ends left it: [1, kv_head, position, d_head]."""
+        for layer, cache in enumerate(state.caches):
+            for name, values in (("cache_k", cache.k), ("cache_v", cache.v)):
+                key = self.passes.text(state, f"blocks.{layer}.attn.{name}")
+                self._arrays[key] = to_dump(key, np.asarray(to_host(values)), self.passes.d_head)

@@ -8,7 +8,7 @@ that a full recompute and the cached path differ only in what they are fed.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,10 +55,11 @@ class Op(Operand):
 
 
 OpStream = Generator[Op, None, Array]
+HEAD = "(head)"  # the key of the head's operand among the parameters' (no parameter is named so)
 
 
 class Transformer:
-    def __init__(self, spec: ModelSpec, weights: dict[str, Any], backend: Backend, fingerprint: str,
+    def __init__(self, spec: ModelSpec, weights: Mapping[str, Any], backend: Backend, fingerprint: str,
                  fault: Fault = NO_FAULT, allow_stale: bool = False, cache: CacheSpec = CacheSpec()):
         """Args:
         fault: an injected cache bug (engine.faults); the default computes correctly.
@@ -66,16 +67,19 @@ class Transformer:
         cache: the KV-cache layout (engine.caches); the forward pass reads every layout alike.
         """
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
-        self.weights = {name: backend.asarray(w) for name, w in weights.items()}
-        # One Operand per weight, shared by every operator that reads it: a kept history then holds
-        # fewer objects for Python's garbage collector to walk.
-        self._params = {name: Operand(name, w, rows="in", cols="out") for name, w in self.weights.items()}
-        self._unembed = self._unembed_operand() if spec.lm_head else None
+        self.weights = weights  # a checkpoint's LazyWeights read each array on first use
+        # One Operand per weight, made when first read and shared by every operator that reads it:
+        # a kept history then holds fewer objects for Python's garbage collector to walk.
+        self._params: dict[str, Operand] = {}
         self.fault, self.cache = fault, cache
         self.allow_stale = allow_stale or fault.keeps_stale_cache
 
     def param(self, name: str) -> Operand:
-        return self._params[name]
+        operand = self._params.get(name)
+        if operand is None:
+            operand = Operand(name, self.backend.asarray(self.weights[name]), rows="in", cols="out")
+            self._params[name] = operand
+        return operand
 
     def empty_caches(self) -> list[LayerCache]:
         spec = self.spec
@@ -111,7 +115,7 @@ class Transformer:
             return x
         if spec.final_norm:
             x = yield from self._norm("ln_final", x, layer=None)
-        unembed = self._unembed
+        unembed = self._unembed_operand()
         logits = Op("unembed.hook_out", self._logits(x.values), cols="vocab", kind=OpKind.LOGITS,
                     inputs=(x, unembed))
         yield logits
@@ -131,17 +135,21 @@ class Transformer:
         return Op("hook_embed", rows * self.spec.embed_scale, kind=OpKind.EMBED, inputs=(embed, scale))
 
     def _unembed_operand(self) -> Operand:
-        """The tied head reads the embedding through a transposed view, never a copy."""
-        if self.spec.tied_unembed:
-            return Operand("embed.T", self.xp.matrix_transpose(self.weights["embed"]), rows="in", cols="vocab")
-        return Operand("unembed", self.weights["unembed"], rows="in", cols="vocab")
+        """The head as the logits read it (made once, kept beside the parameters' operands): the tied
+        head reads the embedding through a transposed view, never a copy."""
+        operand = self._params.get(HEAD)
+        if operand is None:
+            tied = self.spec.tied_unembed
+            table = self.xp.matrix_transpose(self.param("embed").values) if tied else self.param("unembed").values
+            operand = self._params[HEAD] = Operand("embed.T" if tied else "unembed", table, rows="in", cols="vocab")
+        return operand
 
     def _logits(self, x: Array) -> Array:
         """x @ unembed. On NumPy a decode row meets the tied table through vecdot, which reads it row by
         row at the full memory bandwidth; BLAS reads the transposed view at about half of it (engine_speed.py)."""
         if self.spec.tied_unembed and x.shape[0] == 1 and self.backend.name == "numpy":
-            return self.xp.vecdot(self.weights["embed"], x)[None, :]
-        return x @ self._unembed.values
+            return self.xp.vecdot(self.param("embed").values, x)[None, :]
+        return x @ self._unembed_operand().values
 
     def _add_positions(self, x: Op, positions: list[int]) -> OpStream:
         """Token embeddings plus position terms (and BERT's token type 0): the residual stream."""
@@ -172,13 +180,13 @@ class Transformer:
     def _block(self, layer: int, x: Op, caches: list[LayerCache], positions: list[int],
                padded_keys: list[bool] | None) -> OpStream:
         block = f"blocks.{layer}"
-        mid = yield from self._sublayer(layer, x, f"{block}.ln1", f"{block}.hook_resid_mid",
+        mid = yield from self._sublayer(layer, x, "attn", f"{block}.ln1", f"{block}.hook_resid_mid",
                                         lambda h: self._attention(layer, h, caches, positions, padded_keys))
-        post = yield from self._sublayer(layer, mid, f"{block}.ln2", f"{block}.hook_resid_post",
+        post = yield from self._sublayer(layer, mid, "mlp", f"{block}.ln2", f"{block}.hook_resid_post",
                                          lambda h: self._mlp(layer, h, positions))
         return post
 
-    def _sublayer(self, layer: int, x: Op, norm: str, residual: str, body) -> OpStream:
+    def _sublayer(self, layer: int, x: Op, module: str, norm: str, residual: str, body) -> OpStream:
         """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer);
         x + LN_post(body(LN(x))) with Gemma's post-norms."""
         spec = self.spec
@@ -188,22 +196,18 @@ class Transformer:
             h = yield from self._norm(norm, x, layer)
         out = yield from body(h)
         if spec.post_norms:  # TransformerLens: hook_attn_out / hook_mlp_out are what the residual adds
-            out = yield from self._norm(f"{norm}_post", out, layer, out=self._sublayer_out(layer, norm))
+            out = yield from self._norm(f"{norm}_post", out, layer, out=f"blocks.{layer}.hook_{module}_out")
         total = Op(residual, x.values + out.values, kind=OpKind.RESIDUAL, layer=layer, inputs=(x, out))
         yield total
         if normed and not pre:
             total = yield from self._norm(norm, total, layer)
         return total
 
-    def _sublayer_out(self, layer: int, norm: str) -> str:
-        return f"blocks.{layer}.{'hook_attn_out' if norm.endswith('ln1') else 'hook_mlp_out'}"
-
     def _body_out(self, layer: int, module: str) -> str:
-        """The attention's (or MLP's) output projection: what the residual adds, unless a post-norm follows
-        (Gemma), whose output then takes the name and the projection is TransformerLens's attn/mlp.hook_out."""
-        if self.spec.post_norms:
-            return f"blocks.{layer}.{module}.hook_out"
-        return self._sublayer_out(layer, "ln1" if module == "attn" else "ln2")
+        """The name of the attention's (module "attn") or MLP's output projection: hook_attn_out / hook_mlp_out,
+        what the residual adds, unless a post-norm follows (Gemma): its output takes that name, and the
+        projection is TransformerLens's attn.hook_out / mlp.hook_out."""
+        return f"blocks.{layer}.{module}.hook_out" if self.spec.post_norms else f"blocks.{layer}.hook_{module}_out"
 
     def _norm(self, prefix: str, x: Op, layer: int | None, *, heads: int = 1, out: str | None = None) -> OpStream:
         """TransformerLens's three norm hooks: `hook_scale` (each row's divisor), `hook_normalized`
@@ -218,14 +222,14 @@ class Transformer:
         scale = Op(f"{prefix}.hook_scale", xp.reshape(divisor, (t, heads)), cols="scale", kind=OpKind.NORM,
                    layer=layer, inputs=(x,))
         yield scale
-        normalized = rows / divisor
-        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(normalized, (t, -1)), kind=OpKind.NORM, layer=layer,
+        divided = rows / divisor
+        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(divided, (t, -1)), kind=OpKind.NORM, layer=layer,
                         inputs=(x, scale))
         yield normalized
         if not norm.affine:
             return normalized
         gain = self.param(f"{prefix}.w")
-        y = rows / divisor * (1.0 + gain.values if norm.weight_offset else gain.values)
+        y = divided * (1.0 + gain.values if norm.weight_offset else gain.values)
         inputs = [normalized, gain]
         if norm.kind == NormKind.LAYERNORM:
             bias = self.param(f"{prefix}.b")
@@ -292,7 +296,8 @@ class Transformer:
 
     def _rope(self, name: str, x: Op, positions: list[int], layer: int) -> Op:
         spec = self.spec
-        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.theta(layer))
+        rotated = ops.rope(self.xp, x.values, self.xp.asarray(positions), spec.d_head, spec.theta(layer),
+                           spec.rope_divisors(layer))
         return Op(name, rotated, kind=OpKind.ROPE, layer=layer, inputs=(x,))
 
     def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array | None, Array, Array, Array]:

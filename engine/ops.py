@@ -62,12 +62,15 @@ def softmax(xp, x: Array) -> Array:
     return e / xp.where(total > 0, total, xp.ones_like(total))
 
 
-def rope(xp, x: Array, positions: Array, d_head: int, theta: float) -> Array:
-    """(T, H·dh) -> (T, H·dh): every head rotated by position·θ^(−2i/dh) in the half-split
-    layout of Llama's rotate_half (feature i pairs with feature i + dh/2)."""
+def rope(xp, x: Array, positions: Array, d_head: int, theta: float,
+         divisors: tuple[float, ...] | None = None) -> Array:
+    """(T, H·dh) -> (T, H·dh): every head rotated by position·θ^(−2i/dh) (over divisors[i], a scaled RoPE)
+    in the half-split layout of Llama's rotate_half (feature i pairs with feature i + dh/2)."""
     half, t = d_head // 2, x.shape[0]
     heads = xp.reshape(x, (t, -1, d_head))
     inv_freq = 1.0 / theta ** (xp.astype(xp.arange(0, d_head, 2), x.dtype) / d_head)
+    if divisors is not None:
+        inv_freq = inv_freq / xp.asarray(divisors, dtype=x.dtype)
     angle = xp.astype(positions, x.dtype)[:, None] * inv_freq[None, :]
     angle = xp.concat([angle, angle], axis=1)[:, None, :]
     rotated = xp.concat([-heads[..., half:], heads[..., :half]], axis=-1)

@@ -6,6 +6,7 @@ Loaded from a YAML file or a checkpoint by `engine.loading`; the same dataclass 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.caches import CacheSpec
+from engine.lazy_weights import LazyWeights
 from engine.spec import DecodeRule, ModelSpec, Request, Vocab
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ class Scenario:
     title: str
     vocab: Vocab
     model: ModelSpec
-    weights: dict[str, np.ndarray]
+    weights: Mapping[str, np.ndarray]  # a dict, or LazyWeights read from a checkpoint on first use
     requests: tuple[Request, ...]
     decode: DecodeRule
     expect: tuple[Expectation, ...] = ()
@@ -44,6 +46,12 @@ class Scenario:
         edited since (an unedited array is the very object that was loaded).
         """
         digest = hashlib.sha256()
+        if isinstance(self.weights, LazyWeights):  # a checkpoint: its file's identity plus the edits
+            digest.update(self.weights.identity.encode())
+            for name, array in self.weights.edited.items():
+                digest.update(f"{name}:{array.dtype.str}".encode())
+                digest.update(np.ascontiguousarray(array))
+            return digest.hexdigest()[:16]
         source = self.weights_source
         if source is not None:
             digest.update(source.identity.encode())

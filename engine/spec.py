@@ -124,6 +124,8 @@ class ModelSpec:
     sliding_window: int | None = None  # on sliding layers, query i reads keys j > i − window only
     sliding_layers: tuple[int, ...] | None = None  # the layers with that window; None: every layer (Mistral)
     rope_theta_local: float | None = None  # Gemma 3: the RoPE base of sliding layers (rope_theta: the others)
+    rope_factors: tuple[float, ...] | None = None  # d_head/2 divisors of the RoPE frequencies on the layers with
+    # rope_theta (linear scaling: all the factor; Llama 3: by wavelength), as llama.cpp's rope_freqs tensor
 
     @property
     def d_attn(self) -> int:
@@ -149,7 +151,14 @@ class ModelSpec:
 
     def theta(self, layer: int) -> float:
         """`layer`'s RoPE base: Gemma 3's sliding layers have their own."""
-        return self.rope_theta_local if self.rope_theta_local and self.window(layer) else self.rope_theta
+        return self.rope_theta_local if self._local_rope(layer) else self.rope_theta
+
+    def rope_divisors(self, layer: int) -> tuple[float, ...] | None:
+        """What `layer`'s RoPE frequencies are divided by (None: nothing); Gemma 3 scales its global layers only."""
+        return None if self._local_rope(layer) else self.rope_factors
+
+    def _local_rope(self, layer: int) -> bool:
+        return bool(self.rope_theta_local and self.window(layer))
 
 
 @dataclass(frozen=True)

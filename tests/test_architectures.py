@@ -1,7 +1,8 @@
 """The newer architectures against transformers: tiny random qwen3 (q/k norms, sliding from layer 1),
 mistral and phi3 (sliding windows; phi3's fused projections), gemma2 (GeGLU, (1 + w) pre- and
 post-norms, √d embeddings, query_pre_attn_scalar, soft-capped scores and logits, every other layer
-sliding) and gemma3 (q/k norms, a RoPE base per layer type). tools/make_fixtures.py wrote each folder
+sliding), gemma3 (q/k norms, a RoPE base per layer type, the global one linearly scaled) and llama3
+(Llama 3's RoPE scaling). tools/make_fixtures.py wrote each folder
 and transformers' float64 outputs (its float32 casts patched out); every window is shorter than the
 prompt, and its decode reference recomputes the whole sequence at every step."""
 
@@ -28,7 +29,7 @@ from engine.spec import FfnKind, NormKind, NormPlacement, Positions, Rule
 from tinyllm_tui.tui.explanations import BY_KIND, TEXTS, explain
 
 FIXTURES = Path(__file__).parent / "fixtures"
-ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3")
+ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3", "llama3")
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}
 
 
@@ -86,7 +87,7 @@ def test_every_cached_decode_step_matches_transformers(arch):
     assert list(session.results[0].generated) == list(ref["greedy_ids"])
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a != "llama3"])
 def test_cached_decode_equals_the_full_recompute_with_sliding_windows(arch):
     _, scenario, _, _ = open_fixture(arch)
     assert scenario.model.sliding_window is not None
@@ -100,12 +101,23 @@ def test_cached_decode_equals_the_full_recompute_with_sliding_windows(arch):
     ("gemma2", {"sliding_window": None}), ("gemma2", {"attn_softcap": None}), ("gemma2", {"final_softcap": None}),
     ("gemma2", {"attn_scale": None}), ("gemma2", {"embed_scale": 1.0}), ("gemma2", {"post_norms": False}),
     ("gemma3", {"rope_theta_local": None}), ("gemma3", {"sliding_window": None}), ("gemma3", {"qk_norm": False}),
-    ("qwen3", {"qk_norm": False}),
+    ("qwen3", {"qk_norm": False}), ("gemma3", {"rope_factors": None}), ("llama3", {"rope_factors": None}),
 ])
 def test_each_feature_changes_what_the_fixture_computes(arch, change):
     """Without the feature the logits leave the reference: the fixtures exercise every one of them."""
     ref, _, _, states = open_fixture(arch, **change)
     assert np.abs(logits_per_round(states)[0] - ref["logits"]).max() > 1e-6
+
+
+def test_rope_scaling_divides_each_frequency_as_configured():
+    """llama3: the highest frequency stays, one between the wavelength bounds is blended, the two lowest
+    slow down by the factor 8; gemma3: its global layer is slowed by 8, its sliding layers not at all."""
+    llama3 = open_fixture("llama3")[1].model
+    assert llama3.rope_factors[0] == 1.0 and 1.0 < llama3.rope_factors[1] < 8.0
+    assert llama3.rope_factors[2:] == pytest.approx((8.0, 8.0), rel=1e-15)
+    gemma3 = open_fixture("gemma3")[1].model
+    assert gemma3.rope_divisors(1) == (8.0,) * 4 and gemma3.rope_divisors(0) is None
+    assert (gemma3.theta(0), gemma3.theta(1)) == (10000.0, 1000000.0)
 
 
 def names(states) -> set[str]:
@@ -216,14 +228,19 @@ def edited_copy(tmp_path: Path, arch: str, edit) -> Path:
     ("gemma2", lambda c: c.update(layer_types=["sliding_attention", "chunked_attention", "full_attention"]),
      "layer_types[1]"),
     ("gemma2", lambda c: c.update(hidden_activation="gelu"), "hidden_activation"),
-    ("gemma3", lambda c: c["rope_parameters"]["full_attention"].update(rope_type="linear", factor=8.0),
+    ("gemma3", lambda c: c["rope_parameters"]["full_attention"].update(rope_type="yarn", factor=8.0),
      "rope_parameters.full_attention.rope_type"),
+    ("gemma3", lambda c: c["rope_parameters"]["full_attention"].update(factor=0), "rope_parameters.full_attention.factor"),
+    ("gemma3", lambda c: c["rope_parameters"]["sliding_attention"].update(rope_type="linear", factor=2.0),
+     "rope_parameters.sliding_attention.rope_type"),
+    ("llama3", lambda c: c["rope_parameters"].pop("low_freq_factor"), "rope_parameters.low_freq_factor"),
     ("gemma3", lambda c: c.update(use_bidirectional_attention=True), "use_bidirectional_attention"),
     ("phi3", lambda c: c.update(rope_scaling={"rope_type": "longrope", "short_factor": [1.0]}),
      "rope_scaling.rope_type"),
     ("phi3", lambda c: c.update(partial_rotary_factor=0.5), "partial_rotary_factor"),
     ("mistral", lambda c: c.update(sliding_window=0), "sliding_window"),
     ("qwen3", lambda c: c.update(layer_types=["full_attention"]), "layer_types"),
+    ("gemma3", lambda c: c.pop("layer_types") and c.update(sliding_window_pattern=0), "sliding_window_pattern"),
 ])
 def test_unsupported_options_are_refused_naming_the_key(tmp_path, arch, edit, key):
     with pytest.raises(ScenarioError) as error:
@@ -245,9 +262,9 @@ def newer_scenarios(draw):
     """A random small decoder with every feature of the newer architectures switched on or off at random."""
     scenario = draw(scenarios(sampled=False))
     heads = draw(st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2)]))
-    layers = draw(st.integers(1, 3))
+    layers, d_head = draw(st.integers(1, 3)), draw(st.sampled_from([2, 4]))
     model = replace(
-        scenario.model, n_layers=layers, n_heads=heads[0], kv_heads=heads[1], d_head=draw(st.sampled_from([2, 4])),
+        scenario.model, n_layers=layers, n_heads=heads[0], kv_heads=heads[1], d_head=d_head,
         norm=replace(scenario.model.norm, kind=NormKind.RMSNORM, placement=NormPlacement.PRE, affine=True,
                      weight_offset=draw(st.booleans())),
         positions=Positions.ROPE, ffn=draw(st.sampled_from([FfnKind.GATED_SILU, FfnKind.GATED_GELU_TANH])),
@@ -257,6 +274,7 @@ def newer_scenarios(draw):
         sliding_window=draw(st.sampled_from([None, 1, 2, 3])),
         sliding_layers=draw(st.sampled_from([None, tuple(range(0, layers, 2))])),
         rope_theta_local=draw(st.sampled_from([None, 100.0])),
+        rope_factors=draw(st.sampled_from([None, (8.0,) * (d_head // 2), (1.0, 3.5)[: d_head // 2]])),
     )
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     weights = {name: rng.normal(0.0, 1.0 / np.sqrt(shape[0]), shape)
@@ -267,7 +285,19 @@ def newer_scenarios(draw):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scenario=newer_scenarios())
 def test_cached_rounds_equal_full_recompute_with_every_newer_feature(scenario, backend):
-    """Sliding windows, soft caps, q/k norms, post-norms, (1 + w) gains, per-layer RoPE bases and chunked
-    prefill: the cached rounds equal the full recompute, on NumPy and array_api_strict."""
+    """Sliding windows, soft caps, q/k norms, post-norms, (1 + w) gains, per-layer RoPE bases, scaled RoPE
+    and chunked prefill: the cached rounds equal the full recompute, on NumPy and array_api_strict."""
     diffs = diff_scenario(scenario, backend)
     assert diffs and max(d.max_abs for d in diffs) <= 1e-12
+
+
+def test_without_layer_types_the_sliding_layers_follow_each_architectures_default(tmp_path):
+    """Gemma 3: sliding_window_pattern (every Nth layer full); Qwen: from max_window_layers on; Mistral: all."""
+    def no_types(pattern):
+        return lambda c: c.pop("layer_types") and c.update(sliding_window_pattern=pattern)
+
+    gemma3 = load_checkpoint(edited_copy(tmp_path / "a", "gemma3", no_types(2)), ids=[1, 2]).model
+    assert gemma3.sliding_layers == (0, 2) and gemma3.window(1) is None
+    qwen3 = load_checkpoint(edited_copy(tmp_path / "b", "qwen3", lambda c: c.pop("layer_types")), ids=[1]).model
+    assert qwen3.sliding_layers == (1, 2)
+    assert open_fixture("mistral")[1].model.sliding_layers is None and open_fixture("mistral")[1].model.window(2) == 4

@@ -153,7 +153,7 @@ def test_older_top_level_rope_theta_is_read(tmp_path):
 @pytest.mark.parametrize("edit, key", [
     (lambda c: c.update(model_type="mamba"), "model_type"),
     (lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling.rope_type"),
-    (lambda c: c["rope_parameters"].update(rope_type="linear"), "rope_parameters.rope_type"),
+    (lambda c: c["rope_parameters"].update(rope_type="dynamic", factor=2.0), "rope_parameters.rope_type"),
     (lambda c: c.update(hidden_act="gelu"), "hidden_act"),
     (lambda c: c.pop("num_hidden_layers"), "num_hidden_layers"),
 ])
@@ -281,29 +281,17 @@ def test_cli_encoder_json_ends_with_final_hidden_states():
     assert document["records"][-1]["name"] == "blocks.1.ln2.hook_out"
 
 
-def test_cli_save_activations_then_check_against(tmp_path):
-    dump = tmp_path / "ref.npz"
-    assert cli("run", FIXTURES / "llama", "--prompt", "The cat", "--save-activations", dump).exit_code == 0
-    agreed = cli("check", FIXTURES / "llama", "--prompt", "The cat", "--against", dump)
-    assert agreed.exit_code == 0 and "no divergence" in agreed.output
-    arrays = dict(np.load(dump))
-    arrays["blocks.0.hook_mlp_out"][0, 1, 7] += 1e-3
-    np.savez(dump, **arrays)
-    differs = cli("check", FIXTURES / "llama", "--prompt", "The cat", "--against", dump)
-    assert differs.exit_code == 1
-    assert "first divergence: blocks.0.hook_mlp_out  max |Δ| 1.000e-03; first at [1, 7]" in differs.output
-
-
 def test_cli_diff_and_gradcheck_take_a_checkpoint():
     assert cli("diff", FIXTURES / "qwen2", "--prompt", "The cat", "--max-new-tokens", "3").exit_code == 0
     result = cli("gradcheck", FIXTURES / "llama", "--prompt", "The cat sat", "--layer", "1", "--head", "3")
     assert result.exit_code == 0 and "agree" in result.output
 
 
-def test_sentencepiece_pieces_read_with_spaces():
-    tokenizer = Tokenizer(models.BPE(vocab={"▁the": 0, "<0x0A>": 1, "cat": 2}, merges=[]))
+def test_sentencepiece_pieces_read_with_spaces_and_bytes():
+    vocab = {"▁the": 0, "<0x0A>": 1, "cat": 2, "<0xE6>": 3, "<0x41>": 4, "<0xZZ>": 5}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.decoder = decoders.Metaspace()
-    assert piece_texts(tokenizer) == (" the", "<0x0A>", "cat")
+    assert piece_texts(tokenizer) == (" the", "\\n", "cat", "\\xe6", "A", "<0xZZ>")
 
 
 def test_sharded_checkpoint_reads_like_one_file(tmp_path):
@@ -320,4 +308,5 @@ def test_sharded_checkpoint_reads_like_one_file(tmp_path):
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     scenario = load_checkpoint(folder, prompt="The cat")
     whole = load_checkpoint(FIXTURES / "llama", prompt="The cat")
-    assert scenario.fingerprint == whole.fingerprint
+    assert list(scenario.weights) == list(whole.weights)
+    assert all(np.array_equal(scenario.weights[name], whole.weights[name]) for name in whole.weights)

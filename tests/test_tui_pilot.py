@@ -428,17 +428,18 @@ async def test_every_binding_while_a_long_continue_runs_then_quit_cleanly(busy_p
         assert not app.is_running
 
 
-async def test_your_own_activations_are_marked_cell_by_cell():
+async def test_your_own_activations_are_marked_cell_by_cell(tmp_path):
     """--against in the TUI: a dump from an independent NumPy forward of the tiny Llama, one cell perturbed;
     that cell shows ✗ and the title counts the rest as within the tolerance."""
-    from test_against import IDS, LLAMA, hand_llama
+    from test_against import IDS, LLAMA, prefill_arrays
 
+    from engine.compare.dump import load_dump
     from engine.loading.checkpoint import load_checkpoint
 
-    dump = hand_llama(IDS)
-    dump["blocks.1.attn.hook_pattern"] = dump["blocks.1.attn.hook_pattern"].copy()
-    dump["blocks.1.attn.hook_pattern"][2, 5, 3] += 1e-3  # head 2, query 5, key 3
-    app = DebuggerApp(load_checkpoint(LLAMA, ids=IDS), lang="en", against=(dump, 1e-9))
+    arrays = prefill_arrays()
+    arrays["blocks.1.attn.hook_pattern"][2, 5, 3] += 1e-3  # head 2, query 5, key 3
+    np.savez(tmp_path / "dump.npz", **arrays)
+    app = DebuggerApp(load_checkpoint(LLAMA, ids=IDS), lang="en", against=(load_dump(tmp_path / "dump.npz"), 1e-9, None))
     async with app.run_test(size=(160, 48)) as pilot:
         app.debugger.search("blocks.1.attn.hook_pattern&head=2")
         app.main.show()

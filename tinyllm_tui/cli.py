@@ -26,13 +26,15 @@ from typer.core import TyperGroup
 
 from engine import Backend, BackendError, Scenario, ScenarioError, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
-from engine.compare.against import compare_activations, load_dump, prefill_states, save_activations
+from engine.compare.against import compare_generation
+from engine.compare.dump import Dump, load_dump, save_dump
+from engine.compare.layout import Passes
 from engine.caches import Quantize
 from engine.compare.exact import against_exact
 from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.compare.gradcheck import check_head
-from engine.export import json_number, record, requests_record, trace_document
+from engine.export import ActivationDump, json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
 from engine.loading import open_model
@@ -134,9 +136,14 @@ class Options:
         "--break", help="Breakpoint (repeatable): operator glob, kind, or condition; where the TUI's continue stops "
         "and the only operators `run` prints.", show_default=False)] = None
     against: Annotated[Optional[Path], typer.Option(
-        "--against", help="Activations of your own implementation (.safetensors/.npz keyed by hook name) to "
-        "compare operator by operator with this reference.", show_default=False)] = None
-    tolerance: Annotated[float, typer.Option("--tolerance", help="With --against: largest |Δ| that agrees.")] = 1e-6
+        "--against", help="Activations of your own implementation (.safetensors/.npz keyed by pass and hook name, "
+        "see the README) to compare with this reference over the whole generation.", show_default=False)] = None
+    tolerance: Annotated[Optional[float], typer.Option(
+        "--tolerance", help="With --against: largest |Δ| that agrees (default per dtype: float64 1e-9, float32 1e-5, "
+        "float16 1e-3, bfloat16 1e-2, each plus the same relative part).", show_default=False)] = None
+    rtol: Annotated[Optional[float], typer.Option(
+        "--rtol", help="With --against: relative part of the tolerance, |Δ| ≤ tolerance + rtol·|reference|.",
+        show_default=False)] = None
 
 
 MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "batch")
@@ -214,6 +221,17 @@ def _debugger(file: Path, options: Options) -> Debugger:
     return Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
 
 
+def _dump(options: Options) -> tuple[Dump | None, Options]:
+    """The --against dump, and the options with a checkpoint's --max-new-tokens defaulting to as many
+    decode rounds as the dump holds."""
+    if options.against is None:
+        return None, options
+    dump = load_dump(options.against)
+    if options.max_new_tokens is None and (options.prompt is not None or options.ids is not None):
+        options = dataclasses.replace(options, max_new_tokens=dump.new_tokens())
+    return dump, options
+
+
 def _ids(text: str) -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
@@ -249,18 +267,19 @@ def _on_a_terminal() -> bool:
 
 
 @app.command("open")
-@shared(*MODEL_OPTIONS, "breakpoints", "against", "tolerance")
+@shared(*MODEL_OPTIONS, "breakpoints", "against", "tolerance", "rtol")
 def open_tui(
     file: Annotated[Optional[Path], typer.Argument(help="Scenario YAML file (default: the bundled X01).")] = None,
     lang: Annotated[Optional[str], typer.Option("--lang", help="Explanations in en or zh.")] = None,
     *, options: Options,
 ) -> None:
     """Open the step debugger on a scenario or a checkpoint; with --against, your own activations are
-    marked ✓/✗ cell by cell on the first prompt's prefill."""
+    marked ✓/✗ cell by cell in every pass the dump holds, and `g diverged` goes to the first divergence."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
     array_backend = _check_flags(options)
-    dump = None if options.against is None else (load_dump(options.against), options.tolerance)
+    dump, options = _dump(options)
+    dump = None if dump is None else (dump, options.tolerance, options.rtol)
     path = file or bundled_x01()
     from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
     from tinyllm_tui.tui.loading_screen import Loading, Opening
@@ -296,16 +315,22 @@ def run(
     full: Annotated[bool, typer.Option(
         "--full", help=f"Print every cell, also of matrices over {BIG_ROWS} rows or {BIG_COLS} columns.")] = False,
     save: Annotated[Optional[Path], typer.Option(
-        "--save-activations", help="Also write the first request's prefill activations, keyed by hook name, "
-        "in TransformerLens's layouts (.safetensors or .npz).", show_default=False)] = None,
+        "--save-activations", help="Also write every pass's activations and KV caches, keyed by pass and hook "
+        "name in TransformerLens's layouts (.safetensors or .npz; see the README).", show_default=False)] = None,
     *, options: Options,
 ) -> None:
     debugger = _debugger(file, options)
+    dump = None if save is None else ActivationDump(Passes(debugger.scenario))
+    try:
+        _print_run(debugger, _printed(debugger, bool(options.breakpoints), dump), as_json, as_jsonl, full, options)
+    finally:
+        if dump is not None:
+            save_dump(dump.arrays(), save)
+            print(f"wrote the activations of every pass to {save}", file=sys.stderr)
+
+
+def _print_run(debugger: Debugger, printed, as_json: bool, as_jsonl: bool, full: bool, options: Options) -> None:
     scenario = debugger.scenario
-    if save is not None:
-        save_activations(prefill_states(scenario, debugger.backend), save)
-        print(f"wrote the prefill activations to {save}", file=sys.stderr)
-    printed = _printed(debugger, only_hits=bool(options.breakpoints))
     if as_json:
         _print_json(trace_document(debugger.session, (state for state, _ in printed)))
         return
@@ -328,12 +353,16 @@ def run(
     print(request_results(debugger.session.results, vocab))
 
 
-def _printed(debugger: Debugger, only_hits: bool) -> Iterator[tuple[OpState, tuple[str, ...]]]:
+def _printed(debugger: Debugger, only_hits: bool, dump: ActivationDump | None = None
+             ) -> Iterator[tuple[OpState, tuple[str, ...]]]:
     """The operators `run` prints, with the breakpoints that hit each: every one, or with --break only
-    those where a breakpoint hits (where the TUI's continue stops). Says `step N` on a terminal's stderr."""
+    those where a breakpoint hits (where the TUI's continue stops). Says `step N` on a terminal's stderr;
+    `dump` sees every operator (--save-activations)."""
     progress = _Progress()
     for state, hits in debugger.trace():
         progress.show(f"step {state.step}")
+        if dump is not None:
+            dump.see(state)
         if hits or not only_hits:
             yield state, hits
     progress.done()
@@ -425,20 +454,28 @@ def _diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
 
 
 @app.command()
-@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "against", "tolerance")
-def check(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> None:
+@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "against", "tolerance", "rtol")
+def check(
+    file: ScenarioFile,
+    as_json: JsonFlag = False,
+    against_llama_cpp: Annotated[bool, typer.Option(
+        "--against-llama-cpp", help="A GGUF file: run it through llama.cpp itself (needs llama-cpp-python) and "
+        "report how far its quantized kernels drift from this reference, per pass and operator.")] = False,
+    *, options: Options,
+) -> None:
     """Compare the scenario's expect: tables (numbers as printed) with the computation, cell by cell;
-    or, with --against, a dump of activations from your own implementation."""
+    or, with --against, a dump of activations from your own implementation over the whole generation
+    (a checkpoint generates greedily as many tokens as the dump has passes, unless --max-new-tokens)."""
+    if against_llama_cpp and file.suffix != ".gguf":
+        raise typer.BadParameter(f"{file} is not a .gguf file", param_hint="--against-llama-cpp")
+    dump, options = _dump(options)
     debugger = _debugger(file, options)
-    if options.against is None and not debugger.scenario.expect:
+    if dump is not None or against_llama_cpp:
+        _check_against(debugger, file, dump, against_llama_cpp, as_json, options)
+        return
+    if not debugger.scenario.expect:
         raise ScenarioError(str(file), None, "expect", "no expect: tables to check (check compares a scenario's "
                             "expect: tables; --against DUMP compares your own activations; run prints every operator)")
-    if options.against is not None:
-        report = compare_activations(debugger.scenario, options.against, options.tolerance, debugger.backend)
-        print("\n".join(report.lines()))
-        if report.first_divergence is not None:
-            raise typer.Exit(1)
-        return
     outcomes = debugger.check_expectations(debugger.scenario)
     malformed = next((o for o in outcomes if o.problem), None)
     if malformed is not None:  # a table that names what the run never computes is a bad file, not a disagreement
@@ -452,6 +489,23 @@ def check(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) ->
         if not all(o.passed for o in outcomes):
             _explain_disagreement(outcomes)
     if not all(o.passed for o in outcomes):
+        raise typer.Exit(1)
+
+
+def _check_against(debugger: Debugger, file: Path, dump: Dump | None, llama_cpp: bool, as_json: bool,
+                   options: Options) -> None:
+    """Your dump (or llama.cpp's own evaluation of a GGUF) against the run, pass by pass; exit 1 on a divergence."""
+    if llama_cpp:
+        from engine.compare.llama_cpp import compare_with_llama_cpp  # ctypes and llama.cpp only when asked
+
+        report = compare_with_llama_cpp(debugger.scenario, file, options.tolerance, options.rtol, debugger.backend)
+    else:
+        report = compare_generation(debugger.scenario, dump, options.tolerance, options.rtol, debugger.backend)
+    if as_json:
+        _print_json(report.document())
+    else:
+        print("\n".join(report.lines()))
+    if report.first_divergence is not None:
         raise typer.Exit(1)
 
 

@@ -13,8 +13,8 @@ with each step's logits. tiny-gguf/ holds a quantized llama GGUF (Q4_0, Q4_1, Q8
 whose reference transformers computes from its own dequantization of the file.
 
 The newer architectures (qwen3 with q/k norms, mistral and phi3 with sliding windows, phi3's fused
-projections, gemma2 with soft caps, gemma3 with q/k norms and per-layer RoPE bases) have windows
-shorter than the prompt, so their decode references recompute the whole sequence at each step
+projections, gemma2 with soft caps, gemma3 with q/k norms, per-layer RoPE bases and linear RoPE scaling,
+llama3: Llama with Llama 3's RoPE scaling) have windows shorter than the prompt, so their decode references recompute the whole sequence at each step
 (transformers' DynamicCache keeps only the window): `step_logits` and `step_layers` (every layer's
 last row) per step.
 
@@ -25,6 +25,7 @@ softmax is float32): `pure_float64()` patches those three paths first, for every
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -79,11 +80,28 @@ def _rotary(self, x, position_ids, layer_type=None):
     config = self.config
     dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     params = config.rope_parameters if layer_type is None else config.rope_parameters[layer_type]
-    theta = params["rope_theta"]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    inv_freq = _scaled(params, 1.0 / (params["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)))
+    theirs = getattr(self, "inv_freq" if layer_type is None else f"{layer_type}_inv_freq")  # float32, transformers'
+    assert torch.allclose(inv_freq, theirs.to(torch.float64), rtol=1e-6, atol=0), (inv_freq, theirs)
     freqs = position_ids[..., None].to(torch.float64) * inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _scaled(params: dict, inv_freq):
+    """transformers' linear and Llama 3 RoPE scaling (modeling_rope_utils), written again in float64."""
+    kind = params.get("rope_type", "default")
+    if kind == "linear":
+        return inv_freq / params["factor"]
+    if kind != "llama3":
+        return inv_freq
+    factor, low, high = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+    old = params["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    llama = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+    return torch.where(medium, (1 - smooth) * llama / factor + smooth * llama, llama)
 
 
 def _eager_attention(repeat_kv):
@@ -156,12 +174,16 @@ NEW_SMALL = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=3, num_
 
 def new_configs(vocab: dict[str, int]):
     """qwen3 (sliding from layer 1 on), mistral and phi3 (sliding everywhere), gemma2 (every other layer,
-    soft caps low enough to bite), gemma3 (text; one full layer between sliding ones, two RoPE bases)."""
+    soft caps low enough to bite), gemma3 (text; one full layer between sliding ones, two RoPE bases, the
+    global one linearly scaled), llama3 (Llama 3's RoPE scaling: one unscaled, one blended and two slowed
+    frequencies)."""
     import transformers as t
 
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     gemma = dict(query_pre_attn_scalar=12, sliding_window=WINDOW, hidden_activation="gelu_pytorch_tanh",
                  pad_token_id=0, eos_token_id=1, bos_token_id=None, tie_word_embeddings=True, **NEW_SMALL)
+    llama3 = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 8.0, "original_max_position_embeddings": 256}  # one frequency of each kind
     return {
         "qwen3": t.Qwen3Config(vocab_size=vocab["qwen3"], rope_parameters=rope, use_sliding_window=True,
                                sliding_window=WINDOW, max_window_layers=1, tie_word_embeddings=True,
@@ -173,10 +195,12 @@ def new_configs(vocab: dict[str, int]):
                              **NEW_SMALL),
         "gemma2": t.Gemma2Config(vocab_size=vocab["gemma2"], rope_parameters=rope, attn_logit_softcapping=2.0,
                                  final_logit_softcapping=3.0, **gemma),
-        "gemma3": t.Gemma3TextConfig(
+        "gemma3": t.Gemma3TextConfig(  # the global layer's RoPE linearly scaled, as Gemma 3 4B and larger
             vocab_size=vocab["gemma3"], layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}, **gemma),
+        "llama3": t.LlamaConfig(vocab_size=vocab["llama3"], rope_parameters=llama3, tie_word_embeddings=True,
+                                bos_token_id=0, eos_token_id=1, **NEW_SMALL),
     }
 
 
@@ -198,6 +222,7 @@ def randomize(model, seed: int) -> None:
 def model_class(arch: str):
     import transformers
 
+    arch = "llama" if arch == "llama3" else arch
     if arch in LLAMA_LIKE:
         return getattr(transformers, f"{LLAMA_LIKE[arch]}ForCausalLM")
     return {"gpt2": transformers.GPT2LMHeadModel, "bert": transformers.BertModel}[arch]
@@ -429,7 +454,7 @@ def make_real() -> None:
     np.savez_compressed(folder / "minilm.npz", **hidden)
 
 
-NEW_ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3")
+NEW_ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3", "llama3")
 ALL = ("llama", "qwen2", "gpt2", "bert", *NEW_ARCHS, "gguf")
 
 
@@ -441,7 +466,7 @@ def main() -> None:
         sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(ALL)})")
     tokenizers = {"llama": byte_bpe(["<s>", "</s>"], bos="<s>"), "qwen2": byte_bpe(["<|endoftext|>"]),
                   "gpt2": byte_bpe(["<|endoftext|>"]), "bert": wordpiece(),
-                  "qwen3": byte_bpe(["<|endoftext|>"]), "mistral": byte_bpe(["<s>", "</s>"], bos="<s>"),
+                  "llama3": byte_bpe(["<s>", "</s>"], bos="<s>"), "qwen3": byte_bpe(["<|endoftext|>"]), "mistral": byte_bpe(["<s>", "</s>"], bos="<s>"),
                   "phi3": byte_bpe(["<s>", "</s>"], bos="<s>"), "gemma2": byte_bpe(["<pad>", "<eos>", "<bos>"]),
                   "gemma3": byte_bpe(["<pad>", "<eos>", "<bos>"])}
     vocab = {arch: t.get_vocab_size() for arch, t in tokenizers.items()}

@@ -1,178 +1,346 @@
-"""Compare your own implementation's activations with the engine's, operator by operator.
+"""Compare your own implementation's activations with the engine's over a whole generation.
 
-A dump is a .safetensors or .npz file of arrays keyed by hook name (`blocks.0.attn.hook_pattern`)
-for one prompt, in TransformerLens's layouts — with or without the batch axis of 1:
-residual-like hooks [pos, d], q/k/v/z and rot_q/rot_k [pos, head, d_head] (or stacked
-[pos, head·d_head]), attention scores and pattern [head, query, key]. Scores are masked with −∞.
-The report gives, for each operator of the prompt's prefill, whether it agrees within a
-tolerance, and the first operator and cell where the dump leaves the reference.
+The dump (layout in engine.compare.layout) holds any subset of the operators of the prompt's
+pass, of every decode round and of every layer's KV cache after each pass. The reference runs the
+scenario with its own decode rule (greedy for a checkpoint, as `run` does) and meets the dump
+pass by pass, operator by operator, in execution order: a layer's cache right after the layer
+appended to it, before its attention reads it. The report gives per pass and operator the largest
+|Δ|, and the first cell over the whole generation that leaves the tolerance of its dtype.
+
+TransformerLens conventions hold: masked attention scores may be written as −∞ or as the dtype's
+most negative finite number; the extra keys of TL's bridge (`…hook_in`, `…q.hook_out`, …) are
+listed once, not compared.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from engine.backend import Backend, to_host
-from engine.loading.document import ScenarioError
+from engine.compare.dump import Dump, load_dump
+from engine.compare.layout import CACHES, HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
+from engine.labels import resolve_some
 from engine.scenario import Scenario
 from engine.session import Session
-from engine.trace import OpState
+from engine.trace import OpKind, OpState
 
-PER_HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")  # [head, query, key]
-HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # [pos, head, d_head]
+BF16_LOWEST = -3.3895313892515355e38
+BRIDGE_SUFFIXES = ("hook_in", "hook_out", "hook_hidden_states", "hook_cos", "hook_sin")  # TL bridge extras
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A cell agrees when |ours − theirs| ≤ atol + rtol·|ours| (or both are the same ±∞ / NaN)."""
+
+    atol: float
+    rtol: float
+
+    def describe(self) -> str:
+        return f"{self.atol:g}" if not self.rtol else f"{self.atol:g} + {self.rtol:g}·|ref|"
+
+
+DEFAULT_TOLERANCES = {  # what each storage dtype's rounding (and a computation in it) leaves
+    "float64": Tolerance(1e-9, 1e-9),
+    "float32": Tolerance(1e-5, 1e-5),
+    "bfloat16": Tolerance(1e-2, 1e-2),
+    "float16": Tolerance(1e-3, 1e-3),
+}
+EXACT = Tolerance(0.0, 0.0)  # integer arrays (the chosen token)
+
+
+def tolerance_for(dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
+    """The dtype's default, or what --tolerance/--rtol ask for (--tolerance alone: |Δ| ≤ it)."""
+    default = DEFAULT_TOLERANCES.get(dtype, EXACT)
+    if atol is None and rtol is None:
+        return default
+    return Tolerance(default.atol if atol is None else atol, (0.0 if atol is not None else default.rtol)
+                     if rtol is None else rtol)
 
 
 @dataclass(frozen=True)
 class OpAgreement:
-    name: str
+    key: Key  # its pass and hook name
     head: int | None
-    max_abs: float  # inf where the shapes do not fit or only one side is −∞ / NaN
-    tolerance: float
-    cell: tuple[int, int] | None = None  # the first cell beyond the tolerance (engine layout: row, col)
+    max_abs: float  # inf where the shapes do not fit or only one side is ±∞ / NaN
+    tolerance: Tolerance
+    dtype: str = "float64"
+    index: tuple[int, ...] | None = None  # the first cell beyond the tolerance, in the dump's layout
     where: str = ""  # that cell's labels, or why the arrays could not be compared
     ours: float | None = None
     theirs: float | None = None
+    step: int | None = None  # the reference's step (a cache: the step where its layer's attention first reads it)
+    cell: tuple[int, int] | None = None  # the first disagreeing cell in the engine's matrix (row, col)
 
     @property
     def agrees(self) -> bool:
-        return self.cell is None and not self.where
+        return self.index is None and not self.where
 
-    def describe(self) -> str:
-        head = "" if self.head is None else f" head {self.head}"
-        if self.agrees:
-            return f"✓ {self.name}{head}  max |Δ| {self.max_abs:.3e}"
-        if self.cell is None:
-            return f"✗ {self.name}{head}  {self.where}"
-        return (f"✗ {self.name}{head}  max |Δ| {self.max_abs:.3e}; first at [{self.cell[0]}, {self.cell[1]}] "
-                f"({self.where}): reference {self.ours!r}, dump {self.theirs!r}")
+    def cell_text(self, requests: int = 1) -> str:
+        """`pass · operator · cell` of the first disagreeing cell."""
+        place = f"{self.key.label(requests)} · {self.key.name}"  # the head is among the cell's labels
+        if self.index is None:
+            return f"{place} · {self.where}"
+        return (f"{place} · {list(self.index)} ({self.where}): reference {self.ours!r}, dump {self.theirs!r} "
+                f"(|Δ| {abs(self.ours - self.theirs):.3e} > {self.tolerance.describe()}, {self.dtype})")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One pass and operator of the table: every head together."""
+
+    key: Key
+    max_abs: float
+    dtype: str
+    tolerance: Tolerance
+    first: OpAgreement | None  # its first disagreeing head or cell
+
+    def text(self, requests: int) -> str:
+        mark = "✓" if self.first is None else "✗"
+        if self.first is not None and self.first.index is None:
+            return f"{mark} {self.key.label(requests)}  {self.key.name}  {self.first.where}"
+        return f"{mark} {self.key.label(requests)}  {self.key.name}  max |Δ| {self.max_abs:.3e}  ({self.dtype})"
 
 
 @dataclass(frozen=True)
 class Report:
-    ops: tuple[OpAgreement, ...]
-    missing: tuple[str, ...]  # operators of the reference the dump has no key for
-    unused: tuple[str, ...]  # dump keys that name no operator
+    ops: tuple[OpAgreement, ...]  # in execution order; per-head operators once per head
+    missing: dict[str, int] = field(default_factory=dict)  # hook name -> passes of the dump that lack it
+    absent_passes: tuple[str, ...] = ()  # passes of the reference the dump has no key for
+    unused: tuple[str, ...] = ()  # dump keys that name no operator of the reference run
+    beyond: tuple[str, ...] = ()  # passes of the dump the reference run does not reach
+    bridge: tuple[str, ...] = ()  # TransformerLens bridge keys the engine has no operator for
+    requests: int = 1
 
     @property
     def first_divergence(self) -> OpAgreement | None:
         return next((op for op in self.ops if not op.agrees), None)
 
+    def round_verdicts(self) -> dict[tuple[int, int], bool]:
+        """(request, round) -> whether every operator the dump holds for it agrees."""
+        verdicts: dict[tuple[int, int], bool] = {}
+        for op in self.ops:
+            where = (op.key.request, op.key.round)
+            verdicts[where] = verdicts.get(where, True) and op.agrees
+        return verdicts
+
+    def rows(self) -> list[Row]:
+        grouped: dict[Key, list[OpAgreement]] = {}
+        for op in self.ops:
+            grouped.setdefault(op.key, []).append(op)
+        return [Row(key, max(op.max_abs for op in ops), ops[0].dtype, ops[0].tolerance,
+                    next((op for op in ops if not op.agrees), None)) for key, ops in grouped.items()]
+
     def lines(self) -> list[str]:
-        agree = sum(op.agrees for op in self.ops)
+        rows = self.rows()
+        agree = sum(row.first is None for row in rows)
+        passes = len({(row.key.request, row.key.pass_) for row in rows})
         first = self.first_divergence
-        summary = [f"{agree} of {len(self.ops)} operators agree",
-                   f"first divergence: {first.describe()[2:]}" if first else "no divergence"]
+        summary = [f"{agree} of {len(rows)} operators agree over {passes} passes",
+                   f"first divergence: {first.cell_text(self.requests)}" if first else "no divergence"]
+        if rows:
+            top = max(rows, key=lambda row: row.max_abs)
+            summary.append(f"largest |Δ| {top.max_abs:.3e}: {top.key.label(self.requests)} · {top.key.name}")
         if self.missing:
-            summary.append(f"not in the dump ({len(self.missing)}): {', '.join(self.missing[:8])}"
-                           + (" …" if len(self.missing) > 8 else ""))
+            summary.append(f"not in the dump ({len(self.missing)}): " + _some(
+                f"{name}" + (f" ({count} passes)" if count > 1 else "") for name, count in self.missing.items()))
+        if self.absent_passes:
+            summary.append(f"passes not in the dump ({len(self.absent_passes)}): {_some(self.absent_passes)}")
+        if self.beyond:
+            summary.append(f"dump passes this run does not reach ({len(self.beyond)}; more --max-new-tokens?): "
+                           f"{_some(self.beyond)}")
         if self.unused:
-            summary.append(f"dump keys that name no operator: {', '.join(self.unused[:8])}")
-        return summary + [op.describe() for op in self.ops]
+            summary.append(f"dump keys that name no operator of this run ({len(self.unused)}): {_some(self.unused)}")
+        if self.bridge:
+            summary.append(f"TransformerLens bridge keys, not compared ({len(self.bridge)}): {_some(self.bridge, 6)}")
+        return summary + [row.text(self.requests) for row in rows]
+
+    def document(self) -> dict:
+        """The report as `check --against … --json` prints it."""
+        first = self.first_divergence
+        return {"agrees": first is None,
+                "first_divergence": None if first is None else _op_document(first, self.requests),
+                "operators": [{"pass": row.key.label(self.requests), "operator": row.key.name,
+                               "max_abs": _number(row.max_abs), "dtype": row.dtype, "agrees": row.first is None,
+                               "atol": row.tolerance.atol, "rtol": row.tolerance.rtol} for row in self.rows()],
+                "missing": self.missing, "absent_passes": list(self.absent_passes), "unused": list(self.unused),
+                "beyond": list(self.beyond), "bridge_keys": list(self.bridge)}
 
 
-def load_dump(path: str | Path) -> dict[str, np.ndarray]:
-    path = Path(path)
-    if path.suffix not in (".npz", ".safetensors"):
-        raise ScenarioError(str(path), None, "", "expected a .safetensors or .npz file of activations")
-    try:
-        if path.suffix == ".npz":
-            with np.load(path) as archive:  # allow_pickle stays False
-                return {key: archive[key] for key in archive.files}
-        from safetensors.numpy import load_file
-
-        return load_file(path)
-    except Exception as error:  # OSError, zipfile and safetensors errors: all "cannot read it"
-        raise ScenarioError(str(path), None, "", f"cannot read the activations ({error})") from None
+def _some(items: Iterable[str], shown: int = 8) -> str:
+    items = list(items)
+    return ", ".join(items[:shown]) + (" …" if len(items) > shown else "")
 
 
-def prefill_states(scenario: Scenario, backend: Backend | None = None) -> list[OpState]:
-    """The reference side: the first request's prefill, every operator."""
-    states = []
-    for state in Session(scenario, backend).steps():
-        if state.request != 0 or state.round != 0:
-            break
-        states.append(state)
-    return states
+def _number(x: float) -> float | str:
+    return x if np.isfinite(x) else "inf"
 
 
-def compare_activations(scenario: Scenario, dump_path: str | Path, tolerance: float = 1e-6,
-                        backend: Backend | None = None) -> Report:
-    dump = load_dump(dump_path)
-    ops, missing, used = [], [], set()
-    for state in prefill_states(scenario, backend):
-        if state.name not in dump:
-            missing.append(state.name)
-            continue
-        used.add(state.name)
-        ops.append(_compare(state, dump[state.name], tolerance))
-    unused = tuple(key for key in dump if key not in used)
-    return Report(tuple(ops), tuple(dict.fromkeys(missing)), unused)
+def _op_document(op: OpAgreement, requests: int) -> dict:
+    return {"pass": op.key.label(requests), "operator": op.key.name, "head": op.head,
+            "index": None if op.index is None else list(op.index), "where": op.where,
+            "reference": op.ours, "dump": op.theirs, "text": op.cell_text(requests)}
 
 
-def _compare(state: OpState, theirs: np.ndarray, tolerance: float) -> OpAgreement:
-    ours = np.asarray(to_host(state.values), dtype=np.float64)
-    aligned = align(theirs, state, ours.shape)
-    if aligned is None:
-        return OpAgreement(state.name, state.head, float("inf"), tolerance,
-                           where=f"dump shape {tuple(theirs.shape)} does not fit {tuple(ours.shape)}")
-    aligned = aligned.astype(np.float64)
-    same = (ours == aligned) | (np.isnan(ours) & np.isnan(aligned))  # equal −∞ (masked) counts as agreement
-    with np.errstate(invalid="ignore"):  # −∞ − −∞ where both are masked: `same` covers those
-        delta = np.where(same, 0.0, np.abs(ours - aligned))
+# -- the reference run meets the dump --------------------------------------------------------------
+class Against:
+    """A dump and the tolerances it is held to, looked up by the reference's operator states."""
+
+    def __init__(self, dump: Dump, scenario: Scenario, atol: float | None = None, rtol: float | None = None):
+        self.dump, self.atol, self.rtol = dump, atol, rtol
+        self.passes = Passes(scenario)
+        self.d_head = scenario.model.d_head
+
+    def tolerance(self, key: Key) -> Tolerance:
+        return tolerance_for(self.dump.dtypes[key], self.atol, self.rtol)
+
+    def aligned(self, key: Key, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
+        """The dump's array for `key` in the engine's layout, masked scores as −∞ (None: no such key or shape)."""
+        theirs = self.dump.get(key)
+        aligned = None if theirs is None else align(theirs, key.name, head, shape)
+        if aligned is None:
+            return None
+        aligned = np.asarray(aligned, dtype=np.float64)
+        if suffix(key.name) == "hook_attn_scores":
+            aligned = np.where(aligned <= _lowest(self.dump.dtypes[key]), -np.inf, aligned)
+        return aligned
+
+    def compare(self, key: Key, head: int | None, ours: np.ndarray, label: Callable[[int, int], str],
+                step: int | None = None) -> OpAgreement:
+        ours = np.asarray(ours, dtype=np.float64)
+        tolerance, dtype = self.tolerance(key), self.dump.dtypes[key]
+        theirs = self.aligned(key, head, ours.shape)
+        if theirs is None:
+            shape = tuple(self.dump.arrays[key].shape)
+            return OpAgreement(key, head, float("inf"), tolerance, dtype,
+                               where=f"dump shape {shape} does not fit {tuple(ours.shape)}", step=step)
+        delta, beyond = disagreement(ours, theirs, tolerance)
+        if not beyond.any():
+            return OpAgreement(key, head, float(delta.max(initial=0.0)), tolerance, dtype, step=step)
+        row, col = (int(i) for i in np.argwhere(beyond)[0])
+        return OpAgreement(key, head, float(delta.max()), tolerance, dtype,
+                           dump_index(key.name, head, row, col, self.d_head), label(row, col),
+                           float(ours[row, col]), float(theirs[row, col]), step, (row, col))
+
+    def meet(self, states: Iterable[OpState]) -> Report:
+        """The reference's `states` (a whole run, in order) against the dump."""
+        meeting = _Meeting(self)
+        for state in states:
+            meeting.see(state)
+        return meeting.report()
+
+    def differing_cache_rows(self, state: OpState, layer: int) -> frozenset[int]:
+        """The positions of `layer`'s cache, as it stands at `state`, whose K or V row differs from the
+        dump's cache after the same pass (rows the pass has not appended yet are compared as they stand)."""
+        rows: set[int] = set()
+        cache = state.caches[layer]
+        for name, ours in (("cache_k", cache.k), ("cache_v", cache.v)):
+            key = self.passes.key(state, f"blocks.{layer}.attn.{name}")
+            theirs = self.dump.get(key)
+            if theirs is None:
+                continue
+            theirs = align(theirs, name, None, (theirs.shape[-2], int(ours.shape[1])))
+            ours = np.asarray(to_host(ours), dtype=np.float64)
+            if theirs is None:  # another width: every row differs
+                rows.update(range(ours.shape[0]))
+                continue
+            shared = min(len(ours), len(theirs))
+            beyond = disagreement(ours[:shared], np.asarray(theirs[:shared], dtype=np.float64), self.tolerance(key))[1]
+            rows.update(np.flatnonzero(beyond.any(axis=1)).tolist())
+            rows.update(range(shared, len(ours)))
+        return frozenset(rows)
+
+
+def disagreement(ours: np.ndarray, theirs: np.ndarray, tolerance: Tolerance) -> tuple[np.ndarray, np.ndarray]:
+    """|Δ| per cell (0 where both are the same ±∞ or NaN, ∞ where only one is) and the cells beyond the tolerance."""
+    same = (ours == theirs) | (np.isnan(ours) & np.isnan(theirs))
+    with np.errstate(invalid="ignore"):  # ∞ − ∞ where both are masked: `same` covers those
+        delta = np.where(same, 0.0, np.abs(ours - theirs))
     delta = np.where(np.isnan(delta), np.inf, delta)
-    beyond = np.argwhere(delta > tolerance)
-    if not len(beyond):
-        return OpAgreement(state.name, state.head, float(delta.max(initial=0.0)), tolerance)
-    row, col = (int(i) for i in beyond[0])
-    labels = f"row {state.output.rows[row]}, col {state.output.cols[col]}"
-    return OpAgreement(state.name, state.head, float(delta.max()), tolerance, (row, col), labels,
-                       float(ours[row, col]), float(aligned[row, col]))
+    bound = tolerance.atol + tolerance.rtol * np.where(np.isfinite(ours), np.abs(ours), 0.0)
+    return delta, delta > bound
 
 
-def align(theirs: np.ndarray, state: OpState, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The dump's array in the engine's layout for this operator (and head), or None."""
-    candidates = [theirs] + ([theirs[0]] if theirs.ndim >= 2 and theirs.shape[0] == 1 else [])
-    suffix = state.name.rsplit(".", 1)[-1]
-    for array in candidates:
-        if state.head is not None and suffix in PER_HEAD_MATRICES and array.ndim == 3:
-            array = array[state.head] if state.head < array.shape[0] else array
-        elif state.head is not None and array.ndim == 3:  # hook_z: [pos, head, d_head]
-            array = array[:, state.head] if state.head < array.shape[1] else array
-        elif state.head is not None and array.ndim == 2 and array.shape[1] > shape[1]:  # stacked heads
-            width = shape[1]
-            array = array[:, state.head * width:(state.head + 1) * width]
-        elif suffix in HEAD_AXIS and array.ndim == 3:
-            array = array.reshape(array.shape[0], -1)
-        if tuple(array.shape) == tuple(shape):
-            return array
-    return None
+def _lowest(dtype: str) -> float:
+    """The most negative finite number of a dump's dtype: TransformerLens writes masked scores as it."""
+    if dtype == "bfloat16":
+        return BF16_LOWEST
+    return float(np.finfo(dtype).min) if np.issubdtype(np.dtype(dtype), np.floating) else -np.inf
 
 
-# -- the reference side -----------------------------------------------------------------------
-def save_activations(states: list[OpState], path: str | Path) -> None:
-    """Write one prompt's prefill in TransformerLens's layouts (batch axis of 1): per-head matrices
-    stacked as [1, head, query, key], q/k/v/z as [1, pos, head, d_head], the rest [1, pos, width]."""
-    per_head: dict[str, list[np.ndarray]] = {}
-    arrays: dict[str, np.ndarray] = {}
-    d_head = next((s.values.shape[1] for s in states if s.name.endswith("hook_z")), None)
-    for state in states:
-        values = np.ascontiguousarray(to_host(state.values), dtype=np.float64)
-        if state.head is not None:
-            per_head.setdefault(state.name, []).append(values)
-        elif state.name.rsplit(".", 1)[-1] in HEAD_AXIS and d_head:
-            arrays[state.name] = values.reshape(1, values.shape[0], -1, d_head)
-        else:
-            arrays[state.name] = values[None]
-    for name, heads in per_head.items():
-        axis = 0 if name.rsplit(".", 1)[-1] in PER_HEAD_MATRICES else 1
-        arrays[name] = np.stack(heads, axis=axis)[None]
-    path = Path(path)
-    if path.suffix == ".npz":
-        np.savez(path, **arrays)
-    else:
-        from safetensors.numpy import save_file
+def compare_generation(scenario: Scenario, dump: Dump | str | Path, atol: float | None = None,
+                       rtol: float | None = None, backend: Backend | None = None,
+                       states: Iterable[OpState] | None = None) -> Report:
+    """The scenario's whole run (or `states` of it) against the dump, pass by pass and operator by operator."""
+    dump = dump if isinstance(dump, Dump) else load_dump(dump)
+    return Against(dump, scenario, atol, rtol).meet(Session(scenario, backend).steps() if states is None else states)
 
-        save_file({name: np.ascontiguousarray(a) for name, a in arrays.items()}, path)  # it writes raw memory
+
+class _Meeting:
+    """Walks the reference's states once, comparing whatever the dump holds for each."""
+
+    def __init__(self, against: Against):
+        self.against = against
+        self.held = against.dump.passes
+        self.ops: list[OpAgreement] = []
+        self.used: set[Key] = set()
+        self.missing: dict[str, int] = {}
+        self.absent: dict[str, None] = {}
+        self.reached: set[tuple[int, str]] = set()
+
+    def see(self, state: OpState) -> None:
+        passes = self.against.passes
+        key = passes.key(state)
+        self.reached.add((key.request, key.pass_))
+        if (key.request, key.pass_) not in self.held:
+            self.absent[key.label(passes.requests)] = None
+            return
+        if state.kind == OpKind.SCORES and state.head == 0:  # the layer has just appended to its cache
+            for name in CACHES:
+                self._cache(state, passes.key(state, f"blocks.{state.layer}.attn.{name}"))
+        if key not in self.against.dump.arrays:
+            if state.head in (None, 0):
+                self.missing[key.name] = self.missing.get(key.name, 0) + 1
+            return
+        self.used.add(key)
+        ours = to_host(state.values)
+        self.ops.append(self.against.compare(key, state.head, ours,
+                                             lambda r, c: _cell_labels(state, r, c, self.against.d_head), state.step))
+
+    def _cache(self, state: OpState, key: Key) -> None:
+        if key not in self.against.dump.arrays:
+            return
+        self.used.add(key)
+        cache = state.caches[state.layer]
+        ours = to_host(cache.k if key.name.endswith("cache_k") else cache.v)
+        positions = state.moment.axis("keys", ours.shape[0], column=False)
+        dh = self.against.d_head
+
+        def label(row: int, col: int) -> str:
+            return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"
+
+        self.ops.append(self.against.compare(key, None, ours, label, state.step))
+
+    def report(self) -> Report:
+        requests = self.against.passes.requests
+        beyond = sorted(self.held - self.reached)
+        unused = [k for k in self.against.dump.arrays if k not in self.used and (k.request, k.pass_) in self.reached]
+        bridge = tuple(k.text(requests) for k in unused if suffix(k.name) in BRIDGE_SUFFIXES or k.name == "hook_unembed")
+        other = tuple(k.text(requests) for k in unused if k.text(requests) not in bridge)
+        return Report(tuple(self.ops), self.missing, tuple(self.absent), other,
+                      tuple(Key(r, p, "").label(requests) for r, p in beyond), bridge, requests)
+
+
+def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> str:
+    rows, cols = state.output.rows, state.output.cols
+    kind = suffix(state.name)
+    if kind in PER_HEAD_MATRICES:
+        return f"head {state.head}, query {rows[row]}, key {cols[col]}"
+    if state.head is not None:
+        return f"position {rows[row]}, head {state.head}, d_head {col}"
+    if kind in HEAD_AXIS:
+        return f"position {rows[row]}, head {col // d_head}, d_head {col % d_head}"
+    return f"row {rows[row]}, col {cols[col]}"

@@ -10,6 +10,7 @@ directly), greedy decoding, and a vocabulary whose entries are each id's text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +24,16 @@ from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, Positions, Request
 from engine.loading import hf
 from engine.loading.gguf_checks import gguf_damage
-from engine.loading.gguf_model import GGUFModel
+from engine.loading.gguf_model import GGUFModel, Quantisation
+from engine.loading.weightfile import file_identity
+from engine.lazy_weights import LazyWeights, WeightCache
 from engine.loading.tokenizer import encode, gguf_tokenizer, make_vocab, numbered_vocab
 
 __all__ = ["is_checkpoint", "load_checkpoint"]
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
+Getter = Callable[[str], np.ndarray]  # a checkpoint's tensor by its own name
+Weight = Callable[[str, Getter], np.ndarray]  # (engine parameter name, tensor getter) -> its array
 
 
 def is_checkpoint(path: str | Path) -> bool:
@@ -65,7 +70,8 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
         damage = gguf_damage(path) if path.suffix == ".gguf" else None  # which field or tensor, and what it holds
         raise damage or ScenarioError(str(path), None, "", f"cannot read the checkpoint ({type(error).__name__}: "
                                       f"{error})") from None
-    vocab = make_vocab(tokenizer, **special) if tokenizer else numbered_vocab(len(weights["embed"]), **special)
+    rows = weights.shapes["embed"][0]
+    vocab = make_vocab(tokenizer, rows, **special) if tokenizer else numbered_vocab(rows, **special)
     prompts = _one_each(path, prompt, ids)
     tokens = [_request_ids(path, tokenizer, len(vocab), *given) for given in prompts]
     limit = max_new_tokens if spec.lm_head else 1
@@ -73,10 +79,9 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
     if spec.positions == Positions.LEARNED and longest + limit - 1 > spec.max_positions:
         raise ScenarioError(str(path), None, "--max-new-tokens", f"needs {longest + limit - 1} positions, "
                             f"the model has {spec.max_positions}")
-    as_dtype = DTYPES[dtype]
     return Scenario(
         path=str(path), title=path.stem if path.suffix == ".gguf" else path.name, vocab=vocab, model=spec,
-        weights={name: np.ascontiguousarray(w, dtype=as_dtype) for name, w in weights.items()},
+        weights=weights,
         requests=tuple(Request(tokens=t, max_new_tokens=limit) for t in tokens),
         decode=DecodeRule(max_new_tokens=limit),
     )
@@ -110,8 +115,11 @@ def _request_ids(path: Path, tokenizer: Tokenizer | None, size: int, prompt: str
     return tokens
 
 
-def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[int, str]) -> dict[str, np.ndarray]:
-    """Every parameter the spec needs, read by `read(name)`, with its shape checked."""
+def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tensors: tuple[Getter, Getter],
+             budget: tuple[int, str], identity: str) -> LazyWeights:
+    """Every parameter the spec needs, its shape checked now through `weight(name, stand_in)` on
+    zero-byte stand-ins (nothing is read), each read through `weight(name, load)` on first use."""
+    stand_in, load = tensors
     limit, dtype = budget
     if too_many_tensors(spec, vocab_size):
         raise ScenarioError(str(path), None, "layers", too_many_tensors(spec, vocab_size))
@@ -119,17 +127,19 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, read, budget: tuple[i
     if need > limit:
         raise ScenarioError(str(path), None, "--max-memory", f"the weights need {format_size(need)} as {dtype}, "
                             f"more than the budget of {format_size(limit)}")
-    weights, shapes = {}, parameter_shapes(spec, vocab_size)
+    shapes = parameter_shapes(spec, vocab_size)
     for done, (name, shape) in enumerate(shapes.items(), 1):
-        weights[name] = read(name)
-        if not np.issubdtype(weights[name].dtype, np.floating):
+        probe = weight(name, stand_in)
+        if not np.issubdtype(probe.dtype, np.floating):
             raise ScenarioError(str(path), None, name, f"expected floating-point numbers, the checkpoint gives "
-                                f"{weights[name].dtype}")
-        if tuple(weights[name].shape) != shape:
+                                f"{probe.dtype}")
+        if tuple(probe.shape) != shape:
             raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]), "
-                                f"the checkpoint gives {format_shape(weights[name].shape)}")
+                                f"the checkpoint gives {format_shape(probe.shape)}")
         report(WEIGHTS, done, len(shapes))
-    return weights
+    as_dtype = DTYPES[dtype]
+    cache = WeightCache(lambda name: np.asarray(weight(name, load), dtype=as_dtype), limit)
+    return LazyWeights(shapes, cache, identity)
 
 
 def _gguf(path: Path, budget: tuple[int, str]):
@@ -138,15 +148,21 @@ def _gguf(path: Path, budget: tuple[int, str]):
     tokenizer = gguf_tokenizer(model.meta, model.error)
     special = {"eos": model.meta.get("tokenizer.ggml.eos_token_id"), "pad": None}
     size = len(model.meta["tokenizer.ggml.tokens"])
-    return spec, _checked(path, spec, size, lambda name: model.weight(name, spec), budget), tokenizer, special
+    as_dtype = DTYPES[budget[1]]
+    tensors = (model.stand_in, lambda name: model.dequantized(name, as_dtype))
+    weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
+                       file_identity(path))
+    weights.quantisation = Quantisation(model, spec)
+    return spec, weights, tokenizer, special
 
 
 def _hf(folder: Path, budget: tuple[int, str]):
     arch, spec, config = hf.read_spec(folder)
     tokenizer = _hf_tokenizer(folder / "tokenizer.json")
-    with hf.Tensors(folder) as get:
-        weights = _checked(folder, spec, config["vocab_size"], lambda name: hf.engine_weight(arch, spec, name, get),
-                           budget)
+    tensors = hf.Tensors(folder)
+    identity = ";".join(file_identity(file) for file in sorted(set(tensors.files.values())))
+    weights = _checked(folder, spec, config["vocab_size"], lambda name, get: hf.engine_weight(arch, spec, name, get),
+                       (tensors.stand_in, tensors.load), budget, identity)
     special = {"eos": _single(config.get("eos_token_id")) if spec.lm_head else None,
                "pad": None if spec.lm_head else _single(config.get("pad_token_id"))}
     return spec, weights, tokenizer, special

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from ruamel.yaml.comments import CommentedSeq
 
+from engine.lazy_weights import changed_names
 from engine.loading.document import parse, round_trip_yaml
 from engine.parameters import name_parts
 from engine.scenario import Scenario
@@ -165,7 +166,7 @@ class WeightHistory:
         return True
 
     def changed_cells(self) -> int:
-        return sum(int(np.sum(self.current[n] != self.original[n])) for n in self.original)
+        return sum(int(np.sum(self.current[n] != self.original[n])) for n in changed_names(self.current, self.original))
 
 
 # -- saving -----------------------------------------------------------------------------------

@@ -1,58 +1,110 @@
-"""GGUF files (llama.cpp's format) of the llama architecture, read with the `gguf` package.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2 and gemma3 architectures.
 
-Tensors are dequantized by gguf-py (llama.cpp's own reference code) to float32. llama.cpp's
-converter permutes the rows of attn_q / attn_k for its RoPE layout; they are permuted back here
-(as transformers does when it loads a GGUF), so RoPE is the half-split rotate_half form again.
+Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
+gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
+llama.cpp's converter permutes the rows of a llama model's attn_q / attn_k for its interleaved
+RoPE; they are permuted back here (as transformers does when it loads a GGUF), so RoPE is the
+half-split rotate_half form again. qwen2, qwen3 and Gemma files are written unpermuted (llama.cpp
+runs them with its NEOX RoPE, the half-split form); llama.cpp stores Gemma's norm gains as 1 + w
+(undone here, as transformers does).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from engine.loading.document import ScenarioError
-from engine.spec import ModelSpec, NormSpec
+from engine.loading.gguf_blocks import Block, block_of
+from engine.loading.gguf_file import GGUFFile, TensorInfo
+from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
-SUPPORTED = ("F32", "F16", "Q8_0", "Q4_0", "Q4_1")
-LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "attn.wq": "attn_q", "attn.wk": "attn_k",
-                 "attn.wv": "attn_v", "attn.wo": "attn_output", "mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up",
-                 "mlp.w_down": "ffn_down"}
+GEMMA = ("gemma2", "gemma3")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA)
+LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
+                 "ln2_post.w": "post_ffw_norm", "attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v",
+                 "attn.wo": "attn_output", "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v",
+                 "attn.q_norm.w": "attn_q_norm", "attn.k_norm.w": "attn_k_norm", "mlp.w_gate": "ffn_gate",
+                 "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
+CHUNK = 1 << 20  # values dequantized at a time: gguf-py's temporaries stay a few MiB
+Getter = Callable[[str], np.ndarray]
+
+
+@cache
+def dequantizable() -> frozenset[GGMLQuantizationType]:
+    """The tensor types gguf-py dequantizes, found by asking it (one zero block of each)."""
+    found = set()
+    for kind in GGMLQuantizationType:
+        try:
+            dequantize(np.zeros((1, GGML_QUANT_SIZES[kind][1]), dtype=np.uint8), kind)
+        except (NotImplementedError, KeyError, ValueError):
+            continue
+        found.add(kind)
+    return frozenset(found)
 
 
 class GGUFModel:
     def __init__(self, path: Path):
         self.path = path
-        self.reader = GGUFReader(path)
-        self.meta = {key: field.contents() for key, field in self.reader.fields.items()}
-        self.tensors = {tensor.name: tensor for tensor in self.reader.tensors}
+        self.file = GGUFFile(path)
+        self.meta, self.tensors = self.file.meta, self.file.tensors
+        self.arch = self.meta.get("general.architecture")
 
     def error(self, key: str, message: str) -> ScenarioError:
         return ScenarioError(str(self.path), None, key, message)
 
     def spec(self) -> ModelSpec:
-        arch = self.meta.get("general.architecture")
-        if arch != "llama":
-            raise self.error("general.architecture", f"only the llama architecture is supported, got {arch!r}")
-        scaling = self.meta.get("llama.rope.scaling.type", "none")
+        arch = self.arch
+        if arch not in ARCHITECTURES:
+            raise self.error("general.architecture", f"unsupported architecture {arch!r} "
+                             f"(supported: {', '.join(ARCHITECTURES)})")
+        scaling = self.meta.get(f"{arch}.rope.scaling.type", "none")
         if scaling != "none":
-            raise self.error("llama.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
-        d, heads = self._size("llama.embedding_length"), self._size("llama.attention.head_count")
-        kv_heads = self._size("llama.attention.head_count_kv", heads)
-        if d % heads or heads % kv_heads:
-            raise self.error("llama.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
+            raise self.error(f"{arch}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
+        d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
+        kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
+        d_head = self._size(f"{arch}.attention.key_length", d // heads)
+        if (f"{arch}.attention.key_length" not in self.meta and d % heads) or heads % kv_heads:
+            raise self.error(f"{arch}.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
                              "heads: the heads must divide the width and the key/value heads the heads")
-        return ModelSpec(
-            d_model=d, n_layers=self._size("llama.block_count"), n_heads=heads, d_head=d // heads,
-            d_ff=self._size("llama.feed_forward_length"),
-            norm=NormSpec("rmsnorm", "pre", float(self._key("llama.attention.layer_norm_rms_epsilon")), affine=True),
-            final_norm=True, ffn="gated_silu", positions="rope",
-            max_positions=int(self.meta.get("llama.context_length", 0)), bias=False,
+        layers = self._size(f"{arch}.block_count")
+        spec = ModelSpec(
+            d_model=d, n_layers=layers, n_heads=heads, d_head=d_head, d_ff=self._size(f"{arch}.feed_forward_length"),
+            norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE,
+                          float(self._key(f"{arch}.attention.layer_norm_rms_epsilon")), affine=True),
+            final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
+            max_positions=int(self.meta.get(f"{arch}.context_length", 0)), bias=False,
+            biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
-            kv_heads=kv_heads,
-            rope_theta=float(self.meta.get("llama.rope.freq_base", 10000.0)),
+            kv_heads=kv_heads, rope_theta=float(self.meta.get(f"{arch}.rope.freq_base", 10000.0)),
+            qk_norm=arch in ("qwen3", "gemma3"),
+        )
+        return self._gemma(spec) if arch in GEMMA else spec
+
+    def _gemma(self, spec: ModelSpec) -> ModelSpec:
+        """As llama.cpp runs Gemma 2/3: GeGLU, (1 + w) norms around each sublayer, embeddings times √d,
+        scores over √key_length; Gemma 2 soft-caps scores and logits and slides on even layers, Gemma 3
+        slides on five layers of six with RoPE base 10 000 there."""
+        arch, gemma2 = self.arch, self.arch == "gemma2"
+        caps = [self.meta.get(f"{arch}.{key}", default if gemma2 else None)
+                for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0))]
+        window = self.meta.get(f"{arch}.attention.sliding_window")
+        period = 2 if gemma2 else 6
+        return replace(
+            spec, ffn=FfnKind.GATED_GELU_TANH, norm=replace(spec.norm, weight_offset=True), post_norms=True,
+            embed_scale=math.sqrt(spec.d_model), attn_scale=spec.d_head**-0.5,
+            attn_softcap=None if caps[0] is None else float(caps[0]),
+            final_softcap=None if caps[1] is None else float(caps[1]),
+            sliding_window=None if window is None else self._size(f"{arch}.attention.sliding_window"),
+            sliding_layers=None if window is None else tuple(i for i in range(spec.n_layers) if (i + 1) % period),
+            rope_theta_local=None if gemma2 else 10000.0,
         )
 
     def _key(self, key: str) -> int | float:
@@ -66,29 +118,90 @@ class GGUFModel:
             raise self.error(key, f"expected an integer in 1..2^31, got {value!r}")
         return value
 
-    def weight(self, name: str, spec: ModelSpec) -> np.ndarray:
-        """The engine parameter `name`, dequantized, unpermuted, as [in, out] for matrices."""
-        if name in ("embed", "ln_final.w"):
-            return self._tensor("token_embd.weight" if name == "embed" else "output_norm.weight")
-        if name == "unembed":
-            return self._tensor("output.weight").T
-        _, layer, leaf = name.split(".", 2)
-        kind = LAYER_TENSORS[leaf]
-        w = self._tensor(f"blk.{layer}.{kind}.weight")
-        if kind == "attn_q":
-            w = unpermute(w, spec.n_heads)
-        elif kind == "attn_k":
-            w = unpermute(w, spec.n_kv_heads)
-        return w if w.ndim == 1 else w.T
+    def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+        """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
+        tensor = self.tensor_name(name)
+        w = get(tensor)
+        kind = tensor.split(".")[-2]
+        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
+            w = unpermute(w, spec.n_heads if kind == "attn_q" else spec.n_kv_heads)
+        if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
+            w = w - 1
+        return w if w.ndim == 1 or name == "embed" else w.T
 
-    def _tensor(self, name: str) -> np.ndarray:
+    def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> Block | None:
+        """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
+        tensor, row, col = self.locate(name, index, spec)
+        info = self.info(tensor)
+        raw = self.file.tensor_bytes(info)
+        return block_of(tensor, info.kind, raw.reshape(-1, raw.shape[-1]), row, col)
+
+    def locate(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> tuple[str, int, int]:
+        """The GGUF tensor, row and column that hold engine parameter `name` at `index`: matrices are
+        transposed ([in, out] here, [out, in] there), a llama file's q/k rows permuted."""
+        if len(index) == 1:
+            return self.tensor_name(name), 0, index[0]
+        if name == "embed":
+            return "token_embd.weight", index[0], index[1]
+        tensor, (row, col) = self.tensor_name(name), index[::-1]
+        kind = tensor.split(".")[-2]
+        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
+            rows = self.tensors[tensor].shape[0]
+            heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
+            row = int(unpermute(np.arange(rows)[:, None], heads)[row, 0])
+        return tensor, row, col
+
+    def tensor_name(self, name: str) -> str:
+        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight"}
+        if name in fixed:
+            return fixed[name]
+        _, layer, leaf = name.split(".", 2)
+        return f"blk.{layer}.{LAYER_TENSORS[leaf]}.{'bias' if leaf.startswith('attn.b') else 'weight'}"
+
+    def info(self, name: str) -> TensorInfo:
+        """A tensor's entry, refused (naming it) when missing or of a type gguf-py cannot dequantize."""
         if name not in self.tensors:
             raise self.error(name, "tensor missing from the file")
-        tensor = self.tensors[name]
-        kind = GGMLQuantizationType(tensor.tensor_type).name
-        if kind not in SUPPORTED:
-            raise self.error(name, f"tensor type {kind} is not supported ({', '.join(SUPPORTED)})")
-        return dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
+        info = self.tensors[name]
+        if info.kind not in dequantizable():
+            known = ", ".join(sorted(kind.name for kind in dequantizable()))
+            raise self.error(name, f"tensor type {info.kind.name} cannot be dequantized by gguf-py ({known})")
+        return info
+
+    def stand_in(self, name: str) -> np.ndarray:
+        """A zero-byte array of the tensor's shape: checks shapes without reading any data."""
+        return np.broadcast_to(np.float32(0), self.info(name).shape)
+
+    def dequantized(self, name: str, dtype: np.dtype) -> np.ndarray:
+        """The tensor in `dtype`: gguf-py's float32 as it is (F32 stays a view of the map), or
+        converted a chunk of rows at a time straight into the result (no whole float32 copy)."""
+        info = self.info(name)
+        raw = self.file.tensor_bytes(info)
+        if np.dtype(dtype) == np.float32:
+            return dequantize(raw, info.kind).reshape(info.shape)
+        rows = raw.reshape(-1, raw.shape[-1])
+        out = np.empty(info.shape, dtype=dtype)
+        flat = out.reshape(len(rows), -1)
+        step = max(1, CHUNK // flat.shape[1])
+        for start in range(0, len(rows), step):
+            flat[start:start + step] = dequantize(rows[start:start + step], info.kind)
+        return out
+
+
+@dataclass(frozen=True)
+class Quantisation:
+    """How a GGUF checkpoint stores each engine parameter (LazyWeights.quantisation)."""
+
+    model: GGUFModel
+    spec: ModelSpec
+
+    def kind(self, name: str) -> str:
+        """The parameter's tensor type, e.g. "Q4_K"."""
+        return self.model.info(self.model.tensor_name(name)).kind.name
+
+    def block(self, name: str, index: tuple[int, ...]) -> Block | None:
+        """The quantisation block behind the parameter's value at `index` (None if unquantized)."""
+        return self.model.block(name, index, self.spec)
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

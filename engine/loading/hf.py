@@ -13,15 +13,14 @@ import json
 import math
 import struct
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from safetensors import safe_open
 
 from engine.loading.document import ScenarioError, read_text
+from engine.loading.weightfile import SAFETENSORS_DTYPES
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
@@ -29,6 +28,8 @@ ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 PREFIXES = ("", "model.", "transformer.", "bert.")
+STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
+                                       "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
 MAX_SIZE = 2**31  # a width, depth or count beyond this is a corrupt config, not a model
 ACTIVATIONS = {"gelu": FfnKind.GELU, "gelu_new": FfnKind.GELU_TANH, "gelu_pytorch_tanh": FfnKind.GELU_TANH,
                "relu": FfnKind.RELU, "tanh": FfnKind.TANH}
@@ -103,6 +104,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
             ("mlp",) if config.get("mlp_bias") else ())
     window, sliding_layers = _sliding(config, file, layers)
+    theta, divisors = _rope(config, file, head_dim or d // heads, "full_attention" if arch == "gemma3_text" else None)
     spec = ModelSpec(
         d_model=d, n_layers=layers, n_heads=heads,
         d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
@@ -110,7 +112,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
         max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
-        kv_heads=kv_heads, rope_theta=_rope_theta(config, file, "full_attention" if arch == "gemma3_text" else None),
+        kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
         qk_norm=arch in ("qwen3", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
     )
     if arch in GEMMA:
@@ -138,14 +140,23 @@ def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
         spec, ffn=FfnKind.GATED_GELU_TANH, norm=replace(spec.norm, weight_offset=True), post_norms=True,
         embed_scale=math.sqrt(spec.d_model),  # a float32 run rounds it to float32, as transformers does
         attn_scale=scalar**-0.5, attn_softcap=attn_cap, final_softcap=final_cap,
-        rope_theta_local=None if gemma2 else _rope_theta(config, file, "sliding_attention"),
+        rope_theta_local=None if gemma2 else _local_theta(config, file, spec.d_head),
     )
 
 
-def _positive(config: dict, key: str, file: Path, default) -> float:
+def _local_theta(config: dict, file: Path, d_head: int) -> float:
+    """Gemma 3's sliding layers: their own RoPE base, never scaled."""
+    theta, divisors = _rope(config, file, d_head, "sliding_attention")
+    if divisors is not None:
+        raise ConfigError(file, "rope_parameters.sliding_attention.rope_type", "Gemma 3's sliding layers are "
+                          "expected unscaled")
+    return theta
+
+
+def _positive(config: dict, key: str, file: Path, default, where: str = "") -> float:
     value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(file, key, f"expected a number > 0, got {value!r}")
+        raise ConfigError(file, where + key, f"expected a number > 0, got {value!r}")
     return float(value)
 
 
@@ -162,8 +173,8 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     window = _get(config, "sliding_window", file, default)
     types = config.get("layer_types")
     if types is None:
-        period = {"gemma2": 2, "gemma3_text": config.get("sliding_window_pattern", 6)}.get(arch)
-        if period is not None:
+        if arch in GEMMA:
+            period = 2 if arch == "gemma2" else _get(config, "sliding_window_pattern", file, 6)
             return window, tuple(i for i in range(layers) if (i + 1) % period)
         if arch in ("qwen2", "qwen3"):
             return window, tuple(range(_get(config, "max_window_layers", file, layers), layers))
@@ -177,27 +188,53 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     return window, tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
 
 
-def _rope_theta(config: dict, file: Path, layer_type: str | None = None) -> float:
-    """theta from `rope_parameters` (transformers 5; Gemma 3: one table per layer type) or the older
-    top-level `rope_theta`; any RoPE scaling type is refused rather than silently ignored."""
+def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) -> tuple[float, tuple | None]:
+    """theta and the frequency divisors (None: unscaled) from `rope_parameters` (transformers 5; Gemma 3:
+    one table per layer type) or the older top-level `rope_theta` / `rope_scaling`. Linear and Llama 3
+    scaling are read; any other RoPE scaling type is refused rather than silently ignored."""
     params = config.get("rope_parameters") or {}
     prefix = "rope_parameters"
     if layer_type is not None and isinstance(params, dict) and isinstance(params.get(layer_type), dict):
         params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
-    scaling = config.get("rope_scaling") or {}
-    for key, table in ((f"{prefix}.rope_type", params), ("rope_scaling.rope_type", scaling)):
-        if not isinstance(table, dict):
-            raise ConfigError(file, key.rpartition(".")[0], f"expected a JSON object, got {table!r}")
-        kind = table.get("rope_type", table.get("type", "default"))
-        if kind != "default":
-            raise ConfigError(file, key, f"RoPE scaling type {kind!r} is not supported (only 'default')")
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
     fallback = config.get("rope_local_base_freq", 10000.0) if layer_type == "sliding_attention" else 10000.0
-    theta = params.get("rope_theta", config.get("rope_theta", fallback))
+    theta = params.get("rope_theta", config.get("rope_theta", fallback)) if isinstance(params, dict) else None
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
         raise ConfigError(file, f"{prefix}.rope_theta", f"expected a number > 1, got {theta!r}")
-    return float(theta)
+    divisors = None
+    for key, table in ((prefix, params), ("rope_scaling", config.get("rope_scaling") or {})):
+        if not isinstance(table, dict):
+            raise ConfigError(file, key, f"expected a JSON object, got {table!r}")
+        kind = table.get("rope_type", table.get("type", "default"))
+        if kind not in SCALINGS:
+            raise ConfigError(file, f"{key}.rope_type", f"RoPE scaling type {kind!r} is not supported "
+                              f"(supported: {', '.join(SCALINGS)})")
+        if kind != "default":
+            read = lambda name: _positive(table, name, file, None, f"{key}.")  # noqa: E731
+            divisors = SCALINGS[kind](read, float(theta), d_head)
+    return float(theta), divisors
+
+
+def _linear_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
+    return (read("factor"),) * (d_head // 2)
+
+
+def _llama3_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
+    """Llama 3's scaling: wavelengths beyond original/low_freq_factor slow down by `factor`, those below
+    original/high_freq_factor stay, and the ones between blend smoothly (transformers' formula, in float64)."""
+    factor, low, high = read("factor"), read("low_freq_factor"), read("high_freq_factor")
+    old = read("original_max_position_embeddings")
+    inv_freq = 1.0 / theta ** (np.arange(0, d_head, 2, dtype=np.float64) / d_head)
+    wavelen = 2 * math.pi / inv_freq
+    scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    scaled = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    return tuple(float(d) for d in inv_freq / scaled)
+
+
+SCALINGS = {"default": None, "linear": _linear_divisors, "llama3": _llama3_divisors}
 
 
 def _activation(config: dict, key: str, file: Path, default: str) -> FfnKind:
@@ -261,41 +298,46 @@ def tensor_files(folder: Path) -> dict[str, Path]:
 
 class Tensors:
     """A folder's tensors by name, whatever prefix its files give them (`model.`, `transformer.`,
-    `bert.` or none); use as a context manager (the files stay open while reading)."""
+    `bert.` or none). Each file's header is checked by `safetensors` and its data memory-mapped:
+    `load(key)` is a read-only view of the map (bfloat16 widened to float32), `stand_in(key)` a
+    zero-byte array of the tensor's shape and dtype, for checking shapes without reading."""
 
     def __init__(self, folder: Path):
         self.folder, self.files = folder, tensor_files(folder)
-        self._stack = ExitStack()
-        self._handles: dict[Path, Any] = {}
+        self._headers = {file: _header(file) for file in set(self.files.values())}
 
-    def __enter__(self) -> Tensors:
-        for file in set(self.files.values()):
-            self._handles[file] = self._stack.enter_context(safe_open(file, framework="numpy"))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stack.close()
-
-    def __call__(self, key: str) -> np.ndarray:
+    def _entry(self, key: str) -> tuple[Path, str, dict]:
         for prefix in PREFIXES:
             name = prefix + key
             if name in self.files:
-                handle = self._handles[self.files[name]]
-                if handle.get_slice(name).get_dtype() == "BF16":
-                    return _bf16(self.files[name], name)
-                return handle.get_tensor(name)
+                file = self.files[name]
+                return file, name, self._headers[file][1][name]
         raise ScenarioError(str(self.folder), None, key, "tensor missing from the checkpoint")
 
+    def stand_in(self, key: str) -> np.ndarray:
+        file, name, entry = self._entry(key)
+        dtype = STAND_IN_DTYPES.get(entry["dtype"])
+        if dtype is None:
+            raise ScenarioError(str(file), None, name, f"expected floating-point numbers, got {entry['dtype']}")
+        return np.broadcast_to(np.zeros((), dtype), entry["shape"])
 
-def _bf16(file: Path, name: str) -> np.ndarray:
-    """NumPy has no bfloat16: its 16 bits are the top half of a float32."""
+    def load(self, key: str) -> np.ndarray:
+        file, name, entry = self._entry(key)
+        start = self._headers[file][0]
+        begin, end = (start + offset for offset in entry["data_offsets"])
+        data = np.memmap(file, dtype=np.uint8, mode="r", offset=begin, shape=(end - begin,))
+        if entry["dtype"] == "BF16":  # NumPy has no bfloat16: its 16 bits are the top half of a float32
+            return (np.asarray(data).view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+        return np.asarray(data).view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+
+
+def _header(file: Path) -> tuple[int, dict]:
+    """Where the data starts and each tensor's entry; `safe_open` validates the header first."""
+    with safe_open(file, framework="numpy"):
+        pass
     with open(file, "rb") as handle:
         size = struct.unpack("<Q", handle.read(8))[0]
-        entry = json.loads(handle.read(size))[name]
-        start, end = entry["data_offsets"]
-        handle.seek(8 + size + start)
-        raw = np.frombuffer(handle.read(end - start), dtype="<u2")
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
+        return 8 + size, json.loads(handle.read(size))
 
 
 Getter = Callable[[str], np.ndarray]

@@ -11,17 +11,14 @@ from __future__ import annotations
 import json
 from functools import cache
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+import numpy as np
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from engine.spec import Vocab
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
+GEMMA = ("gemma", "gemma2", "gemma3")  # their SentencePiece files follow transformers' GemmaTokenizer
 ESCAPES = {i: f"\\x{i:02x}" for i in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
-SPLITS = {  # tokenizer.ggml.pre -> a split before the byte-level regex (llama.cpp's pre-tokenizers)
-    "default": None,
-    "gpt-2": None,
-    "smollm": r"\p{N}",  # digits one by one
-}
 
 
 @cache
@@ -54,9 +51,20 @@ def piece_texts(tokenizer: Tokenizer) -> tuple[str, ...]:
     if "ByteLevel" in kinds:
         table = _byte_of()
         pieces = [p if p in specials else _bytes_text(p, table) for p in pieces]
-    elif kinds & {"Metaspace", "Replace"}:  # SentencePiece-style: ▁ marks a space
-        pieces = [p if p in specials else p.replace("▁", " ") for p in pieces]
+    elif kinds & {"Metaspace", "Replace"}:  # SentencePiece-style: ▁ marks a space, <0x0A> is a byte
+        pieces = [p if p in specials else _byte_piece(p) or p.replace("▁", " ") for p in pieces]
     return tuple(p.translate(ESCAPES) for p in pieces)
+
+
+def _byte_piece(piece: str) -> str:
+    """A byte-fallback piece's text: `<0x0A>` is a newline, `<0xE6>` part of a character (`\\xe6`)."""
+    if len(piece) != 6 or not piece.startswith("<0x") or piece[-1] != ">":
+        return ""
+    try:
+        byte = int(piece[3:5], 16)
+    except ValueError:
+        return ""
+    return chr(byte) if byte < 128 else f"\\x{byte:02x}"
 
 
 def _bytes_text(piece: str, table: dict[int, str]) -> str:
@@ -67,8 +75,11 @@ def _bytes_text(piece: str, table: dict[int, str]) -> str:
     return raw.decode("utf-8", errors="backslashreplace")
 
 
-def make_vocab(tokenizer: Tokenizer, eos: int | None, pad: int | None) -> Vocab:
-    return Vocab(piece_texts(tokenizer), pad=pad, eos=eos)
+def make_vocab(tokenizer: Tokenizer, size: int, eos: int | None, pad: int | None) -> Vocab:
+    """The texts of the model's `size` ids: an embedding row the tokenizer never produces (models pad
+    their tables, e.g. Qwen2.5's 151 936 rows for 151 665 pieces) reads `<unused N>`."""
+    pieces = piece_texts(tokenizer)[:size]
+    return Vocab(pieces + tuple(f"<unused {i}>" for i in range(len(pieces), size)), pad=pad, eos=eos)
 
 
 def numbered_vocab(size: int, eos: int | None, pad: int | None) -> Vocab:
@@ -82,31 +93,103 @@ def encode(tokenizer: Tokenizer, prompt: str) -> tuple[int, ...]:
 
 
 # -- GGUF --------------------------------------------------------------------------------
+QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPLITS = {  # tokenizer.ggml.pre -> (a split before the byte-level step, whether that step splits GPT-2's way too)
+    "default": (None, True),
+    "gpt-2": (None, True),
+    "smollm": (r"\p{N}", True),  # digits one by one
+    "qwen2": (QWEN2_SPLIT, False),  # the split replaces GPT-2's (as in transformers' GGUF loader)
+    "llama-bpe": (LLAMA3_SPLIT, False),
+    "llama3": (LLAMA3_SPLIT, False),
+}
+
+
 def gguf_tokenizer(meta: dict, error) -> Tokenizer:
-    """A byte-level BPE tokenizer from a GGUF file's `tokenizer.ggml.*` metadata.
+    """The tokenizer a GGUF file's `tokenizer.ggml.*` metadata describes: byte-level BPE (`gpt2`) or
+    SentencePiece (`llama`: byte-fallback `<0x0A>` pieces, `▁` for a space, merges from the scores).
 
     `error(key, message)` builds the exception for a key this cannot honour.
     """
     kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise error("tokenizer.ggml.model", f"only byte-level BPE ('gpt2') is supported, this file has {kind!r}")
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in SPLITS:
-        raise error("tokenizer.ggml.pre", f"unknown pre-tokenizer {pre!r} (known: {', '.join(SPLITS)})")
-    tokens = list(meta["tokenizer.ggml.tokens"])
-    merges = [tuple(merge.split(" ", 1)) for merge in meta.get("tokenizer.ggml.merges", [])]
-    tokenizer = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-    byte_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    split = SPLITS[pre]
-    tokenizer.pre_tokenizer = byte_split if split is None else pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(split), behavior="isolated"), byte_split])
-    tokenizer.decoder = decoders.ByteLevel()
-    types = list(meta.get("tokenizer.ggml.token_type", []))
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                  for t, kind in zip(tokens, types) if kind == CONTROL])
-    tokenizer.add_tokens([AddedToken(t, normalized=False) for t, kind in zip(tokens, types) if kind == USER_DEFINED])
+    builders = {"gpt2": _byte_level, "llama": _sentencepiece}
+    if kind not in builders:
+        raise error("tokenizer.ggml.model", f"unsupported tokenizer {kind!r} (supported: {', '.join(builders)})")
+    tokens = meta["tokenizer.ggml.tokens"]
+    gemma = kind == "llama" and meta.get("general.architecture") in GEMMA
+    tokenizer = (_gemma_sentencepiece if gemma else builders[kind])(meta, tokens, error)
+    types = meta.get("tokenizer.ggml.token_type", ())
+    tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                                  for i in np.flatnonzero(np.asarray(types) == CONTROL)])
+    tokenizer.add_tokens([AddedToken(tokens[i], normalized=False) for i in np.flatnonzero(np.asarray(types) == USER_DEFINED)])
     bos = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token", False) and bos is not None:
+    if meta.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None:  # llama.cpp's default
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], int(bos))])
     return tokenizer
+
+
+def _byte_level(meta: dict, tokens: list[str], error) -> Tokenizer:
+    pre = meta.get("tokenizer.ggml.pre", "default")
+    if pre not in SPLITS:
+        raise error("tokenizer.ggml.pre", f"unknown pre-tokenizer {pre!r} (known: {', '.join(SPLITS)})")
+    tokenizer = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=_merges(meta)))
+    split, gpt2_regex = SPLITS[pre]
+    byte_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=gpt2_regex)
+    tokenizer.pre_tokenizer = byte_split if split is None else pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(split), behavior="isolated"), byte_split])
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def _sentencepiece(meta: dict, tokens: list[str], error) -> Tokenizer:
+    """As transformers' LlamaTokenizer: BPE with byte fallback over `▁`-marked text."""
+    vocab = _vocab(tokens)
+    merges = _merges(meta) if "tokenizer.ggml.merges" in meta else _merges_from_scores(tokens, vocab, meta, error)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True))
+    prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first" if prefix else "never",
+                                                       split=False)
+    steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    tokenizer.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1)] if prefix else []))
+    return tokenizer
+
+
+def _gemma_sentencepiece(meta: dict, tokens: list[str], error) -> Tokenizer:
+    """As transformers' GemmaTokenizer: a piece of spaces is spelled with `▁`, merges follow the file's
+    order (Gemma's scores do not), every space becomes `▁` and no prefix space is added."""
+    tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    vocab = _vocab(tokens)
+    merges = _merges(meta) if "tokenizer.ggml.merges" in meta else _merges_by_score(tokens, vocab, -np.arange(len(tokens)))
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, unk_token="<unk>", byte_fallback=True))
+    tokenizer.normalizer = normalizers.Replace(" ", "▁")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    return tokenizer
+
+
+def _vocab(tokens: list[str]) -> dict[str, int]:
+    return {token: index for index, token in enumerate(tokens)}
+
+
+def _merges(meta: dict) -> list[tuple[str, str]]:
+    return [tuple(merge.split(" ", 1)) for merge in meta.get("tokenizer.ggml.merges", ())]
+
+
+def _merges_from_scores(tokens: list[str], vocab: dict[str, int], meta: dict, error) -> list[tuple[str, str]]:
+    scores = meta.get("tokenizer.ggml.scores")
+    if scores is None or len(scores) != len(tokens):
+        raise error("tokenizer.ggml.scores", "a SentencePiece vocabulary without merges needs one score per token")
+    return _merges_by_score(tokens, vocab, scores)
+
+
+def _merges_by_score(tokens: list[str], vocab: dict[str, int], scores: np.ndarray) -> list[tuple[str, str]]:
+    """Every split of a piece into two pieces, best-scored merged piece first (transformers' generate_merges)."""
+    found = []
+    for piece, score in zip(tokens, scores.tolist()):
+        pairs = [(piece[:i], piece[i:]) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]
+        pairs.sort(key=lambda pair: (vocab[pair[0]], vocab[pair[1]]))
+        found.extend((score, len(left), len(right), left, right) for left, right in pairs)
+    found.sort(key=lambda merge: merge[:3], reverse=True)
+    return [(left, right) for *_, left, right in found]

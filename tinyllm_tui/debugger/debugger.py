@@ -23,11 +23,13 @@ import numpy as np
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
 from engine.compare.check import check_scenario
-from engine.compare.against import align
+from engine.compare.against import Against, Report, Tolerance, disagreement
+from engine.compare.dump import Dump
 from engine.compare.diff import OpDiff, diff_sessions
 from engine.compare.diff import alone as alone_session
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
+from engine.lazy_weights import changed_names
 from engine.loading.edits import Edit, WeightHistory, apply_edit, save, with_weights
 from engine.compare.expect import Cell, Outcome
 from tinyllm_tui.debugger.history import DEFAULT_BUDGET, History, RoundSummary
@@ -41,6 +43,9 @@ BUSY = "busy: a run is in flight (Esc or ctrl+c cancels it)"
 
 class Busy(RuntimeError):
     """Another thread owns the session's generator (a run is in flight)."""
+
+
+DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
 
 class SearchError(ValueError):
@@ -79,13 +84,15 @@ def matcher(text: str) -> Callable[[OpState], bool]:
 class DumpCells(Mapping):
     """The cells of a dumped activation as expectations: each must agree within `tolerance`."""
 
-    def __init__(self, values: np.ndarray, tolerance: float):
+    def __init__(self, values: np.ndarray, tolerance: Tolerance):
         self._values, self._tolerance = values, tolerance
-        self.label = f"your activations: {{}} cells within {tolerance:g} (✓ ✗)"
+        self.label = f"your activations: {{}} cells within {tolerance.describe()} (✓ ✗)"
 
     def __getitem__(self, cell: tuple[int, int]) -> Cell:
         i, j = cell
-        return Cell(i, j, "", "", float(self._values[i, j]), math.nan, self._tolerance)
+        value = float(self._values[i, j])
+        bound = self._tolerance.atol + self._tolerance.rtol * (abs(value) if math.isfinite(value) else 0.0)
+        return Cell(i, j, "", "", value, math.nan, bound)
 
     def __iter__(self):
         return iter(np.ndindex(*self._values.shape))
@@ -99,22 +106,20 @@ class DumpCells(Mapping):
 
     def agreeing(self, shown: np.ndarray) -> int:
         """How many cells `shown` agrees with (counted at once: a dump has every cell of a big matrix)."""
-        same = (shown == self._values) | (np.isnan(shown) & np.isnan(self._values))
-        with np.errstate(invalid="ignore"):
-            return int(np.sum(same | (np.abs(shown - self._values) <= self._tolerance)))
+        return int(np.sum(~disagreement(np.asarray(shown, dtype=np.float64), self._values, self._tolerance)[1]))
 
 
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
                  inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET,
-                 against: tuple[dict, float] | None = None):
+                 against: tuple[Dump, float | None, float | None] | None = None):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
         budget: bytes of operator outputs the history keeps for stepping back.
-        against: a dump of the user's own activations (hook name -> array) and the tolerance they must meet;
-            the first request's prefill is then judged cell by cell against it.
+        against: a dump of the user's own activations and the tolerance (--tolerance, --rtol; None: the
+            dtype's default) they must meet; every pass the dump holds is judged cell by cell against it.
         """
-        self.against = against
+        self.against = None if against is None else Against(against[0], scenario, *against[1:])
         self.file_scenario = scenario
         self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
@@ -185,6 +190,7 @@ class Debugger:
         self.scenario = with_weights(self.file_scenario, self.weights)
         self.fingerprint = self.scenario.fingerprint  # what a cache row computed with these weights carries
         self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
+        self.divergences: Report | None = None  # None until the run is compared with the --against dump
         self.session = Session(self.scenario, self.backend, inject=self.inject, stale=self.stale)
         self.history = History(self.session.steps, budget=self.budget)
         self._cancel.clear()
@@ -270,6 +276,8 @@ class Debugger:
             raise SearchError("type a step number or an operator name, kind or condition")
         if text.isdigit():
             return self.goto_step(int(text))
+        if text == DIVERGED:
+            return self.goto_divergence()
         wanted = matcher(text)
         with self._owned():
             self._cancel.clear()
@@ -408,8 +416,7 @@ class Debugger:
         saved = self.file_scenario.weights
         key = (id(self.weights), id(saved))
         if self._unsaved[0] != key:
-            count = sum(int(np.sum(array != saved[name])) for name, array in self.weights.items()
-                        if array is not saved[name])  # an edit copies only the array it changes
+            count = sum(int(np.sum(self.weights[name] != saved[name])) for name in changed_names(self.weights, saved))
             self._unsaved = (key, count)
         return self._unsaved[1]
 
@@ -447,6 +454,40 @@ class Debugger:
         with self._comparison():
             return diff_sessions(cached, reference, self._cancellable)
 
+    def compare_against(self) -> Report | None:
+        """The run being debugged (fault and stale cache included) against the --against dump over every
+        pass; kept unless an edit has outrun it. Raises Cancelled when `cancel()` is called meanwhile."""
+        if self.against is None:
+            return None
+        scenario = self.scenario
+        session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
+        with self._comparison():
+            report = self.against.meet(self._cancellable(session.steps()))
+        if scenario is self.scenario:
+            self.divergences = report
+        return report
+
+    def round_verdicts(self) -> dict[tuple[int, int], bool]:
+        """(request, round) -> whether your activations agree in every operator of that round."""
+        return {} if self.divergences is None else self.divergences.round_verdicts()
+
+    def differing_cache_rows(self, state: OpState, layer: int) -> frozenset[int]:
+        """Positions of `layer`'s cache at `state` whose K or V row differs from your dumped cache."""
+        if self.against is None or not state.caches:
+            return frozenset()
+        return self.against.differing_cache_rows(state, min(layer, len(state.caches) - 1))
+
+    def goto_divergence(self) -> str:
+        """`g diverged`: to the first operator (or cache) where your activations leave the reference."""
+        if self.against is None:
+            raise SearchError("no activations to compare: open with --against DUMP")
+        report = self.divergences or self.compare_against()
+        first = report.first_divergence
+        if first is None:
+            return "your activations agree everywhere"
+        self.goto_step(first.step)
+        return f"first divergence: {first.cell_text(len(self.scenario.requests))}"
+
     def check_expectations(self, scenario: Scenario) -> list[Outcome]:
         return check_scenario(scenario, self.backend) if scenario.expect else []
 
@@ -459,10 +500,11 @@ class Debugger:
 
     def verdicts(self, state: OpState) -> Mapping[tuple[int, int], Cell]:
         """(row, col) of `state`'s matrix -> the cell it must agree with: a dump's, or an expect: table's."""
-        if self.against is not None and (state.request, state.round) == (0, 0) and state.name in self.against[0]:
-            aligned = align(self.against[0][state.name], state, tuple(state.values.shape))
+        if self.against is not None:
+            key = self.against.passes.key(state)
+            aligned = self.against.aligned(key, state.head, tuple(state.values.shape))
             if aligned is not None:
-                return DumpCells(np.asarray(aligned, dtype=np.float64), self.against[1])
+                return DumpCells(aligned, self.against.tolerance(key))
         key = (state.request, state.round, state.name, state.head)
         rows = {position: i for i, position in enumerate(state.positions)}
         return {(rows[cell.position], cell.col): cell

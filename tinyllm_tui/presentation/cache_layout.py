@@ -29,14 +29,16 @@ def layout_line(cache: LayerCache) -> str:
     return ""
 
 
-def row_labels(cache: LayerCache, timeline: Sequence[TokenState], new_from: int) -> list[str]:
-    """A label per row of k/v: + for rows this chunk added, the position and its token; a ring's
-    slot (↺ where the next write goes, "empty" before it is filled), a paged row's block."""
+def row_labels(cache: LayerCache, timeline: Sequence[TokenState], new_from: int,
+               differing: frozenset[int] = frozenset()) -> list[str]:
+    """A label per row of k/v: ✗ for rows that differ from a --against dump, + for rows this chunk
+    added, the position and its token; a ring's slot (↺ where the next write goes, "empty" before it
+    is filled), a paged row's block."""
     def token(position: int) -> str:
         return timeline[position].text if position < len(timeline) else "?"  # an injected bug added a row
 
     def label(row: int, position: int) -> str:
-        new = "+" if position >= new_from else " "
+        new = "✗" if position in differing else "+" if position >= new_from else " "
         if isinstance(cache, RingCache):
             mark = "↺" if row == cache.write_position else " "
             return f"s{row}{mark} " + ("empty" if position < 0 else f"{new}{position} · {token(position)}")

@@ -5,7 +5,7 @@ Requests are numbered from 0; tokens are shown as text, never as float ids.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -71,12 +71,14 @@ def expect_summary(outcomes: list[Outcome]) -> str:
     return f"{passed}/{len(outcomes)} tables agree fully; {agreeing}/{cells} printed cells agree"
 
 
-def round_line(rounds) -> str:
+def round_line(rounds, marks: Mapping[int, str] | None = None) -> str:
     """The A.9 table on one line, from engine.history.RoundSummary objects:
-    "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: fed 爱 → cache 4 → chose 爱"."""
+    "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: fed 爱 → cache 4 → chose 爱";
+    `marks` (round -> ✓/✗) follow a round's name."""
     parts = []
     for r in rounds:
-        text = f"{where(r.phase, r.round)}: fed {' '.join(r.fed)} → cache {r.cache_length}"
+        mark = f" {marks[r.round]}" if marks and r.round in marks else ""
+        text = f"{where(r.phase, r.round)}{mark}: fed {' '.join(r.fed)} → cache {r.cache_length}"
         text += "" if r.chosen is None else f" → chose {r.chosen}"
         parts.append(text + (f" ({r.stop})" if r.stop else ""))
     return ROUND_SEPARATOR.join(parts)

@@ -33,11 +33,11 @@ class DebuggerApp(App):
 
     def __init__(self, scenario: Scenario | Loading, backend: Backend | None = None, *, lang: str | None = None,
                  breakpoints: list[str] = (), inject: str | None = None, edits: list[Edit] = (),
-                 budget: int | None = None, against: tuple[dict, float] | None = None):
+                 budget: int | None = None, against: tuple | None = None):
         """Args:
         scenario: loaded (the main screen at once), or a Loading, whose Opening then gives breakpoints,
             edits and budget.
-        against: activations of the user's own implementation keyed by hook name, and the tolerance.
+        against: a --against dump (engine.compare.dump.Dump) and its --tolerance and --rtol (None: per dtype).
         """
         super().__init__()
         self.backend, self.inject, self.against = backend, inject, against
@@ -170,7 +170,7 @@ class DebuggerApp(App):
 
 
 def launch(loading: Loading, backend: Backend, *, lang: str | None, inject: str | None = None,
-           against: tuple[dict, float] | None = None) -> None:
+           against: tuple | None = None) -> None:
     """Run the app on a file still to load; a load that failed or was cancelled is raised here, after the
     app has given the terminal back, so the CLI reports it as it reports any bad input."""
     app = DebuggerApp(loading, backend, lang=lang, inject=inject, against=against)

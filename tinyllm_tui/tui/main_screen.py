@@ -140,8 +140,10 @@ class DebuggerScreen(Screen):
         self.check_expectations()
 
     def check_expectations(self) -> None:
-        """The expect: tables, checked off the UI thread once per set of weights."""
+        """The expect: tables and the --against dump, checked off the UI thread once per set of weights."""
         scenario = self.debugger.scenario
+        if self.debugger.against is not None and self.debugger.divergences is None:
+            self._compare_against()
         if self.debugger.outcomes is not None:
             return
         if scenario.expect:
@@ -154,6 +156,14 @@ class DebuggerScreen(Screen):
         outcomes = self.debugger.check_expectations(scenario)
         self.app.call_from_thread(self._checked, scenario, outcomes)
 
+    @work(thread=True, exclusive=True, group="against")
+    def _compare_against(self) -> None:
+        try:
+            self.debugger.compare_against()
+        except Cancelled:
+            return
+        self.app.call_from_thread(lambda: self.is_current and self.show(self.message))
+
     def _checked(self, scenario, outcomes) -> None:
         if self.debugger.accept_outcomes(scenario, outcomes) and self.is_current:
             self.show(self.message)
@@ -165,7 +175,8 @@ class DebuggerScreen(Screen):
         state = view.state
         self.query_one(OperatorList).show_view(view)
         self.query_one(Timeline).show(TimelineData(state, len(debugger.scenario.requests),
-                                                   bool(debugger.scenario.decode.prefill_chunk), view.rounds))
+                                                   bool(debugger.scenario.decode.prefill_chunk), view.rounds,
+                                                   debugger.round_verdicts()))
         self.query_one(MatrixWindow).data = MatrixData(
             op_title(state), to_host(state.values), lazy_labels(state.output.row_axis),
             lazy_labels(state.output.col_axis), kind=state.kind,
@@ -190,7 +201,8 @@ class DebuggerScreen(Screen):
             self.query_one(ExpectPanel).outcomes = self.debugger.outcomes
 
     def _show_cache(self, selector: str) -> None:
-        self.query_one(selector, CacheView).show(self.debugger.view.state, self.debugger.fingerprint)
+        self.query_one(selector, CacheView).show(self.debugger.view.state, self.debugger.fingerprint,
+                                                 self.debugger.differing_cache_rows)
 
     def on_tabbed_content_tab_activated(self) -> None:
         self._show_panels()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
@@ -26,6 +28,7 @@ class CacheView(Vertical):
     shown_head = reactive(0, init=False)
     pinned = False  # True once the user picked a layer: it no longer follows the operator
     fingerprint = ""  # the current weights' identity: rows computed with other weights are stale
+    differing: Callable[[OpState, int], frozenset[int]] | None = None
 
     def __init__(self, d_head: int, *, id: str | None = None):
         super().__init__(id=id)
@@ -38,9 +41,12 @@ class CacheView(Vertical):
             yield MatrixWindow(classes="cache-k")
             yield MatrixWindow(classes="cache-v")
 
-    def show(self, state: OpState, fingerprint: str) -> None:
-        """The cache as `state` left it; redrawn only where it changed (a container's refresh repaints all)."""
-        self.state, self.fingerprint = state, fingerprint
+    def show(self, state: OpState, fingerprint: str, differing: Callable[[OpState, int], frozenset[int]] | None = None
+             ) -> None:
+        """The cache as `state` left it; redrawn only where it changed (a container's refresh repaints all).
+
+        differing: the rows of a layer's cache that differ from a --against dump (marked ✗)."""
+        self.state, self.fingerprint, self.differing = state, fingerprint, differing
         if not self.pinned and state.layer is not None:
             self.shown_layer = state.layer
         elif not self.pinned and state.caches and state.caches[-1].length > state.chunk_past:
@@ -75,7 +81,8 @@ class CacheView(Vertical):
         cache = state.caches[layer]
         heads = cache_heads(state, self.d_head)
         head = min(self.shown_head, heads - 1)
-        shown = (layer, head, self.fingerprint, state.chunk_past)
+        differing = self.differing(state, layer) if self.differing else frozenset()
+        shown = (layer, head, self.fingerprint, state.chunk_past, differing)
         if self._shown is not None and self._shown[0] is cache.k and self._shown[1] == shown:
             return  # most operators leave the cache as it was: nothing to redraw
         self._shown = (cache.k, shown)
@@ -89,8 +96,10 @@ class CacheView(Vertical):
             where.append(f"{rows} · from the current weights")
         else:  # the warning first: it must survive a narrow panel
             where.append(f"⚠ stale: old weights, r recomputes · {rows}", style="bold yellow")
+        if differing:
+            where.append(f" · ✗ {len(differing)} rows differ from your dump", style="bold red")
         title.update(where, layout=False)  # two lines, always
-        labels = row_labels(cache, state.timeline, state.chunk_past)
+        labels = row_labels(cache, state.timeline, state.chunk_past, differing)
         part = slice(head * self.d_head, (head + 1) * self.d_head)
         cols = [f"d{j}" for j in range(self.d_head)]
         for name, array in (("K", cache.k), ("V", cache.v)):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -33,12 +33,18 @@ class TimelineData:
     requests: int
     chunked: bool
     rounds: tuple[RoundSummary, ...]
+    verdicts: Mapping[tuple[int, int], bool] = field(default_factory=dict)  # (request, round) -> your dump agrees
 
     def shown(self) -> tuple:
         """What the timeline draws of these: most steps change none of it."""
         state = self.state
-        return (state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk, state.batch,
-                state.request)
+        return (state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk,
+                tuple(self.marks().items()), state.batch, state.request)
+
+    def marks(self) -> dict[int, str]:
+        """round -> ✓/✗ of the current request, where a --against dump was compared."""
+        request = self.state.request
+        return {r: "✓" if agrees else "✗" for (q, r), agrees in self.verdicts.items() if q == request}
 
 
 def focus_index(timeline: Sequence[TokenState]) -> int:
@@ -95,6 +101,8 @@ class Timeline(Widget):
         place = f"{tr('request', self.lang)} {state.request} (of {self.data.requests}) · {where(state.phase, state.round)}"
         if self.data.chunked and state.phase == "prefill":
             place += f" · chunk {state.chunk}"
+        if state.round in self.data.marks():
+            place += f" {self.data.marks()[state.round]}"
         place += f" · {tr('cache', self.lang)} {state.caches[0].length if state.caches else 0}  "
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
         if state.batch:  # one line per row of the batch, as many as the panel holds around the current one
@@ -126,7 +134,8 @@ class Timeline(Widget):
         if not rounds:
             return tr("no round finished yet", self.lang)
         start = len(rounds) - 1
-        while start > 0 and cell_len(round_line(rounds[start - 1 :])) + len(f"‹ {start} earlier │ ") <= width:
+        marks = self.data.marks()
+        while start > 0 and cell_len(round_line(rounds[start - 1 :], marks)) + len(f"‹ {start} earlier │ ") <= width:
             start -= 1
-        line = round_line(rounds[start:])
+        line = round_line(rounds[start:], marks)
         return f"‹ {start} earlier │ {line}" if start else line

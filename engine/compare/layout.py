@@ -1,0 +1,144 @@
+"""The dump layout of a whole generation: which pass a key belongs to, and each array's shape.
+
+A key is a TransformerLens hook name prefixed by the pass that computed it:
+
+    prefill.blocks.0.attn.hook_q          the prompt's pass
+    prefill.chunk.1.blocks.0.attn.hook_q  the second chunk of a chunked prefill
+    decode.3.unembed.hook_out             decode round 3 (rounds count from 1)
+    request.1.decode.2.hook_embed         request 1's round 2, when a scenario has several requests
+    decode.2.blocks.0.attn.cache_k        layer 0's KV cache after that pass
+
+A key without a pass (TransformerLens's own `run_with_cache` names) is the first request's prefill.
+Arrays may carry a leading batch axis of 1. Their layouts are TransformerLens's: residual-like
+hooks [pos, d]; hook_q/k/v/z and hook_rot_q/k [pos, head, d_head] (or stacked [pos, head·d_head]);
+hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head].
+The engine's own layout is one 2-D matrix per operator (and per head for scores, pattern and z);
+`align` turns a dump's array into it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+PER_HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")  # [head, query, key]
+HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # [pos, head, d_head]
+CACHES = ("cache_k", "cache_v")  # [kv_head, position, d_head]
+DECODE_RULE = ("filter", "probs", "choice")  # engine.trace.OpKind values of the sample.* operators
+_KEY = re.compile(r"(?:request\.(\d+)\.)?(prefill\.chunk\.\d+|prefill|decode\.\d+)\.(.+)")
+
+
+class Key(NamedTuple):
+    """Where a dumped array belongs: request, pass ("prefill", "prefill.chunk.1", "decode.3"), hook name."""
+
+    request: int
+    pass_: str
+    name: str
+
+    @property
+    def round(self) -> int:
+        """The round a pass belongs to: 0 for the prefill (every chunk of it), N for decode.N."""
+        return int(self.pass_.split(".")[1]) if self.pass_.startswith("decode.") else 0
+
+    def label(self, requests: int = 1) -> str:
+        """The pass as a key prefix shows it (the request only when there are several)."""
+        return (f"request.{self.request}." if requests > 1 else "") + self.pass_
+
+    def text(self, requests: int = 1) -> str:
+        return f"{self.label(requests)}.{self.name}"
+
+
+def parse_key(key: str) -> Key:
+    match = _KEY.fullmatch(key)
+    if match is None:
+        return Key(0, "prefill", key)
+    request, pass_, name = match.groups()
+    return Key(int(request or 0), pass_, name)
+
+
+def pass_of(round_: int, chunk: int, chunked: bool) -> str:
+    if round_:
+        return f"decode.{round_}"
+    return f"prefill.chunk.{chunk}" if chunked else "prefill"
+
+
+class Passes:
+    """Names the pass of each operator state of a scenario's run (a prefill is chunked only when
+    the decode rule's chunk size splits the prompt)."""
+
+    def __init__(self, scenario):
+        self.requests, self.d_head = len(scenario.requests), scenario.model.d_head
+        size = scenario.decode.prefill_chunk
+        self._chunks = [-(-len(r.tokens) // size) if size else 1 for r in scenario.requests]
+
+    def key(self, state, name: str | None = None) -> Key:
+        """The key of `state` (an engine.trace.OpState), or of another operator `name` of its pass.
+        The decode rule's operators after a chunked prefill belong to its last chunk."""
+        chunks = self._chunks[state.request]
+        chunk = chunks - 1 if state.kind in DECODE_RULE else state.chunk
+        return Key(state.request, pass_of(state.round, chunk, chunks > 1), name or state.name)
+
+    def text(self, state, name: str | None = None) -> str:
+        return self.key(state, name).text(self.requests)
+
+
+def suffix(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def without_batch(array: np.ndarray, ndim: int) -> np.ndarray:
+    """Drop a leading batch axis of 1 from an array that has one axis more than `ndim`."""
+    return array[0] if array.ndim == ndim + 1 and array.shape[0] == 1 else array
+
+
+def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The dump's array in the engine's 2-D layout for operator `name` (and `head`), or None."""
+    kind = suffix(name)
+    candidates = [theirs] + ([theirs[0]] if theirs.ndim >= 2 and theirs.shape[0] == 1 else [])
+    for array in candidates:
+        if kind in CACHES and array.ndim == 3:  # [kv_head, position, d_head] -> [position, kv_head·d_head]
+            array = np.transpose(array, (1, 0, 2)).reshape(array.shape[1], -1)
+        elif head is not None and kind in PER_HEAD_MATRICES and array.ndim == 3:
+            array = array[head] if head < array.shape[0] else array
+        elif head is not None and array.ndim == 3:  # hook_z: [pos, head, d_head]
+            array = array[:, head] if head < array.shape[1] else array
+        elif head is not None and array.ndim == 2 and array.shape[1] > shape[1]:  # stacked heads
+            width = shape[1]
+            array = array[:, head * width:(head + 1) * width]
+        elif kind in HEAD_AXIS and array.ndim == 3:
+            array = array.reshape(array.shape[0], -1)
+        if tuple(array.shape) == tuple(shape):
+            return array
+    return None
+
+
+def dump_index(name: str, head: int | None, row: int, col: int, d_head: int) -> tuple[int, ...]:
+    """A cell of the engine's matrix as an index into the dump's own layout (without the batch axis)."""
+    kind = suffix(name)
+    if kind in CACHES:
+        return (col // d_head, row, col % d_head)
+    if head is not None and kind in PER_HEAD_MATRICES:
+        return (head, row, col)
+    if head is not None:  # hook_z of one head
+        return (row, head, col)
+    if kind in HEAD_AXIS:
+        return (row, col // d_head, col % d_head)
+    return (row, col)
+
+
+def to_dump(name: str, values: np.ndarray, d_head: int) -> np.ndarray:
+    """An operator's 2-D output (every head's stacked for per-head operators) in the dump's layout,
+    with a batch axis of 1."""
+    kind = suffix(name)
+    if kind in CACHES:
+        return np.transpose(values.reshape(values.shape[0], -1, d_head), (1, 0, 2))[None]
+    if kind in HEAD_AXIS:
+        return values.reshape(values.shape[0], -1, d_head)[None]
+    return values[None]
+
+
+def stack_heads(name: str, heads: list[np.ndarray]) -> np.ndarray:
+    """One operator's per-head matrices as one array: [head, query, key] or hook_z's [pos, head, d_head]."""
+    return np.stack(heads, axis=0 if suffix(name) in PER_HEAD_MATRICES else 1)[None]

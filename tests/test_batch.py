@@ -166,3 +166,4 @@ async def test_the_timeline_shows_the_batch_as_rows():
         assert [row.split()[:3] for row in rows] == [["r0", "pad", "9"], ["r1", "pad", "5"], ["r2", "pad", "11"],
                                                      ["▸", "r3", "pad"]]
         assert "▶11:" in rows[2] and rows[3].split()[3] == "0"
+        assert "hook_embed · request 3 (row 4/4, pad 0) · prefill" in screen_text(app)  # the matrix's title

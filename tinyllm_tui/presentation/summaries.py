@@ -31,9 +31,14 @@ def where(phase: str, round_: int) -> str:
 
 
 def op_title(state: OpState) -> str:
-    """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
+    """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"; a batch's row says which of how many
+    and its padding: "… · request 2 (row 3/4, pad 11) · prefill"."""
     head = "" if state.head is None else f" · head {state.head}"
-    return f"{state.name}{head} · request {state.request} · {where(state.phase, state.round)}"
+    request = f"request {state.request}"
+    if state.batch:
+        row = next(i for i, r in enumerate(state.batch) if r.request == state.request)
+        request += f" (row {row + 1}/{len(state.batch)}, pad {state.batch[row].pad})"
+    return f"{state.name}{head} · {request} · {where(state.phase, state.round)}"
 
 
 def shape_text(shape: Sequence[int]) -> str:

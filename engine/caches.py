@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import ml_dtypes
 import numpy as np
 
+from engine import ops
 from engine.backend import to_host
 
 Array = Any
@@ -80,12 +81,7 @@ class Read:
     def visible(self, xp, n_new: int, window: int | None, sinks: int = 0) -> Array:
         """(T, S) booleans: a query reads keys at or before it, within `window` (sinks always)."""
         seen = self.cache.seen
-        queries = xp.arange(seen - n_new, seen)[:, None]
-        keys = xp.asarray(self.index)[None, :]
-        visible = keys <= queries
-        if window is not None:
-            visible = visible & ((keys > queries - window) | (keys < sinks))
-        return visible
+        return ops.causal_mask(xp, xp.arange(seen - n_new, seen), xp.asarray(self.index), window, sinks)
 
 
 @dataclass(frozen=True)
@@ -123,6 +119,7 @@ class LayerCache:
     k: Array  # (S, n_kv_heads·dh)
     v: Array  # (S, n_kv_heads·dh)
     fingerprint: str  # the weights these rows were computed with
+    head_width: int = 0  # dh (0: a row is one head): the transposed-K bug and per-head scales split by it
     appends_rows: ClassVar[bool] = True  # a later cache is this one's rows and more (a kept history stores the new)
 
     @property
@@ -153,22 +150,15 @@ class LayerCache:
         return dataclasses.replace(self, k=self.k[:0, ...], v=self.v[:0, ...])
 
     def extend(self, xp, k: Array, v: Array, fault) -> Read:
-        k = fault.stored_k(xp, k, self.d_head(k))
+        k = fault.stored_k(xp, k, self.head_width or int(k.shape[1]))
         cache = dataclasses.replace(self, k=xp.concat([self.k, k], axis=0), v=xp.concat([self.v, v], axis=0))
         return Read(cache.k, cache.v, tuple(range(cache.length)), cache)
 
-    def d_head(self, k: Array) -> int:
-        return getattr(self, "head_width", 0) or int(k.shape[1])
-
-
-@dataclass(frozen=True, eq=False)
-class HeadedCache(LayerCache):
-    head_width: int = 0  # dh: the transposed-K bug and per-head scales need the head split
 
 
 # -- ring buffer --------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
-class RingCache(HeadedCache):
+class RingCache(LayerCache):
     """`sinks + window − 1` physical slots (at least one past the sinks): k/v are the slots in
     physical order; `slots[s]` is the sequence index slot s holds (−1: empty), `written` how many
     tokens were fed."""
@@ -266,7 +256,7 @@ class Pool:
 
 
 @dataclass(frozen=True, eq=False)
-class PagedCache(HeadedCache):
+class PagedCache(LayerCache):
     """k/v hold the request's rows gathered through its block table (what the attention reads)."""
 
     appends_rows: ClassVar[bool] = False
@@ -330,7 +320,7 @@ QMAX = {Quantize.INT8: 127.0, Quantize.FLOAT8_E4M3: 448.0, Quantize.FLOAT8_E5M2:
 
 
 @dataclass(frozen=True, eq=False)
-class QuantizedCache(HeadedCache):
+class QuantizedCache(LayerCache):
     """k/v hold the dequantized rows (what the attention reads); codes and scales what is stored."""
 
     appends_rows: ClassVar[bool] = False
@@ -410,4 +400,4 @@ def empty_cache(spec: CacheSpec, xp, width: int, head_width: int, dtype, fingerp
         return RingCache(**{**common, "k": full, "v": full}, window=window, sinks=spec.sinks, slots=(-1,) * slots)
     if spec.layout is Layout.PAGED:
         return PagedCache(**common, block_size=spec.block_size)
-    return HeadedCache(**common)
+    return LayerCache(**common)

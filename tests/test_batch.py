@@ -167,3 +167,20 @@ async def test_the_timeline_shows_the_batch_as_rows():
                                                      ["▸", "r3", "pad"]]
         assert "▶11:" in rows[2] and rows[3].split()[3] == "0"
         assert "hook_embed · request 3 (row 4/4, pad 0) · prefill" in screen_text(app)  # the matrix's title
+
+
+def test_prompt_and_ids_repeat_one_request_each_and_do_not_mix():
+    from typer.testing import CliRunner
+
+    from engine.loading import ScenarioError, open_model
+    from tinyllm_tui.cli import app
+
+    texts = open_model(LLAMA, prompt=["The cat", "sat on the mat"], max_new_tokens=2)
+    alone = [open_model(LLAMA, prompt=text).requests[0].tokens for text in ("The cat", "sat on the mat")]
+    assert [r.tokens for r in texts.requests] == alone and all(r.max_new_tokens == 2 for r in texts.requests)
+    assert [r.tokens for r in open_model(LLAMA, ids=[[5, 6], [7]]).requests] == [(5, 6), (7,)]
+    with pytest.raises(ScenarioError, match="give prompts or token ids, not both"):
+        open_model(LLAMA, prompt=["a"], ids=[[1]])
+    result = CliRunner().invoke(app, ["diff", str(LLAMA), "--prompt", "a", "--ids", "1,2"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "--prompt/--ids: give prompts or token ids, not both" in result.stderr

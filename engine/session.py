@@ -116,6 +116,8 @@ class Session:
     def steps(self, resume: RoundStart | None = None, on_round: OnRound | None = None) -> Iterator[OpState]:
         """Every operator's state, from the start or from `resume`; `on_round` is given each round start."""
         if self.scenario.batch:
+            if resume is not None:
+                raise ValueError("a batch hands out no round starts to resume from")
             yield from self._batch_steps()
             return
         self.results = list(resume.results) if resume else []

@@ -329,7 +329,7 @@ def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_wha
                                          window=4)).steps() if s.round == 0][-1]
     ring = ring_end.caches[0]  # slots (0, 7, 8, 6) after nine tokens, as test_the_ring_holds_only… reasons
     tokens = [t.text for t in ring_end.timeline]
-    assert layout_line(ring) == "ring w4+1 sink · next s3 · 5 evicted"
+    assert layout_line(ring) == "ring w4+1 sink · next s3 · evicted 1–5"  # 0 is the sink; 6, 7, 8 are held
     assert row_labels(ring, ring_end.timeline, 0) == [f"s0  +0 · {tokens[0]}", f"s1  +7 · {tokens[7]}",
                                                       f"s2  +8 · {tokens[8]}", f"s3↺ +6 · {tokens[6]}"]
     shared = PROMPT[:5]

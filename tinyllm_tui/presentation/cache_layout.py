@@ -19,7 +19,9 @@ def layout_line(cache: LayerCache) -> str:
     facts = cache.facts
     if isinstance(facts, RingFacts):
         sinks = f"+{facts.sinks} sink{'s' * (facts.sinks != 1)}" if facts.sinks else ""
-        return f"ring w{facts.window}{sinks} · next s{facts.write} · {facts.evicted} evicted"
+        held = set(cache.row_positions)
+        evicted = spans([p for p in range(cache.seen) if p not in held])
+        return f"ring w{facts.window}{sinks} · next s{facts.write} · evicted {evicted or 'none'}"
     if isinstance(facts, PagedFacts):
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return f"paged ×{facts.block_size} · table [{table}] (*shared) · pool {facts.blocks}"
@@ -27,6 +29,17 @@ def layout_line(cache: LayerCache) -> str:
         return (f"{facts.quantize} {facts.scale.replace('_', ' ')}: {format_size(facts.nbytes)} stored "
                 f"(exact {format_size(facts.exact_nbytes)})")
     return ""
+
+
+def spans(positions: Sequence[int]) -> str:
+    """Ascending positions as ranges: "1–4 9"."""
+    parts, start = [], None
+    for i, p in enumerate(positions):
+        start = p if start is None else start
+        if i + 1 == len(positions) or positions[i + 1] != p + 1:
+            parts.append(str(p) if p == start else f"{start}–{p}")
+            start = None
+    return " ".join(parts)
 
 
 def row_labels(cache: LayerCache, timeline: Sequence[TokenState], new_from: int,

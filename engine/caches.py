@@ -155,7 +155,6 @@ class LayerCache:
         return Read(cache.k, cache.v, tuple(range(cache.length)), cache)
 
 
-
 # -- ring buffer --------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class RingCache(LayerCache):

@@ -86,7 +86,7 @@ class CacheView(Vertical):
         if self._shown is not None and self._shown[0] is cache.k and self._shown[1] == shown:
             return  # most operators leave the cache as it was: nothing to redraw
         self._shown = (cache.k, shown)
-        appended = max(cache.length - state.chunk_past, 0)
+        appended = sum(p >= state.chunk_past for p in cache.row_positions)  # a ring holds them anywhere
         where = Text.assemble((f"KV cache · layer {layer}/{len(state.caches) - 1} · head {head}/{heads - 1}", "bold"),
                               " ([ ] { })\n")
         rows = f"{cache.length} rows, {appended} new (+)"

@@ -66,14 +66,15 @@ def _read_npz(path: Path) -> dict[str, tuple[np.ndarray, str]]:
 def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
     from safetensors import safe_open
 
-    from engine.loading.hf import _bf16 as widened_bf16  # the checkpoint loader's reader of raw BF16 bits
+    from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
 
     named = {}
     with safe_open(str(path), framework="numpy") as file:
         for key in file.keys():
             kind = file.get_slice(key).get_dtype()
             if kind == "BF16":
-                named[key] = (widened_bf16(path, key), "bfloat16")
+                shape = tuple(file.get_slice(key).get_shape())
+                named[key] = (map_safetensors(path, {key: shape})[key], "bfloat16")
             else:
                 array = file.get_tensor(key)
                 named[key] = _checked(path, key, array, array.dtype.name)

@@ -20,7 +20,7 @@ import numpy as np
 from safetensors import safe_open
 
 from engine.loading.document import ScenarioError, read_text
-from engine.loading.weightfile import SAFETENSORS_DTYPES
+from engine.loading.weightfile import SAFETENSORS_DTYPES, widen_bf16
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
@@ -198,14 +198,16 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) 
         params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
     if config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
+    tables = ((prefix, params), ("rope_scaling", config.get("rope_scaling") or {}))
+    for key, table in tables:
+        if not isinstance(table, dict):
+            raise ConfigError(file, key, f"expected a JSON object, got {table!r}")
     fallback = config.get("rope_local_base_freq", 10000.0) if layer_type == "sliding_attention" else 10000.0
-    theta = params.get("rope_theta", config.get("rope_theta", fallback)) if isinstance(params, dict) else None
+    theta = params.get("rope_theta", config.get("rope_theta", fallback))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
         raise ConfigError(file, f"{prefix}.rope_theta", f"expected a number > 1, got {theta!r}")
     divisors = None
-    for key, table in ((prefix, params), ("rope_scaling", config.get("rope_scaling") or {})):
-        if not isinstance(table, dict):
-            raise ConfigError(file, key, f"expected a JSON object, got {table!r}")
+    for key, table in tables:
         kind = table.get("rope_type", table.get("type", "default"))
         if kind not in SCALINGS:
             raise ConfigError(file, f"{key}.rope_type", f"RoPE scaling type {kind!r} is not supported "
@@ -326,9 +328,8 @@ class Tensors:
         start = self._headers[file][0]
         begin, end = (start + offset for offset in entry["data_offsets"])
         data = np.memmap(file, dtype=np.uint8, mode="r", offset=begin, shape=(end - begin,))
-        if entry["dtype"] == "BF16":  # NumPy has no bfloat16: its 16 bits are the top half of a float32
-            return (np.asarray(data).view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
-        return np.asarray(data).view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        array = np.asarray(data).view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        return widen_bf16(array) if entry["dtype"] == "BF16" else array
 
 
 def _header(file: Path) -> tuple[int, dict]:

@@ -96,10 +96,15 @@ def _read_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndar
                 _check_shape(path, name, tensor.get_shape(), shapes[name])
     except SafetensorError as error:
         raise ScenarioError(str(path), None, "", f"not a readable safetensors file ({error})") from None
-    return _map_safetensors(path, shapes)
+    return map_safetensors(path, shapes)
 
 
-def _map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+def widen_bf16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 numbers read as their 16 bits, as float32: NumPy has no bfloat16, whose bits are a float32's top half."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
     """Read-only views into one memory map of the (already validated) file."""
     with path.open("rb") as file:
         length = int.from_bytes(file.read(8), "little")
@@ -110,9 +115,7 @@ def _map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarr
         entry = header[name]
         begin, end = (8 + length + offset for offset in entry["data_offsets"])
         array = data[begin:end].view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(shape)
-        if entry["dtype"] == "BF16":
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        arrays[name] = array
+        arrays[name] = widen_bf16(array) if entry["dtype"] == "BF16" else array
     return arrays
 
 

@@ -70,18 +70,20 @@ class Read:
 
     k: Array  # (S, d_kv), rows in `index` order
     v: Array
-    index: tuple[int, ...]  # the sequence index of each key row (0 = the first token fed)
+    index: range | tuple[int, ...]  # the sequence index of each key row (0 = the first token fed)
     cache: LayerCache  # the cache to keep
 
     @property
     def columns(self) -> str | tuple[int, ...]:
         """How the key columns are labelled: "keys" (positions 0, 1, …) or their positions."""
-        return "keys" if self.index == tuple(range(len(self.index))) else self.index
+        return "keys" if self.index == range(len(self.index)) else tuple(self.index)
 
     def visible(self, xp, n_new: int, window: int | None, sinks: int = 0) -> Array:
         """(T, S) booleans: a query reads keys at or before it, within `window` (sinks always)."""
         seen = self.cache.seen
-        return ops.causal_mask(xp, xp.arange(seen - n_new, seen), xp.asarray(self.index), window, sinks)
+        index = self.index
+        keys = xp.arange(index.start, index.stop) if isinstance(index, range) else xp.asarray(index)
+        return ops.causal_mask(xp, xp.arange(seen - n_new, seen), keys, window, sinks)
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ class LayerCache:
     def extend(self, xp, k: Array, v: Array, fault) -> Read:
         k = fault.stored_k(xp, k, self.head_width or int(k.shape[1]))
         cache = dataclasses.replace(self, k=xp.concat([self.k, k], axis=0), v=xp.concat([self.v, v], axis=0))
-        return Read(cache.k, cache.v, tuple(range(cache.length)), cache)
+        return Read(cache.k, cache.v, range(cache.length), cache)
 
 
 # -- ring buffer --------------------------------------------------------------------------------
@@ -304,7 +306,7 @@ class PagedCache(LayerCache):
         gathered_k = xp.concat([r[0] for r in rows], axis=0)[: length + k.shape[0], ...]
         gathered_v = xp.concat([r[1] for r in rows], axis=0)[: length + k.shape[0], ...]
         cache = dataclasses.replace(self, k=gathered_k, v=gathered_v, pool=pool, table=tuple(table))
-        return Read(gathered_k, gathered_v, tuple(range(cache.length)), cache)
+        return Read(gathered_k, gathered_v, range(cache.length), cache)
 
 
 def _digest(parent: int, k: Array, v: Array) -> str:
@@ -350,7 +352,7 @@ class QuantizedCache(LayerCache):
         new_k, new_v = (xp.asarray(dequantize(c, s, self.head_width), dtype=k.dtype) for c, s in stored)
         cache = dataclasses.replace(self, k=xp.concat([self.k, new_k], axis=0), v=xp.concat([self.v, new_v], axis=0),
                                     codes=codes, scales=scales)
-        return Read(cache.k, cache.v, tuple(range(cache.length)), cache)
+        return Read(cache.k, cache.v, range(cache.length), cache)
 
 
 def _groups(x: np.ndarray, axis: ScaleAxis, head_width: int) -> np.ndarray:

@@ -63,7 +63,8 @@ def row_labels(cache: LayerCache, timeline: Sequence[TokenState], new_from: int,
     return [label(row, position) for row, position in enumerate(cache.row_positions)]
 
 
-def batch_row_head(row: BatchRow, current: int) -> str:
-    """The start of a batch row's line: ▸ on the current request, its padding, a stop once it left."""
+def batch_row_head(row: BatchRow, current: int, pad: str = "pad") -> str:
+    """The start of a batch row's line: ▸ on the current request, its padding (`pad`: the word), a
+    stop once it left."""
     stop = f" ⏹ {row.stop}" if row.stop else ""
-    return f"{'▸' if row.request == current else ' '} r{row.request} pad {row.pad}{stop}  "
+    return f"{'▸' if row.request == current else ' '} r{row.request} {pad} {row.pad}{stop}  "

@@ -34,7 +34,7 @@ ZH = {
     # timeline
     "processed (K/V cached)": "已处理（K/V已缓存）", "being fed": "正在输入", "selected, not yet fed": "已选出，尚未输入",
     "pending": "待处理", "no round finished yet": "尚无完成的轮次", "request": "请求", "cache": "缓存",
-    "more": "个",
+    "more": "个", "batch of": "批次共", "rows": "行", "pad": "填充",
     # prompts and headings
     "Go to": "跳转到", "Search back for": "向前搜索",
     " a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):":

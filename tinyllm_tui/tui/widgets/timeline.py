@@ -120,10 +120,10 @@ class Timeline(Widget):
         room = max(self.size.height - 1, 1)
         mine = next(i for i, row in enumerate(rows) if row.request == state.request)
         first = min(max(mine - room // 2, 0), max(len(rows) - room, 0))
-        lines.append(f"batch of {len(rows)}" + (f" · rows {first}–{first + room - 1}" if len(rows) > room else ""),
-                     style="dim")
+        window = f" · {tr('rows', self.lang)} {first}–{first + room - 1}" if len(rows) > room else ""
+        lines.append(f"{tr('batch of', self.lang)} {len(rows)}{window}", style="dim")
         for row in rows[first : first + room]:
-            head = batch_row_head(row, state.request)
+            head = batch_row_head(row, state.request, tr("pad", self.lang))
             lines.append("\n" + head, style="bold" if row.request == state.request else "")
             lines.append_text(token_window(row.moment.timeline, width - cell_len(head)))
         return lines

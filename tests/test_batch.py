@@ -166,7 +166,26 @@ async def test_the_timeline_shows_the_batch_as_rows():
         assert [row.split()[:3] for row in rows] == [["r0", "pad", "9"], ["r1", "pad", "5"], ["r2", "pad", "11"],
                                                      ["▸", "r3", "pad"]]
         assert "▶11:" in rows[2] and rows[3].split()[3] == "0"
-        assert "hook_embed · request 3 (row 4/4, pad 0) · prefill" in screen_text(app)  # the matrix's title
+        text = screen_text(app)
+        assert "hook_embed · request 3 (row 4/4, pad 0) · prefill" in text  # the matrix's title
+        assert "r0 · 0 · " in text and "of 48" in text  # the batch axis: every row's 12 positions stacked
+        assert app.debugger.view.batch == tuple(s for s in app.debugger.history.states_from(0)
+                                                if s.name == "hook_embed" and s.round == 0)
+
+
+def test_the_batch_group_is_the_operator_of_every_row_still_going():
+    from tinyllm_tui.debugger.batch import batch_group
+
+    plain = Session(batch_scenario())
+    eos = [list(plain.steps()), plain.results[1].generated[3]][1]
+    states = list(Session(batch_scenario(eos=eos)).steps())
+    at = {s.step: s for s in states}.get
+    first = next(s for s in states if s.request == 2 and s.name == "blocks.1.attn.hook_z" and s.head == 3)
+    group = batch_group(at, first)
+    assert [(s.request, s.name, s.head) for s in group] == [(r, first.name, 3) for r in range(4)]
+    late = next(s for s in states if s.round == 5 and s.name == "hook_embed")  # request 1 stopped in round 3
+    assert [s.request for s in batch_group(at, late)] == [r for r in range(4) if r != 1]
+    assert batch_group(at, next(Session(batch_scenario(batch=False)).steps()))[0].request == 0
 
 
 def test_prompt_and_ids_repeat_one_request_each_and_do_not_mix():

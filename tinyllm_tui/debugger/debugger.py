@@ -32,6 +32,7 @@ from tinyllm_tui.debugger.autosave import Unsaved
 from engine.lazy_weights import changed_names
 from engine.loading.edits import Edit, WeightHistory, apply_edit, save, with_weights
 from engine.compare.expect import Cell, Outcome
+from tinyllm_tui.debugger.batch import batch_group
 from tinyllm_tui.debugger.history import DEFAULT_BUDGET, History, RoundSummary
 from engine.faults import FAULTS
 from engine.session import INJECTIONS, StaleFrom
@@ -66,6 +67,7 @@ class View:
     breaks: frozenset[int]  # steps of `round_states` where a breakpoint hits
     total: int | None  # number of steps, once the trace has been run to its end
     at_end: bool
+    batch: tuple[OpState, ...] = ()  # the operator for every row of a batch (debugger.batch), in row order
 
 
 Progress = Callable[[int], None]
@@ -206,7 +208,8 @@ class Debugger:
         round_states = tuple(history.round_states())
         breaks = frozenset(s.step for s in round_states if self.hits(s))
         rounds = tuple(history.finished_rounds(state.request))
-        self.view = View(state, round_states, rounds, breaks, history.total, history.at_end)
+        batch = batch_group(history.state_at, state)
+        self.view = View(state, round_states, rounds, breaks, history.total, history.at_end, batch)
 
     def hits(self, state: OpState) -> list[str]:
         return [b.text for b in self.breakpoints if b.hits(state)]
@@ -346,7 +349,7 @@ class Debugger:
         view = getattr(self, "view", None)
         if view is not None:
             breaks = frozenset(s.step for s in view.round_states if self.hits(s))
-            self.view = View(view.state, view.round_states, view.rounds, breaks, view.total, view.at_end)
+            self.view = View(view.state, view.round_states, view.rounds, breaks, view.total, view.at_end, view.batch)
 
     # -- the injected fault ----------------------------------------------------------------------
     def cycle_injection(self, progress: Progress | None = None) -> str:

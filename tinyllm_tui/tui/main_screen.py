@@ -29,7 +29,7 @@ from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
-from tinyllm_tui.tui.widgets.matrix import MatrixData, MatrixWindow, lazy_labels
+from tinyllm_tui.tui.widgets.matrix import MatrixData, MatrixWindow, batch_matrix, lazy_labels
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.statusbar import StatusBar, StatusData
@@ -177,11 +177,16 @@ class DebuggerScreen(Screen):
         self.query_one(Timeline).show(TimelineData(state, len(debugger.scenario.requests),
                                                    bool(debugger.scenario.decode.prefill_chunk), view.rounds,
                                                    debugger.round_verdicts()))
-        self.query_one(MatrixWindow).data = MatrixData(
-            op_title(state), to_host(state.values), lazy_labels(state.output.row_axis),
-            lazy_labels(state.output.col_axis), kind=state.kind,
-            before=debugger.before(state), show_before=self.show_before, verdicts=debugger.verdicts(state),
-            token_label=debugger.scenario.vocab.label if state.kind == "choice" else None)
+        token_label = debugger.scenario.vocab.label if state.kind == "choice" else None
+        before, verdicts = debugger.before(state), debugger.verdicts(state)
+        widths = {g.values.shape[1] for g in view.batch}
+        if len(view.batch) > 1 and len(widths) == 1 and before is None and not verdicts:  # the batch axis
+            self.query_one(MatrixWindow).data = batch_matrix(state, view.batch, token_label)
+        else:
+            self.query_one(MatrixWindow).data = MatrixData(
+                op_title(state), to_host(state.values), lazy_labels(state.output.row_axis),
+                lazy_labels(state.output.col_axis), kind=state.kind, before=before, show_before=self.show_before,
+                verdicts=verdicts, token_label=token_label)
         self._show_panels()
         self.set_status(message)
 

@@ -8,7 +8,9 @@ logits the most likely tokens with their probabilities.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import math
 from functools import cached_property, lru_cache
 from collections.abc import Callable, Mapping, Sequence
@@ -24,8 +26,10 @@ from textual.reactive import reactive
 from textual.strip import Strip
 
 from engine.compare.expect import Cell
-from engine.labels import resolve_some
-from tinyllm_tui.presentation.summaries import VOCAB_KINDS, shape_text, top_tokens
+from engine.backend import to_host
+from engine.labels import POSITIONAL, Axis, resolve_some
+from engine.trace import OpState
+from tinyllm_tui.presentation.summaries import VOCAB_KINDS, op_title, shape_text, top_tokens
 
 from tinyllm_tui.tui.widgets.textlines import TextLines
 from tinyllm_tui.presentation.numbers import NUMBER_WIDTH, format_number, right_aligned
@@ -81,6 +85,22 @@ def lazy_labels(axis) -> Labels:
     """An operator's row or column labels, made only for the entries on screen."""
     count = axis.count if hasattr(axis, "count") else len(axis)
     return Labels(count, lambda i: resolve_some(axis, [i])[0])
+
+
+def batch_matrix(state: OpState, group: Sequence[OpState], token_label=None) -> MatrixData:
+    """One operator of every batch row stacked: rows "r2 · 11 · cat"; key columns by position alone
+    ("k11"), since each row has its own tokens there."""
+    starts = list(itertools.accumulate((g.values.shape[0] for g in group), initial=0))
+
+    def row(i: int) -> str:
+        member = bisect.bisect_right(starts, i) - 1
+        return f"r{group[member].request} · {resolve_some(group[member].output.row_axis, [i - starts[member]])[0]}"
+
+    axis = state.output.col_axis
+    positional = isinstance(axis, Axis) and axis.scheme in POSITIONAL
+    cols = Labels(axis.count, lambda j: f"k{axis.positions[j]}") if positional else lazy_labels(axis)
+    values = np.concatenate([to_host(g.values) for g in group])
+    return MatrixData(op_title(state), values, Labels(starts[-1], row), cols, kind=state.kind, token_label=token_label)
 
 
 @dataclass(frozen=True)

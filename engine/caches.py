@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
 import ml_dtypes
 import numpy as np
+from array_api_compat import array_namespace
 
 from engine import ops
 from engine.backend import to_host
@@ -135,7 +137,7 @@ class LayerCache:
 
     @property
     def nbytes(self) -> int:
-        return int(self.k.nbytes) + int(self.v.nbytes)
+        return array_bytes(self.k) + array_bytes(self.v)
 
     @property
     def row_positions(self) -> tuple[int, ...]:
@@ -155,6 +157,15 @@ class LayerCache:
         k = fault.stored_k(xp, k, self.head_width or int(k.shape[1]))
         cache = dataclasses.replace(self, k=xp.concat([self.k, k], axis=0), v=xp.concat([self.v, v], axis=0))
         return Read(cache.k, cache.v, range(cache.length), cache)
+
+
+def array_bytes(array: Array) -> int:
+    """An array's bytes in any namespace (array_api_strict's arrays have no `nbytes`)."""
+    if hasattr(array, "nbytes"):
+        return int(array.nbytes)
+    xp = array_namespace(array)
+    kind = xp.finfo if xp.isdtype(array.dtype, "real floating") else xp.iinfo
+    return math.prod(array.shape) * kind(array.dtype).bits // 8
 
 
 # -- ring buffer --------------------------------------------------------------------------------
@@ -336,7 +347,7 @@ class QuantizedCache(LayerCache):
 
     @property
     def facts(self) -> QuantizedFacts:
-        return QuantizedFacts(self.quantize, self.scale, self.nbytes, int(self.k.nbytes) + int(self.v.nbytes))
+        return QuantizedFacts(self.quantize, self.scale, self.nbytes, array_bytes(self.k) + array_bytes(self.v))
 
     def fresh(self) -> QuantizedCache:
         return dataclasses.replace(super().fresh(), codes=None, scales=None)

@@ -346,3 +346,16 @@ def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_wha
     codes, scales, exact = 9 * 8 * 2, 9 * 2 * 8 * 2, 9 * 8 * 8 * 2
     assert layout_line(quantized) == f"int8 per head: {codes + scales} B stored (exact {exact / 1024:.1f} KiB)"
     assert layout_line(next(Session(llama(PROMPT)).steps()).caches[0]) == ""
+
+
+def test_a_cache_counts_its_bytes_in_any_namespace():
+    """array_api_strict's arrays have no nbytes: a Debugger's history still weighs their caches."""
+    import array_api_strict as xp
+    from typer.testing import CliRunner
+
+    from engine.caches import LayerCache
+    from tinyllm_tui.cli import app
+
+    assert LayerCache(xp.zeros((3, 4), dtype=xp.float64), xp.zeros((3, 4), dtype=xp.float32), "w").nbytes == 96 + 48
+    result = CliRunner().invoke(app, ["diff", str(X01_HEAD), "--backend", "array_api_strict"])
+    assert result.exit_code == 0, result.output

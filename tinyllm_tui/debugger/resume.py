@@ -25,6 +25,7 @@ from typing import Any
 
 from array_api_compat import array_namespace
 
+from engine.caches import array_bytes
 from engine.session import RoundStart
 from engine.trace import LayerCache
 
@@ -42,7 +43,7 @@ class _Rows:
 
     @property
     def nbytes(self) -> int:
-        return int(self.k.nbytes) + int(self.v.nbytes)
+        return array_bytes(self.k) + array_bytes(self.v)
 
     def cache(self, earlier: list[_Rows]) -> LayerCache:
         """The cache these rows end, the rows of `earlier` (oldest first) before them."""

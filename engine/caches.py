@@ -149,9 +149,10 @@ class LayerCache:
         """What a view shows of the layout beside the rows (None: a contiguous cache)."""
         return None
 
-    def fresh(self) -> LayerCache:
-        """An empty cache for the next request (a paged cache keeps its pool of blocks)."""
-        return dataclasses.replace(self, k=self.k[:0, ...], v=self.v[:0, ...])
+    def fresh(self, fingerprint: str) -> LayerCache:
+        """An empty cache for the next request, run with the weights `fingerprint` names (a paged cache
+        keeps its pool of blocks: a block is shared only where its rows are equal)."""
+        return dataclasses.replace(self, k=self.k[:0, ...], v=self.v[:0, ...], fingerprint=fingerprint)
 
     def extend(self, xp, k: Array, v: Array, fault) -> Read:
         k = fault.stored_k(xp, k, self.head_width or int(k.shape[1]))
@@ -207,8 +208,8 @@ class RingCache(LayerCache):
     def facts(self) -> RingFacts:
         return RingFacts(self.window, self.sinks, self.write_position, self.evicted)
 
-    def fresh(self) -> RingCache:
-        return dataclasses.replace(self, slots=(-1,) * len(self.slots), written=0)
+    def fresh(self, fingerprint: str) -> RingCache:
+        return dataclasses.replace(self, slots=(-1,) * len(self.slots), written=0, fingerprint=fingerprint)
 
     def extend(self, xp, k, v, fault) -> Read:
         k = fault.stored_k(xp, k, self.head_width)
@@ -285,8 +286,8 @@ class PagedCache(LayerCache):
         logical, row = divmod(position, self.block_size)
         return self.table[logical], row
 
-    def fresh(self) -> PagedCache:
-        return dataclasses.replace(self, k=self.k[:0, ...], v=self.v[:0, ...], table=())
+    def fresh(self, fingerprint: str) -> PagedCache:
+        return dataclasses.replace(super().fresh(fingerprint), table=())
 
     def shared(self, block: int) -> bool:
         return self.pool.refs[block] > 1
@@ -349,8 +350,8 @@ class QuantizedCache(LayerCache):
     def facts(self) -> QuantizedFacts:
         return QuantizedFacts(self.quantize, self.scale, self.nbytes, array_bytes(self.k) + array_bytes(self.v))
 
-    def fresh(self) -> QuantizedCache:
-        return dataclasses.replace(super().fresh(), codes=None, scales=None)
+    def fresh(self, fingerprint: str) -> QuantizedCache:
+        return dataclasses.replace(super().fresh(fingerprint), codes=None, scales=None)
 
     def extend(self, xp, k, v, fault) -> Read:
         k = fault.stored_k(xp, k, self.head_width)

@@ -186,8 +186,8 @@ class _RequestRun:
         self.pad = pad
         self.batch: Callable[[], tuple[BatchRow, ...]] | None = None  # the batch's rows (a batch run only)
         self.prompt = (self.vocab.pad_id,) * pad + tuple(request.tokens)
-        self.caches = ([cache.fresh() for cache in previous] if previous
-                       else session.model_for(index, 0).empty_caches())
+        model = session.model_for(index, 0)
+        self.caches = [cache.fresh(model.fingerprint) for cache in previous] if previous else model.empty_caches()
         self.fed: list[int] = []  # tokens whose K/V are in the cache
         self.current: list[int] = []  # tokens going through the model now
         self.generated: list[int] = []

@@ -359,3 +359,16 @@ def test_a_cache_counts_its_bytes_in_any_namespace():
     assert LayerCache(xp.zeros((3, 4), dtype=xp.float64), xp.zeros((3, 4), dtype=xp.float32), "w").nbytes == 96 + 48
     result = CliRunner().invoke(app, ["diff", str(X01_HEAD), "--backend", "array_api_strict"])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("cache", [CacheSpec(), CacheSpec(Layout.PAGED, block_size=2)], ids=["contiguous", "paged"])
+def test_a_request_after_a_kept_stale_edit_starts_from_a_cache_of_the_current_weights(cache):
+    """Request 0 ran with the old weights (kept on purpose); request 1's fresh cache is of the new ones."""
+    from engine.loading.edits import apply_edit, parse_set, with_weights
+    from engine.session import StaleFrom
+
+    base = dataclasses.replace(load_scenario_text(X01_HEAD.read_text(), "x01.yaml"), cache=cache)
+    edited = with_weights(base, apply_edit(base.weights, parse_set("blocks.0.attn.wk[0,1]=0.5", base.weights)))
+    states = list(Session(edited, stale=StaleFrom(base.weights, request=1, round=0)).steps())
+    assert {c.fingerprint for s in states if s.request == 0 for c in s.caches} == {base.fingerprint}
+    assert {c.fingerprint for s in states if s.request == 1 for c in s.caches} == {edited.fingerprint}

@@ -1,13 +1,18 @@
-"""Start-up and step latency of the TUI, headless (medians of repeated runs).
+"""Start-up and step latency of the TUI, headless (medians of repeated runs), against the goals.
 
-    python benchmarks/tui_latency.py [--repeats 9] [--gpt2 DIR]
+    .venv/bin/python benchmarks/tui_latency.py [--repeats 9] [--gpt2 DIR]
 
-X01: start → first screen against a bare Textual app, and what a step adds over an
-empty keypress at 160×48 and 80×24. GPT-2-small shape (12 layers, d 768, vocab 50 257,
-32 + 16 tokens, float32 weights in a safetensors file, made by tools/make_big_model.py):
-open from the weights file, and what a step adds with a 32×768 activation, the 32×50 257
-logits and layer 11's KV cache on screen. A keypress through Pilot costs time of its own,
-so a step is reported as what it adds over a keypress bound to an action that does nothing.
+Goals (issue 16): X01 starts in ≤ 1.5× the time of a bare Textual app; an X01 step adds ≤ 5 ms over
+an empty keypress at 160×48 and at 80×24; a GPT-2-small-shaped step with the logits on screen
+adds ≤ 30 ms. A keypress through Pilot costs time of its own (it waits until the process is idle),
+so a step is reported as what it adds over a keypress bound to an action that does nothing, both
+measured side by side in the same run.
+
+A step's move and its frame are made in the runner's thread; the UI thread only hands the frame to
+the widgets. Each line also gives the frame's share: the same steps made on a headless Debugger
+(the move plus the frame, no widget), so what remains is the widgets' update and the redraw.
+GPT-2-small shape: 12 layers, d 768, vocab 50 257, 32 + 16 tokens, float32 weights in a safetensors
+file, made by tools/make_big_model.py.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from textual.widgets import DataTable, Footer, Header
 
 from engine import load_scenario, make_backend
 from engine.gctuning import tune_for_tracing
+from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.tui.app import DebuggerApp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,11 +64,14 @@ async def start_once(make_app) -> float:
         return time.perf_counter() - began
 
 
-async def per_key(pilot, keys: list[str]) -> float:
-    began = time.perf_counter()
+async def per_key(pilot, keys: list[str]) -> tuple[float, float]:
+    """(wall seconds, UI-thread CPU seconds) per key. Pilot waits in 20 ms sleeps until the process is idle,
+    so wall time comes in steps of that size; the UI thread's CPU time (the event loop runs on this
+    thread, the runner's work on another) is the finer measure of what a key costs the UI."""
+    began, cpu = time.perf_counter(), time.thread_time()
     for key in keys:
         await pilot.press(key)
-    return (time.perf_counter() - began) / len(keys)
+    return (time.perf_counter() - began) / len(keys), (time.thread_time() - cpu) / len(keys)
 
 
 def float32_app(path: Path) -> TimedApp:
@@ -70,8 +79,9 @@ def float32_app(path: Path) -> TimedApp:
     return TimedApp(load_scenario(path, dtype="float32"), make_backend("numpy", "float32"), lang="en")
 
 
-async def step_cost(make_app, size: tuple[int, int], goto: str | None, pairs: int) -> tuple[float, float]:
-    """(seconds per step, seconds per empty keypress): n and ← alternate around the step after `goto`."""
+async def step_cost(make_app, size: tuple[int, int], goto: str | None, pairs: int) -> tuple:
+    """((wall, UI CPU) per step, (wall, UI CPU) per empty keypress, seconds per headless move and frame):
+    n and ← alternate around the step after `goto`."""
     app = make_app()
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
@@ -83,15 +93,27 @@ async def step_cost(make_app, size: tuple[int, int], goto: str | None, pairs: in
         await pilot.press("n", "left")  # the step's round is computed: what is timed is showing it
         empty = await per_key(pilot, [EMPTY_KEY] * 2 * pairs)
         step = await per_key(pilot, ["n", "left"] * pairs)
-        return step, empty
+        return step, empty, frame_cost(app.debugger, pairs)
 
 
-def report(label: str, costs: list[tuple[float, float]], goal_ms: float) -> None:
-    step = statistics.median(c[0] for c in costs)
-    empty = statistics.median(c[1] for c in costs)
-    added = (step - empty) * 1000
-    print(f"{label}: empty keypress {empty * 1000:.1f} ms; step {step * 1000:.1f} ms; a step adds {added:.1f} ms "
-          f"(goal ≤ {goal_ms:g} ms: {'met' if added <= goal_ms else 'NOT met'})")
+def frame_cost(debugger: Debugger, pairs: int) -> float:
+    """Seconds per move on the Debugger alone: the move and the frame it publishes, no widget."""
+    began = time.perf_counter()
+    for _ in range(pairs):
+        debugger.step()
+        debugger.back()
+    return (time.perf_counter() - began) / (2 * pairs)
+
+
+def report(label: str, costs: list[tuple], goal_ms: float) -> None:
+    wall, wall_empty = (statistics.median(c[i][0] for c in costs) * 1000 for i in (0, 1))
+    cpu, cpu_empty = (statistics.median(c[i][1] for c in costs) * 1000 for i in (0, 1))
+    frame = statistics.median(c[2] for c in costs) * 1000
+    added = cpu - cpu_empty
+    print(f"{label}: a step adds {added:.1f} ms of UI-thread time over an empty keypress "
+          f"(goal ≤ {goal_ms:g} ms: {'met' if added <= goal_ms else 'NOT met'}) [UI thread: step {cpu:.1f} ms, "
+          f"empty key {cpu_empty:.1f} ms; wall until idle: step {wall:.1f} ms, empty key {wall_empty:.1f} ms, "
+          f"in 20 ms sleeps]; the move and its frame, off the UI thread: {frame:.1f} ms")
 
 
 def x01(repeats: int) -> None:
@@ -101,11 +123,11 @@ def x01(repeats: int) -> None:
         bare.append(asyncio.run(start_once(BareApp)))
     ratio = statistics.median(starts) / statistics.median(bare)
     print(f"X01 start → first screen: median {statistics.median(starts) * 1000:.0f} ms; a bare Textual app "
-          f"{statistics.median(bare) * 1000:.0f} ms; ratio {ratio:.2f} (goal ≤ 2: {'met' if ratio <= 2 else 'NOT met'})")
+          f"{statistics.median(bare) * 1000:.0f} ms; ratio {ratio:.2f} (goal ≤ 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
     for size in [(160, 48), (80, 24)]:
         costs = [asyncio.run(step_cost(lambda: TimedApp(load_scenario(X01), lang="en"), size, None, 20))
                  for _ in range(max(3, repeats // 3))]
-        report(f"X01 {size[0]}×{size[1]}", costs, 15)
+        report(f"X01 {size[0]}×{size[1]}", costs, 5)
 
 
 def gpt2(folder: Path, repeats: int) -> None:
@@ -130,9 +152,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--gpt2", type=Path, help="folder for the generated GPT-2-shaped model (default: a temporary one)")
     parser.add_argument("--skip-x01", action="store_true")
+    parser.add_argument("--skip-gpt2", action="store_true")
     args = parser.parse_args()
     if not args.skip_x01:
         x01(args.repeats)
+    if args.skip_gpt2:
+        return
     if args.gpt2 is not None:
         gpt2(args.gpt2, args.repeats)
     else:

@@ -89,7 +89,9 @@ def name_matches(state: OpState, pattern: str) -> bool:
     """The operator's hook name or short name fits the glob, or the short name starts with its parts
     (`unembed` finds `unembed.out`, `attn.pattern` every head's pattern)."""
     short = short_name(state)
-    return (fnmatch.fnmatchcase(state.name, pattern) or fnmatch.fnmatchcase(short, pattern)
+    full = state.name if state.head is None else f"{state.name} h{state.head}"  # `blocks.2.attn.hook_pattern h3`
+    return (fnmatch.fnmatchcase(state.name, pattern) or fnmatch.fnmatchcase(full, pattern)
+            or fnmatch.fnmatchcase(short, pattern)
             or short.startswith((f"{pattern}.", f"{pattern} ")))
 
 

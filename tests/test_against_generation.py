@@ -159,11 +159,11 @@ def test_the_debugger_finds_a_decode_round_fault_with_g_diverged(scenario, tmp_p
 
 def test_the_debugger_without_a_dump_refuses_g_diverged_and_a_clean_dump_agrees(scenario, tmp_path):
     from engine.compare.dump import load_dump
-    from tinyllm_tui.debugger.debugger import Debugger, SearchError
+    from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.debugger.results import Diverged, Reason, Refused
 
-    with pytest.raises(SearchError, match="--against"):
-        Debugger(scenario).search("diverged")
+    assert Debugger(scenario).search("diverged") == Refused(Reason.NO_DUMP)
     path, _ = dump_of(tmp_path)
     debugger = Debugger(scenario, against=(load_dump(path), None, None))
-    assert debugger.search("diverged") == "your activations agree everywhere"
+    assert debugger.search("diverged") == Diverged(None, "")  # your activations agree everywhere
     assert set(debugger.round_verdicts().values()) == {True} and debugger.view.state.step == 0

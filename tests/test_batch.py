@@ -169,8 +169,8 @@ async def test_the_timeline_shows_the_batch_as_rows():
         text = screen_text(app)
         assert "hook_embed · request 3 (row 4/4, pad 0) · prefill" in text  # the matrix's title
         assert "r0 · 0 · " in text and "of 48" in text  # the batch axis: every row's 12 positions stacked
-        assert app.debugger.view.batch == tuple(s for s in app.debugger.history.states_from(0)
-                                                if s.name == "hook_embed" and s.round == 0)
+        matrix = app.debugger.frame.matrix
+        assert matrix.values.shape == (48, 16) and matrix.rows[12].startswith("r1 · 0 · ")
 
 
 def test_the_batch_group_is_the_operator_of_every_row_still_going():

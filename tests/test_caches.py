@@ -323,29 +323,35 @@ def test_a_history_resumes_every_layout_from_its_kept_round_starts(cache):
 
 # -- what the cache view shows ---------------------------------------------------------------------
 def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_what_the_layout_holds():
-    from tinyllm_tui.presentation.cache_layout import layout_line, row_labels
+    from tinyllm_tui.debugger.frame import cache_frame
+    from tinyllm_tui.tui.widgets.cache import layout_line
+
+    def view(state, layer=0):
+        frame = cache_frame(state, state.caches[layer].fingerprint, 4, layer, 0)
+        return frame, list(frame.k.rows[: len(frame.k.rows)]), layout_line(frame, "en")
 
     ring_end = [s for s in Session(llama(PROMPT, new=3, cache=CacheSpec(Layout.RING, window=4, sinks=1),
                                          window=4)).steps() if s.round == 0][-1]
-    ring = ring_end.caches[0]  # slots (0, 7, 8, 6) after nine tokens, as test_the_ring_holds_only… reasons
-    tokens = [t.text for t in ring_end.timeline]
-    assert layout_line(ring) == "ring w4+1 sink · next s3 · evicted 1–5"  # 0 is the sink; 6, 7, 8 are held
-    assert row_labels(ring, ring_end.timeline, 0) == [f"s0  +0 · {tokens[0]}", f"s1  +7 · {tokens[7]}",
-                                                      f"s2  +8 · {tokens[8]}", f"s3↺ +6 · {tokens[6]}"]
+    tokens = [t.text for t in ring_end.timeline]  # slots (0, 7, 8, 6) after nine tokens, as test_the_ring_holds… reasons
+    frame, rows, line = view(ring_end)
+    assert line == "ring w4+1 sink · next s3 · evicted 1–5"  # 0 is the sink; 6, 7, 8 are held
+    assert rows == [f"s0  +0 · {tokens[0]}", f"s1  +7 · {tokens[7]}", f"s2  +8 · {tokens[8]}", f"s3↺ +6 · {tokens[6]}"]
+    assert (frame.length, frame.appended, frame.evicted) == (4, 4, (1, 2, 3, 4, 5))
+    assert frame.k.new_from is None and not frame.k.newest_first  # the labels carry the marks: slots are not positions
     shared = PROMPT[:5]
     states = list(Session(llama(shared, shared, max_new=(1, 3), cache=CacheSpec(Layout.PAGED, block_size=2))).steps())
-    decoded = [s for s in states if s.request == 1][-1]
-    paged = decoded.caches[0]
-    assert layout_line(paged) == "paged ×2 · table [0* 1* 3 4] (*shared) · pool 5"
-    labels = row_labels(paged, decoded.timeline, decoded.chunk_past)
-    assert [label.split(" ")[0] for label in labels] == ["b0.0", "b0.1", "b1.0", "b1.1", "b3.0", "b3.1", "b4.0"]
-    assert labels[-1].startswith("b4.0 +6 · ")  # the row this round added
+    frame, rows, line = view([s for s in states if s.request == 1][-1])
+    assert line == "paged ×2 · table [0* 1* 3 4] (*shared) · pool 5"
+    assert [label.split(" ")[0] for label in rows] == ["b0.0", "b0.1", "b1.0", "b1.1", "b3.0", "b3.1", "b4.0"]
+    assert rows[-1].startswith("b4.0 +6 · ") and frame.appended == 1  # the row this round added
     quantized = [s for s in Session(llama(PROMPT, cache=CacheSpec(quantize=Quantize.INT8))).steps()
-                 if s.round == 0][-1].caches[0]
+                 if s.round == 0][-1]
     # nine rows of K and V, 2 kv heads × 4: one byte a code, one float64 scale per head and row
     codes, scales, exact = 9 * 8 * 2, 9 * 2 * 8 * 2, 9 * 8 * 8 * 2
-    assert layout_line(quantized) == f"int8 per head: {codes + scales} B stored (exact {exact / 1024:.1f} KiB)"
-    assert layout_line(next(Session(llama(PROMPT)).steps()).caches[0]) == ""
+    assert view(quantized)[2] == f"int8 per head: {codes + scales} B stored (exact {exact / 1024:.1f} KiB)"
+    contiguous = [s for s in Session(llama(PROMPT)).steps() if s.round == 0][-1]
+    frame, rows, line = view(contiguous)
+    assert line == "" and rows[0] == f"0 · {tokens[0]}" and frame.k.new_from == 0
 
 
 def test_a_cache_counts_its_bytes_in_any_namespace():

@@ -9,9 +9,12 @@ import pytest
 from conftest import X01
 
 from engine import Session, load_scenario, to_host
-from engine.breakpoints import BreakpointError
-from engine.loading.edits import CellEdit
-from tinyllm_tui.debugger.debugger import Busy, Debugger, SearchError
+from engine.loading.edits import CellEdit, FillEdit
+from tinyllm_tui.debugger import autosave
+from tinyllm_tui.debugger.debugger import Debugger
+from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Cancelled,
+                                          EditKind, EndOfTrace, Generated, HitBreakpoint, InjectionChanged, Moved,
+                                          Reason, Rebuilt, Refused)
 
 PATTERN = "blocks.0.attn.hook_pattern"
 
@@ -29,24 +32,25 @@ def make(**kwargs) -> Debugger:
 def test_step_and_back_walk_the_session_in_order(reference):
     debugger = make()
     for expected in reference[1:6]:
-        assert debugger.step() == ""
-        assert debugger.view.state.name == expected.name and debugger.view.state.step == expected.step
+        assert debugger.step() == Moved(expected.step)
+        assert debugger.view.state.name == expected.name and debugger.frame.matrix.name == expected.name
     for _ in range(5):
         debugger.back()
-    assert debugger.view.state.step == 0
-    assert debugger.back() == "already at the first step"
+    assert debugger.view.state.step == 0 and debugger.frame.step == 0
+    assert debugger.back() == Refused(Reason.FIRST_STEP)
 
 
 def test_continue_stops_at_each_breakpoint_then_at_the_end_with_tokens_as_text(reference):
     debugger = make(breakpoints=[PATTERN])
     hits = []
     for _ in range(6):
-        assert debugger.continue_().startswith("⚑ breakpoint")
+        result = debugger.continue_()
+        assert result == HitBreakpoint(debugger.frame.step, (PATTERN,)) and debugger.frame.status.hits == (PATTERN,)
         hits.append((debugger.view.state.request, debugger.view.state.round, debugger.view.state.head))
     assert hits == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1)]
     end = debugger.continue_()
-    # the seed: 我爱学习 continues with 爱 (id 2), and the cached decode round chooses 爱 again
-    assert end.startswith("end of trace") and "request 0 generated 爱 爱" in end and "[2" not in end
+    # the seed: 我爱学习 continues with 爱 (id 2), and the cached decode round chooses 爱 again; decoded text
+    assert end == EndOfTrace((Generated("爱爱", ("爱", "爱"), "max_new_tokens"), Generated("你", ("你",), "max_new_tokens")))
     assert debugger.view.at_end and debugger.view.total == len(reference)
 
 
@@ -54,7 +58,7 @@ def test_continue_stops_at_each_breakpoint_then_at_the_end_with_tokens_as_text(r
 def test_a_breakpoint_on_a_short_name_stops_where_the_hook_name_does(reference, text):
     debugger = make(breakpoints=[text])
     stops = []
-    while debugger.continue_().startswith("⚑ breakpoint"):
+    while isinstance(debugger.continue_(), HitBreakpoint):
         stops.append(debugger.view.state.step)
     wanted = [s.step for s in reference if s.name == PATTERN and s.head == 1 and ("round" not in text or s.round == 1)]
     assert stops == wanted and wanted
@@ -62,27 +66,27 @@ def test_a_breakpoint_on_a_short_name_stops_where_the_hook_name_does(reference, 
 
 def test_adding_the_same_breakpoint_twice_keeps_one_and_it_can_be_listed_removed_and_cleared():
     debugger = make()
-    debugger.add_breakpoint("softmax")
-    assert "already set" in debugger.add_breakpoint("softmax")
+    assert debugger.add_breakpoint("softmax") == BreakpointAdded("softmax")
+    assert debugger.add_breakpoint("softmax") == Refused(Reason.ALREADY_SET, ("softmax",))
     debugger.add_breakpoint("round=1")
     assert [b.text for b in debugger.breakpoints] == ["softmax", "round=1"]
-    assert debugger.remove_breakpoint("softmax") == "removed breakpoint softmax"
+    assert debugger.remove_breakpoint("softmax") == BreakpointRemoved("softmax")
     assert [b.text for b in debugger.breakpoints] == ["round=1"]
     debugger.add_breakpoint("nan")
-    assert debugger.clear_breakpoints() == "removed 2 breakpoints" and debugger.breakpoints == ()
-    with pytest.raises(BreakpointError):
-        debugger.add_breakpoint("abs>x")
+    assert debugger.clear_breakpoints() == BreakpointsCleared(2) and debugger.breakpoints == ()
+    refused = debugger.add_breakpoint("abs>x")
+    assert refused.reason is Reason.BAD_QUERY and "'x' is not a number" in refused.args[0]
 
 
 def test_search_forward_wraps_around_and_backward_finds_the_previous_match(reference):
     debugger = make()
     debugger.goto_step(30)
-    assert debugger.search("blocks.*.hook_resid_post") == "went to blocks.*.hook_resid_post"
     first_after = next(s for s in reference[31:] if s.name == "blocks.0.hook_resid_post")
+    assert debugger.search("blocks.*.hook_resid_post") == Moved(first_after.step)
     assert debugger.view.state.step == first_after.step
     last = max(s.step for s in reference if s.name == "blocks.0.hook_resid_post")
     debugger.goto_step(last)
-    assert "wrapped around" in debugger.search("blocks.0.hook_resid_post")  # past the last: back to the first
+    assert debugger.search("blocks.0.hook_resid_post").wrapped  # past the last: back to the first
     assert debugger.view.state.step == next(s.step for s in reference if s.name == "blocks.0.hook_resid_post")
     debugger.goto_step(30)
     debugger.search("softmax", backward=True)  # the previous softmax before step 30
@@ -104,18 +108,25 @@ def test_search_takes_conditions_that_breakpoints_take_and_says_when_nothing_mat
     here = debugger.view.state.step
     debugger.search("attn.scores", backward=True)
     assert debugger.view.state.step == max(s.step for s in reference[:here] if s.kind == "scores")
-    with pytest.raises(SearchError, match="no operator matches 'blocks.9.*'"):
-        debugger.search("blocks.9.*")
-    with pytest.raises(SearchError, match=f"no step 9999: the trace has steps 0–{len(reference) - 1}"):
-        debugger.goto_step(9999)
+    assert debugger.search("blocks.9.*") == Refused(Reason.NO_MATCH, ("blocks.9.*",))
+    assert debugger.goto_step(9999) == Refused(Reason.NO_STEP, (9999, len(reference) - 1))
+
+
+def test_search_refuses_what_a_breakpoint_refuses_and_finds_a_hook_name_with_a_head(reference):
+    """Defect 13: `g abs>` says what `B abs>` says; `g blocks.0.attn.hook_pattern h1` finds head 1's pattern."""
+    debugger = make()
+    refused = debugger.search("abs>")
+    assert refused.reason is Reason.BAD_QUERY
+    assert refused == debugger.add_breakpoint("abs>")
+    assert debugger.search(f"{PATTERN} h1") == Moved(next(s.step for s in reference if s.name == PATTERN and s.head == 1))
+    assert (debugger.view.state.name, debugger.view.state.head) == (PATTERN, 1)
 
 
 def test_goto_past_the_end_does_not_move(reference):
     debugger = make()
     debugger.goto_step(7)
-    with pytest.raises(SearchError):
-        debugger.goto_step(9999)
-    assert debugger.view.state.step == 7
+    assert debugger.goto_step(9999).reason is Reason.NO_STEP
+    assert debugger.view.state.step == 7 and debugger.frame.step == 7
 
 
 def test_a_run_owns_the_generator_others_are_refused_and_cancel_stops_it():
@@ -129,19 +140,17 @@ def test_a_run_owns_the_generator_others_are_refused_and_cancel_stops_it():
         return False
 
     result = {}
-    worker = threading.Thread(target=lambda: result.setdefault("message", debugger.run_until(stop)))
+    worker = threading.Thread(target=lambda: result.setdefault("result", debugger.run_until(stop)))
     worker.start()
     inside.wait(5)
-    with pytest.raises(Busy):
-        debugger.step()
-    with pytest.raises(Busy):
-        debugger.search("softmax")
-    assert debugger.toggle_breakpoint("softmax") == "breakpoint on softmax"  # breakpoints work meanwhile
+    assert debugger.step() == Refused(Reason.BUSY)
+    assert debugger.search("softmax") == Refused(Reason.BUSY)
+    assert debugger.toggle_breakpoint("softmax") == BreakpointAdded("softmax")  # breakpoints work meanwhile
     assert debugger.cancel()
     release.set()
     worker.join(5)
-    assert result["message"].startswith("cancelled at step")
-    assert not debugger.busy and debugger.step() in ("", debugger.end_message())
+    assert isinstance(result["result"], Cancelled) and result["result"].step == debugger.frame.step
+    assert not debugger.busy and isinstance(debugger.step(), Moved)
 
 
 def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(reference):
@@ -152,9 +161,11 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     assert debugger.view.state.step == 8 and debugger.unsaved() == 1
     assert not np.array_equal(to_host(debugger.view.state.values), before)
     assert np.array_equal(debugger.before(debugger.view.state), before)
-    assert debugger.undo() == "undid the last edit" and debugger.unsaved() == 0
+    assert np.array_equal(debugger.frame.matrix.before, before) and debugger.frame.matrix.changed.any()
+    assert debugger.frame.status.unsaved == 1
+    assert debugger.undo() == Rebuilt(EditKind.UNDONE) and debugger.unsaved() == 0
     assert np.array_equal(to_host(debugger.view.state.values), before)
-    assert debugger.redo() == "redid the edit" and debugger.unsaved() == 1
+    assert debugger.redo() == Rebuilt(EditKind.REDONE) and debugger.unsaved() == 1
 
 
 def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
@@ -164,14 +175,15 @@ def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5), keep_stale=True)
     assert debugger.stale is not None
     assert any(not d.agrees for d in debugger.diff())
-    assert debugger.recompute().startswith("recomputed") and debugger.stale is None
+    assert debugger.recompute() == Rebuilt(EditKind.RECOMPUTED) and debugger.stale is None
     assert all(d.agrees for d in debugger.diff())
 
 
 def test_cycling_the_injected_fault_replays_to_the_same_step():
     debugger = make()
     debugger.goto_step(37)  # the head-0 pattern of decode round 1
-    assert debugger.cycle_injection().startswith("now:") and debugger.inject == "chunk-mask"
+    assert debugger.cycle_injection() == InjectionChanged("chunk-mask") and debugger.inject == "chunk-mask"
+    assert debugger.frame.status.inject == "chunk-mask"
     assert debugger.view.state.step == 37
     assert to_host(debugger.view.state.values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
 
@@ -183,6 +195,8 @@ def test_verdicts_come_from_the_expect_tables():
     debugger.goto_step(8)
     verdicts = debugger.verdicts(debugger.view.state)
     assert len(verdicts) == 9 and verdicts[(1, 0)].printed == 0.971309
+    judged = debugger.frame.matrix.verdicts  # the frame judges them once, for the widgets
+    assert judged.count == 9 and judged.judged[1, 0] and judged.agrees[judged.judged].all()
 
 
 def test_a_small_memory_budget_replays_to_go_back(reference):
@@ -196,7 +210,7 @@ def test_a_small_memory_budget_replays_to_go_back(reference):
 def test_a_diff_in_another_thread_is_cancelled_by_cancel():
     from tui_helpers import long_scenario
 
-    from tinyllm_tui.debugger.debugger import Cancelled
+    from tinyllm_tui.debugger.debugger import DiffCancelled
 
     debugger = Debugger(long_scenario(new=2000))
     outcome = {}
@@ -204,13 +218,134 @@ def test_a_diff_in_another_thread_is_cancelled_by_cancel():
     def diff():
         try:
             outcome["diffs"] = debugger.diff()
-        except Cancelled:
+        except DiffCancelled:
             outcome["cancelled"] = True
 
     worker = threading.Thread(target=diff)
     worker.start()
-    while not debugger._comparing and worker.is_alive():
+    while not debugger.comparing and worker.is_alive():
         pass
     assert debugger.cancel()
     worker.join(10)
     assert outcome == {"cancelled": True} and not worker.is_alive()
+
+
+def test_undoing_every_edit_by_resetting_leaves_no_autosave(tmp_path, monkeypatch):
+    """Defect 4: `0` then `R` in the weights browser puts the file's numbers back: nothing is left to offer."""
+    monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path))
+    debugger = make()
+    debugger.apply(FillEdit("blocks.0.attn.wq", "zeros"))
+    assert autosave.find(debugger.file_scenario.path, debugger.file_fingerprint, debugger.weights) is not None
+    debugger.apply(FillEdit("blocks.0.attn.wq", "file"))
+    assert debugger.unsaved() == 0
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_clean_close_leaves_no_autosave(tmp_path, monkeypatch):
+    """Defect 4: an autosave left while the weights equal the file is removed on a clean quit."""
+    monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path))
+    debugger = make()
+    autosave.keep(debugger.file_scenario.path, debugger.file_fingerprint, [CellEdit("blocks.0.attn.wk", (0, 0), 1.0)])
+    debugger.close()
+    assert not list(tmp_path.iterdir())
+
+
+def test_clearing_the_breakpoints_clears_the_hit_from_the_status():
+    """Defect 10: the status's `⚑ breakpoint` comes from the breakpoints set now."""
+    debugger = make(breakpoints=[PATTERN])
+    debugger.continue_()
+    assert debugger.frame.status.hits == (PATTERN,) and debugger.frame.operators[
+        [line.step for line in debugger.frame.operators].index(debugger.frame.step)].breakpoint
+    debugger.clear_breakpoints()
+    assert debugger.frame.status.hits == () and not any(line.breakpoint for line in debugger.frame.operators)
+
+
+def test_breakpoints_are_judged_once_per_step(reference):
+    """A continue judges each step's breakpoints once; publishing the frame where it stops reuses them."""
+    debugger = make()
+    calls = []
+    debugger.add_breakpoint("softmax")
+    original = debugger.breakpoints[0]
+    counting = type(original)(original.text, (lambda s: calls.append(s.step) or s.kind == "softmax",))
+    debugger.breakpoints = (counting,)
+    debugger._hits = {}
+    debugger.continue_()
+    assert len(calls) == len(set(calls))
+
+
+def test_the_kv_cache_frame_is_the_head_shown_and_pages_through_layers_and_heads(reference):
+    debugger = make()
+    debugger.goto_step(37)  # decode round 1: the cache holds 4 rows
+    cache = debugger.frame.cache
+    state = reference[37]
+    d_head = debugger.scenario.model.d_head
+    assert (cache.layer, cache.head, cache.length) == (0, 0, 4)
+    assert np.array_equal(cache.k.values, to_host(state.caches[0].k)[:, :d_head])
+    debugger.move_cache(heads=1)
+    assert debugger.frame.cache.head == 1
+    assert np.array_equal(debugger.frame.cache.v.values, to_host(state.caches[0].v)[:, d_head : 2 * d_head])
+
+
+def test_the_last_position_of_the_logits_is_summarised_with_its_top_tokens(reference):
+    """Defect 11: the summary names the last position; the top-k view orders columns by it."""
+    debugger = make()
+    step = next(s.step for s in reference if s.name == "unembed.hook_out")
+    debugger.goto_step(step)
+    matrix = debugger.frame.matrix
+    logits = to_host(reference[step].values)[-1]
+    probabilities = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    tokens = debugger.scenario.vocab.tokens
+    assert matrix.summary.label == matrix.rows[len(matrix.rows) - 1]
+    assert [name for name, _ in matrix.summary.top] == [tokens[i] for i in np.argsort(-probabilities, kind="stable")[:5]]
+    assert list(matrix.order) == list(np.argsort(-logits, kind="stable"))
+
+
+def test_the_bert_embedding_sum_is_listed_with_the_input():
+    """Defect 8: `embed.hook_sum` (layer 0 for the engine) belongs to the input group, not layer 0."""
+    from pathlib import Path
+
+    from engine.loading.checkpoint import load_checkpoint
+    from tinyllm_tui.debugger.frame import Group
+
+    scenario = load_checkpoint(Path(__file__).parent / "fixtures" / "bert", prompt="the cat")
+    groups = [(line.short, line.group) for line in Debugger(scenario).frame.operators]
+    kinds = [group for _, group in groups]
+    first_layer = kinds.index(Group.LAYER)
+    assert dict(groups)["embed.sum"] is Group.INPUT
+    assert kinds[:first_layer] == [Group.INPUT] * first_layer and Group.INPUT not in kinds[first_layer:]
+
+
+def test_the_cache_frame_counts_the_rows_a_prefill_chunk_appended():
+    """chunked.yaml: chunk 1 appends positions 3-4 onto chunk 0's three rows: 5 rows, 2 new (not 5)."""
+    from conftest import ROOT
+
+    debugger = Debugger(load_scenario(ROOT / "scenarios" / "chunked.yaml"))
+    while not (debugger.frame.timeline.chunk == 1 and debugger.frame.cache and debugger.frame.cache.length == 5):
+        assert isinstance(debugger.step(), Moved)
+    assert debugger.frame.cache.appended == 2 and debugger.frame.cache.k.new_from == 3
+
+
+def test_a_replay_after_an_edit_is_built_aside_and_published_whole():
+    """While an edit replays in a worker, readers see the old session, history and frame, never a mix;
+    once it is done they see the new ones together."""
+    from tui_helpers import long_scenario
+
+    debugger = Debugger(long_scenario(prompt=8, new=60))
+    debugger.goto_step(450)
+    old = (debugger.session, debugger.history, debugger.frame, debugger.scenario)
+    inside, release = threading.Event(), threading.Event()
+
+    def progress(step):  # the replay reports at step 200 and 400: hold it there
+        inside.set()
+        release.wait(5)
+
+    worker = threading.Thread(target=lambda: debugger.apply(CellEdit("blocks.0.attn.wk", (0, 0), 3.0),
+                                                            progress=progress))
+    worker.start()
+    assert inside.wait(5)
+    assert (debugger.session, debugger.history, debugger.frame, debugger.scenario) == old  # mid-replay: the old run
+    release.set()
+    worker.join(10)
+    new = (debugger.session, debugger.history, debugger.frame, debugger.scenario)
+    assert all(a is not b for a, b in zip(new, old)) and debugger.frame.step == 450
+    assert debugger.frame.status.unsaved == 1 and debugger.scenario.fingerprint == debugger.fingerprint

@@ -41,3 +41,12 @@ def test_no_engine_source_names_a_ui_package():
             words = line.split()
             if words[:1] in (["import"], ["from"]):
                 assert words[1].split(".")[0] not in UI_PACKAGES, f"{path.name}: {line}"
+
+
+def test_no_view_module_imports_the_engine():
+    """Widgets and screens render frames: what they need of the engine comes through the Debugger."""
+    for path in (ROOT / "tinyllm_tui" / "tui").rglob("*.py"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            words = line.split()
+            if words[:1] in (["import"], ["from"]):
+                assert words[1].split(".")[0] != "engine", f"{path.relative_to(ROOT)}: {line}"

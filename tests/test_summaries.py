@@ -8,9 +8,12 @@ from engine import Session, load_scenario
 from engine.compare.check import check_scenario
 from engine.compare.diff import OpDiff, diff_scenario
 from tinyllm_tui.debugger.history import round_summaries
-from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, op_title, request_results, round_line,
-                              shape_text, token_text, where)
 from engine.trace import Phase
+from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, request_results, shape_text,
+                                                token_text, where)
+from tinyllm_tui.tui.main_screen import matrix_title
+from tinyllm_tui.tui.widgets.timeline import round_line
 
 
 def test_where_shape_and_tokens():
@@ -24,9 +27,12 @@ def test_a_run_in_words():
     session = Session(scenario)
     states = list(session.steps())
     pattern = next(s for s in states if s.name == "blocks.0.attn.hook_pattern" and s.head == 0)
-    assert op_title(pattern) == "blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"
-    assert round_line(round_summaries(states, 0)) == (
+    debugger = Debugger(scenario)
+    debugger.goto_step(pattern.step)
+    assert matrix_title(debugger.frame, "en") == "blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"
+    assert round_line(round_summaries(states, 0), "en") == (
         "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: fed 爱 → cache 4 → chose 爱 (max_new_tokens)")
+    assert round_line(round_summaries(states, 0)[:1], "zh") == "预填充：输入 我 爱 学习 → 缓存 3 → 选出 爱"
     assert request_results(session.results, scenario.vocab) == (
         "request 0 generated 爱 爱 (max_new_tokens); request 1 generated 你 (max_new_tokens)")
 

@@ -61,7 +61,7 @@ async def test_continue_to_the_end_names_the_generated_tokens_as_text():
         await pilot.press("c")  # no breakpoint: to the end
         await settle(pilot)
         assert state(app).name == "sample.hook_choice" and app.debugger.view.at_end
-        assert "request 0 generated 爱 爱" in status(app) and "[2, 2]" not in status(app)
+        assert "request 0 generated '爱爱'" in status(app) and "[2, 2]" not in status(app)  # decoded text
         assert "request 1 (of 2)" in str(app.main.query_one(Timeline).render())
         assert "chose 4 · 你" in matrix_text(app)[1] and matrix_cells(app)[0][1] == "4 · 你"  # 你爱 → 你
         await pilot.press("n")  # stepping past the end is refused with a message

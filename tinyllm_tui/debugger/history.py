@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinyllm_tui.debugger.resume import RoundStarts
-from engine.trace import OpState, Status
+from engine.trace import OpKind, OpState, Phase, Status
 
 if TYPE_CHECKING:
     from engine.session import RoundStart
@@ -77,7 +77,7 @@ class History:
         self._keep(state)
         while len(self._states) > 1 and (len(self._states) > self._limit or self.kept_bytes > self.budget):
             self._drop_oldest()
-        if state.kind == "choice" and (not self._rounds or state.step > self._rounds[-1][0]):
+        if state.kind is OpKind.CHOICE and (not self._rounds or state.step > self._rounds[-1][0]):
             self._rounds.append((state.step, state.request, round_summary(state)))
         self._fetched += 1
         return True
@@ -192,7 +192,7 @@ class RoundSummary:
     """One row of the 003 walkthrough's A.9 table."""
 
     round: int
-    phase: str
+    phase: Phase
     fed: tuple[str, ...]
     cache_length: int
     chosen: str | None
@@ -201,7 +201,7 @@ class RoundSummary:
 
 def round_summaries(states: list[OpState], request: int) -> list[RoundSummary]:
     """The rounds of `request` that `states` have finished (their choice was made)."""
-    return [round_summary(state) for state in states if state.request == request and state.kind == "choice"]
+    return [round_summary(state) for state in states if state.request == request and state.kind is OpKind.CHOICE]
 
 
 def round_summary(choice: OpState) -> RoundSummary:

@@ -5,40 +5,28 @@ Requests are numbered from 0; tokens are shown as text, never as float ids.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from engine.backend import to_host
+from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX  # the help screen shows it
 from engine.loading.budget import format_size
 from engine.compare.diff import TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
 from engine.spec import Vocab
-from engine.trace import Labelled, OpKind, OpState, RequestResult
+from engine.trace import Labelled, OpKind, OpState, Phase, RequestResult
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
 TOP = 5
 VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
 
-ROUND_SEPARATOR = " │ "
-
 
 def where(phase: str, round_: int) -> str:
     """"prefill" or "decode 2"."""
-    return "prefill" if phase == "prefill" else f"decode {round_}"
-
-
-def op_title(state: OpState) -> str:
-    """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"; a batch's row says which of how many
-    and its padding: "… · request 2 (row 3/4, pad 11) · prefill"."""
-    head = "" if state.head is None else f" · head {state.head}"
-    request = f"request {state.request}"
-    if state.batch:
-        row = next(i for i, r in enumerate(state.batch) if r.request == state.request)
-        request += f" (row {row + 1}/{len(state.batch)}, pad {state.batch[row].pad})"
-    return f"{state.name}{head} · {request} · {where(state.phase, state.round)}"
+    return "prefill" if Phase(phase) is Phase.PREFILL else f"decode {round_}"
 
 
 def shape_text(shape: Sequence[int]) -> str:
@@ -74,19 +62,6 @@ def expect_summary(outcomes: list[Outcome]) -> str:
     cells = sum(len(o.cells) for o in outcomes)
     agreeing = sum(o.agreeing for o in outcomes)
     return f"{passed}/{len(outcomes)} tables agree fully; {agreeing}/{cells} printed cells agree"
-
-
-def round_line(rounds, marks: Mapping[int, str] | None = None) -> str:
-    """The A.9 table on one line, from engine.history.RoundSummary objects:
-    "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: fed 爱 → cache 4 → chose 爱";
-    `marks` (round -> ✓/✗) follow a round's name."""
-    parts = []
-    for r in rounds:
-        mark = f" {marks[r.round]}" if marks and r.round in marks else ""
-        text = f"{where(r.phase, r.round)}{mark}: fed {' '.join(r.fed)} → cache {r.cache_length}"
-        text += "" if r.chosen is None else f" → chose {r.chosen}"
-        parts.append(text + (f" ({r.stop})" if r.stop else ""))
-    return ROUND_SEPARATOR.join(parts)
 
 
 def request_results(results: list[RequestResult], vocab: Vocab) -> str:

@@ -12,13 +12,14 @@ from pathlib import Path
 from textual.app import App
 from textual.binding import Binding
 
-from engine import Backend, Scenario
-from engine.loading.edits import Edit
-
-from tinyllm_tui.debugger.debugger import Debugger
+from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.debugger.opening import Loading, Opening
+from tinyllm_tui.debugger.results import Reason, Refused
 from tinyllm_tui.tui.explanations import default_language
-from tinyllm_tui.tui.loading_screen import Loading, LoadingScreen, Opening
+from tinyllm_tui.tui.i18n import describe, tr
+from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
+from tinyllm_tui.tui.runner import RunDone, Runner, RunProgress
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 
 HORIZONTAL = [(0, "-narrow"), (120, "-wide")]  # from 120 columns the KV cache sits beside the matrix
@@ -31,17 +32,19 @@ class DebuggerApp(App):
     HORIZONTAL_BREAKPOINTS = HORIZONTAL
     BINDINGS = [Binding("ctrl+c", "interrupt", "Cancel or quit", show=False, priority=True)]
 
-    def __init__(self, scenario: Scenario | Loading, backend: Backend | None = None, *, lang: str | None = None,
-                 breakpoints: list[str] = (), inject: str | None = None, edits: list[Edit] = (),
+    def __init__(self, scenario, backend=None, *, lang: str | None = None,
+                 breakpoints: list[str] = (), inject: str | None = None, edits: list = (),
                  budget: int | None = None, against: tuple | None = None):
         """Args:
-        scenario: loaded (the main screen at once), or a Loading, whose Opening then gives breakpoints,
-            edits and budget.
+        scenario: an engine Scenario, loaded (the main screen at once), or a Loading, whose Opening then
+            gives breakpoints, edits and budget.
+        backend: the engine Backend (default: NumPy, float64).
         against: a --against dump (engine.compare.dump.Dump) and its --tolerance and --rtol (None: per dtype).
         """
         super().__init__()
         self.backend, self.inject, self.against = backend, inject, against
         self.lang = lang or default_language()
+        self.runner = Runner(self)  # every long action of every screen
         self.loading = scenario if isinstance(scenario, Loading) else None
         self.load_error: BaseException | None = None  # what ended a load: launch raises it once the terminal is back
         self.debugger: Debugger | None = None
@@ -64,7 +67,13 @@ class DebuggerApp(App):
         if self.loading is None:
             self._open(self.push_screen)
         else:
-            self.push_screen(LoadingScreen(self.loading.file, self.loading.load, self.prepare, self.lang))
+            self.push_screen(LoadingScreen(self.loading, self.prepare, self.lang))
+
+    def on_run_progress(self, event: RunProgress) -> None:
+        event.report(event.progress)
+
+    def on_run_done(self, event: RunDone) -> None:
+        event.then(event.result)
 
     def on_loading_screen_loaded(self, event: LoadingScreen.Loaded) -> None:
         if isinstance(event.result, BaseException):
@@ -79,18 +88,18 @@ class DebuggerApp(App):
         show(DebuggerScreen(self.debugger, self.lang))
         unsaved = self.debugger.found_unsaved
         if unsaved is not None:
-            count = len(unsaved.edits)
-            question = (f"An earlier session left {count} unsaved weight edit{'s' if count != 1 else ''} "
-                        f"({unsaved.written}) for this scenario.")
-            answers = {"r": "restore them", "d": "discard them", "l": "decide later (keep them)"}
-            self.push_screen(ChoiceScreen(question, answers, "l", self._after_restore_question))
+            question = tr("ask.restore", self.lang, count=len(unsaved.edits), written=unsaved.written)
+            answers = {key: tr(f"answer.{word}", self.lang) for key, word in
+                       (("r", "restore"), ("d", "discard"), ("l", "later"))}
+            self.push_screen(ChoiceScreen(question, answers, "l", self._after_restore_question, self.lang))
 
     def _after_restore_question(self, answer: str) -> None:
         if answer == "r":
-            self.main.in_background("restoring the unsaved edits…", self.debugger.restore, self.debugger.found_unsaved)
+            self.main.in_background(tr("screen.restoring", self.lang), self.debugger.restore,
+                                    self.debugger.found_unsaved)
         elif answer == "d":
             self.debugger.drop_unsaved()
-            self.notify_status("discarded the unsaved edits of the earlier session")
+            self.notify_status(tr("screen.discarded", self.lang))
 
     @property
     def main(self) -> DebuggerScreen:
@@ -100,40 +109,42 @@ class DebuggerApp(App):
         """Say something on the main screen's status line (it shows when that screen is back on top)."""
         self.main.set_status(message)
 
-    def on_weights_screen_edited(self, event) -> None:
-        self.notify_status(event.message)
-
     # -- saving ------------------------------------------------------------------------------------------
     def action_save(self) -> None:
-        count = self.debugger.unsaved()
+        count, lang = self.debugger.unsaved(), self.lang
         if not count:
-            self.notify_status("nothing to save: the weights equal the file")
+            self.notify_status(describe(Refused(Reason.NOTHING_TO_SAVE), lang))
             return
-        question = f"Write {count} edited number{'s' if count != 1 else ''} into {self.debugger.file_scenario.path}?"
-        self.push_screen(ChoiceScreen(question, {"y": "save", "n": "cancel"}, "n",
-                                      lambda answer: self._save_to(None) if answer == "y" else None))
+        question = tr("ask.save", lang, count=count, path=self.debugger.file_scenario.path)
+        answers = {"y": tr("answer.save", lang), "n": tr("answer.cancel", lang)}
+        self.push_screen(ChoiceScreen(question, answers, "n",
+                                      lambda answer: self._save_to(None) if answer == "y" else None, lang))
 
     def action_save_as(self) -> None:
-        self.push_screen(PromptScreen("Save the scenario with the edited weights as:", self._accept_save_as))
+        self.push_screen(PromptScreen(tr("ask.save_as", self.lang), self._accept_save_as))
 
     def _accept_save_as(self, text: str) -> str | None:
         target = Path(text).expanduser()
         if not text or target.is_dir() or not target.parent.is_dir():
-            return f"cannot write {text!r}: give a file name in an existing folder"
+            return tr("screen.bad_path", self.lang, text=text)
         return self._save_to(target)
 
     def _save_to(self, path: Path | None) -> str | None:
         """None when saved; else what went wrong (the edits stay in memory)."""
         try:
-            message = self.debugger.save(path)
+            result = self.debugger.save(path)
         except OSError as error:
-            problem = f"not saved: {error.strerror} ({path or self.debugger.file_scenario.path})"
+            problem = tr("screen.not_saved", self.lang, error=error.strerror,
+                         path=path or self.debugger.file_scenario.path)
             self.notify_status(problem)
             return problem
+        if isinstance(result, Refused):
+            self.notify_status(describe(result, self.lang))
+            return describe(result, self.lang)
         self.sub_title = Path(self.debugger.file_scenario.path).name
-        self.notify_status(message)
+        self.main.show(describe(result, self.lang))
         if hasattr(self.screen, "refresh_matrix"):
-            self.screen.refresh_matrix(message)
+            self.screen.refresh_matrix(describe(result, self.lang))
         return None
 
     # -- quitting ----------------------------------------------------------------------------------------
@@ -141,7 +152,7 @@ class DebuggerApp(App):
         if self.debugger is None:
             self._cancel_loading()
         elif self.debugger.cancel():
-            self.notify_status("cancelling…")
+            self.notify_status(tr("screen.cancelling", self.lang))
         else:
             await self.action_quit()
 
@@ -149,14 +160,15 @@ class DebuggerApp(App):
         if self.debugger is None:
             self._cancel_loading()
             return
-        self.debugger.cancel()
+        self.debugger.close()  # weights equal to the file leave no autosave behind
         count = self.debugger.unsaved()
         if not count:
             self.exit()
             return
-        question = f"{count} edited number{'s' if count != 1 else ''} not saved."
-        answers = {"s": "save and quit", "q": "quit without saving", "c": "cancel"}
-        self.push_screen(ChoiceScreen(question, answers, "c", self._after_quit_question))
+        answers = {key: tr(f"answer.{word}", self.lang) for key, word in
+                   (("s", "save_quit"), ("q", "quit"), ("c", "cancel"))}
+        self.push_screen(ChoiceScreen(tr("ask.quit", self.lang, count=count), answers, "c",
+                                      self._after_quit_question, self.lang))
 
     def _after_quit_question(self, answer: str) -> None:
         if answer == "q":
@@ -169,7 +181,7 @@ class DebuggerApp(App):
             self.screen.action_cancel()
 
 
-def launch(loading: Loading, backend: Backend, *, lang: str | None, inject: str | None = None,
+def launch(loading: Loading, backend, *, lang: str | None, inject: str | None = None,
            against: tuple | None = None) -> None:
     """Run the app on a file still to load; a load that failed or was cancelled is raised here, after the
     app has given the terminal back, so the CLI reports it as it reports any bad input."""

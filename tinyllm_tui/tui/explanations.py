@@ -9,7 +9,7 @@ from __future__ import annotations
 import locale
 import os
 
-from engine import OpState
+from tinyllm_tui.debugger.frame import Frame
 
 LANGUAGES = ("en", "zh")
 HEADINGS = {
@@ -252,32 +252,21 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
 
 
 # A hook whose meaning depends on its operator's kind: (hook, kind) -> the entry of TEXTS.
-BY_KIND = {("hook_out", "norm"): "norm.hook_out",  # a norm's output, not the logits
-           ("hook_attn_scores", "softcap"): "hook_attn_scores(softcap)"}  # Gemma 2's capped scores
-
-
 def default_language() -> str:
     code = os.environ.get("LC_ALL") or os.environ.get("LANG") or (locale.getlocale()[0] or "")
     return "zh" if code.lower().startswith("zh") else "en"
 
 
-def explain(state: OpState, lang: str) -> list[tuple[str, str]]:
-    """(heading, text) lines for `state` in `lang`."""
+def explain(frame: Frame, lang: str) -> list[tuple[str, str]]:
+    """(heading, text) lines for the frame's operator in `lang`."""
     why, how, pitfall, check, shapes = HEADINGS[lang]
-    hook = state.name.rsplit(".", 1)[-1]
-    if hook == "hook_embed" and not state.inputs:  # a request that gives its input vectors reads no table
-        hook = "hook_embed(vectors)"
-    elif hook == "hook_embed" and len(state.inputs) == 2:  # the table and Gemma's embed_scale
-        hook = "hook_embed(scaled)"
-    hook = BY_KIND.get((hook, state.kind), hook)
-    texts = TEXTS.get(hook, {}).get(lang)
+    texts = TEXTS.get(frame.hook, {}).get(lang)
     lines = list(zip((why, how, pitfall, check), texts)) if texts else []
-    return lines + [(shapes, _shapes(state))]
+    return lines + [(shapes, _shapes(frame))]
 
 
-def _shapes(state: OpState) -> str:
-    def shape(m) -> str:
-        return f"{m.name} {len(m.rows)}×{len(m.cols)}"
-
-    inputs = ", ".join(shape(m) for m in state.inputs)
-    return f"{shape(state.output)} ← {inputs}" if inputs else shape(state.output)
+def _shapes(frame: Frame) -> str:
+    rows, cols = frame.matrix.values.shape
+    output = f"{frame.matrix.name} {rows}×{cols}"
+    inputs = ", ".join(f"{operand.name} {'×'.join(map(str, operand.shape))}" for operand in frame.inputs)
+    return f"{output} ← {inputs}" if inputs else output

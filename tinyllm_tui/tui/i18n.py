@@ -1,58 +1,363 @@
-"""The words of the interface in English and Chinese (`--lang zh`).
+"""The words of the interface: one message catalogue per language (English, Chinese with `--lang zh`).
 
-English text is the key: `tr("Explain", "zh")` -> "解释"; text without a
-translation stays English (numbers, operator names, file names).
+Every text the views put on screen is a key here: `tr("status.step", "zh", step=3, last=40)`.
+A key missing from a language falls back to English; a key missing from English is a bug (KeyError),
+which the tests see. `describe(result, lang)` words a Debugger result (tinyllm_tui.debugger.results).
 """
 
 from __future__ import annotations
 
-ZH = {
-    # panels and titles
-    "Explain": "解释", "KV cache": "KV缓存", "Inputs": "输入", "Expect": "期望值",
-    "Keys": "按键", "key": "按键", "action": "操作",
-    "Breakpoints": "断点", "Weights": "权重",
-    # status line
-    "step": "步骤", "breakpoint": "个断点", "breakpoints": "个断点", "playing": "播放中",
-    "injected bug": "注入的错误", "stale cache (r: recompute)": "缓存已过期（r：重新计算）",
-    "unsaved edit": "处未保存的修改", "unsaved edits": "处未保存的修改",
-    "running…": "运行中…", "paused": "已暂停", "cancelled": "已取消",
-    "start · n/→ step · c continue · ? help": "开始 · n/→ 单步 · c 继续 · ? 帮助",
-    "already at the first step": "已经是第一步",
-    # bindings
-    "Step": "单步", "Back": "后退", "Continue": "继续", "Break": "断点", "Break on…": "条件断点…",
-    "Breakpoint list": "断点列表", "Play": "播放", "Faster": "加快", "Slower": "减慢",
-    "Search back": "向前搜索", "Diff": "对比", "Inject bug": "注入错误",
-    "Explanation": "解释", "Expectations": "期望值", "Before/after edit": "修改前/后",
-    "Recompute stale cache": "重新计算过期缓存", "Save weights": "保存权重", "Save as…": "另存为…",
-    "Heat": "热力着色", "Columns ←": "列 ←", "Columns →": "列 →", "Rows ↑": "行 ↑", "Rows ↓": "行 ↓",
-    "Cache layer": "缓存层", "Cache head": "缓存头", "Help": "帮助", "Quit": "退出",
-    "Cancel run": "取消运行", "Undo edit": "撤销修改", "Redo edit": "重做修改",
-    # help screen
-    "Mouse: click an operator in the list to go there; click a tab to switch panels.":
-        "鼠标：点击列表中的算子跳转到该处；点击标签切换面板。",
-    "Esc, q or ? closes this screen.": "Esc、q 或 ? 关闭本页。",
-    # timeline
-    "processed (K/V cached)": "已处理（K/V已缓存）", "being fed": "正在输入", "selected, not yet fed": "已选出，尚未输入",
-    "pending": "待处理", "no round finished yet": "尚无完成的轮次", "request": "请求", "cache": "缓存",
-    "more": "个", "batch of": "批次共", "rows": "行", "pad": "填充",
-    # prompts and headings
-    "Go to": "跳转到", "Search back for": "向前搜索",
-    " a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):":
-        "步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
-    "Break on (glob, kind, field=value, nan, inf, abs>N; & combines):":
-        "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N；用&组合）：",
-    "input": "输入", "output": "输出", "decode rule": "解码规则", "layer": "层", "chunk": "块",
-    "prefill": "预填充", "decode": "解码", "head": "头",
-    "no action on": "无此按键", "press ? for the keys": "按 ? 查看按键",
-    "breakpoint on": "断点设于", "removed breakpoint": "已删除断点", "went to": "已跳转到",
-    "end of trace": "运行结束", "running…": "运行中…",
-    # loading screen (its counts stay as the engine words them)
-    "Loading": "正在加载", "reading the file": "正在读取文件", "preparing the debugger": "正在准备调试器",
-    "Esc or ctrl+c cancels": "Esc 或 ctrl+c 取消", "cancelling…": "正在取消…",
+from tinyllm_tui.debugger.frame import Phase
+from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
+                                          Cancelled, Diverged, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
+                                          Rebuilt, Refused, Result, Saved)
+
+EN = {
+    # bindings (the footer and the help screen)
+    "Step": "Step", "Back": "Back", "Continue": "Continue", "Break": "Break", "Break on…": "Break on…",
+    "Breakpoint list": "Breakpoint list", "Play": "Play", "Faster": "Faster", "Slower": "Slower",
+    "Go to": "Go to", "Search back": "Search back", "Diff": "Diff", "Inject bug": "Inject bug",
+    "Explanation": "Explanation", "KV cache": "KV cache", "Inputs": "Inputs", "Expectations": "Expectations",
+    "Weights": "Weights", "Undo edit": "Undo edit", "Redo edit": "Redo edit", "Before/after edit": "Before/after edit",
+    "Recompute stale cache": "Recompute stale cache", "Save weights": "Save weights", "Save as…": "Save as…",
+    "Heat": "Heat", "Top-k sorted": "Top-k sorted", "Pieces": "Pieces", "Columns ←": "Columns ←", "Columns →": "Columns →",
+    "Rows ↑": "Rows ↑", "Rows ↓": "Rows ↓", "Cancel run": "Cancel run", "Help": "Help", "Quit": "Quit",
+    "Close": "Close", "Cancel": "Cancel", "Delete": "Delete", "Clear all": "Clear all", "Edit cell": "Edit cell",
+    "Undo": "Undo", "Redo": "Redo", "Reset to file": "Reset to file", "Zero": "Zero", "Identity": "Identity",
+    "Scale·I": "Scale·I", "Save": "Save", "Save as": "Save as", "Before/after": "Before/after",
+    "Cancel loading": "Cancel loading", "Cancel or quit": "Cancel or quit",
+    # panels
+    "panel.explain": "Explain", "panel.cache": "KV cache", "panel.inputs": "Inputs", "panel.expect": "Expect",
+    # the status line
+    "status.step": "step {step}/{last}", "status.inject": "⚠ injected bug: {name}",
+    "status.stale": "⚠ stale cache (r: recompute)", "status.unsaved": "{count} unsaved edits", "status.unsaved.one": "{count} unsaved edit",
+    "status.breakpoints": "{count} breakpoints", "status.breakpoints.one": "{count} breakpoint", "status.playing": "▶ playing {speed}/s (+ -)",
+    "status.hit": "⚑ breakpoint: {names}",
+    # results of moves
+    "result.wrapped": "went to step {step} (wrapped around)", "result.went": "went to step {step}",
+    "result.end": "end of trace · {results}", "result.generated": "request {request} generated {text} ({stop})",
+    "result.nothing": "request {request} generated nothing ({stop})",
+    "result.cancelled": "cancelled at step {step}", "result.breakpoint_added": "breakpoint on {text}",
+    "result.breakpoint_removed": "removed breakpoint {text}", "result.breakpoints_cleared": "removed {count} breakpoints",
+    "result.breakpoints_cleared.one": "removed {count} breakpoint",
+    "result.inject": "now: {name}: {description}", "result.no_inject": "no injected bug",
+    "result.edited": "edited {name}", "result.restored": "restored {count} unsaved edits", "result.restored.one": "restored {count} unsaved edit",
+    "result.undone": "undid the last edit", "result.redone": "redid the edit",
+    "result.recomputed": "recomputed the cache with the current weights", "result.saved": "saved to {path}",
+    "result.cache": "KV cache: layer {layer} head {head}",
+    "result.diverged": "first divergence: {where}", "result.agree": "your activations agree everywhere",
+    # refusals
+    "refused.busy": "busy: a run is in flight (Esc or ctrl+c cancels it)",
+    "refused.first_step": "already at the first step",
+    "refused.no_step": "no step {0}: the trace has steps 0–{1}", "refused.no_match": "no operator matches {0!r}",
+    "refused.empty_search": "type a step number or an operator name, kind or condition",
+    "refused.bad_query": "{0}", "refused.already_set": "breakpoint {0} is already set",
+    "refused.no_breakpoint": "no breakpoint {0}", "refused.nothing_to_undo": "nothing to undo",
+    "refused.nothing_to_redo": "nothing to redo", "refused.not_stale": "the cache is not stale",
+    "refused.unchanged": "{0} unchanged", "refused.bad_edit": "{0}; the old value is kept",
+    "refused.nothing_to_save": "nothing to save: the weights equal the file", "refused.no_cache": "no KV cache yet",
+    "refused.no_dump": "no activations to compare: open with --against DUMP",
+    # the main screen's own messages
+    "screen.start": "start · n/→ step · c continue · ? help", "screen.running": "running… (Esc cancels)",
+    "screen.running_at": "running… step {step} (Esc cancels)", "screen.cancelling": "cancelling…",
+    "screen.idle": "nothing is running", "screen.paused": "paused", "screen.speed": "play speed {speed} steps/s",
+    "screen.heat_on": "heat colouring on", "screen.heat_off": "heat colouring off",
+    "screen.sorted_on": "columns sorted by the last position, most likely first",
+    "screen.sorted_off": "columns in vocabulary order", "screen.not_vocab": "only a vocabulary row can be sorted",
+    "screen.no_columns": "no more columns that way", "screen.no_rows": "no more rows that way",
+    "screen.no_action": "no action on {key!r}: press ? for the keys", "screen.diffing":
+        "computing the full recompute to compare… (Esc cancels)", "screen.diff_cancelled": "diff cancelled",
+    "screen.searching": "searching for {text}… (Esc cancels)", "screen.injecting":
+        "switching the injected bug, replaying to this step… (Esc cancels)",
+    "screen.undoing": "undoing, replaying to this step… (Esc cancels)",
+    "screen.redoing": "redoing, replaying to this step… (Esc cancels)",
+    "screen.recomputing": "recomputing the cache, replaying to this step… (Esc cancels)",
+    "screen.applying": "applying {name}, replaying to this step… (Esc cancels)",
+    "screen.restoring": "restoring the unsaved edits… (Esc cancels)",
+    "screen.discarded": "discarded the unsaved edits of the earlier session",
+    "screen.before": "showing values BEFORE the last edit", "screen.after": "showing current values",
+    "screen.not_saved": "not saved: {error} ({path})", "screen.bad_path": "cannot write {text!r}: give a file name in an existing folder",
+    # prompts and questions
+    "ask.break": "Break on (glob, kind, field=value, nan, inf, abs>N; & combines):",
+    "ask.goto": "Go to a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):",
+    "ask.search_back": "Search back for a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):",
+    "ask.value": "{where} = {old} → new value:", "ask.scale": "Set the matrix to s·I, s =",
+    "ask.save_as": "Save the scenario with the edited weights as:",
+    "ask.save": "Write {count} edited numbers into {path}?", "ask.save.one": "Write {count} edited number into {path}?",
+    "ask.quit": "{count} edited numbers not saved.", "ask.quit.one": "{count} edited number not saved.",
+    "ask.restore": "An earlier session left {count} unsaved weight edits ({written}) for this scenario.",
+    "ask.restore.one": "An earlier session left {count} unsaved weight edit ({written}) for this scenario.",
+    "ask.stale": "The KV cache was computed with the old weights. Recompute it, or keep the stale cache to see what it breaks?",
+    "answer.save": "save", "answer.cancel": "cancel", "answer.save_quit": "save and quit",
+    "answer.quit": "quit without saving", "answer.restore": "restore them", "answer.discard": "discard them",
+    "answer.later": "decide later (keep them)", "answer.recompute": "recompute (default)",
+    "answer.keep": "keep the stale cache", "answer.escape": "Esc: {answer}",
+    # the help screen and the breakpoint list
+    "help.keys": "Keys", "help.key": "key", "help.action": "action",
+    "help.windows": "Matrix window: PgUp/PgDn or shift+↑/↓ rows, < > or shift+←/→ columns (the KV cache's too), "
+                    "t sorts a vocabulary row's columns. KV cache: [ ] layer, { } head. "
+                    "Tab moves focus between the operator list and the panels.",
+    "help.mouse": "Mouse: click an operator in the list to go there; click a tab to switch panels.",
+    "help.close": "Esc, q or ? closes this screen.",
+    "breakpoints.title": "Breakpoints · d: delete · C: clear all · Esc: close", "breakpoints.none": "no breakpoints",
+    "breakpoints.nothing": "no breakpoint to delete",
+    # the matrix window
+    "matrix.title": "{name}{head} · request {request} · {where}", "matrix.head": " · head {head}",
+    "matrix.empty": "{title} · {shape} · empty", "matrix.rows": "rows {first}–{last} of {count} (PgUp PgDn)",
+    "matrix.cols": "cols {first}–{last} of {count} (< >)", "matrix.sorted": "top {count} by the last position (t)",
+    "matrix.changed": "{count} cells changed by the edit (•)", "matrix.changed.one": "{count} cell changed by the edit (•)", "matrix.showing_before": "BEFORE the edit (v)",
+    "matrix.v": "v: before", "matrix.chose": "chose {tokens}",
+    "matrix.expect": "expect: {agree}/{count} printed cells agree (✓ ✗)",
+    "matrix.dump": "your activations: {agree}/{count} cells within {tolerance} (✓ ✗)",
+    "matrix.top": "{label} ▸ top {count}: {entries}",
+    "matrix.range": "{label}: min {low} max {high} mean {mean} argmax {argmax}",
+    "matrix.no_finite": "{label}: no finite value",
+    "where.prefill": "prefill", "where.decode": "decode {round}",
+    # the KV cache
+    "cache.none": "This model keeps no KV cache (no layer has run yet).",
+    "cache.where": "KV cache · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
+    "cache.rows": "{rows} rows, {new} new (+)", "cache.current": "from the current weights",
+    "cache.stale": "⚠ stale: old weights, r recomputes",
+    "cache.differ": "✗ {count} rows differ from your dump", "cache.differ.one": "✗ {count} row differs from your dump",
+    "cache.ring": "ring w{window}{sinks} · next s{write} · evicted {evicted}", "cache.ring.sinks": "+{count} sinks",
+    "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
+    "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
+    "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
+    "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
+    # the timeline
+    "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
+    "timeline.cache": " · cache {length}  ", "timeline.processed": "processed (K/V cached)",
+    "timeline.current": "being fed", "timeline.selected": "selected, not yet fed", "timeline.pending": "pending",
+    "timeline.no_round": "no round finished yet", "timeline.earlier": "‹ {count} earlier │ ",
+    "timeline.round": "{where}: fed {fed} → cache {length}", "timeline.chose": " → chose {token}",
+    "timeline.batch": "batch of {count}", "timeline.batch.rows": " · rows {first}–{last}", "timeline.pad": "pad",
+    "matrix.batch": " (row {row}/{rows}, pad {pad})",
+    # the operator list
+    "group.input": "input", "group.layer": "layer {layer}", "group.output": "output",
+    "group.decode_rule": "decode rule", "group.chunk": " · chunk {chunk}",
+    # the lower panels
+    "inputs.none": "This operator reads no array (it is computed from positions only).",
+    "inputs.corner": " (corner {rows}×{cols})", "expect.checking": "Checking the expect: tables…",
+    "expect.none": "This scenario has no expect: tables.", "expect.operator": "operator", "expect.agree": "agree",
+    "expect.note": "printed in the text",
+    "expect.summary": "{passed}/{tables} tables agree fully; {agreeing}/{cells} printed cells agree",
+    # the diff dialog
+    "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
+    "diff.injected": "injected bug {name}: {description}",
+    "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
+    "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
+    "diff.from": "went to step {step} from the diff",
+    # the weights browser
+    "weights.read_by": "read by: {readers}", "weights.no_reader": "no operator of this round",
+    "weights.differ": "{count} cells differ from the file (•)", "weights.differ.one": "{count} cell differs from the file (•)",
+    # the loading screen
+    "loading.file": "Loading {file}", "loading.reading": "reading the file", "loading.preparing": "preparing the debugger",
+    "loading.yaml": "reading the YAML: {done} of {total}", "loading.tensors": "converting the weights: tensor {done} of {total}",
+    "loading.hint": "Esc or ctrl+c cancels",
+    # the deliberate bugs
+    "inject.chunk-mask": "a cached chunk is masked with tril(ones(C, P+C)): new queries miss most of the cache",
+    "inject.position-reset": "positions restart at 0 in every decode round",
+    "inject.duplicate-append": "decode feeds the whole sequence again, so the prefix is appended to the cache twice",
+    "inject.stale-cache": "decode reuses a prefix cache computed with other weights (every weight ×1.1)",
+    "inject.no-cache-layer1": "layer 1 attends over layer 0's cache instead of its own",
+    "inject.padding-unmasked": "left padding is not masked: every query also reads the PAD keys",
+    "inject.positions-not-offset": "position ids count the left padding: a padded request's tokens sit too far right",
+    "inject.rope-off-by-one": "decode rounds rotate the new token one position too far",
+    "inject.gqa-modulo": "grouped-query attention: query head h reads kv head h % kv_heads instead of h // group",
+    "inject.transposed-k": "K is stored transposed: each head's (T, dh) rows written as (dh, T)",
+    "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
+    "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
+    "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
 }
 
-TRANSLATIONS = {"zh": ZH}
+ZH = {
+    "Step": "单步", "Back": "后退", "Continue": "继续", "Break": "断点", "Break on…": "条件断点…",
+    "Breakpoint list": "断点列表", "Play": "播放", "Faster": "加快", "Slower": "减慢",
+    "Go to": "跳转", "Search back": "向前搜索", "Diff": "对比", "Inject bug": "注入错误",
+    "Explanation": "解释", "KV cache": "KV缓存", "Inputs": "输入", "Expectations": "期望值",
+    "Weights": "权重", "Undo edit": "撤销修改", "Redo edit": "重做修改", "Before/after edit": "修改前/后",
+    "Recompute stale cache": "重新计算过期缓存", "Save weights": "保存权重", "Save as…": "另存为…",
+    "Heat": "热力着色", "Top-k sorted": "按概率排序", "Pieces": "词元片段", "Columns ←": "列 ←", "Columns →": "列 →",
+    "Rows ↑": "行 ↑", "Rows ↓": "行 ↓", "Cancel run": "取消运行", "Help": "帮助", "Quit": "退出",
+    "Close": "关闭", "Cancel": "取消", "Delete": "删除", "Clear all": "全部清除", "Edit cell": "编辑单元格",
+    "Undo": "撤销", "Redo": "重做", "Reset to file": "恢复为文件值", "Zero": "置零", "Identity": "单位矩阵",
+    "Scale·I": "s·I", "Save": "保存", "Save as": "另存为", "Before/after": "修改前/后",
+    "Cancel loading": "取消加载", "Cancel or quit": "取消或退出",
+    "panel.explain": "解释", "panel.cache": "KV缓存", "panel.inputs": "输入", "panel.expect": "期望值",
+    "status.step": "步骤 {step}/{last}", "status.inject": "⚠ 注入的错误：{name}",
+    "status.stale": "⚠ 缓存已过期（r：重新计算）", "status.unsaved": "{count} 处未保存的修改",
+    "status.breakpoints": "{count} 个断点", "status.playing": "▶ 播放中 {speed}/秒 (+ -)",
+    "status.hit": "⚑ 断点：{names}",
+    "result.wrapped": "已跳转到步骤 {step}（已从头绕回）", "result.went": "已跳转到步骤 {step}",
+    "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",
+    "result.nothing": "请求 {request} 没有生成内容（{stop}）",
+    "result.cancelled": "已在步骤 {step} 取消", "result.breakpoint_added": "断点设于 {text}",
+    "result.breakpoint_removed": "已删除断点 {text}", "result.breakpoints_cleared": "已删除 {count} 个断点",
+    "result.inject": "现在：{name}：{description}", "result.no_inject": "没有注入错误",
+    "result.edited": "已修改 {name}", "result.restored": "已恢复 {count} 处未保存的修改",
+    "result.undone": "已撤销上一次修改", "result.redone": "已重做修改",
+    "result.recomputed": "已用当前权重重新计算缓存", "result.saved": "已保存到 {path}",
+    "result.cache": "KV缓存：第 {layer} 层 第 {head} 头",
+    "result.diverged": "第一次出现差异：{where}", "result.agree": "你的激活值处处一致",
+    "refused.busy": "忙：正在运行（Esc 或 ctrl+c 取消）", "refused.first_step": "已经是第一步",
+    "refused.no_step": "没有步骤 {0}：运行共有步骤 0–{1}", "refused.no_match": "没有算子匹配 {0!r}",
+    "refused.empty_search": "请输入步骤编号、算子名称、类型或条件",
+    "refused.bad_query": "无法理解的条件：{0}", "refused.already_set": "断点 {0} 已存在",
+    "refused.no_breakpoint": "没有断点 {0}", "refused.nothing_to_undo": "没有可撤销的修改",
+    "refused.nothing_to_redo": "没有可重做的修改", "refused.not_stale": "缓存没有过期",
+    "refused.unchanged": "{0} 没有变化", "refused.bad_edit": "{0}；保留原值",
+    "refused.nothing_to_save": "无需保存：权重与文件相同", "refused.no_cache": "还没有KV缓存",
+    "refused.no_dump": "没有可对比的激活值：请用 --against DUMP 打开",
+    "screen.start": "开始 · n/→ 单步 · c 继续 · ? 帮助", "screen.running": "运行中…（Esc 取消）",
+    "screen.running_at": "运行中… 步骤 {step}（Esc 取消）", "screen.cancelling": "正在取消…",
+    "screen.idle": "没有正在运行的任务", "screen.paused": "已暂停", "screen.speed": "播放速度 {speed} 步/秒",
+    "screen.heat_on": "热力着色：开", "screen.heat_off": "热力着色：关",
+    "screen.sorted_on": "列按最后位置的概率从高到低排序", "screen.sorted_off": "列按词表顺序排列",
+    "screen.not_vocab": "只有词表行可以排序",
+    "screen.no_columns": "这个方向没有更多列了", "screen.no_rows": "这个方向没有更多行了",
+    "screen.no_action": "{key!r} 没有对应操作：按 ? 查看按键", "screen.diffing": "正在完整重算以便对比…（Esc 取消）",
+    "screen.diff_cancelled": "对比已取消", "screen.searching": "正在搜索 {text}…（Esc 取消）",
+    "screen.injecting": "正在切换注入的错误并重放到此步骤…（Esc 取消）",
+    "screen.undoing": "正在撤销并重放到此步骤…（Esc 取消）", "screen.redoing": "正在重做并重放到此步骤…（Esc 取消）",
+    "screen.recomputing": "正在重新计算缓存并重放到此步骤…（Esc 取消）",
+    "screen.applying": "正在应用 {name} 并重放到此步骤…（Esc 取消）", "screen.restoring": "正在恢复未保存的修改…（Esc 取消）",
+    "screen.discarded": "已丢弃上次会话未保存的修改",
+    "screen.before": "显示上次修改之前的值", "screen.after": "显示当前值",
+    "screen.not_saved": "未保存：{error}（{path}）", "screen.bad_path": "无法写入 {text!r}：请给出已存在文件夹中的文件名",
+    "ask.break": "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N；用&组合）：",
+    "ask.goto": "跳转到步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
+    "ask.search_back": "向前搜索步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
+    "ask.value": "{where} = {old} → 新值：", "ask.scale": "把矩阵设为 s·I，s =",
+    "ask.save_as": "把带有修改后权重的场景另存为：",
+    "ask.save": "把 {count} 个修改过的数写入 {path}？", "ask.quit": "{count} 个修改过的数尚未保存。",
+    "ask.restore": "上次会话为此场景留下了 {count} 处未保存的权重修改（{written}）。",
+    "ask.stale": "KV缓存是用旧权重计算的。重新计算，还是保留过期缓存看看它会破坏什么？",
+    "answer.save": "保存", "answer.cancel": "取消", "answer.save_quit": "保存并退出",
+    "answer.quit": "不保存直接退出", "answer.restore": "恢复", "answer.discard": "丢弃",
+    "answer.later": "以后再决定（保留）", "answer.recompute": "重新计算（默认）",
+    "answer.keep": "保留过期缓存", "answer.escape": "Esc：{answer}",
+    "help.keys": "按键", "help.key": "按键", "help.action": "操作",
+    "help.windows": "矩阵窗口：PgUp/PgDn 或 shift+↑/↓ 翻行，< > 或 shift+←/→ 翻列（KV缓存同样适用），"
+                    "t 按概率排序词表行的列。KV缓存：[ ] 换层，{ } 换头。Tab 在算子列表和面板之间切换焦点。",
+    "help.mouse": "鼠标：点击列表中的算子跳转到该处；点击标签切换面板。",
+    "help.close": "Esc、q 或 ? 关闭本页。",
+    "breakpoints.title": "断点 · d：删除 · C：全部清除 · Esc：关闭", "breakpoints.none": "没有断点",
+    "breakpoints.nothing": "没有可删除的断点",
+    "matrix.title": "{name}{head} · 请求 {request} · {where}", "matrix.head": " · 头 {head}",
+    "matrix.empty": "{title} · {shape} · 空", "matrix.rows": "行 {first}–{last} / {count}（PgUp PgDn）",
+    "matrix.cols": "列 {first}–{last} / {count}（< >）", "matrix.sorted": "按最后位置排序的前 {count} 项（t）",
+    "matrix.changed": "{count} 个单元格被修改改变（•）", "matrix.showing_before": "修改之前（v）",
+    "matrix.v": "v：修改前", "matrix.chose": "选出 {tokens}",
+    "matrix.expect": "期望值：{agree}/{count} 个印出的单元格一致（✓ ✗）",
+    "matrix.dump": "你的激活值：{agree}/{count} 个单元格在 {tolerance} 之内（✓ ✗）",
+    "matrix.top": "{label} ▸ 前 {count}：{entries}",
+    "matrix.range": "{label}：最小 {low} 最大 {high} 平均 {mean} 最大处 {argmax}",
+    "matrix.no_finite": "{label}：没有有限值",
+    "where.prefill": "预填充", "where.decode": "解码 {round}",
+    "cache.none": "此模型没有KV缓存（还没有层运行）。",
+    "cache.where": "KV缓存 · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
+    "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.current": "来自当前权重",
+    "cache.stale": "⚠ 过期：旧权重，r 重新计算", "cache.differ": "✗ {count} 行与你的转储不同",
+    "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
+    "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
+    "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
+    "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
+    "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
+    "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）",
+    "timeline.current": "正在输入", "timeline.selected": "已选出，尚未输入", "timeline.pending": "待处理",
+    "timeline.no_round": "尚无完成的轮次", "timeline.earlier": "‹ 前 {count} 轮 │ ",
+    "timeline.round": "{where}：输入 {fed} → 缓存 {length}", "timeline.chose": " → 选出 {token}",
+    "timeline.batch": "批次共 {count} 行", "timeline.batch.rows": " · 第 {first}–{last} 行", "timeline.pad": "填充",
+    "matrix.batch": "（第 {row}/{rows} 行，填充 {pad}）",
+    "group.input": "输入", "group.layer": "层 {layer}", "group.output": "输出",
+    "group.decode_rule": "解码规则", "group.chunk": " · 块 {chunk}",
+    "inputs.none": "此算子不读取任何数组（只由位置计算）。", "inputs.corner": "（左上角 {rows}×{cols}）",
+    "expect.checking": "正在核对 expect: 表…", "expect.none": "此场景没有 expect: 表。",
+    "expect.operator": "算子", "expect.agree": "一致", "expect.note": "文中所印",
+    "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
+    "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
+    "diff.injected": "注入的错误 {name}：{description}",
+    "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
+    "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
+    "diff.from": "已从对比跳转到步骤 {step}",
+    "weights.read_by": "读取者：{readers}", "weights.no_reader": "本轮没有算子读取",
+    "weights.differ": "{count} 个单元格与文件不同（•）",
+    "loading.file": "正在加载 {file}", "loading.reading": "正在读取文件", "loading.preparing": "正在准备调试器",
+    "loading.yaml": "正在读取 YAML：{done} / {total}", "loading.tensors": "正在转换权重：张量 {done} / {total}",
+    "loading.hint": "Esc 或 ctrl+c 取消",
+    "inject.chunk-mask": "缓存的块用 tril(ones(C, P+C)) 做掩码：新的查询看不到大部分缓存",
+    "inject.position-reset": "每个解码轮次的位置都从 0 重新开始",
+    "inject.duplicate-append": "解码时重新输入整个序列，前缀被重复追加到缓存",
+    "inject.stale-cache": "解码沿用用其他权重（每个权重 ×1.1）计算的前缀缓存",
+    "inject.no-cache-layer1": "第 1 层使用第 0 层的缓存而不是自己的",
+    "inject.padding-unmasked": "左侧填充没有被掩码：每个查询也读到了 PAD 键",
+    "inject.positions-not-offset": "位置编号把左侧填充也算进去：填充过的请求的词元位置偏右",
+    "inject.rope-off-by-one": "解码轮次把新词元多旋转了一个位置",
+    "inject.gqa-modulo": "分组查询注意力：查询头 h 读取 kv 头 h % kv_heads，而不是 h // group",
+    "inject.transposed-k": "K 以转置方式存储：每个头的 (T, dh) 行被写成 (dh, T)",
+    "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
+    "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
+    "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
+}
+
+CATALOGUES = {"en": EN, "zh": ZH}
 
 
-def tr(text: str, lang: str) -> str:
-    return TRANSLATIONS.get(lang, {}).get(text, text)
+def tr(key: str, lang: str, /, *args, **facts) -> str:
+    """The text of `key` in `lang` with the facts filled in; English where `lang` lacks it.
+    A count of one takes the `key.one` form where the language has one (English: "1 breakpoint")."""
+    catalogue = CATALOGUES.get(lang, EN)
+    if facts.get("count") == 1 and f"{key}.one" in catalogue:
+        key = f"{key}.one"
+    text = catalogue.get(key) or EN[key]
+    return text.format(*args, **facts) if args or facts else text
+
+
+def where(phase: str, round_: int, lang: str) -> str:
+    return tr("where.prefill", lang) if Phase(phase) is Phase.PREFILL else tr("where.decode", lang, round=round_)
+
+
+def generated(text: str, pieces: tuple[str, ...], as_pieces: bool) -> str:
+    """Generated text decoded ('Echo'), or its pieces, one per token ('E|cho'); quoted so that spaces at its
+    ends show (the pieces are display text already: a newline is written \\n, never repeated by repr)."""
+    return f"'{'|'.join(pieces) if as_pieces else text}'"
+
+
+def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
+    """A Debugger result in words ("" for a plain move: the screen itself shows where it is).
+    Args: pieces: generated text as its tokens' pieces instead of decoded."""
+    match result:
+        case Moved(step=step, wrapped=True):
+            return tr("result.wrapped", lang, step=step)
+        case Moved() | HitBreakpoint():
+            return ""  # the status line shows the step and the breakpoints that hit it
+        case EndOfTrace(results=results):
+            return tr("result.end", lang, results="; ".join(
+                tr("result.generated", lang, request=i, text=generated(r.text, r.pieces, pieces), stop=r.stop)
+                if r.pieces
+                else tr("result.nothing", lang, request=i, stop=r.stop) for i, r in enumerate(results)))
+        case Cancelled(step=step):
+            return tr("result.cancelled", lang, step=step)
+        case Refused(reason=reason, args=args):
+            return tr(f"refused.{reason}", lang, *args)
+        case BreakpointAdded(text=text):
+            return tr("result.breakpoint_added", lang, text=text)
+        case BreakpointRemoved(text=text):
+            return tr("result.breakpoint_removed", lang, text=text)
+        case BreakpointsCleared(count=count):
+            return tr("result.breakpoints_cleared", lang, count=count)
+        case InjectionChanged(name=None):
+            return tr("result.no_inject", lang)
+        case InjectionChanged(name=name):
+            return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
+        case Rebuilt(kind=kind, name=name, count=count):
+            return tr(f"result.{kind}", lang, name=name, count=count)
+        case Saved(path=path):
+            return tr("result.saved", lang, path=path)
+        case Diverged(step=None):
+            return tr("result.agree", lang)
+        case Diverged(where=where_):
+            return tr("result.diverged", lang, where=where_)
+        case CacheShown(layer=layer, head=head):
+            return tr("result.cache", lang, layer=layer, head=head)
+    raise TypeError(f"no words for {result!r}")

@@ -1,73 +1,89 @@
 """The debugger's main screen: timeline, operator list, matrix window, KV cache and panels.
 
-It turns keys into calls on the headless `Debugger` and hands what the debugger
-holds down to its widgets. Long runs (continue, search) happen in a thread worker
-that owns the engine's generator until it stops; meanwhile keys that need the
-generator are refused with a message, and Esc / ctrl+c cancel the run.
+It turns keys into Debugger moves and hands the frame each move publishes to its widgets; the
+results of moves are worded here (tinyllm_tui.tui.i18n). Long actions (continue, search, replays,
+the diff) go through the app's one runner; meanwhile moves are refused with a message, and Esc /
+ctrl+c cancel the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections import deque
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, TabbedContent, TabPane
 
-from engine import to_host
-from engine.breakpoints import BreakpointError, short_name
-from tinyllm_tui.presentation.summaries import op_title
-
-from tinyllm_tui.debugger.debugger import BUSY, Busy, Cancelled, Debugger, SearchError
-from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.debugger import Debugger, DiffCancelled
+from tinyllm_tui.debugger.frame import Frame
+from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
+from tinyllm_tui.tui.i18n import EN, describe, tr, where
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
-from tinyllm_tui.tui.widgets.matrix import MatrixData, MatrixWindow, batch_matrix, lazy_labels
+from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
-from tinyllm_tui.tui.widgets.statusbar import StatusBar, StatusData
-from tinyllm_tui.tui.widgets.timeline import Timeline, TimelineData
+from tinyllm_tui.tui.widgets.statusbar import StatusBar
+from tinyllm_tui.tui.widgets.timeline import Timeline
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
 DEFAULT_SPEED = 3
 WIDE = 120  # from this many columns the KV cache sits beside the matrix: the card's three views at once
+QUEUED = 8  # quick moves that may wait for the one in flight (a held key)
+CACHE_MOVES = {"left_square_bracket": (-1, 0), "right_square_bracket": (1, 0),
+               "left_curly_bracket": (0, -1), "right_curly_bracket": (0, 1)}
 
 
 def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
-    """The same bindings in the same order, their descriptions (the footer's words) in `lang`."""
+    """The same bindings in the same order, their descriptions (the footer's words) in `lang`
+    (Textual's own, such as focus moves, as Textual words them)."""
     translated = bindings.copy()
     for key, listed in translated.key_to_bindings.items():
-        translated.key_to_bindings[key] = [dataclasses.replace(b, description=tr(b.description, lang)) for b in listed]
+        translated.key_to_bindings[key] = [dataclasses.replace(b, description=tr(b.description, lang))
+                                           if b.description in EN else b for b in listed]
     return translated
 
 
+def matrix_title(frame: Frame, lang: str) -> str:
+    """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
+    head = "" if frame.matrix.head is None else tr("matrix.head", lang, head=frame.matrix.head)
+    request = str(frame.request)
+    rows = frame.timeline.batch
+    if rows:  # which row of the batch, and its padding
+        row = next(i for i, line in enumerate(rows) if line.request == frame.request)
+        request += tr("matrix.batch", lang, row=row + 1, rows=len(rows), pad=rows[row].pad)
+    return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=request,
+              where=where(frame.phase, frame.round, lang))
+
+
 class DebuggerScreen(Screen):
+    # the footer shows these in order and drops what does not fit: help and quit come early
     BINDINGS = [
         Binding("n,right,f10", "step", "Step"),
         Binding("left", "back", "Back"),
         Binding("c,f5", "continue", "Continue"),
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("q", "app.quit", "Quit"),
         Binding("b,f9", "toggle_breakpoint", "Break"),
+        Binding("space", "play", "Play"),
+        Binding("g", "search(False)", "Go to"),
+        Binding("d", "diff", "Diff"),
+        Binding("w", "weights", "Weights"),
         Binding("B", "add_breakpoint", "Break on…", show=False),
         Binding("L", "breakpoints", "Breakpoint list", show=False),
-        Binding("space", "play", "Play"),
         Binding("plus,equals_sign", "speed(1)", "Faster", show=False),
         Binding("minus", "speed(-1)", "Slower", show=False),
-        Binding("g", "search(False)", "Go to"),
         Binding("G", "search(True)", "Search back", show=False),
-        Binding("d", "diff", "Diff"),
         Binding("I", "cycle_injection", "Inject bug", show=False),
         Binding("x", "panel('explain')", "Explanation", show=False),
         Binding("k", "panel('cache')", "KV cache", show=False),
         Binding("i", "panel('inputs')", "Inputs", show=False),
         Binding("a", "panel('expect')", "Expectations", show=False),
-        Binding("w", "weights", "Weights"),
         Binding("u", "undo", "Undo edit", show=False),
         Binding("ctrl+r", "redo", "Redo edit", show=False),
         Binding("v", "before_after", "Before/after edit", show=False),
@@ -75,22 +91,14 @@ class DebuggerScreen(Screen):
         Binding("ctrl+s", "app.save", "Save weights", show=False),
         Binding("S", "app.save_as", "Save as…", show=False),
         Binding("h", "heat", "Heat", show=False),
+        Binding("t", "sorted_columns", "Top-k sorted", show=False),
+        Binding("p", "pieces", "Pieces", show=False),
         Binding("less_than_sign,shift+left", "columns(-1)", "Columns ←", show=False),
         Binding("greater_than_sign,shift+right", "columns(1)", "Columns →", show=False),
         Binding("pageup,shift+up", "rows(-1)", "Rows ↑", show=False, priority=True),
         Binding("pagedown,shift+down", "rows(1)", "Rows ↓", show=False, priority=True),
         Binding("escape", "cancel", "Cancel run", show=False),
-        Binding("question_mark,f1", "help", "Help"),
-        Binding("q", "app.quit", "Quit"),
     ]
-
-    @dataclass
-    class RunDone(Message):
-        message: str
-
-    @dataclass
-    class RunProgress(Message):
-        step: int
 
     def __init__(self, debugger: Debugger, lang: str):
         super().__init__()
@@ -98,10 +106,13 @@ class DebuggerScreen(Screen):
         self._bindings = translated_bindings(self._bindings, lang)  # the footer speaks the chosen language
         self.speed = DEFAULT_SPEED
         self.player = None
-        self.show_before = False
         self.message = ""
         self.refusal = ""  # why the last key pressed during a run was refused
         self.wide = False
+        self._frame: Frame | None = None
+        self._queued: deque = deque()  # quick moves pressed while one was in flight
+        self.said: Result | None = None  # the last result worded on the status line
+        self.pieces = False  # generated text as its tokens' pieces instead of decoded
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -112,24 +123,25 @@ class DebuggerScreen(Screen):
             with Vertical(id="right"):
                 with Horizontal(id="top"):
                     yield MatrixWindow(id="matrix")
-                    yield CacheView(self.debugger.scenario.model.d_head, id="side-cache")
+                    yield CacheView(id="side-cache")
                 with TabbedContent(initial="explain", id="panels"):
-                    with TabPane(tr("Explain", self.lang), id="explain"):
+                    with TabPane(tr("panel.explain", self.lang), id="explain"):
                         yield ExplanationPanel()
-                    with TabPane(tr("KV cache", self.lang), id="cache"):
-                        yield CacheView(self.debugger.scenario.model.d_head, id="tab-cache")
-                    with TabPane(tr("Inputs", self.lang), id="inputs"):
+                    with TabPane(tr("panel.cache", self.lang), id="cache"):
+                        yield CacheView(id="tab-cache")
+                    with TabPane(tr("panel.inputs", self.lang), id="inputs"):
                         yield InputsPanel()
-                    with TabPane(tr("Expect", self.lang), id="expect"):
+                    with TabPane(tr("panel.expect", self.lang), id="expect"):
                         yield ExpectPanel()
         yield Footer()
 
     def on_mount(self) -> None:
         for widget in (self.query_one(Timeline), self.query_one(StatusBar), self.query_one(ExplanationPanel),
-                       self.query_one(OperatorList)):
+                       self.query_one(OperatorList), self.query_one(InputsPanel), self.query_one(ExpectPanel),
+                       *self.query(MatrixWindow), *self.query(CacheView)):
             widget.lang = self.lang
         self.query_one(OperatorList).focus()
-        self.show("start · n/→ step · c continue · ? help")
+        self.show(tr("screen.start", self.lang))
 
     def on_unmount(self) -> None:
         """However the app ends, no run or comparison thread outlives it."""
@@ -139,75 +151,60 @@ class DebuggerScreen(Screen):
         self.show(self.message)
         self.check_expectations()
 
+    @property
+    def runner(self):
+        return self.app.runner
+
     def check_expectations(self) -> None:
-        """The expect: tables and the --against dump, checked off the UI thread once per set of weights."""
-        scenario = self.debugger.scenario
-        if self.debugger.against is not None and self.debugger.divergences is None:
-            self._compare_against()
-        if self.debugger.outcomes is not None:
-            return
-        if scenario.expect:
-            self._check(scenario)
-        else:
-            self.debugger.accept_outcomes(scenario, [])
+        """The expect: tables and the --against dump, checked off the UI thread once per set of weights (beside
+        the runner: a check runs sessions of its own and only hands what it found to the Debugger)."""
+        debugger = self.debugger
+        if debugger.outcomes is None or (debugger.against is not None and debugger.divergences is None):
+            self.run_worker(self._check, thread=True, exclusive=True, group="expect")
 
-    @work(thread=True, exclusive=True, group="expect")
-    def _check(self, scenario) -> None:
-        outcomes = self.debugger.check_expectations(scenario)
-        self.app.call_from_thread(self._checked, scenario, outcomes)
-
-    @work(thread=True, exclusive=True, group="against")
-    def _compare_against(self) -> None:
+    def _check(self) -> None:
+        """In a thread: what it finds goes into the Debugger's next frame (at once when no move is in flight)."""
+        debugger = self.debugger
+        scenario = debugger.scenario
         try:
-            self.debugger.compare_against()
-        except Cancelled:
+            if debugger.against is not None and debugger.divergences is None:
+                debugger.compare_against()
+        except DiffCancelled:
             return
-        self.app.call_from_thread(lambda: self.is_current and self.show(self.message))
+        if debugger.outcomes is None:
+            debugger.accept_outcomes(scenario, debugger.check_expectations(scenario))
+        self.app.call_from_thread(self._checked)
 
-    def _checked(self, scenario, outcomes) -> None:
-        if self.debugger.accept_outcomes(scenario, outcomes) and self.is_current:
+    def _checked(self) -> None:
+        if self.is_current:
             self.show(self.message)
 
-    # -- showing what the debugger holds --------------------------------------------------------------
+    # -- showing the frame ---------------------------------------------------------------------------------
     def show(self, message: str = "") -> None:
-        """Hand the debugger's current view to every widget."""
-        debugger, view = self.debugger, self.debugger.view
-        state = view.state
-        self.query_one(OperatorList).show_view(view)
-        self.query_one(Timeline).show(TimelineData(state, len(debugger.scenario.requests),
-                                                   bool(debugger.scenario.decode.prefill_chunk), view.rounds,
-                                                   debugger.round_verdicts()))
-        token_label = debugger.scenario.vocab.label if state.kind == "choice" else None
-        before, verdicts = debugger.before(state), debugger.verdicts(state)
-        widths = {g.values.shape[1] for g in view.batch}
-        if len(view.batch) > 1 and len(widths) == 1 and before is None and not verdicts:  # the batch axis
-            self.query_one(MatrixWindow).data = batch_matrix(state, view.batch, token_label)
-        else:
-            self.query_one(MatrixWindow).data = MatrixData(
-                op_title(state), to_host(state.values), lazy_labels(state.output.row_axis),
-                lazy_labels(state.output.col_axis), kind=state.kind, before=before, show_before=self.show_before,
-                verdicts=verdicts, token_label=token_label)
-        self._show_panels()
+        """Hand the debugger's current frame to every widget (only what a frame changed redraws)."""
+        frame = self.debugger.frame
+        if frame is not self._frame:
+            self._frame = frame
+            self.query_one(OperatorList).show_frame(frame)
+            self.query_one(Timeline).show(frame.timeline)
+            self.query_one("#matrix", MatrixWindow).show(frame.matrix, matrix_title(frame, self.lang))
+            self._show_panels()
         self.set_status(message)
 
     def _show_panels(self) -> None:
         """The lower panel that is visible (the others catch up when shown) and the side cache."""
-        state = self.debugger.view.state
+        frame = self.debugger.frame
         active = self.query_one(TabbedContent).active
         if self.wide:
-            self._show_cache("#side-cache")
+            self.query_one("#side-cache", CacheView).show(frame.cache)
         if active == "explain":
-            self.query_one(ExplanationPanel).state = state
+            self.query_one(ExplanationPanel).frame = frame
         elif active == "cache":
-            self._show_cache("#tab-cache")
+            self.query_one("#tab-cache", CacheView).show(frame.cache)
         elif active == "inputs":
-            self.query_one(InputsPanel).state = state
+            self.query_one(InputsPanel).frame = frame
         else:
-            self.query_one(ExpectPanel).outcomes = self.debugger.outcomes
-
-    def _show_cache(self, selector: str) -> None:
-        self.query_one(selector, CacheView).show(self.debugger.view.state, self.debugger.fingerprint,
-                                                 self.debugger.differing_cache_rows)
+            self.query_one(ExpectPanel).outcomes = frame.outcomes
 
     def on_tabbed_content_tab_activated(self) -> None:
         self._show_panels()
@@ -218,84 +215,92 @@ class DebuggerScreen(Screen):
 
     def set_status(self, message: str = "") -> None:
         self.message = message
-        debugger, view = self.debugger, self.debugger.view
-        total = view.total
-        self.query_one(StatusBar).show(StatusData(
-            step=view.state.step, last=None if total is None else total - 1, operator=short_name(view.state),
-            inject=debugger.inject,
-            stale=debugger.stale is not None, unsaved=debugger.unsaved(), breakpoints=len(debugger.breakpoints),
-            playing=PLAY_SPEEDS[self.speed] if self.player is not None else None, message=message))
+        self.query_one(StatusBar).show(self.debugger.frame.status, message=message,
+                                       playing=PLAY_SPEEDS[self.speed] if self.player is not None else None)
 
-    def _guarded(self, move) -> None:
-        """Call a move of the debugger and show where it went; refused with a message while a run owns it."""
-        try:
-            message = move()
-        except Busy as busy:
-            self._refuse(str(busy))
+    def say(self, result: Result) -> None:
+        """Show where a move went and what it did."""
+        if isinstance(result, Refused) and result.reason is Reason.BUSY:
+            self._refuse()
+        else:
+            self.said = result
+            self.show(describe(result, self.lang, pieces=self.pieces))
+
+    # -- the runner ------------------------------------------------------------------------------------------
+    def move(self, move, *args) -> None:
+        """A quick move (step, back, go to, cache page) in the runner: its frame is built off the UI thread.
+        Pressed while another quick move is in flight, it waits its turn; during a long run it is refused."""
+        if self.runner.running:
+            if self.runner.quick and len(self._queued) < QUEUED:
+                self._queued.append((move, args))
+            elif not self.runner.quick:
+                self._refuse()
             return
-        self.show(message)
+        self.runner.start(lambda report: move(*args), self._moved, quick=True)
+
+    def _moved(self, result: Result) -> None:
+        if isinstance(result, BaseException):
+            raise result
+        self.say(result)
+        if self._queued:
+            move, args = self._queued.popleft()
+            self.move(move, *args)
+
+
+    def in_background(self, status: str, move, *args, then=None, **options) -> bool:
+        """Run a Debugger move that replays or computes ahead in the app's runner; False if refused.
+
+        Args: status: what the status line says meanwhile (in words). then: gets the result (run_done)."""
+        def work(report):
+            return move(*args, progress=report, **options)
+
+        started = self.runner.start(work, then or self.run_done, self._progress)
+        if started:
+            self.set_status(status)
+        else:
+            self._refuse()
+        return started
+
+    def _progress(self, step: int) -> None:
+        if self.runner.running and self.is_mounted:
+            self.set_status(" · ".join(filter(None, [tr("screen.running_at", self.lang, step=step), self.refusal])))
+            bar = self.query_one(ProgressBar)
+            bar.display = True
+            bar.update(total=self.debugger.frame.status.last, progress=step)  # total unknown at first: a pulse
+
+    def run_done(self, result: object) -> None:
+        self.refusal = ""
+        self.query_one(ProgressBar).display = False
+        if isinstance(result, BaseException):
+            raise result
+        self.say(result)
+        self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
+
+    def _refuse(self) -> None:
+        self.refusal = tr("refused.busy", self.lang)
+        self.set_status(self.refusal)
+
+    def action_cancel(self) -> None:
+        self.set_status(tr("screen.cancelling" if self.debugger.cancel() else "screen.idle", self.lang))
 
     # -- stepping ------------------------------------------------------------------------------------------
     def action_step(self) -> None:
-        self._guarded(self.debugger.step)
+        self.move(self.debugger.step)
 
     def action_back(self) -> None:
-        self._guarded(self.debugger.back)
+        self.move(self.debugger.back)
 
     def action_continue(self) -> None:
-        if self._refused():
-            return
-        self.set_status("running… (Esc cancels)")
-        self._run(self.debugger.continue_)
-
-    @work(thread=True, exclusive=True, group="run")
-    def _run(self, run, *args) -> None:
-        """In a thread: the run owns the generator until it returns; results come back as messages."""
-        try:
-            message = run(*args, progress=lambda step: self.post_message(self.RunProgress(step)))
-        except (SearchError, Busy) as error:
-            message = str(error)
-        self.post_message(self.RunDone(message))
-
-    def on_debugger_screen_run_progress(self, event: RunProgress) -> None:
-        if self.debugger.busy:  # a key refused meanwhile stays said
-            self.set_status(" · ".join(filter(None, [f"running… step {event.step} (Esc cancels)", self.refusal])))
-            bar = self.query_one(ProgressBar)
-            bar.display = True
-            bar.update(total=self.debugger.view.total, progress=event.step)  # total unknown at first: a pulse
-
-    def on_debugger_screen_run_done(self, event: RunDone) -> None:
-        self.refusal = ""
-        self.query_one(ProgressBar).display = False
-        self.show(event.message)
-        self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
-
-    def in_background(self, message: str, run, *args) -> None:
-        """Run a debugger call that replays or computes ahead in the run worker; it reports when done."""
-        if not self._refused():
-            self.set_status(f"{message} (Esc cancels)")
-            self._run(run, *args)
-
-    def _refused(self) -> bool:
-        if self.debugger.busy:
-            self._refuse(BUSY)
-        return self.debugger.busy
-
-    def _refuse(self, message: str) -> None:
-        self.refusal = message
-        self.set_status(message)
-
-    def action_cancel(self) -> None:
-        self.set_status("cancelling…" if self.debugger.cancel() else "nothing is running")
+        self.in_background(tr("screen.running", self.lang), self.debugger.continue_)
 
     def action_play(self) -> None:
         if self.player is not None:
-            self._stop_playing("paused")
-            return
-        if self._refused():
-            return
-        self._schedule_play()
-        self.set_status()
+            self._stop_playing(tr("screen.paused", self.lang))
+        elif self.runner.running:
+            self._refuse()
+        else:
+            self._schedule_play()
+            self.set_status()
 
     def _schedule_play(self) -> None:
         if self.player is not None:
@@ -308,149 +313,166 @@ class DebuggerScreen(Screen):
         self.show(message)
 
     def _play_tick(self) -> None:
-        try:
-            stop = self.debugger.play_step()
-        except Busy:
-            return
-        if stop:
-            self._stop_playing(stop)
-        else:
+        if not self.runner.running:  # a tick that finds a move in flight waits for the next
+            self.runner.start(lambda report: self.debugger.play_step(), self._played, quick=True)
+
+    def _played(self, result: Result) -> None:
+        busy = isinstance(result, Refused) and result.reason is Reason.BUSY
+        if self.player is None or busy or isinstance(result, Moved):  # paused meanwhile, or on it goes
             self.show()
+        else:
+            self._stop_playing(describe(result, self.lang))  # a breakpoint (the status names it) or the end
 
     def action_speed(self, direction: int) -> None:
         self.speed = max(0, min(self.speed + direction, len(PLAY_SPEEDS) - 1))
         if self.player is not None:
             self._schedule_play()
-        self.set_status(f"play speed {PLAY_SPEEDS[self.speed]:g} steps/s")
+        self.set_status(tr("screen.speed", self.lang, speed=f"{PLAY_SPEEDS[self.speed]:g}"))
 
-    # -- breakpoints -------------------------------------------------------------------------------------
+    # -- breakpoints ---------------------------------------------------------------------------------------
     def action_toggle_breakpoint(self) -> None:
         """On the operator highlighted in the list (works while a run is in flight)."""
         step = self.query_one(OperatorList).highlighted_key
-        state = next((s for s in self.debugger.view.round_states if s.step == step), self.debugger.view.state)
-        message = self.debugger.toggle_breakpoint(state.name)
-        self.query_one(OperatorList).show_view(self.debugger.view)
-        self.set_status(message)
+        view = self.debugger.view
+        state = next((s for s in view.round_states if s.step == step), view.state)
+        self.say(self.debugger.toggle_breakpoint(state.name))
 
     def action_add_breakpoint(self) -> None:
-        self.app.push_screen(PromptScreen(tr("Break on (glob, kind, field=value, nan, inf, abs>N; & combines):",
-                                             self.lang),
-                                          self._accept_breakpoint))
+        self.app.push_screen(PromptScreen(tr("ask.break", self.lang), self._accept_breakpoint))
 
     def _accept_breakpoint(self, text: str) -> str | None:
-        try:
-            message = self.debugger.add_breakpoint(text)
-        except BreakpointError as error:
-            return str(error)
-        self.show(message)
+        result = self.debugger.add_breakpoint(text)
+        if isinstance(result, Refused) and result.reason is Reason.BAD_QUERY:  # stays open to be corrected
+            return describe(result, self.lang)
+        self.say(result)
         return None
 
     def action_breakpoints(self) -> None:
         debugger = self.debugger
         self.app.push_screen(BreakpointsScreen(lambda: [b.text for b in debugger.breakpoints],
-                                               debugger.remove_breakpoint, debugger.clear_breakpoints))
+                                               debugger.remove_breakpoint, debugger.clear_breakpoints, self.lang))
 
     # -- go to and search ----------------------------------------------------------------------------------
     def action_search(self, backward: bool) -> None:
-        if self._refused():
-            return
-        question = tr("Search back for" if backward else "Go to", self.lang) + tr(
-            " a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):",
-            self.lang)
+        """The prompt opens even while a run is in flight: what is typed goes into it, never to the keys."""
+        question = tr("ask.search_back" if backward else "ask.goto", self.lang)
         self.app.push_screen(PromptScreen(question, lambda text: self._accept_search(text, backward)))
 
     def _accept_search(self, text: str, backward: bool) -> str | None:
-        if not text:
-            return "type a step number or an operator name, kind or condition"
-        if text.isdigit():
-            try:
-                self.show(self.debugger.goto_step(int(text)))
-            except (SearchError, Busy) as error:
-                self.show()
-                return str(error)
+        if self.runner.running:
+            return tr("refused.busy", self.lang)
+        refused = self.debugger.check_query(text)
+        if refused is not None:  # the prompt stays open to correct it, as B's does
+            return describe(refused, self.lang)
+        if text.isdigit():  # at once: no run needed
+            result = self.debugger.search(text, backward)
+            if isinstance(result, Refused):
+                return describe(result, self.lang)
+            self.say(result)
             return None
-        self.set_status(f"searching for {text}… (Esc cancels)")
-        self._run(self.debugger.search, text, backward)
+
+        self.in_background(tr("screen.searching", self.lang, text=text), self.debugger.search, text, backward)
         return None
 
     def on_line_list_chosen(self, event: LineList.Chosen) -> None:
         if isinstance(event.list, OperatorList):
-            self._guarded(lambda: self.debugger.goto_step(event.key))
+            self.move(self.debugger.goto_step, event.key)
 
-    # -- panels and the matrix window -------------------------------------------------------------------------
+    # -- panels and the windows ------------------------------------------------------------------------------
     def action_panel(self, pane: str) -> None:
         self.query_one(TabbedContent).active = pane
 
+    @property
+    def matrix(self) -> MatrixWindow:
+        return self.query_one("#matrix", MatrixWindow)
+
     def action_heat(self) -> None:
-        matrix = self.query_one(MatrixWindow)
-        matrix.heat = not matrix.heat
-        self.set_status(f"heat colouring {'on' if matrix.heat else 'off'}")
+        self.matrix.heat = not self.matrix.heat
+        self.set_status(tr("screen.heat_on" if self.matrix.heat else "screen.heat_off", self.lang))
+
+    def action_pieces(self) -> None:
+        """Generated text decoded, or token by token (the end of the trace says it)."""
+        self.pieces = not self.pieces
+        if isinstance(self.said, EndOfTrace):
+            self.say(self.said)
+
+    def action_sorted_columns(self) -> None:
+        matrix = self.matrix
+        if matrix.matrix is None or matrix.matrix.order is None:
+            self.set_status(tr("screen.not_vocab", self.lang))
+            return
+        matrix.sorted_view = not matrix.sorted_view
+        self.set_status(tr("screen.sorted_on" if matrix.sorted_view else "screen.sorted_off", self.lang))
+
+    def _shown_windows(self) -> list[MatrixWindow]:
+        """The matrix and the KV cache windows on screen now: < > move the columns of each."""
+        caches = [cache for cache in self.query(CacheView) if cache.display and cache.region.area]
+        return [self.matrix, *(window for cache in caches for window in cache.windows)]
 
     def action_columns(self, direction: int) -> None:
-        if not self.query_one(MatrixWindow).scroll_cols(direction):
-            self.set_status("no more columns that way")
+        moved = [window.scroll_cols(direction) for window in self._shown_windows()]
+        if not any(moved):
+            self.set_status(tr("screen.no_columns", self.lang))
 
     def action_rows(self, direction: int) -> None:
-        if not self.query_one(MatrixWindow).scroll_rows(direction):
-            self.set_status("no more rows that way")
+        if not self.matrix.scroll_rows(direction):
+            self.set_status(tr("screen.no_rows", self.lang))
 
     def on_key(self, event) -> None:
-        """[ ] and { } page the KV cache views; a printable key nothing is bound to gets an answer."""
-        moves = {"left_square_bracket": (-1, 0), "right_square_bracket": (1, 0),
-                 "left_curly_bracket": (0, -1), "right_curly_bracket": (0, 1)}
-        if event.key in moves:
-            for cache in self.query(CacheView):
-                message = cache.move(*moves[event.key])
-            self.set_status(message)
+        """[ ] and { } page the KV cache; a printable key nothing is bound to gets an answer."""
+        if event.key in CACHE_MOVES:
+            self.move(self.debugger.move_cache, *CACHE_MOVES[event.key])
             event.stop()
         elif event.is_printable and event.key not in self.app.active_bindings:
-            self.set_status(f"no action on {event.character!r}: press ? for the keys")
+            self.set_status(tr("screen.no_action", self.lang, key=event.character))
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(self.BINDINGS, self.lang))
 
-    # -- comparisons ----------------------------------------------------------------------------------------
+    # -- comparisons -------------------------------------------------------------------------------------------
     def action_diff(self) -> None:
-        self.set_status("computing the full recompute to compare… (Esc cancels)")
-        self._compute_diff()
+        if self.runner.start(lambda report: self.debugger.compare(), self._show_diff):
+            self.set_status(tr("screen.diffing", self.lang))
+        else:
+            self._refuse()
 
-    @work(thread=True, exclusive=True, group="diff")
-    def _compute_diff(self) -> None:
-        """On sessions of its own: the debugger's generator is not touched."""
-        try:
-            diffs = self.debugger.diff()
-        except Cancelled:
-            self.app.call_from_thread(self.set_status, "diff cancelled")
+    def _show_diff(self, report) -> None:
+        if isinstance(report, DiffCancelled):
+            self.set_status(tr("screen.diff_cancelled", self.lang))
             return
-        self.app.call_from_thread(self._show_diff, diffs)
-
-    def _show_diff(self, diffs) -> None:
         self.set_status()
-        self.app.push_screen(DiffScreen(diffs, self.debugger.inject), self._after_diff)
+        self.app.push_screen(DiffScreen(report, self.lang), self._after_diff)
 
     def _after_diff(self, step: int | None) -> None:
         if step is not None:
-            self._guarded(lambda: self.debugger.goto_step(step) + " from the diff")
+            self.runner.start(lambda report: self.debugger.goto_step(step), self._went_from_diff, quick=True)
 
-    def action_cycle_injection(self) -> None:
-        self.in_background("switching the injected bug, replaying to this step…", self.debugger.cycle_injection)
+    def _went_from_diff(self, result: Result) -> None:
+        self.show(tr("diff.from", self.lang, step=result.step) if isinstance(result, Moved)
+                  else describe(result, self.lang))
+
+    def action_cycle_injection(self, then=None) -> None:
+        self.in_background(tr("screen.injecting", self.lang), self.debugger.cycle_injection, then=then)
 
     # -- edits ----------------------------------------------------------------------------------------------
     def action_weights(self) -> None:
-        if not self._refused():
-            from tinyllm_tui.tui.widgets.weights import WeightsScreen
+        if self.runner.running:
+            self._refuse()
+            return
+        from tinyllm_tui.tui.widgets.weights import WeightsScreen
 
-            self.app.push_screen(WeightsScreen(self.debugger))
+        self.app.push_screen(WeightsScreen(self.debugger, self.lang))
 
-    def action_undo(self) -> None:
-        self.in_background("undoing, replaying to this step…", self.debugger.undo)
+    def action_undo(self, then=None) -> None:
+        """The same in the weights browser, which passes `then` to redraw itself."""
+        self.in_background(tr("screen.undoing", self.lang), self.debugger.undo, then=then)
 
-    def action_redo(self) -> None:
-        self.in_background("redoing, replaying to this step…", self.debugger.redo)
+    def action_redo(self, then=None) -> None:
+        self.in_background(tr("screen.redoing", self.lang), self.debugger.redo, then=then)
 
-    def action_recompute(self) -> None:
-        self.in_background("recomputing the cache, replaying to this step…", self.debugger.recompute)
+    def action_recompute(self, then=None) -> None:
+        self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute, then=then)
 
     def action_before_after(self) -> None:
-        self.show_before = not self.show_before
-        self.show("showing values BEFORE the last edit" if self.show_before else "showing current values")
+        self.matrix.show_before = not self.matrix.show_before
+        self.set_status(tr("screen.before" if self.matrix.show_before else "screen.after", self.lang))

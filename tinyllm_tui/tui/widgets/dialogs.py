@@ -12,13 +12,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX
-
-from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.debugger.results import Result
+from tinyllm_tui.presentation.summaries import BREAKPOINT_SYNTAX
+from tinyllm_tui.tui.i18n import describe, tr
 from tinyllm_tui.tui.widgets.linelist import LineList
-
-WINDOW_KEYS = ("Matrix window: PgUp/PgDn or shift+↑/↓ rows, < > or shift+←/→ columns. "
-               "KV cache: [ ] layer, { } head. Tab moves focus between the operator list and the panels.")
 
 
 class HelpScreen(ModalScreen[None]):
@@ -29,19 +26,18 @@ class HelpScreen(ModalScreen[None]):
         self._listed, self._lang = bindings, lang
 
     def compose(self) -> ComposeResult:
-        table = Table(title=tr("Keys", self._lang), title_justify="left", box=None)
-        table.add_column(tr("key", self._lang), style="bold cyan")
-        table.add_column(tr("action", self._lang))
+        table = Table(title=tr("help.keys", self._lang), title_justify="left", box=None)
+        table.add_column(tr("help.key", self._lang), style="bold cyan")
+        table.add_column(tr("help.action", self._lang))
         for binding in self._listed:
             keys = ", ".join(self.app.get_key_display(Binding(key.strip(), "")) for key in binding.key.split(","))
             table.add_row(keys, tr(binding.description, self._lang))
         with VerticalScroll(id="help"):
             yield Static(table)
-            yield Static(Text(WINDOW_KEYS))
-            yield Static(Text(tr("Mouse: click an operator in the list to go there; click a tab to switch panels.",
-                                 self._lang)))
+            yield Static(Text(tr("help.windows", self._lang)))
+            yield Static(Text(tr("help.mouse", self._lang)))
             yield Static(Text(BREAKPOINT_SYNTAX.strip(), style="italic"))
-            yield Static(Text(tr("Esc, q or ? closes this screen.", self._lang), style="dim"))
+            yield Static(Text(tr("help.close", self._lang), style="dim"))
 
 
 class PromptScreen(ModalScreen[None]):
@@ -70,7 +66,8 @@ class PromptScreen(ModalScreen[None]):
 class ChoiceScreen(ModalScreen[None]):
     """A question answered with one key; Escape gives the default answer."""
 
-    def __init__(self, question: str, answers: dict[str, str], default: str, then: Callable[[str], None]):
+    def __init__(self, question: str, answers: dict[str, str], default: str, then: Callable[[str], None],
+                 lang: str = "en"):
         """Args:
         answers: key -> what it does, e.g. {"r": "recompute the cache", "k": "keep the stale cache"}.
         default: the key Escape stands for.
@@ -78,6 +75,7 @@ class ChoiceScreen(ModalScreen[None]):
         """
         super().__init__()
         self._question, self._answers, self._default, self._then = question, answers, default, then
+        self._lang = lang
         for key in [*answers, "escape"]:  # priority: the app's own keys must not answer for the user
             self._bindings.bind(key, f"answer({key!r})", priority=True)
 
@@ -85,7 +83,7 @@ class ChoiceScreen(ModalScreen[None]):
         choices = "   ".join(f"[{key}] {text}" for key, text in self._answers.items())
         with Vertical(id="prompt"):
             yield Static(Text(self._question, style="bold"))
-            yield Static(Text(f"{choices}   (Esc: {self._answers[self._default]})"))
+            yield Static(Text(f"{choices}   ({tr('answer.escape', self._lang, answer=self._answers[self._default])})"))
 
     def action_answer(self, key: str) -> None:
         self.dismiss()
@@ -101,14 +99,15 @@ class BreakpointsScreen(ModalScreen[None]):
         Binding("C", "clear", "Clear all"),
     ]
 
-    def __init__(self, texts: Callable[[], list[str]], remove: Callable[[str], str], clear: Callable[[], str]):
-        """Args: texts lists the breakpoints now; remove and clear change them and say what they did."""
+    def __init__(self, texts: Callable[[], list[str]], remove: Callable[[str], Result], clear: Callable[[], Result],
+                 lang: str = "en"):
+        """Args: texts lists the breakpoints now; remove and clear change them and return what they did."""
         super().__init__()
-        self._texts, self._remove, self._clear = texts, remove, clear
+        self._texts, self._remove, self._clear, self._lang = texts, remove, clear, lang
 
     def compose(self) -> ComposeResult:
         with Vertical(id="breakpoints"):
-            yield Static(Text("Breakpoints · d: delete · C: clear all · Esc: close", style="bold"))
+            yield Static(Text(tr("breakpoints.title", self._lang), style="bold"))
             yield LineList(id="breakpoint-list")
             yield Static(id="breakpoint-message")
 
@@ -118,14 +117,16 @@ class BreakpointsScreen(ModalScreen[None]):
 
     def _refresh(self, message: str) -> None:
         texts = self._texts()
-        lines = tuple((text, Text(f"● {text}")) for text in texts) or ((None, Text("no breakpoints", style="dim")),)
+        lines = tuple((text, Text(f"● {text}")) for text in texts) or (
+            (None, Text(tr("breakpoints.none", self._lang), style="dim")),)
         listing = self.query_one(LineList)
         listing.show(lines, listing.highlighted_key if listing.highlighted_key in texts else (texts or [None])[0])
         self.query_one("#breakpoint-message", Static).update(message)
 
     def action_remove(self) -> None:
         key = self.query_one(LineList).highlighted_key
-        self._refresh(self._remove(key) if key is not None else "no breakpoint to delete")
+        self._refresh(describe(self._remove(key), self._lang) if key is not None
+                      else tr("breakpoints.nothing", self._lang))
 
     def action_clear(self) -> None:
-        self._refresh(self._clear())
+        self._refresh(describe(self._clear(), self._lang))

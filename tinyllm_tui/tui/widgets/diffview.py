@@ -9,18 +9,30 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from engine.compare.diff import OpDiff, first_divergence
-from engine.session import INJECTIONS
-from tinyllm_tui.presentation.summaries import diff_cell, diff_summary, where
-
+from tinyllm_tui.debugger.results import DiffReport
+from tinyllm_tui.presentation.summaries import diff_cell
+from tinyllm_tui.tui.i18n import tr, where
 from tinyllm_tui.tui.widgets.linelist import LineList
 
 
-def diff_line(d: OpDiff, first: OpDiff | None) -> Text:
-    mark = "▶ first" if d is first else ("✗" if not d.agrees else "✓")
+def diff_line(d, first: bool, lang: str) -> Text:
+    mark = tr("diff.mark_first", lang) if first else ("✗" if not d.agrees else "✓")
     head = "" if d.head is None else f" h{d.head}"
-    style = "bold red" if d is first else ("red" if not d.agrees else "")
-    return Text(f"{mark:<8}req {d.request} {where(d.phase, d.round):<9} {diff_cell(d):>10}  {d.name}{head}", style=style)
+    style = "bold red" if first else ("red" if not d.agrees else "")
+    request = tr("diff.request", lang, request=d.request)
+    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}", style=style)
+
+
+def report_summary(report: DiffReport, lang: str) -> Text:
+    summary = Text()
+    if report.inject:
+        summary.append(tr("diff.injected", lang, name=report.inject, description=tr(f"inject.{report.inject}", lang))
+                       + "\n", style="bold yellow")
+    if report.first is None:
+        summary.append(tr("diff.agrees", lang, tolerance=report.tolerance), style="bold green")
+    else:
+        summary.append(tr("diff.first", lang, where=report.diffs[report.first].describe()), style="bold red")
+    return summary
 
 
 class DiffScreen(ModalScreen[int | None]):
@@ -28,27 +40,21 @@ class DiffScreen(ModalScreen[int | None]):
 
     BINDINGS = [Binding("escape,d,q", "dismiss(None)", "Close")]
 
-    def __init__(self, diffs: list[OpDiff], inject: str | None):
+    def __init__(self, report: DiffReport, lang: str = "en"):
         super().__init__()
-        self._diffs, self._inject = diffs, inject
+        self._report, self._lang = report, lang
 
     def compose(self) -> ComposeResult:
         with Vertical(id="diff"):
-            yield Static(Text("Full recompute vs KV-cached run · Enter: go to the operator · Esc: close", style="bold"))
-            summary = Text()
-            if self._inject:
-                summary.append(f"injected bug {self._inject}: {INJECTIONS[self._inject]}\n", style="bold yellow")
-            first = first_divergence(self._diffs)
-            summary.append(diff_summary(self._diffs, self._inject), style="bold green" if first is None else "bold red")
-            yield Static(summary, id="diff-summary")
+            yield Static(Text(tr("diff.title", self._lang), style="bold"))
+            yield Static(report_summary(self._report, self._lang), id="diff-summary")
             yield LineList(id="diff-list")
 
     def on_mount(self) -> None:
-        first = first_divergence(self._diffs)
-        listing = self.query_one(LineList)
-        listing.show(tuple((i, diff_line(d, first)) for i, d in enumerate(self._diffs)),
-                     self._diffs.index(first) if first is not None else 0)
+        report, listing = self._report, self.query_one(LineList)
+        listing.show(tuple((i, diff_line(d, i == report.first, self._lang)) for i, d in enumerate(report.diffs)),
+                     report.first or 0)
         listing.focus()
 
     def on_line_list_chosen(self, event: LineList.Chosen) -> None:
-        self.dismiss(self._diffs[event.key].step)
+        self.dismiss(self._report.diffs[event.key].step)

@@ -1,20 +1,16 @@
 """A labelled matrix shown through a window: only the rows and columns that fit are rendered.
 
-The screen hands a `MatrixData` down; the window's offsets move with keys (`<` `>`
-columns, PageUp/PageDown rows) and follow a cell cursor where there is one (the
-weights browser). Wide rows get a summary line: min / max / mean / argmax, or for
-logits the most likely tokens with their probabilities.
+The screen hands down a `MatrixFrame` (tinyllm_tui.debugger.frame: host values, labels made when
+shown, changed cells and verdicts already judged) with its title; the window's offsets move with
+keys (`<` `>` columns, PageUp/PageDown rows) and follow a cell cursor where there is one (the
+weights browser). A vocabulary row can be shown top-k sorted (`t`). A row too wide to show whole
+gets a summary line about the last position: its most likely tokens, or its range.
 """
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
-import itertools
 import math
-from functools import cached_property, lru_cache
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 from rich.cells import cell_len
@@ -25,22 +21,16 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.strip import Strip
 
-from engine.compare.expect import Cell
-from engine.backend import to_host
-from engine.labels import POSITIONAL, Axis, resolve_some
-from engine.trace import OpState
-from tinyllm_tui.presentation.summaries import VOCAB_KINDS, op_title, shape_text, top_tokens
-
-from tinyllm_tui.tui.widgets.textlines import TextLines
+from tinyllm_tui.debugger.frame import MatrixFrame
 from tinyllm_tui.presentation.numbers import NUMBER_WIDTH, format_number, right_aligned
+from tinyllm_tui.presentation.summaries import shape_text
+from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.widgets.textlines import TextLines
 
 CELL_WIDTH = NUMBER_WIDTH + 3  # an edit mark (•), a verdict (✓ ✗), the number, a space
-PROBABILITY_KINDS = ("softmax", "probs")
 BASE = (24, 24, 32)
 POSITIVE, NEGATIVE, SEQUENTIAL = (170, 50, 50), (50, 90, 180), (40, 140, 70)
 TITLE_LINES = 2
-
-
 HEAT_LEVELS = 32
 PLAIN, BOLD, DIM, CURSOR = Style(), Style(bold=True), Style(dim=True), Style(reverse=True, bold=True)
 BLANK = Segment(" ")
@@ -64,114 +54,67 @@ def _heat(target: tuple[int, int, int], level: int) -> Style:
     return Style(bgcolor=Color.from_rgb(*rgb), color="white")
 
 
-class Labels(Sequence):
-    """`count` labels made one at a time when shown (a vocabulary axis has 50 000 of them)."""
-
-    def __init__(self, count: int, label: Callable[[int], str]):
-        self._count, self._label = count, label
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self._label(i) for i in range(*index.indices(self._count))]
-        if not -self._count <= index < self._count:
-            raise IndexError(index)
-        return self._label(index % self._count)
-
-
-def lazy_labels(axis) -> Labels:
-    """An operator's row or column labels, made only for the entries on screen."""
-    count = axis.count if hasattr(axis, "count") else len(axis)
-    return Labels(count, lambda i: resolve_some(axis, [i])[0])
-
-
-def batch_matrix(state: OpState, group: Sequence[OpState], token_label=None) -> MatrixData:
-    """One operator of every batch row stacked: rows "r2 · 11 · cat"; key columns by position alone
-    ("k11"), since each row has its own tokens there."""
-    starts = list(itertools.accumulate((g.values.shape[0] for g in group), initial=0))
-
-    def row(i: int) -> str:
-        member = bisect.bisect_right(starts, i) - 1
-        return f"r{group[member].request} · {resolve_some(group[member].output.row_axis, [i - starts[member]])[0]}"
-
-    axis = state.output.col_axis
-    positional = isinstance(axis, Axis) and axis.scheme in POSITIONAL
-    cols = Labels(axis.count, lambda j: f"k{axis.positions[j]}") if positional else lazy_labels(axis)
-    values = np.concatenate([to_host(g.values) for g in group])
-    return MatrixData(op_title(state), values, Labels(starts[-1], row), cols, kind=state.kind, token_label=token_label)
-
-
-@dataclass(frozen=True)
-class MatrixData:
-    """What one matrix window shows. `values` are host NumPy, 2-D."""
-
-    title: str
-    values: np.ndarray
-    rows: Sequence[str]
-    cols: Sequence[str]
-    kind: str = ""
-    before: np.ndarray | None = None  # the values before the last weight edit (changed cells get •)
-    show_before: bool = False  # display `before` instead of `values`
-    verdicts: Mapping[tuple[int, int], Cell] = field(default_factory=dict)  # printed cells of an expect: table
-    newest_first: bool = False  # open the window on the last rows (a KV cache's newest positions)
-    token_label: Callable[[int], str] | None = None  # cells hold token ids (the decode rule's choice)
-
-    @property
-    def shown(self) -> np.ndarray:
-        return self.before if self.show_before and self.before is not None else self.values
-
-    @cached_property
-    def scale(self) -> float:
-        """The largest finite |value| shown: the heat colours' full scale (computed once, not per redraw)."""
-        shown = self.shown
-        return float(np.max(np.abs(shown[np.isfinite(shown)]), initial=0.0))
-
-    def changed(self) -> np.ndarray | None:
-        if self.before is None:
-            return None
-        same = (self.values == self.before) | (np.isnan(self.values) & np.isnan(self.before))
-        return ~same
-
-
 class MatrixWindow(TextLines):
-    data: reactive[MatrixData | None] = reactive(None, always_update=True)
+    matrix: reactive[MatrixFrame | None] = reactive(None, always_update=True)
     row_offset = reactive(0)
     col_offset = reactive(0)
     heat = reactive(True)
+    show_before = reactive(False)  # the values before the last edit instead of the current ones
+    sorted_view = reactive(False)  # a vocabulary row's columns, most likely first
     cursor: reactive[tuple[int, int] | None] = reactive(None)  # a cell cursor (weights browser)
+    title = ""
+    lang = "en"
 
-    def watch_data(self, old: MatrixData | None, new: MatrixData | None) -> None:
-        if old is None or new is None or (old.title, old.values.shape) != (new.title, new.values.shape):
+    def show(self, matrix: MatrixFrame, title: str) -> None:
+        self.title = title
+        self.matrix = matrix
+
+    def watch_matrix(self, old: MatrixFrame | None, new: MatrixFrame | None) -> None:
+        if old is None or new is None or (old.name, old.head, old.values.shape) != (new.name, new.head,
+                                                                                    new.values.shape):
             self.col_offset = 0
             self.row_offset = max(new.values.shape[0] - self._row_count(), 0) if new and new.newest_first else 0
 
+    def watch_sorted_view(self) -> None:
+        self.col_offset = 0
+
     # -- the window -------------------------------------------------------------------------------
+    @property
+    def _columns(self) -> np.ndarray | None:
+        """The columns in the order shown: the top-k sorted ones, or None for all in order."""
+        matrix = self.matrix
+        return matrix.order if self.sorted_view and matrix is not None else None
+
+    def _n_cols(self) -> int:
+        columns = self._columns
+        return len(columns) if columns is not None else self.matrix.values.shape[1]
+
     def _label_width(self) -> int:
-        rows = self.data.rows
-        sample = [rows[i] for i in range(self.row_offset, min(self.row_offset + self._row_count(), len(rows)))]
+        rows = self.matrix.rows
+        sample = [self._row_label(i) for i in range(self.row_offset, min(self.row_offset + self._row_count(), len(rows)))]
         return min(max((cell_len(label) for label in sample), default=4) + 1, max(self.size.width // 3, 6))
 
     def _title_lines(self) -> int:
-        """Up to three title lines (what, which part and marks, a summary of a row too wide to show),
-        fewer in a short panel."""
-        wide = self.data is not None and self._col_count() < self.data.values.shape[1]
+        """Up to three title lines (what, which part and marks, the last position's summary when its row
+        does not fit), fewer in a short panel: the second line, which says where the window is, goes last."""
+        wide = self.matrix is not None and self._col_count() < self.matrix.values.shape[1]
         lines = TITLE_LINES + 1 if wide else TITLE_LINES
-        return lines if self.size.height >= 2 * lines + 2 else 1
+        if self.size.height >= 2 * lines + 2:
+            return lines
+        return 2 if self.size.height >= 5 else 1
 
     def _row_count(self) -> int:
-        title = TITLE_LINES + 1 if self.size.height >= 2 * TITLE_LINES + 4 else 1  # as _title_lines, at most
+        title = TITLE_LINES + 1 if self.size.height >= 2 * TITLE_LINES + 4 else (2 if self.size.height >= 5 else 1)
         return max(self.size.height - title - 1, 1)
 
     def _col_count(self) -> int:
         return max((self.size.width - self._label_width()) // CELL_WIDTH, 1)
 
     def window(self) -> tuple[range, range]:
-        """The rows and columns on screen now."""
-        n_rows, n_cols = self.data.values.shape
+        """The rows and the positions among the columns shown (in `_columns` order when sorted)."""
+        n_rows = self.matrix.values.shape[0]
         rows = range(self.row_offset, min(self.row_offset + self._row_count(), n_rows))
-        cols = range(self.col_offset, min(self.col_offset + self._col_count(), n_cols))
+        cols = range(self.col_offset, min(self.col_offset + self._col_count(), self._n_cols()))
         return rows, cols
 
     def scroll_rows(self, pages: float) -> bool:
@@ -181,9 +124,9 @@ class MatrixWindow(TextLines):
         return self._shift("col_offset", round(pages * self._col_count()) or int(math.copysign(1, pages)), 1)
 
     def _shift(self, attribute: str, delta: int, axis: int) -> bool:
-        if self.data is None:
+        if self.matrix is None:
             return False
-        size = self.data.values.shape[axis]
+        size = self.matrix.values.shape[0] if axis == 0 else self._n_cols()
         page = self._row_count() if axis == 0 else self._col_count()
         offset = max(0, min(getattr(self, attribute) + delta, max(size - page, 0)))
         if offset == getattr(self, attribute):
@@ -193,7 +136,7 @@ class MatrixWindow(TextLines):
 
     def watch_cursor(self, cursor: tuple[int, int] | None) -> None:
         """Keep the cursor's cell in view."""
-        if cursor is None or self.data is None:
+        if cursor is None or self.matrix is None:
             return
         row, col = cursor
         rows, cols = self._row_count(), self._col_count()
@@ -201,8 +144,16 @@ class MatrixWindow(TextLines):
         self.col_offset = min(max(self.col_offset, col - cols + 1), col)
 
     # -- rendering ---------------------------------------------------------------------------------
+    def line_count(self) -> int | None:
+        if self.matrix is None or not self.size.height:
+            return None
+        if not self.matrix.values.size:
+            return 1
+        rows = min(self.row_offset + self._row_count(), self.matrix.values.shape[0]) - self.row_offset
+        return min(self._title_lines() + 1 + max(rows, 0), self.size.height)
+
     def text_lines(self) -> list[Text | Strip]:
-        if self.data is None:
+        if self.matrix is None:
             return []
         lines = self._lines()[: self.size.height]
         width = max(self.size.width, 1)
@@ -212,81 +163,100 @@ class MatrixWindow(TextLines):
         return lines
 
     def _lines(self) -> list[Text | Strip]:
-        """Two title lines and a header as Text; each row as a Strip of segments (many cells, drawn often)."""
-        data = self.data
-        if not data.values.size:
-            return [Text(f"{data.title} · {shape_text(data.values.shape)} · empty", style="bold")]
-        rows, cols = self.window()
-        values, scale = data.shown, data.scale
-        changed = data.changed()
+        """The title lines and a header as Text; each row as a Strip of segments (many cells, drawn often)."""
+        matrix, lang = self.matrix, self.lang
+        if not matrix.values.size:
+            return [Text(tr("matrix.empty", lang, title=self.title, shape=shape_text(matrix.values.shape)),
+                         style="bold")]
+        rows, where = self.window()
+        columns = self._columns
+        cols = [int(columns[j]) for j in where] if columns is not None else list(where)
+        before = self.show_before and matrix.before is not None
+        values = matrix.before if before else matrix.values
+        scale = matrix.scale_before if before else matrix.scale
+        verdicts = matrix.verdicts
+        agrees = None if verdicts is None else (verdicts.agrees_before if before else verdicts.agrees)
         width = self._label_width()
         header = Text(" " * width)
         for j in cols:
-            header.append(right_aligned(_fit(data.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
-        lines: list[Text | Strip] = [*self._title(rows, cols, changed)[: self._title_lines()], header]
-        sequential, heat, cursor = data.kind in PROBABILITY_KINDS, self.heat, self.cursor
+            header.append(right_aligned(_fit(matrix.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
+        title = self._title(rows, where)
+        if self._title_lines() == 1 and title[1].plain:  # a short panel: which part shows stays said
+            title = [Text.assemble(title[0], " · ", title[1])]
+        lines: list[Text | Strip] = [*title[: self._title_lines()], header]
+        heat, cursor, changed = self.heat, self.cursor, matrix.changed
         for i in rows:
-            label = _fit(data.rows[i], width - 1)
+            label = _fit(self._row_label(i), width - 1)
             segments = [Segment(label + " " * (width - cell_len(label)), BOLD)]
             for j in cols:
                 x = float(values[i, j])
-                style = heat_style(x, scale, sequential) if heat else (DIM if not math.isfinite(x) else PLAIN)
-                segments += [EDITED if changed is not None and changed[i, j] else BLANK, self._verdict(i, j),
-                             *self._number(x, CURSOR if cursor == (i, j) else style), BLANK]
+                style = heat_style(x, scale, matrix.sequential) if heat else (DIM if not math.isfinite(x) else PLAIN)
+                mark = BLANK if agrees is None or not verdicts.judged[i, j] else (AGREES if agrees[i, j] else DISAGREES)
+                segments += [EDITED if changed is not None and changed[i, j] else BLANK, mark,
+                             *self._number(i, j, x, CURSOR if cursor == (i, j) else style), BLANK]
             lines.append(Strip(segments))
         return lines
 
-    def _verdict(self, i: int, j: int) -> Segment:
-        if (i, j) not in self.data.verdicts:
-            return BLANK
-        return AGREES if self._agrees(i, j) else DISAGREES
+    def _row_label(self, i: int) -> str:
+        """A KV cache marks the rows that differ from your dump ✗, else the rows this chunk appended +."""
+        matrix = self.matrix
+        if matrix.new_from is None:
+            return matrix.rows[i]
+        return f"{'✗' if i in matrix.differing else '+' if i >= matrix.new_from else ' '}{matrix.rows[i]}"
 
-    def _number(self, x: float, style: Style) -> tuple[Segment, ...]:
-        if self.data.token_label is not None:  # the decode rule's choice: a token, not a number
-            return (Segment(right_aligned(_fit(self.data.token_label(int(x)), NUMBER_WIDTH)), BOLD),)
+    def _number(self, i: int, j: int, x: float, style: Style) -> tuple[Segment, ...]:
+        matrix = self.matrix
+        if matrix.tokens:  # the decode rule's choice: a token, not a number
+            text = matrix.tokens[i * matrix.values.shape[1] + j]
+            return (Segment(right_aligned(_fit(text, NUMBER_WIDTH)), BOLD),)
         return (Segment(right_aligned(format_number(x)), style),)
 
-    def _title(self, rows: range, cols: range, changed: np.ndarray | None) -> list[Text]:
-        """Two lines: what the matrix is and which part shows; a summary of a row too wide to show."""
-        data = self.data
-        n_rows, n_cols = data.values.shape
-        parts = [f"{data.title} · {shape_text(data.values.shape)}"]
+    def _title(self, rows: range, cols: range) -> list[Text]:
+        """What the matrix is; which part shows and the marks; a summary of the last position."""
+        matrix, lang = self.matrix, self.lang
+        n_rows, n_cols = matrix.values.shape
+        parts = []
         if len(rows) < n_rows:
-            parts.append(f"rows {rows[0]}–{rows[-1]} of {n_rows} (PgUp PgDn)" if rows else "")
-        if len(cols) < n_cols:
-            parts.append(f"cols {cols[0]}–{cols[-1]} of {n_cols} (< >)" if cols else "")
-        if changed is not None and changed.any():
-            count = int(changed.sum())
-            parts.append(f"{count} cell{'' if count == 1 else 's'} changed by the edit (•)")
-            parts.append("BEFORE the edit (v)" if data.show_before else "v: before")
-        if data.token_label is not None:
-            parts.append("chose " + ", ".join(data.token_label(int(x)) for x in data.values.ravel()))
-        if data.verdicts:
-            agreeing = (data.verdicts.agreeing(data.shown) if hasattr(data.verdicts, "agreeing")
-                        else sum(self._agrees(i, j) for i, j in data.verdicts))
-            label = getattr(data.verdicts, "label", "expect: {} printed cells agree (✓ ✗)")
-            parts.append(label.format(f"{agreeing}/{len(data.verdicts)}"))
-        lines = [Text(parts[0], style="bold"), Text(" · ".join(p for p in parts[1:] if p), style="italic")]
-        return lines + [Text(self._summary(rows), style="italic")] if len(cols) < n_cols else lines
+            parts.append(tr("matrix.rows", lang, first=rows[0], last=rows[-1], count=n_rows) if rows else "")
+        if self._columns is not None:
+            parts.append(tr("matrix.sorted", lang, count=len(self._columns)))
+        if len(cols) < self._n_cols():
+            parts.append(tr("matrix.cols", lang, first=cols[0], last=cols[-1], count=self._n_cols()) if cols else "")
+        if matrix.changed is not None and matrix.changed.any():
+            parts.append(tr("matrix.changed", lang, count=int(matrix.changed.sum())))
+            parts.append(tr("matrix.showing_before" if self.show_before else "matrix.v", lang))
+        if matrix.tokens:
+            parts.append(tr("matrix.chose", lang, tokens=", ".join(matrix.tokens)))
+        verdicts = matrix.verdicts
+        if verdicts is not None:
+            agrees = verdicts.agrees_before if self.show_before and verdicts.agrees_before is not None \
+                else verdicts.agrees
+            agree = int((agrees & verdicts.judged).sum())
+            parts.append(tr(f"matrix.{verdicts.source}", lang, agree=agree, count=verdicts.count,
+                            tolerance=verdicts.tolerance))
+        lines = [Text(f"{self.title} · {shape_text(matrix.values.shape)}", style="bold"),
+                 Text(" · ".join(p for p in parts if p), style="italic")]
+        wide = len(cols) < n_cols
+        return lines + [Text(summary_text(matrix, lang), style="italic")] if wide else lines
 
-    def _summary(self, rows: range) -> str:
-        """One line about the last visible row, whose columns do not all fit."""
-        data = self.data
-        i = rows[-1] if rows else data.values.shape[0] - 1
-        row = data.shown[i]
-        finite = row[np.isfinite(row)]
-        if data.kind in VOCAB_KINDS and finite.size:
-            top = top_tokens(row, probabilities=data.kind == "probs")
-            return f"row {data.rows[i]}: top {len(top)}: " + ", ".join(f"{data.cols[j]} {p:.3f}" for j, p in top)
-        if not finite.size:
-            return f"row {data.rows[i]}: no finite value"
-        best = int(np.argmax(np.where(np.isfinite(row), row, -np.inf)))
-        return (f"row {data.rows[i]}: min {format_number(float(finite.min()))} max {format_number(float(finite.max()))} "
-                f"mean {format_number(float(finite.mean()))} argmax {data.cols[best]}")
 
-    def _agrees(self, i: int, j: int) -> bool:
-        """A printed cell agrees with the value shown (the edited one, or the one before the edit)."""
-        return dataclasses.replace(self.data.verdicts[(i, j)], computed=float(self.data.shown[i, j])).agrees
+def summary_text(matrix: MatrixFrame, lang: str) -> str:
+    """The last position's row in one line; the top entries as compactly as their labels allow."""
+    summary = matrix.summary
+    if summary is None:
+        return ""
+    if summary.top:
+        entries = ", ".join(f"{_piece(label)} {p:.2f}".replace(" 0.", " .") for label, p in summary.top)
+        return tr("matrix.top", lang, label=summary.label, count=len(summary.top), entries=entries)
+    if math.isnan(summary.low):
+        return tr("matrix.no_finite", lang, label=summary.label)
+    return tr("matrix.range", lang, label=summary.label, low=format_number(summary.low),
+              high=format_number(summary.high), mean=format_number(summary.mean), argmax=summary.argmax)
+
+
+def _piece(text: str) -> str:
+    """A token's text, quoted where spaces at its ends would otherwise not show."""
+    return repr(text) if not text or text != text.strip() else text
 
 
 def _fit(text: str, width: int) -> str:

@@ -1,36 +1,30 @@
-"""The operator list: every operator of the current round, grouped by layer, breakpoints marked."""
+"""The operator list: every operator of the current round, grouped as the frame says, breakpoints marked."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from engine import OpState
-from engine.breakpoints import short_name
-
-from tinyllm_tui.debugger.debugger import View
+from tinyllm_tui.debugger.frame import Frame, Group, OperatorLine
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.linelist import Line, LineList
 
 BREAK_MARK = "●"
 
 
-def group_name(state: OpState, lang: str = "en") -> str:
-    if state.layer is not None:
-        return f"{tr('layer', lang)} {state.layer}"
-    if state.name.startswith("sample."):
-        return tr("decode rule", lang)
-    return tr("output" if state.name.startswith(("ln_final", "unembed")) else "input", lang)
+def heading(line: OperatorLine, lang: str) -> str:
+    text = tr(f"group.{line.group}", lang, layer=line.layer)
+    return text + (tr("group.chunk", lang, chunk=line.chunk) if line.chunk else "")
 
 
-def operator_lines(view: View, lang: str = "en") -> tuple[Line, ...]:
+def operator_lines(operators: tuple[OperatorLine, ...], lang: str = "en") -> tuple[Line, ...]:
     lines, group = [], None
-    for state in view.round_states:
-        heading = group_name(state, lang) + (f" · {tr('chunk', lang)} {state.chunk}" if state.chunk else "")
-        if heading != group:
-            group = heading
-            lines.append((None, Text(f"─ {heading}", style="bold")))
-        mark = BREAK_MARK if state.step in view.breaks else " "
-        lines.append((state.step, Text.assemble((mark, "bold red"), f"{state.step:>4} {short_name(state)}")))
+    for line in operators:
+        title = heading(line, lang)
+        if title != group:
+            group = title
+            lines.append((None, Text(f"─ {title}", style="bold")))
+        mark = BREAK_MARK if line.breakpoint else " "
+        lines.append((line.step, Text.assemble((mark, "bold red"), f"{line.step} {line.short}")))
     return tuple(lines)
 
 
@@ -39,12 +33,14 @@ class OperatorList(LineList):
 
     lang = "en"
 
-    def show_view(self, view: View) -> None:
-        """The lines of `view`'s round; the highlight follows the current step when it moves."""
-        key = (view.round_states[0].step if view.round_states else None, len(view.round_states), view.breaks)
-        if key != getattr(self, "_shown", None):
-            self._shown = key
-            self.lines = operator_lines(view, self.lang)
-        if view.state.step != getattr(self, "_current", None):
-            self._current = view.state.step
-            self.highlight(view.state.step)
+    def show_frame(self, frame: Frame) -> None:
+        """The lines of the frame's round; the highlight follows the current step when it moves."""
+        if frame.operators is not getattr(self, "_shown", None):
+            self._shown = frame.operators
+            self.lines = operator_lines(frame.operators, self.lang)
+        if frame.step != getattr(self, "_current", None):
+            self._current = frame.step
+            self.highlight(frame.step)
+
+
+__all__ = ["Group", "OperatorList", "operator_lines"]

@@ -10,76 +10,83 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from engine import OpState, to_host
-from engine.compare.expect import Outcome
-from tinyllm_tui.presentation.summaries import expect_summary, shape_text
-
-from tinyllm_tui.tui.explanations import explain
+from tinyllm_tui.debugger.frame import Frame, Operand
 from tinyllm_tui.presentation.numbers import format_number
+from tinyllm_tui.presentation.summaries import shape_text
+from tinyllm_tui.tui.explanations import explain
+from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.widgets.textlines import TextLines
 
-CORNER = 4  # rows and columns of each input shown in the inputs panel
 
+class ExplanationPanel(TextLines):
+    """Wrapped here and drawn line by line: a step repaints the lines of text, not the blank panel below."""
 
-class ExplanationPanel(Widget):
-    """Rendered in place (no layout pass): a step changes the text, never the panel's size."""
-
-    state: reactive[OpState | None] = reactive(None, always_update=True)
+    frame: reactive[Frame | None] = reactive(None, always_update=True)
     lang = "en"
+    _wrapped: tuple = (None, 0, [])  # (frame, width, lines)
 
-    def render(self) -> Text:
-        if self.state is None:
-            return Text("")
-        return Text("\n").join(Text.assemble((f"{heading}: ", "bold cyan"), text)
-                               for heading, text in explain(self.state, self.lang))
+    def _lines(self) -> list[Text]:
+        width = max(self.size.width, 1)
+        if self._wrapped[0] is not self.frame or self._wrapped[1] != width:
+            lines = []
+            for heading, text in explain(self.frame, self.lang) if self.frame is not None else ():
+                lines.extend(Text.assemble((f"{heading}: ", "bold cyan"), text).wrap(self.app.console, width))
+            self._wrapped = (self.frame, width, lines)
+        return self._wrapped[2]
+
+    def line_count(self) -> int | None:
+        return min(len(self._lines()), self.size.height) if self.size.height else None
+
+    def text_lines(self) -> list[Text]:
+        return [line.copy() for line in self._lines()]
 
 
 class InputsPanel(Widget):
     """Each array the operator read: its name, shape and top-left corner (the matrix view pages the output)."""
 
-    state: reactive[OpState | None] = reactive(None, always_update=True)
+    frame: reactive[Frame | None] = reactive(None, always_update=True)
+    lang = "en"
 
     def render(self) -> Text:
-        if self.state is None:
+        if self.frame is None:
             return Text("")
-        if not self.state.inputs:
-            return Text("This operator reads no array (it is computed from positions only).")
-        return Text("\n").join(_corner(operand) for operand in self.state.inputs)
+        if not self.frame.inputs:
+            return Text(tr("inputs.none", self.lang))
+        return Text("\n").join(self._corner(operand) for operand in self.frame.inputs)
 
-
-def _corner(operand) -> Text:
-    values = to_host(operand.values)
-    if values.ndim == 1:
-        values = values[None, :]
-    rows, cols = min(values.shape[0], CORNER), min(values.shape[1], CORNER)
-    more = "" if (rows, cols) == values.shape else f" (corner {rows}×{cols})"
-    text = Text(f"{operand.name} · {shape_text(values.shape)}{more}\n", style="bold")
-    for i in range(rows):
-        label = operand.rows[i]
-        text.append(f"  {label}: " + " ".join(format_number(float(x)) for x in values[i, :cols]) + "\n")
-    return text
+    def _corner(self, operand: Operand) -> Text:
+        rows, cols = operand.corner.shape
+        more = "" if (rows, cols) == operand.shape[-2:] else tr("inputs.corner", self.lang, rows=rows, cols=cols)
+        text = Text(f"{operand.name} · {shape_text(operand.shape)}{more}\n", style="bold")
+        for label, values in zip(operand.rows, operand.corner):
+            text.append(f"  {label}: " + " ".join(format_number(float(x)) for x in values) + "\n")
+        return text
 
 
 class ExpectPanel(VerticalScroll):
     """Every expect: table of the scenario with how many of its printed cells agree."""
 
-    outcomes: reactive[tuple[Outcome, ...] | None] = reactive(None, init=False, always_update=True)
+    outcomes = reactive(None, init=False, always_update=True)  # tuple of engine Outcomes; None while checking
+    lang = "en"
 
     def compose(self):
         yield Static()
 
-    def watch_outcomes(self, outcomes: tuple[Outcome, ...] | None) -> None:
-        static = self.query_one(Static)
+    def watch_outcomes(self, outcomes) -> None:
+        static, lang = self.query_one(Static), self.lang
         if outcomes is None:
-            static.update(Text("Checking the expect: tables…"))
+            static.update(Text(tr("expect.checking", lang)))
             return
         if not outcomes:
-            static.update(Text("This scenario has no expect: tables."))
+            static.update(Text(tr("expect.none", lang)))
             return
         table = Table(box=None, pad_edge=False, padding=(0, 1, 0, 0))
-        for heading in ("", "operator", "agree", "printed in the text"):
+        for heading in ("", tr("expect.operator", lang), tr("expect.agree", lang), tr("expect.note", lang)):
             table.add_column(heading)
         for outcome in outcomes:
             mark, style = ("✓", "green") if outcome.passed else ("✗", "red")
             table.add_row(Text(mark, style=style), outcome.expectation.describe(),
                           f"{outcome.agreeing}/{len(outcome.cells)}", outcome.problem or outcome.expectation.note)
-        static.update(Group(Text(expect_summary(outcomes), style="bold"), table))
+        summary = tr("expect.summary", lang, passed=sum(o.passed for o in outcomes), tables=len(outcomes),
+                     agreeing=sum(o.agreeing for o in outcomes), cells=sum(len(o.cells) for o in outcomes))
+        static.update(Group(Text(summary, style="bold"), table))

@@ -2,43 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
 from textual.widgets import Static
 
+from tinyllm_tui.debugger.frame import StatusFacts
 from tinyllm_tui.tui.i18n import tr
 
 
-@dataclass(frozen=True)
-class StatusData:
-    step: int
-    last: int | None
-    operator: str  # the current operator's short name: on screen at any terminal size
-    inject: str | None = None
-    stale: bool = False
-    unsaved: int = 0
-    breakpoints: int = 0
-    playing: float | None = None  # steps per second while playing
-    message: str = ""
-
-
-def status_text(data: StatusData, lang: str) -> Text:
-    last = "?" if data.last is None else data.last
-    text = Text(f"{tr('step', lang)} {data.step}/{last} ")
-    text.append(data.operator, style="bold")
-    if data.inject:
-        text.append(f" · ⚠ {tr('injected bug', lang)}: {data.inject}", style="bold yellow")
-    if data.stale:
-        text.append(f" · ⚠ {tr('stale cache (r: recompute)', lang)}", style="bold yellow")
-    if data.unsaved:
-        text.append(f" · {data.unsaved} {tr('unsaved edit' if data.unsaved == 1 else 'unsaved edits', lang)}",
-                    style="bold")
-    parts = [f"{data.breakpoints} {tr('breakpoint' if data.breakpoints == 1 else 'breakpoints', lang)}"]
-    if data.playing:
-        parts.append(f"▶ {tr('playing', lang)} {data.playing:g}/s (+ -)")
-    if data.message:
-        parts.append(tr(data.message, lang))
+def status_text(facts: StatusFacts, lang: str, *, playing: float | None = None, message: str = "") -> Text:
+    """Args: playing: steps per second while playing. message: what the last key did, already in words."""
+    text = Text(tr("status.step", lang, step=facts.step, last="?" if facts.last is None else facts.last) + " ")
+    text.append(facts.operator, style="bold")
+    if facts.inject:
+        text.append(" · " + tr("status.inject", lang, name=facts.inject), style="bold yellow")
+    if facts.stale:
+        text.append(" · " + tr("status.stale", lang), style="bold yellow")
+    if facts.unsaved:
+        text.append(" · " + tr("status.unsaved", lang, count=facts.unsaved), style="bold")
+    if facts.hits:  # from the breakpoints set now: clearing them clears this
+        text.append(" · " + tr("status.hit", lang, names=", ".join(facts.hits)), style="bold red")
+    parts = [tr("status.breakpoints", lang, count=facts.breakpoints)]
+    if playing:
+        parts.append(tr("status.playing", lang, speed=f"{playing:g}"))
+    if message:
+        parts.append(message)
     text.append(" · " + " · ".join(parts))
     return text
 
@@ -46,5 +33,5 @@ def status_text(data: StatusData, lang: str) -> Text:
 class StatusBar(Static):
     lang = "en"
 
-    def show(self, data: StatusData) -> None:
-        self.update(status_text(data, self.lang), layout=False)  # always one line
+    def show(self, facts: StatusFacts, *, playing: float | None = None, message: str = "") -> None:
+        self.update(status_text(facts, self.lang, playing=playing, message=message), layout=False)  # one line

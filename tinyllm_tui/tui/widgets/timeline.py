@@ -2,66 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-
 from rich.cells import cell_len
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from engine import OpState, Status, TokenState
-from tinyllm_tui.presentation.cache_layout import batch_row_head
-from tinyllm_tui.debugger.history import RoundSummary
-from tinyllm_tui.presentation.summaries import round_line, where
-
-from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.debugger.frame import BatchLine, Status, TimelineFrame
+from tinyllm_tui.tui.i18n import tr, where
 
 # A glyph per status as well as a colour, so that monochrome terminals keep the meaning.
 STYLES = {
-    Status.PROCESSED: ("✓", "green"),
-    Status.CURRENT: ("▶", "bold black on yellow"),
-    Status.SELECTED: ("★", "bold magenta"),
-    Status.PENDING: ("…", "dim"),
+    Status.PROCESSED: ("✓", "green", "timeline.processed"),
+    Status.CURRENT: ("▶", "bold black on yellow", "timeline.current"),
+    Status.SELECTED: ("★", "bold magenta", "timeline.selected"),
+    Status.PENDING: ("…", "dim", "timeline.pending"),
 }
-LEGEND = ("processed (K/V cached)", "being fed", "selected, not yet fed", "pending")
+ROUND_SEPARATOR = " │ "
 
 
-@dataclass(frozen=True)
-class TimelineData:
-    state: OpState
-    requests: int
-    chunked: bool
-    rounds: tuple[RoundSummary, ...]
-    verdicts: Mapping[tuple[int, int], bool] = field(default_factory=dict)  # (request, round) -> your dump agrees
-
-    def shown(self) -> tuple:
-        """What the timeline draws of these: most steps change none of it."""
-        state = self.state
-        return (state.timeline, self.rounds, state.caches[0].length if state.caches else 0, state.chunk,
-                tuple(self.marks().items()), state.batch, state.request)
-
-    def marks(self) -> dict[int, str]:
-        """round -> ✓/✗ of the current request, where a --against dump was compared."""
-        request = self.state.request
-        return {r: "✓" if agrees else "✗" for (q, r), agrees in self.verdicts.items() if q == request}
-
-
-def focus_index(timeline: Sequence[TokenState]) -> int:
-    """The token the window centres on: the first one being fed, else the selected one, else the last."""
-    for status in (Status.CURRENT, Status.SELECTED):
-        for i, token in enumerate(timeline):
-            if token.status is status:
-                return i
-    return max(len(timeline) - 1, 0)
-
-
-def token_window(timeline: Sequence[TokenState], width: int) -> Text:
+def token_window(data: TimelineFrame | BatchLine, width: int) -> Text:
     """As many tokens around the focus as fit in `width` cells, with counts of the hidden ones."""
-    pieces = [(f"{STYLES[t.status][0]}{t.position}:{t.text}", STYLES[t.status][1]) for t in timeline]
+    pieces = [(f"{STYLES[status][0]}{position}:{text}", STYLES[status][1]) for position, text, status in data.tokens]
     if not pieces:
         return Text("")
-    first = last = focus_index(timeline)
+    first = last = data.focus
     used = cell_len(pieces[first][0]) + 1
     reserve = 2 * len("‹ 9999 ")  # room for the hidden counts
     while True:
@@ -85,57 +49,73 @@ def token_window(timeline: Sequence[TokenState], width: int) -> Text:
     return text
 
 
+def mark(agrees: bool) -> str:
+    return "✓" if agrees else "✗"
+
+
+def round_line(rounds, lang: str, marks: dict[int, bool] | None = None) -> str:
+    """The A.9 table on one line: "prefill: fed 我 爱 学习 → cache 3 → chose 爱 │ decode 1: …";
+    `marks` (round -> your dump agrees) put ✓/✗ after a round's name."""
+    parts = []
+    for r in rounds:
+        name = where(r.phase, r.round, lang) + (f" {mark(marks[r.round])}" if marks and r.round in marks else "")
+        text = tr("timeline.round", lang, where=name, fed=" ".join(r.fed), length=r.cache_length)
+        text += "" if r.chosen is None else tr("timeline.chose", lang, token=r.chosen)
+        parts.append(text + (f" ({r.stop})" if r.stop else ""))
+    return ROUND_SEPARATOR.join(parts)
+
+
 class Timeline(Widget):
-    data: reactive[TimelineData | None] = reactive(None, always_update=True)
+    data: reactive[TimelineFrame | None] = reactive(None)  # redrawn only when what it draws changed
     lang = "en"
 
-    def show(self, data: TimelineData) -> None:
-        """Redraw only when what the timeline draws has changed."""
-        if self.data is None or self.data.shown() != data.shown():
-            self.data = data
+    def show(self, data: TimelineFrame) -> None:
+        self.data = data
 
     def render(self) -> Text:
         if self.data is None:
             return Text("")
-        state, width = self.data.state, max(self.size.width, 10)
-        place = f"{tr('request', self.lang)} {state.request} (of {self.data.requests}) · {where(state.phase, state.round)}"
-        if self.data.chunked and state.phase == "prefill":
-            place += f" · chunk {state.chunk}"
-        if state.round in self.data.marks():
-            place += f" {self.data.marks()[state.round]}"
-        place += f" · {tr('cache', self.lang)} {state.caches[0].length if state.caches else 0}  "
+        data, lang, width = self.data, self.lang, max(self.size.width, 10)
+        place = tr("timeline.place", lang, request=data.request, requests=data.requests,
+                   where=where(data.phase, data.round, lang))
+        if data.chunk is not None:
+            place += tr("timeline.chunk", lang, chunk=data.chunk)
+        marks = dict(data.marks)
+        if data.round in marks:
+            place += f" {mark(marks[data.round])}"
+        place += tr("timeline.cache", lang, length=data.cache_length)
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
-        if state.batch:  # one line per row of the batch, as many as the panel holds around the current one
-            return self._batch(lines, state, width)
-        lines.append_text(token_window(state.timeline, width - cell_len(place)))
-        rounds = self._rounds(width)
+        if data.batch:  # one line per row of the batch, as many as the panel holds around the current one
+            return self._batch(lines, width)
+        lines.append_text(token_window(data, width - cell_len(place)))
         lines.append("\n")
-        lines.append(rounds, style="italic")
-        legend = "  ".join(f"{STYLES[s][0]} {tr(text, self.lang)}" for s, text in zip(STYLES, LEGEND))
+        lines.append(self._rounds(width), style="italic")
+        legend = "  ".join(f"{glyph} {tr(key, lang)}" for glyph, _, key in STYLES.values())
         lines.append("\n" + legend, style="dim")
         return lines
 
-    def _batch(self, lines: Text, state: OpState, width: int) -> Text:
-        rows = state.batch
+    def _batch(self, lines: Text, width: int) -> Text:
+        data, lang, rows = self.data, self.lang, self.data.batch
         room = max(self.size.height - 1, 1)
-        mine = next(i for i, row in enumerate(rows) if row.request == state.request)
+        mine = next(i for i, row in enumerate(rows) if row.request == data.request)
         first = min(max(mine - room // 2, 0), max(len(rows) - room, 0))
-        window = f" · {tr('rows', self.lang)} {first}–{first + room - 1}" if len(rows) > room else ""
-        lines.append(f"{tr('batch of', self.lang)} {len(rows)}{window}", style="dim")
+        shown = tr("timeline.batch.rows", lang, first=first, last=first + room - 1) if len(rows) > room else ""
+        lines.append(tr("timeline.batch", lang, count=len(rows)) + shown, style="dim")
         for row in rows[first : first + room]:
-            head = batch_row_head(row, state.request, tr("pad", self.lang))
-            lines.append("\n" + head, style="bold" if row.request == state.request else "")
-            lines.append_text(token_window(row.moment.timeline, width - cell_len(head)))
+            stop = f" ⏹ {row.stop}" if row.stop else ""
+            head = f"{'▸' if row.request == data.request else ' '} r{row.request} {tr('timeline.pad', lang)} {row.pad}{stop}  "
+            lines.append("\n" + head, style="bold" if row.request == data.request else "")
+            lines.append_text(token_window(row, width - cell_len(head)))
         return lines
 
     def _rounds(self, width: int) -> str:
         """The latest finished rounds that fit, with how many earlier ones are hidden."""
-        rounds = self.data.rounds
+        rounds, lang, marks = self.data.rounds, self.lang, dict(self.data.marks)
         if not rounds:
-            return tr("no round finished yet", self.lang)
+            return tr("timeline.no_round", lang)
         start = len(rounds) - 1
-        marks = self.data.marks()
-        while start > 0 and cell_len(round_line(rounds[start - 1 :], marks)) + len(f"‹ {start} earlier │ ") <= width:
+        while start > 0 and (cell_len(round_line(rounds[start - 1 :], lang, marks))
+                             + cell_len(tr("timeline.earlier", lang, count=start)) <= width):
             start -= 1
-        line = round_line(rounds[start:], marks)
-        return f"‹ {start} earlier │ {line}" if start else line
+        line = round_line(rounds[start:], lang, marks)
+        return tr("timeline.earlier", lang, count=start) + line if start else line

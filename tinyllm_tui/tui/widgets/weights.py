@@ -1,34 +1,26 @@
-"""The weights browser: every parameter by name and shape, a cell cursor in a windowed grid, live edits."""
+"""The weights browser: every parameter by name and shape, a cell cursor in a windowed grid, live edits.
+
+Edits, undo and redo are the main screen's: the same Debugger moves through the same runner, so
+they mean the same on both screens; this screen only redraws itself when they are done.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.message import Message
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, parse_value
+from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.debugger.results import Refused
 from tinyllm_tui.presentation.summaries import shape_text
-
-from tinyllm_tui.debugger.debugger import Busy, Debugger
+from tinyllm_tui.tui.i18n import describe, tr
+from tinyllm_tui.tui.main_screen import translated_bindings
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
-from tinyllm_tui.tui.widgets.matrix import Labels, MatrixData, MatrixWindow
-
-
-def axis_labels(debugger: Debugger, name: str, axis: int, count: int) -> Labels:
-    """Rows are input features, columns output features; the vocabulary where it is an axis."""
-    if {"embed": 0, "unembed": 1}.get(name) == axis:
-        return Labels(count, debugger.scenario.vocab.label)
-    prefix = "in" if axis == 0 else "out"
-    return Labels(count, lambda i: f"{prefix} {i}")
+from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 
 
 class CursorMatrix(MatrixWindow, can_focus=True):
@@ -42,36 +34,33 @@ class CursorMatrix(MatrixWindow, can_focus=True):
     ]
 
     def action_move(self, rows: int, cols: int) -> None:
-        if self.data is None:
+        if self.matrix is None:
             return
-        n_rows, n_cols = self.data.values.shape
+        n_rows, n_cols = self.matrix.values.shape
         row, col = self.cursor or (0, 0)
         self.cursor = (max(0, min(row + rows, n_rows - 1)), max(0, min(col + cols, n_cols - 1)))
 
 
 class WeightsScreen(Screen):
-    @dataclass
-    class Edited(Message):
-        """The weights changed: `message` says how (the debugger's status line shows it)."""
-
-        message: str
-
+    # the footer drops what does not fit: Save and Back come first
     BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back"),
         Binding("e,enter", "edit", "Edit cell"),
+        Binding("ctrl+s", "app.save", "Save"),
+        Binding("escape", "app.pop_screen", "Back"),
         Binding("u", "undo", "Undo"),
         Binding("ctrl+r", "redo", "Redo"),
         Binding("R", "reset", "Reset to file"),
         Binding("0", "fill('zeros')", "Zero"),
         Binding("1", "fill('identity')", "Identity"),
         Binding("asterisk", "scale", "Scale·I"),
-        Binding("ctrl+s", "app.save", "Save"),
+        Binding("v", "before_after", "Before/after"),
         Binding("S", "app.save_as", "Save as"),
     ]
 
-    def __init__(self, debugger: Debugger):
+    def __init__(self, debugger: Debugger, lang: str = "en"):
         super().__init__()
-        self.debugger = debugger
+        self.debugger, self.lang = debugger, lang
+        self._bindings = translated_bindings(self._bindings, lang)
         self.selected = next(iter(debugger.weights))
 
     def compose(self) -> ComposeResult:
@@ -87,6 +76,7 @@ class WeightsScreen(Screen):
         lines = tuple((name, Text(f"{name}  {shape_text(w.shape)}")) for name, w in self.debugger.weights.items())
         self.query_one(LineList).show(lines, self.selected)
         grid = self.query_one(CursorMatrix)
+        grid.lang = self.lang
         grid.cursor = (0, 0)
         grid.focus()  # the cursor starts in the grid: e edits a number straight away
         self.refresh_matrix()
@@ -104,18 +94,14 @@ class WeightsScreen(Screen):
         self.query_one(CursorMatrix).focus()
 
     def refresh_matrix(self, message: str = "") -> None:
-        name, debugger = self.selected, self.debugger
-        array = np.atleast_2d(debugger.weights[name])
-        original = np.atleast_2d(debugger.file_scenario.weights[name])
-        readers = ", ".join(debugger.readers(name)) or "no operator of this round"
-        self.query_one("#weight-title", Static).update(
-            Text.assemble((f"{name} · {shape_text(debugger.weights[name].shape)}", "bold"), f"\nread by: {readers}"))
-        is_matrix = debugger.weights[name].ndim == 2
-        rows = axis_labels(debugger, name, 0, array.shape[0]) if is_matrix else ["value"]
-        cols = axis_labels(debugger, name, 1, array.shape[1]) if is_matrix else Labels(array.shape[1], str)
-        self.query_one(CursorMatrix).data = MatrixData(name, array, rows, cols, before=original)
-        edited = int(np.sum(array != original))
-        status = f"{edited} cell{' differs' if edited == 1 else 's differ'} from the file (•)"
+        name, lang = self.selected, self.lang
+        matrix = self.debugger.weight_frame(name)
+        readers = ", ".join(self.debugger.readers(name)) or tr("weights.no_reader", lang)
+        self.query_one("#weight-title", Static).update(Text.assemble(
+            (f"{name} · {shape_text(self.debugger.weights[name].shape)}", "bold"),
+            "\n" + tr("weights.read_by", lang, readers=readers)))
+        self.query_one(CursorMatrix).show(matrix, name)
+        status = tr("weights.differ", lang, count=int(matrix.changed.sum()))
         self.query_one("#weight-status", Static).update(" · ".join(filter(None, [status, message])))
 
     # -- edits -------------------------------------------------------------------------------------
@@ -127,64 +113,62 @@ class WeightsScreen(Screen):
         index = self._cell_index()
         old = float(self.debugger.weights[self.selected][index])
         where = f"{self.selected}[{','.join(map(str, index))}]"
-        self.app.push_screen(PromptScreen(f"{where} = {old:g} → new value:", lambda text: self._accept(index, text)))
+        self.app.push_screen(PromptScreen(tr("ask.value", self.lang, where=where, old=f"{old:g}"),
+                                          lambda text: self._accept(index, text)))
 
     def _accept(self, index: tuple[int, ...], text: str) -> str | None:
-        try:
-            value = parse_value(text)
-        except EditError as error:
-            return f"{error}; the old value is kept"
-        self._apply(CellEdit(self.selected, index, value))
+        value = self.debugger.parse_value(text)
+        if isinstance(value, Refused):
+            return describe(value, self.lang)
+        self._apply(self.debugger.cell_edit(self.selected, index, value))
         return None
 
-    def _apply(self, edit: Edit) -> None:
+    def _apply(self, edit) -> None:
         """Apply an edit; while decoding, ask first whether to keep the stale cache."""
 
         def apply(keep_stale: bool) -> None:
-            self.refresh_matrix(f"applying {edit.name}, replaying to this step…")
-            self._in_background(self.debugger.apply, edit, keep_stale=keep_stale)
+            main = self.app.main
+            if main.in_background(tr("screen.applying", self.lang, name=edit.name), self.debugger.apply, edit,
+                                  keep_stale=keep_stale, then=self._edited):
+                self.refresh_matrix(tr("screen.applying", self.lang, name=edit.name))
 
         if not self.debugger.edit_asks_about_the_cache():
             apply(False)
             return
-        question = ("The KV cache was computed with the old weights. "
-                    "Recompute it, or keep the stale cache to see what it breaks?")
-        choice = ChoiceScreen(question, {"r": "recompute (default)", "k": "keep the stale cache"}, "r",
-                              lambda answer: apply(answer == "k"))
+        answers = {"r": tr("answer.recompute", self.lang), "k": tr("answer.keep", self.lang)}
+        choice = ChoiceScreen(tr("ask.stale", self.lang), answers, "r", lambda answer: apply(answer == "k"), self.lang)
         self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
 
-    @work(thread=True, exclusive=True, group="edit")
-    def _in_background(self, call, *args, **options) -> None:
-        """An edit replays the session to the current step: off the UI thread, owning the generator."""
-        try:
-            message = call(*args, **options)
-        except (EditError, Busy) as error:
-            message = str(error)
-        self.app.call_from_thread(self._edited, message)
-
-    def _edited(self, message: str) -> None:
-        self.refresh_matrix(message)
-        self.post_message(self.Edited(message))
+    def _edited(self, result) -> None:
+        """A move of the runner is done: the main screen words it, this screen redraws."""
+        self.app.main.run_done(result)
+        if self.is_mounted:
+            self.refresh_matrix(self.app.main.message)
 
     def action_undo(self) -> None:
-        self._in_background(self.debugger.undo)
+        self.app.main.action_undo(then=self._edited)
 
     def action_redo(self) -> None:
-        self._in_background(self.debugger.redo)
+        self.app.main.action_redo(then=self._edited)
 
     def action_reset(self) -> None:
-        self._apply(FillEdit(self.selected, "file"))
+        self._apply(self.debugger.fill_edit(self.selected, "file"))
 
     def action_fill(self, fill: str) -> None:
-        self._apply(FillEdit(self.selected, fill))
+        self._apply(self.debugger.fill_edit(self.selected, fill))
+
+    def action_before_after(self) -> None:
+        """The file's values instead of the edited ones (• marks the cells that differ)."""
+        grid = self.query_one(CursorMatrix)
+        grid.show_before = not grid.show_before
+        self.refresh_matrix(tr("screen.before" if grid.show_before else "screen.after", self.lang))
 
     def action_scale(self) -> None:
-        self.app.push_screen(PromptScreen("Set the matrix to s·I, s =", self._accept_scale))
+        self.app.push_screen(PromptScreen(tr("ask.scale", self.lang), self._accept_scale))
 
     def _accept_scale(self, text: str) -> str | None:
-        try:
-            scale = parse_value(text)
-        except EditError as error:
-            return str(error)
-        self._apply(FillEdit(self.selected, "scale", scale))
+        scale = self.debugger.parse_value(text)
+        if isinstance(scale, Refused):
+            return describe(scale, self.lang)
+        self._apply(self.debugger.fill_edit(self.selected, "scale", scale))
         return None

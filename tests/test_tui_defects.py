@@ -1,0 +1,124 @@
+"""What only the views do, for the defects a new user found: keys that reach the KV cache's columns,
+a search prompt that keeps what is typed, the footer and the lists at small sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
+from textual.widgets import TabbedContent
+from tui_helpers import long_scenario, make_app, screen_text, settle, status
+
+from tinyllm_tui.tui.app import DebuggerApp
+from tinyllm_tui.tui.widgets.dialogs import PromptScreen
+from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+
+
+def header(window: MatrixWindow) -> list[str]:
+    """The column labels the window shows now."""
+    lines = [line.plain if hasattr(line, "plain") else line.text for line in window._lines()]
+    return lines[window._title_lines()].split()
+
+
+async def test_the_kv_cache_columns_scroll_beside_the_matrix_and_in_the_tab():
+    """Defect 1: `< >` reach every dimension of a head, in the side cache and in the KV tab."""
+    app = DebuggerApp(long_scenario(prompt=8, new=2, d_model=32, layers=1), lang="en")  # heads 16 wide
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press(*["n"] * 8)  # past the K and V append: the cache has rows now
+        side = app.main.query_one("#side-cache").windows[0]
+        first = header(side)
+        assert first[0] == "d0" and len(first) < 16  # not every dimension fits
+        await pilot.press("greater_than_sign")  # the next columns, of the side cache too
+        assert header(side)[0] == f"d{len(first)}"
+        await pilot.press("k", "greater_than_sign", "greater_than_sign")  # the KV tab: its own window moves
+        await pilot.pause()
+        tab = app.main.query_one("#tab-cache").windows[0]
+        assert header(tab)[0] != "d0"
+
+
+async def test_typing_into_the_search_prompt_during_a_run_never_reaches_the_bindings(busy_process):
+    """Defect 10: G during a long run opens the prompt; `b` typed there is text, not a breakpoint."""
+    app = running_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await start_a_long_continue(pilot)
+        await pilot.press("G", "b", "enter")
+        assert isinstance(app.screen, PromptScreen) and app.debugger.breakpoints == ()
+        assert "busy" in str(app.screen.query_one("#prompt-error").render())
+        await pilot.press("escape", "escape")  # close the prompt, cancel the run
+        await settle(pilot)
+
+
+async def test_the_status_drops_the_breakpoint_hit_once_the_breakpoints_are_cleared():
+    """Defect 10: after C in the breakpoint list, no `⚑ breakpoint` stays on the status line."""
+    app = make_app(breakpoints=["softmax"])
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("c")
+        await settle(pilot)
+        assert "⚑ breakpoint: softmax" in status(app)
+        await pilot.press("L", "C", "escape")
+        await pilot.pause()
+        assert "⚑" not in status(app)
+
+
+async def test_at_80_by_24_the_footer_keeps_help_quit_and_save():
+    """Defect 12: the keys a new user needs first are in the footer at 80×24 (main screen, weights browser)."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        footer = screen_text(app).splitlines()[-1]
+        assert "? Help" in footer and "q Quit" in footer
+        await pilot.press("w")
+        await pilot.pause()
+        footer = screen_text(app).splitlines()[-1]
+        assert "^s Save" in footer and "esc Back" in footer
+
+
+async def test_at_40_by_12_operator_names_read_whole_and_the_kv_tab_says_where_it_is():
+    """Defect 12: the list keeps `attn.pattern h0` whole; the KV tab's windows name the rows they show."""
+    app = make_app()
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.press(*["n"] * 8)  # head 0's pattern
+        await pilot.pause()
+        assert "8 attn.pattern h0" in screen_text(app)
+    async with make_app().run_test(size=(80, 24)) as pilot:
+        await pilot.press(*["n"] * 37, "k")  # decode round 1: 4 cache rows, 2 of them shown
+        await pilot.pause()
+        assert pilot.app.main.query_one(TabbedContent).active == "cache"
+        assert "rows 2–3 of 4" in screen_text(pilot.app)
+        assert "layer 0 of 0–0" in screen_text(pilot.app)  # never `layer 0/0`, "zero of zero"
+
+
+async def test_v_in_the_weights_browser_shows_the_files_values():
+    """Defect 13: `v` is advertised there, so it works: the file's numbers instead of the edited ones."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("w", "0")  # zero the first parameter (the embedding)
+        await settle(pilot)
+        grid = app.screen.query_one("#weight-grid", MatrixWindow)
+        assert not np.any(grid.matrix.values)
+        await pilot.press("v")
+        await pilot.pause()
+        assert grid.show_before and "BEFORE the edit (v)" in screen_text(app)
+        file_value = app.debugger.file_scenario.weights["embed"][1, 0]
+        assert f"{file_value:.6f}" in screen_text(app)
+
+
+async def test_generated_text_is_decoded_and_its_pieces_come_on_demand():
+    """Defect 11: the end of the trace says the generated text decoded; p shows it token by token."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("c")  # to the end: 我爱学习 continues with 爱 爱
+        await settle(pilot)
+        assert "request 0 generated '爱爱'" in status(app)
+        await pilot.press("p")
+        assert "request 0 generated '爱|爱'" in status(app)
+
+
+async def test_g_keeps_its_prompt_open_on_a_condition_b_refuses():
+    """Defect 13: `g abs>` says what `B abs>` says, and the prompt stays open to correct it."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("g", *"abs>", "enter")
+        assert isinstance(app.screen, PromptScreen)
+        said_by_g = str(app.screen.query_one("#prompt-error").render())
+        await pilot.press("escape", "B", *"abs>", "enter")
+        assert said_by_g == str(app.screen.query_one("#prompt-error").render()) and "abs>" in said_by_g

@@ -1,0 +1,363 @@
+"""One immutable `Frame` per move: everything the views draw, built by whoever made the move.
+
+The Debugger builds a frame in the thread that moved (a worker for a long run), then publishes it
+with one assignment; the UI thread only reads published frames, so it never meets a half-changed
+session. Widgets render a frame's parts and compute nothing: values are host NumPy, labels are
+made when shown, verdicts and changed cells are judged here, the KV cache is sliced to the head shown.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+import numpy as np
+
+from engine import OpState, to_host
+from engine.breakpoints import short_name
+from engine.caches import PagedFacts, QuantizedFacts, RingFacts
+from engine.compare.expect import Outcome
+from engine.labels import resolve_some
+from engine.trace import OpKind, Phase, Status
+from tinyllm_tui.presentation.cache_layout import row_label
+from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
+
+PROBABILITY_KINDS = (OpKind.SOFTMAX, OpKind.PROBS)
+SORTED_COLUMNS = 256  # columns of a vocabulary row's top-k sorted view
+CORNER = 4  # rows and columns of each input shown in the inputs panel
+
+
+class Labels(Sequence):
+    """`count` labels made one at a time when shown (a vocabulary axis has 50 000 of them)."""
+
+    def __init__(self, count: int, label: Callable[[int], str]):
+        self._count, self._label = count, label
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._label(i) for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(index)
+        return self._label(index % self._count)
+
+
+def lazy_labels(axis) -> Labels:
+    """An operator's row or column labels, made only for the entries on screen."""
+    count = axis.count if hasattr(axis, "count") else len(axis)
+    return Labels(count, lambda i: resolve_some(axis, [i])[0])
+
+
+class VerdictSource(StrEnum):
+    EXPECT = "expect"  # printed cells of the scenario's expect: tables
+    DUMP = "dump"  # the user's own activations (--against)
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
+class Verdicts:
+    """Which cells are judged and whether they agree, for the values and for the values before the edit."""
+
+    source: VerdictSource
+    judged: np.ndarray  # bool, the matrix's shape
+    agrees: np.ndarray  # bool: the current values agree
+    agrees_before: np.ndarray | None  # bool: the values before the last edit agree
+    tolerance: str  # as the comparison words it: "1e-09", "1e-05 + 1e-05·|ref|"
+
+    @property
+    def count(self) -> int:
+        return int(self.judged.sum())
+
+
+@dataclass(frozen=True)
+class RowSummary:
+    """One line about a row too wide to show: its top entries (a vocabulary row) or its range."""
+
+    label: str
+    top: tuple[tuple[str, float], ...] = ()  # (column label, probability), most likely first
+    low: float = math.nan
+    high: float = math.nan
+    mean: float = math.nan
+    argmax: str = ""
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
+class MatrixFrame:
+    """One matrix window's picture. `values` are host NumPy, 2-D; the labels are made when shown."""
+
+    name: str
+    values: np.ndarray
+    rows: Sequence[str]
+    cols: Sequence[str]
+    kind: str = ""
+    head: int | None = None
+    before: np.ndarray | None = None  # the values before the last weight edit
+    changed: np.ndarray | None = None  # bool: cells the edit changed
+    verdicts: Verdicts | None = None
+    tokens: tuple[str, ...] = ()  # the decode rule's choice: cells hold token ids, shown as these labels
+    order: np.ndarray | None = None  # a vocabulary row's columns, most likely first (the top-k sorted view)
+    summary: RowSummary | None = None  # of the last position
+    scale: float = 0.0  # the largest finite |value|: the heat colours' full scale
+    scale_before: float = 0.0
+    newest_first: bool = False  # open the window on the last rows (a KV cache's newest positions)
+    new_from: int | None = None  # rows from here on were appended this round (a KV cache)
+    differing: frozenset[int] = frozenset()  # rows that differ from a --against dump (a KV cache)
+
+    @property
+    def sequential(self) -> bool:
+        return self.kind in PROBABILITY_KINDS
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
+class CacheFrame:
+    layer: int
+    layers: int
+    head: int
+    heads: int
+    length: int
+    appended: int  # rows this round added (+)
+    stale: bool  # computed with other weights than the current ones
+    differing: frozenset[int]  # positions whose K or V row differs from a --against dump
+    k: MatrixFrame
+    v: MatrixFrame
+    layout: RingFacts | PagedFacts | QuantizedFacts | None = None  # what the layout holds beside its rows
+    evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
+
+
+class Group(StrEnum):
+    INPUT = "input"
+    LAYER = "layer"
+    OUTPUT = "output"
+    DECODE_RULE = "decode_rule"
+
+
+@dataclass(frozen=True)
+class OperatorLine:
+    step: int
+    short: str
+    group: Group
+    layer: int | None
+    chunk: int
+    breakpoint: bool
+
+
+@dataclass(frozen=True)
+class TimelineFrame:
+    tokens: tuple[tuple[int, str, Status], ...]  # (position, text, status)
+    focus: int  # the token the window centres on
+    request: int
+    requests: int
+    phase: Phase
+    round: int
+    chunk: int | None  # shown when the prefill is chunked
+    cache_length: int
+    rounds: tuple  # tinyllm_tui.debugger.history.RoundSummary
+    marks: tuple[tuple[int, bool], ...] = ()  # (round, your dump agrees) of this request, once compared
+    batch: tuple[BatchLine, ...] = ()  # every row of a batch run as it stands (none outside a batch)
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One row of a batch on the timeline."""
+
+    request: int
+    pad: int  # its first `pad` positions hold padding
+    tokens: tuple[tuple[int, str, Status], ...]
+    focus: int
+    stop: str | None  # once it left the batch
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
+class Operand:
+    """An input of the operator: its name, shape and top-left corner."""
+
+    name: str
+    shape: tuple[int, ...]
+    rows: tuple[str, ...]
+    corner: np.ndarray
+
+
+@dataclass(frozen=True)
+class StatusFacts:
+    step: int
+    last: int | None  # None until the trace has been run to its end
+    operator: str  # the short name: on screen at any terminal size
+    inject: str | None
+    stale: bool
+    unsaved: int
+    breakpoints: int
+    hits: tuple[str, ...]  # the breakpoints that hit the current operator
+
+
+@dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
+class Frame:
+    step: int
+    phase: Phase
+    request: int
+    round: int
+    matrix: MatrixFrame
+    cache: CacheFrame | None
+    operators: tuple[OperatorLine, ...]
+    timeline: TimelineFrame
+    status: StatusFacts
+    hook: str  # the explanation's key: the last part of the hook name
+    inputs: tuple[Operand, ...]
+    outcomes: tuple[Outcome, ...] | None  # None while the expect: tables are being checked
+    at_end: bool
+
+
+# -- building ------------------------------------------------------------------------------------
+
+def group_of(state: OpState) -> tuple[Group, int | None]:
+    """Where the operator list puts an operator: by the hook name's first part, so that BERT's
+    `embed.hook_sum` (which the engine counts as layer 0's input) stays with the input."""
+    if state.name.startswith("blocks."):
+        return Group.LAYER, state.layer
+    if state.name.startswith("sample."):
+        return Group.DECODE_RULE, None
+    return (Group.OUTPUT if state.name.startswith(("ln_final", "unembed")) else Group.INPUT), None
+
+
+def operator_lines(states: Sequence[OpState], breaks: frozenset[int]) -> tuple[OperatorLine, ...]:
+    return tuple(OperatorLine(s.step, short_name(s), *group_of(s), s.chunk, s.step in breaks) for s in states)
+
+
+def finite_scale(values: np.ndarray | None) -> float:
+    if values is None:
+        return 0.0
+    return float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
+
+
+def changed_cells(values: np.ndarray, before: np.ndarray | None) -> np.ndarray | None:
+    if before is None:
+        return None
+    return ~((values == before) | (np.isnan(values) & np.isnan(before)))
+
+
+def row_summary(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], kind: str,
+                names: Callable[[int], str] | None = None) -> RowSummary | None:
+    """The last position's row in one line (a window shows it when the row is too wide)."""
+    if not values.size:
+        return None
+    i = values.shape[0] - 1
+    row = values[i]
+    finite = row[np.isfinite(row)]
+    if kind in VOCAB_KINDS and finite.size:
+        top = top_tokens(row, probabilities=kind == OpKind.PROBS)
+        return RowSummary(rows[i], tuple(((names or cols.__getitem__)(j), p) for j, p in top))
+    if not finite.size:
+        return RowSummary(rows[i])
+    best = int(np.argmax(np.where(np.isfinite(row), row, -np.inf)))
+    return RowSummary(rows[i], (), float(finite.min()), float(finite.max()), float(finite.mean()), cols[best])
+
+
+def sorted_columns(values: np.ndarray, kind: str) -> np.ndarray | None:
+    """A vocabulary row's most likely columns, best first: what the top-k view shows."""
+    if kind not in VOCAB_KINDS or not values.size:
+        return None
+    row = np.where(np.isnan(values[-1]), -np.inf, values[-1])
+    count = min(SORTED_COLUMNS, row.size)
+    best = np.argpartition(-row, count - 1)[:count]
+    return best[np.argsort(-row[best], kind="stable")]
+
+
+def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], *, kind: str = "",
+                 head: int | None = None, before: np.ndarray | None = None, verdicts: Verdicts | None = None,
+                 tokens: tuple[str, ...] = (), newest_first: bool = False, new_from: int | None = None,
+                 differing: frozenset[int] = frozenset(), names: Callable[[int], str] | None = None) -> MatrixFrame:
+    """Args: names: a vocabulary column's token text, for the top-tokens line."""
+    return MatrixFrame(name, values, rows, cols, kind, head, before, changed_cells(values, before), verdicts,
+                       tokens, sorted_columns(values, kind), row_summary(values, rows, cols, kind, names),
+                       finite_scale(values), finite_scale(before), newest_first, new_from, differing)
+
+
+def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head: int,
+                differing: frozenset[int] = frozenset()) -> CacheFrame | None:
+    """`state`'s KV cache of `layer`, the columns of `head`; rows from `state.chunk_past` on were added by this
+    chunk (this round, unless the prefill is chunked)."""
+    if not state.caches:
+        return None
+    layer = min(layer, len(state.caches) - 1)
+    cache = state.caches[layer]
+    heads = max(cache.k.shape[1] // d_head, 1)
+    head = min(head, heads - 1)
+    part = slice(head * d_head, (head + 1) * d_head)
+    timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
+    cols = Labels(min(d_head, cache.k.shape[1]), lambda j: f"d{j}")
+    marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
+    if marked:
+        rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
+    else:
+        rows = Labels(cache.length, lambda p: f"{p} · {timeline[p].text}" if p < len(timeline) else str(p))
+    ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
+    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=not ring,
+                         new_from=None if marked else new_from, differing=frozenset() if marked else differing)
+            for name, array in (("K", cache.k), ("V", cache.v)))
+    held = set(positions)
+    evicted = tuple(p for p in range(cache.seen) if p not in held)
+    return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
+                      cache.fingerprint != fingerprint, differing, k, v, cache.facts, evicted)
+
+
+def follow_layer(state: OpState) -> int | None:
+    """The cache layer that follows the operator: its own, or past the blocks the last (the newest)."""
+    if state.layer is not None:
+        return state.layer
+    if state.caches and state.caches[-1].length > state.chunk_past:
+        return len(state.caches) - 1
+    return None
+
+
+def timeline_frame(state: OpState, requests: int, chunked: bool, rounds: tuple,
+                   verdicts: dict[tuple[int, int], bool]) -> TimelineFrame:
+    """Args: verdicts: (request, round) -> your dump agrees, where a --against dump was compared."""
+    tokens, focus = timeline_tokens(state.timeline)
+    chunk = state.chunk if chunked and state.phase is Phase.PREFILL else None
+    marks = tuple((r, agrees) for (q, r), agrees in sorted(verdicts.items()) if q == state.request)
+    batch = tuple(BatchLine(row.request, row.pad, *timeline_tokens(row.moment.timeline), row.stop)
+                  for row in state.batch or ())
+    return TimelineFrame(tokens, focus, state.request, requests, Phase(state.phase), state.round, chunk,
+                         state.caches[0].length if state.caches else 0, rounds, marks, batch)
+
+
+def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]:
+    """(position, text, status) of each token, and the one a window centres on: the first being fed,
+    else the selected one, else the last."""
+    tokens = tuple((t.position, t.text, t.status) for t in timeline)
+    focus = next((i for status in (Status.CURRENT, Status.SELECTED)
+                  for i, token in enumerate(tokens) if token[2] is status), max(len(tokens) - 1, 0))
+    return tokens, focus
+
+
+def operands(state: OpState) -> tuple[Operand, ...]:
+    def corner(operand) -> Operand:
+        values = to_host(operand.values)
+        values = values[None, :] if values.ndim == 1 else values
+        rows = tuple(resolve_some(operand.row_axis, range(min(values.shape[0], CORNER))))
+        return Operand(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
+
+    return tuple(corner(operand) for operand in state.inputs)
+
+
+BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not the logits
+           ("hook_attn_scores", OpKind.SOFTCAP): "hook_attn_scores(softcap)"}  # Gemma 2's capped scores
+
+
+def hook_key(state: OpState) -> str:
+    """What the explanation of the operator is filed under: the hook name's last part, told apart where
+    one hook does different things (given vectors or a scaled table, a norm's output, capped scores)."""
+    hook = state.name.rsplit(".", 1)[-1]
+    if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
+        hook = "hook_embed(vectors)"
+    elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale
+        hook = "hook_embed(scaled)"
+    return BY_KIND.get((hook, state.kind), hook)
+
+
+def with_breakpoints(frame: Frame, breaks: frozenset[int], hits: tuple[str, ...], count: int) -> Frame:
+    """The same frame with other breakpoints: the marks and the status follow them."""
+    lines = tuple(replace(line, breakpoint=line.step in breaks) for line in frame.operators)
+    return replace(frame, operators=lines, status=replace(frame.status, hits=hits, breakpoints=count))

@@ -1,0 +1,135 @@
+"""What a move of the Debugger did, as typed values: views word them (tinyllm_tui.tui.messages), the
+Debugger never does. Each result names facts (steps, breakpoint texts, counts), never a sentence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Why a move was refused; `Refused.args` carries the facts its message names."""
+
+    BUSY = "busy"  # a run owns the generator
+    FIRST_STEP = "first_step"  # stepping back from step 0
+    NO_STEP = "no_step"  # args: (step, last recorded step)
+    NO_MATCH = "no_match"  # args: (text,)
+    EMPTY_SEARCH = "empty_search"
+    BAD_QUERY = "bad_query"  # args: (the breakpoint parser's message,)
+    ALREADY_SET = "already_set"  # args: (breakpoint text,)
+    NO_BREAKPOINT = "no_breakpoint"  # args: (breakpoint text,)
+    NOTHING_TO_UNDO = "nothing_to_undo"
+    NOTHING_TO_REDO = "nothing_to_redo"
+    NOT_STALE = "not_stale"
+    UNCHANGED = "unchanged"  # args: (parameter name,)
+    BAD_EDIT = "bad_edit"  # args: (the edit parser's message,)
+    NOTHING_TO_SAVE = "nothing_to_save"
+    NO_CACHE = "no_cache"
+    NO_DUMP = "no_dump"  # `g diverged` without --against
+
+
+@dataclass(frozen=True)
+class Moved:
+    step: int
+    wrapped: bool = False  # a search went past one end of the trace
+
+
+@dataclass(frozen=True)
+class HitBreakpoint:
+    step: int
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One request's continuation: the decoded text, and its pieces (one per token) on demand."""
+
+    text: str
+    pieces: tuple[str, ...]
+    stop: str | None
+
+
+@dataclass(frozen=True)
+class EndOfTrace:
+    results: tuple[Generated, ...]
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    step: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: Reason
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class Diverged:
+    """`g diverged`: the first step where your activations leave the reference (None: they agree everywhere)."""
+
+    step: int | None
+    where: str  # the engine's description of the first cell that differs
+
+
+@dataclass(frozen=True)
+class BreakpointAdded:
+    text: str
+
+
+@dataclass(frozen=True)
+class BreakpointRemoved:
+    text: str
+
+
+@dataclass(frozen=True)
+class BreakpointsCleared:
+    count: int
+
+
+@dataclass(frozen=True)
+class InjectionChanged:
+    name: str | None  # None: no injected bug
+
+
+class EditKind(StrEnum):
+    EDITED = "edited"
+    RESTORED = "restored"
+    UNDONE = "undone"
+    REDONE = "redone"
+    RECOMPUTED = "recomputed"
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """The weights changed (or the cache was recomputed) and the session was replayed to the same step."""
+
+    kind: EditKind
+    name: str = ""  # the edited parameter (EDITED)
+    count: int = 0  # edits restored (RESTORED)
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: str
+
+
+@dataclass(frozen=True)
+class CacheShown:
+    layer: int
+    head: int
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """The run being debugged against a full recompute: one engine OpDiff per operator."""
+
+    diffs: tuple  # engine.compare.diff.OpDiff
+    first: int | None  # index of the first divergence, None when every operator agrees
+    inject: str | None
+    tolerance: float
+
+
+Result = (Moved | HitBreakpoint | EndOfTrace | Cancelled | Refused | Diverged | BreakpointAdded | BreakpointRemoved
+          | BreakpointsCleared | InjectionChanged | Rebuilt | Saved | CacheShown)

@@ -26,7 +26,8 @@ from engine.loading import open_model
 from engine.loading.checkpoint import load_checkpoint
 from engine.parameters import parameter_shapes
 from engine.spec import FfnKind, NormKind, NormPlacement, Positions, Rule
-from tinyllm_tui.tui.explanations import BY_KIND, TEXTS, explain
+from tinyllm_tui.debugger.frame import BY_KIND, hook_key
+from tinyllm_tui.tui.explanations import TEXTS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3", "llama3")
@@ -136,7 +137,7 @@ def test_gemma2_trace_has_its_operators_under_transformerlens_style_names():
     table = dict(np.load(FIXTURES / "gemma2" / "reference.npz"))["ids"]
     rows = to_host(next(m for m in embed.inputs if m.name == "embed").values)[table]
     assert np.allclose(to_host(embed.values), rows * np.sqrt(spec.d_model), rtol=1e-15)
-    assert explain(embed, "en")[0][1].startswith("Gemma's token vectors")
+    assert TEXTS[hook_key(embed)]["en"][0].startswith("Gemma's token vectors")
     capped = [s for s in states if s.name == "blocks.1.attn.hook_attn_scores"]
     assert capped[0].kind == "softcap"
     finite = np.concatenate([to_host(s.values)[np.isfinite(to_host(s.values))] for s in capped])
@@ -177,9 +178,8 @@ def test_every_new_operator_has_an_explanation():
         hook = state.name.rsplit(".", 1)[-1]
         if hook in ("hook_scale", "hook_q_normed", "hook_k_normed", "hook_attn_scores_uncapped", "hook_softcap",
                     "hook_embed") or (hook, state.kind) in BY_KIND:
-            lines = explain(state, "en")
-            assert len(lines) == 5, state.name  # why, how, pitfall, check and the shapes
-            assert len(explain(state, "zh")) == 5
+            texts = TEXTS[hook_key(state)]
+            assert len(texts["en"]) == len(texts["zh"]) == 4, state.name  # why, how, pitfall, check
     assert set(BY_KIND.values()) <= set(TEXTS)
 
 

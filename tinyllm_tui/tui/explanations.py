@@ -251,7 +251,6 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
 }
 
 
-# A hook whose meaning depends on its operator's kind: (hook, kind) -> the entry of TEXTS.
 def default_language() -> str:
     code = os.environ.get("LC_ALL") or os.environ.get("LANG") or (locale.getlocale()[0] or "")
     return "zh" if code.lower().startswith("zh") else "en"

@@ -19,6 +19,7 @@ from engine.spec import DecodeRule, ModelSpec, Request, Vocab
 
 if TYPE_CHECKING:
     from engine.compare.expect import Expectation
+    from engine.interventions import Intervention
     from engine.loading.weightfile import WeightSource
 
 
@@ -35,6 +36,7 @@ class Scenario:
     breakpoints: tuple[str, ...] = ()  # each one parses with breakpoints.parse_breakpoint
     cache: CacheSpec = CacheSpec()  # the KV-cache layout every session of this scenario uses
     batch: bool = False  # run the requests as one left-padded batch instead of one after another
+    interventions: tuple[Intervention, ...] = ()  # applied to activations as they are produced (engine.interventions)
     document: str | None = field(repr=False, compare=False, default=None)  # the YAML text as read
     weights_source: WeightSource | None = field(repr=False, compare=False, default=None)  # weights: {file: …}
 

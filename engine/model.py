@@ -4,6 +4,10 @@
 returns the logits. The same code serves prefill (many tokens, empty cache),
 chunked prefill (C tokens onto P cached ones) and cached decode (one token), so
 that a full recompute and the cached path differ only in what they are fed.
+
+Whoever drives the generator may replace a yielded Op's `values` before resuming it
+(engine.interventions does, from outside): everything computed afterwards reads `op.values`,
+so the rest of the pass, and the KV cache rows it appends, follow the replacement.
 """
 
 from __future__ import annotations
@@ -122,6 +126,14 @@ class Transformer:
             yield logits
         return logits
 
+    def lens(self, resid: Array) -> Array:
+        """The logits the final norm and the unembedding make of residual rows (T, D): the logit lens."""
+        x = Op("lens", resid)
+        if self.spec.final_norm:
+            x = _finish(self._norm("ln_final", x, layer=None))
+        logits = self._logits(x.values)
+        return ops.softcap(self.xp, logits, self.spec.final_softcap) if self.spec.final_softcap else logits
+
     def _embed(self, ids: list[int]) -> Op:
         """The embedding rows of `ids`; Gemma's times √d_model (TransformerLens's hook_embed is the scaled rows)."""
         embed = self.param("embed")
@@ -219,14 +231,14 @@ class Transformer:
         scale = Op(f"{prefix}.hook_scale", xp.reshape(divisor, (t, heads)), cols="scale", kind=OpKind.NORM,
                    layer=layer, inputs=(x,))
         yield scale
-        divided = rows / divisor
-        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(divided, (t, -1)), kind=OpKind.NORM, layer=layer,
+        normalized = rows / xp.reshape(scale.values, (t, heads, 1))
+        normalized = Op(f"{prefix}.hook_normalized", xp.reshape(normalized, (t, -1)), kind=OpKind.NORM, layer=layer,
                         inputs=(x, scale))
         yield normalized
         if not norm.affine:
             return normalized
         gain = self.param(f"{prefix}.w")
-        y = divided * (1.0 + gain.values if norm.weight_offset else gain.values)
+        y = xp.reshape(normalized.values, (t, heads, -1)) * (1.0 + gain.values if norm.weight_offset else gain.values)
         inputs = [normalized, gain]
         if norm.kind == NormKind.LAYERNORM:
             bias = self.param(f"{prefix}.b")
@@ -274,9 +286,25 @@ class Transformer:
         concat = Op(f"{block}.hook_concat", xp.concat([z.values for z in heads], axis=1),
                     kind=OpKind.CONCAT, layer=layer, inputs=tuple(heads))
         yield concat
-        out = self._linear(self._body_out(layer, "attn"), concat, f"{block}.wo", f"{block}.bo", layer)
+        wo, dh, results = self.param(f"{block}.wo"), spec.d_head, []
+        for head, z in enumerate(heads):  # each head's contribution to the residual, as TransformerLens's hook_result
+            result = Op(f"{block}.hook_result", z.values @ wo.values[head * dh:(head + 1) * dh, :], kind=OpKind.LINEAR,
+                        layer=layer, head=head, inputs=(z, wo))
+            yield result
+            results.append(result)
+        out = self._sum(self._body_out(layer, "attn"), results, f"{block}.bo", layer)
         yield out
         return out
+
+    def _sum(self, name: str, terms: list[Op], bias: str, layer: int) -> Op:
+        """The heads' contributions (hook_result) summed, plus the output bias: concat @ wo + bo."""
+        total = terms[0].values
+        for term in terms[1:]:
+            total = total + term.values
+        inputs = tuple(terms)
+        if bias in self.weights:
+            total, inputs = total + self.param(bias).values, inputs + (self.param(bias),)
+        return Op(name, total, kind=OpKind.LINEAR, layer=layer, inputs=inputs)
 
     def _mask(self, n_new: int, n_keys: int, padded_keys: list[bool] | None, window: int | None):
         """Which keys each new query may read: causal order (within a sliding `window`) and key-side
@@ -329,20 +357,27 @@ class Transformer:
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows="keys")
         v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows="keys")
-        uncapped, scores, pattern, z = (None if x is None else x[head, ...] for x in every)
+        uncapped, scores_h, batch_pattern, z_h = (None if x is None else x[head, ...] for x in every)
         inputs = (q_h, k_h)
         if uncapped is not None:  # Gemma 2: the scores before their soft cap, then cap·tanh(s / cap)
+            batch_uncapped = uncapped
             uncapped = Op(f"{block}.hook_attn_scores_uncapped", uncapped, cols="keys", kind=OpKind.SCORES,
                           layer=layer, head=head, inputs=inputs)
             yield uncapped
             inputs = (uncapped,)
-        scores = Op(f"{block}.hook_attn_scores", scores, cols="keys",
+            if uncapped.values is not batch_uncapped:  # replaced: cap it again, keeping −∞ where masked
+                scores_h = ops.masked(self.xp, ops.softcap(self.xp, uncapped.values, spec.attn_softcap),
+                                      uncapped.values > -self.xp.inf)
+        scores = Op(f"{block}.hook_attn_scores", scores_h, cols="keys",
                     kind=OpKind.SCORES if uncapped is None else OpKind.SOFTCAP, layer=layer, head=head, inputs=inputs)
         yield scores
-        pattern = Op(f"{block}.hook_pattern", pattern, cols="keys", kind=OpKind.SOFTMAX, layer=layer, head=head,
+        # The batch computed every head at once; a value replaced since is followed from there on.
+        pattern_h = batch_pattern if scores.values is scores_h else ops.softmax(self.xp, scores.values)
+        pattern = Op(f"{block}.hook_pattern", pattern_h, cols="keys", kind=OpKind.SOFTMAX, layer=layer, head=head,
                      inputs=(scores,))
         yield pattern
-        z = Op(f"{block}.hook_z", z, kind=OpKind.MIX, layer=layer, head=head, inputs=(pattern, v_h))
+        z_h = z_h if pattern.values is batch_pattern else pattern.values @ v_h.values
+        z = Op(f"{block}.hook_z", z_h, kind=OpKind.MIX, layer=layer, head=head, inputs=(pattern, v_h))
         yield z
         return z
 
@@ -400,3 +435,12 @@ class Transformer:
         if kind in (FfnKind.GELU_TANH, FfnKind.GATED_GELU_TANH):
             return ops.gelu_tanh(xp, x)
         return ops.gelu_from_erf(x, self.backend.erf(x / 2**0.5))
+
+
+def _finish(stream: OpStream) -> Op:
+    """Run an operator stream to its end, unrecorded, and return what it returns."""
+    while True:
+        try:
+            next(stream)
+        except StopIteration as done:
+            return done.value

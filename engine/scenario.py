@@ -18,6 +18,7 @@ from engine.spec import DecodeRule, ModelSpec, Request, Vocab
 
 if TYPE_CHECKING:
     from engine.compare.expect import Expectation
+    from engine.interventions import Intervention
     from engine.loading.weightfile import WeightSource
 
 
@@ -32,6 +33,7 @@ class Scenario:
     decode: DecodeRule
     expect: tuple[Expectation, ...] = ()
     breakpoints: tuple[str, ...] = ()  # each one parses with breakpoints.parse_breakpoint
+    interventions: tuple[Intervention, ...] = ()  # applied to activations as they are produced (engine.interventions)
     document: str | None = field(repr=False, compare=False, default=None)  # the YAML text as read
     weights_source: WeightSource | None = field(repr=False, compare=False, default=None)  # weights: {file: …}
 

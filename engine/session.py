@@ -23,6 +23,7 @@ import numpy as np
 from engine.backend import Backend, make_backend
 from engine.decoding import choose
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
+from engine.interventions import Patcher
 from engine.model import Op, OpStream, Transformer
 from engine.scenario import Scenario
 from engine.spec import Mode, Request
@@ -96,6 +97,12 @@ class Session:
             old = dataclasses.replace(scenario, weights=self.stale.weights)
             self.old_model = Transformer(old.model, old.weights, self.backend, old.fingerprint)
         self.results: list[RequestResult] = []
+        self.patcher = Patcher(scenario.interventions, self.backend.xp, self._clean_run) if scenario.interventions else None
+
+    def _clean_run(self) -> Iterator[OpState]:
+        """This session's states without the scenario's interventions (what `from:` patches copy)."""
+        clean = dataclasses.replace(self.scenario, interventions=())
+        return Session(clean, self.backend, mode=self.mode, inject=self.inject, stale=self.stale).steps()
 
     def model_for(self, request: int, round_: int) -> Transformer:
         """The model a round runs with: the old weights before a kept-stale edit, else the current ones."""
@@ -222,9 +229,18 @@ class _RequestRun:
                 op = next(stream)
             except StopIteration as done:
                 return done.value
+            original = self._intervene(op)
             if op.kind == OpKind.CHOICE:
                 self._select(int(op.values[0, 0]))
-            yield self._state(op)
+            yield self._state(op, original)
+
+    def _intervene(self, op: Op):
+        """Apply the scenario's interventions to `op` before the pass reads it; its values before, or None."""
+        patcher = self.session.patcher
+        if patcher is None:
+            return None
+        first = len(self.fed) + len(self.current) - op.values.shape[0]  # the absolute position of its first row
+        return patcher.apply(op, self.index, self.round, self.chunk, first)
 
     def _select(self, token: int) -> None:
         self.selected = token
@@ -233,9 +249,10 @@ class _RequestRun:
         elif len(self.generated) + 1 >= self.request.max_new_tokens:
             self.stop = "max_new_tokens"
 
-    def _state(self, op: Op) -> OpState:
+    def _state(self, op: Op, original=None) -> OpState:
         return OpState(self.counter.take(), self.index, self.phase, self.round, self.chunk, op, self._now(),
-                       self._caches_now(op.layer), self.round_start, self.stop if op.kind == OpKind.CHOICE else None)
+                       self._caches_now(op.layer), self.round_start, self.stop if op.kind == OpKind.CHOICE else None,
+                       original)
 
     def _caches_now(self, layer: int | None) -> tuple:
         """The caches as they stand, one tuple shared by the states between two appends.

@@ -154,6 +154,7 @@ class OpState:
     caches: tuple[LayerCache, ...]
     past: int  # cache length before this round: rows at or after it were appended now
     stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
+    original: Array | None = None  # what the operator computed, when an intervention replaced its values
 
     @property
     def name(self) -> str:

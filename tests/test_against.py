@@ -180,3 +180,12 @@ def test_chunked_prefill_and_several_requests_name_their_passes(tmp_path):
     result = cli("check", scenarios / "x01.yaml", "--against", x01)
     assert result.exit_code == 1
     assert "first divergence: request.1.prefill · blocks.0.attn.hook_pattern · [0, 1, 0] (head 0" in result.output
+
+
+def test_tolerances_follow_the_dtype_unless_asked():
+    from engine.compare.against import Tolerance, tolerance_for
+
+    assert tolerance_for("float16") == Tolerance(1e-3, 1e-3) and tolerance_for("float64") == Tolerance(1e-9, 1e-9)
+    assert tolerance_for("float16", atol=1e-9) == Tolerance(1e-9, 0.0)  # --tolerance alone: |Δ| ≤ it
+    assert tolerance_for("float32", rtol=1e-3) == Tolerance(1e-5, 1e-3)  # --rtol alone keeps the dtype's atol
+    assert tolerance_for("int64") == Tolerance(0.0, 0.0)  # the chosen token must match exactly

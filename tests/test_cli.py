@@ -70,7 +70,7 @@ def test_diff_json_holds_every_measured_number():
     document = json.loads(result.output)
     assert (document["agrees"], document["first_divergence"], document["inject"]) == (True, None, None)
     operators = document["operators"]
-    assert len([o for o in operators if o["phase"] == "decode"]) == 29  # X01's one cached round (test_diff)
+    assert len([o for o in operators if o["phase"] == "decode"]) == 31  # X01's one cached round (test_diff)
     assert all(isinstance(o["max_abs"], float) and 0 <= o["max_abs"] <= 1e-12 and o["agrees"] for o in operators)
     assert [o["max_abs"] for o in operators if o["name"] == "hook_embed"] == [0.0, 0.0, 0.0]  # rows looked up alike
 
@@ -156,9 +156,9 @@ def test_run_break_prints_only_the_operators_where_a_breakpoint_hits():
 def test_run_break_takes_what_the_tui_takes_and_json_keeps_only_the_hits():
     records = json.loads(invoke("run", str(X01), "--break", "round=1", "--break", "hook_embed", "--json").output)["records"]
     decode = [r for r in records if r["round"] == 1]
-    assert len(decode) == 29  # every operator of X01's one cached decode round (as test_diff counts them)
+    assert len(decode) == 31  # every operator of X01's one cached decode round (as test_diff counts them)
     assert [(r["request"], r["round"]) for r in records if r["name"] == "hook_embed"] == [(0, 0), (0, 1), (1, 0)]
-    assert len(records) == 29 + 2
+    assert len(records) == 31 + 2
 
 
 def test_run_break_that_never_hits_says_so():

@@ -170,7 +170,7 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
 
 def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
     debugger = make()
-    debugger.goto_step(37)  # decode round 1
+    debugger.goto_step(39)  # decode round 1
     assert debugger.edit_asks_about_the_cache()
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5), keep_stale=True)
     assert debugger.stale is not None
@@ -181,10 +181,10 @@ def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
 
 def test_cycling_the_injected_fault_replays_to_the_same_step():
     debugger = make()
-    debugger.goto_step(37)  # the head-0 pattern of decode round 1
+    debugger.goto_step(39)  # the head-0 pattern of decode round 1
     assert debugger.cycle_injection() == InjectionChanged("chunk-mask") and debugger.inject == "chunk-mask"
     assert debugger.frame.status.inject == "chunk-mask"
-    assert debugger.view.state.step == 37
+    assert debugger.view.state.step == 39
     assert to_host(debugger.view.state.values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
@@ -275,9 +275,9 @@ def test_breakpoints_are_judged_once_per_step(reference):
 
 def test_the_kv_cache_frame_is_the_head_shown_and_pages_through_layers_and_heads(reference):
     debugger = make()
-    debugger.goto_step(37)  # decode round 1: the cache holds 4 rows
+    debugger.goto_step(39)  # decode round 1: the cache holds 4 rows
     cache = debugger.frame.cache
-    state = reference[37]
+    state = reference[39]
     d_head = debugger.scenario.model.d_head
     assert (cache.layer, cache.head, cache.length) == (0, 0, 4)
     assert np.array_equal(cache.k.values, to_host(state.caches[0].k)[:, :d_head])

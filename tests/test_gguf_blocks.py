@@ -86,8 +86,28 @@ def test_a_block_reads_as_lines_with_the_cursors_code_marked():
     rows = np.concatenate([block_bytes, block_bytes])[None, :]  # one row of two blocks
     lines = block_lines(block_of("blk.0.attn_q.weight", T.Q8_0, rows, 0, 37))  # the 6th value of the 2nd block
     assert lines[0] == "Q8_0 block at blk.0.attn_q.weight[0, 32–63] · d 0.5"
-    assert lines[1] == "value 5 (sub-block 0): 0.5 × code -11 + 0 = -5.500000"
+    assert lines[1] == "value 5: 0.5 × code -11 + 0 = -5.500000"
     assert lines[2] == "codes   -15 -14 -13 -12 [-11] -10 -9 -8"
     assert lines[3].startswith("values  -7.500000 -7.000000") and "[-5.500000]" in lines[3]
     iq = block_lines(block_of("t", T.IQ4_NL, raw_rows(T.IQ4_NL), 0, 3))
     assert iq[1] == "codes   (not decoded for IQ4_NL: its values only)" and len(iq) == 3
+
+
+async def test_the_weights_browser_shows_the_block_under_the_cursor():
+    """The title names the tensor's type; below the grid, the block of the cell under the cursor."""
+    from tui_helpers import screen_text
+
+    from tinyllm_tui.presentation.numbers import format_number
+    from tinyllm_tui.tui.app import DebuggerApp
+
+    scenario = load_checkpoint(FIXTURES / "gguf-mixed-llama" / "mixed.gguf", prompt="The cat")
+    app = DebuggerApp(scenario, lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("w")  # the browser opens on the first parameter, the embedding, at [0, 0]
+        await pilot.press("down", "right", "right")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "embed · " in text and " · Q8_0" in text
+        assert "Q8_0 block at token_embd.weight[1, 0–31]" in text
+        value = format_number(float(scenario.weights["embed"][1, 2]))
+        assert "value 2: " in text and f"= {value}" in text

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
 
 from engine import Session, make_backend, to_host
 from engine.loading.checkpoint import load_checkpoint
+from engine.loading.document import ScenarioError
 from engine.loading.gguf_file import GGUFFile
 from engine.loading.tokenizer import gguf_tokenizer, piece_texts
 
@@ -95,3 +97,39 @@ def test_sentencepiece_pieces_read_as_text():
     assert texts[tokens.index(marked)] == marked.replace("▁", " ")
     assert texts[tokens.index("<s>")] == "<s>"
     assert tokenizer.decode(tokenizer.encode("naïve\ncafé").ids) == "naïve\ncafé"
+
+
+def rewritten(tmp_path: Path, arch: str, extra) -> Path:
+    """A copy of a fixture with `extra(writer)` adding metadata or tensors, everything else as it was."""
+    source = gguf.GGUFReader(fixture(arch)[0])
+    path = tmp_path / f"{arch}.gguf"
+    writer = gguf.GGUFWriter(str(path), arch)
+    for field in source.fields.values():
+        if field.name.startswith(("GGUF.", "general.architecture")):
+            continue
+        value = field.contents()
+        kind = field.types[0] if field.types else None
+        writer.add_key_value(field.name, value, kind, sub_type=field.types[-1] if len(field.types) > 1 else None)
+    for tensor in source.tensors:
+        writer.add_tensor(tensor.name, np.asarray(tensor.data), raw_dtype=tensor.tensor_type)
+    extra(writer)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_rope_scaling_reads_as_llama_cpp_does(tmp_path):
+    linear = rewritten(tmp_path, "gemma3", lambda w: (w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR),
+                                                      w.add_rope_scaling_factor(8.0)))
+    spec = load_checkpoint(linear, prompt="The cat").model
+    assert spec.rope_factors == (8.0,) * 128
+    assert spec.rope_divisors(0) is None  # Gemma 3's sliding layers keep their own, unscaled base
+    freqs = np.linspace(1.0, 8.0, 32, dtype=np.float32)  # llama.cpp's rope_freqs: a divisor per frequency
+    llama3 = rewritten(tmp_path, "llama", lambda w: w.add_tensor("rope_freqs.weight", freqs))
+    assert load_checkpoint(llama3, prompt="The cat").model.rope_factors == tuple(float(f) for f in freqs)
+    yarn = rewritten(tmp_path, "qwen2", lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN))
+    with pytest.raises(ScenarioError, match="RoPE scaling 'yarn' is not supported") as error:
+        load_checkpoint(yarn, prompt="The cat")
+    assert error.value.path == "qwen2.rope.scaling.type"

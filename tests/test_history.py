@@ -82,8 +82,8 @@ def test_bounded_history_replays_to_go_back_past_its_window():
     assert history.goto(40) and history.current.name == reference[40].name
     assert len(starts) == 1
     assert history.goto(37) and len(starts) == 1  # still in memory
-    assert history.goto(30) and len(starts) == 2  # dropped: round 1 of request 0 starts at 29, resumed there
-    assert starts[1].step == 29 and history.resumed_from == 29
+    assert history.goto(32) and len(starts) == 2  # dropped: round 1 of request 0 starts at 31, resumed there
+    assert starts[1].step == 31 and history.resumed_from == 31
     assert history.goto(3) and len(starts) == 3 and history.resumed_from == 0  # round 0 starts the session
     assert (to_host(history.current.values) == to_host(reference[3].values)).all()
     assert not history.goto(999) and history.cursor == len(reference) - 1 and history.total == len(reference)
@@ -146,7 +146,7 @@ def test_resumed_runs_with_an_injected_bug_or_a_stale_cache_are_the_from_scratch
         assert_same(history.current, expected[step])
         resumed.add(history.resumed_from)
     resumed.discard(None)  # the last steps were still in memory
-    assert resumed == {0, 29, 58}  # X01: request 0's prefill, its decode round, request 1
+    assert resumed == {0, 31, 62}  # X01: request 0's prefill, its decode round, request 1
     assert len(computed) < len(expected) ** 2 / 4  # not from the start each time
 
 

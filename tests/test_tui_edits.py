@@ -89,7 +89,7 @@ async def test_an_invalid_entry_is_refused_and_changes_nothing(bad):
 async def test_edit_during_decode_can_keep_a_stale_cache_then_recompute():
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.press("g", *"30", "enter")  # decode round 1 of 我爱学习
+        await pilot.press("g", *"32", "enter")  # decode round 1 of 我爱学习
         await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
         await type_value(pilot, "0.5")
         assert isinstance(app.screen, ChoiceScreen)
@@ -100,7 +100,7 @@ async def test_edit_during_decode_can_keep_a_stale_cache_then_recompute():
         assert "⚠ stale: old weights, r recomputes" in screen_text(app)  # so says the KV cache beside the matrix
         await pilot.press("r")  # recompute
         assert app.debugger.stale is None and state(app).caches[0].fingerprint == app.debugger.fingerprint
-        assert state(app).step == 30
+        assert state(app).step == 32
 
 
 async def test_ctrl_s_saves_after_confirmation(x01_copy):

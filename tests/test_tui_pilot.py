@@ -150,12 +150,12 @@ async def test_goto_step_operator_condition_backwards_and_past_the_end():
         assert state(app).kind == "softmax" and state(app).round == 1 and state(app).head == 1
         await pilot.press("g", *"round=0&request=1", "enter")  # conditions, as B takes them
         await settle(pilot)
-        assert (state(app).request, state(app).round, state(app).step) == (1, 0, 58)
+        assert (state(app).request, state(app).round, state(app).step) == (1, 0, 62)
         await pilot.press("g", *"9999", "enter")  # beyond the trace: a message, and no move
         assert isinstance(app.screen, PromptScreen)
-        assert "no step 9999: the trace has steps 0–86" in str(app.screen.query_one("#prompt-error").render())
+        assert "no step 9999: the trace has steps 0–92" in str(app.screen.query_one("#prompt-error").render())
         await pilot.press("escape")
-        assert state(app).step == 58
+        assert state(app).step == 62
 
 
 @pytest.mark.parametrize("key", ["question_mark", "f1"])
@@ -225,14 +225,14 @@ async def test_timeline_shows_a_window_around_the_current_token():
 
 
 async def test_current_operator_stays_in_view_at_80x24():
-    """g 57 (X01's last operator of decode round 1) keeps the highlighted line on screen, one line each."""
+    """g 61 (X01's last operator of decode round 1) keeps the highlighted line on screen, one line each."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("g", *"57", "enter")
+        await pilot.press("g", *"61", "enter")
         operators = app.main.query_one(OperatorList)
         rendered = [line.plain for line in operators.text_lines()]
         assert len(rendered) <= operators.size.height
-        assert any(" 57 sample.choice" in line for line in rendered)
+        assert any(" 61 sample.choice" in line for line in rendered)
         assert all(len(line) <= operators.size.width for line in rendered)  # no wrapped labels
 
 
@@ -304,10 +304,10 @@ async def test_cycling_injections_replays_to_the_same_step():
     """I switches the deliberate bug (none → chunk-mask → …) and keeps the cursor where it was."""
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("g", *"37", "enter")  # decode round 1, head-0 pattern
+        await pilot.press("g", *"39", "enter")  # decode round 1, head-0 pattern
         await pilot.press("I")  # chunk-mask: decode's single query sees only key 0
-        await settle(pilot)  # the replay to step 37 runs in the worker
-        assert app.debugger.inject == "chunk-mask" and state(app).step == 37
+        await settle(pilot)  # the replay to step 39 runs in the worker
+        assert app.debugger.inject == "chunk-mask" and state(app).step == 39
         assert to_host(state(app).values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
         assert "injected bug: chunk-mask" in status(app)
         for _ in range(3):  # through the other two bugs (X01 has neither positions nor a layer 1) and back to none

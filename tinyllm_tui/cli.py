@@ -24,7 +24,7 @@ import typer
 from typer._click.exceptions import ClickException, UsageError  # Typer >= 0.26 bundles its own Click
 from typer.core import TyperGroup
 
-from engine import Backend, BackendError, Scenario, ScenarioError, load_scenario, make_backend, to_host
+from engine import Backend, BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.compare.against import compare_generation
 from engine.compare.dump import Dump, load_dump, save_dump
@@ -35,6 +35,9 @@ from engine.compare.gradcheck import check_head
 from engine.export import ActivationDump, json_number, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
+from engine.analysis import AnalysisError, attribution, decisions, logit_lens, passes
+from engine.interventions import (InterventionError, check_intervention, check_operator, parse_ablation,
+                                  parse_intervention)
 from engine.loading import open_model
 from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
 from engine.loading.edits import CellEdit, EditError, convert_scenario, parse_set
@@ -42,6 +45,7 @@ from engine.progress import Cancelled, listening
 from engine.session import INJECTIONS
 from engine.trace import OpKind, OpState
 from tinyllm_tui.debugger.debugger import Debugger
+from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.numbers import text_table
 from tinyllm_tui.presentation.summaries import (diff_summary, expect_summary, loading_progress, matrix_summary,
                                                 request_results, token_text, where)
@@ -82,7 +86,7 @@ class OpenByDefault(TyperGroup):
             _fail(error.format_message(), error.exit_code)
         except typer.Abort:
             _fail("aborted", 1)
-        except (ScenarioError, BackendError, BreakpointError, EditError) as error:
+        except (ScenarioError, BackendError, BreakpointError, EditError, InterventionError, AnalysisError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
         sys.exit(code or 0)
 
@@ -127,6 +131,14 @@ class Options:
     max_new_tokens: Annotated[Optional[int], typer.Option(
         "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).",
         show_default=False)] = None
+    patches: Annotated[Optional[list[str]], typer.Option(
+        "--patch", help="Change an activation as it is produced: 'HOOK[row,col]=VALUE', 'HOOK[row,:]=[v, …]', "
+        "'HOOK[row,:]*=FACTOR', 'HOOK[row,:]=from:REQUEST' (its value in that request); rows are token positions; "
+        "' head H' after a per-head hook; ' @prefill', ' @decode.N', ' @request.N' limit it (repeatable).",
+        show_default=False)] = None
+    ablations: Annotated[Optional[list[str]], typer.Option(
+        "--ablate", help="Zero one head's output before the output projection: 'blocks.L.attn head H' (repeatable).",
+        show_default=False)] = None
     breakpoints: Annotated[Optional[list[str]], typer.Option(
         "--break", help="Breakpoint (repeatable): operator glob, kind, or condition; where the TUI's continue stops "
         "and the only operators `run` prints.", show_default=False)] = None
@@ -141,7 +153,8 @@ class Options:
         show_default=False)] = None
 
 
-MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens")
+MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "patches",
+                 "ablations")
 
 
 def shared(*names: str) -> Callable[[Callable], Callable]:
@@ -175,9 +188,19 @@ def bundled_x01() -> Path:
 
 
 def _load(file: Path, options: Options) -> Scenario:
-    """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens)."""
-    return open_model(file, prompt=options.prompt, ids=_ids(options.ids), max_new_tokens=options.max_new_tokens,
-                      dtype=options.dtype, max_memory=_max_memory(options.max_memory))
+    """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens), with --patch and --ablate
+    after the scenario's own interventions."""
+    scenario = open_model(file, prompt=options.prompt, ids=_ids(options.ids), max_new_tokens=options.max_new_tokens,
+                          dtype=options.dtype, max_memory=_max_memory(options.max_memory))
+    return with_interventions(scenario, options.patches, options.ablations)
+
+
+def with_interventions(scenario: Scenario, patches: list[str] | None, ablations: list[str] | None) -> Scenario:
+    """The scenario with the --patch and --ablate interventions after its own; a bad one raises InterventionError."""
+    added = [*(parse_intervention(text) for text in patches or []), *(parse_ablation(text) for text in ablations or [])]
+    for intervention in added:
+        check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
+    return dataclasses.replace(scenario, interventions=(*scenario.interventions, *added)) if added else scenario
 
 
 def _loaded(file: Path, options: Options) -> Scenario:
@@ -211,7 +234,12 @@ def _debugger(file: Path, options: Options) -> Debugger:
     """The Debugger `run`, `diff` and `check` drive: what the TUI would open on `file` with these options."""
     backend = _check_flags(options)
     scenario = _loaded(file, options)
-    return Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
+    debugger = Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
+    if scenario.interventions:  # a misspelt hook is refused before anything prints
+        operators = {(s.name, s.head) for s in debugger.history.round_states()}
+        for intervention in scenario.interventions:
+            check_operator(intervention, operators)
+    return debugger
 
 
 def _dump(options: Options) -> tuple[Dump | None, Options]:
@@ -310,9 +338,16 @@ def run(
     save: Annotated[Optional[Path], typer.Option(
         "--save-activations", help="Also write every pass's activations and KV caches, keyed by pass and hook "
         "name in TransformerLens's layouts (.safetensors or .npz; see the README).", show_default=False)] = None,
+    lens: Annotated[bool, typer.Option(
+        "--lens", help="Instead of every operator, print each pass's logit lens (every residual stream through the "
+        "final norm and unembedding) and the chosen token's direct logit attribution.")] = False,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="With --lens: tokens per position.")] = 5,
     *, options: Options,
 ) -> None:
     debugger = _debugger(file, options)
+    if lens:
+        _print_lens(debugger, as_json, top_k)
+        return
     dump = None if save is None else ActivationDump(Passes(debugger.scenario))
     try:
         _print_run(debugger, _printed(debugger, bool(options.breakpoints), dump), as_json, as_jsonl, full, options)
@@ -332,7 +367,7 @@ def _print_run(debugger: Debugger, printed, as_json: bool, as_jsonl: bool, full:
             _print_json(record(state))
         _print_json(requests_record(debugger.session.results))
         return
-    vocab, group = scenario.vocab, None
+    vocab, group, clean = scenario.vocab, None, _clean_decisions(debugger)
     for state, hits in printed:
         if (state.request, state.round) != group:
             group = (state.request, state.round)
@@ -340,10 +375,59 @@ def _print_run(debugger: Debugger, printed, as_json: bool, as_jsonl: bool, full:
             print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
         if hits:
             print(f"⚑ breakpoint: {', '.join(hits)}")
-        print(state_text(state, vocab, full), end="\n\n")
+        print(state_text(state, vocab, full) + _without(clean, state.request, state.round, state.kind, vocab),
+              end="\n\n")
     if options.breakpoints and group is None:
         print(f"no operator hits a breakpoint ({', '.join(b.text for b in debugger.breakpoints)})")
     print(request_results(debugger.session.results, vocab))
+    _warn_unused(debugger.session)
+
+
+def _clean_decisions(debugger: Debugger) -> dict | None:
+    """What each pass chose without the scenario's interventions (None when it has none)."""
+    if not debugger.scenario.interventions:
+        return None
+    clean = dataclasses.replace(debugger.scenario, interventions=())
+    return decisions(Session(clean, debugger.backend, inject=debugger.inject).steps())
+
+
+def _without(clean: dict | None, request: int, round_: int, kind: OpKind, vocab) -> str:
+    """For a choice under interventions: what the same pass chose without them."""
+    if clean is None or kind != OpKind.CHOICE or (request, round_) not in clean:
+        return ""
+    token, probability = clean[(request, round_)]
+    return f" · without the interventions: {token_text(vocab, [token])} (token id {token}, p {probability:.6f})"
+
+
+def _print_lens(debugger: Debugger, as_json: bool, top_k: int) -> None:
+    """Each pass's logit lens and the chosen token's direct logit attribution, as text or one JSON document."""
+    scenario, model, documents, clean = debugger.scenario, debugger.session.model, [], _clean_decisions(debugger)
+    for run in passes(state for state, _ in debugger.trace()):
+        rows = logit_lens(model, run, top_k)
+        dla = None if model.spec.post_norms else attribution(model, run)
+        if as_json:
+            documents.append(lens_json(rows, dla, run, scenario.vocab))
+            continue
+        token = int(run.get("sample.hook_choice")[0, 0])
+        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
+        print(f"chose {token_text(scenario.vocab, [token])} (token id {token}, "
+              f"p {float(run.get('sample.hook_probs')[0, token]):.6f})"
+              + _without(clean, run.request, run.round, OpKind.CHOICE, scenario.vocab))
+        print("\n".join(lens_lines(rows, run, run.context, scenario.vocab)))
+        if dla is not None:
+            print("\n".join(attribution_lines(dla, scenario.vocab)))
+        print()
+    if as_json:
+        _print_json({"passes": documents, "interventions": [i.text for i in scenario.interventions]})
+    else:
+        print(request_results(debugger.session.results, scenario.vocab))
+    _warn_unused(debugger.session)
+
+
+def _warn_unused(session: Session) -> None:
+    for intervention in session.patcher.unused() if session.patcher else ():
+        print(f"tinyllm-tui: warning: {intervention.text!r} changed nothing: no operator of that name, head, "
+              "rows and pass ran", file=sys.stderr)
 
 
 def _printed(debugger: Debugger, only_hits: bool, dump: ActivationDump | None = None
@@ -429,7 +513,8 @@ def _diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
 
 
 @app.command()
-@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "against", "tolerance", "rtol")
+@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "patches", "ablations", "against",
+        "tolerance", "rtol")
 def check(
     file: ScenarioFile,
     as_json: JsonFlag = False,

@@ -29,7 +29,7 @@ class Block:
     codes: np.ndarray | None = None  # one integer per value; None for a type not decoded here
     scale: np.ndarray | None = None  # per value
     offset: np.ndarray | None = None  # per value
-    sub_block: np.ndarray | None = None  # which sub-block (K-quants: its own scale and min) each value is in
+    sub_block: np.ndarray | None = None  # K-quants: which sub-block (its own scale and min) each value is in
 
 
 def f16(raw: np.ndarray, at: int) -> float:
@@ -46,12 +46,12 @@ def high_bits(qh: np.ndarray, count: int) -> np.ndarray:
 
 
 def legacy(raw: np.ndarray, kind: str):
-    """Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32 values): (fields, codes, scale, offset, sub-block)."""
+    """Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32 values, one scale): (fields, codes, scale, offset, no sub-blocks)."""
     d = f16(raw, 0)
     fields = {"d": d}
     if kind == "Q8_0":
         codes = raw[2:34].view(np.int8).astype(np.int64)
-        return fields, codes, np.full(32, d), np.zeros(32), np.zeros(32, int)
+        return fields, codes, np.full(32, d), np.zeros(32), None
     has_min = kind in ("Q4_1", "Q5_1")
     m = f16(raw, 2) if has_min else 0.0
     if has_min:
@@ -63,7 +63,7 @@ def legacy(raw: np.ndarray, kind: str):
     else:
         codes = nibbles(raw[at:at + 16])
         centre = 0 if has_min else 8
-    return fields, codes - centre, np.full(32, d), np.full(32, m), np.zeros(32, int)
+    return fields, codes - centre, np.full(32, d), np.full(32, m), None
 
 
 def k4_scales(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

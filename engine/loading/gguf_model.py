@@ -24,6 +24,7 @@ from gguf.quants import dequantize
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
+from engine.parameters import format_shape
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
@@ -65,9 +66,6 @@ class GGUFModel:
         if arch not in ARCHITECTURES:
             raise self.error("general.architecture", f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(ARCHITECTURES)})")
-        scaling = self.meta.get(f"{arch}.rope.scaling.type", "none")
-        if scaling != "none":
-            raise self.error(f"{arch}.rope.scaling.type", f"RoPE scaling {scaling!r} is not supported")
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
         kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
         d_head = self._size(f"{arch}.attention.key_length", d // heads)
@@ -84,9 +82,27 @@ class GGUFModel:
             biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
             kv_heads=kv_heads, rope_theta=float(self.meta.get(f"{arch}.rope.freq_base", 10000.0)),
-            qk_norm=arch in ("qwen3", "gemma3"),
+            qk_norm=arch in ("qwen3", "gemma3"), rope_factors=self._rope_factors(d_head),
         )
         return self._gemma(spec) if arch in GEMMA else spec
+
+    def _rope_factors(self, d_head: int) -> tuple[float, ...] | None:
+        """What RoPE's frequencies are divided by, as llama.cpp reads it: linear scaling's factor
+        (`rope.scaling.type` linear, Gemma 3 4B and up) times the `rope_freqs` tensor (Llama 3.x)."""
+        key = f"{self.arch}.rope.scaling"
+        kind = self.meta.get(f"{key}.type", "none")
+        if kind not in ("none", "linear"):
+            raise self.error(f"{key}.type", f"RoPE scaling {kind!r} is not supported (none, linear)")
+        factor = self.meta.get(f"{key}.factor", 1.0) if kind == "linear" else 1.0
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
+            raise self.error(f"{key}.factor", f"expected a number > 0, got {factor!r}")
+        if "rope_freqs.weight" not in self.tensors:
+            return None if factor == 1.0 else (float(factor),) * (d_head // 2)
+        freqs = self.dequantized("rope_freqs.weight", np.float64)
+        if freqs.shape != (d_head // 2,) or not np.all(np.isfinite(freqs) & (freqs > 0)):
+            raise self.error("rope_freqs.weight", f"expected {d_head // 2} positive numbers (one per RoPE "
+                             f"frequency), got shape {format_shape(freqs.shape)}")
+        return tuple(float(f) * factor for f in freqs)
 
     def _gemma(self, spec: ModelSpec) -> ModelSpec:
         """As llama.cpp runs Gemma 2/3: GeGLU, (1 + w) norms around each sublayer, embeddings times √d,

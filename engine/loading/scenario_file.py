@@ -18,6 +18,7 @@ from enum import StrEnum
 import numpy as np
 
 from engine.breakpoints import BreakpointError, parse_breakpoint
+from engine.interventions import Intervention, InterventionError, check_intervention, parse_any
 from engine.loading.checkpoint import is_checkpoint, load_checkpoint
 from engine.loading.budget import DEFAULT_BUDGET, check_budget
 from engine.loading.document import Node, ScenarioError, parse, read_text
@@ -42,7 +43,8 @@ from engine.scenario import Scenario
 
 __all__ = ["ScenarioError", "load_scenario", "load_scenario_text"]
 
-TOP_KEYS = {"title", "checkpoint", "vocab", "model", "weights", "requests", "decode", "breakpoints", "expect"}
+TOP_KEYS = {"title", "checkpoint", "vocab", "model", "weights", "requests", "decode", "breakpoints", "expect",
+            "interventions"}
 INLINE_MODEL_KEYS = ("vocab", "model", "weights")  # what `checkpoint:` replaces
 Encoder = Callable[[str], tuple[int, ...]]  # text -> ids, by a checkpoint's own tokenizer
 
@@ -80,6 +82,8 @@ def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario
         decode=decode,
         expect=parse_expectations(root.get("expect"), requests, model) if root.has("expect") else (),
         breakpoints=_breakpoints(root.get("breakpoints")) if root.has("breakpoints") else (),
+        interventions=_interventions(root.get("interventions"), model, len(requests), len(vocab))
+        if root.has("interventions") else (),
         document=None if from_checkpoint else text,  # no inline weights to write edits back into
         weights_source=source,
     )
@@ -102,6 +106,18 @@ def _breakpoints(node: Node) -> tuple[str, ...]:
         except BreakpointError as error:
             raise item.error(str(error)) from None
     return tuple(texts)
+
+
+def _interventions(node: Node, model: ModelSpec, requests: int, vocab: int) -> tuple[Intervention, ...]:
+    """`interventions:` a list of specs as `--patch` or `--ablate` take them (engine.interventions)."""
+    parsed = []
+    for item in node.items():
+        try:
+            parsed.append(parse_any(item.text()))
+            check_intervention(parsed[-1], model, requests, vocab)
+        except InterventionError as error:
+            raise item.error(str(error)) from None
+    return tuple(parsed)
 
 
 # -- checkpoint -----------------------------------------------------------------

@@ -37,6 +37,9 @@ from engine.session import StaleFrom
 from engine.trace import OpKind, Phase
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
+from engine.interventions import InterventionError, check_intervention, parse_any
+from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
+from tinyllm_tui.debugger.readings import choice_before_after
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
                                         timeline_frame, with_breakpoints)
@@ -146,6 +149,7 @@ class Debugger:
         self._counting = threading.Lock()  # guards _comparing
         self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
         self.inject = inject
+        self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
         self._publish()
 
@@ -191,7 +195,7 @@ class Debugger:
     def _new_run(self, step: int, progress: Progress | None) -> Run:
         """A fresh session with the current weights and fault, replayed to `step` (a cancel stops it earlier).
         Built aside: nothing a reader sees changes until the caller publishes it."""
-        scenario = with_weights(self.file_scenario, self.weights)
+        scenario = self.interventions.applied_to(with_weights(self.file_scenario, self.weights))
         session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
         history = History(session.steps, budget=self.budget)
         self._cancel.clear()
@@ -238,7 +242,8 @@ class Debugger:
                                     self.round_verdicts()),
             status=StatusFacts(state.step, None if history.total is None else history.total - 1,
                                next(line.short for line in operator_lines((state,), breaks)), self.inject,
-                               self.stale is not None, self.unsaved(), len(self.breakpoints), self.hits(state)),
+                               self.stale is not None, self.unsaved(), len(self.breakpoints), self.hits(state),
+                               tuple(i.text for i in self.interventions.current)),
             hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
         with self._publishing:
             self.view, self.frame = view, frame
@@ -537,7 +542,8 @@ class Debugger:
         """A new session with the current weights, replayed to the same step (the caller owns the generator)."""
         state = self.history.current
         self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
-        previous = self.history if self.weights is not self.file_scenario.weights else None
+        changed = self.weights is not self.file_scenario.weights or self.interventions.current
+        previous = self.history if changed else None
         run = self._new_run(state.step, progress)
         self.previous = previous
         self._adopt(run)
@@ -546,6 +552,63 @@ class Debugger:
         else:  # back to the file's numbers (undo all, or R after 0): nothing to offer next time
             autosave.drop(self.file_scenario.path)
         return result
+
+    # -- interventions on activations (the list: tinyllm_tui/debugger/interventions.py) -------------------
+    def intervention_problem(self, text: str) -> str | None:
+        """What is wrong with `text` as an intervention on this model (None: nothing seen before a run)."""
+        try:
+            check_intervention(parse_any(text), self.scenario.model, len(self.scenario.requests),
+                               len(self.scenario.vocab))
+        except InterventionError as error:
+            return str(error)
+        return None
+
+    @owning
+    def intervene(self, text: str, progress: Progress | None = None) -> Result:
+        """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""
+        try:
+            operators = {(s.name, s.head) for s in self.history.round_states()}
+            intervention = self.interventions.add(text, self.scenario, operators)
+        except InterventionError as error:
+            return Refused(Reason.BAD_QUERY, (str(error),))
+        try:
+            self._rebuild(None, progress)
+            self.history.round_states()  # this round to its end: an operator that refuses it does so now
+        except InterventionError as error:  # a row of the wrong width, a request with no such pass, …
+            self.interventions.discard()
+            self._rebuild(None, progress)
+            return Refused(Reason.BAD_QUERY, (str(error),))
+        return self._intervened(Change.ADDED, intervention.text)
+
+    @owning
+    def undo_intervention(self, progress: Progress | None = None) -> Result:
+        if not self.interventions.undo():
+            return Refused(Reason.NOTHING_TO_UNDO)
+        self._rebuild(None, progress)
+        return self._intervened(Change.UNDONE)
+
+    @owning
+    def redo_intervention(self, progress: Progress | None = None) -> Result:
+        if not self.interventions.redo():
+            return Refused(Reason.NOTHING_TO_REDO)
+        self._rebuild(None, progress)
+        return self._intervened(Change.REDONE)
+
+    def _intervened(self, change: Change, text: str = "") -> Intervened:
+        """With the round's choice before → after, once the round has chosen: its token's text and probability."""
+        change_ = choice_before_after(self.history.round_states(), self.previous)
+        tokens = self.scenario.vocab.tokens
+        choice = None if change_ is None else tuple((tokens[token], p) for token, p in change_)
+        return Intervened(change, text, choice)
+
+    def save_interventions(self, path: str | Path | None = None) -> Result:
+        """Write the current interventions into the scenario file's `interventions:` (a checkpoint opened
+        directly has no file for them: name a YAML that states `checkpoint:`)."""
+        if path is None and self.file_scenario.document is None:
+            return Refused(Reason.NOTHING_TO_SAVE)
+        target = path or self.file_scenario.path
+        save_interventions(target, self.interventions.current)
+        return Saved(str(target))
 
     def unsaved(self) -> int:
         """How many numbers differ from the file; counted once per pair of weight sets (a GPT-2-sized

@@ -174,6 +174,7 @@ class StatusFacts:
     unsaved: int
     breakpoints: int
     hits: tuple[str, ...]  # the breakpoints that hit the current operator
+    interventions: tuple[str, ...] = ()  # on activations, as --patch/--ablate write them
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: compared by identity

@@ -173,10 +173,18 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "Concatenation does not sum the heads.", "Width = heads × head width."),
         "zh": ("把各头输出拼回一起。", "头0的列在前，头1在后。", "拼接不是求和。", "宽度=头数×每头宽度。"),
     },
+    "hook_result": {
+        "en": ("What this head alone adds to the residual stream.", "z · Wo's rows for this head.",
+               "A head's result is not its z: Wo maps it into the residual's features.",
+               "The heads' results sum to attn_out (less bo)."),
+        "zh": ("本头单独加到残差流的量。", "z × Wo中本头的行。", "头的结果不是z：Wo把它映射到残差特征。",
+               "各头结果之和等于attn_out（减去bo）。"),
+    },
     "hook_attn_out": {
-        "en": ("Mix the heads into the residual stream's features.", "concat · Wo (+ bo).",
+        "en": ("Mix the heads into the residual stream's features.", "Σ heads' results (+ bo) = concat · Wo (+ bo).",
                "Forgetting Wo only works when Wo = I, as in X01.", "Shape: new tokens × d_model."),
-        "zh": ("把各头结果映射回残差特征。", "concat·Wo（+bo）。", "省略Wo只在Wo=I时成立。", "形状：新Token数×d_model。"),
+        "zh": ("把各头结果映射回残差特征。", "各头结果之和（+bo）= concat·Wo（+bo）。", "省略Wo只在Wo=I时成立。",
+               "形状：新Token数×d_model。"),
     },
     "hook_resid_mid": {
         "en": ("Keep the input and add what attention found.", "x + attention output, elementwise.",

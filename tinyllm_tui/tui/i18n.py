@@ -11,6 +11,7 @@ from tinyllm_tui.debugger.frame import Phase
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
                                           Cancelled, Diverged, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
                                           Rebuilt, Refused, Result, Saved)
+from tinyllm_tui.debugger.interventions import Intervened
 
 EN = {
     # bindings (the footer and the help screen)
@@ -33,6 +34,16 @@ EN = {
     "status.stale": "⚠ stale cache (r: recompute)", "status.unsaved": "{count} unsaved edits", "status.unsaved.one": "{count} unsaved edit",
     "status.breakpoints": "{count} breakpoints", "status.breakpoints.one": "{count} breakpoint", "status.playing": "▶ playing {speed}/s (+ -)",
     "status.hit": "⚑ breakpoint: {names}",
+    "status.interventions": "✂ {count} interventions: {last}", "status.interventions.one": "✂ {count} intervention: {last}",
+    "Logit lens": "Logit lens", "Heads at a glance": "Heads at a glance", "Patch/ablate…": "Patch/ablate…",
+    "Undo intervention": "Undo intervention", "Save interventions": "Save interventions",
+    "result.intervention.added": "intervention {text}", "result.intervention.undone": "undid the last intervention",
+    "result.intervention.redone": "redid the intervention", "result.choice": " · chose {before} {p_before} → {after} {p_after}",
+    "ask.intervene": "Patch or ablate, as --patch/--ablate take it (e.g. blocks.0.attn head 1):",
+    "screen.intervening": "intervening, replaying to this step… (Esc cancels)",
+    "screen.lens": "reading every residual stream through the unembedding…",
+    "lens.title": "Logit lens · request {request} · {where} · ←/→ positions · ↑/↓ rows · Esc: close",
+    "glance.title": "Attention at a glance · ←/→ head · ↑/↓ layer · Enter: open it · Esc: close",
     # results of moves
     "result.wrapped": "went to step {step} (wrapped around)", "result.went": "went to step {step}",
     "result.end": "end of trace · {results}", "result.generated": "request {request} generated {text} ({stop})",
@@ -173,6 +184,16 @@ ZH = {
     "status.stale": "⚠ 缓存已过期（r：重新计算）", "status.unsaved": "{count} 处未保存的修改",
     "status.breakpoints": "{count} 个断点", "status.playing": "▶ 播放中 {speed}/秒 (+ -)",
     "status.hit": "⚑ 断点：{names}",
+    "status.interventions": "✂ {count} 处激活干预：{last}",
+    "Logit lens": "逻辑透镜", "Heads at a glance": "各头一览", "Patch/ablate…": "修补/消融…", "Undo intervention": "撤销干预",
+    "Save interventions": "保存干预",
+    "result.intervention.added": "干预 {text}", "result.intervention.undone": "已撤销上一处干预",
+    "result.intervention.redone": "已重做干预", "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
+    "ask.intervene": "修补或消融（写法同 --patch/--ablate，例如 blocks.0.attn head 1）：",
+    "screen.intervening": "正在干预并重放到此步骤…（Esc 取消）",
+    "screen.lens": "正在把每个残差流经过反嵌入读出…",
+    "lens.title": "逻辑透镜 · 请求 {request} · {where} · ←/→ 位置 · ↑/↓ 行 · Esc 关闭",
+    "glance.title": "各头一览 · ←/→ 头 · ↑/↓ 层 · Enter 打开 · Esc 关闭",
     "result.wrapped": "已跳转到步骤 {step}（已从头绕回）", "result.went": "已跳转到步骤 {step}",
     "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",
     "result.nothing": "请求 {request} 没有生成内容（{stop}）",
@@ -294,6 +315,15 @@ def generated(text: str, pieces: tuple[str, ...], as_pieces: bool) -> str:
     return f"'{'|'.join(pieces) if as_pieces else text}'"
 
 
+def choice_words(choice, lang: str) -> str:
+    """` · chose ' Paris' 0.773 → ' Paris' 0.141`: a round's chosen token and its probability before → after."""
+    if choice is None:
+        return ""
+    (before, p_before), (after, p_after) = choice
+    return tr("result.choice", lang, before=repr(before), after=repr(after), p_before=f"{p_before:.3f}",
+              p_after=f"{p_after:.3f}")
+
+
 def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
     """A Debugger result in words ("" for a plain move: the screen itself shows where it is).
     Args: pieces: generated text as its tokens' pieces instead of decoded."""
@@ -321,6 +351,8 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.no_inject", lang)
         case InjectionChanged(name=name):
             return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
+        case Intervened(change=change, text=text, choice=choice):
+            return tr(f"result.intervention.{change}", lang, text=text) + choice_words(choice, lang)
         case Rebuilt(kind=kind, name=name, count=count):
             return tr(f"result.{kind}", lang, name=name, count=count)
         case Saved(path=path):

@@ -29,6 +29,8 @@ from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
+from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
+from tinyllm_tui.debugger.readings import layer_patterns, round_lens
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 
@@ -87,6 +89,11 @@ class DebuggerScreen(Screen):
         Binding("ctrl+s", "app.save", "Save weights", show=False),
         Binding("S", "app.save_as", "Save as…", show=False),
         Binding("h", "heat", "Heat", show=False),
+        Binding("l", "lens", "Logit lens", show=False),
+        Binding("A", "glance", "Heads at a glance", show=False),
+        Binding("p", "intervene", "Patch/ablate…", show=False),
+        Binding("P", "undo_intervention", "Undo intervention", show=False),
+        Binding("W", "save_interventions", "Save interventions", show=False),
         Binding("t", "sorted_columns", "Top-k sorted", show=False),
         Binding("p", "pieces", "Pieces", show=False),
         Binding("less_than_sign,shift+left", "columns(-1)", "Columns ←", show=False),
@@ -468,6 +475,71 @@ class DebuggerScreen(Screen):
 
     def action_recompute(self, then=None) -> None:
         self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute, then=then)
+
+    # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
+    def action_intervene(self) -> None:
+        if self.runner.running:
+            self._refuse()
+            return
+        state = self.debugger.history.current  # the current operator, all of it: the value is the user's to type
+        here = state.name + ("" if state.head is None else f" head {state.head}") + "[:,:]="
+        self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention, here))
+
+    def _accept_intervention(self, text: str) -> str | None:
+        """A malformed spec is refused in the prompt; a good one replays in the runner."""
+        problem = self.debugger.intervention_problem(text)
+        if problem:
+            return problem
+        self.in_background(tr("screen.intervening", self.lang), self.debugger.intervene, text)
+        return None
+
+    def action_undo_intervention(self) -> None:
+        self.in_background(tr("screen.undoing", self.lang), self.debugger.undo_intervention)
+
+    def action_save_interventions(self) -> None:
+        """Into the scenario file's interventions: (a checkpoint opened directly has no file for them)."""
+        self.say(self.debugger.save_interventions())
+
+    def action_lens(self) -> None:
+        debugger = self.debugger
+
+        def read(report):  # in the runner: the lens unembeds every residual stream of the round
+            return round_lens(debugger.session.model, debugger.history.round_states())
+
+        if self.runner.start(read, self._show_lens):
+            self.set_status(tr("screen.lens", self.lang))
+        else:
+            self._refuse()
+
+    def _show_lens(self, reading) -> None:
+        if isinstance(reading, BaseException):
+            raise reading
+        run, rows, attribution = reading
+        frame = self.debugger.frame
+        title = tr("lens.title", self.lang, request=run.request, where=where(frame.phase, run.round, self.lang))
+        self.set_status()
+        self.app.push_screen(LensScreen(title, run, rows, attribution, self.debugger.scenario.vocab))
+
+    def action_glance(self) -> None:
+        if self.runner.running:
+            self._refuse()
+            return
+        debugger = self.debugger
+        state = debugger.history.current
+        states = debugger.history.round_states()
+        screen = GlanceScreen(tr("glance.title", self.lang), state.layer or 0, debugger.scenario.model.n_layers,
+                              lambda layer: layer_patterns(states, layer, state.chunk), state.context,
+                              debugger.scenario.vocab)
+        self.app.push_screen(screen, lambda chosen: self._open_head(states, state.chunk, chosen))
+
+    def _open_head(self, states, chunk: int, chosen: tuple[int, int] | None) -> None:
+        """Enter on a head at a glance: its pattern becomes the current matrix."""
+        if chosen is None:
+            return
+        name = f"blocks.{chosen[0]}.attn.hook_pattern"
+        step = next((s.step for s in states if s.name == name and s.head == chosen[1] and s.chunk == chunk), None)
+        if step is not None:
+            self.move(self.debugger.goto_step, step)
 
     def action_before_after(self) -> None:
         self.matrix.show_before = not self.matrix.show_before

@@ -45,14 +45,15 @@ class PromptScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel")]
 
-    def __init__(self, question: str, accept: Callable[[str], str | None]):
+    def __init__(self, question: str, accept: Callable[[str], str | None], value: str = ""):
+        """Args: value: the line as it starts (the cursor at its end)."""
         super().__init__()
-        self._question, self._accept = question, accept
+        self._question, self._accept, self._value = question, accept, value
 
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt"):
             yield Static(self._question)
-            yield Input()
+            yield Input(self._value)
             yield Static(id="prompt-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -19,6 +19,9 @@ def status_text(facts: StatusFacts, lang: str, *, playing: float | None = None, 
         text.append(" · " + tr("status.stale", lang), style="bold yellow")
     if facts.unsaved:
         text.append(" · " + tr("status.unsaved", lang, count=facts.unsaved), style="bold")
+    if facts.interventions:
+        text.append(" · " + tr("status.interventions", lang, count=len(facts.interventions),
+                               last=facts.interventions[-1]), style="bold magenta")
     if facts.hits:  # from the breakpoints set now: clearing them clears this
         text.append(" · " + tr("status.hit", lang, names=", ".join(facts.hits)), style="bold red")
     parts = [tr("status.breakpoints", lang, count=facts.breakpoints)]

@@ -22,6 +22,7 @@ from tinyllm_tui.tui.widgets.footer import KeyFooter
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+from tinyllm_tui.tui.widgets.quant_block import QuantBlock, kind_of
 
 
 class CursorMatrix(MatrixWindow, can_focus=True):
@@ -70,6 +71,7 @@ class WeightsScreen(Screen):
             with Vertical(id="weight-right"):
                 yield Static(id="weight-title")
                 yield CursorMatrix(id="weight-grid")
+                yield QuantBlock(id="weight-quant")
                 yield Static(id="weight-status")
         yield KeyFooter()
 
@@ -80,7 +82,12 @@ class WeightsScreen(Screen):
         grid.lang = self.lang
         grid.cursor = (0, 0)
         grid.focus()  # the cursor starts in the grid: e edits a number straight away
+        self.watch(grid, "cursor", lambda _: self.show_block())
         self.refresh_matrix()
+
+    def show_block(self) -> None:
+        """A GGUF checkpoint's quantisation block under the cursor."""
+        self.query_one(QuantBlock).show(self.debugger.weights, self.selected, self._cell_index())
 
     def on_screen_resume(self) -> None:
         self.refresh_matrix()
@@ -98,10 +105,12 @@ class WeightsScreen(Screen):
         name, lang = self.selected, self.lang
         matrix = self.debugger.weight_frame(name)
         readers = ", ".join(self.debugger.readers(name)) or tr("weights.no_reader", lang)
+        kind = kind_of(self.debugger.weights, name)  # a GGUF tensor's type, e.g. Q4_K
         self.query_one("#weight-title", Static).update(Text.assemble(
-            (f"{name} · {shape_text(self.debugger.weights[name].shape)}", "bold"),
+            (" · ".join(filter(None, [name, shape_text(self.debugger.weights[name].shape), kind])), "bold"),
             "\n" + tr("weights.read_by", lang, readers=readers)))
         self.query_one(CursorMatrix).show(matrix, name)
+        self.show_block()
         status = tr("weights.differ", lang, count=int(matrix.changed.sum()))
         self.query_one("#weight-status", Static).update(" · ".join(filter(None, [status, message])))
 

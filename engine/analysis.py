@@ -1,0 +1,201 @@
+"""Readings of a run for interpretability: the logit lens and direct logit attribution.
+
+Both read the operators a session produced in one pass (a request's prefill, or one decode round)
+and apply the model's own final norm and unembedding (`Transformer.lens`). Numbers only; the CLI
+and the TUI format them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.backend import to_host
+from engine.model import Transformer
+from engine.spec import NormKind, NormPlacement
+from engine.trace import OpState
+
+Array = Any
+RESIDUALS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
+_RESIDUAL = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_resid_post)$")
+_WANTED = re.compile(r"^(blocks\.\d+\.(hook_resid_\w+|attn\.hook_result|hook_mlp_out)|ln_final\.hook_scale"
+                     r"|unembed\.hook_out|sample\.hook_(probs|choice))$")
+Key = tuple[str, int | None]  # (hook name, head)
+
+
+class AnalysisError(ValueError):
+    """The model cannot be read this way (an encoder, a post-norm model, …)."""
+
+
+@dataclass
+class Pass:
+    """The values one pass of one request produced, chunks joined: what the lens and DLA read."""
+
+    request: int
+    round: int
+    first: int  # the absolute position of the first row
+    values: dict[Key, np.ndarray]  # host arrays, (rows, cols)
+    context: tuple[int, ...] = ()  # the token ids at positions 0, 1, … through the pass's last row
+
+    def get(self, name: str, head: int | None = None) -> np.ndarray:
+        return self.values[(name, head)]
+
+
+def passes(states: Iterable[OpState]) -> Iterator[Pass]:
+    """Each pass of a run, with the residual streams, head results, MLP outputs, final scale, logits
+    and choice it produced (the other operators are not kept)."""
+    current: Pass | None = None
+    for state in states:
+        if current is not None and (state.request, state.round) != (current.request, current.round):
+            yield current
+            current = None
+        if not _WANTED.match(state.name):
+            continue
+        rows = to_host(state.values)
+        if current is None:
+            current = Pass(state.request, state.round, len(state.context) - rows.shape[0], {})
+        current.context = state.context
+        key = (state.name, state.head)
+        before = current.values.get(key)
+        current.values[key] = rows if before is None or state.name.startswith("sample.") else np.concatenate([before, rows])
+    if current is not None:
+        yield current
+
+
+def decisions(states: Iterable[OpState]) -> dict[tuple[int, int], tuple[int, float]]:
+    """(request, round) -> the token each pass chose and its probability."""
+    chosen, probs = {}, None
+    for state in states:
+        if state.name == "sample.hook_probs":
+            probs = to_host(state.values)[0]
+        elif state.name == "sample.hook_choice":
+            token = int(to_host(state.values)[0, 0])
+            chosen[(state.request, state.round)] = (token, float(probs[token]))
+    return chosen
+
+
+# -- the logit lens ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LensRow:
+    hook: str  # blocks.L.hook_resid_pre|mid|post
+    layer: int
+    top: np.ndarray  # (positions, k) token ids, most likely first
+    probs: np.ndarray  # (positions, k) their probabilities
+
+
+def logit_lens(model: Transformer, run: Pass, k: int = 5) -> list[LensRow]:
+    """Every residual stream of the pass through the final norm and the unembedding, as top-k tokens
+    with probabilities per position, in layer order (block 0's resid_pre, then each block's resid_mid
+    and resid_post)."""
+    _check_decoder(model)
+    hooks = sorted((key[0] for key in run.values if _RESIDUAL.match(key[0]) and _shown(key[0])), key=_residual_order)
+    if not hooks:
+        return []
+    stacked = np.concatenate([run.get(hook) for hook in hooks])  # one unembedding for every row
+    logits = to_host(model.lens(model.backend.asarray(stacked)))
+    probs = _softmax(logits)
+    k = min(k, probs.shape[1])
+    candidates = np.argpartition(-probs, k - 1, axis=1)[:, :k]  # the k largest, unordered: no sort of the vocabulary
+    order = np.argsort(-np.take_along_axis(probs, candidates, axis=1), axis=1, kind="stable")
+    top = np.take_along_axis(candidates, order, axis=1)
+    ranked = np.take_along_axis(probs, top, axis=1)
+    rows, count = [], run.get(hooks[0]).shape[0]
+    for index, hook in enumerate(hooks):
+        part = slice(index * count, (index + 1) * count)
+        rows.append(LensRow(hook, int(_RESIDUAL.match(hook)[1]), top[part], ranked[part]))
+    return rows
+
+
+def _shown(hook: str) -> bool:
+    """Every block's resid_mid and resid_post; resid_pre only of block 0 (block L's is block L−1's resid_post)."""
+    return not hook.endswith("hook_resid_pre") or hook == "blocks.0.hook_resid_pre"
+
+
+def _residual_order(hook: str) -> tuple[int, int]:
+    match = _RESIDUAL.match(hook)
+    return int(match[1]), RESIDUALS.index(match[2])
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _check_decoder(model: Transformer) -> None:
+    spec = model.spec
+    if not spec.lm_head:
+        raise AnalysisError("the model is an encoder: it has no unembedding to read the residual stream through")
+    if spec.norm.kind != NormKind.NONE and spec.norm.placement == NormPlacement.POST:
+        raise AnalysisError("the model normalizes after each sum (post-norm): its residual stream is not a sum of terms")
+
+
+# -- direct logit attribution ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Attribution:
+    """How much each head, MLP and the embedding adds to one token's logit at one position.
+
+    The terms are linear in the residual stream once the final norm's divisor at that position is
+    fixed: term · (gain ⊙ unembed[:, token]) / divisor (a LayerNorm centres each term first). They
+    sum to `logit − bias_term`; `bias_term` is the final norm's bias through the unembedding
+    (0 for RMSNorm). `logit` is before any final soft cap."""
+
+    token: int
+    position: int
+    logit: float
+    bias_term: float
+    terms: tuple[tuple[str, float], ...]  # (embed | L{l}.H{h} | L{l}.attn_bias | L{l}.mlp, contribution), largest first
+
+
+def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attribution:
+    """Direct logit attribution at the pass's last position, for `token` (default: the one chosen)."""
+    _check_decoder(model)
+    spec = model.spec
+    if spec.post_norms:
+        raise AnalysisError("the model normalizes each block's output before the sum: heads do not add to the residual")
+    if token is None:
+        token = int(run.get("sample.hook_choice")[0, 0])
+    row = -1
+    column = _unembedding(model, token)
+    direction, bias_term = column, 0.0
+    if spec.final_norm:
+        if "ln_final.w" in model.weights:
+            gain = _weight(model, "ln_final.w")
+            direction = direction * (1.0 + gain if spec.norm.weight_offset else gain)
+        if "ln_final.b" in model.weights:
+            bias_term = float(_weight(model, "ln_final.b") @ column)
+        direction = direction / float(run.get("ln_final.hook_scale")[row, 0])
+    centred = spec.final_norm and spec.norm.kind == NormKind.LAYERNORM
+    terms = [(label, float(_centre(vector, centred) @ direction)) for label, vector in _terms(model, run, row)]
+    terms.sort(key=lambda term: -term[1])
+    logit = float(run.get("unembed.hook_out")[row, token])
+    return Attribution(token, run.first + run.get("unembed.hook_out").shape[0] - 1, logit, bias_term, tuple(terms))
+
+
+def _unembedding(model: Transformer, token: int) -> np.ndarray:
+    """The unembedding's column for `token` (the embedding's row, with a tied head)."""
+    if model.spec.tied_unembed:
+        return to_host(model.param("embed").values[token, :])
+    return to_host(model.param("unembed").values[:, token])
+
+
+def _weight(model: Transformer, name: str) -> np.ndarray:
+    return to_host(model.param(name).values)
+
+
+def _centre(vector: np.ndarray, centred: bool) -> np.ndarray:
+    return vector - vector.mean() if centred else vector
+
+
+def _terms(model: Transformer, run: Pass, row: int) -> Iterator[tuple[str, np.ndarray]]:
+    """The residual stream at `row` as a sum: the embedding, every head's result, attention biases, MLPs."""
+    yield "embed", run.get("blocks.0.hook_resid_pre")[row]
+    for layer in range(model.spec.n_layers):
+        for head in range(model.spec.n_heads):
+            yield f"L{layer}.H{head}", run.get(f"blocks.{layer}.attn.hook_result", head)[row]
+        if f"blocks.{layer}.attn.bo" in model.weights:
+            yield f"L{layer}.attn_bias", _weight(model, f"blocks.{layer}.attn.bo")
+        yield f"L{layer}.mlp", run.get(f"blocks.{layer}.hook_mlp_out")[row]

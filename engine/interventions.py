@@ -1,0 +1,331 @@
+"""Interventions on activations, as data: set, scale, zero or patch an operator's output.
+
+An intervention names a hook (`blocks.0.attn.hook_z`), for per-head hooks a head, the rows
+(absolute token positions) and columns it touches, what it does, and optionally the pass
+(`prefill`, `decode.N`) and the request it applies to; by default every pass of every request.
+
+    blocks.0.hook_resid_post[2,:]=0              zero position 2's residual
+    blocks.0.hook_resid_post[2,5]=1.5            set one cell
+    blocks.0.hook_resid_post[2,:]=[1, 2, 3, 4]   replace a row
+    blocks.0.hook_resid_post[2,:]*=0.5           scale a row
+    blocks.0.attn.hook_z head 1=0 @decode.1      zero head 1's output in decode round 1
+    blocks.3.hook_resid_post=from:1 @request.0   activation patching: request 1's value, into request 0
+
+The forward pass never branches on an intervention: the session hands each operator to a
+`Patcher` as it is produced, which replaces the Op's values; the model reads them from there on
+(engine.model), so everything downstream, KV cache rows included, is recomputed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+Array = Any
+Span = tuple[int | None, int | None]  # [start, stop) like a slice; (None, None) is ":"
+HEAD_HOOKS = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # one operator per head
+_SPEC = re.compile(r"""^(?P<hook>[A-Za-z_][\w.]*?)(?:\s+head\s+(?P<head>\d+))?\s*
+                       (?:\[(?P<rows>[^,\]]*),(?P<cols>[^\]]*)\])?\s*(?P<op>\*=|=)\s*
+                       (?P<value>.*?)(?P<where>(?:\s+@\S+)*)\s*$""", re.VERBOSE)
+_ABLATION = re.compile(r"^(?P<hook>[A-Za-z_][\w.]*?)\s+head\s+(?P<head>\d+)(?P<where>(?:\s+@\S+)*)\s*$")
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
+
+
+class InterventionError(ValueError):
+    """A malformed or impossible intervention; the message names it and what is wrong."""
+
+
+class Action(StrEnum):
+    SET = "set"  # value: a number, or a row of numbers
+    SCALE = "scale"  # value: the factor
+    PATCH = "patch"  # value: the request whose value of the same hook is copied in
+
+
+@dataclass(frozen=True)
+class Intervention:
+    hook: str
+    action: Action
+    value: float | int | tuple[float, ...]
+    head: int | None = None
+    rows: Span = (None, None)
+    cols: Span = (None, None)
+    when: str | None = None  # "prefill" or "decode.N"; None: every pass
+    request: int | None = None  # None: every request
+
+    @property
+    def text(self) -> str:
+        """The spec this intervention parses from (canonical: the same text parses to it again)."""
+        head = "" if self.head is None else f" head {self.head}"
+        where = "" if (self.rows, self.cols) == ((None, None), (None, None)) else \
+            f"[{_span_text(self.rows)},{_span_text(self.cols)}]"
+        if self.action is Action.PATCH:
+            value = f"=from:{self.value}"
+        elif self.action is Action.SCALE:
+            value = f"*={_number_text(self.value)}"
+        else:
+            value = "=" + (_number_text(self.value) if isinstance(self.value, float)
+                           else "[" + ", ".join(_number_text(v) for v in self.value) + "]")
+        passes = (f" @{self.when}" if self.when else "") + ("" if self.request is None else f" @request.{self.request}")
+        return f"{self.hook}{head}{where}{value}{passes}"
+
+    def applies(self, request: int, round_: int) -> bool:
+        return (self.request is None or self.request == request) and self.when in (None, pass_name(round_))
+
+
+def pass_name(round_: int) -> str:
+    return "prefill" if round_ == 0 else f"decode.{round_}"
+
+
+def _number_text(value: float) -> str:
+    """Short where that loses nothing: 0.5, not 0.50000000000000000; 0.1234567891 whole."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
+def _span_text(span: Span) -> str:
+    start, stop = span
+    if start is not None and stop == start + 1:
+        return str(start)
+    return f"{'' if start is None else start}:{'' if stop is None else stop}"
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+def parse_intervention(text: str) -> Intervention:
+    """`HOOK[ head H][ROWS,COLS]=VALUE` (or `*=FACTOR`) with optional ` @prefill`, ` @decode.N`,
+    ` @request.N`; VALUE is a number, `[n, n, …]` or `from:REQUEST`."""
+    match = _SPEC.match(text.strip())
+    if not match:
+        raise InterventionError(f"{text!r}: expected HOOK[ROWS,COLS]=VALUE, e.g. 'blocks.0.hook_resid_post[2,:]=0'")
+    hook, value, op = match["hook"], match["value"].strip(), match["op"]
+    rows = _span(match["rows"], text, "row") if match["rows"] is not None else (None, None)
+    cols = _span(match["cols"], text, "column") if match["cols"] is not None else (None, None)
+    if op == "*=":
+        action, amount = Action.SCALE, _number(value, text)
+    elif value.startswith("from:"):
+        action, amount = Action.PATCH, _index(value[5:], text, "a request number after from:")
+    elif value.startswith("["):
+        action, amount = Action.SET, _row(value, text)
+    else:
+        action, amount = Action.SET, _number(value, text)
+    when, request = _where(match["where"], text)
+    head = None if match["head"] is None else int(match["head"])
+    return Intervention(hook, action, amount, head, rows, cols, when, request)
+
+
+def parse_ablation(text: str) -> Intervention:
+    """`blocks.L.attn head H` (head H's output zeroed before the output projection: hook_z), or
+    `HOOK head H` for another per-head hook; ` @prefill`, ` @decode.N`, ` @request.N` as for a patch."""
+    match = _ABLATION.match(text.strip())
+    if not match:
+        raise InterventionError(f"{text!r}: expected 'blocks.L.attn head H'")
+    hook = match["hook"]
+    hook = f"{hook}.hook_z" if re.fullmatch(r"blocks\.\d+\.attn", hook) else hook
+    when, request = _where(match["where"], text)
+    return Intervention(hook, Action.SET, 0.0, int(match["head"]), when=when, request=request)
+
+
+def parse_any(text: str) -> Intervention:
+    """An ablation ('blocks.L.attn head H') or any other intervention spec."""
+    return parse_ablation(text) if _ABLATION.match(text.strip()) else parse_intervention(text)
+
+
+def _span(text: str, spec: str, what: str) -> Span:
+    text = text.strip()
+    if text == ":":
+        return None, None
+    if ":" in text:
+        start, stop = (part.strip() for part in text.split(":", 1))
+        span = (_index(start, spec, what) if start else None, _index(stop, spec, what) if stop else None)
+        if None not in span and span[1] <= span[0]:
+            raise InterventionError(f"{spec!r}: the {what}s {text} are empty")
+        return span
+    index = _index(text, spec, what)
+    return index, index + 1
+
+
+def _index(text: str, spec: str, what: str) -> int:
+    if not text.strip().isdigit():
+        raise InterventionError(f"{spec!r}: expected {what} as a whole number ≥ 0 or ':', got {text.strip()!r}")
+    return int(text)
+
+
+def _number(text: str, spec: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InterventionError(f"{spec!r}: expected a number, [numbers] or from:REQUEST, got {text!r}") from None
+
+
+def _row(text: str, spec: str) -> tuple[float, ...]:
+    if not text.endswith("]"):
+        raise InterventionError(f"{spec!r}: a row of numbers ends with ']'")
+    return tuple(_number(part, spec) for part in text[1:-1].split(",") if part.strip())
+
+
+def _where(text: str, spec: str) -> tuple[str | None, int | None]:
+    when = request = None
+    for word in text.split():
+        if word == "@prefill" or re.fullmatch(r"@decode\.[1-9]\d*", word):
+            when = word[1:]
+        elif re.fullmatch(r"@request\.\d+", word):
+            request = int(word.split(".")[1])
+        else:
+            raise InterventionError(f"{spec!r}: expected @prefill, @decode.N or @request.N, got {word!r}")
+    return when, request
+
+
+def hook_width(hook: str, model, vocab: int) -> int | None:
+    """How many columns `hook`'s operator has, where the spec alone says (None: keys, or a hook not listed)."""
+    d, d_attn, d_kv = model.d_model, model.d_attn, model.d_kv
+    widths = {"hook_resid_pre": d, "hook_resid_mid": d, "hook_resid_post": d, "hook_attn_out": d, "hook_mlp_out": d,
+              "attn.hook_q": d_attn, "attn.hook_rot_q": d_attn, "attn.hook_k": d_kv, "attn.hook_rot_k": d_kv,
+              "attn.hook_v": d_kv, "attn.hook_z": model.d_head, "attn.hook_result": d, "attn.hook_concat": d_attn,
+              "mlp.hook_pre": model.d_ff, "mlp.hook_post": model.d_ff, "unembed.hook_out": vocab, "hook_embed": d}
+    return widths.get(re.sub(r"^blocks\.\d+\.", "", hook))
+
+
+def check_intervention(intervention: Intervention, model, requests: int, vocab: int | None = None) -> None:
+    """Refuse what cannot apply to `model` (an engine.spec.ModelSpec) with `requests` requests (and, given the
+    vocabulary's size, columns or a row the operator does not have)."""
+    spec, text = intervention, intervention.text
+    width = None if vocab is None else hook_width(spec.hook, model, vocab)
+    if width is not None:
+        _check_width(spec, width)
+    layer = _LAYER.match(spec.hook)
+    if layer and int(layer[1]) >= model.n_layers:
+        raise InterventionError(f"{text!r}: the model has layers 0–{model.n_layers - 1}")
+    per_head = spec.hook.rsplit(".", 1)[-1] in HEAD_HOOKS
+    if per_head and spec.head is None:
+        raise InterventionError(f"{text!r}: {spec.hook} has one operator per head: name it, e.g. '{spec.hook} head 0'")
+    if not per_head and spec.head is not None:
+        raise InterventionError(f"{text!r}: {spec.hook} is not a per-head hook ({', '.join(HEAD_HOOKS)} are)")
+    if spec.head is not None and spec.head >= model.n_heads:
+        raise InterventionError(f"{text!r}: the model has heads 0–{model.n_heads - 1}")
+    for index, name in ((spec.request, "request"), (spec.value if spec.action is Action.PATCH else None, "from:")):
+        if index is not None and index >= requests:
+            raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
+
+
+def check_operator(intervention: Intervention, operators: set[tuple[str, int | None]]) -> None:
+    """Refuse an intervention that names no operator of `operators` ((name, head) of a round: every round has
+    every hook of the model), e.g. a misspelt hook."""
+    if (intervention.hook, intervention.head) not in operators:
+        near = sorted({name for name, _ in operators if name.rsplit(".", 1)[-1] == intervention.hook.rsplit(".", 1)[-1]})
+        hint = f" (the model has {near[0]}, …)" if near else ""
+        raise InterventionError(f"{intervention.text!r}: no operator {intervention.hook} runs in this model{hint}")
+
+
+def _check_width(spec: Intervention, width: int) -> None:
+    cols = _columns(spec, width)
+    if spec.action is Action.SET and isinstance(spec.value, tuple):
+        _check_row(spec, len(range(width)[cols]))
+
+
+def _check_row(spec: Intervention, columns: int) -> None:
+    if len(spec.value) != columns:
+        raise InterventionError(f"{spec.text!r}: {len(spec.value)} numbers for {columns} columns")
+
+
+# -- applying --------------------------------------------------------------------------------------
+Sources = dict[tuple[int, str, int | None], dict[tuple[int, int], tuple[int, Array]]]
+
+
+class Patcher:
+    """Applies a scenario's interventions to each operator as a session produces it."""
+
+    def __init__(self, interventions: Iterable[Intervention], xp, clean_run: Callable[[], Iterator]):
+        """Args:
+        clean_run: the same session's states without interventions (for `from:` patches).
+        """
+        self.interventions = tuple(interventions)
+        self.xp, self.clean_run = xp, clean_run
+        self.by_hook: dict[str, list[Intervention]] = {}
+        for intervention in self.interventions:
+            self.by_hook.setdefault(intervention.hook, []).append(intervention)
+        self.used: set[Intervention] = set()
+        self._sources: Sources | None = None
+
+    def unused(self) -> list[Intervention]:
+        """The interventions no operator of the run so far matched."""
+        return [i for i in self.interventions if i not in self.used]
+
+    def apply(self, op, request: int, round_: int, chunk: int, first: int) -> Array | None:
+        """Replace `op.values` as the interventions say; return the values it had, or None if untouched.
+
+        Args:
+            first: the absolute position of the op's first row.
+        """
+        matching = [i for i in self.by_hook.get(op.name, ()) if i.head == op.head and i.applies(request, round_)]
+        original, new = op.values, None
+        for intervention in matching:
+            rows = _local(intervention.rows, first, original.shape[0])
+            if rows is None:
+                continue
+            cols = _columns(intervention, original.shape[1])
+            new = self.xp.asarray(original, copy=True) if new is None else new
+            new[rows, cols] = self._value(intervention, new[rows, cols], (round_, chunk), rows, first)
+            self.used.add(intervention)
+        if new is None:
+            return None
+        op.values = new
+        return original
+
+    def _value(self, intervention: Intervention, current: Array, at: tuple[int, int], rows: slice, first: int):
+        xp, spec = self.xp, intervention
+        if spec.action is Action.SCALE:
+            return current * spec.value
+        if spec.action is Action.SET and isinstance(spec.value, tuple):
+            _check_row(spec, current.shape[1])
+            return xp.asarray(spec.value, dtype=current.dtype)[None, :]
+        if spec.action is Action.SET:
+            return spec.value
+        source_first, values = self._source(spec, at)
+        start, stop = first + rows.start - source_first, first + rows.stop - source_first
+        if start < 0 or stop > values.shape[0]:
+            raise InterventionError(f"{spec.text!r}: request {spec.value} has no positions {first + rows.start}–"
+                                    f"{first + rows.stop - 1} at {pass_name(at[0])}")
+        patch = values[start:stop, _columns(spec, values.shape[1])]
+        if patch.shape != current.shape:
+            raise InterventionError(f"{spec.text!r}: request {spec.value}'s value is {patch.shape[0]}×{patch.shape[1]} "
+                                    f"at {pass_name(at[0])}, this one {current.shape[0]}×{current.shape[1]}")
+        return patch
+
+    def _source(self, spec: Intervention, at: tuple[int, int]) -> tuple[int, Array]:
+        if self._sources is None:
+            self._sources = self._record()
+        passes = self._sources.get((spec.value, spec.hook, spec.head), {})
+        if at not in passes:
+            raise InterventionError(f"{spec.text!r}: request {spec.value} has no {pass_name(at[0])} "
+                                    f"(chunk {at[1]}) to patch from")
+        return passes[at]
+
+    def _record(self) -> Sources:
+        """One run without interventions, up to the last request patched from, keeping the hooks wanted."""
+        wanted = {(i.value, i.hook, i.head) for i in self.interventions if i.action is Action.PATCH}
+        last = max(request for request, _, _ in wanted)
+        sources: Sources = {key: {} for key in wanted}
+        for state in self.clean_run():
+            if state.request > last:
+                break
+            key = (state.request, state.name, state.head)
+            if key in sources:
+                first = len(state.context) - state.values.shape[0]
+                sources[key][(state.round, state.chunk)] = (first, state.values)
+        return sources
+
+
+def _local(span: Span, first: int, count: int) -> slice | None:
+    """The op's own rows that `span` (absolute positions) covers, or None."""
+    start = 0 if span[0] is None else max(span[0] - first, 0)
+    stop = count if span[1] is None else min(span[1] - first, count)
+    return slice(start, stop) if start < stop else None
+
+
+def _columns(spec: Intervention, count: int) -> slice:
+    start, stop = spec.cols
+    if (start or 0) >= count or (stop is not None and stop > count):
+        raise InterventionError(f"{spec.text!r}: {spec.hook} has columns 0–{count - 1}")
+    return slice(start, stop)

@@ -1,0 +1,100 @@
+"""The interventions a debugging session applies to activations: a list with undo and redo, like weight
+edits, that the Debugger puts into every session it starts, and writes into the scenario's `interventions:`.
+
+No UI imports: the TUI and the CLI show what this holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from engine.interventions import Intervention, check_intervention, check_operator, parse_any
+from engine.loading.document import round_trip_yaml
+from engine.loading.weightfile import atomic_write
+from engine.scenario import Scenario
+
+
+class Change(StrEnum):
+    ADDED = "added"
+    UNDONE = "undone"
+    REDONE = "redone"
+
+
+@dataclass(frozen=True)
+class Intervened:
+    """A Debugger result: the interventions changed and the run was replayed to the same step."""
+
+    change: Change
+    text: str = ""  # the intervention added
+    choice: tuple[tuple[str, float], tuple[str, float]] | None = None  # the round's (token text, p) before → after
+
+
+class InterventionHistory:
+    """Every list of interventions the session has had, and which one is current (undo steps back)."""
+
+    def __init__(self, initial: Iterable[Intervention] = ()):
+        self._lists: list[tuple[Intervention, ...]] = [tuple(initial)]
+        self._at = 0
+
+    @property
+    def current(self) -> tuple[Intervention, ...]:
+        return self._lists[self._at]
+
+    def add(self, text: str, scenario: Scenario, operators: set[tuple[str, int | None]]) -> Intervention:
+        """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError.
+
+        Args: operators: (name, head) of the operators of a round, which every hook it names must be."""
+        intervention = parse_any(text)
+        check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
+        check_operator(intervention, operators)
+        self._push((*self.current, intervention))
+        return intervention
+
+    def remove(self, index: int) -> Intervention:
+        removed = self.current[index]
+        self._push(self.current[:index] + self.current[index + 1:])
+        return removed
+
+    def _push(self, interventions: tuple[Intervention, ...]) -> None:
+        del self._lists[self._at + 1:]  # a new change forgets what was undone
+        self._lists.append(interventions)
+        self._at += 1
+
+    def discard(self) -> None:
+        """Forget the last change altogether (it cannot be redone)."""
+        del self._lists[self._at:]
+        self._at -= 1
+
+    def undo(self) -> bool:
+        if self._at == 0:
+            return False
+        self._at -= 1
+        return True
+
+    def redo(self) -> bool:
+        if self._at == len(self._lists) - 1:
+            return False
+        self._at += 1
+        return True
+
+    def applied_to(self, scenario: Scenario) -> Scenario:
+        """`scenario` with the current interventions in place of its own."""
+        if scenario.interventions == self.current:
+            return scenario
+        return dataclasses.replace(scenario, interventions=self.current)
+
+
+def save_interventions(path: str | Path, interventions: Iterable[Intervention]) -> None:
+    """Write `interventions:` into the scenario file at `path` (comments and the rest kept); none removes it."""
+    yaml, path = round_trip_yaml(), Path(path)
+    document = yaml.load(path.read_text(encoding="utf-8"))
+    texts = [intervention.text for intervention in interventions]
+    if texts:
+        document["interventions"] = texts
+    else:
+        document.pop("interventions", None)
+    atomic_write(path, lambda temporary: yaml.dump(document, temporary))

@@ -1,0 +1,73 @@
+"""The logit lens and direct logit attribution as text and JSON, shared by `run --lens` and the TUI."""
+
+from __future__ import annotations
+
+from engine.analysis import Attribution, LensRow, Pass
+from engine.export import json_number
+from engine.interventions import pass_name
+from engine.spec import Vocab
+
+CELL = 14  # a lens cell: a token's text cut to fit, and its probability
+
+
+def short_token(vocab: Vocab, token: int, width: int = CELL - 5) -> str:
+    """A token's text on one line, cut to `width` characters (… marks a cut)."""
+    text = vocab.tokens[token].replace("\n", "\\n").replace(" ", "␣")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def lens_cell(vocab: Vocab, token: int, probability: float) -> str:
+    return f"{short_token(vocab, token)} {probability:.2f}"[:CELL]
+
+
+def short_hook(hook: str) -> str:
+    """blocks.3.hook_resid_mid -> 3 mid."""
+    layer, _, name = hook.removeprefix("blocks.").partition(".hook_resid_")
+    return f"{layer} {name}"
+
+
+def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: Vocab, *,
+               first: int = 0, count: int | None = None) -> list[str]:
+    """A layer × position table of each residual stream's most likely token and its probability,
+    then the last position's top-k per layer; `first`, `count`: the window of the pass's positions shown."""
+    total = rows[0].top.shape[0] if rows else 0
+    shown = range(first, total if count is None else min(total, first + count))
+    label = max((len(short_hook(r.hook)) for r in rows), default=0)
+    lines = [" " * label + "  " + " ".join(f"{f'{run.first + i}·' + short_token(vocab, context[run.first + i], CELL - 3):<{CELL}}"
+                                              for i in shown)]
+    for row in rows:
+        cells = (lens_cell(vocab, int(row.top[i, 0]), float(row.probs[i, 0])) for i in shown)
+        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(f"{c:<{CELL}}" for c in cells))
+    lines.append(f"top {rows[0].top.shape[1] if rows else 0} at position {run.first + total - 1}:")
+    for row in rows:
+        cells = (lens_cell(vocab, int(t), float(p)) for t, p in zip(row.top[-1], row.probs[-1]))
+        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(f"{c:<{CELL}}" for c in cells))
+    return lines
+
+
+def attribution_lines(attribution: Attribution, vocab: Vocab, count: int = 12) -> list[str]:
+    """The largest terms of the chosen token's logit, both ways, and what they sum to."""
+    a, total = attribution, sum(value for _, value in attribution.terms)
+    lines = [f"direct logit attribution: {short_token(vocab, a.token, 24)} (id {a.token}) at position {a.position}: "
+             f"logit {a.logit:.6f} = terms {total:.6f} + final norm bias {a.bias_term:.6f}"]
+    shown = a.terms if len(a.terms) <= count else a.terms[: count // 2] + a.terms[-(count - count // 2):]
+    for index, (label, value) in enumerate(shown):
+        if len(a.terms) > count and index == count // 2:
+            lines.append(f"  … {len(a.terms) - count} more")
+        lines.append(f"  {label:<14} {value:+.6f}")
+    return lines
+
+
+def lens_json(rows: list[LensRow], attribution: Attribution | None, run: Pass, vocab: Vocab) -> dict:
+    positions = list(range(run.first, run.first + (rows[0].top.shape[0] if rows else 0)))
+    return {
+        "request": run.request, "pass": pass_name(run.round), "positions": positions,
+        "lens": [{"hook": r.hook, "layer": r.layer,
+                  "top": [[{"token": int(t), "text": vocab.tokens[int(t)], "probability": json_number(float(p))}
+                           for t, p in zip(r.top[i], r.probs[i])] for i in range(len(positions))]}
+                 for r in rows],
+        "attribution": None if attribution is None else {
+            "token": attribution.token, "position": attribution.position, "logit": json_number(attribution.logit),
+            "final_norm_bias_term": json_number(attribution.bias_term),
+            "terms": [{"term": label, "contribution": json_number(value)} for label, value in attribution.terms]},
+    }

@@ -1,0 +1,114 @@
+"""The round's readings as windows over what fits: the logit lens, and every head of a layer at a glance.
+
+Both are computed in a worker before they open (the lens unembeds every residual stream); the
+screens only cut what they hold to the window and move it with the arrow keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tinyllm_tui.debugger.readings import Attribution, LensRow, Pass
+from tinyllm_tui.presentation.glance import GAP, GUTTER, glance_lines
+from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
+
+MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
+         Binding("up", "move(-1, 0)", "↑", show=False), Binding("down", "move(1, 0)", "↓", show=False)]
+
+
+class _Window(ModalScreen):
+    """A title line and a body cut to the screen; `first_row`/`first_col` move with the arrows."""
+
+    def __init__(self, title: str):
+        super().__init__()
+        self._title, self.first_row, self.first_col = title, 0, 0
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="readings"):
+            yield Static(Text(self._title, style="bold"), id="readings-title")
+            yield Static(id="readings-body")
+
+    def on_mount(self) -> None:
+        self.refresh_body()
+
+    def on_resize(self) -> None:
+        self.refresh_body()
+
+    def action_move(self, rows: int, cols: int) -> None:
+        self.first_row, self.first_col = max(self.first_row + rows, 0), max(self.first_col + cols, 0)
+        self.refresh_body()
+
+    def refresh_body(self) -> None:
+        body = self.query_one("#readings-body", Static)
+        width, height = max(body.size.width, 20), max(body.size.height, 4)
+        lines = self.lines(width, height)
+        self.first_row = min(self.first_row, max(len(lines) - height, 0))
+        body.update(Text("\n".join(line[:width] for line in lines[self.first_row:self.first_row + height])))
+
+    def lines(self, width: int, height: int) -> list[str]:
+        raise NotImplementedError
+
+
+class LensScreen(_Window):
+    """The logit lens of the round: layers down, positions across (←/→ move the positions, ↑/↓ the rows)."""
+
+    BINDINGS = [Binding("escape,l,q", "dismiss", "Close"), *MOVES]
+
+    def __init__(self, title: str, run: Pass, rows: list[LensRow], attribution: Attribution | None, vocab):
+        super().__init__(title)
+        self._run, self._rows, self._attribution, self._vocab = run, rows, attribution, vocab
+
+    def lines(self, width: int, height: int) -> list[str]:
+        label = max((len(row.hook) for row in self._rows), default=0)
+        count = max((width - label) // (CELL + 1), 1)
+        total = self._rows[0].top.shape[0] if self._rows else 0
+        self.first_col = min(self.first_col, max(total - count, 0))
+        lines = lens_lines(self._rows, self._run, self._run.context, self._vocab, first=self.first_col, count=count)
+        lines.insert(0, f"positions {self._run.first + self.first_col}–"
+                        f"{self._run.first + min(self.first_col + count, total) - 1} of the pass's {total} (← →)")
+        return lines + ([""] + attribution_lines(self._attribution, self._vocab) if self._attribution else [])
+
+
+class GlanceScreen(_Window):
+    """Every head of one layer as a small heat map; ←/→ pick a head, ↑/↓ the layer, Enter opens the head's
+    pattern as the current matrix (dismisses with (layer, head))."""
+
+    BINDINGS = [Binding("escape,A,q", "dismiss(None)", "Close"), Binding("enter", "open", "Open"), *MOVES]
+
+    def __init__(self, title: str, layer: int, layers: int, patterns: Callable[[int], list[np.ndarray]],
+                 context: tuple[int, ...], vocab):
+        super().__init__(title)
+        self.first_row, self._layers, self._patterns = layer, layers, patterns
+        self._keys = [vocab.tokens[token].strip()[:1] or "␣" for token in context]  # a key's first visible character
+
+    def action_move(self, rows: int, cols: int) -> None:
+        self.first_row = min(max(self.first_row + rows, 0), self._layers - 1)
+        self.first_col = max(self.first_col + cols, 0)
+        self.refresh_body()
+
+    def refresh_body(self) -> None:  # the layer is not a scroll position: keep it as chosen
+        body = self.query_one("#readings-body", Static)
+        lines = self.lines(max(body.size.width, 20), max(body.size.height, 4))
+        body.update(Text("\n".join(lines)))
+
+    def lines(self, width: int, height: int) -> list[str]:
+        patterns = self._patterns(self.first_row)
+        if not patterns:
+            return [f"layer {self.first_row}: no attention pattern in this round yet"]
+        self.first_col = min(self.first_col, len(patterns) - 1)
+        per = max(min(patterns[0].shape[1], max(width - GUTTER - 4, 1)), 4) + GAP  # as glance_lines lays them out
+        fit = max((width - GUTTER) // per, 1)
+        first_head = max(self.first_col - fit + 1, 0)
+        return [f"layer {self.first_row} of 0–{self._layers - 1}"] + glance_lines(
+            patterns, self._keys, width=width, height=height - 1, first_head=first_head, selected=self.first_col)
+
+    def action_open(self) -> None:
+        self.dismiss((self.first_row, self.first_col))

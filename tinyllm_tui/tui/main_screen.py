@@ -95,7 +95,7 @@ class DebuggerScreen(Screen):
         Binding("P", "undo_intervention", "Undo intervention", show=False),
         Binding("W", "save_interventions", "Save interventions", show=False),
         Binding("t", "sorted_columns", "Top-k sorted", show=False),
-        Binding("p", "pieces", "Pieces", show=False),
+        Binding("T", "pieces", "Pieces", show=False),
         Binding("less_than_sign,shift+left", "columns(-1)", "Columns ←", show=False),
         Binding("greater_than_sign,shift+right", "columns(1)", "Columns →", show=False),
         Binding("pageup,shift+up", "rows(-1)", "Rows ↑", show=False, priority=True),

@@ -55,7 +55,12 @@ def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
 def matrix_title(frame: Frame, lang: str) -> str:
     """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
     head = "" if frame.matrix.head is None else tr("matrix.head", lang, head=frame.matrix.head)
-    return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=frame.request,
+    request = str(frame.request)
+    rows = frame.timeline.batch
+    if rows:  # which row of the batch, and its padding
+        row = next(i for i, line in enumerate(rows) if line.request == frame.request)
+        request += tr("matrix.batch", lang, row=row + 1, rows=len(rows), pad=rows[row].pad)
+    return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=request,
               where=where(frame.phase, frame.round, lang))
 
 
@@ -120,7 +125,7 @@ class DebuggerScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield ProgressBar(id="progress", show_eta=False)  # only while a run is in flight
-        yield Timeline(id="timeline")
+        yield Timeline(id="timeline", classes="-batch" if self.debugger.scenario.batch else None)
         with Horizontal(id="body"):
             yield OperatorList(id="operators")
             with Vertical(id="right"):

@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, ProgressBar, TabbedContent, TabPane
+from textual.widgets import ProgressBar, TabbedContent, TabPane
 
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
@@ -24,6 +24,7 @@ from tinyllm_tui.tui.i18n import EN, describe, tr, where
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
+from tinyllm_tui.tui.widgets.footer import KeyFooter
 from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
@@ -140,7 +141,7 @@ class DebuggerScreen(Screen):
                         yield InputsPanel()
                     with TabPane(tr("panel.expect", self.lang), id="expect"):
                         yield ExpectPanel()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         for widget in (self.query_one(Timeline), self.query_one(StatusBar), self.query_one(ExplanationPanel),

@@ -80,7 +80,7 @@ async def test_at_40_by_12_operator_names_read_whole_and_the_kv_tab_says_where_i
         await pilot.pause()
         assert "8 attn.pattern h0" in screen_text(app)
     async with make_app().run_test(size=(80, 24)) as pilot:
-        await pilot.press(*["n"] * 37, "k")  # decode round 1: 4 cache rows, 2 of them shown
+        await pilot.press(*["n"] * 39, "k")  # decode round 1's head-0 pattern: 4 cache rows, 2 of them shown
         await pilot.pause()
         assert pilot.app.main.query_one(TabbedContent).active == "cache"
         assert "rows 2–3 of 4" in screen_text(pilot.app)

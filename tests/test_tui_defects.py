@@ -4,10 +4,12 @@ a search prompt that keeps what is typed, the footer and the lists at small size
 from __future__ import annotations
 
 import numpy as np
+from conftest import X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
 from tui_helpers import long_scenario, make_app, screen_text, settle, status
 
+from engine import Session, load_scenario
 from tinyllm_tui.tui.app import DebuggerApp
 from tinyllm_tui.tui.widgets.dialogs import PromptScreen
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
@@ -80,7 +82,10 @@ async def test_at_40_by_12_operator_names_read_whole_and_the_kv_tab_says_where_i
         await pilot.pause()
         assert "8 attn.pattern h0" in screen_text(app)
     async with make_app().run_test(size=(80, 24)) as pilot:
-        await pilot.press(*["n"] * 39, "k")  # decode round 1's head-0 pattern: 4 cache rows, 2 of them shown
+        scores = next(s.step for s in Session(load_scenario(X01)).steps()
+                      if s.round == 1 and s.name == "blocks.0.attn.hook_attn_scores")
+        await pilot.press("g", *str(scores), "enter", "k")  # decode round 1: 4 cache rows, 2 of them shown
+        await settle(pilot)
         await pilot.pause()
         assert pilot.app.main.query_one(TabbedContent).active == "cache"
         assert "rows 2–3 of 4" in screen_text(pilot.app)
@@ -109,7 +114,7 @@ async def test_generated_text_is_decoded_and_its_pieces_come_on_demand():
         await pilot.press("c")  # to the end: 我爱学习 continues with 爱 爱
         await settle(pilot)
         assert "request 0 generated '爱爱'" in status(app)
-        await pilot.press("p")
+        await pilot.press("T")
         assert "request 0 generated '爱|爱'" in status(app)
 
 

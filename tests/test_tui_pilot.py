@@ -297,7 +297,7 @@ async def test_cycling_injections_replays_to_the_same_step():
         assert app.debugger.inject == "chunk-mask" and state(app).step == 39
         assert to_host(state(app).values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
         assert "injected bug: chunk-mask" in status(app)
-        for _ in range(3):  # through the other two bugs (X01 has neither positions nor a layer 1) and back to none
+        for _ in range(4):  # through the other three bugs (X01 has neither positions nor a layer 1) and back to none
             await pilot.press("I")
             await settle(pilot)
         assert app.debugger.inject is None and "⚠" not in status(app)

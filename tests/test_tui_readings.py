@@ -14,12 +14,12 @@ from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
 
 
 async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open():
-    """m ablates a head (the status line says so and the choice before → after), l opens the lens,
-    A every head of the layer, Enter on one opens its pattern; M undoes it."""
+    """p ablates a head (the status line says so and the choice before → after), l opens the lens,
+    A every head of the layer, Enter on one opens its pattern."""
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         await pilot.press("g", *"28", "enter")  # request 0's prefill, just before its choice
-        await pilot.press("m")  # modify: patch / ablate; the prompt starts with the current operator
+        await pilot.press("p")  # patch / ablate: the prompt starts with the current operator
         assert isinstance(app.screen, PromptScreen)
         assert app.screen.query_one(Input).value == "sample.hook_filtered[:,:]="
         await pilot.press("ctrl+u", *"blocks.0.attn head 9", "enter")  # X01 has heads 0–1: refused in the prompt
@@ -47,17 +47,17 @@ async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open(
         await settle(pilot)
         assert state(app).name == "blocks.0.attn.hook_z" and np.all(to_host(state(app).values) == 0)
         assert all("•" in row for row in matrix_text(app)[-3:])
-        await pilot.press("M")  # undo the intervention
+        await pilot.press("P")  # undo the intervention
         await settle(pilot)
         assert "✂" not in status(app) and "undid the last intervention" in status(app)
         assert app.debugger.scenario.interventions == ()
 
 
 async def test_w_saves_the_interventions_into_the_scenario_file(x01_copy):
-    """m then W: the scenario file lists the intervention under interventions:."""
+    """p then W: the scenario file lists the intervention under interventions:."""
     app = make_app(x01_copy)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("m", "ctrl+u", *"blocks.0.hook_resid_mid[1,:]*=0.5", "enter")  # scale position 1's residual
+        await pilot.press("p", "ctrl+u", *"blocks.0.hook_resid_mid[1,:]*=0.5", "enter")  # scale position 1's residual
         await settle(pilot)
         await pilot.press("W")
         assert f"saved to {x01_copy}" in status(app)

@@ -54,7 +54,12 @@ def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
 def matrix_title(frame: Frame, lang: str) -> str:
     """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
     head = "" if frame.matrix.head is None else tr("matrix.head", lang, head=frame.matrix.head)
-    return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=frame.request,
+    request = str(frame.request)
+    rows = frame.timeline.batch
+    if rows:  # which row of the batch, and its padding
+        row = next(i for i, line in enumerate(rows) if line.request == frame.request)
+        request += tr("matrix.batch", lang, row=row + 1, rows=len(rows), pad=rows[row].pad)
+    return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=request,
               where=where(frame.phase, frame.round, lang))
 
 
@@ -90,11 +95,11 @@ class DebuggerScreen(Screen):
         Binding("h", "heat", "Heat", show=False),
         Binding("l", "lens", "Logit lens", show=False),
         Binding("A", "glance", "Heads at a glance", show=False),
-        Binding("m", "intervene", "Patch/ablate…", show=False),
-        Binding("M", "undo_intervention", "Undo intervention", show=False),
+        Binding("p", "intervene", "Patch/ablate…", show=False),
+        Binding("P", "undo_intervention", "Undo intervention", show=False),
         Binding("W", "save_interventions", "Save interventions", show=False),
         Binding("t", "sorted_columns", "Top-k sorted", show=False),
-        Binding("p", "pieces", "Pieces", show=False),
+        Binding("T", "pieces", "Pieces", show=False),
         Binding("less_than_sign,shift+left", "columns(-1)", "Columns ←", show=False),
         Binding("greater_than_sign,shift+right", "columns(1)", "Columns →", show=False),
         Binding("pageup,shift+up", "rows(-1)", "Rows ↑", show=False, priority=True),
@@ -119,7 +124,7 @@ class DebuggerScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield ProgressBar(id="progress", show_eta=False)  # only while a run is in flight
-        yield Timeline(id="timeline")
+        yield Timeline(id="timeline", classes="-batch" if self.debugger.scenario.batch else None)
         with Horizontal(id="body"):
             yield OperatorList(id="operators")
             with Vertical(id="right"):

@@ -1,9 +1,12 @@
 """Deliberate KV-cache bugs from the 003 walkthrough (A.9-A.11), for the diff to catch.
 
-The forward pass and the session ask a `Fault` at a few named points: which keys a
-query may read, which positions a round gets, what a round feeds, which cache a round
-starts from and which cache a layer appends to. The base class answers correctly;
-each bug overrides one answer. The reference path has no branch on a bug's name.
+The forward pass, the session and the cache layouts (engine.caches) ask a `Fault` at a few
+named points: which keys a query may read, which positions a round gets, what a round feeds,
+which cache a round starts from and which cache a layer appends to; which padded keys are
+masked and how far padding shifts positions (batches); which kv head a query head reads; how
+K rows are stored, which ring slot and which physical block a row goes to, and what shares a
+quantization scale. The base class answers correctly; each bug overrides one answer. The
+reference path has no branch on a bug's name.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from engine.caches import Layout, Quantize, ScaleAxis, ring_slot
 from engine.spec import Positions
 from engine.trace import LayerCache, Phase
 
@@ -46,12 +50,48 @@ class Fault:
         """The cache `layer` appends its new K/V rows to and then reads."""
         return caches[layer]
 
-    def cannot_run(self, model, requests) -> str | None:
-        """Why this bug cannot run on `model` with `requests` (None: it can): an encoder keeps no cache
-        between rounds, and the positions a bug feeds must stay inside a learned position table."""
+    def unseen(self, scenario) -> str | None:
+        """Why this bug would change no number of the scenario (None: it shows)."""
+        return None
+
+    def padded(self, flags: list[bool]) -> list[bool] | None:
+        """Which key positions hold padding, to be masked (None: none)."""
+        return flags
+
+    def position_offset(self, pad: int) -> int:
+        """How far a request's `pad` left-padding tokens shift its position ids back."""
+        return pad
+
+    def kv_head(self, head: int, group: int, kv_heads: int) -> int:
+        """The kv head query head `head` reads (grouped-query attention: `group` query heads each)."""
+        return head // group
+
+    def stored_k(self, xp, k: Array, head_width: int) -> Array:
+        """The K rows a cache stores for a chunk's (T, kv_heads·dh) keys."""
+        return k
+
+    def ring_slot(self, index: int, sinks: int, size: int) -> int:
+        """The ring-buffer slot the token at sequence `index` is written to (`size` slots past the sinks)."""
+        return ring_slot(index, sinks, size)
+
+    def table_entry(self, physical: int, table: list[int]) -> int:
+        """The block-table entry of a new logical block stored in physical block `physical`."""
+        return physical
+
+    def scale_axis(self, axis: ScaleAxis) -> ScaleAxis:
+        """What shares one quantization scale."""
+        return axis
+
+    def cannot_run(self, scenario) -> str | None:
+        """Why this bug cannot run on an engine.scenario.Scenario (None: it can): an encoder keeps no
+        cache between rounds, the bug must change some number, and the positions it feeds must stay
+        inside a learned position table."""
+        model, requests = scenario.model, scenario.requests
         if not model.lm_head:
             return "an encoder (model.lm_head: false) runs one prefill and no cached round, so no cache bug can show"
-        if model.positions != Positions.LEARNED:
+        unseen = self.unseen(scenario)
+        if unseen or model.positions != Positions.LEARNED:
+            return unseen
             return None
         for request in requests:
             fed = len(request.tokens)
@@ -75,10 +115,8 @@ class PositionReset(Fault):
     def positions(self, phase, first, count):
         return super().positions(phase, 0 if phase is Phase.DECODE else first, count)
 
-    def cannot_run(self, model, requests):
-        if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
-            return "the model has no position term, so wrong positions change nothing"
-        return super().cannot_run(model, requests)
+    def unseen(self, scenario):
+        return _no_positions(scenario.model)
 
 
 class DuplicateAppend(Fault):
@@ -102,8 +140,125 @@ class NoCacheLayer1(Fault):
     def layer_cache(self, layer, caches):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
 
-    def cannot_run(self, model, requests):
-        return "the model has no layer 1" if model.n_layers < 2 else super().cannot_run(model, requests)
+    def unseen(self, scenario):
+        return "the model has no layer 1" if scenario.model.n_layers < 2 else None
+
+
+class PaddingUnmasked(Fault):
+    description = "left padding is not masked: every query also reads the PAD keys"
+
+    def padded(self, flags):
+        return None
+
+    def unseen(self, scenario):
+        padded = any(scenario.vocab.pad in r.tokens for r in scenario.requests) or _padding(scenario)
+        return None if padded else "no request is padded (run prompts of different lengths as a batch)"
+
+
+class PositionsNotOffset(Fault):
+    description = "position ids count the left padding: a padded request's tokens sit too far right"
+
+    def position_offset(self, pad):
+        return 0
+
+    def unseen(self, scenario):
+        model = scenario.model
+        why = _no_positions(model) or (None if _padding(scenario) else "no request is left-padded "
+                                       "(run prompts of different lengths as a batch)")
+        longest = max(len(r.tokens) for r in scenario.requests) + max(r.max_new_tokens for r in scenario.requests) - 1
+        if not why and model.positions == Positions.LEARNED and longest > model.max_positions:
+            why = f"it would feed position {longest - 1}, past the model's {model.max_positions} learned positions"
+        return why
+
+
+class RopeOffByOne(Fault):
+    description = "decode rounds rotate the new token one position too far"
+
+    def positions(self, phase, first, count):
+        return super().positions(phase, first + (phase is Phase.DECODE), count)
+
+    def unseen(self, scenario):
+        return _no_positions(scenario.model)
+
+
+class GqaModulo(Fault):
+    description = "grouped-query attention: query head h reads kv head h % kv_heads instead of h // group"
+
+    def kv_head(self, head, group, kv_heads):
+        return head % kv_heads
+
+    def unseen(self, scenario):
+        model = scenario.model
+        if model.n_kv_heads < 2 or model.n_kv_heads == model.n_heads:
+            return "the model needs grouped-query attention with at least two kv heads"
+        return None
+
+
+class TransposedK(Fault):
+    description = "K is stored transposed: each head's (T, dh) rows written as (dh, T)"
+
+    def stored_k(self, xp, k, head_width):
+        t = k.shape[0]
+        heads = xp.permute_dims(xp.reshape(k, (t, -1, head_width)), (1, 2, 0))  # (H, dh, T)
+        return xp.reshape(xp.permute_dims(xp.reshape(heads, (-1, t, head_width)), (1, 0, 2)), (t, -1))
+
+    def unseen(self, scenario):
+        if all(len(r.tokens) < 2 for r in scenario.requests):
+            return "every prompt is one token, whose K reads the same either way"
+        return None
+
+
+class RingWrongSlot(Fault):
+    description = "the ring buffer overwrites the slot after the oldest one when it wraps"
+
+    def ring_slot(self, index, sinks, size):
+        wrapped = index >= sinks + size
+        return super().ring_slot(index + wrapped, sinks, size)
+
+    def unseen(self, scenario):
+        cache, model = scenario.cache, scenario.model
+        windows = [w for w in map(model.window, range(model.n_layers)) if w is not None]
+        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests) + max(_padding(scenario), default=0)
+        if cache.layout is not Layout.RING or not windows or longest <= cache.sinks + min(windows):
+            return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
+        return None
+
+
+class BlockTableWrong(Fault):
+    description = "a new block's table entry points at the request's previous physical block"
+
+    def table_entry(self, physical, table):
+        return table[-1] if table else physical
+
+    def unseen(self, scenario):
+        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests)
+        if scenario.cache.layout is not Layout.PAGED or scenario.cache.quantize is not Quantize.NONE or longest <= scenario.cache.block_size:
+            return "no request fills a second block of a paged cache (cache: {layout: paged})"
+        return None
+
+
+class ScalePerTensor(Fault):
+    description = "the quantization scale is taken per tensor instead of per head"
+
+    def scale_axis(self, axis):
+        return ScaleAxis.PER_TENSOR
+
+    def unseen(self, scenario):
+        if scenario.cache.quantize is Quantize.NONE:
+            return "the cache is not quantized (cache: {quantize: int8})"
+        return None
+
+
+def _no_positions(model) -> str | None:
+    if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
+        return "the model has no position term, so wrong positions change nothing"
+    return None
+
+
+def _padding(scenario) -> tuple[int, ...]:
+    """Each request's left padding in a batch (none outside one)."""
+    lengths = [len(r.tokens) for r in scenario.requests]
+    return tuple(max(lengths) - n for n in lengths if n < max(lengths)) if scenario.batch else ()
 
 
 NO_FAULT = Fault()
@@ -113,5 +268,13 @@ FAULTS: dict[str, Fault] = {
     "duplicate-append": DuplicateAppend(),
     "stale-cache": StaleCache(),
     "no-cache-layer1": NoCacheLayer1(),
+    "padding-unmasked": PaddingUnmasked(),
+    "positions-not-offset": PositionsNotOffset(),
+    "rope-off-by-one": RopeOffByOne(),
+    "gqa-modulo": GqaModulo(),
+    "transposed-k": TransposedK(),
+    "ring-wrong-slot": RingWrongSlot(),
+    "block-table-wrong": BlockTableWrong(),
+    "scale-per-tensor": ScalePerTensor(),
 }
 INJECTIONS = {name: fault.description for name, fault in FAULTS.items()}

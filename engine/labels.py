@@ -28,10 +28,11 @@ class Axis(NamedTuple):
     context: tuple[int, ...] = ()  # the token ids at positions 0, 1, …
     vocab: Any = None  # engine.spec.Vocab
     column: bool = False  # key positions read "k0 · 我" as columns
+    at: tuple[int, ...] | None = None  # the positions of the entries when they are not consecutive
 
     @property
-    def positions(self) -> range:
-        return range(self.first, self.first + self.count)
+    def positions(self) -> range | tuple[int, ...]:
+        return range(self.first, self.first + self.count) if self.at is None else self.at
 
     def ids(self) -> tuple[int, ...] | range:
         """What each entry stands for: the token at its position, else its index."""
@@ -50,7 +51,7 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
         prefix = "k" if axis.column else ""
         tokens, context = axis.vocab.tokens, axis.context
         return tuple(f"{prefix}{p} · {tokens[context[p]] if p < len(context) else '?'}"
-                     for p in (axis.first + i for i in indices))
+                     for p in (axis.positions[i] for i in indices))
     if axis.scheme == "vocab":
         return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":

@@ -20,6 +20,7 @@ import numpy as np
 
 from engine import ops
 from engine.backend import Backend
+from engine.caches import CacheSpec, Read, empty_cache
 from engine.faults import NO_FAULT, Fault
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, Positions
 from engine.trace import LayerCache, OpKind
@@ -63,17 +64,18 @@ HEAD = "(head)"  # the key of the head's operand among the parameters' (no param
 
 class Transformer:
     def __init__(self, spec: ModelSpec, weights: Mapping[str, Any], backend: Backend, fingerprint: str,
-                 fault: Fault = NO_FAULT, allow_stale: bool = False):
+                 fault: Fault = NO_FAULT, allow_stale: bool = False, cache: CacheSpec = CacheSpec()):
         """Args:
         fault: an injected cache bug (engine.faults); the default computes correctly.
         allow_stale: extend caches computed with other weights instead of refusing.
+        cache: the KV-cache layout (engine.caches); the forward pass reads every layout alike.
         """
         self.spec, self.backend, self.xp, self.fingerprint = spec, backend, backend.xp, fingerprint
         self.weights = weights  # a checkpoint's LazyWeights read each array on first use
         # One Operand per weight, made when first read and shared by every operator that reads it:
         # a kept history then holds fewer objects for Python's garbage collector to walk.
         self._params: dict[str, Operand] = {}
-        self.fault = fault
+        self.fault, self.cache = fault, cache
         self.allow_stale = allow_stale or fault.keeps_stale_cache
 
     def param(self, name: str) -> Operand:
@@ -84,8 +86,9 @@ class Transformer:
         return operand
 
     def empty_caches(self) -> list[LayerCache]:
-        empty = self.xp.zeros((0, self.spec.d_kv), dtype=self.backend.dtype)
-        return [LayerCache(empty, empty, self.fingerprint) for _ in range(self.spec.n_layers)]
+        spec = self.spec
+        return [empty_cache(self.cache, self.xp, spec.d_kv, spec.d_head, self.backend.dtype, self.fingerprint,
+                            spec.window(layer)) for layer in range(spec.n_layers)]
 
     def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache], *,
                 vectors=None, padded_keys: list[bool] | None = None) -> OpStream:
@@ -274,10 +277,11 @@ class Transformer:
             q, k = (self._rope(f"{block}.hook_rot_{n}", x, positions, layer) for n, x in (("q", q), ("k", k)))
             yield q
             yield k
-        caches[layer] = self._append(self.fault.layer_cache(layer, caches), k.values, v.values)
-        keys = Operand(f"{block}.cache_k", caches[layer].k, rows="keys")
-        values = Operand(f"{block}.cache_v", caches[layer].v, rows="keys")
-        visible = self._mask(q.values.shape[0], caches[layer].length, padded_keys, spec.window(layer))
+        read = self._append(self.fault.layer_cache(layer, caches), k.values, v.values)
+        caches[layer] = read.cache
+        keys = Operand(f"{block}.cache_k", read.k, rows=read.columns)
+        values = Operand(f"{block}.cache_v", read.v, rows=read.columns)
+        visible = self._mask(read, q.values.shape[0], padded_keys, spec.window(layer))
         every = self._heads(q.values, keys.values, values.values, visible)
         heads = []
         for head in range(spec.n_heads):
@@ -306,15 +310,15 @@ class Transformer:
             total, inputs = total + self.param(bias).values, inputs + (self.param(bias),)
         return Op(name, total, kind=OpKind.LINEAR, layer=layer, inputs=inputs)
 
-    def _mask(self, n_new: int, n_keys: int, padded_keys: list[bool] | None, window: int | None):
-        """Which keys each new query may read: causal order (within a sliding `window`) and key-side
-        padding; None = all."""
+    def _mask(self, read: Read, n_new: int, padded_keys: list[bool] | None, window: int | None):
+        """Which keys each new query may read: causal order (within a sliding `window`, sinks
+        always) and key-side padding, by each key's sequence index; None = all."""
         xp = self.xp
-        visible = ops.causal_mask(xp, n_new, n_keys - n_new, window) if self.spec.causal else None
-        visible = self.fault.mask(xp, visible, n_new, n_keys)
-        if padded_keys is None or not any(padded_keys[:n_keys]):
+        visible = read.visible(xp, n_new, window, self.cache.sinks) if self.spec.causal else None
+        visible = self.fault.mask(xp, visible, n_new, len(read.index))
+        flags = [padded_keys[i] if i < len(padded_keys) else False for i in read.index] if padded_keys else []
+        if not any(flags):  # past the padding flags: rows a bug added
             return visible
-        flags = padded_keys[:n_keys] + [False] * (n_keys - len(padded_keys))  # rows a bug added
         real = xp.asarray([not pad for pad in flags])[None, :]
         return real if visible is None else visible & real
 
@@ -336,7 +340,7 @@ class Transformer:
 
         k, v = split(k), split(v)
         if group > 1:  # grouped-query attention: query head h reads kv head h // group
-            kv = xp.asarray([head // group for head in range(spec.n_heads)])
+            kv = xp.asarray([self.fault.kv_head(head, group, spec.n_kv_heads) for head in range(spec.n_heads)])
             k, v = xp.take(k, kv, axis=0), xp.take(v, kv, axis=0)
         q = split(q)
         if spec.attn_softcap:  # the cap comes before the mask
@@ -352,28 +356,28 @@ class Transformer:
         """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
         block, spec = f"blocks.{layer}.attn", self.spec
         dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
-        part, kv = slice(head * dh, (head + 1) * dh), head // group
+        part, kv = slice(head * dh, (head + 1) * dh), self.fault.kv_head(head, group, spec.n_kv_heads)
         kv_part, kv_name = slice(kv * dh, (kv + 1) * dh), f"head {kv}" if group == 1 else f"kv head {kv}"
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
-        k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows="keys")
-        v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows="keys")
+        k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows=keys.rows)
+        v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows=keys.rows)
         uncapped, scores_h, batch_pattern, z_h = (None if x is None else x[head, ...] for x in every)
         inputs = (q_h, k_h)
         if uncapped is not None:  # Gemma 2: the scores before their soft cap, then cap·tanh(s / cap)
             batch_uncapped = uncapped
-            uncapped = Op(f"{block}.hook_attn_scores_uncapped", uncapped, cols="keys", kind=OpKind.SCORES,
+            uncapped = Op(f"{block}.hook_attn_scores_uncapped", uncapped, cols=keys.rows, kind=OpKind.SCORES,
                           layer=layer, head=head, inputs=inputs)
             yield uncapped
             inputs = (uncapped,)
             if uncapped.values is not batch_uncapped:  # replaced: cap it again, keeping −∞ where masked
                 scores_h = ops.masked(self.xp, ops.softcap(self.xp, uncapped.values, spec.attn_softcap),
                                       uncapped.values > -self.xp.inf)
-        scores = Op(f"{block}.hook_attn_scores", scores_h, cols="keys",
+        scores = Op(f"{block}.hook_attn_scores", scores_h, cols=keys.rows,
                     kind=OpKind.SCORES if uncapped is None else OpKind.SOFTCAP, layer=layer, head=head, inputs=inputs)
         yield scores
         # The batch computed every head at once; a value replaced since is followed from there on.
         pattern_h = batch_pattern if scores.values is scores_h else ops.softmax(self.xp, scores.values)
-        pattern = Op(f"{block}.hook_pattern", pattern_h, cols="keys", kind=OpKind.SOFTMAX, layer=layer, head=head,
+        pattern = Op(f"{block}.hook_pattern", pattern_h, cols=keys.rows, kind=OpKind.SOFTMAX, layer=layer, head=head,
                      inputs=(scores,))
         yield pattern
         z_h = z_h if pattern.values is batch_pattern else pattern.values @ v_h.values
@@ -381,13 +385,12 @@ class Transformer:
         yield z
         return z
 
-    def _append(self, cache: LayerCache, k: Array, v: Array) -> LayerCache:
+    def _append(self, cache: LayerCache, k: Array, v: Array) -> Read:
         if cache.fingerprint != self.fingerprint and not self.allow_stale:
             raise StaleCacheError(
                 f"the cache was computed with weights {cache.fingerprint}, the model now has {self.fingerprint}"
             )
-        xp = self.xp
-        return LayerCache(xp.concat([cache.k, k], axis=0), xp.concat([cache.v, v], axis=0), cache.fingerprint)
+        return cache.extend(self.xp, k, v, self.fault)
 
     def _mlp(self, layer: int, h: Op, positions: list[int]) -> OpStream:
         spec, mlp = self.spec, f"blocks.{layer}.mlp"

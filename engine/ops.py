@@ -22,13 +22,12 @@ def norm_scale(xp, x: Array, eps: float, *, centred: bool) -> tuple[Array, Array
     return x, xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + eps)
 
 
-def causal_mask(xp, n_new: int, past: int, window: int | None = None) -> Array:
-    """(T, P+T) booleans: query i (absolute position past+i) may read key j iff j ≤ past + i,
-    and with a sliding window only if j > past + i − window."""
-    keys = xp.arange(past + n_new)[None, :]
-    queries = (xp.arange(n_new) + past)[:, None]
+def causal_mask(xp, queries: Array, keys: Array, window: int | None = None, sinks: int = 0) -> Array:
+    """(T, S) booleans from the queries' and the keys' sequence positions: query i may read key j iff
+    j ≤ i, and with a sliding window only if j > i − window (or j is one of the first `sinks`)."""
+    keys, queries = keys[None, :], queries[:, None]
     visible = keys <= queries
-    return visible if window is None else visible & (keys > queries - window)
+    return visible if window is None else visible & ((keys > queries - window) | (keys < sinks))
 
 
 def attention_scores(xp, q: Array, k: Array, visible: Array | None, scale: float | None = None) -> Array:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.caches import CacheSpec
 from engine.lazy_weights import LazyWeights
 from engine.spec import DecodeRule, ModelSpec, Request, Vocab
 
@@ -33,6 +34,8 @@ class Scenario:
     decode: DecodeRule
     expect: tuple[Expectation, ...] = ()
     breakpoints: tuple[str, ...] = ()  # each one parses with breakpoints.parse_breakpoint
+    cache: CacheSpec = CacheSpec()  # the KV-cache layout every session of this scenario uses
+    batch: bool = False  # run the requests as one left-padded batch instead of one after another
     interventions: tuple[Intervention, ...] = ()  # applied to activations as they are produced (engine.interventions)
     document: str | None = field(repr=False, compare=False, default=None)  # the YAML text as read
     weights_source: WeightSource | None = field(repr=False, compare=False, default=None)  # weights: {file: …}

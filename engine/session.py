@@ -27,7 +27,7 @@ from engine.interventions import Patcher
 from engine.model import Op, OpStream, Transformer
 from engine.scenario import Scenario
 from engine.spec import Mode, Request
-from engine.trace import LayerCache, Moment, OpKind, OpState, Phase, RequestResult
+from engine.trace import BatchRow, LayerCache, Moment, OpKind, OpState, Phase, RequestResult
 
 __all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
 
@@ -91,11 +91,11 @@ class Session:
         self.fault = FAULTS[self.inject] if self.inject else NO_FAULT
         self.stale = stale if mode == Mode.CACHED else None
         self.model = Transformer(scenario.model, scenario.weights, self.backend, scenario.fingerprint,
-                                 self.fault, allow_stale=self.stale is not None)
+                                 self.fault, allow_stale=self.stale is not None, cache=scenario.cache)
         self.old_model = None
         if self.stale is not None:
             old = dataclasses.replace(scenario, weights=self.stale.weights)
-            self.old_model = Transformer(old.model, old.weights, self.backend, old.fingerprint)
+            self.old_model = Transformer(old.model, old.weights, self.backend, old.fingerprint, cache=scenario.cache)
         self.results: list[RequestResult] = []
         self.patcher = Patcher(scenario.interventions, self.backend.xp, self._clean_run) if scenario.interventions else None
 
@@ -114,7 +114,7 @@ class Session:
         """The prefix cache another checkpoint (every weight × `scale`) would have left behind."""
         weights = {name: w * scale for name, w in self.scenario.weights.items()}
         other = dataclasses.replace(self.scenario, weights=weights)
-        model = Transformer(other.model, other.weights, self.backend, other.fingerprint)
+        model = Transformer(other.model, other.weights, self.backend, other.fingerprint, cache=self.scenario.cache)
         caches = model.empty_caches()
         for _ in model.forward(tokens, list(range(len(tokens))), caches):
             pass
@@ -122,26 +122,79 @@ class Session:
 
     def steps(self, resume: RoundStart | None = None, on_round: OnRound | None = None) -> Iterator[OpState]:
         """Every operator's state, from the start or from `resume`; `on_round` is given each round start."""
+        if self.scenario.batch:
+            if resume is not None:
+                raise ValueError("a batch hands out no round starts to resume from")
+            yield from self._batch_steps()
+            return
         self.results = list(resume.results) if resume else []
         counter = _Counter(resume.step if resume else 0)
         first = resume.request if resume else 0
+        caches = None  # a paged cache's pool goes on from one request to the next
         for index in range(first, len(self.scenario.requests)):
-            run = _RequestRun(self, index, self.scenario.requests[index], counter, on_round)
+            run = _RequestRun(self, index, self.scenario.requests[index], counter, on_round, caches)
             yield from run.run(resume if index == first else None)
             self.results.append(run.result())
+            caches = run.caches
+
+    @property
+    def padding(self) -> tuple[int, ...]:
+        """Each request's left padding: none one after another; up to the longest prompt in a batch."""
+        lengths = [len(request.tokens) for request in self.scenario.requests]
+        return tuple(max(lengths) - n if self.scenario.batch else 0 for n in lengths)
+
+    def _batch_steps(self) -> Iterator[OpState]:
+        """Every request as a row of one left-padded batch: the rows go through each operator in
+        turn (lockstep), and a row that stops leaves the batch while the others go on. A batch hands
+        out no round starts: a resume replays it from the first step."""
+        counter = _Counter(0)
+        runs = [_RequestRun(self, index, request, counter, pad=pad)
+                for index, (request, pad) in enumerate(zip(self.scenario.requests, self.padding))]
+        rows = _BatchRows(runs)
+        for run in runs:
+            run.batch = rows.now
+        streams = {run.index: run.run() for run in runs}
+        while streams:
+            for index, stream in list(streams.items()):
+                state = next(stream, None)
+                if state is None:
+                    del streams[index]
+                else:
+                    yield state
+        self.results = [run.result() for run in runs]
+
+
+class _BatchRows:
+    """Every row of a batch as it stands, one tuple shared by the states until a row's moment or stop changes."""
+
+    def __init__(self, runs: list[_RequestRun]):
+        self.runs, self._rows, self._key = runs, (), ()
+
+    def now(self) -> tuple[BatchRow, ...]:
+        key = tuple((run._moment, run.stop) for run in self.runs)
+        if key != self._key:
+            self._key = key
+            self._rows = tuple(BatchRow(run.index, run.pad, moment, stop) for run, (moment, stop) in zip(self.runs, key)
+                               if moment is not None)
+        return self._rows
 
 
 class _RequestRun:
     """One request's prefill and decode rounds, and the context each OpState reports."""
 
     def __init__(self, session: Session, index: int, request: Request, counter: _Counter,
-                 on_round: OnRound | None = None):
+                 on_round: OnRound | None = None, previous: list[LayerCache] | None = None, pad: int = 0):
+        """previous: the caches the request before left (a paged pool goes on); pad: left padding."""
         self.session, self.index, self.request, self.counter = session, index, request, counter
         self.on_round = on_round
         self.xp = session.model.xp
         self.rule = session.scenario.decode
         self.vocab = session.scenario.vocab
-        self.caches = session.model_for(index, 0).empty_caches()
+        self.pad = pad
+        self.batch: Callable[[], tuple[BatchRow, ...]] | None = None  # the batch's rows (a batch run only)
+        self.prompt = (self.vocab.pad_id,) * pad + tuple(request.tokens)
+        model = session.model_for(index, 0)
+        self.caches = [cache.fresh(model.fingerprint) for cache in previous] if previous else model.empty_caches()
         self.fed: list[int] = []  # tokens whose K/V are in the cache
         self.current: list[int] = []  # tokens going through the model now
         self.generated: list[int] = []
@@ -157,7 +210,7 @@ class _RequestRun:
         rng = np.random.default_rng([self.rule.seed, self.index])
         if resume is not None:
             self._resume(resume, rng)
-        new = [self.selected] if self.round else list(self.request.tokens)
+        new = [self.selected] if self.round else list(self.prompt)
         while True:
             if self.on_round is not None:
                 self.on_round(self._round_start(rng))
@@ -191,7 +244,7 @@ class _RequestRun:
 
     def _feed(self, new: list[int]) -> OpStream:
         """Feed new tokens (cached mode) or the whole prefix again (full mode)."""
-        fault, sequence = self.session.fault, list(self.request.tokens) + self.generated
+        fault, sequence = self.session.fault, list(self.prompt) + self.generated
         new = sequence if self.session.mode == Mode.FULL else fault.feed(self.phase, new, sequence)
         if self.session.mode == Mode.FULL:
             self.caches, self.fed = self.session.model.empty_caches(), []
@@ -202,7 +255,8 @@ class _RequestRun:
         self.selected, self.round_start = None, len(self.fed)
         for self.chunk, start in enumerate(range(0, len(new), size)):
             self.current = new[start : start + size]
-            positions = fault.positions(self.phase, len(self.fed), len(self.current))
+            shift = fault.position_offset(self.pad)  # left padding: the first real token sits at position 0
+            positions = [max(0, p - shift) for p in fault.positions(self.phase, len(self.fed), len(self.current))]
             model = self.session.model_for(self.index, self.round)
             stream = model.forward(self.current, positions, self.caches, vectors=self._vectors(start, size),
                                    padded_keys=self._padded_keys())
@@ -218,9 +272,10 @@ class _RequestRun:
         return None if vectors is None else vectors[start : start + size]
 
     def _padded_keys(self) -> list[bool] | None:
+        """PAD keys, and a batch row's left padding, whatever token fills it."""
         pad = self.vocab.pad
-        context = self.fed + self.current
-        return [token == pad for token in context] if pad is not None and pad in context else None
+        flags = [i < self.pad or token == pad for i, token in enumerate(self.fed + self.current)]
+        return self.session.fault.padded(flags) if any(flags) else None
 
     def _states(self, stream: OpStream) -> OpStream:
         """Wrap each Op of `stream` in an OpState; pass the stream's return value through."""
@@ -252,7 +307,7 @@ class _RequestRun:
     def _state(self, op: Op, original=None) -> OpState:
         return OpState(self.counter.take(), self.index, self.phase, self.round, self.chunk, op, self._now(),
                        self._caches_now(op.layer), self.round_start, self.stop if op.kind == OpKind.CHOICE else None,
-                       original)
+                       original, None if self.batch is None else self.batch())
 
     def _caches_now(self, layer: int | None) -> tuple:
         """The caches as they stand, one tuple shared by the states between two appends.
@@ -267,6 +322,6 @@ class _RequestRun:
         """The moment the request is at, made anew only when the tokens or the choice changed."""
         m, fed = self._moment, len(self.fed)
         if m is None or (m.fed, len(m.context), m.selected) != (fed, fed + len(self.current), self.selected):
-            pending = self.request.tokens[fed + len(self.current):] if self.round == 0 else ()
+            pending = self.prompt[fed + len(self.current):] if self.round == 0 else ()
             self._moment = Moment(tuple(self.fed + self.current), fed, tuple(pending), self.selected, self.vocab)
         return self._moment

@@ -73,6 +73,11 @@ class Vocab:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @property
+    def pad_id(self) -> int:
+        """The token a batch pads with: PAD, else EOS, else 0 (padding is masked by position anyway)."""
+        return next((t for t in (self.pad, self.eos) if t is not None), 0)
+
     def label(self, token_id: int) -> str:
         return f"{token_id} · {self.tokens[token_id]}"
 

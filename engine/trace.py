@@ -11,6 +11,7 @@ from enum import Enum, StrEnum
 from functools import cached_property
 from typing import Any
 
+from engine.caches import LayerCache  # the contiguous layout; re-exported for the caches' readers
 from engine.labels import Axis, resolve
 
 Array = Any
@@ -95,8 +96,11 @@ class Moment:
     selected: int | None  # chosen, not yet fed back
     vocab: Any  # engine.spec.Vocab
 
-    def axis(self, scheme: str, count: int, column: bool) -> Axis:
-        """An operand axis: positional schemes end at the last token of the context."""
+    def axis(self, scheme: str | tuple[int, ...], count: int, column: bool) -> Axis:
+        """An operand axis: positional schemes end at the last token of the context; a tuple of
+        positions names the key rows a cache holds when they are not 0, 1, … (a ring buffer)."""
+        if isinstance(scheme, tuple):
+            return Axis("keys", count, 0, self.context, self.vocab, column, at=scheme)
         first = len(self.context) - count if scheme in ("chunk", "last") else 0
         return Axis(scheme, count, first, self.context, self.vocab, column)
 
@@ -117,21 +121,14 @@ class Moment:
                      for p, (t, status) in enumerate(zip(tokens, statuses)))
 
 
-@dataclass(frozen=True)
-class LayerCache:
-    """One layer's KV cache at some moment: K and V rows, one per cached position."""
+@dataclass(frozen=True, eq=False)
+class BatchRow:
+    """One request of a batch as it stands at some step (its latest moment; its stop once it left)."""
 
-    k: Array  # (S, n_heads·dh)
-    v: Array  # (S, n_heads·dh)
-    fingerprint: str  # the weights these rows were computed with
-
-    @property
-    def length(self) -> int:
-        return int(self.k.shape[0])
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.k.nbytes) + int(self.v.nbytes)
+    request: int
+    pad: int  # left padding: the row's first `pad` positions hold PAD
+    moment: Moment
+    stop: str | None
 
 
 @dataclass(eq=False)
@@ -155,6 +152,7 @@ class OpState:
     past: int  # cache length before this round: rows at or after it were appended now
     stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
     original: Array | None = None  # what the operator computed, when an intervention replaced its values
+    batch: tuple[BatchRow, ...] | None = None  # every row of a batch run as it stands (None: no batch)
 
     @property
     def name(self) -> str:

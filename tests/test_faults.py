@@ -13,6 +13,7 @@ from conftest import ROOT, X01
 from typer.testing import CliRunner
 
 from engine import Session, load_scenario, make_backend
+from engine.caches import ScaleAxis
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.model import Transformer
 from engine.session import INJECTIONS as SESSION_INJECTIONS
@@ -32,7 +33,9 @@ def test_the_reference_path_never_branches_on_a_bug_name():
 
 def test_injections_are_the_faults_descriptions_and_the_session_reexports_them():
     assert SESSION_INJECTIONS is INJECTIONS
-    assert list(INJECTIONS) == ["chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1"]
+    assert list(INJECTIONS) == ["chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1",
+                                "padding-unmasked", "positions-not-offset", "rope-off-by-one", "gqa-modulo",
+                                "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor"]
     assert all(INJECTIONS[name] == fault.description for name, fault in FAULTS.items())
 
 
@@ -45,6 +48,7 @@ def test_each_fault_changes_only_its_own_point():
         mask = fault.mask(xp, causal, 2, 4)
         assert (mask.tolist() == np.tril(np.ones((2, 4), bool)).tolist()) == (name == "chunk-mask")
         assert (fault.positions(Phase.DECODE, 3, 1) == [0]) == (name == "position-reset")
+        assert (fault.positions(Phase.DECODE, 3, 1) == [4]) == (name == "rope-off-by-one")
         assert fault.positions(Phase.PREFILL, 3, 2) == [3, 4]
         assert (fault.feed(Phase.DECODE, [9], [1, 2, 9]) == [1, 2, 9]) == (name == "duplicate-append")
         assert fault.feed(Phase.PREFILL, [1, 2], [1, 2]) == [1, 2]
@@ -52,6 +56,16 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.starting_caches(2, caches, lambda scale: rebuilt) is caches
         assert (fault.layer_cache(1, caches) is caches[0]) == (name == "no-cache-layer1")
         assert fault.layer_cache(0, caches) is caches[0]
+        assert (fault.padded([True, False]) is None) == (name == "padding-unmasked")
+        assert (fault.position_offset(2) == 0) == (name == "positions-not-offset")
+        assert fault.kv_head(3, 2, 2) == 1  # 3 // 2 and 3 % 2 agree: head 2 tells them apart
+        assert (fault.kv_head(2, 2, 2) == 0) == (name == "gqa-modulo")
+        k = np.arange(12.0).reshape(3, 4)  # three tokens, two heads of width 2
+        assert (not np.array_equal(fault.stored_k(xp, k, 2), k)) == (name == "transposed-k")
+        assert (fault.ring_slot(5, 1, 4) == 2) == (name == "ring-wrong-slot")  # slots 1..4 round robin: 5 -> 1
+        assert fault.ring_slot(3, 1, 4) == 3
+        assert (fault.table_entry(7, [4, 5]) == 5) == (name == "block-table-wrong")
+        assert (fault.scale_axis(ScaleAxis.PER_HEAD) is ScaleAxis.PER_TENSOR) == (name == "scale-per-tensor")
 
 
 def test_the_forward_pass_keeps_no_per_call_state():
@@ -76,13 +90,14 @@ def test_a_bug_that_would_feed_past_a_learned_position_table_says_so_and_is_not_
     fed = [p for s in Session(roomy, inject="duplicate-append").steps() if s.name == "hook_pos_embed" for p in s.positions]
     needed = max(fed) + 1  # what the bug really feeds, with room to spare
     fault = FAULTS["duplicate-append"]
-    assert fault.cannot_run(dataclasses.replace(roomy.model, max_positions=needed), roomy.requests) is None
+    assert fault.cannot_run(dataclasses.replace(roomy, model=dataclasses.replace(roomy.model, max_positions=needed))) is None
     tight = learned_positions_model(tmp_path / "tight", needed - 1)
     scenario = load_scenario(tight)
-    assert fault.cannot_run(scenario.model, scenario.requests) == (
+    assert fault.cannot_run(scenario) == (
         f"it would feed position {needed - 1}, past the model's {needed - 1} learned positions")
-    assert all(FAULTS[name].cannot_run(scenario.model, scenario.requests) is None
-               for name in INJECTIONS if name != "duplicate-append")
+    assert all(FAULTS[name].cannot_run(scenario) is None  # the others run or miss a batch / cache layout
+               for name in INJECTIONS if name in ("chunk-mask", "position-reset", "stale-cache", "no-cache-layer1",
+                                                  "rope-off-by-one", "transposed-k"))
     debugger = Debugger(scenario)
     offered = [debugger.cycle_injection() and debugger.inject for _ in INJECTIONS]
     assert "duplicate-append" not in offered and "position-reset" in offered
@@ -95,7 +110,7 @@ def test_a_bug_that_cannot_show_on_x01_is_refused_and_not_offered():
     scenario = load_scenario(X01)  # no position term, one layer
     debugger = Debugger(scenario)
     offered = {debugger.cycle_injection() and debugger.inject for _ in INJECTIONS}
-    assert offered == {None, "chunk-mask", "duplicate-append", "stale-cache"}
+    assert offered == {None, "chunk-mask", "duplicate-append", "stale-cache", "transposed-k"}
     result = CliRunner().invoke(app, ["diff", str(X01), "--inject", "position-reset"])
     assert result.exit_code == 2 and result.stderr == (
         f"tinyllm-tui: error: Invalid value for --inject: bug 'position-reset' cannot run on {X01}: "

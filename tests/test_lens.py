@@ -121,8 +121,9 @@ def test_run_lens_json_holds_every_pass_and_position():
     ("--patch", "blocks.0.hook_resid_pots[0,:]=1", "no operator blocks.0.hook_resid_pots runs in this model"),
     ("--patch", "blocks.0.attn.hook_rot_v=1", "no operator blocks.0.attn.hook_rot_v"),
 ])
-def test_bad_interventions_are_refused_with_one_line(option, text, fragment):
-    for command in ("run", "diff", "check"):
+def test_bad_interventions_are_refused_with_one_line(monkeypatch, option, text, fragment):
+    monkeypatch.setattr("tinyllm_tui.tui.app.launch", lambda loading, backend, **kw: loading.load())  # no terminal
+    for command in ("run", "diff", "check", "open"):
         result = invoke(command, FIXTURES / "llama", "--prompt", "The cat", option, text)
         assert result.exit_code == 2, (command, result.output)
         assert fragment in result.stderr and "Traceback" not in result.output

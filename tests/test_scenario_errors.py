@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from engine import load_scenario_text
 from engine.compare.expect import EXPECT_KEYS
 from engine.parameters import name_parts, parameter_shapes
+from engine.loading.cache_options import CACHE_KEYS
 from engine.loading.scenario_file import (DECODE_KEYS, DROPOUT_KEYS, FFN_KEYS, MODEL_KEYS, NORM_KEYS, REQUEST_KEYS, TOP_KEYS,
                              VOCAB_KEYS)
 from engine.spec import ModelSpec, NormSpec
@@ -143,7 +144,7 @@ def test_the_template_loads_runs_and_names_every_key():
     assert result.exit_code == 0, result.output
     text = template.read_text(encoding="utf-8")
     keys = set().union(TOP_KEYS, VOCAB_KEYS, MODEL_KEYS, NORM_KEYS, FFN_KEYS, DROPOUT_KEYS, REQUEST_KEYS,
-                       DECODE_KEYS, EXPECT_KEYS, {"file", "scale"})
+                       DECODE_KEYS, EXPECT_KEYS, CACHE_KEYS, {"file", "scale"})
     for gated, bias in ((True, True), (False, True)):
         spec = ModelSpec(d_model=4, n_layers=1, n_heads=2, d_head=2, d_ff=8, norm=NormSpec(affine=True),
                          final_norm=True, ffn="gated_silu" if gated else "relu", positions="learned",

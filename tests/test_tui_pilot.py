@@ -14,6 +14,7 @@ from tinyllm_tui.tui.main_screen import DebuggerScreen
 from tinyllm_tui.presentation.numbers import format_number
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
+from tinyllm_tui.tui.widgets.footer import KeyFooter
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.timeline import Timeline
@@ -244,6 +245,18 @@ async def test_click_an_operator_goes_there():
         assert state(app).step == 4
 
 
+async def test_click_a_key_in_the_footer_presses_it():
+    """The footer draws its keys as one line; a click on an entry presses that entry's key."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        footer = screen_text(app).splitlines()[-1]
+        await pilot.click(KeyFooter, offset=(footer.index("Step"), 0))
+        await settle(pilot)
+        assert state(app).step == 1
+        await pilot.click(KeyFooter, offset=(footer.index("? Help"), 0))
+        assert isinstance(app.screen, HelpScreen)
+
+
 async def test_unbound_key_gets_an_answer_and_q_quits():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
@@ -297,7 +310,7 @@ async def test_cycling_injections_replays_to_the_same_step():
         assert app.debugger.inject == "chunk-mask" and state(app).step == 39
         assert to_host(state(app).values)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
         assert "injected bug: chunk-mask" in status(app)
-        for _ in range(3):  # through the other two bugs (X01 has neither positions nor a layer 1) and back to none
+        for _ in range(4):  # through the other three bugs (X01 has neither positions nor a layer 1) and back to none
             await pilot.press("I")
             await settle(pilot)
         assert app.debugger.inject is None and "⚠" not in status(app)

@@ -15,8 +15,9 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib.resources import files
+from itertools import takewhile
 from pathlib import Path
 from typing import Annotated, Any, Optional, get_type_hints
 
@@ -29,6 +30,8 @@ from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.compare.against import compare_generation
 from engine.compare.dump import Dump, load_dump, save_dump
 from engine.compare.layout import Passes
+from engine.caches import Quantize
+from engine.compare.exact import against_exact
 from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.compare.gradcheck import check_head
@@ -123,11 +126,14 @@ class Options:
     max_memory: Annotated[Optional[str], typer.Option(
         "--max-memory", help="Memory budget, e.g. 8G (default: half the RAM); bigger models are refused.",
         show_default=False)] = None
-    prompt: Annotated[Optional[str], typer.Option(
-        "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer.",
+    prompt: Annotated[Optional[list[str]], typer.Option(
+        "--prompt", help="Checkpoints: the text to feed, tokenized by the model's own tokenizer (repeatable: one "
+        "request each).", show_default=False)] = None
+    ids: Annotated[Optional[list[str]], typer.Option(
+        "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3 (repeatable: one request each).",
         show_default=False)] = None
-    ids: Annotated[Optional[str], typer.Option(
-        "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3.", show_default=False)] = None
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="Run the requests as one left-padded batch; diff: the batch against each request alone.")] = False
     max_new_tokens: Annotated[Optional[int], typer.Option(
         "--max-new-tokens", min=1, help="Checkpoints: how many tokens to generate (default 1).",
         show_default=False)] = None
@@ -153,8 +159,8 @@ class Options:
         show_default=False)] = None
 
 
-MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "patches",
-                 "ablations")
+MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "batch",
+                 "patches", "ablations")
 
 
 def shared(*names: str) -> Callable[[Callable], Callable]:
@@ -189,9 +195,11 @@ def bundled_x01() -> Path:
 
 def _load(file: Path, options: Options) -> Scenario:
     """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens), with --patch and --ablate
-    after the scenario's own interventions."""
-    scenario = open_model(file, prompt=options.prompt, ids=_ids(options.ids), max_new_tokens=options.max_new_tokens,
+    after the scenario's own interventions, as one batch with --batch."""
+    ids = None if options.ids is None else [_ids(text) for text in options.ids]
+    scenario = open_model(file, prompt=options.prompt, ids=ids, max_new_tokens=options.max_new_tokens,
                           dtype=options.dtype, max_memory=_max_memory(options.max_memory))
+    scenario = dataclasses.replace(scenario, batch=True) if options.batch else scenario
     return with_interventions(scenario, options.patches, options.ablations)
 
 
@@ -235,11 +243,17 @@ def _debugger(file: Path, options: Options) -> Debugger:
     backend = _check_flags(options)
     scenario = _loaded(file, options)
     debugger = Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
-    if scenario.interventions:  # a misspelt hook is refused before anything prints
-        operators = {(s.name, s.head) for s in debugger.history.round_states()}
+    _refuse_unknown_operators(scenario, debugger.history.round_states)
+    return debugger
+
+
+def _refuse_unknown_operators(scenario: Scenario, first_round: Callable[[], Iterable[OpState]]) -> None:
+    """A misspelt hook in an intervention is refused before anything shows: every hook runs in the first round,
+    which is computed for this only when the scenario has interventions."""
+    if scenario.interventions:
+        operators = {(s.name, s.head) for s in first_round()}
         for intervention in scenario.interventions:
             check_operator(intervention, operators)
-    return debugger
 
 
 def _dump(options: Options) -> tuple[Dump | None, Options]:
@@ -253,9 +267,9 @@ def _dump(options: Options) -> tuple[Dump | None, Options]:
     return dump, options
 
 
-def _ids(text: str | None) -> list[int] | None:
+def _ids(text: str) -> list[int]:
     try:
-        return None if text is None else [int(part) for part in text.split(",") if part.strip()]
+        return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise typer.BadParameter(f"expected token ids like 1,2,3, got {text!r}", param_hint="--ids") from None
 
@@ -274,7 +288,7 @@ def _check_inject(inject: str | None) -> None:
 
 
 def _check_inject_runs(inject: str | None, scenario: Scenario) -> None:
-    why = FAULTS[inject].cannot_run(scenario.model, scenario.requests) if inject else None
+    why = FAULTS[inject].cannot_run(scenario) if inject else None
     if why:
         raise typer.BadParameter(f"bug {inject!r} cannot run on {scenario.path}: {why}", param_hint="--inject")
 
@@ -307,6 +321,8 @@ def open_tui(
 
     def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
         scenario = _load(path, options)
+        _refuse_unknown_operators(scenario, lambda: takewhile(lambda state: state.round == 0,
+                                                              Session(scenario, array_backend).steps()))
         return Opening(scenario, **_debugger_args(scenario, options))  # --set edits start unsaved: shown, undoable
 
     # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
@@ -478,16 +494,24 @@ class _Progress:
 @shared(*MODEL_OPTIONS)
 def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> None:
     """Compare the KV-cached run with a full recompute of the whole prefix, operator by operator:
-    the largest |cached − full| of each (0 when they agree exactly); exit 1 past the tolerance."""
-    diffs = _debugger(file, options).diff()
+    the largest |cached − full| of each (0 when they agree exactly); exit 1 past the tolerance.
+    With --batch: the requests as one batch against each request run alone. A quantized cache's
+    error against the exact cache is printed first, round by round."""
+    debugger = _debugger(file, options)
+    lossy = against_exact(debugger.scenario, debugger.backend) if debugger.scenario.cache.quantize is not Quantize.NONE else []
+    diffs = debugger.diff(alone=options.batch)
     if as_json:
-        _print_json(_diff_json(diffs, options.inject))
+        _print_json({**_diff_json(diffs, options.inject), **_exact_json(lossy)})
     else:
         if options.inject:
             print(f"injected bug {options.inject}: {INJECTIONS[options.inject]}")
+        if lossy:
+            print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
+            for row in lossy:
+                print(f"  {row.describe()}")
         for d in diffs:
             print(_diff_line(d))
-        print(diff_summary(diffs, options.inject))
+        print(diff_summary(diffs, options.inject, options.batch))
     if first_divergence(diffs) is not None:
         raise typer.Exit(1)
 
@@ -498,6 +522,16 @@ def _diff_line(d: OpDiff) -> str:
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
     return (f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  "
             f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:g})")
+
+
+def _exact_json(rows: list) -> dict:
+    """A quantized cache's error against the exact cache, per round (nothing for an exact cache)."""
+    if not rows:
+        return {}
+    return {"against_exact_cache": [{"request": r.request, "round": r.round, "logits": json_number(r.logits_error),
+                                     "pattern": [json_number(e) for e in r.pattern_error],
+                                     "kv": [json_number(e) for e in r.kv_error], "same_choice": r.same_choice}
+                                    for r in rows]}
 
 
 def _diff_json(diffs: list[OpDiff], inject: str | None) -> dict:

@@ -1,15 +1,20 @@
 """Full-vs-cached diff: the cached run beside a run that recomputes the whole prefix.
 
-Rows are aligned by (request, round, operator, layer, head, absolute position);
-columns by index, and they must stand for the same tokens (or features). Extra key columns in one run count as equal only when masked
-(−∞ scores, 0 probabilities), so a cache that holds extra or missing rows shows.
+Rows are aligned by (request, round, operator, layer, head, absolute position); key columns by
+(position, token), others by index. Columns only one run has count as equal only when masked
+(−∞ scores, 0 probabilities), so a cache that holds extra or missing rows shows, and a ring
+buffer (which holds only its window) meets the full recompute's masked columns.
+
+A batch run is read request by request; `shift` moves a request's positions back by its left
+padding, so that a batched request lines up with the same request run alone (`diff_batch`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,8 +22,8 @@ import numpy as np
 from engine.backend import Backend, to_host
 from engine.scenario import Scenario
 from engine.session import Session
+from engine.labels import Axis
 from engine.spec import Mode
-from engine.labels import resolve
 from engine.trace import OpState, Phase
 
 TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
@@ -59,10 +64,11 @@ def op_key(state: OpState) -> Key:
     return (state.request, state.round, state.name, state.layer, state.head)
 
 
-def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff]:
+def diff_runs(cached: Iterable[OpState], full: Iterable[OpState], shift: Sequence[int] = ()) -> list[OpDiff]:
     """Largest |cached − full| per operator of every round, in the cached run's order.
 
     Both runs are read round by round in step, so only one round of the reference is held.
+    shift: each request's left padding in the cached run (its rows before it have no counterpart).
     """
     worst: dict[Key, OpDiff] = {}
     full_rounds = itertools.groupby(full, key=_round_key)
@@ -71,7 +77,7 @@ def diff_runs(cached: Iterable[OpState], full: Iterable[OpState]) -> list[OpDiff
         while current is not None and current[0] < round_key:  # a round only the full run has
             current = next(full_rounds, None)
         reference = _reference(current[1]) if current is not None and current[0] == round_key else {}
-        _compare_round(states, reference, worst)
+        _compare_round(states, reference, worst, shift[round_key[0]] if shift else 0)
     return list(worst.values())
 
 
@@ -82,18 +88,18 @@ def _round_key(state: OpState) -> tuple[int, int]:
 def _reference(states: Iterable[OpState]) -> dict[tuple, tuple[Sequence, np.ndarray]]:
     reference = {}
     for state in states:
-        values, cols = to_host(state.values), _column_ids(state)
+        values, cols = to_host(state.values), _column_ids(state, 0)
         for i, position in enumerate(state.positions):
             reference[(*op_key(state), position)] = (cols, values[i])
     return reference
 
 
-def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, OpDiff]) -> None:
+def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, OpDiff], shift: int) -> None:
     for state in states:
-        values, cols = to_host(state.values), _column_ids(state)
+        values, cols = to_host(state.values), _column_ids(state, shift)
         largest = max(
-            (_row_diff(cols, values[i], reference.get((*op_key(state), position)))
-             for i, position in enumerate(state.positions)),
+            (_row_diff(cols, values[i], reference.get((*op_key(state), position - shift)))
+             for i, position in enumerate(state.positions) if position >= shift),
             default=0.0,
         )
         key = op_key(state)
@@ -106,31 +112,64 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
 
 def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
     cached = Session(scenario, backend, mode=Mode.CACHED, inject=inject)
-    full = Session(scenario, backend, mode=Mode.FULL)
-    return diff_runs(cached.steps(), full.steps())
+    return diff_sessions(cached, Session(scenario, backend, mode=Mode.FULL))
+
+
+def diff_batch(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
+    """The requests run as one batch (cached, with `inject`) against each request run alone."""
+    batched = Session(dataclasses.replace(scenario, batch=True), backend, inject=inject)
+    return diff_sessions(batched, alone(scenario, backend))
+
+
+def alone(scenario: Scenario, backend: Backend | None = None) -> Session:
+    """The reference of a batch: each request run by itself, cached, no bug."""
+    return Session(dataclasses.replace(scenario, batch=False), backend)
+
+
+def diff_sessions(cached: Session, reference: Session,
+                  read: Callable[[Iterable[OpState]], Iterable[OpState]] = iter) -> list[OpDiff]:
+    """Two sessions' runs, each read through `read` (a cancellable wrapper); a batch is regrouped request by
+    request, and shifted by its padding to meet a reference that is not a batch."""
+    shift = cached.padding if cached.scenario.batch and not reference.scenario.batch else ()
+    return diff_runs(_by_request(cached, read), _by_request(reference, read), shift)
+
+
+def _by_request(session: Session, read) -> Iterable[OpState]:
+    """A session's states request by request: a batch's lockstep rows are regrouped (and held)."""
+    states = read(session.steps())
+    return sorted(states, key=_round_key) if session.scenario.batch else states
 
 
 def first_divergence(diffs: list[OpDiff]) -> OpDiff | None:
     return next((d for d in diffs if not d.agrees), None)
 
 
-def _column_ids(state: OpState) -> Sequence:
-    """What each output column stands for: a token (key columns), else its index."""
+def _column_ids(state: OpState, shift: int) -> Sequence:
+    """What each output column stands for: (position, token) for key columns, else its index."""
     axis = state.output.col_axis
-    return resolve(axis) if isinstance(axis, tuple) else axis.ids()
+    if not isinstance(axis, Axis):  # labels given as strings
+        return tuple(axis)
+    ids = axis.ids()
+    return ids if isinstance(ids, range) else tuple(zip((p - shift for p in axis.positions), ids))
 
 
 def _row_diff(cols: Sequence, row: np.ndarray, expected) -> float:
     if expected is None:
         return math.inf
     expected_cols, expected_row = expected
-    n = min(len(cols), len(expected_cols))
-    if cols[:n] != expected_cols[:n]:
-        return math.inf
-    extra = np.concatenate([row[n:], expected_row[n:]])
-    if not np.all((extra == 0) | np.isneginf(extra)):
-        return math.inf
-    a, b = row[:n], expected_row[:n]
+    if cols == expected_cols:
+        a, b = row, expected_row
+    else:  # columns of one run only must be masked; the shared ones are compared
+        where = {col: j for j, col in enumerate(expected_cols)}
+        shared = [(i, where[col]) for i, col in enumerate(cols) if col in where]
+        only = [row[i] for i, col in enumerate(cols) if col not in where]
+        matched = {j for _, j in shared}
+        only += [expected_row[j] for j in range(len(expected_cols)) if j not in matched]
+        extra = np.asarray(only, dtype=row.dtype)
+        if not np.all((extra == 0) | np.isneginf(extra)):
+            return math.inf
+        a = row[[i for i, _ in shared]]
+        b = expected_row[[j for _, j in shared]]
     same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities subtract to nan
     with np.errstate(invalid="ignore"):
         gaps = np.where(same, 0.0, np.abs(a - b))

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
 
 from engine.compare.layout import Key, parse_key
 from engine.loading.document import ScenarioError
+from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
 
 SUFFIXES = (".safetensors", ".npz")
 
@@ -64,10 +66,6 @@ def _read_npz(path: Path) -> dict[str, tuple[np.ndarray, str]]:
 
 
 def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
-    from safetensors import safe_open
-
-    from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
-
     named = {}
     with safe_open(str(path), framework="numpy") as file:
         for key in file.keys():

@@ -18,7 +18,8 @@ __all__ = ["Scenario", "ScenarioError", "is_checkpoint", "load_checkpoint", "loa
            "open_model"]
 
 
-def open_model(path: str | Path, *, prompt: str | None = None, ids: list[int] | None = None,
+def open_model(path: str | Path, *, prompt: str | list[str] | None = None,
+               ids: list[int] | list[list[int]] | None = None,
                max_new_tokens: int | None = None, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
     """A checkpoint or a scenario file, whichever `path` is: the one entry the CLI needs. A folder is
     taken for a checkpoint (one without config.json is refused as such), unless it is named like a scenario."""

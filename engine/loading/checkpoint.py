@@ -42,9 +42,10 @@ def is_checkpoint(path: str | Path) -> bool:
     return path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").exists()) or path.name == "config.json"
 
 
-def load_checkpoint(path: str | Path, *, prompt: str | None = None, ids: list[int] | None = None,
+def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
+                    ids: list[int] | list[list[int]] | None = None,
                     max_new_tokens: int = 1, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
-    """Open a checkpoint with one request: `prompt` tokenized by its own tokenizer, or `ids`.
+    """Open a checkpoint with a request per prompt (tokenized by its own tokenizer) or list of ids.
 
     Args:
         dtype: how the weights are kept ("float64" or "float32"); a session's backend
@@ -71,17 +72,31 @@ def load_checkpoint(path: str | Path, *, prompt: str | None = None, ids: list[in
                                       f"{error})") from None
     rows = weights.shapes["embed"][0]
     vocab = make_vocab(tokenizer, rows, **special) if tokenizer else numbered_vocab(rows, **special)
-    tokens = _request_ids(path, tokenizer, len(vocab), prompt, ids)
+    prompts = _one_each(path, prompt, ids)
+    tokens = [_request_ids(path, tokenizer, len(vocab), *given) for given in prompts]
     limit = max_new_tokens if spec.lm_head else 1
-    if spec.positions == Positions.LEARNED and len(tokens) + limit - 1 > spec.max_positions:
-        raise ScenarioError(str(path), None, "--max-new-tokens", f"needs {len(tokens) + limit - 1} positions, "
+    longest = max(map(len, tokens))
+    if spec.positions == Positions.LEARNED and longest + limit - 1 > spec.max_positions:
+        raise ScenarioError(str(path), None, "--max-new-tokens", f"needs {longest + limit - 1} positions, "
                             f"the model has {spec.max_positions}")
     return Scenario(
         path=str(path), title=path.stem if path.suffix == ".gguf" else path.name, vocab=vocab, model=spec,
         weights=weights,
-        requests=(Request(tokens=tokens, max_new_tokens=limit),),
+        requests=tuple(Request(tokens=t, max_new_tokens=limit) for t in tokens),
         decode=DecodeRule(max_new_tokens=limit),
     )
+
+
+def _one_each(path: Path, prompt: str | list[str] | None,
+              ids: list[int] | list[list[int]] | None) -> list[tuple[str | None, list[int] | None]]:
+    """(prompt, ids) for each request: one per prompt given, or one per list of ids."""
+    if isinstance(prompt, list) and isinstance(ids, list) and prompt and ids:
+        raise ScenarioError(str(path), None, "--prompt/--ids", "give prompts or token ids, not both")
+    if isinstance(prompt, list) and prompt:
+        return [(text, None) for text in prompt]
+    if ids and isinstance(ids[0], list):
+        return [(None, each) for each in ids]
+    return [(None if isinstance(prompt, list) else prompt, ids or None)]
 
 
 def _request_ids(path: Path, tokenizer: Tokenizer | None, size: int, prompt: str | None,

@@ -39,12 +39,14 @@ from engine.spec import (
     Vocab,
 )
 from engine.loading.weightfile import read_weights
+from engine.loading.cache_options import cache_options
+from engine.caches import CacheSpec
 from engine.scenario import Scenario
 
 __all__ = ["ScenarioError", "load_scenario", "load_scenario_text"]
 
 TOP_KEYS = {"title", "checkpoint", "vocab", "model", "weights", "requests", "decode", "breakpoints", "expect",
-            "interventions"}
+            "cache", "batch", "interventions"}
 INLINE_MODEL_KEYS = ("vocab", "model", "weights")  # what `checkpoint:` replaces
 Encoder = Callable[[str], tuple[int, ...]]  # text -> ids, by a checkpoint's own tokenizer
 
@@ -72,6 +74,7 @@ def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario
         vocab, model, weights, source = _inline(root, max_memory, dtype)
         encoder = None
     decode = _decode(root.get("decode"), vocab) if root.has("decode") else DecodeRule()
+    cache, model = cache_options(root.get("cache"), model) if root.has("cache") else (CacheSpec(), model)
     return Scenario(
         path=file,
         title=root.get("title").text() if root.has("title") else Path(file).stem,
@@ -86,7 +89,18 @@ def _build(text: str, file: str, max_memory: int | None, dtype: str) -> Scenario
         if root.has("interventions") else (),
         document=None if from_checkpoint else text,  # no inline weights to write edits back into
         weights_source=source,
+        cache=cache,
+        batch=_batch(root, model),
     )
+
+
+def _batch(root: Node, model: ModelSpec) -> bool:
+    if not root.has("batch"):
+        return False
+    node = root.get("batch")
+    if node.boolean() and not model.lm_head:
+        raise node.error("an encoder has no decode rounds to batch")
+    return node.boolean()
 
 
 def _inline(root: Node, max_memory: int | None,

@@ -26,7 +26,8 @@ from engine import Backend, OpState, Scenario, Session, load_scenario, make_back
 from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
 from engine.compare.against import Against, Report, disagreement
 from engine.compare.check import check_scenario
-from engine.compare.diff import TOLERANCE, OpDiff, diff_runs, first_divergence
+from engine.compare.diff import TOLERANCE, OpDiff, diff_sessions, first_divergence
+from engine.compare.diff import alone as alone_session
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
@@ -40,6 +41,7 @@ from tinyllm_tui.debugger.autosave import Unsaved
 from engine.interventions import InterventionError, check_intervention, parse_any
 from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after
+from tinyllm_tui.debugger.batch import batch_group, stacked
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
                                         timeline_frame, with_breakpoints)
@@ -240,7 +242,7 @@ class Debugger:
             operators = self.frame.operators  # the same round: the list keeps its lines
         frame = Frame(
             step=state.step, phase=Phase(state.phase), request=state.request, round=state.round,
-            matrix=self._matrix(state),
+            matrix=self._matrix(state, batch_group(history.state_at, state)),
             cache=self._cache(state, self.cache_layer, self.cache_head),
             operators=operators,
             timeline=timeline_frame(state, len(scenario.requests), bool(scenario.decode.prefill_chunk), view.rounds,
@@ -258,15 +260,18 @@ class Debugger:
         differing = self.differing_cache_rows(state, layer)
         return cache_frame(state, self.fingerprint, self.scenario.model.d_head, layer, head, differing)
 
-    def _matrix(self, state: OpState) -> MatrixFrame:
+    def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
+        """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
         values = to_host(state.values)
         before = self.before(state)
         vocab = self.scenario.vocab
+        verdicts = self._verdicts(state, values, before)
+        rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
+        if len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1:
+            values, rows, cols = stacked(batch)
         tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
-        return matrix_frame(state.name, values, lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis),
-                            kind=state.kind, head=state.head, before=before,
-                            verdicts=self._verdicts(state, values, before), tokens=tokens,
-                            names=vocab.tokens.__getitem__)
+        return matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
+                            verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
 
     def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:
         """Cell by cell: the user's dump (every cell), or the printed cells of an expect: table."""
@@ -477,8 +482,7 @@ class Debugger:
 
         A bug that cannot run on this model (layer 1's cache in a one-layer model, positions past a
         learned table) is skipped."""
-        model, requests = self.scenario.model, self.scenario.requests
-        names = [None, *(name for name, fault in FAULTS.items() if not fault.cannot_run(model, requests))]
+        names = [None, *(name for name, fault in FAULTS.items() if not fault.cannot_run(self.scenario))]
         self.inject = names[(names.index(self.inject) + 1) % len(names)]
         self._adopt(self._new_run(self.history.cursor, progress))
         return InjectionChanged(self.inject)
@@ -693,15 +697,16 @@ class Debugger:
             with self._counting:
                 self._comparing -= 1
 
-    def diff(self) -> list[OpDiff]:
-        """The run being debugged (fault and stale cache included) against a full recompute.
+    def diff(self, alone: bool = False) -> list[OpDiff]:
+        """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
+        its requests as one batch against each request run alone.
 
         Raises DiffCancelled when `cancel()` is called meanwhile."""
-        scenario, inject, stale = self.scenario, self.inject, self.stale
-        cached = Session(scenario, self.backend, inject=inject, stale=stale)
-        full = Session(scenario, self.backend, mode="full")
+        scenario = replace(self.scenario, batch=True) if alone else self.scenario
+        cached = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
+        reference = alone_session(scenario, self.backend) if alone else Session(scenario, self.backend, mode="full")
         with self._comparison():
-            return diff_runs(self._cancellable(cached.steps()), self._cancellable(full.steps()))
+            return diff_sessions(cached, reference, self._cancellable)
 
     def compare(self) -> DiffReport:
         """`diff()` with where it first diverges (raises DiffCancelled as diff does)."""

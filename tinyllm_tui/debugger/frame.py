@@ -17,9 +17,11 @@ import numpy as np
 
 from engine import OpState, to_host
 from engine.breakpoints import short_name
+from engine.caches import PagedFacts, QuantizedFacts, RingFacts
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.trace import OpKind, Phase, Status
+from tinyllm_tui.presentation.cache_layout import row_label
 from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
 
 PROBABILITY_KINDS = (OpKind.SOFTMAX, OpKind.PROBS)
@@ -121,6 +123,8 @@ class CacheFrame:
     differing: frozenset[int]  # positions whose K or V row differs from a --against dump
     k: MatrixFrame
     v: MatrixFrame
+    layout: RingFacts | PagedFacts | QuantizedFacts | None = None  # what the layout holds beside its rows
+    evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
 
 
 class Group(StrEnum):
@@ -152,6 +156,18 @@ class TimelineFrame:
     cache_length: int
     rounds: tuple  # tinyllm_tui.debugger.history.RoundSummary
     marks: tuple[tuple[int, bool], ...] = ()  # (round, your dump agrees) of this request, once compared
+    batch: tuple[BatchLine, ...] = ()  # every row of a batch run as it stands (none outside a batch)
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One row of a batch on the timeline."""
+
+    request: int
+    pad: int  # its first `pad` positions hold padding
+    tokens: tuple[tuple[int, str, Status], ...]
+    focus: int
+    stop: str | None  # once it left the batch
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
@@ -270,14 +286,21 @@ def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head:
     heads = max(cache.k.shape[1] // d_head, 1)
     head = min(head, heads - 1)
     part = slice(head * d_head, (head + 1) * d_head)
-    timeline = state.timeline
-    rows = Labels(cache.length, lambda p: f"{p} · {timeline[p].text}" if p < len(timeline) else str(p))
+    timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
     cols = Labels(min(d_head, cache.k.shape[1]), lambda j: f"d{j}")
-    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=True,
-                         new_from=state.chunk_past, differing=differing)
+    marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
+    if marked:
+        rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
+    else:
+        rows = Labels(cache.length, lambda p: f"{p} · {timeline[p].text}" if p < len(timeline) else str(p))
+    ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
+    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=not ring,
+                         new_from=None if marked else new_from, differing=frozenset() if marked else differing)
             for name, array in (("K", cache.k), ("V", cache.v)))
-    return CacheFrame(layer, len(state.caches), head, heads, cache.length, max(cache.length - state.chunk_past, 0),
-                      cache.fingerprint != fingerprint, differing, k, v)
+    held = set(positions)
+    evicted = tuple(p for p in range(cache.seen) if p not in held)
+    return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
+                      cache.fingerprint != fingerprint, differing, k, v, cache.facts, evicted)
 
 
 def follow_layer(state: OpState) -> int | None:
@@ -292,13 +315,22 @@ def follow_layer(state: OpState) -> int | None:
 def timeline_frame(state: OpState, requests: int, chunked: bool, rounds: tuple,
                    verdicts: dict[tuple[int, int], bool]) -> TimelineFrame:
     """Args: verdicts: (request, round) -> your dump agrees, where a --against dump was compared."""
-    tokens = tuple((t.position, t.text, t.status) for t in state.timeline)
-    focus = next((i for status in (Status.CURRENT, Status.SELECTED)
-                  for i, token in enumerate(tokens) if token[2] is status), max(len(tokens) - 1, 0))
+    tokens, focus = timeline_tokens(state.timeline)
     chunk = state.chunk if chunked and state.phase is Phase.PREFILL else None
     marks = tuple((r, agrees) for (q, r), agrees in sorted(verdicts.items()) if q == state.request)
+    batch = tuple(BatchLine(row.request, row.pad, *timeline_tokens(row.moment.timeline), row.stop)
+                  for row in state.batch or ())
     return TimelineFrame(tokens, focus, state.request, requests, Phase(state.phase), state.round, chunk,
-                         state.caches[0].length if state.caches else 0, rounds, marks)
+                         state.caches[0].length if state.caches else 0, rounds, marks, batch)
+
+
+def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]:
+    """(position, text, status) of each token, and the one a window centres on: the first being fed,
+    else the selected one, else the last."""
+    tokens = tuple((t.position, t.text, t.status) for t in timeline)
+    focus = next((i for status in (Status.CURRENT, Status.SELECTED)
+                  for i, token in enumerate(tokens) if token[2] is status), max(len(tokens) - 1, 0))
+    return tokens, focus
 
 
 def operands(state: OpState) -> tuple[Operand, ...]:

@@ -164,16 +164,22 @@ class History:
         """Every operator of the current state's round still in memory, computing ahead to the round's end
         (with `ahead` False, only those computed so far: nothing is pulled).
 
-        Walks out from the cursor, so a step costs the round's length, not the whole kept history's."""
-        key = (self.current.request, self.current.round)
+        Walks out from the cursor, so a step costs the round's length, not the whole kept history's. A batch's
+        rows go through a round in lockstep: its states interleave with the other rows' of the same round."""
+        current = self.current
+        batch = current.batch is not None
+
+        def member(state: OpState) -> bool:
+            return state.round == current.round and (batch or state.request == current.request)
+
         first = last = self.cursor
-        while first > self._offset and (self._at(first - 1).request, self._at(first - 1).round) == key:
+        while first > self._offset and member(self._at(first - 1)):
             first -= 1
         known = self._have if ahead else lambda step: step <= self.last_recorded
-        while known(last + 1) and (self._at(last + 1).request, self._at(last + 1).round) == key:
+        while known(last + 1) and member(self._at(last + 1)):
             last += 1
         first = max(first, self._offset)  # computing ahead may have dropped the round's oldest states
-        return [self._at(step) for step in range(first, last + 1)]
+        return [s for s in map(self._at, range(first, last + 1)) if s.request == current.request]
 
     def _at(self, step: int) -> OpState:
         return self._states[step - self._offset]

@@ -3,7 +3,7 @@
 A kept round start costs the K/V rows it alone holds: each layer's cache is stored as the
 rows added since the previous kept round start when the older cache is a prefix of the
 newer (cached decode, bit for bit), else whole (the first one, full-mode recomputes, a
-bug that swaps caches). A decode round then costs one row per layer instead of the whole
+bug that swaps caches, a layout that does not only append rows: ring, paged, quantized). A decode round then costs one row per layer instead of the whole
 cache, and resuming concatenates the rows back, bit for bit.
 
 The rule within `budget` bytes: keep the round starts whose ordinal (0, 1, 2, … in stream
@@ -25,6 +25,7 @@ from typing import Any
 
 from array_api_compat import array_namespace
 
+from engine.caches import array_bytes
 from engine.session import RoundStart
 from engine.trace import LayerCache
 
@@ -37,22 +38,33 @@ class _Rows:
 
     k: Array
     v: Array
-    fingerprint: str
     whole: bool
+    empty: LayerCache  # the cache's layout and fields without its rows (or the whole cache, not only rows)
 
     @property
     def nbytes(self) -> int:
-        return int(self.k.nbytes) + int(self.v.nbytes)
+        return array_bytes(self.k) + array_bytes(self.v)
+
+    def cache(self, earlier: list[_Rows]) -> LayerCache:
+        """The cache these rows end, the rows of `earlier` (oldest first) before them."""
+        if not self.empty.appends_rows:
+            return self.empty
+        xp = array_namespace(self.k)
+        parts = [*earlier, self]
+        return dataclasses.replace(self.empty, k=xp.concat([p.k for p in parts], axis=0),
+                                   v=xp.concat([p.v for p in parts], axis=0))
 
 
 def _rows(new: LayerCache, old: LayerCache | None) -> _Rows:
     n = 0 if old is None else old.length
+    xp = array_namespace(new.k)  # copies: a view would keep the whole newer cache alive
+    empty = dataclasses.replace(new, k=xp.asarray(new.k[:0, ...], copy=True), v=xp.asarray(new.v[:0, ...], copy=True))
+    if not new.appends_rows:
+        return _Rows(new.k, new.v, True, new)
     if old is None or new.length < n or new.fingerprint != old.fingerprint or not (
             _same(new.k[:n, ...], old.k) and _same(new.v[:n, ...], old.v)):
-        return _Rows(new.k, new.v, new.fingerprint, whole=True)
-    xp = array_namespace(new.k)  # a copy: a view would keep the whole newer cache alive
-    return _Rows(xp.asarray(new.k[n:, ...], copy=True), xp.asarray(new.v[n:, ...], copy=True), new.fingerprint,
-                 whole=False)
+        return _Rows(new.k, new.v, True, empty)
+    return _Rows(xp.asarray(new.k[n:, ...], copy=True), xp.asarray(new.v[n:, ...], copy=True), False, empty)
 
 
 def _same(a: Array, b: Array) -> bool:
@@ -67,7 +79,7 @@ def _merge(earlier: _Rows, later: _Rows) -> _Rows:
         return later
     xp = array_namespace(later.k)
     return _Rows(xp.concat([earlier.k, later.k], axis=0), xp.concat([earlier.v, later.v], axis=0),
-                 later.fingerprint, earlier.whole)
+                 earlier.whole, later.empty)
 
 
 @dataclass
@@ -148,8 +160,4 @@ class RoundStarts:
         while not parts[-1].whole:
             index -= 1
             parts.append(self._kept[index].layers[layer])
-        if len(parts) == 1:
-            return LayerCache(parts[0].k, parts[0].v, parts[0].fingerprint)
-        xp = array_namespace(parts[0].k)
-        return LayerCache(xp.concat([p.k for p in reversed(parts)], axis=0),
-                          xp.concat([p.v for p in reversed(parts)], axis=0), parts[0].fingerprint)
+        return parts[0].cache(parts[:0:-1])

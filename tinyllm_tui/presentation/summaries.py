@@ -39,13 +39,15 @@ def token_text(vocab: Vocab, ids: Iterable[int]) -> str:
     return " ".join(vocab.tokens[int(t)] for t in ids)
 
 
-def diff_summary(diffs: list[OpDiff], inject: str | None) -> str:
-    """One line: every operator agrees, or where the cached run first leaves the full recompute."""
+def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -> str:
+    """One line: every operator agrees, or where the cached run first leaves the full recompute
+    (with `batch`: where the batch first leaves a request run alone)."""
     injected = f" (injected: {inject})" if inject else ""
     first = first_divergence(diffs)
     if first is None:
         tolerance = diffs[0].tolerance if diffs else TOLERANCE
-        return f"✓ cached equals full recompute: every operator within {tolerance:g}{injected}"
+        same = "the batch equals each request alone" if batch else "cached equals full recompute"
+        return f"✓ {same}: every operator within {tolerance:g}{injected}"
     return f"✗ first divergence: {first.describe()}{injected}"
 
 

@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, ProgressBar, TabbedContent, TabPane
+from textual.widgets import ProgressBar, TabbedContent, TabPane
 
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
@@ -24,6 +24,7 @@ from tinyllm_tui.tui.i18n import EN, describe, tr, where
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
+from tinyllm_tui.tui.widgets.footer import KeyFooter
 from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
@@ -54,7 +55,12 @@ def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
 def matrix_title(frame: Frame, lang: str) -> str:
     """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
     head = "" if frame.matrix.head is None else tr("matrix.head", lang, head=frame.matrix.head)
-    return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=frame.request,
+    request = str(frame.request)
+    rows = frame.timeline.batch
+    if rows:  # which row of the batch, and its padding
+        row = next(i for i, line in enumerate(rows) if line.request == frame.request)
+        request += tr("matrix.batch", lang, row=row + 1, rows=len(rows), pad=rows[row].pad)
+    return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=request,
               where=where(frame.phase, frame.round, lang))
 
 
@@ -119,7 +125,7 @@ class DebuggerScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield ProgressBar(id="progress", show_eta=False)  # only while a run is in flight
-        yield Timeline(id="timeline")
+        yield Timeline(id="timeline", classes="-batch" if self.debugger.scenario.batch else None)
         with Horizontal(id="body"):
             yield OperatorList(id="operators")
             with Vertical(id="right"):
@@ -135,7 +141,7 @@ class DebuggerScreen(Screen):
                         yield InputsPanel()
                     with TabPane(tr("panel.expect", self.lang), id="expect"):
                         yield ExpectPanel()
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         for widget in (self.query_one(Timeline), self.query_one(StatusBar), self.query_one(ExplanationPanel),

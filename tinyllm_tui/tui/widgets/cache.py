@@ -12,7 +12,8 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
-from tinyllm_tui.debugger.frame import CacheFrame
+from tinyllm_tui.debugger.frame import CacheFrame, PagedFacts, QuantizedFacts, RingFacts
+from tinyllm_tui.presentation.cache_layout import format_size, spans
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 
@@ -52,6 +53,8 @@ class CacheView(Vertical):
                         last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
         rows = tr("cache.rows", lang, rows=cache.length, new=cache.appended)
+        layout = layout_line(cache, lang)
+        rows = f"{layout} · {rows}" if layout else rows  # the layout first: a ring's write slot must show
         if cache.stale:  # the warning first: it must survive a narrow panel
             where.append(f"{tr('cache.stale', lang)} · {rows}", style="bold yellow")
         else:
@@ -64,7 +67,23 @@ class CacheView(Vertical):
             window.show(matrix, matrix.name)  # the layer and head are in the title above
 
 
+def layout_line(cache: CacheFrame, lang: str) -> str:
+    """What the layout holds beside its rows ("" for a contiguous cache)."""
+    facts = cache.layout
+    if isinstance(facts, RingFacts):
+        sinks = tr("cache.ring.sinks", lang, count=facts.sinks) if facts.sinks else ""
+        return tr("cache.ring", lang, window=facts.window, sinks=sinks, write=facts.write,
+                  evicted=spans(cache.evicted) or tr("cache.ring.none", lang))
+    if isinstance(facts, PagedFacts):
+        table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
+        return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
+    if isinstance(facts, QuantizedFacts):
+        return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
+                  stored=format_size(facts.nbytes), exact=format_size(facts.exact_nbytes))
+    return ""
+
+
 def _same(old: CacheFrame, new: CacheFrame) -> bool:
     return (old.k.values.base is new.k.values.base and old.k.values.base is not None
-            and (old.layer, old.head, old.length, old.appended, old.stale, old.differing)
-            == (new.layer, new.head, new.length, new.appended, new.stale, new.differing))
+            and (old.layer, old.head, old.length, old.appended, old.stale, old.differing, old.layout, old.evicted)
+            == (new.layer, new.head, new.length, new.appended, new.stale, new.differing, new.layout, new.evicted))

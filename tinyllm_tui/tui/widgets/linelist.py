@@ -84,16 +84,18 @@ class LineList(TextLines, can_focus=True):
         return self._top
 
     def text_lines(self) -> list[Text]:
-        height, width = self.size.height, max(self.size.width, 1)
-        self._scroll_to_highlight()
-        shown = []
-        for i in range(self._top, min(self._top + height, len(self.lines))):
-            line = self.lines[i][1].copy()
-            line.truncate(width, overflow="ellipsis")
-            if i == self.highlighted:
-                line.stylize("reverse" if self.has_focus else "bold reverse dim")
-            shown.append(line)
-        return shown
+        return [self.text_line(y) for y in range(min(self.size.height, len(self.lines)))]
+
+    def text_line(self, y: int) -> Text | None:
+        """Made alone: a step repaints the two lines its highlight moved between, not the whole list."""
+        index = self._scroll_to_highlight() + y
+        if y >= self.size.height or index >= len(self.lines):
+            return None
+        line = self.lines[index][1].copy()
+        line.truncate(max(self.size.width, 1), overflow="ellipsis")
+        if index == self.highlighted:
+            line.stylize("reverse" if self.has_focus else "bold reverse dim")
+        return line
 
     def _step_to(self, index: int, direction: int) -> None:
         """Highlight the nearest selectable line from `index` on in `direction`."""

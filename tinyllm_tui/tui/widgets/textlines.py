@@ -2,13 +2,16 @@
 
 Returning a Text from `render()` sends every step's content through a wrapping
 and measuring pass; lines that already fit can go straight to strips. A subclass
-gives `text_lines()`; they are turned into strips once per refresh. A subclass that
+gives `text_lines()` (once per refresh), or `text_line(y)` where one line can be made alone; a line
+becomes a strip only when Textual asks for it, which after a refresh of a few regions is just those
+lines (a step moves the operator list's highlight: two lines of forty). A subclass that
 knows how many lines it draws (`line_count()`) gets a refresh of just those lines and
 the ones it drew before: Textual redraws every dirty line, and a tall panel is mostly blank.
 """
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
@@ -20,14 +23,23 @@ class TextLines(Widget):
         """The lines to show, top first: Text, or a ready Strip where building Text would cost too much."""
         raise NotImplementedError
 
+    def text_line(self, y: int) -> Text | Strip | None:
+        """Line `y` of `text_lines()` (made once per refresh), None below the last."""
+        if self._texts is None or self._texts_width != self.size.width:
+            self._texts, self._texts_width = self.text_lines(), self.size.width
+        return self._texts[y] if y < len(self._texts) else None
+
     _painted = 0  # lines drawn at the last refresh of the content
+    _texts: list[Text | Strip] | None = None
+    _texts_width = 0
+    _base: Style | None = None  # the widget's style, looked up once per refresh
 
     def line_count(self) -> int | None:
         """How many lines the next refresh draws, if a subclass can tell cheaply."""
         return None
 
     def refresh(self, *regions, **options) -> Widget:
-        self._strips: list[Strip] | None = None
+        self._texts = self._base = None
         content = not regions and not options.get("layout") and not options.get("recompose")  # reactives repaint so
         count = self.line_count() if content and self.is_mounted else None
         if count is None:
@@ -38,12 +50,11 @@ class TextLines(Widget):
         return super().refresh(Region(0, 0, self.outer_size.width, top + max(dirty, 1)))
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        if getattr(self, "_strips", None) is None or getattr(self, "_strips_width", None) != width:
-            console, base = self.app.console, self.rich_style
-            self._strips = [(line if isinstance(line, Strip) else Strip(line.render(console)))
-                            .adjust_cell_length(width, base).apply_style(base) for line in self.text_lines()]
-            self._strips_width = width
-        if y < len(self._strips):
-            return self._strips[y]
-        return Strip.blank(width, self.rich_style)
+        if self._base is None:
+            self._base = self.rich_style
+        width, base = self.size.width, self._base
+        line = self.text_line(y)
+        if line is None:
+            return Strip.blank(width, base)
+        strip = line if isinstance(line, Strip) else Strip(line.render(self.app.console))
+        return strip.adjust_cell_length(width, base).apply_style(base)

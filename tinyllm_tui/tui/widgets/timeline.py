@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from tinyllm_tui.debugger.frame import Status, TimelineFrame
+from tinyllm_tui.debugger.frame import BatchLine, Status, TimelineFrame
 from tinyllm_tui.tui.i18n import tr, where
 
 # A glyph per status as well as a colour, so that monochrome terminals keep the meaning.
@@ -20,7 +20,7 @@ STYLES = {
 ROUND_SEPARATOR = " │ "
 
 
-def token_window(data: TimelineFrame, width: int) -> Text:
+def token_window(data: TimelineFrame | BatchLine, width: int) -> Text:
     """As many tokens around the focus as fit in `width` cells, with counts of the hidden ones."""
     pieces = [(f"{STYLES[status][0]}{position}:{text}", STYLES[status][1]) for position, text, status in data.tokens]
     if not pieces:
@@ -85,11 +85,27 @@ class Timeline(Widget):
             place += f" {mark(marks[data.round])}"
         place += tr("timeline.cache", lang, length=data.cache_length)
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
+        if data.batch:  # one line per row of the batch, as many as the panel holds around the current one
+            return self._batch(lines, width)
         lines.append_text(token_window(data, width - cell_len(place)))
         lines.append("\n")
         lines.append(self._rounds(width), style="italic")
         legend = "  ".join(f"{glyph} {tr(key, lang)}" for glyph, _, key in STYLES.values())
         lines.append("\n" + legend, style="dim")
+        return lines
+
+    def _batch(self, lines: Text, width: int) -> Text:
+        data, lang, rows = self.data, self.lang, self.data.batch
+        room = max(self.size.height - 1, 1)
+        mine = next(i for i, row in enumerate(rows) if row.request == data.request)
+        first = min(max(mine - room // 2, 0), max(len(rows) - room, 0))
+        shown = tr("timeline.batch.rows", lang, first=first, last=first + room - 1) if len(rows) > room else ""
+        lines.append(tr("timeline.batch", lang, count=len(rows)) + shown, style="dim")
+        for row in rows[first : first + room]:
+            stop = f" ⏹ {row.stop}" if row.stop else ""
+            head = f"{'▸' if row.request == data.request else ' '} r{row.request} {tr('timeline.pad', lang)} {row.pad}{stop}  "
+            lines.append("\n" + head, style="bold" if row.request == data.request else "")
+            lines.append_text(token_window(row, width - cell_len(head)))
         return lines
 
     def _rounds(self, width: int) -> str:

@@ -11,13 +11,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.results import Refused
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import describe, tr
 from tinyllm_tui.tui.main_screen import translated_bindings
+from tinyllm_tui.tui.widgets.footer import KeyFooter
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
@@ -72,7 +73,7 @@ class WeightsScreen(Screen):
                 yield CursorMatrix(id="weight-grid")
                 yield QuantBlock(id="weight-quant")
                 yield Static(id="weight-status")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         lines = tuple((name, Text(f"{name}  {shape_text(w.shape)}")) for name, w in self.debugger.weights.items())

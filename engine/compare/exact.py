@@ -1,0 +1,83 @@
+"""A lossy cache against the exact one: the error a quantized KV cache introduces, round by round.
+
+Both sessions run cached; a round is compared only while both have fed the same tokens (after a
+different choice the two runs no longer compute the same thing, and the report stops there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.backend import Backend, to_host
+from engine.caches import CacheSpec
+from engine.scenario import Scenario
+from engine.session import Session
+from engine.trace import OpState
+
+
+@dataclass(frozen=True)
+class RoundError:
+    request: int
+    round: int
+    logits_error: float  # max |Δ| of the round's logits
+    pattern_error: tuple[float, ...]  # max |Δ| of the attention pattern, per layer (every head)
+    kv_error: tuple[float, ...]  # max |Δ| of the K and V rows each layer's cache holds after the round
+    kv_scale: tuple[float, ...]  # max |K|, |V| of each layer's exact rows (the errors' yardstick)
+    same_choice: bool  # both runs chose the same token (else the report of this request ends here)
+
+    def describe(self) -> str:
+        patterns = " ".join(f"{e:.3e}" for e in self.pattern_error)
+        kv = " ".join(f"{e:.3e}/{m:.3e}" for e, m in zip(self.kv_error, self.kv_scale))
+        return (f"request {self.request} round {self.round}: logits {self.logits_error:.3e} · pattern per layer "
+                f"{patterns} · K/V per layer {kv}")
+
+
+def against_exact(scenario: Scenario, backend: Backend | None = None) -> list[RoundError]:
+    """The scenario's cache (quantized) beside the same scenario with an exact contiguous cache."""
+    exact = Session(dataclasses.replace(scenario, cache=CacheSpec()), backend).steps()
+    lossy = Session(scenario, backend).steps()
+    report, ended = [], set()
+    for states in _rounds(zip(lossy, exact, strict=True)):
+        request = states[0][0].request
+        if request not in ended:
+            report.append(_round_error(states, scenario.model.n_layers))
+            if not report[-1].same_choice:
+                ended.add(request)
+    return report
+
+
+def _rounds(pairs) -> Iterator[list[tuple[OpState, OpState]]]:
+    current: list = []
+    for pair in pairs:
+        if current and (pair[0].request, pair[0].round) != (current[0][0].request, current[0][0].round):
+            yield current
+            current = []
+        current.append(pair)
+    if current:
+        yield current
+
+
+def _gap(a: OpState, b: OpState) -> float:
+    return float(np.max(np.abs(to_host(a.values) - to_host(b.values)), initial=0.0, where=np.isfinite(to_host(b.values))))
+
+
+def _round_error(states: list[tuple[OpState, OpState]], layers: int) -> RoundError:
+    by_name = {}
+    for lossy, exact in states:
+        by_name.setdefault(lossy.name, []).append((lossy, exact))
+    logits = max(_gap(a, b) for a, b in by_name["unembed.hook_out"])
+    patterns = tuple(max(_gap(a, b) for a, b in by_name.get(f"blocks.{layer}.attn.hook_pattern", []))
+                     for layer in range(layers))
+    last_lossy, last_exact = states[-1]
+    kv = [np.stack([to_host(q.k) - to_host(e.k), to_host(q.v) - to_host(e.v)]) for q, e in
+          zip(last_lossy.caches, last_exact.caches)]
+    scale = [np.stack([to_host(e.k), to_host(e.v)]) for e in last_exact.caches]
+    choices = [(a, b) for a, b in states if a.name == "sample.hook_choice"]
+    same = all(np.array_equal(to_host(a.values), to_host(b.values)) for a, b in choices)
+    return RoundError(last_lossy.request, last_lossy.round, logits, patterns,
+                      tuple(float(np.max(np.abs(d), initial=0.0)) for d in kv),
+                      tuple(float(np.max(np.abs(e), initial=0.0)) for e in scale), same)

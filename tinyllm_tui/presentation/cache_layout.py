@@ -1,0 +1,44 @@
+"""A KV-cache layout's rows as a view labels them, shared by the frame builder and the views.
+
+A ring's rows are its physical slots ("s2↺ +8 · cat": slot 2 holds position 8, added this chunk; the
+next write goes to the slot marked ↺; "s3  empty" before it is filled), a paged cache's rows carry
+their physical block and row in it ("b3.1 +5 · cat").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.caches import LayerCache, PagedCache, RingCache
+from engine.loading.budget import format_size
+from engine.trace import TokenState
+
+__all__ = ["format_size", "row_label", "spans"]  # format_size: the views' word for a cache's bytes
+
+
+def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int,
+              differing: frozenset[int] = frozenset()) -> str:
+    """Row `row` of k/v: ✗ where it differs from a --against dump, + where this chunk added it, its
+    position and token, after a ring's slot or a paged row's block."""
+    position = cache.row_positions[row]
+    mark = "✗" if position in differing else "+" if position >= new_from else " "
+    token = timeline[position].text if 0 <= position < len(timeline) else "?"  # an injected bug added a row
+    text = f"{mark}{position} · {token}"
+    if isinstance(cache, RingCache):
+        slot = f"s{row}{'↺' if row == cache.write_position else ' '} "
+        return slot + ("empty" if position < 0 else text)
+    if isinstance(cache, PagedCache):
+        block, offset = cache.slot_of(position)
+        return f"b{block}.{offset} {text}"
+    return text
+
+
+def spans(positions: Sequence[int]) -> str:
+    """Ascending positions as ranges: "1–4 9"."""
+    parts, start = [], None
+    for i, p in enumerate(positions):
+        start = p if start is None else start
+        if i + 1 == len(positions) or positions[i + 1] != p + 1:
+            parts.append(str(p) if p == start else f"{start}–{p}")
+            start = None
+    return " ".join(parts)

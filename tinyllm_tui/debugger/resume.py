@@ -100,6 +100,7 @@ class RoundStarts:
         self.budget = budget
         self.stride = 1
         self._kept: list[_Kept] = []  # in step order
+        self._nbytes = 0  # of `_kept`, counted as it changes: the history asks after every state
         self._base: tuple[LayerCache, ...] | None = None  # the newest kept one's caches: what rows follow
         self._seen = 0  # round starts passed so far: the next one's ordinal
         self._last_step = -1
@@ -113,8 +114,9 @@ class RoundStarts:
         base = self._base if self._base is not None and len(self._base) == len(start.caches) else None
         layers = tuple(_rows(new, None if base is None else base[i]) for i, new in enumerate(start.caches))
         self._kept.append(_Kept(ordinal, dataclasses.replace(start, caches=()), layers))
+        self._nbytes += self._kept[-1].nbytes
         self._base = start.caches
-        while self.nbytes > self.budget and len(self._kept) > 1:
+        while self._nbytes > self.budget and len(self._kept) > 1:
             self.stride *= 2
             self._thin()
 
@@ -129,10 +131,11 @@ class RoundStarts:
             else:  # the newest goes: the next one kept is stored whole
                 self._base = None
         self._kept = kept
+        self._nbytes = sum(entry.nbytes for entry in kept)  # merged rows: counted anew (each thinning halves them)
 
     @property
     def nbytes(self) -> int:
-        return sum(entry.nbytes for entry in self._kept)
+        return self._nbytes
 
     @property
     def steps(self) -> list[int]:

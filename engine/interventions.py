@@ -35,7 +35,12 @@ _LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
 class InterventionError(ValueError):
-    """A malformed or impossible intervention; the message names it and what is wrong."""
+    """A malformed or impossible intervention; the message names it and what is wrong.
+
+    `intervention` is the one that failed, when it failed while a run applied it (it may fit every round
+    but a later one: a row of the wrong width for a longer cache, a request with no such pass)."""
+
+    intervention: Intervention | None = None
 
 
 class Action(StrEnum):
@@ -264,9 +269,13 @@ class Patcher:
             rows = _local(intervention.rows, first, original.shape[0])
             if rows is None:
                 continue
-            cols = _columns(intervention, original.shape[1])
             new = self.xp.asarray(original, copy=True) if new is None else new
-            new[rows, cols] = self._value(intervention, new[rows, cols], (round_, chunk), rows, first)
+            try:
+                cols = _columns(intervention, original.shape[1])
+                new[rows, cols] = self._value(intervention, new[rows, cols], (round_, chunk), rows, first)
+            except InterventionError as error:
+                error.intervention = intervention
+                raise
             self.used.add(intervention)
         if new is None:
             return None

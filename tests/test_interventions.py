@@ -266,6 +266,24 @@ def test_spec_text_round_trips():
 
 
 # -- the Debugger ------------------------------------------------------------------------------------------
+def test_an_intervention_that_fails_only_in_a_later_round_is_dropped_there_with_its_message():
+    """Three numbers fit the 3 keys of the prefill's scores, not the 4 of decode round 1: the move that reaches
+    that round is refused with the reason, the intervention goes, and stepping goes on."""
+    from conftest import X01
+    from engine.loading import load_scenario
+    from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.debugger.results import EndOfTrace, Reason, Refused
+
+    debugger = Debugger(load_scenario(X01))
+    debugger.intervene("blocks.0.attn.hook_attn_scores head 0[3,:]=[1,2,3] @decode.1")
+    refused = debugger.continue_()
+    assert refused == Refused(Reason.BAD_QUERY, (refused.args[0],)) and "3 numbers for 4 columns" in refused.args[0]
+    stopped_at = debugger.history.current
+    assert (stopped_at.request, stopped_at.round) == (0, 1) and debugger.scenario.interventions == ()
+    assert isinstance(debugger.continue_(), EndOfTrace)
+    assert debugger.undo_intervention() == refused and debugger.scenario.interventions == ()  # back, and out again
+
+
 def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy):
     from engine.loading import load_scenario
     from tinyllm_tui.debugger.debugger import Debugger

@@ -109,6 +109,10 @@ def owning(move: Callable[..., Result]) -> Callable[..., Result]:
             return Refused(Reason.BUSY)
         try:
             return move(self, *args, **options)
+        except InterventionError as error:  # one that fits only later rounds fails where it first cannot apply
+            if error.intervention is None:
+                raise
+            return self._drop_intervention(error)
         finally:
             self._owner.release()
 
@@ -578,6 +582,13 @@ class Debugger:
         except InterventionError as error:
             return str(error)
         return None
+
+    def _drop_intervention(self, error: InterventionError) -> Result:
+        """The run stopped where `error.intervention` could not apply: it goes (a change of its own: undo puts
+        it back, and a replay past that round drops it again), and the session is rebuilt to the last step reached."""
+        self.interventions.remove(self.interventions.current.index(error.intervention))
+        self._rebuild(None, None)
+        return Refused(Reason.BAD_QUERY, (str(error),))
 
     @owning
     def intervene(self, text: str, progress: Progress | None = None) -> Result:

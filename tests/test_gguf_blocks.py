@@ -95,7 +95,7 @@ def test_a_block_reads_as_lines_with_the_cursors_code_marked():
 
 async def test_the_weights_browser_shows_the_block_under_the_cursor():
     """The title names the tensor's type; below the grid, the block of the cell under the cursor."""
-    from tui_helpers import screen_text
+    from tui_helpers import screen_text, settle
 
     from tinyllm_tui.presentation.numbers import format_number
     from tinyllm_tui.tui.app import DebuggerApp
@@ -103,6 +103,7 @@ async def test_the_weights_browser_shows_the_block_under_the_cursor():
     scenario = load_checkpoint(FIXTURES / "gguf-mixed-llama" / "mixed.gguf", prompt="The cat")
     app = DebuggerApp(scenario, lang="en")
     async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)  # a checkpoint's first screen comes before its round is listed: w waits for that
         await pilot.press("w")  # the browser opens on the first parameter, the embedding, at [0, 0]
         await pilot.press("down", "right", "right")
         await pilot.pause()

@@ -25,6 +25,7 @@ from engine.loading.document import parse, round_trip_yaml
 from engine.parameters import name_parts
 from engine.scenario import Scenario
 from engine.loading.weightfile import atomic_write, write_weights
+from engine.undo import UndoList
 
 Weights = dict[str, np.ndarray]
 PLAIN_PATH = re.compile(r"^[\w][\w./-]*$")
@@ -126,44 +127,28 @@ def with_weights(scenario: Scenario, weights: Weights) -> Scenario:
     return dataclasses.replace(scenario, weights=weights)
 
 
-class WeightHistory:
-    """Undo/redo over whole weight sets (arrays are shared between entries unless edited)."""
+class WeightHistory(UndoList[tuple[Weights, "Edit | None"]]):
+    """Undo/redo over whole weight sets, each with the edit that made it (arrays are shared between entries
+    unless edited)."""
 
     def __init__(self, original: Weights):
-        self._states, self._index = [original], 0
-        self._edits: list[Edit | None] = []  # the edit that made each state after the first
+        super().__init__((original, None))
 
     @property
     def current(self) -> Weights:
-        return self._states[self._index]
+        return super().current[0]
 
     @property
     def original(self) -> Weights:
-        return self._states[0]
+        return self.first[0]
 
     def push(self, weights: Weights, edit: Edit | None = None) -> None:
-        del self._states[self._index + 1 :]
-        del self._edits[self._index :]
-        self._states.append(weights)
-        self._edits.append(edit)
-        self._index += 1
+        super().push((weights, edit))
 
     @property
     def edits(self) -> list[Edit]:
         """The edits that lead from the original weights to the current ones."""
-        return [edit for edit in self._edits[: self._index] if edit is not None]
-
-    def undo(self) -> bool:
-        if self._index == 0:
-            return False
-        self._index -= 1
-        return True
-
-    def redo(self) -> bool:
-        if self._index + 1 == len(self._states):
-            return False
-        self._index += 1
-        return True
+        return [edit for _, edit in self.made if edit is not None]
 
     def changed_cells(self) -> int:
         return sum(int(np.sum(self.current[n] != self.original[n])) for n in changed_names(self.current, self.original))

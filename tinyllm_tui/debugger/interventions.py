@@ -16,6 +16,7 @@ from engine.interventions import Intervention, check_intervention, check_operato
 from engine.loading.document import round_trip_yaml
 from engine.loading.weightfile import atomic_write
 from engine.scenario import Scenario
+from engine.undo import UndoList
 
 
 class Change(StrEnum):
@@ -33,16 +34,11 @@ class Intervened:
     choice: tuple[tuple[str, float], tuple[str, float]] | None = None  # the round's (token text, p) before → after
 
 
-class InterventionHistory:
+class InterventionHistory(UndoList[tuple[Intervention, ...]]):
     """Every list of interventions the session has had, and which one is current (undo steps back)."""
 
     def __init__(self, initial: Iterable[Intervention] = ()):
-        self._lists: list[tuple[Intervention, ...]] = [tuple(initial)]
-        self._at = 0
-
-    @property
-    def current(self) -> tuple[Intervention, ...]:
-        return self._lists[self._at]
+        super().__init__(tuple(initial))
 
     def add(self, text: str, scenario: Scenario, operators: set[tuple[str, int | None]]) -> Intervention:
         """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError.
@@ -51,35 +47,13 @@ class InterventionHistory:
         intervention = parse_any(text)
         check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
         check_operator(intervention, operators)
-        self._push((*self.current, intervention))
+        self.push((*self.current, intervention))
         return intervention
 
     def remove(self, index: int) -> Intervention:
         removed = self.current[index]
-        self._push(self.current[:index] + self.current[index + 1:])
+        self.push(self.current[:index] + self.current[index + 1:])
         return removed
-
-    def _push(self, interventions: tuple[Intervention, ...]) -> None:
-        del self._lists[self._at + 1:]  # a new change forgets what was undone
-        self._lists.append(interventions)
-        self._at += 1
-
-    def discard(self) -> None:
-        """Forget the last change altogether (it cannot be redone)."""
-        del self._lists[self._at:]
-        self._at -= 1
-
-    def undo(self) -> bool:
-        if self._at == 0:
-            return False
-        self._at -= 1
-        return True
-
-    def redo(self) -> bool:
-        if self._at == len(self._lists) - 1:
-            return False
-        self._at += 1
-        return True
 
     def applied_to(self, scenario: Scenario) -> Scenario:
         """`scenario` with the current interventions in place of its own."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Callable
+from functools import wraps
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingsMap
@@ -62,6 +64,19 @@ def matrix_title(frame: Frame, lang: str) -> str:
         request += tr("matrix.batch", lang, row=row + 1, rows=len(rows), pad=rows[row].pad)
     return tr("matrix.title", lang, name=frame.matrix.name, head=head, request=request,
               where=where(frame.phase, frame.round, lang))
+
+
+def when_idle(action: Callable[..., None]) -> Callable[..., None]:
+    """A key that opens a screen on the Debugger's state: refused with a message while a run owns it."""
+
+    @wraps(action)
+    def guarded(self: DebuggerScreen, *args) -> None:
+        if self.runner.running:
+            self._refuse()
+            return
+        action(self, *args)
+
+    return guarded
 
 
 class DebuggerScreen(Screen):
@@ -484,10 +499,8 @@ class DebuggerScreen(Screen):
         self.in_background(tr("screen.injecting", self.lang), self.debugger.cycle_injection, then=then)
 
     # -- edits ----------------------------------------------------------------------------------------------
+    @when_idle
     def action_weights(self) -> None:
-        if self.runner.running:
-            self._refuse()
-            return
         from tinyllm_tui.tui.widgets.weights import WeightsScreen
 
         self.app.push_screen(WeightsScreen(self.debugger, self.lang))
@@ -503,10 +516,8 @@ class DebuggerScreen(Screen):
         self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute, then=then)
 
     # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
+    @when_idle
     def action_intervene(self) -> None:
-        if self.runner.running:
-            self._refuse()
-            return
         state = self.debugger.history.current  # the current operator, all of it: the value is the user's to type
         here = state.name + ("" if state.head is None else f" head {state.head}") + "[:,:]="
         self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention, here))
@@ -546,10 +557,8 @@ class DebuggerScreen(Screen):
         self.set_status()
         self.app.push_screen(LensScreen(title, run, rows, attribution, self.debugger.scenario.vocab))
 
+    @when_idle
     def action_glance(self) -> None:
-        if self.runner.running:
-            self._refuse()
-            return
         debugger = self.debugger
         state = debugger.history.current
         states = debugger.history.round_states()

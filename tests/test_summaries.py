@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 from conftest import X01
+from rich.cells import cell_len
 
 from engine import Session, load_scenario
 from engine.compare.check import check_scenario
 from engine.compare.diff import OpDiff, diff_scenario
 from tinyllm_tui.debugger.history import round_summaries
-from engine.trace import Phase
+from engine.trace import Labelled, Phase
 from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.presentation.numbers import text_table
 from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, request_results, shape_text,
                                                 token_text, where)
 from tinyllm_tui.tui.main_screen import matrix_title
@@ -49,3 +52,17 @@ def test_diff_lines_hide_round_off_and_name_the_first_divergence():
 
 def test_expect_summary_counts_tables_and_printed_cells():
     assert expect_summary(check_scenario(load_scenario(X01))) == "45/45 tables agree fully; 332/332 printed cells agree"
+
+
+def test_a_printed_table_lines_up_in_terminal_cells_with_cjk_labels():
+    """Every line of a table is as wide on a terminal (Rich's measure: 学习 is four cells), and its
+    numbers' columns end at the same cell; with `keep`, "…" stands for the rows and columns left out."""
+    values = np.array([[0.2, -0.1, 0.7], [-0.3, 0.8, -np.inf], [0.6, 12345.5, -0.4]])
+    matrix = Labelled("m", values, ("0 · 我", "1 · 爱", "2 · 学习"), ("f0", "f1", "f2"))
+    lines = text_table(matrix, title="t").splitlines()[1:]
+    assert len({cell_len(line) for line in lines}) == 1
+    assert lines[3].endswith("12345.500000  -0.400000") and lines[2].endswith("−∞")
+    corner = text_table(matrix, title="t", keep=1).splitlines()[1:]
+    assert [line.split()[-3:] for line in corner] == [["f0", "…", "f2"], ["0.200000", "…", "0.700000"],
+                                                       ["…", "…", "…"], ["0.600000", "…", "-0.400000"]]
+    assert len({cell_len(line) for line in corner}) == 1

@@ -25,14 +25,17 @@ def format_number(x: float) -> str:
 NUMBER_WIDTH = len("-0.000000")
 
 
+def display_width(text: str) -> int:
+    """Terminal cells: CJK labels are two cells wide (ASCII, every number, is counted without Rich)."""
+    return len(text) if text.isascii() else cell_len(text)
+
+
 def right_aligned(text: str, width: int = NUMBER_WIDTH) -> str:
-    """Pad on the left by display cells (CJK labels are two cells wide).
+    """Pad on the left by display cells.
 
     Textual renders Rich tables without their columns' justify, so alignment is in the text.
     """
-    return " " * max(width - cell_len(text), 0) + text
-
-
+    return " " * max(width - display_width(text), 0) + text
 
 
 def _ends(count: int, keep: int) -> list[int | None]:
@@ -51,11 +54,12 @@ def text_table(matrix: Labelled, *, title: str, keep: int | None = None) -> str:
     col_labels = iter(resolve_some(matrix.col_axis, [j for j in cols if j is not None]))
     table = [["", *("…" if j is None else next(col_labels) for j in cols)]]
     for i in rows:
-        cells = ("…" if i is None or j is None else format_number(float(values[i, j])) for j in cols)
-        table.append(["…" if i is None else next(row_labels), *cells])
-    widths = [max(NUMBER_WIDTH, *(cell_len(line[c]) for line in table)) for c in range(len(table[0]))]
-    widths[0] = max(cell_len(line[0]) for line in table)
-    lines = [line[0] + " " * (widths[0] - cell_len(line[0]))
-             + "".join("  " + right_aligned(text, width) for text, width in zip(line[1:], widths[1:]))
-             for line in table]
+        numbers = ("…" if i is None or j is None else format_number(float(values[i, j])) for j in cols)
+        table.append(["…" if i is None else next(row_labels), *numbers])
+    sizes = [[display_width(text) for text in line] for line in table]
+    widths = [max(column) for column in zip(*sizes)]
+    widths[1:] = [max(NUMBER_WIDTH, width) for width in widths[1:]]
+    lines = [line[0] + " " * (widths[0] - used[0])
+             + "".join(f"  {' ' * (width - size)}{text}" for text, size, width in zip(line[1:], used[1:], widths[1:]))
+             for line, used in zip(table, sizes)]
     return "\n".join([title, *lines])

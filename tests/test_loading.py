@@ -23,10 +23,12 @@ from engine.loading.checkpoint import load_checkpoint
 from engine.loading.edits import parse_set
 from engine.progress import READING, WEIGHTS, Cancelled, listening, report
 from tinyllm_tui import cli
+from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.tui.app import DebuggerApp
 from tinyllm_tui.tui.loading_screen import Loading, LoadingScreen, Opening
 from tinyllm_tui.tui.main_screen import DebuggerScreen
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen
+from tinyllm_tui.tui.widgets.weights import WeightsScreen
 
 BAD = ROOT / "tests" / "data" / "bad" / "duplicate_key.yaml"
 LAYERS = 2
@@ -221,6 +223,48 @@ async def test_the_loading_screen_speaks_chinese_with_lang_zh():
         assert shown(app, "#loading-hint") == "正在取消…"
         gate.pressed.set()
         await until(pilot, lambda: app.load_error is not None)
+
+
+@pytest.fixture
+def held_listing(monkeypatch) -> threading.Event:
+    """A checkpoint's first round is listed only once the test sets the event."""
+    listing = threading.Event()
+    complete_round = Debugger.complete_round
+    monkeypatch.setattr(Debugger, "complete_round", lambda self: listing.wait(10) and complete_round(self))
+    return listing
+
+
+async def opened_while_listing(pilot, app) -> None:
+    await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and app.debugger.outcomes is not None
+                and app.screen.runner.running, timeout=30)
+
+
+async def test_w_pressed_while_the_first_round_is_listed_opens_the_weights_once_it_is(held_listing):
+    """The weights key waits for the listing (it is not refused as if the user had started a run); a step
+    pressed after it was meant for the main screen, which the browser now covers: it is dropped."""
+    llama = ROOT / "tests" / "fixtures" / "llama"
+    app = app_on(Loading(str(llama), lambda: Opening(load_checkpoint(llama, ids=[1, 2, 3]))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await opened_while_listing(pilot, app)
+        await pilot.press("w", "n")
+        assert isinstance(app.screen, DebuggerScreen) and "busy" not in shown(app, "#status")
+        held_listing.set()
+        await until(pilot, lambda: isinstance(app.screen, WeightsScreen), timeout=30)
+        await pilot.pause(0.1)
+        assert app.debugger.frame.step == 0 and not app.debugger.round_pending
+
+
+async def test_a_go_to_sent_while_the_first_round_is_listed_closes_its_prompt_and_goes_there_after(held_listing):
+    llama = ROOT / "tests" / "fixtures" / "llama"
+    app = app_on(Loading(str(llama), lambda: Opening(load_checkpoint(llama, ids=[1, 2, 3]))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await opened_while_listing(pilot, app)
+        await pilot.press("g", *"unembed", "enter")
+        assert isinstance(app.screen, DebuggerScreen) and "busy" not in shown(app, "#status")
+        await pilot.press("g", *"nowhere", "enter")  # refused by name once its turn comes, on the status line
+        held_listing.set()
+        await until(pilot, lambda: app.debugger.frame.matrix.name == "unembed.hook_out", timeout=30)
+        await until(pilot, lambda: "nowhere" in shown(app, "#status"), timeout=30)
 
 
 async def test_a_checkpoint_shows_step_0_then_lists_the_rest_of_round_0_with_a_key_pressed_meanwhile():

@@ -67,13 +67,17 @@ def matrix_title(frame: Frame, lang: str) -> str:
 
 
 def when_idle(action: Callable[..., None]) -> Callable[..., None]:
-    """A key that opens a screen on the Debugger's state: refused with a message while a run owns it."""
+    """A key that opens a screen on the Debugger's state: pressed while a quick move is in flight (or a
+    checkpoint's first round is being listed) it waits its turn, and the keys queued after it are dropped,
+    being meant for the screen it covers; during a long run it is refused with a message."""
 
     @wraps(action)
     def guarded(self: DebuggerScreen, *args) -> None:
         if self.runner.running:
-            self._refuse()
+            if not self._queue(lambda: guarded(self, *args)):
+                self._refuse()
             return
+        self._queued.clear()
         action(self, *args)
 
     return guarded
@@ -283,7 +287,8 @@ class DebuggerScreen(Screen):
         return queued
 
     def _next_queued(self) -> None:
-        if self._queued:
+        """Start what waits, in turn: one that needs no run (a refusal, a go-to by number) lets the next go."""
+        while self._queued and not self.runner.running:
             self._queued.popleft()()
 
 
@@ -319,6 +324,7 @@ class DebuggerScreen(Screen):
             raise result
         self.say(result)
         self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
+        self._next_queued()  # a run started from the queue: what was queued after it
 
     def _refuse(self) -> None:
         self.refusal = tr("refused.busy", self.lang)
@@ -403,8 +409,19 @@ class DebuggerScreen(Screen):
         self.app.push_screen(PromptScreen(question, lambda text: self._accept_search(text, backward)))
 
     def _accept_search(self, text: str, backward: bool) -> str | None:
-        if self.runner.running:
-            return tr("refused.busy", self.lang)
+        """What the prompt answers (it stays open to correct the text), or None once the search is on its way.
+        Sent while a quick move is in flight, the search waits its turn and answers on the status line."""
+        if not self.runner.running:
+            return self._search(text, backward)
+        if self._queue(lambda: self._status_unless_none(self._search(text, backward))):
+            return None
+        return tr("refused.busy", self.lang)
+
+    def _status_unless_none(self, text: str | None) -> None:
+        if text is not None:
+            self.set_status(text)
+
+    def _search(self, text: str, backward: bool) -> str | None:
         refused = self.debugger.check_query(text)
         if refused is not None:  # the prompt stays open to correct it, as B's does
             return describe(refused, self.lang)

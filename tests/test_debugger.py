@@ -10,7 +10,7 @@ from conftest import X01
 
 from engine import Session, load_scenario, to_host
 from engine.loading.edits import CellEdit, FillEdit
-from tinyllm_tui.debugger import autosave
+from tinyllm_tui.debugger import autosave, frame
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Cancelled,
                                           EditKind, EndOfTrace, Generated, HitBreakpoint, InjectionChanged, Moved,
@@ -166,6 +166,23 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     assert debugger.undo() == Rebuilt(EditKind.UNDONE) and debugger.unsaved() == 0
     assert np.array_equal(to_host(debugger.view.state.values), before)
     assert debugger.redo() == Rebuilt(EditKind.REDONE) and debugger.unsaved() == 1
+
+
+def test_the_weights_frame_marks_only_an_edited_parameter_and_scales_by_its_largest_finite_value(monkeypatch):
+    """A parameter never edited is not compared with the file (changed is None: nothing to mark); an edited one
+    marks exactly its changed cell. The heat scale is the largest finite |value|, measured a row at a time here."""
+    monkeypatch.setattr(frame, "SCALE_CHUNK", 1)
+    debugger = make()
+    untouched = debugger.weight_frame("blocks.0.attn.wq")
+    assert untouched.changed is None and untouched.before is None
+    assert untouched.scale == np.abs(debugger.weights["blocks.0.attn.wq"]).max()
+    debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 3.25))
+    debugger.apply(CellEdit("blocks.0.attn.wk", (1, 0), -7.5))
+    edited = debugger.weight_frame("blocks.0.attn.wk")
+    assert list(zip(*np.nonzero(edited.changed))) == [(0, 1), (1, 0)]
+    assert edited.scale == 7.5 and edited.scale_before == np.abs(load_scenario(X01).weights["blocks.0.attn.wk"]).max()
+    assert debugger.weight_frame("blocks.0.attn.wq").changed is None
+    assert frame.finite_scale(np.array([[1.0, -np.inf], [np.nan, -2.5], [0.5, np.inf]])) == 2.5
 
 
 def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():

@@ -673,9 +673,11 @@ class Debugger:
 
     def weight_frame(self, name: str) -> MatrixFrame:
         """Parameter `name` as the weights browser shows it: rows are input features, columns output
-        features (the vocabulary where it is an axis); cells that differ from the file are marked."""
+        features (the vocabulary where it is an axis); cells that differ from the file are marked. A
+        parameter never edited is not compared with the file (a 0.5B embedding is 136M cells)."""
         array = np.atleast_2d(self.weights[name])
-        original = np.atleast_2d(self.file_scenario.weights[name])
+        edited = name in changed_names(self.weights, self.file_scenario.weights)
+        original = np.atleast_2d(self.file_scenario.weights[name]) if edited else None
         label = self.scenario.vocab.label
 
         def axis(index: int, prefix: str) -> Labels:

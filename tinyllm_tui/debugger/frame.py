@@ -226,10 +226,19 @@ def operator_lines(states: Sequence[OpState], breaks: frozenset[int]) -> tuple[O
     return tuple(OperatorLine(s.step, short_name(s), *group_of(s), s.chunk, s.step in breaks) for s in states)
 
 
+SCALE_CHUNK = 1 << 18  # values measured at a time: a 0.5B model's embedding needs no 1 GB temporaries
+
+
 def finite_scale(values: np.ndarray | None) -> float:
-    if values is None:
+    """The largest finite |value| (0 for none), a chunk of rows at a time."""
+    if values is None or not values.size:
         return 0.0
-    return float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
+    rows = values.reshape(values.shape[0], -1)
+    step, scale = max(1, SCALE_CHUNK // max(rows.shape[1], 1)), 0.0
+    for start in range(0, len(rows), step):
+        magnitudes = np.abs(rows[start:start + step])
+        scale = max(scale, float(np.max(magnitudes, where=np.isfinite(magnitudes), initial=0.0)))
+    return scale
 
 
 def changed_cells(values: np.ndarray, before: np.ndarray | None) -> np.ndarray | None:

@@ -111,7 +111,7 @@ class WeightsScreen(Screen):
             "\n" + tr("weights.read_by", lang, readers=readers)))
         self.query_one(CursorMatrix).show(matrix, name)
         self.show_block()
-        status = tr("weights.differ", lang, count=int(matrix.changed.sum()))
+        status = tr("weights.differ", lang, count=0 if matrix.changed is None else int(matrix.changed.sum()))
         self.query_one("#weight-status", Static).update(" · ".join(filter(None, [status, message])))
 
     # -- edits -------------------------------------------------------------------------------------

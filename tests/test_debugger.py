@@ -183,6 +183,8 @@ def test_the_weights_frame_marks_only_an_edited_parameter_and_scales_by_its_larg
     assert edited.scale == 7.5 and edited.scale_before == np.abs(load_scenario(X01).weights["blocks.0.attn.wk"]).max()
     assert debugger.weight_frame("blocks.0.attn.wq").changed is None
     assert frame.finite_scale(np.array([[1.0, -np.inf], [np.nan, -2.5], [0.5, np.inf]])) == 2.5
+    now, then = np.array([[1.0, np.nan, np.nan, 2.0]]), np.array([[1.0, np.nan, 3.0, np.inf]])
+    assert frame.changed_cells(now, then).tolist() == [[False, False, True, True]]  # NaN in both is no change
 
 
 def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():

@@ -242,9 +242,13 @@ def finite_scale(values: np.ndarray | None) -> float:
 
 
 def changed_cells(values: np.ndarray, before: np.ndarray | None) -> np.ndarray | None:
+    """Cells that differ from `before` (NaN in both is no change): one pass, then only the differing cells."""
     if before is None:
         return None
-    return ~((values == before) | (np.isnan(values) & np.isnan(before)))
+    changed = values != before
+    where = np.nonzero(changed)
+    changed[where] = ~(np.isnan(values[where]) & np.isnan(before[where]))
+    return changed
 
 
 def row_summary(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], kind: str,

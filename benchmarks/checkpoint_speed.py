@@ -5,7 +5,9 @@ as the CLI does, shows the debugger headless (Textual's run_test) and prints the
 its launch. `run` is timed the same way (the CLI's `run`, output discarded), beside a baseline in
 its own process, also timed from launch to exit: gguf-py's dequantize of every tensor plus a plain
 NumPy forward of the same passes (written here independently; its greedy ids must be the engine's).
-Peak memory is each process's own high-water mark (VmHWM).
+Peak memory is each process's own high-water mark (VmHWM). Each of these is measured RUNS times and
+the median reported (`run` and its baseline alternately): on a shared virtual machine one timing of
+the same command varies by a third, with how quickly the kernel finds memory for 2 GB of weights.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = Path.home() / ".cache" / "tinyllm-tui" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The capital of France is"  # 5 tokens in SmolLM2's vocabulary (the 0.5B file's too)
 NEW_TOKENS = 4
+RUNS = 3  # `run` and its baseline, each this many times: a shared machine's timings vary by a third
 ENV = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 FIRST_SCREEN = """
@@ -88,13 +91,20 @@ def child(code: str, *args: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def median(runs: list):
+    """The middle one of sorted runs."""
+    return runs[len(runs) // 2]
+
+
 def verdict(value: float, goal: float, unit: str = "s") -> str:
     return f"(goal ≤ {goal:g} {unit}: {'met' if value <= goal else 'NOT met'})"
 
 
 def first_screen(label: str, path: Path, goal: float, dtype: str = "float64") -> None:
-    seconds = float(child(FIRST_SCREEN, str(path), dtype, PROMPT))
-    print(f"{label}: shell → first screen {seconds:.2f} s {verdict(seconds, goal)}")
+    times = sorted(float(child(FIRST_SCREEN, str(path), dtype, PROMPT)) for _ in range(RUNS))
+    seconds = median(times)
+    print(f"{label}: shell → first screen {seconds:.2f} s, the median of {', '.join(f'{t:.2f}' for t in times)} "
+          f"{verdict(seconds, goal)}")
 
 
 # -- the baseline: gguf-py's dequantization and a plain NumPy qwen2 forward ---------------------
@@ -166,21 +176,36 @@ def qwen(path: Path) -> None:
         subprocess.run([sys.executable, str(ROOT / "tools" / "make_qwen_gguf.py"), str(path)], check=True, env=ENV)
     first_screen("Qwen2.5-0.5B shape, Q4_K_M-style GGUF, float64", path, 3.0)
     scenario = open_model(path, prompt=PROMPT, max_new_tokens=NEW_TOKENS, dtype="float32")
-    ids = ",".join(str(i) for i in scenario.requests[0].tokens)
     step = step_seconds(path)
     print(f"  a step with the 151 936-wide logits on screen: {step:.3f} s {verdict(step, 0.3)}")
-    ours = json.loads(child(RUN, str(path), "--ids", ids, "--max-new-tokens", str(NEW_TOKENS), "--dtype", "float32"))
-    base = json.loads(child(BASELINE, str(path), ids, str(NEW_TOKENS)))
-    ratio = ours["seconds"] / base["seconds"]
-    print(f"  run, {len(scenario.requests[0].tokens)}-token prompt + {NEW_TOKENS} new, float32, from the shell: "
-          f"{ours['seconds']:.2f} s; the baseline {base['seconds']:.2f} s (of which gguf-py dequantize "
-          f"{base['dequantize']:.2f} s + plain NumPy forward {base['forward']:.2f} s); ratio {ratio:.2f} "
-          f"{verdict(ratio, 1.5, '×')}")
+    ours, base = run_against_baseline(path, scenario.requests[0].tokens)
     print(f"  greedy ids: ours {ours['tail']!r}; plain NumPy {base['ids']}")
     weights = weight_bytes(scenario.model, len(scenario.vocab), "float32")
     share = ours["peak"] / weights
-    print(f"  peak memory of run {format_size(ours['peak'])}, float32 weights {format_size(weights)}: "
-          f"{share:.2f}× {verdict(share, 1.5, '×')} (the plain baseline peaks at {format_size(base['peak'])})")
+    print(f"  peak memory of run (the highest of its {RUNS}) {format_size(ours['peak'])}, float32 weights "
+          f"{format_size(weights)}: {share:.2f}× {verdict(share, 1.5, '×')} (the plain baseline peaks at "
+          f"{format_size(base['peak'])})")
+
+
+def run_against_baseline(path: Path, tokens: tuple[int, ...]) -> tuple[dict, dict]:
+    """`run` and the baseline, alternately RUNS times (a shared machine's slow spells fall on both); prints
+    the ratio of their median seconds and returns the median run of each, ours with its highest peak."""
+    ids, ours, base = ",".join(map(str, tokens)), [], []
+    for _ in range(RUNS):
+        ours.append(json.loads(child(RUN, str(path), "--ids", ids, "--max-new-tokens", str(NEW_TOKENS),
+                                     "--dtype", "float32")))
+        base.append(json.loads(child(BASELINE, str(path), ids, str(NEW_TOKENS))))
+    peak = max(run["peak"] for run in ours)
+    ours, base = (sorted(runs, key=lambda run: run["seconds"]) for runs in (ours, base))
+    every = [", ".join(f"{run['seconds']:.2f}" for run in runs) for runs in (ours, base)]
+    ours, base = median(ours), median(base)
+    ratio = ours["seconds"] / base["seconds"]
+    print(f"  run, {len(tokens)}-token prompt + {NEW_TOKENS} new, float32, from the shell (medians of {RUNS}): "
+          f"{ours['seconds']:.2f} s; the baseline {base['seconds']:.2f} s (of which gguf-py dequantize "
+          f"{base['dequantize']:.2f} s + plain NumPy forward {base['forward']:.2f} s); ratio {ratio:.2f} "
+          f"{verdict(ratio, 1.5, '×')}")
+    print(f"    every run: ours {every[0]} s; the baseline {every[1]} s")
+    return ours | {"peak": peak}, base
 
 
 def step_seconds(path: Path) -> float:

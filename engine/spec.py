@@ -6,6 +6,7 @@ and checkpoints (parsing each kind once) and checks them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -66,7 +67,7 @@ DECODE_RULES = tuple(Rule)
 
 @dataclass(frozen=True)
 class Vocab:
-    tokens: tuple[str, ...]
+    tokens: Sequence[str]  # a tuple, or a checkpoint's texts made as they are read
     pad: int | None = None
     eos: int | None = None
 

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engine import ScenarioError, Session, make_backend, to_host
 from engine.loading.checkpoint import is_checkpoint, load_checkpoint
-from engine.loading.tokenizer import piece_texts
+from engine.loading.tokenizer import make_vocab, piece_texts
 from engine.compare.diff import diff_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -106,6 +106,25 @@ def test_byte_level_pieces_read_as_text():
     tokenizer.decoder = decoders.ByteLevel()
     assert piece_texts(tokenizer) == ("\\xe6", "\\x88", "\\x91", "\\xe6\\x88", "我", " ", "t", " t", "\\n")
     assert tokenizer.encode("我 t").ids == [4, 7]
+
+
+def test_a_vocabulary_reads_like_a_tuple_of_its_texts():
+    """make_vocab's texts are made as they are read; they read as the tuple would, past the pieces too."""
+    vocab = {"Ġthe": 0, "Ċ": 1, "cat": 2}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.decoder = decoders.ByteLevel()
+    tokens = make_vocab(tokenizer, 5, eos=None, pad=None).tokens
+    assert len(tokens) == 5 and tokens[-1] == tokens[4] == "<unused 4>" and tokens[1] == "\\n"
+    assert tokens[1:4] == ("\\n", "cat", "<unused 3>")
+    assert list(tokens) == [" the", "\\n", "cat", "<unused 3>", "<unused 4>"]
+    assert tokens.index("cat") == 2 and "cat" in tokens
+    with pytest.raises(IndexError):
+        tokens[5]
+    assert tuple(make_vocab(tokenizer, 2, eos=None, pad=None).tokens) == (" the", "\\n")
+    assert tokens == (" the", "\\n", "cat", "<unused 3>", "<unused 4>") != tokens[:4]
+    copy = Tokenizer.from_str(tokenizer.to_str())  # another tokenizer of the same pieces
+    assert make_vocab(copy, 5, eos=None, pad=None) == make_vocab(tokenizer, 5, eos=None, pad=None)
+    assert hash(tokens) == hash(tuple(tokens))
 
 
 def test_timeline_shows_the_tokenizer_pieces():

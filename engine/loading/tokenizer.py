@@ -9,7 +9,10 @@ characters as themselves, a partial UTF-8 sequence as `\\xe6\\x88`, control char
 from __future__ import annotations
 
 import json
-from functools import cache
+import operator
+from collections.abc import Sequence
+from functools import cache, partial
+from typing import overload
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
@@ -41,19 +44,66 @@ def decoder_kinds(tokenizer: Tokenizer) -> set[str]:
     return {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", [])}
 
 
+class PieceTexts(Sequence[str]):
+    """The text of every id, in id order, each made when first read: a 151 936-entry vocabulary costs
+    nothing to open, and a table labels only the few ids it shows. Ids past the tokenizer's own pieces
+    (models pad their tables, e.g. Qwen2.5's 151 936 rows for 151 665 pieces) read `<unused N>`."""
+
+    def __init__(self, tokenizer: Tokenizer, size: int | None = None):
+        self._tokenizer = tokenizer
+        self._pieces = tokenizer.get_vocab_size(with_added_tokens=True)
+        self._size = self._pieces if size is None else size
+        self._specials = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
+        kinds = decoder_kinds(tokenizer)
+        if "ByteLevel" in kinds:
+            self._text = partial(_bytes_text, table=_byte_of())
+        elif kinds & {"Metaspace", "Replace"}:  # SentencePiece-style: ▁ marks a space, <0x0A> is a byte
+            self._text = lambda piece: _byte_piece(piece) or piece.replace("▁", " ")
+        else:
+            self._text = str
+        self._made: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(self._size)))
+        index = operator.index(index)
+        if not -self._size <= index < self._size:
+            raise IndexError(f"token id {index} out of range for {self._size} tokens")
+        index %= self._size
+        text = self._made.get(index)
+        if text is None:
+            text = self._made[index] = self._make(index)
+        return text
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any sequence of the same texts, as the tuple of them would be."""
+        if not isinstance(other, Sequence) or isinstance(other, str) or len(other) != len(self):
+            return False
+        return (isinstance(other, PieceTexts) and other._tokenizer is self._tokenizer) or all(
+            mine == theirs for mine, theirs in zip(self, other))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def _make(self, index: int) -> str:
+        if index >= self._pieces:
+            return f"<unused {index}>"
+        piece = self._tokenizer.id_to_token(index) or ""
+        return (piece if piece in self._specials else self._text(piece)).translate(ESCAPES)
+
+
 def piece_texts(tokenizer: Tokenizer) -> tuple[str, ...]:
-    """The text of every id, in id order (cheap enough for 150k pieces: one translate per piece)."""
-    pieces = [""] * tokenizer.get_vocab_size(with_added_tokens=True)
-    for piece, index in tokenizer.get_vocab(with_added_tokens=True).items():
-        pieces[index] = piece
-    specials = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
-    kinds = decoder_kinds(tokenizer)
-    if "ByteLevel" in kinds:
-        table = _byte_of()
-        pieces = [p if p in specials else _bytes_text(p, table) for p in pieces]
-    elif kinds & {"Metaspace", "Replace"}:  # SentencePiece-style: ▁ marks a space, <0x0A> is a byte
-        pieces = [p if p in specials else _byte_piece(p) or p.replace("▁", " ") for p in pieces]
-    return tuple(p.translate(ESCAPES) for p in pieces)
+    """The text of every id, in id order."""
+    return tuple(PieceTexts(tokenizer))
 
 
 def _byte_piece(piece: str) -> str:
@@ -76,10 +126,8 @@ def _bytes_text(piece: str, table: dict[int, str]) -> str:
 
 
 def make_vocab(tokenizer: Tokenizer, size: int, eos: int | None, pad: int | None) -> Vocab:
-    """The texts of the model's `size` ids: an embedding row the tokenizer never produces (models pad
-    their tables, e.g. Qwen2.5's 151 936 rows for 151 665 pieces) reads `<unused N>`."""
-    pieces = piece_texts(tokenizer)[:size]
-    return Vocab(pieces + tuple(f"<unused {i}>" for i in range(len(pieces), size)), pad=pad, eos=eos)
+    """The texts of the model's `size` ids, made as they are read."""
+    return Vocab(PieceTexts(tokenizer, size), pad=pad, eos=eos)
 
 
 def numbered_vocab(size: int, eos: int | None, pad: int | None) -> Vocab:

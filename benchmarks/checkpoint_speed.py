@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2 = Path.home() / ".cache" / "tinyllm-tui" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The capital of France is"  # 5 tokens in SmolLM2's vocabulary (the 0.5B file's too)
 NEW_TOKENS = 4
-RUNS = 3  # `run` and its baseline, each this many times: a shared machine's timings vary by a third
+RUNS = 5  # each figure is the median of this many: one timing on a shared machine varies by half
 ENV = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 FIRST_SCREEN = """
@@ -190,11 +190,14 @@ def qwen(path: Path) -> None:
 def run_against_baseline(path: Path, tokens: tuple[int, ...]) -> tuple[dict, dict]:
     """`run` and the baseline, alternately RUNS times (a shared machine's slow spells fall on both); prints
     the ratio of their median seconds and returns the median run of each, ours with its highest peak."""
-    ids, ours, base = ",".join(map(str, tokens)), [], []
-    for _ in range(RUNS):
-        ours.append(json.loads(child(RUN, str(path), "--ids", ids, "--max-new-tokens", str(NEW_TOKENS),
-                                     "--dtype", "float32")))
-        base.append(json.loads(child(BASELINE, str(path), ids, str(NEW_TOKENS))))
+    ids = ",".join(map(str, tokens))
+    commands = {"ours": (RUN, str(path), "--ids", ids, "--max-new-tokens", str(NEW_TOKENS), "--dtype", "float32"),
+                "base": (BASELINE, str(path), ids, str(NEW_TOKENS))}
+    timed: dict[str, list[dict]] = {"ours": [], "base": []}
+    for turn in range(RUNS):  # each goes first in turn: a run leaves the next one memory in some state
+        for name in ("ours", "base") if turn % 2 == 0 else ("base", "ours"):
+            timed[name].append(json.loads(child(*commands[name])))
+    ours, base = timed["ours"], timed["base"]
     peak = max(run["peak"] for run in ours)
     ours, base = (sorted(runs, key=lambda run: run["seconds"]) for runs in (ours, base))
     every = [", ".join(f"{run['seconds']:.2f}" for run in runs) for runs in (ours, base)]

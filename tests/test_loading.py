@@ -237,6 +237,17 @@ def held_listing(monkeypatch) -> threading.Event:
 async def opened_while_listing(pilot, app) -> None:
     await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and app.debugger.outcomes is not None
                 and app.screen.runner.running, timeout=30)
+    assert "computing round 0 (keys pressed now wait for it)" in shown(app, "#status")
+
+
+async def test_the_status_line_says_round_0_is_computed_until_it_is(held_listing):
+    llama = ROOT / "tests" / "fixtures" / "llama"
+    app = app_on(Loading(str(llama), lambda: Opening(load_checkpoint(llama, ids=[1, 2, 3]))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await opened_while_listing(pilot, app)
+        held_listing.set()
+        await until(pilot, lambda: not app.debugger.round_pending, timeout=30)
+        await until(pilot, lambda: "start · n/→ step · c continue" in shown(app, "#status"))
 
 
 async def test_w_pressed_while_the_first_round_is_listed_opens_the_weights_once_it_is(held_listing):

@@ -168,8 +168,9 @@ class DebuggerScreen(Screen):
                        *self.query(MatrixWindow), *self.query(CacheView)):
             widget.lang = self.lang
         self.query_one(OperatorList).focus()
-        self.show(tr("screen.start", self.lang))
-        if self.debugger.round_pending:  # shown quickly: the rest of round 0 is listed once computed, after a paint
+        pending = self.debugger.round_pending  # shown quickly: the rest of round 0 is listed once computed
+        self.show(tr("screen.listing" if pending else "screen.start", self.lang))
+        if pending:  # after a paint
             self.call_after_refresh(self.runner.start, lambda report: self.debugger.complete_round(),
                                     self._round_listed, quick=True)
 
@@ -273,10 +274,12 @@ class DebuggerScreen(Screen):
         self._next_queued()
 
     def _round_listed(self, result: Result) -> None:
-        """The first round's operators are all listed: the frame is redrawn, the status line keeps its words."""
+        """The first round's operators are all listed: the frame is redrawn, the status line keeps its words
+        (unless they were only saying that the round was being computed)."""
         if isinstance(result, BaseException):
             raise result
-        self.show(self.message)
+        listing = self.message == tr("screen.listing", self.lang)
+        self.show(tr("screen.start", self.lang) if listing else self.message)
         self._next_queued()
 
     def _queue(self, start) -> bool:

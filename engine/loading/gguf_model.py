@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from functools import cache, partial
 from pathlib import Path
 
+import gguf.quants
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-import gguf.quants
 from gguf.quants import dequantize
 
 from engine.loading.document import ScenarioError

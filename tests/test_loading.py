@@ -265,6 +265,25 @@ async def test_w_pressed_while_the_first_round_is_listed_opens_the_weights_once_
         assert app.debugger.frame.step == 0 and not app.debugger.round_pending
 
 
+async def test_a_screen_key_whose_turn_comes_under_a_prompt_is_dropped(held_listing):
+    """w waits for round 0; g then opens its prompt at once: w must not open the weights over the prompt
+    (Esc would close the browser and leave the prompt, which then took the keys meant for the main screen)."""
+    from tinyllm_tui.tui.widgets.dialogs import PromptScreen
+
+    llama = ROOT / "tests" / "fixtures" / "llama"
+    app = app_on(Loading(str(llama), lambda: Opening(load_checkpoint(llama, ids=[1, 2, 3]))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await opened_while_listing(pilot, app)
+        await pilot.press("w", "g")
+        held_listing.set()
+        await until(pilot, lambda: not app.debugger.round_pending, timeout=30)
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, PromptScreen)
+        assert not any(isinstance(screen, WeightsScreen) for screen in app.screen_stack)
+        await pilot.press("escape")
+        assert isinstance(app.screen, DebuggerScreen)
+
+
 async def test_a_go_to_sent_while_the_first_round_is_listed_closes_its_prompt_and_goes_there_after(held_listing):
     llama = ROOT / "tests" / "fixtures" / "llama"
     app = app_on(Loading(str(llama), lambda: Opening(load_checkpoint(llama, ids=[1, 2, 3]))))

@@ -69,13 +69,16 @@ def matrix_title(frame: Frame, lang: str) -> str:
 def when_idle(action: Callable[..., None]) -> Callable[..., None]:
     """A key that opens a screen on the Debugger's state: pressed while a quick move is in flight (or a
     checkpoint's first round is being listed) it waits its turn, and the keys queued after it are dropped,
-    being meant for the screen it covers; during a long run it is refused with a message."""
+    being meant for the screen it covers; it is dropped itself when its turn comes under another screen
+    (a prompt opened meanwhile); during a long run it is refused with a message."""
 
     @wraps(action)
     def guarded(self: DebuggerScreen, *args) -> None:
         if self.runner.running:
             if not self._queue(lambda: guarded(self, *args)):
                 self._refuse()
+            return
+        if not self.is_active:  # not on top: a prompt covers it
             return
         self._queued.clear()
         action(self, *args)

@@ -44,7 +44,8 @@ class KeyFooter(Widget):
         self.screen.bindings_updated_signal.subscribe(self, lambda screen: self.refresh())
 
     def render(self) -> Text:
-        """One entry per action (its first key), in the order the screen lists them; disabled ones dim."""
+        """One entry per action (its first key), in the order the screen lists them, as many as fit whole
+        (none cut mid-word); disabled ones dim."""
         key_style = self.get_component_rich_style("footer-key--key")
         description_style = self.get_component_rich_style("footer-key--description")
         shown: dict[str, tuple] = {}
@@ -55,6 +56,8 @@ class KeyFooter(Widget):
         for binding, enabled in shown.values():
             entry = Text.assemble((f" {self.app.get_key_display(binding)} ", key_style),
                                   (f"{binding.description} ", description_style))
+            if line.cell_len + entry.cell_len > self.size.width:
+                break
             if not enabled:
                 entry.stylize("dim")
             line.append_text(entry)

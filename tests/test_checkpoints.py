@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engine import ScenarioError, Session, make_backend, to_host
 from engine.loading.checkpoint import is_checkpoint, load_checkpoint
-from engine.loading.tokenizer import make_vocab, piece_texts
+from engine.loading.tokenizer import PieceTexts, make_vocab
 from engine.compare.diff import diff_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -104,7 +104,7 @@ def test_byte_level_pieces_read_as_text():
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[(e6, x88), (e6 + x88, x91), ("Ġ", "t")]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    assert piece_texts(tokenizer) == ("\\xe6", "\\x88", "\\x91", "\\xe6\\x88", "我", " ", "t", " t", "\\n")
+    assert tuple(PieceTexts(tokenizer)) == ("\\xe6", "\\x88", "\\x91", "\\xe6\\x88", "我", " ", "t", " t", "\\n")
     assert tokenizer.encode("我 t").ids == [4, 7]
 
 
@@ -310,7 +310,7 @@ def test_sentencepiece_pieces_read_with_spaces_and_bytes():
     vocab = {"▁the": 0, "<0x0A>": 1, "cat": 2, "<0xE6>": 3, "<0x41>": 4, "<0xZZ>": 5}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.decoder = decoders.Metaspace()
-    assert piece_texts(tokenizer) == (" the", "\\n", "cat", "\\xe6", "A", "<0xZZ>")
+    assert tuple(PieceTexts(tokenizer)) == (" the", "\\n", "cat", "\\xe6", "A", "<0xZZ>")
 
 
 def test_sharded_checkpoint_reads_like_one_file(tmp_path):

@@ -15,7 +15,7 @@ from engine import Session, make_backend, to_host
 from engine.loading.checkpoint import load_checkpoint
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_file import GGUFFile
-from engine.loading.tokenizer import gguf_tokenizer, piece_texts
+from engine.loading.tokenizer import PieceTexts, gguf_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = ("llama", "qwen2")
@@ -89,7 +89,7 @@ def test_tokenizer_from_metadata_gives_transformers_ids(arch):
 def test_sentencepiece_pieces_read_as_text():
     file = GGUFFile(FIXTURES / "gguf-mixed-llama" / "mixed.gguf")
     tokenizer = gguf_tokenizer(file.meta, ValueError)
-    texts = piece_texts(tokenizer)
+    texts = tuple(PieceTexts(tokenizer))
     tokens = file.meta["tokenizer.ggml.tokens"]
     assert texts[tokens.index("<0x0A>")] == "\\n" and texts[tokens.index("<0xE6>")] == "\\xe6"
     assert texts[tokens.index("<0x41>")] == "A"

@@ -101,11 +101,6 @@ class PieceTexts(Sequence[str]):
         return (piece if piece in self._specials else self._text(piece)).translate(ESCAPES)
 
 
-def piece_texts(tokenizer: Tokenizer) -> tuple[str, ...]:
-    """The text of every id, in id order."""
-    return tuple(PieceTexts(tokenizer))
-
-
 def _byte_piece(piece: str) -> str:
     """A byte-fallback piece's text: `<0x0A>` is a newline, `<0xE6>` part of a character (`\\xe6`)."""
     if len(piece) != 6 or not piece.startswith("<0x") or piece[-1] != ">":

@@ -299,7 +299,10 @@ class _RequestRun:
 
     def _select(self, token: int) -> None:
         self.selected = token
-        if self.rule.stop_at_eos and token == self.vocab.eos:
+        chat = self.request.chat
+        if self.rule.stop_at_eos and chat is not None and token == chat.end_of_turn:
+            self.stop = "end_of_turn"
+        elif self.rule.stop_at_eos and token == self.vocab.eos:
             self.stop = "eos"
         elif len(self.generated) + 1 >= self.request.max_new_tokens:
             self.stop = "max_new_tokens"

@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.loading.chat import Chat
 
 
 class NormKind(StrEnum):
@@ -180,3 +184,4 @@ class Request:
     tokens: tuple[int, ...]  # PAD included where the request was padded
     max_new_tokens: int
     vectors: tuple[tuple[float, ...], ...] | None = None  # given input vectors instead of embedding rows
+    chat: Chat | None = None  # the conversation the tokens were rendered from (engine.loading.chat)

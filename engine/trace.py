@@ -150,7 +150,7 @@ class OpState:
     moment: Moment
     caches: tuple[LayerCache, ...]
     past: int  # cache length before this round: rows at or after it were appended now
-    stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
+    stop: str | None = None  # "eos" | "end_of_turn" | "max_new_tokens" on the op that ends a request
     original: Array | None = None  # what the operator computed, when an intervention replaced its values
     batch: tuple[BatchRow, ...] | None = None  # every row of a batch run as it stands (None: no batch)
 

@@ -122,7 +122,7 @@ def test_a_missing_checkpoint_names_the_yaml_line(tmp_path):
 
 
 @pytest.mark.parametrize("request_text, marker, message", [
-    ('  - {text: "hi", ids: [1]}', "- {text", "requests[0].text: give one of tokens, ids, text, not ids and text"),
+    ('  - {text: "hi", ids: [1]}', "- {text", "requests[0].text: give one of tokens, ids, text, messages, not ids and text"),
     ("  - {ids: [a]}", "- {ids", "requests[0].ids[0]: expected an integer"),
     ("  - {ids: [300]}", "- {ids", "requests[0].ids[0]: token id 300 is out of range 0..299"),
 ])

@@ -50,8 +50,8 @@ from engine.trace import OpKind, OpState
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.numbers import text_table
-from tinyllm_tui.presentation.summaries import (diff_summary, expect_summary, loading_progress, matrix_summary,
-                                                request_results, token_text, where)
+from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
+                                                matrix_summary, request_results, token_text, where)
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -132,6 +132,12 @@ class Options:
     ids: Annotated[Optional[list[str]], typer.Option(
         "--ids", help="Checkpoints: token ids to feed instead of a prompt, e.g. 1,2,3 (repeatable: one request each).",
         show_default=False)] = None
+    chat: Annotated[Optional[list[str]], typer.Option(
+        "--chat", help="Checkpoints: a user message, rendered by the model's own chat template and tokenized; "
+        "generation stops at the template's end of turn (repeatable: one conversation each).",
+        show_default=False)] = None
+    system: Annotated[Optional[str], typer.Option(
+        "--system", help="With --chat: the system message that starts each conversation.", show_default=False)] = None
     batch: Annotated[bool, typer.Option(
         "--batch", help="Run the requests as one left-padded batch; diff: the batch against each request alone.")] = False
     max_new_tokens: Annotated[Optional[int], typer.Option(
@@ -159,8 +165,8 @@ class Options:
         show_default=False)] = None
 
 
-MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "batch",
-                 "patches", "ablations")
+MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "chat", "system",
+                 "max_new_tokens", "batch", "patches", "ablations")
 
 
 def shared(*names: str) -> Callable[[Callable], Callable]:
@@ -197,8 +203,9 @@ def _load(file: Path, options: Options) -> Scenario:
     """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens), with --patch and --ablate
     after the scenario's own interventions, as one batch with --batch."""
     ids = None if options.ids is None else [_ids(text) for text in options.ids]
-    scenario = open_model(file, prompt=options.prompt, ids=ids, max_new_tokens=options.max_new_tokens,
-                          dtype=options.dtype, max_memory=_max_memory(options.max_memory))
+    scenario = open_model(file, prompt=options.prompt, ids=ids, chat=_conversations(options),
+                          max_new_tokens=options.max_new_tokens, dtype=options.dtype,
+                          max_memory=_max_memory(options.max_memory))
     scenario = dataclasses.replace(scenario, batch=True) if options.batch else scenario
     return with_interventions(scenario, options.patches, options.ablations)
 
@@ -272,6 +279,14 @@ def _ids(text: str) -> list[int]:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise typer.BadParameter(f"expected token ids like 1,2,3, got {text!r}", param_hint="--ids") from None
+
+
+def _conversations(options: Options) -> list[list[tuple[str, str]]] | None:
+    """One conversation per --chat, as (role, content) messages: the --system message, then that user message."""
+    if options.system is not None and not options.chat:
+        raise typer.BadParameter("a system message needs a --chat message to start", param_hint="--system")
+    system = [] if options.system is None else [("system", options.system)]
+    return [[*system, ("user", text)] for text in options.chat] if options.chat else None
 
 
 def _max_memory(text: str | None) -> int | None:
@@ -396,6 +411,8 @@ def _print_run(debugger: Debugger, printed, as_json: bool, as_jsonl: bool, full:
     if options.breakpoints and group is None:
         print(f"no operator hits a breakpoint ({', '.join(b.text for b in debugger.breakpoints)})")
     print(request_results(debugger.session.results, vocab))
+    for line in chat_replies(scenario.requests, debugger.session.results, vocab):
+        print(line)
     _warn_unused(debugger.session)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.loading.chat import Message
 from engine.loading.checkpoint import is_checkpoint, load_checkpoint
 from engine.loading.document import ScenarioError
 from engine.loading.scenario_file import load_scenario, load_scenario_text
@@ -19,14 +20,15 @@ __all__ = ["Scenario", "ScenarioError", "is_checkpoint", "load_checkpoint", "loa
 
 
 def open_model(path: str | Path, *, prompt: str | list[str] | None = None,
-               ids: list[int] | list[list[int]] | None = None,
+               ids: list[int] | list[list[int]] | None = None, chat: list[list[Message]] | None = None,
                max_new_tokens: int | None = None, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
     """A checkpoint or a scenario file, whichever `path` is: the one entry the CLI needs. A folder is
     taken for a checkpoint (one without config.json is refused as such), unless it is named like a scenario."""
     if is_checkpoint(path) or (Path(path).is_dir() and Path(path).suffix not in SCENARIO_SUFFIXES):
-        return load_checkpoint(path, prompt=prompt, ids=ids, max_new_tokens=max_new_tokens or 1, dtype=dtype,
-                               max_memory=max_memory)
-    for option, value in (("--prompt", prompt), ("--ids", ids), ("--max-new-tokens", max_new_tokens)):
+        return load_checkpoint(path, prompt=prompt, ids=ids, chat=chat, max_new_tokens=max_new_tokens or 1,
+                               dtype=dtype, max_memory=max_memory)
+    options = (("--prompt", prompt), ("--ids", ids), ("--chat", chat), ("--max-new-tokens", max_new_tokens))
+    for option, value in options:
         if value is not None:
             raise ScenarioError(str(path), None, option, "only a checkpoint (a .gguf file or a folder with "
                                 "config.json) takes it; a scenario file states its own requests")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from engine.loading.chat import Chat, Message, find_template, tokenize_chat
 from engine.loading.budget import DEFAULT_BUDGET, format_size, too_many_tensors, weight_bytes
 from engine.loading.document import ScenarioError
 from engine.parameters import format_shape, parameter_shapes
@@ -43,9 +44,10 @@ def is_checkpoint(path: str | Path) -> bool:
 
 
 def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
-                    ids: list[int] | list[list[int]] | None = None,
+                    ids: list[int] | list[list[int]] | None = None, chat: list[list[Message]] | None = None,
                     max_new_tokens: int = 1, dtype: str = "float64", max_memory: int | None = None) -> Scenario:
-    """Open a checkpoint with a request per prompt (tokenized by its own tokenizer) or list of ids.
+    """Open a checkpoint with a request per prompt (tokenized by its own tokenizer), list of ids, or
+    conversation (rendered by the checkpoint's chat template, then tokenized: engine.loading.chat).
 
     Args:
         dtype: how the weights are kept ("float64" or "float32"); a session's backend
@@ -72,8 +74,12 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
                                       f"{error})") from None
     rows = weights.shapes["embed"][0]
     vocab = make_vocab(tokenizer, rows, **special) if tokenizer else numbered_vocab(rows, **special)
-    prompts = _one_each(path, prompt, ids)
-    tokens = [_request_ids(path, tokenizer, len(vocab), *given) for given in prompts]
+    if chat:
+        chats = _chats(path, tokenizer, len(vocab), chat, given=prompt or ids)
+        tokens = [c.ids for c in chats]
+    else:
+        tokens = [_request_ids(path, tokenizer, len(vocab), *given) for given in _one_each(path, prompt, ids)]
+        chats = [None] * len(tokens)
     limit = max_new_tokens if spec.lm_head else 1
     longest = max(map(len, tokens))
     if spec.positions == Positions.LEARNED and longest + limit - 1 > spec.max_positions:
@@ -82,7 +88,7 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
     return Scenario(
         path=str(path), title=path.stem if path.suffix == ".gguf" else path.name, vocab=vocab, model=spec,
         weights=weights,
-        requests=tuple(Request(tokens=t, max_new_tokens=limit) for t in tokens),
+        requests=tuple(Request(tokens=t, max_new_tokens=limit, chat=c) for t, c in zip(tokens, chats)),
         decode=DecodeRule(max_new_tokens=limit),
     )
 
@@ -113,6 +119,21 @@ def _request_ids(path: Path, tokenizer: Tokenizer | None, size: int, prompt: str
     if not tokens:
         raise ScenarioError(str(path), None, "--prompt", "the prompt gives no tokens")
     return tokens
+
+
+def _chats(path: Path, tokenizer: Tokenizer | None, size: int, conversations: list[list[Message]],
+           given) -> list[Chat]:
+    """Each conversation through the checkpoint's own chat template and tokenizer."""
+    if given:
+        raise ScenarioError(str(path), None, "--chat", "give conversations, prompts or token ids, not two of them")
+    if tokenizer is None:
+        raise ScenarioError(str(path), None, "tokenizer.json", "missing: --chat needs it to turn text into ids")
+    template = find_template(path)
+    chats = [tokenize_chat(template, tokenizer, [Message(*m) for m in messages]) for messages in conversations]
+    bad = [t for c in chats for t in c.ids if t >= size]
+    if bad:
+        raise template.error(f"the chat gives token id {bad[0]}, past the model's {size} embedding rows")
+    return chats
 
 
 def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tensors: tuple[Getter, Getter],

@@ -9,9 +9,8 @@ be written back with the user's comments and layout intact (`engine.loading.edit
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 from enum import StrEnum
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.interventions import Intervention, InterventionError, check_intervention, parse_any
+from engine.loading.chat import Chat, Message, find_template, tokenize_chat
 from engine.loading.checkpoint import is_checkpoint, load_checkpoint
 from engine.loading.budget import DEFAULT_BUDGET, check_budget
 from engine.loading.document import Node, ScenarioError, parse, read_text
@@ -48,7 +48,6 @@ __all__ = ["ScenarioError", "load_scenario", "load_scenario_text"]
 TOP_KEYS = {"title", "checkpoint", "vocab", "model", "weights", "requests", "decode", "breakpoints", "expect",
             "cache", "batch", "interventions"}
 INLINE_MODEL_KEYS = ("vocab", "model", "weights")  # what `checkpoint:` replaces
-Encoder = Callable[[str], tuple[int, ...]]  # text -> ids, by a checkpoint's own tokenizer
 
 
 def load_scenario(path: str | Path, *, max_memory: int | None = None, dtype: str = "float64") -> Scenario:
@@ -135,7 +134,7 @@ def _interventions(node: Node, model: ModelSpec, requests: int, vocab: int) -> t
 
 
 # -- checkpoint -----------------------------------------------------------------
-def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenario, Encoder]:
+def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenario, Encoder | None]:
     """Vocabulary, model and weights from the checkpoint that `checkpoint:` names (relative to this file)."""
     for key in INLINE_MODEL_KEYS:
         if root.has(key):
@@ -152,26 +151,38 @@ def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenari
 
 
 def _encoder(path: Path) -> Encoder | None:
-    """The checkpoint's tokenizer, read on the first `text:` request (load_checkpoint has checked it);
-    None for a folder without tokenizer.json."""
+    """The checkpoint's tokenizer for `text:` and `messages:` requests; None for a folder without tokenizer.json."""
     if path.suffix != ".gguf" and not (path / "tokenizer.json").exists():
         return None
+    return Encoder(path)
 
-    @cache
-    def tokenizer():
+
+class Encoder:
+    """A checkpoint's own tokenizer, read on the first request that needs it (load_checkpoint has checked it)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self._tokenizer.encode(text).ids)
+
+    def chat(self, messages: list[Message]) -> Chat:
+        """The conversation through the checkpoint's own chat template (engine.loading.chat)."""
+        return tokenize_chat(find_template(self.path), self._tokenizer, messages)
+
+    @cached_property
+    def _tokenizer(self):
         from tokenizers import Tokenizer
 
         from engine.loading.gguf_model import GGUFModel
         from engine.loading.tokenizer import gguf_tokenizer
 
-        if path.suffix == ".gguf":
-            model = GGUFModel(path)
+        if self.path.suffix == ".gguf":
+            model = GGUFModel(self.path)
             return gguf_tokenizer(model.meta, model.error)
-        loaded = Tokenizer.from_file(str(path / "tokenizer.json"))
+        loaded = Tokenizer.from_file(str(self.path / "tokenizer.json"))
         loaded.no_padding()
         return loaded
-
-    return lambda text: tuple(tokenizer().encode(text).ids)
 
 
 # -- vocabulary -----------------------------------------------------------------
@@ -371,7 +382,8 @@ def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
 
 
 # -- requests and decoding --------------------------------------------------------
-PROMPT_KEYS = ("tokens", "ids", "text")  # exactly one per request
+PROMPT_KEYS = ("tokens", "ids", "text", "messages")  # exactly one per request
+MESSAGE_KEYS = {"role", "content"}
 REQUEST_KEYS = {*PROMPT_KEYS, "max_new_tokens", "pad_to", "vectors"}
 
 
@@ -387,10 +399,11 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, enc
     item.mapping(REQUEST_KEYS)
     given = [key for key in PROMPT_KEYS if item.has(key)]
     if not given:
-        raise item.error("missing required key 'tokens' (or ids, or text with a checkpoint)")
+        raise item.error("missing required key 'tokens' (or ids, or text or messages with a checkpoint)")
     if len(given) > 1:
         raise item.get(given[1]).error(f"give one of {', '.join(PROMPT_KEYS)}, not {' and '.join(given)}")
-    tokens = _prompt(item.get(given[0]), vocab, encoder)
+    chat = _chat(item.get("messages"), vocab, encoder) if given[0] == "messages" else None
+    tokens = chat.ids if chat else _prompt(item.get(given[0]), vocab, encoder)
     if not tokens:
         raise item.get(given[0]).error("a request needs at least one token")
     if item.has("pad_to"):
@@ -407,7 +420,7 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, enc
                                             "a decoder must embed the tokens it generates")
         array = parse_tensor(item.get("vectors"), (len(tokens), model.d_model))
         vectors = tuple(tuple(float(x) for x in row) for row in array)
-    return Request(tokens=tokens, max_new_tokens=limit, vectors=vectors)
+    return Request(tokens=tokens, max_new_tokens=limit, vectors=vectors, chat=chat)
 
 
 def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...]:
@@ -416,12 +429,31 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
         if encoder is None:
             raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH; a folder's tokenizer.json); "
                              "list tokens or ids instead")
-        return encoder(node.text())
+        return encoder.encode(node.text())
     items = node.items()
     if node.path.endswith(".ids"):
         for item in items:
             item.integer()  # ids only, never a piece's text
     return tuple(_token_id(item, vocab) for item in items)
+
+
+def _chat(node: Node, vocab: Vocab, encoder: Encoder | None) -> Chat:
+    """`messages: [{role: user, content: "…"}]`, through the checkpoint's chat template."""
+    if encoder is None:
+        raise node.error("messages need a checkpoint's tokenizer and chat template (checkpoint: PATH)")
+    messages = []
+    for item in node.items():
+        item.mapping(MESSAGE_KEYS, MESSAGE_KEYS)
+        messages.append(Message(item.get("role").text(), item.get("content").text()))
+    if not messages:
+        raise node.error("expected at least one message")
+    try:
+        chat = encoder.chat(messages)
+    except ScenarioError as error:  # the template's refusal, said at the request it refused
+        raise node.error(str(error)) from None
+    if max(chat.ids) >= len(vocab):
+        raise node.error(f"the chat gives token id {max(chat.ids)}, past the model's {len(vocab)} embedding rows")
+    return chat
 
 
 def _padded(node: Node, tokens: tuple[int, ...], vocab: Vocab) -> tuple[int, ...]:

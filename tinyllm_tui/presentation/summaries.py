@@ -16,7 +16,7 @@ from engine.compare.diff import TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
-from engine.spec import Vocab
+from engine.spec import Request, Vocab
 from engine.trace import Labelled, OpKind, OpState, Phase, RequestResult
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
@@ -70,6 +70,19 @@ def request_results(results: list[RequestResult], vocab: Vocab) -> str:
         f"request {i} generated {token_text(vocab, r.generated) if r.generated else 'nothing'} ({r.stop})"
         for i, r in enumerate(results)
     )
+
+
+def chat_replies(requests: Sequence[Request], results: list[RequestResult], vocab: Vocab) -> list[str]:
+    """"request 0 · assistant: The capital of France is Paris." for each request made from a chat: the reply
+    decoded (each token's text, as the TUI shows it), without the end-of-turn token that closed it."""
+    lines = []
+    for i, (request, result) in enumerate(zip(requests, results)):
+        if request.chat is not None:
+            reply = result.generated
+            if reply and reply[-1] == request.chat.end_of_turn:
+                reply = reply[:-1]
+            lines.append(f"request {i} · assistant: {''.join(vocab.tokens[t] for t in reply)}")
+    return lines
 
 
 def matrix_summary(matrix: Labelled, kind: str) -> list[str]:

@@ -200,3 +200,34 @@ def test_a_bad_message_is_refused_at_its_line(tmp_path, messages, line, where, w
         load_scenario(path)
     assert (raised.value.line, raised.value.path) == (line, where)
     assert words in raised.value.message and "\n" not in str(raised.value)
+
+
+def test_the_timeline_starts_with_the_chat_its_messages_and_control_tokens():
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    path = FIXTURES / "chat-qwen2"
+    tokenizer = tokenizer_of(path)
+    debugger = Debugger(load_checkpoint(path, chat=[[("system", "Be brief."), ("user", "The cat sat?")]]))
+    chat = debugger.frame.timeline.chat
+    ids = debugger.scenario.requests[0].tokens
+    assert [(turn.role, turn.content) for turn in chat.turns] == [("system", "Be brief."), ("user", "The cat sat?")]
+    for turn in chat.turns:
+        first, last = turn.positions
+        assert tokenizer.decode(list(ids[first : last + 1])) == turn.content
+    assert sorted(chat.control) == [p for p, t in enumerate(ids) if tokenizer.id_to_token(t).startswith("<|im_")]
+    assert (chat.tokens, chat.end_of_turn) == (len(ids), "<|im_end|>")
+
+
+@pytest.mark.parametrize("width", [60, 80, 118, 200])
+def test_the_chat_line_fits_its_width_keeping_each_message(width):
+    from rich.cells import cell_len
+
+    from tinyllm_tui.debugger.frame import ChatLine, ChatTurn
+    from tinyllm_tui.tui.widgets.timeline import chat_text
+
+    turns = (ChatTurn("system", "Be brief.", (35, 43)), ChatTurn("user", "我爱学习 " * 20, (52, 120)))
+    for lang in ("en", "zh"):
+        line = chat_text(ChatLine(turns, 130, frozenset(range(9)), "<|eot_id|>"), lang, width).plain
+        assert cell_len(line) <= width and "\n" not in line
+        assert '"Be brief."' in line and "52–120 \"我爱" in line
+        assert ("ends at <|eot_id|>" in line or "止于 <|eot_id|>" in line) == (width >= 118)  # else cut: "9 cont…"

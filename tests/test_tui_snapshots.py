@@ -111,3 +111,21 @@ def test_encoder_masked_scores_with_the_expectation_overlay(snap_compare, size):
 
 def test_expectation_summary_panel(snap_compare):
     assert snap_compare(encoder_app(), terminal_size=(160, 48), run_before=keys_then_settle("c", "a"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_a_chat_as_the_timelines_first_stage(snap_compare, size):
+    """chat-qwen2 given a system and a user message: the messages with their token positions, the template's
+    control tokens underlined; at the end, the reply stopped at <|im_end|> (every token but it forbidden)."""
+    import dataclasses
+
+    from conftest import ROOT
+
+    from engine.loading.checkpoint import load_checkpoint
+    from engine.spec import DecodeRule
+
+    scenario = load_checkpoint(ROOT / "tests" / "fixtures" / "chat-qwen2", max_new_tokens=3,
+                               chat=[[("system", "Be brief."), ("user", "The cat sat on the mat?")]])
+    scenario = dataclasses.replace(scenario, decode=DecodeRule(forbid=tuple(range(301)), max_new_tokens=3))
+    app = still(DebuggerApp(scenario, lang="en"))
+    assert snap_compare(app, terminal_size=size, run_before=keys_then_settle("c"))

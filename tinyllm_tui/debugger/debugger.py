@@ -250,7 +250,7 @@ class Debugger:
             cache=self._cache(state, self.cache_layer, self.cache_head),
             operators=operators,
             timeline=timeline_frame(state, len(scenario.requests), bool(scenario.decode.prefill_chunk), view.rounds,
-                                    self.round_verdicts()),
+                                    self.round_verdicts(), scenario.requests[state.request].chat),
             status=StatusFacts(state.step, None if history.total is None else history.total - 1,
                                next(line.short for line in operator_lines((state,), breaks)), self.inject,
                                self.stale is not None, self.unsaved(), len(self.breakpoints), self.hits(state),

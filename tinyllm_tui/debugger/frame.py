@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +25,9 @@ from engine.labels import resolve_some
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.presentation.cache_layout import row_label
 from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
+
+if TYPE_CHECKING:
+    from engine.loading.chat import Chat
 
 PROBABILITY_KINDS = (OpKind.SOFTMAX, OpKind.PROBS)
 SORTED_COLUMNS = 256  # columns of a vocabulary row's top-k sorted view
@@ -157,6 +162,24 @@ class TimelineFrame:
     rounds: tuple  # tinyllm_tui.debugger.history.RoundSummary
     marks: tuple[tuple[int, bool], ...] = ()  # (round, your dump agrees) of this request, once compared
     batch: tuple[BatchLine, ...] = ()  # every row of a batch run as it stands (none outside a batch)
+    chat: ChatLine | None = None  # the conversation the request's tokens were rendered from
+
+
+@dataclass(frozen=True)
+class ChatTurn:
+    role: str
+    content: str
+    positions: tuple[int, int] | None  # the first and last position of its content's tokens
+
+
+@dataclass(frozen=True)
+class ChatLine:
+    """The timeline's first stage: the messages, and what the chat template made of them."""
+
+    turns: tuple[ChatTurn, ...]
+    tokens: int  # of the rendered conversation
+    control: frozenset[int]  # positions of the template's special tokens (<|im_start|>, <|im_end|>)
+    end_of_turn: str | None  # the token that ends the reply, where the template writes one
 
 
 @dataclass(frozen=True)
@@ -326,15 +349,31 @@ def follow_layer(state: OpState) -> int | None:
 
 
 def timeline_frame(state: OpState, requests: int, chunked: bool, rounds: tuple,
-                   verdicts: dict[tuple[int, int], bool]) -> TimelineFrame:
-    """Args: verdicts: (request, round) -> your dump agrees, where a --against dump was compared."""
+                   verdicts: dict[tuple[int, int], bool], chat: Chat | None = None) -> TimelineFrame:
+    """Args: verdicts: (request, round) -> your dump agrees, where a --against dump was compared;
+    chat: the conversation of the request (shown outside a batch, whose rows' positions are padded)."""
     tokens, focus = timeline_tokens(state.timeline)
     chunk = state.chunk if chunked and state.phase is Phase.PREFILL else None
     marks = tuple((r, agrees) for (q, r), agrees in sorted(verdicts.items()) if q == state.request)
     batch = tuple(BatchLine(row.request, row.pad, *timeline_tokens(row.moment.timeline), row.stop)
                   for row in state.batch or ())
+    shown = None if chat is None or batch else chat_line(chat, state.moment.vocab)
     return TimelineFrame(tokens, focus, state.request, requests, Phase(state.phase), state.round, chunk,
-                         state.caches[0].length if state.caches else 0, rounds, marks, batch)
+                         state.caches[0].length if state.caches else 0, rounds, marks, batch, shown)
+
+
+def chat_line(chat: Chat, vocab) -> ChatLine:
+    return _chat_line(chat, None if chat.end_of_turn is None else vocab.tokens[chat.end_of_turn])
+
+
+@cache  # a frame per step, the same conversation throughout
+def _chat_line(chat: Chat, end_of_turn: str | None) -> ChatLine:
+    turns = []
+    for index, message in enumerate(chat.messages):
+        mine = [p for p, source in enumerate(chat.sources) if source == index]
+        turns.append(ChatTurn(message.role, message.content, (mine[0], mine[-1]) if mine else None))
+    control = frozenset(p for p, special in enumerate(chat.control) if special)
+    return ChatLine(tuple(turns), len(chat.ids), control, end_of_turn)
 
 
 def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]:

@@ -144,6 +144,8 @@ EN = {
     "timeline.no_round": "no round finished yet", "timeline.earlier": "‹ {count} earlier │ ",
     "timeline.round": "{where}: fed {fed} → cache {length}", "timeline.chose": " → chose {token}",
     "timeline.batch": "batch of {count}", "timeline.batch.rows": " · rows {first}–{last}", "timeline.pad": "pad",
+    "timeline.chat": "chat:", "timeline.chat.tokens": "{tokens} tokens, {control} control (underlined)",
+    "timeline.chat.end": "ends at {token}",
     "matrix.batch": " (row {row}/{rows}, pad {pad})",
     # the operator list
     "group.input": "input", "group.layer": "layer {layer}", "group.output": "output",
@@ -293,6 +295,8 @@ ZH = {
     "timeline.no_round": "尚无完成的轮次", "timeline.earlier": "‹ 前 {count} 轮 │ ",
     "timeline.round": "{where}：输入 {fed} → 缓存 {length}", "timeline.chose": " → 选出 {token}",
     "timeline.batch": "批次共 {count} 行", "timeline.batch.rows": " · 第 {first}–{last} 行", "timeline.pad": "填充",
+    "timeline.chat": "对话：", "timeline.chat.tokens": "{tokens} 个词元，{control} 个控制词元（下划线）",
+    "timeline.chat.end": "止于 {token}",
     "matrix.batch": "（第 {row}/{rows} 行，填充 {pad}）",
     "group.input": "输入", "group.layer": "层 {layer}", "group.output": "输出",
     "group.decode_rule": "解码规则", "group.chunk": " · 块 {chunk}",

@@ -147,7 +147,9 @@ class DebuggerScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield ProgressBar(id="progress", show_eta=False)  # only while a run is in flight
-        yield Timeline(id="timeline", classes="-batch" if self.debugger.scenario.batch else None)
+        scenario = self.debugger.scenario
+        chat = not scenario.batch and any(request.chat for request in scenario.requests)  # a line for the chat
+        yield Timeline(id="timeline", classes="-batch" if scenario.batch else "-chat" if chat else None)
         with Horizontal(id="body"):
             yield OperatorList(id="operators")
             with Vertical(id="right"):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rich.cells import cell_len
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from tinyllm_tui.debugger.frame import BatchLine, Status, TimelineFrame
+from tinyllm_tui.debugger.frame import BatchLine, ChatLine, Status, TimelineFrame
 from tinyllm_tui.tui.i18n import tr, where
 
 # A glyph per status as well as a colour, so that monochrome terminals keep the meaning.
@@ -18,11 +20,14 @@ STYLES = {
     Status.PENDING: ("…", "dim", "timeline.pending"),
 }
 ROUND_SEPARATOR = " │ "
+MESSAGE_ROOM = 12  # cells each chat message keeps when the line is short of room
 
 
-def token_window(data: TimelineFrame | BatchLine, width: int) -> Text:
-    """As many tokens around the focus as fit in `width` cells, with counts of the hidden ones."""
-    pieces = [(f"{STYLES[status][0]}{position}:{text}", STYLES[status][1]) for position, text, status in data.tokens]
+def token_window(data: TimelineFrame | BatchLine, width: int, control: frozenset[int] = frozenset()) -> Text:
+    """As many tokens around the focus as fit in `width` cells, with counts of the hidden ones;
+    the positions in `control` (a chat template's special tokens) underlined."""
+    pieces = [(f"{STYLES[status][0]}{position}:{text}", STYLES[status][1] + (" underline" * (position in control)))
+              for position, text, status in data.tokens]
     if not pieces:
         return Text("")
     first = last = data.focus
@@ -65,6 +70,46 @@ def round_line(rounds, lang: str, marks: dict[int, bool] | None = None) -> str:
     return ROUND_SEPARATOR.join(parts)
 
 
+def chat_text(chat: ChatLine, lang: str, width: int) -> Text:
+    """The first stage, on one line: 'chat: system 1–17 "You are…" · user 24–30 "What is…" → 37 tokens,
+    8 control (underlined) · ends at <|im_end|>'. The messages share the room; where there is too little,
+    they keep at least a few words each and the counts after them are cut."""
+    head = tr("timeline.chat", lang)
+    tail = " → " + tr("timeline.chat.tokens", lang, tokens=chat.tokens, control=len(chat.control))
+    tail += "" if chat.end_of_turn is None else " · " + tr("timeline.chat.end", lang, token=chat.end_of_turn)
+    labels = [f"{' · ' if i else ' '}{turn.role} " + ("{}–{} ".format(*turn.positions) if turn.positions else "")
+              for i, turn in enumerate(chat.turns)]
+    contents = [" ".join(turn.content.split()) for turn in chat.turns]
+    left = width - cell_len(head) - sum(map(cell_len, labels))
+    total = max(left - cell_len(tail), min(MESSAGE_ROOM * len(labels), left))
+    rooms = shares([cell_len(c) + 2 for c in contents], total)
+    text = Text(head, style="bold", no_wrap=True, overflow="ellipsis")
+    for content, label, room in zip(contents, labels, rooms):
+        text.append(label, style="bold")
+        text.append(quoted(content, max(room, 4)))
+    text.append(tail, style="dim")
+    text.truncate(width, overflow="ellipsis")
+    return text
+
+
+def shares(lengths: list[int], total: int) -> list[int]:
+    """Each message's room out of `total` cells: an equal share, what a shorter one leaves given to the others."""
+    rooms, left = [0] * len(lengths), total
+    for done, i in enumerate(sorted(range(len(lengths)), key=lengths.__getitem__)):
+        rooms[i] = min(lengths[i], left // (len(lengths) - done))
+        left -= rooms[i]
+    return rooms
+
+
+def quoted(content: str, room: int) -> str:
+    """"content", cut with … to `room` cells, quotes included."""
+    if cell_len(content) + 2 <= room:
+        return f'"{content}"'
+    while content and cell_len(content) + 3 > room:
+        content = content[:-1]
+    return f'"{content}…"'
+
+
 class Timeline(Widget):
     data: reactive[TimelineFrame | None] = reactive(None)  # redrawn only when what it draws changed
     lang = "en"
@@ -87,8 +132,12 @@ class Timeline(Widget):
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
         if data.batch:  # one line per row of the batch, as many as the panel holds around the current one
             return self._batch(lines, width)
-        lines.append_text(token_window(data, width - cell_len(place)))
+        chat = data.chat
+        lines.append_text(token_window(data, width - cell_len(place), chat.control if chat else frozenset()))
         lines.append("\n")
+        if chat is not None:
+            lines.append_text(chat_text(chat, lang, width))
+            lines.append("\n")
         lines.append(self._rounds(width), style="italic")
         legend = "  ".join(f"{glyph} {tr(key, lang)}" for glyph, _, key in STYLES.values())
         lines.append("\n" + legend, style="dim")
@@ -118,4 +167,16 @@ class Timeline(Widget):
                              + cell_len(tr("timeline.earlier", lang, count=start)) <= width):
             start -= 1
         line = round_line(rounds[start:], lang, marks)
-        return tr("timeline.earlier", lang, count=start) + line if start else line
+        line = tr("timeline.earlier", lang, count=start) + line if start else line
+        return line if cell_len(line) <= width else self._shortened(rounds[-1], width, start)
+
+    def _shortened(self, last, width: int, earlier: int) -> str:
+        """The last round alone, too long for one line (a chat's prefill): its fed tokens' middle elided,
+        so that what it chose still shows."""
+        lang, marks, fed = self.lang, dict(self.data.marks), last.fed
+        before = tr("timeline.earlier", lang, count=earlier) if earlier else ""
+        for keep in range(len(fed) // 2, -1, -1):
+            short = replace(last, fed=(*fed[:keep], f"‹{len(fed) - 2 * keep}›", *fed[len(fed) - keep:]))
+            line = before + round_line([short], lang, marks)
+            if cell_len(line) <= width or not keep:
+                return line

@@ -20,7 +20,7 @@ STYLES = {
     Status.PENDING: ("…", "dim", "timeline.pending"),
 }
 ROUND_SEPARATOR = " │ "
-MESSAGE_ROOM = 12  # cells each chat message keeps when the line is short of room
+MESSAGE_ROOM = 20  # cells each chat message keeps when the line is short of room
 
 
 def token_window(data: TimelineFrame | BatchLine, width: int, control: frozenset[int] = frozenset()) -> Text:
@@ -72,7 +72,7 @@ def round_line(rounds, lang: str, marks: dict[int, bool] | None = None) -> str:
 
 def chat_text(chat: ChatLine, lang: str, width: int) -> Text:
     """The first stage, on one line: 'chat: system 1–17 "You are…" · user 24–30 "What is…" → 37 tokens,
-    8 control (underlined) · ends at <|im_end|>'. The messages share the room; where there is too little,
+    8 control · ends at <|im_end|>'. The messages share the room; where there is too little,
     they keep at least a few words each and the counts after them are cut."""
     head = tr("timeline.chat", lang)
     tail = " → " + tr("timeline.chat.tokens", lang, tokens=chat.tokens, control=len(chat.control))
@@ -140,6 +140,7 @@ class Timeline(Widget):
             lines.append("\n")
         lines.append(self._rounds(width), style="italic")
         legend = "  ".join(f"{glyph} {tr(key, lang)}" for glyph, _, key in STYLES.values())
+        legend += f"  {tr('timeline.control', lang)}" if chat is not None else ""
         lines.append("\n" + legend, style="dim")
         return lines
 

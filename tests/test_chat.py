@@ -127,6 +127,9 @@ def test_whitespace_control_is_transformers_trim_and_lstrip_blocks():
 @pytest.mark.parametrize(("text", "words"), [
     ("{{ messages.__class__.__mro__ }}", "refused the conversation"),  # the sandbox: no dunder attributes
     ("{{ messages.append(1) }}", "refused the conversation"),  # immutable: a template cannot change the messages
+    ("{% set ns = namespace(_x=1) %}", "refused the conversation at line 1: a namespace cannot hold"),
+    ("{% set ns = namespace(a=1) %}{% set ns.__class__ = 1 %}", "refused the conversation"),
+    ("{{ dict.__class__.__mro__ }}", "refused the conversation"),
     ("{% for m in messages %}{{ m.content }}", "does not parse: line 1:"),
     ("hello\n{{ raise_exception('Only user and assistant roles are supported!') }}",
      "refused the conversation at line 2: Only user and assistant roles are supported!"),

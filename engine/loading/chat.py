@@ -6,7 +6,7 @@
 The template is the checkpoint's own (a GGUF's `tokenizer.chat_template`; a folder's `chat_template.jinja`, else
 the `chat_template` of its tokenizer_config.json), rendered as transformers' `apply_chat_template` renders it: in
 jinja2's ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the loopcontrols extension,
-`raise_exception`, `strftime_now`, transformers' `tojson` (no HTML escaping), the special tokens' texts
+`raise_exception`, `strftime_now`, transformers' `tojson` (no HTML escaping), `dict` and `namespace`, the special tokens' texts
 (`bos_token`, `eos_token`, …) and `add_generation_prompt`. The text is tokenized without the tokenizer's own
 special tokens (the template writes them), so that a special token written in the text becomes its id.
 """
@@ -168,7 +168,28 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda format: datetime.now().strftime(format)
+    env.globals["dict"] = lambda *args, **kwargs: dict(*args, **kwargs)  # not the type, whose attributes lead out
+    env.globals["namespace"] = Namespace
     return env
+
+
+class Namespace(jinja2.utils.Namespace):
+    """jinja2's namespace() refusing underscore names, which lead to CPython's internals (as transformers does)."""
+
+    def __init__(*args, **kwargs):  # jinja2's own signature trick: namespace(self=…) stays a plain name
+        self, values = args[0], dict(*args[1:], **kwargs)
+        for name in values:
+            Namespace._check(name)
+        jinja2.utils.Namespace.__init__(self, values)
+
+    def __setitem__(self, name, value):
+        Namespace._check(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    @staticmethod
+    def _check(name) -> None:
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"a namespace cannot hold the underscore name {name!r}")
 
 
 class Generation(jinja2.ext.Extension):

@@ -235,3 +235,12 @@ def test_the_chat_line_fits_its_width_keeping_each_message(width):
         assert '"Be brief."' in line and "52–120 \"我爱" in line
         if width == 200:  # room for all of it; narrower, the counts after the messages are what is cut
             assert ("ends at <|eot_id|>" if lang == "en" else "止于 <|eot_id|>") in line
+
+
+def test_check_against_a_dump_of_a_chat_generates_as_many_tokens_as_the_dump_holds(tmp_path):
+    dump = tmp_path / "reference.safetensors"
+    model = FIXTURES / "chat-qwen2"
+    assert invoke("run", model, "--chat", "Hi", "--max-new-tokens", "3", "--save-activations", dump).exit_code == 0
+    result = invoke("check", model, "--chat", "Hi", "--against", dump)
+    assert result.exit_code == 0, result.output
+    assert "decode.2  sample.hook_choice  max |Δ| 0.000e+00" in result.output

@@ -269,7 +269,8 @@ def _dump(options: Options) -> tuple[Dump | None, Options]:
     if options.against is None:
         return None, options
     dump = load_dump(options.against)
-    if options.max_new_tokens is None and (options.prompt is not None or options.ids is not None):
+    requests = (options.prompt, options.ids, options.chat)  # a checkpoint's, whose length the dump then sets
+    if options.max_new_tokens is None and any(given is not None for given in requests):
         options = dataclasses.replace(options, max_new_tokens=dump.new_tokens())
     return dump, options
 
@@ -564,8 +565,8 @@ def _diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
 
 
 @app.command()
-@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "max_new_tokens", "patches", "ablations", "against",
-        "tolerance", "rtol")
+@shared("backend", "dtype", "sets", "max_memory", "prompt", "ids", "chat", "system", "max_new_tokens", "patches",
+        "ablations", "against", "tolerance", "rtol")
 def check(
     file: ScenarioFile,
     as_json: JsonFlag = False,
@@ -662,7 +663,7 @@ def _outcome_json(outcome: Outcome) -> dict:
 
 
 @app.command()
-@shared("prompt", "ids")
+@shared("prompt", "ids", "chat", "system")
 def gradcheck(
     file: ScenarioFile,
     request: Annotated[int, typer.Option(help="Request whose prefill supplies Q, K, V.")] = 0,

@@ -119,6 +119,12 @@ def test_tojson_writes_json_without_html_escapes_and_keeps_non_ascii():
         json.dumps("<b>café</b> & 我", ensure_ascii=False, indent=1)
 
 
+def test_dict_and_namespace_work_as_templates_use_them():
+    template = ChatTemplate("t.jinja", "", "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+                            "{% endfor %}{{ ns.n }} {{ dict(a=1) | tojson }} {{ dict.fromkeys(['x'], 2) | tojson }}", ())
+    assert render(template, [Message("user", "a"), Message("user", "b")]) == '2 {"a": 1} {"x": 2}'
+
+
 def test_whitespace_control_is_transformers_trim_and_lstrip_blocks():
     template = ChatTemplate("t.jinja", "", "    {% for m in messages %}\n[{{ m.content }}]\n    {% endfor %}\n", ())
     assert render(template, [Message("user", "a"), Message("user", "b")]) == "[a]\n[b]\n"

@@ -26,10 +26,11 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from engine.loading.document import ScenarioError
+from engine.loading.gguf_file import GGUFFile
 
 GGUF_KEY = "tokenizer.chat_template"
 TEMPLATE_FILE, CONFIG_FILE = "chat_template.jinja", "tokenizer_config.json"
-SPECIALS = ("bos", "eos", "unk", "pad")  # the `<name>_token` variables a template may read
+SPECIALS = {"bos": "bos", "eos": "eos", "unk": "unknown", "pad": "padding"}  # `<name>_token` -> GGUF's name
 PROBE = "\u2063reply\u2063"  # an assistant reply no template changes, to find what ends a turn
 LONGEST_MESSAGE = 160  # of an error's text; a template's error can quote the whole conversation
 
@@ -72,8 +73,6 @@ def find_template(path: Path) -> ChatTemplate:
 
 
 def _gguf_template(path: Path) -> ChatTemplate:
-    from engine.loading.gguf_file import GGUFFile
-
     meta = GGUFFile(path).meta
     text = meta.get(GGUF_KEY)
     if not isinstance(text, str) or not text.strip():
@@ -81,9 +80,8 @@ def _gguf_template(path: Path) -> ChatTemplate:
                             "(a base model has none; give --prompt instead)")
     tokens = meta.get("tokenizer.ggml.tokens", ())
     specials = []
-    for name in SPECIALS:
-        key = f"tokenizer.ggml.{'padding' if name == 'pad' else 'unknown' if name == 'unk' else name}_token_id"
-        index = meta.get(key)
+    for name, gguf_name in SPECIALS.items():
+        index = meta.get(f"tokenizer.ggml.{gguf_name}_token_id")
         if isinstance(index, int) and 0 <= index < len(tokens):
             specials.append((f"{name}_token", tokens[index]))
     return ChatTemplate(str(path), GGUF_KEY, text, tuple(specials))
@@ -168,9 +166,19 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda format: datetime.now().strftime(format)
-    env.globals["dict"] = lambda *args, **kwargs: dict(*args, **kwargs)  # not the type, whose attributes lead out
+    env.globals["dict"] = Dict()
     env.globals["namespace"] = Namespace
     return env
+
+
+class Dict:
+    """dict() and dict.fromkeys() without the type itself, whose attributes lead out (as transformers does)."""
+
+    def __call__(self, *args, **kwargs):
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args, **kwargs):
+        return dict.fromkeys(*args, **kwargs)
 
 
 class Namespace(jinja2.utils.Namespace):

@@ -120,8 +120,9 @@ def test_tojson_writes_json_without_html_escapes_and_keeps_non_ascii():
 
 
 def test_dict_and_namespace_work_as_templates_use_them():
-    template = ChatTemplate("t.jinja", "", "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
-                            "{% endfor %}{{ ns.n }} {{ dict(a=1) | tojson }} {{ dict.fromkeys(['x'], 2) | tojson }}", ())
+    text = ("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}"
+            "{{ ns.n }} {{ dict(a=1) | tojson }} {{ dict.fromkeys(['x'], 2) | tojson }}")
+    template = ChatTemplate("t.jinja", "", text, ())
     assert render(template, [Message("user", "a"), Message("user", "b")]) == '2 {"a": 1} {"x": 2}'
 
 

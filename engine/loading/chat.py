@@ -6,9 +6,9 @@
 The template is the checkpoint's own (a GGUF's `tokenizer.chat_template`; a folder's `chat_template.jinja`, else
 the `chat_template` of its tokenizer_config.json), rendered as transformers' `apply_chat_template` renders it: in
 jinja2's ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks, the loopcontrols extension,
-`raise_exception`, `strftime_now`, transformers' `tojson` (no HTML escaping), `dict` and `namespace`, the special tokens' texts
-(`bos_token`, `eos_token`, …) and `add_generation_prompt`. The text is tokenized without the tokenizer's own
-special tokens (the template writes them), so that a special token written in the text becomes its id.
+`raise_exception`, `strftime_now`, transformers' `tojson` (no HTML escaping), `dict` and `namespace`, the special
+tokens' texts (`bos_token`, `eos_token`, …) and `add_generation_prompt`. The text is tokenized without the
+tokenizer's own special tokens (the template writes them), so that a special token written in it becomes its id.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib.resources import files
 from itertools import takewhile
@@ -83,6 +84,7 @@ class OpenByDefault(TyperGroup):
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:
         extra["standalone_mode"] = False
+        showwarning, warnings.showwarning = warnings.showwarning, _warning_line
         try:
             code = super().main(args=args, prog_name=prog_name or "tinyllm-tui", **extra)
         except ClickException as error:
@@ -91,7 +93,14 @@ class OpenByDefault(TyperGroup):
             _fail("aborted", 1)
         except (ScenarioError, BackendError, BreakpointError, EditError, InterventionError, AnalysisError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
+        finally:
+            warnings.showwarning = showwarning
         sys.exit(code or 0)
+
+
+def _warning_line(message, category, *where, **_) -> None:
+    """A warning (a loader's, or NumPy's on a checkpoint's NaN weights) as one line, without the source line."""
+    print(f"tinyllm-tui: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
 
 def _fail(message: str, code: int) -> None:

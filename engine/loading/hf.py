@@ -390,6 +390,8 @@ class Tensors:
 
 def _header(file: Path) -> tuple[int, dict]:
     """Where the data starts and each tensor's entry; `safe_open` validates the header first."""
+    if not file.is_file():  # (safe_open says "No such device" of a folder, without naming it)
+        raise ScenarioError(str(file), None, "", "expected a safetensors file, this is not a regular file")
     try:
         with safe_open(file, framework="numpy"):
             pass

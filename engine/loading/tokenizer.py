@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import operator
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache, partial
@@ -141,12 +143,28 @@ def tokenizer_errors(refuse: Callable[[str], Exception] = TokenizerError) -> Ite
     """Turns what `tokenizers` raises into `refuse(its message)`: an Exception, or pyo3's PanicException
     when its Rust code panics (a BaseException, which `except Exception` lets through)."""
     try:
-        yield
+        with _panics_unprinted():
+            yield
     except BaseException as error:
         if isinstance(error, ScenarioError) or (not isinstance(error, Exception)
                                                  and type(error).__name__ != "PanicException"):
             raise  # ours, already located; KeyboardInterrupt, SystemExit
         raise refuse(library_text(error)) from None
+
+
+@contextmanager
+def _panics_unprinted() -> Iterator[None]:
+    """Rust's panic hook writes the panic and a backtrace straight to file descriptor 2 before pyo3 raises
+    it as an exception, which carries the message: stderr goes to /dev/null meanwhile."""
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def encode(tokenizer: Tokenizer, prompt: str) -> tuple[int, ...]:

@@ -326,3 +326,29 @@ def test_safetensors_own_errors_name_the_tensor(tmp_path):
     text = json.dumps(header).encode()
     weights.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length:])
     assert refused(llama) == f"{weights}: {name}: unknown dtype 'F17'"
+
+
+# -- found by tests/fuzz_loaders.py ----------------------------------------------------------------
+def test_a_safetensors_tensor_listed_twice_is_refused(tmp_path):
+    """JSON allows a key twice and safetensors keeps one entry without a word."""
+    llama = folder(tmp_path, "llama")
+    weights = llama / "model.safetensors"
+    data = weights.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    name = next(n for n in header if n != "__metadata__")
+    text = json.dumps(header).encode()[:-1] + b", " + json.dumps({name: header[name]}).encode()[1:]
+    weights.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length:])
+    assert refused(llama) == f"{weights}: {name}: listed twice in the header"
+
+
+def test_a_gguf_vocabulary_repeating_texts_loads_with_a_warning(tmp_path):
+    def repeated(g):
+        tokens = g.get("tokenizer.ggml.tokens").items
+        tokens[10:13] = [tokens[9]] * 3
+
+    path = gguf(tmp_path, repeated)
+    result = CliRunner().invoke(app, ["run", str(path), "--ids", "1,2"])
+    assert result.exit_code == 0
+    assert result.stderr == (f"tinyllm-tui: warning: {path}: tokenizer.ggml.tokens: 3 of the 300 tokens repeat "
+                             "another's text\n")

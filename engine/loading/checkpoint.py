@@ -17,7 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from engine.loading.budget import DEFAULT_BUDGET, format_size, too_many_tensors, weight_bytes
-from engine.loading.document import ScenarioError, library_text
+from engine.loading.document import ScenarioError, library_text, warn
 from engine.parameters import format_shape, parameter_shapes
 from engine.progress import WEIGHTS, report
 from engine.scenario import Scenario
@@ -155,7 +155,10 @@ def _gguf(path: Path, budget: tuple[int, str]):
     model = GGUFModel(path)
     spec = model.spec()
     tokenizer = gguf_tokenizer(model.meta, model.error)
-    size = len(model.meta["tokenizer.ggml.tokens"])  # an array of strings: gguf_tokenizer checked it
+    tokens = model.meta["tokenizer.ggml.tokens"]  # an array of strings: gguf_tokenizer checked it
+    size, distinct = len(tokens), len(set(tokens))
+    if distinct < size:  # each text then encodes as the last of its ids, the others only decode
+        warn(str(path), "tokenizer.ggml.tokens", f"{size - distinct} of the {size} tokens repeat another's text")
     special = {"eos": token_id(model.meta, "tokenizer.ggml.eos_token_id", size, model.error), "pad": None}
     as_dtype = DTYPES[budget[1]]
     tensors = (model.stand_in, lambda name: model.dequantized(name, as_dtype))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from engine.loading.document import ScenarioError, read_text, warn
-from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_refusal, widen_bf16
+from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
@@ -397,9 +396,7 @@ def _header(file: Path) -> tuple[int, dict]:
             pass
     except SafetensorError as error:
         raise safetensors_refusal(file, error) from None
-    with open(file, "rb") as handle:
-        size = struct.unpack("<Q", handle.read(8))[0]
-        return 8 + size, json.loads(handle.read(size))
+    return safetensors_header(file)
 
 
 Getter = Callable[[str], np.ndarray]

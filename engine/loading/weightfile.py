@@ -169,16 +169,30 @@ def widen_bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
-    """Read-only views into one memory map of the (already validated) file."""
+def safetensors_header(path: Path) -> tuple[int, dict]:
+    """Where the data starts and each tensor's entry, from a file `safetensors` has validated; a tensor
+    listed twice (JSON allows it, the library keeps one of them without a word) is refused."""
+    def refuse_duplicates(pairs: list[tuple[str, object]]) -> dict:
+        entries = dict(pairs)
+        if len(entries) < len(pairs):
+            seen: set[str] = set()
+            twice = next(name for name, _ in pairs if name in seen or seen.add(name))
+            raise ScenarioError(str(path), None, twice, "listed twice in the header")
+        return entries
+
     with path.open("rb") as file:
         length = int.from_bytes(file.read(8), "little")
-        header = json.loads(file.read(length))
+        return 8 + length, json.loads(file.read(length), object_pairs_hook=refuse_duplicates)
+
+
+def map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+    """Read-only views into one memory map of the (already validated) file."""
+    start, header = safetensors_header(path)
     data = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # plain ndarray views of the map
     arrays = {}
     for name, shape in shapes.items():
         entry = header[name]
-        begin, end = (8 + length + offset for offset in entry["data_offsets"])
+        begin, end = (start + offset for offset in entry["data_offsets"])
         array = data[begin:end].view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(shape)
         arrays[name] = widen_bf16(array) if entry["dtype"] == "BF16" else array
     return arrays

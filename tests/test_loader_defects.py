@@ -352,3 +352,15 @@ def test_a_gguf_vocabulary_repeating_texts_loads_with_a_warning(tmp_path):
     assert result.exit_code == 0
     assert result.stderr == (f"tinyllm-tui: warning: {path}: tokenizer.ggml.tokens: 3 of the 300 tokens repeat "
                              "another's text\n")
+
+
+def test_a_llama_query_of_three_dimensions_is_refused_by_its_shape(tmp_path):
+    """Undoing llama.cpp's row permutation reshaped it first (a ValueError)."""
+    def three_dims(g):
+        query = next(t for t in g.tensors if t.name == "blk.0.attn_q.weight")
+        query.dims = [*query.dims, 1]
+
+    path = gguf(tmp_path, three_dims)
+    width = gb.parse(TINY.read_bytes()).get("llama.embedding_length")
+    assert refused(path) == (f"{path}: blocks.0.attn.wq: expected {width}×{width} (engine layout [in, out]), the "
+                             f"checkpoint gives {width}×{width}×1")

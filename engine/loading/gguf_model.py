@@ -177,8 +177,9 @@ class GGUFModel:
         tensor = self.tensor_name(name)
         w = get(tensor)
         kind = tensor.split(".")[-2]
-        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
-            w = unpermute(w, spec.n_heads if kind == "attn_q" else spec.n_kv_heads)
+        heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
+        if self.arch == "llama" and kind in ("attn_q", "attn_k") and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
+            w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
         if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
             w = w - 1
         return w if w.ndim == 1 or name == "embed" else w.T

@@ -13,12 +13,11 @@ import struct
 import subprocess
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, peak_bytes
 from typer.testing import CliRunner
 
 from engine import ScenarioError, load_scenario, load_scenario_text
@@ -99,16 +98,6 @@ def test_expect_problem_is_not_a_disagreement():
 
 
 # -- size and memory -----------------------------------------------------------------------------
-def peak_bytes(action) -> int:
-    tracemalloc.start()
-    try:
-        action()
-    finally:
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return peak
-
-
 def refusal(action) -> str:
     with pytest.raises(ScenarioError) as caught:
         action()

@@ -13,13 +13,12 @@ import struct
 import subprocess
 import sys
 import time
-import tracemalloc
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, peak_bytes
 from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
@@ -65,16 +64,6 @@ def folder(tmp_path: Path, name: str, config=None, tokenizer=None) -> Path:
             edit(document)
             (target / file).write_text(json.dumps(document))
     return target
-
-
-def peak_bytes(action) -> int:
-    tracemalloc.start()
-    try:
-        action()
-    finally:
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return peak
 
 
 # -- 1. tokenizers' errors escaping from encoding ------------------------------------------------
@@ -315,31 +304,30 @@ def test_a_weight_file_that_is_a_folder_is_located(tmp_path):
     assert refused(llama) == f"{llama / 'model.safetensors'}: expected a safetensors file, this is not a regular file"
 
 
-def test_safetensors_own_errors_name_the_tensor(tmp_path):
-    llama = folder(tmp_path, "llama")
-    weights = llama / "model.safetensors"
+def with_header(weights: Path, write) -> str:
+    """The safetensors file with its header JSON replaced by `write(header, first tensor's name)`; that name."""
     data = weights.read_bytes()
     length = struct.unpack("<Q", data[:8])[0]
     header = json.loads(data[8:8 + length])
     name = next(n for n in header if n != "__metadata__")
-    header[name]["dtype"] = "F17"
-    text = json.dumps(header).encode()
+    text = write(header, name)
     weights.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length:])
-    assert refused(llama) == f"{weights}: {name}: unknown dtype 'F17'"
+    return name
+
+
+def test_safetensors_own_errors_name_the_tensor(tmp_path):
+    weights = folder(tmp_path, "llama") / "model.safetensors"
+    name = with_header(weights, lambda header, name: json.dumps(header | {name: header[name] | {"dtype": "F17"}}).encode())
+    assert refused(weights.parent) == f"{weights}: {name}: unknown dtype 'F17'"
 
 
 # -- found by tests/fuzz_loaders.py ----------------------------------------------------------------
 def test_a_safetensors_tensor_listed_twice_is_refused(tmp_path):
     """JSON allows a key twice and safetensors keeps one entry without a word."""
-    llama = folder(tmp_path, "llama")
-    weights = llama / "model.safetensors"
-    data = weights.read_bytes()
-    length = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + length])
-    name = next(n for n in header if n != "__metadata__")
-    text = json.dumps(header).encode()[:-1] + b", " + json.dumps({name: header[name]}).encode()[1:]
-    weights.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + length:])
-    assert refused(llama) == f"{weights}: {name}: listed twice in the header"
+    weights = folder(tmp_path, "llama") / "model.safetensors"
+    name = with_header(weights, lambda header, name: json.dumps(header).encode()[:-1] + b", "
+                       + json.dumps({name: header[name]}).encode()[1:])
+    assert refused(weights.parent) == f"{weights}: {name}: listed twice in the header"
 
 
 def test_a_gguf_vocabulary_repeating_texts_loads_with_a_warning(tmp_path):

@@ -149,7 +149,7 @@ def _entry_problem(entry, room: int) -> str:
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         return "expected an entry {dtype, shape, data_offsets}"
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in ITEMSIZES:
+    if not isinstance(dtype, str) or dtype not in ITEMSIZES:
         return f"unknown dtype {dtype!r}"
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
         return f"expected a shape of sizes ≥ 0, got {shape!r}"

@@ -12,6 +12,7 @@ import json
 import operator
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache, partial
@@ -155,7 +156,12 @@ def tokenizer_errors(refuse: Callable[[str], Exception] = TokenizerError) -> Ite
 @contextmanager
 def _panics_unprinted() -> Iterator[None]:
     """Rust's panic hook writes the panic and a backtrace straight to file descriptor 2 before pyo3 raises
-    it as an exception, which carries the message: stderr goes to /dev/null meanwhile."""
+    it as an exception, which carries the message: stderr goes to /dev/null meanwhile. Only on the main
+    thread: on another (the TUI loads in one), the app may be drawing through fd 2, and a panic's text
+    lands on its alternate screen, which goes when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     sys.stderr.flush()
     saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)

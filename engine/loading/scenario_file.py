@@ -38,6 +38,7 @@ from engine.spec import (
     Rule,
     Vocab,
 )
+from engine.loading.tokenizer import TokenizerError, encode
 from engine.loading.weightfile import read_weights
 from engine.loading.cache_options import cache_options
 from engine.caches import CacheSpec
@@ -164,7 +165,7 @@ class Encoder:
         self.path = path
 
     def encode(self, text: str) -> tuple[int, ...]:
-        return tuple(self._tokenizer.encode(text).ids)
+        return encode(self._tokenizer, text)
 
     def chat(self, messages: list[Message]) -> Chat:
         """The conversation through the checkpoint's own chat template (engine.loading.chat)."""
@@ -429,7 +430,10 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
         if encoder is None:
             raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH; a folder's tokenizer.json); "
                              "list tokens or ids instead")
-        return encoder.encode(node.text())
+        try:
+            return encoder.encode(node.text())
+        except TokenizerError as error:
+            raise node.error(f"the checkpoint's tokenizer cannot encode it ({error})") from None
     items = node.items()
     if node.path.endswith(".ids"):
         for item in items:

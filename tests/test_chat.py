@@ -251,3 +251,16 @@ def test_check_against_a_dump_of_a_chat_generates_as_many_tokens_as_the_dump_hol
     result = invoke("check", model, "--chat", "Hi", "--against", dump)
     assert result.exit_code == 0, result.output
     assert "decode.2  sample.hook_choice  max |Δ| 0.000e+00" in result.output
+
+
+def test_a_tokenizer_that_cannot_encode_the_rendered_chat_is_refused_in_one_line():
+    from tokenizers import models, pre_tokenizers
+
+    wordpiece = Tokenizer(models.WordPiece({"hi": 0, "[SEP]": 1}, unk_token="[UNK]"))  # its [UNK] is missing
+    wordpiece.pre_tokenizer = pre_tokenizers.Whitespace()
+    template = ChatTemplate("bert/tokenizer_config.json", "chat_template", "{{ messages[0].content }}", ())
+    with pytest.raises(ScenarioError) as raised:
+        tokenize_chat(template, wordpiece, [Message("user", "hi there")])
+    assert str(raised.value).startswith("bert/tokenizer_config.json: chat_template: the tokenizer cannot encode the "
+                                        "rendered chat (")
+    assert "\n" not in str(raised.value)

@@ -23,10 +23,11 @@ from typing import NamedTuple
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_file import GGUFFile
+from engine.loading.tokenizer import tokenizer_errors
 
 GGUF_KEY = "tokenizer.chat_template"
 TEMPLATE_FILE, CONFIG_FILE = "chat_template.jinja", "tokenizer_config.json"
@@ -246,7 +247,7 @@ def tokenize_chat(template: ChatTemplate, tokenizer: Tokenizer, messages: list[M
     if not messages:
         raise template.error("a chat needs at least one message")
     text = render(template, messages, **variables)
-    encoding = tokenizer.encode(text, add_special_tokens=False)
+    encoding = _encoded(template, tokenizer, text)
     if not encoding.ids:
         raise template.error("the chat template gives no text for this conversation")
     specials = _special_ids(tokenizer)
@@ -255,6 +256,13 @@ def tokenize_chat(template: ChatTemplate, tokenizer: Tokenizer, messages: list[M
                     for token_start, token_end in encoding.offsets)
     return Chat(tuple(messages), text, tuple(encoding.ids), sources, tuple(t in specials for t in encoding.ids),
                 end_of_turn(template, tokenizer, messages, **variables))
+
+
+def _encoded(template: ChatTemplate, tokenizer: Tokenizer, text: str) -> Encoding:
+    """The rendered text's encoding; what `tokenizers` raises (a WordPiece vocabulary without its [UNK], a
+    panic) refused in one line."""
+    with tokenizer_errors(lambda message: template.error(f"the tokenizer cannot encode the rendered chat ({message})")):
+        return tokenizer.encode(text, add_special_tokens=False)
 
 
 def _special_ids(tokenizer: Tokenizer) -> frozenset[int]:
@@ -285,5 +293,5 @@ def end_of_turn(template: ChatTemplate, tokenizer: Tokenizer, messages, **variab
     if after < 0:
         return None
     specials = _special_ids(tokenizer)
-    tail = tokenizer.encode(text[after + len(PROBE):], add_special_tokens=False).ids
+    tail = _encoded(template, tokenizer, text[after + len(PROBE):]).ids
     return next((t for t in tail if t in specials), None)

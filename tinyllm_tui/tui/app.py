@@ -19,7 +19,7 @@ from tinyllm_tui.tui.explanations import default_language
 from tinyllm_tui.tui.i18n import describe, tr
 from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
-from tinyllm_tui.tui.runner import RunDone, Runner, RunProgress
+from tinyllm_tui.tui.runner import Runner
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 
 HORIZONTAL = [(0, "-narrow"), (120, "-wide")]  # from 120 columns the KV cache sits beside the matrix
@@ -68,12 +68,6 @@ class DebuggerApp(App):
             self._open(self.push_screen)
         else:
             self.push_screen(LoadingScreen(self.loading, self.prepare, self.lang))
-
-    def on_run_progress(self, event: RunProgress) -> None:
-        event.report(event.progress)
-
-    def on_run_done(self, event: RunDone) -> None:
-        event.then(event.result)
 
     def on_loading_screen_loaded(self, event: LoadingScreen.Loaded) -> None:
         if isinstance(event.result, BaseException):

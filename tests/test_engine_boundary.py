@@ -145,7 +145,6 @@ def test_no_layer_reaches_past_its_boundary():
     assert violations() == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: main_screen <-> widgets.weights, recorder <-> recorder_hf")
 def test_no_import_circle():
     assert circles(graph()) == []
 

@@ -229,7 +229,7 @@ def test_a_small_memory_budget_replays_to_go_back(reference):
 def test_a_diff_in_another_thread_is_cancelled_by_cancel():
     from tui_helpers import long_scenario
 
-    from tinyllm_tui.debugger.debugger import DiffCancelled
+    from tinyllm_tui.debugger import DiffCancelled
 
     debugger = Debugger(long_scenario(new=2000))
     outcome = {}

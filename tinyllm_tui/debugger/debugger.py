@@ -14,10 +14,9 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import wraps
+from functools import cached_property, wraps
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +24,7 @@ import numpy as np
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
 from engine.compare.against import Against, Report, disagreement
-from engine.compare.check import check_scenario
-from engine.compare.diff import TOLERANCE, OpDiff, diff_sessions, first_divergence
-from engine.compare.diff import alone as alone_session
+from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
@@ -38,9 +35,11 @@ from engine.session import StaleFrom
 from engine.trace import OpKind, Phase
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
+from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from engine.interventions import InterventionError, check_intervention, parse_any
 from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after
+from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.batch import batch_group, stacked
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
@@ -56,14 +55,6 @@ BARE_WORD = re.compile(r"[\w.*?\[\]-]+")  # a name `g` may look for although a b
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
 
-class Busy(RuntimeError):
-    """Another thread owns the session's generator (a run is in flight)."""
-
-
-class DiffCancelled(RuntimeError):
-    """A comparison was cancelled before it finished."""
-
-
 @dataclass(frozen=True)
 class View:
     """The current operator and its surroundings, for callers that want engine states (the CLI, tests)."""
@@ -76,13 +67,20 @@ class View:
     at_end: bool
 
 
-@dataclass(frozen=True)
 class Run:
-    """The session being debugged: replaced whole after an edit, never changed in place."""
+    """The session being debugged: replaced whole after an edit, never changed in place. Its session and history
+    are made when first read: the CLI's `run` reads neither (it streams a session of its own, `trace()`)."""
 
-    scenario: Scenario
-    session: Session
-    history: History
+    def __init__(self, scenario: Scenario, session: Callable[[], Session], budget: int):
+        self.scenario, self._session, self._budget = scenario, session, budget
+
+    @cached_property
+    def session(self) -> Session:
+        return self._session()
+
+    @cached_property
+    def history(self) -> History:
+        return History(self.session.steps, budget=self._budget)
 
 
 Progress = Callable[[int], None]
@@ -137,6 +135,7 @@ class Debugger:
         self.file_scenario = scenario
         self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
+        self.comparisons = Comparisons(self.backend, self.against, self._compared)
         self.weight_history = WeightHistory(scenario.weights)
         for edit in edits:
             self.weight_history.push(apply_edit(self.weight_history.current, edit), edit)
@@ -154,14 +153,39 @@ class Debugger:
         self._owner = threading.Lock()
         self._publishing = threading.Lock()  # a frame is replaced whole, by one thread at a time
         self._cancel = threading.Event()  # stops a run that owns the generator
-        self._cancel_comparisons = threading.Event()  # stops a diff, which runs sessions of its own
-        self._comparing = 0
-        self._counting = threading.Lock()  # guards _comparing
         self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
         self.inject = inject
         self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
-        self._publish(ahead=not (quick_start and isinstance(scenario.weights, LazyWeights)))
+        self._frame: Frame | None = None  # built once a view subscribes (the TUI; a test reading `frame`)
+        self._view: View | None = None
+        self._pending, self._subscribed = False, False
+        self._ahead = not (quick_start and isinstance(scenario.weights, LazyWeights))  # for the first frame
+
+    def subscribe(self) -> None:
+        """From now on every move publishes a frame, starting with one of where the history stands (in the
+        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread)."""
+        if not self._subscribed:
+            self._subscribed = True
+            self._publish(ahead=self._ahead)
+
+    @property
+    def frame(self) -> Frame:
+        """What the views draw; reading it subscribes."""
+        self.subscribe()
+        return self._frame
+
+    @property
+    def view(self) -> View:
+        self.subscribe()
+        return self._view
+
+    @property
+    def round_pending(self) -> bool:
+        """The frame lists only the operators of round 0 computed so far (a quick start): `complete_round` lists
+        the rest."""
+        self.subscribe()
+        return self._pending
 
     # -- what views and callers read -------------------------------------------------------------
     @property
@@ -191,14 +215,14 @@ class Debugger:
 
     @property
     def comparing(self) -> bool:
-        return self._comparing > 0
+        return self.comparisons.running
 
     def cancel(self) -> bool:
         """Ask a run or a comparison in flight to stop at its next step; False if none runs."""
         running = self.busy or self.comparing
         if running:
             self._cancel.set()
-            self._cancel_comparisons.set()
+            self.comparisons.cancel()
         return running
 
     # -- the session and its frame -----------------------------------------------------------------
@@ -206,14 +230,14 @@ class Debugger:
         """A fresh session with the current weights and fault, replayed to `step` (a cancel stops it earlier).
         Built aside: nothing a reader sees changes until the caller publishes it."""
         scenario = self.interventions.applied_to(with_weights(self.file_scenario, self.weights))
-        session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
-        history = History(session.steps, budget=self.budget)
+        inject, stale = self.inject, self.stale
+        run = Run(scenario, lambda: Session(scenario, self.backend, inject=inject, stale=stale), self.budget)
         self._cancel.clear()
-        while history.cursor < step and not self._cancel.is_set() and history.forward():
+        while step and run.history.cursor < step and not self._cancel.is_set() and run.history.forward():
             time.sleep(0)  # as in run_until: keys stay quick
-            if progress is not None and history.cursor % PROGRESS_EVERY == 0:
-                progress(history.cursor)
-        return Run(scenario, session, history)
+            if progress is not None and run.history.cursor % PROGRESS_EVERY == 0:
+                progress(run.history.cursor)
+        return run
 
     def _adopt(self, run: Run) -> None:
         self._run, self.outcomes, self.divergences = run, None, None
@@ -231,7 +255,10 @@ class Debugger:
 
     def _publish(self, ahead: bool = True) -> None:
         """Build the view and the frame of where the history stands (in the owner's thread) and publish them.
-        `ahead` False: the operator list holds the round's operators computed so far, nothing more."""
+        `ahead` False: the operator list holds the round's operators computed so far, nothing more.
+        Nothing is built before a view subscribes."""
+        if not self._subscribed:
+            return
         history = self.history
         state = history.current
         round_states = tuple(history.round_states(ahead))
@@ -242,8 +269,8 @@ class Debugger:
             self.cache_layer = follow_layer(state) if follow_layer(state) is not None else self.cache_layer
         scenario = self.scenario
         operators = operator_lines(round_states, breaks)
-        if getattr(self, "frame", None) is not None and self.frame.operators == operators:
-            operators = self.frame.operators  # the same round: the list keeps its lines
+        if self._frame is not None and self._frame.operators == operators:
+            operators = self._frame.operators  # the same round: the list keeps its lines
         frame = Frame(
             step=state.step, phase=Phase(state.phase), request=state.request, round=state.round,
             matrix=self._matrix(state, batch_group(history.state_at, state)),
@@ -257,7 +284,7 @@ class Debugger:
                                tuple(i.text for i in self.interventions.current)),
             hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
         with self._publishing:
-            self.view, self.frame, self.round_pending = view, frame, not ahead
+            self._view, self._frame, self._pending = view, frame, not ahead
 
     def _cache(self, state: OpState, layer: int, head: int):
         """The KV-cache slice shown, with the rows that differ from a --against dump."""
@@ -306,11 +333,13 @@ class Debugger:
     def _refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""
         self._hits = {}
+        if not self._subscribed:
+            return
         with self._publishing:
-            view = self.view
+            view = self._view
             breaks = frozenset(s.step for s in view.round_states if self.hits(s))
-            self.view = replace(view, breaks=breaks)
-            self.frame = with_breakpoints(self.frame, breaks, self.hits(view.state), len(self.breakpoints))
+            self._view = replace(view, breaks=breaks)
+            self._frame = with_breakpoints(self._frame, breaks, self.hits(view.state), len(self.breakpoints))
 
     # -- moving ------------------------------------------------------------------------------------
     @owning
@@ -446,7 +475,7 @@ class Debugger:
         self.cache_head = (min(self.cache_head, heads_shown - 1) + heads) % heads_shown
         cache = self._cache(state, self.cache_layer, self.cache_head)
         with self._publishing:
-            self.frame = replace(self.frame, cache=cache)
+            self._frame = replace(self._frame, cache=cache)
         return CacheShown(cache.layer, cache.head)
 
     # -- breakpoints (they work while a run is in flight: it reads the tuple it started with) -------------
@@ -689,62 +718,33 @@ class Debugger:
         cols = axis(1, "out") if self.weights[name].ndim == 2 else Labels(array.shape[1], str)
         return matrix_frame(name, array, rows, cols, before=original)
 
-    # -- comparisons (each on sessions of its own: safe in a worker) -------------------------------------
-    def _cancellable(self, states: Iterator[OpState]) -> Iterator[OpState]:
-        for state in states:
-            time.sleep(0)  # as in run_until: keys stay quick
-            if self._cancel_comparisons.is_set():
-                raise DiffCancelled("cancelled")
-            yield state
-
-    @contextmanager
-    def _comparison(self) -> Iterator[None]:
-        """A comparison in flight, counted (under a lock: several may run) so that `cancel()` reaches it."""
-        with self._counting:
-            if self._comparing == 0:
-                self._cancel_comparisons.clear()
-            self._comparing += 1
-        try:
-            yield
-        finally:
-            with self._counting:
-                self._comparing -= 1
+    # -- comparisons (tinyllm_tui/debugger/comparisons.py: each on sessions of its own, safe in a worker) ------
+    def _compared(self) -> Compared:
+        return Compared(self.scenario, self.inject, self.stale)
 
     def diff(self, alone: bool = False) -> list[OpDiff]:
         """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
-        its requests as one batch against each request run alone.
+        its requests as one batch against each request run alone. Raises DiffCancelled on `cancel()`."""
+        return self.comparisons.diff(alone)
 
-        Raises DiffCancelled when `cancel()` is called meanwhile."""
-        scenario = replace(self.scenario, batch=True) if alone else self.scenario
-        cached = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
-        reference = alone_session(scenario, self.backend) if alone else Session(scenario, self.backend, mode="full")
-        with self._comparison():
-            return diff_sessions(cached, reference, self._cancellable)
-
-    def compare(self) -> DiffReport:
+    def compare(self, alone: bool = False) -> DiffReport:
         """`diff()` with where it first diverges (raises DiffCancelled as diff does)."""
-        inject = self.inject
-        diffs = self.diff()
-        first = first_divergence(diffs)
-        return DiffReport(tuple(diffs), None if first is None else diffs.index(first), inject,
-                          diffs[0].tolerance if diffs else TOLERANCE)
+        return self.comparisons.compare(alone)
 
     def compare_against(self) -> Report | None:
-        """The run being debugged (fault and stale cache included) against the --against dump over every
-        pass; kept (and shown) unless an edit has outrun it. Raises DiffCancelled when `cancel()` is called."""
-        if self.against is None:
-            return None
-        scenario = self.scenario
-        session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
+        """The run being debugged against the --against dump over every pass; kept (and shown) unless an edit
+        has outrun it. Raises DiffCancelled when `cancel()` is called."""
         try:
-            with self._comparison():
-                report = self.against.meet(self._cancellable(session.steps()))
-        except InterventionError:  # as for the expect: tables
+            scenario, report = self.comparisons.against_dump()
+        except InterventionError:  # as for the expect: tables: the move that reaches it says why and drops it
             return None
-        if scenario is self.scenario:
+        if report is not None and scenario is self.scenario:
             self.divergences = report
             self._republish()
         return report
+
+    def check_expectations(self, scenario: Scenario) -> list[Outcome]:
+        return self.comparisons.expectations(scenario)
 
     def round_verdicts(self) -> dict[tuple[int, int], bool]:
         """(request, round) -> whether your activations agree in every operator of that round."""
@@ -767,12 +767,6 @@ class Debugger:
             return Diverged(None, "")
         self._goto(first.step)
         return Diverged(first.step, first.cell_text(len(self.scenario.requests)))
-
-    def check_expectations(self, scenario: Scenario) -> list[Outcome]:
-        try:
-            return check_scenario(scenario, self.backend) if scenario.expect else []
-        except InterventionError:  # one that cannot run to the end: the move that reaches it says why and drops it
-            return []
 
     def accept_outcomes(self, scenario: Scenario, outcomes: list[Outcome]) -> bool:
         """Keep the outcomes unless an edit has outran them; the frame shows them at once, or after the
@@ -801,15 +795,8 @@ class Debugger:
                 if outcome.expectation.key == key and outcome.expectation.run == "cached"
                 for cell in outcome.cells if cell.position in rows}
 
-    # -- passes for the CLI --
-    def trace(self) -> Iterator[tuple[OpState, tuple[str, ...]]]:
-        """Every operator from the cursor to the end of the trace, with the breakpoints that hit each (`hits`:
-        where a continue stops): `tinyllm-tui run`'s pass. The cursor stays where it is; the generator is
-        owned, as by a continue, until the trace ends or the caller stops reading."""
-        if not self._owner.acquire(blocking=False):
-            raise Busy("a run is in flight")
-        try:
-            for state in self.history.states_from(self.history.cursor):
-                yield state, tuple(self.hits(state))
-        finally:
-            self._owner.release()
+    # -- the pass for the CLI --
+    def trace(self, save: str | Path | None = None) -> Trace:
+        """Every operator from the first to the end of the trace, with the breakpoints that hit each:
+        `tinyllm-tui run`'s pass, read once (no history, no frames). `save`: where its activations go."""
+        return Trace(self.scenario, self.backend, self.inject, self.breakpoints, save)

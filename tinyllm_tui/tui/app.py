@@ -56,8 +56,10 @@ class DebuggerApp(App):
     def prepare(self, opening: Opening) -> Debugger:
         """The Debugger on a loaded scenario (in any thread: it touches no widget)."""
         extra = {} if opening.budget is None else {"budget": opening.budget}
-        return Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
-                        edits=opening.edits, against=self.against, quick_start=True, **extra)
+        debugger = Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
+                            edits=opening.edits, against=self.against, quick_start=True, **extra)
+        debugger.subscribe()  # its first frame, built here rather than in the UI thread
+        return debugger
 
     def _adopt(self, debugger: Debugger) -> None:
         scenario = debugger.file_scenario

@@ -42,3 +42,11 @@ def still(app):
     """No animation (a tab underline caught half-way makes snapshots flaky)."""
     app.animation_level = "none"
     return app
+
+
+def round_summaries(states, request: int) -> list:
+    """The rounds of `request` that `states` have finished (their choice was made), summarised one by one:
+    what History.finished_rounds must give."""
+    from tinyllm_tui.debugger.history import round_summary
+
+    return [round_summary(s) for s in states if s.request == request and s.kind.name == "CHOICE"]

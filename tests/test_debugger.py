@@ -254,7 +254,7 @@ def test_undoing_every_edit_by_resetting_leaves_no_autosave(tmp_path, monkeypatc
     monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path))
     debugger = make()
     debugger.apply(FillEdit("blocks.0.attn.wq", "zeros"))
-    assert autosave.find(debugger.file_scenario.path, debugger.file_fingerprint, debugger.weights) is not None
+    assert autosave.find(debugger.file_scenario.path, debugger.edits.fingerprint, debugger.weights) is not None
     debugger.apply(FillEdit("blocks.0.attn.wq", "file"))
     assert debugger.unsaved() == 0
     assert not list(tmp_path.iterdir())
@@ -264,7 +264,7 @@ def test_a_clean_close_leaves_no_autosave(tmp_path, monkeypatch):
     """Defect 4: an autosave left while the weights equal the file is removed on a clean quit."""
     monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path))
     debugger = make()
-    autosave.keep(debugger.file_scenario.path, debugger.file_fingerprint, [CellEdit("blocks.0.attn.wk", (0, 0), 1.0)])
+    autosave.keep(debugger.file_scenario.path, debugger.edits.fingerprint, [CellEdit("blocks.0.attn.wk", (0, 0), 1.0)])
     debugger.close()
     assert not list(tmp_path.iterdir())
 
@@ -286,8 +286,8 @@ def test_breakpoints_are_judged_once_per_step(reference):
     debugger.add_breakpoint("softmax")
     original = debugger.breakpoints[0]
     counting = type(original)(original.text, (lambda s: calls.append(s.step) or s.kind == "softmax",))
-    debugger.breakpoints = (counting,)
-    debugger._hits = {}
+    debugger.breaks.all = (counting,)
+    debugger.breaks.forget()
     debugger.continue_()
     assert len(calls) == len(set(calls))
 
@@ -392,3 +392,15 @@ def test_a_quick_start_reads_no_later_layer_before_the_first_frame():
     assert debugger.frame.operators == everything.frame.operators
     assert [line.step for line in debugger.frame.operators] == [s.step for s in everything.view.round_states]
     assert everything.view.round_states[-1].kind.name == "CHOICE"  # the round's end: its token chosen
+
+
+def test_300_steps_forward_and_200_back_land_where_counted_and_the_status_names_the_operator():
+    """Headless (it was 300 Pilot key presses, 21 s): each move publishes the frame of the step it reached."""
+    from engine.breakpoints import short_name
+    from tui_helpers import long_scenario
+
+    debugger = Debugger(long_scenario(prompt=16, new=8))
+    assert all(debugger.step().step == step for step in range(1, 301))
+    assert all(debugger.back().step == step for step in range(299, 99, -1))
+    state = debugger.view.state
+    assert (state.step, debugger.frame.step, debugger.frame.status.operator) == (100, 100, short_name(state))

@@ -26,7 +26,7 @@ from typer.core import TyperGroup
 
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.errors import OptionError, bad_input, cancelled
-from tinyllm_tui.debugger.opening import (ModelOptions, Opening, check_options, fault_description, fault_names, load,
+from tinyllm_tui.debugger.opening import (ModelOptions, Opening, check_options, fault_names, load,
                                           opening, prepare_process)
 from tinyllm_tui.debugger.standalone import convert as convert_weights
 from tinyllm_tui.debugger.standalone import gradcheck as check_gradient
@@ -37,6 +37,7 @@ from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, dif
                                               without_text)
 from tinyllm_tui.presentation.summaries import (diff_summary, expect_summary, loading_progress, request_results,
                                                 token_text, where)
+from tinyllm_tui.tui.i18n import tr  # the catalogue's English: the faults' descriptions
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -376,7 +377,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
         _print_json({**diff_json(diffs, options.inject), **exact_json(lossy)})
     else:
         if options.inject:
-            print(f"injected bug {options.inject}: {fault_description(options.inject)}")
+            print(f"injected bug {options.inject}: {tr(f'inject.{options.inject}', 'en')}")
         if lossy:
             print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
             for row in lossy:

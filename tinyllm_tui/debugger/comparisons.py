@@ -10,15 +10,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine import Scenario, ScenarioError, Session
 from engine.caches import Quantize
 from engine.compare.against import Against, Report
 from engine.compare.check import check_scenario
-from engine.compare.diff import TOLERANCE, OpDiff, diff_sessions, first_divergence
-from engine.compare.diff import alone as alone_session
+from engine.compare.diff import TOLERANCE, OpDiff, diff_batch, diff_scenario, first_divergence
 from engine.compare.exact import against_exact
 from engine.compare.expect import Outcome
 from engine.interventions import InterventionError
@@ -81,12 +80,9 @@ class Comparisons:
     def diff(self, alone: bool = False) -> list[OpDiff]:
         """The run against a full recompute, or (`alone`) its requests as one batch against each run alone."""
         now = self._now()
-        if alone:
-            now = replace(now, scenario=replace(now.scenario, batch=True))
-        reference = (alone_session(now.scenario, self.backend) if alone
-                     else Session(now.scenario, self.backend, mode="full"))
         with self._counted():
-            return diff_sessions(now.session(self.backend), reference, self._cancellable)
+            return (diff_batch if alone else diff_scenario)(now.scenario, self.backend, now.inject, now.stale,
+                                                             self._cancellable)
 
     def compare(self, alone: bool = False) -> DiffReport:
         """`diff()` with where it first diverges."""

@@ -11,7 +11,6 @@ publishes it whole, so a reader never meets a half-changed debugger.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -21,37 +20,35 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
-from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
+from engine import Backend, OpState, Scenario, Session, make_backend, to_host
+from engine.breakpoints import Breakpoint, BreakpointError
 from engine.compare.against import Against, Report, disagreement
 from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
-from engine.lazy_weights import LazyWeights, changed_names
-from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, WeightHistory, apply_edit, parse_value, save, \
-    with_weights
+from engine.lazy_weights import LazyWeights
+from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, parse_value, with_weights
 from engine.session import StaleFrom
 from engine.trace import OpKind, Phase
-from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from engine.interventions import InterventionError, check_intervention, parse_any
 from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
-from tinyllm_tui.debugger.readings import choice_before_after
+from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
+from tinyllm_tui.debugger.weights import Weights
 from tinyllm_tui.debugger.batch import batch_group, stacked
+from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
                                         timeline_frame, with_breakpoints)
-from tinyllm_tui.debugger.history import DEFAULT_BUDGET, History, RoundSummary
-from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
-                                          Cancelled, DiffReport, Diverged, EditKind, EndOfTrace, Generated,
-                                          HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt, Refused, Result,
-                                          Saved)
+from tinyllm_tui.debugger.history import HISTORY_BUDGET, History, RoundSummary
+from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Diverged, EditKind, EndOfTrace,
+                                          Generated, HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt,
+                                          Refused, Result, Saved)
 
 PROGRESS_EVERY = 200  # steps between progress reports of a long run
-BARE_WORD = re.compile(r"[\w.*?\[\]-]+")  # a name `g` may look for although a breakpoint refuses it
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
 
@@ -86,18 +83,6 @@ class Run:
 Progress = Callable[[int], None]
 
 
-def matcher(text: str) -> Callable[[OpState], bool]:
-    """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …), or a bare short
-    name as the operator list shows it (`unembed` finds `unembed.out`). Raises BreakpointError for a
-    condition that a breakpoint refuses too (`abs>`)."""
-    try:
-        return parse_breakpoint(text).hits
-    except BreakpointError:
-        if not BARE_WORD.fullmatch(text):
-            raise
-        return lambda state: name_matches(state, text)
-
-
 def owning(move: Callable[..., Result]) -> Callable[..., Result]:
     """A move that pulls the generator: Refused(BUSY) while another thread owns it."""
 
@@ -119,7 +104,7 @@ def owning(move: Callable[..., Result]) -> Callable[..., Result]:
 
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
-                 inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET,
+                 inject: str | None = None, edits: list[Edit] = (), budget: int = HISTORY_BUDGET,
                  against: tuple[Dump, float | None, float | None] | None = None, quick_start: bool = False):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
@@ -132,18 +117,10 @@ class Debugger:
             the rest. Until then `round_pending` is True.
         """
         self.against = None if against is None else Against(against[0], scenario, *against[1:])
-        self.file_scenario = scenario
-        self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
         self.comparisons = Comparisons(self.backend, self.against, self._compared)
-        self.weight_history = WeightHistory(scenario.weights)
-        for edit in edits:
-            self.weight_history.push(apply_edit(self.weight_history.current, edit), edit)
-        self.found_unsaved = autosave.find(scenario.path, self.file_fingerprint, scenario.weights)
-        # replaced, never mutated: a run reads it meanwhile; a text that cannot be understood raises BreakpointError
-        parsed = (parse_breakpoint(text.strip()) for text in breakpoints)
-        self.breakpoints: tuple[Breakpoint, ...] = tuple({b.text: b for b in parsed}.values())
-        self._hits: dict[int, tuple[str, ...]] = {}  # step -> breakpoints hitting it: judged once per step
+        self.edits = Weights(scenario, edits)
+        self.breaks = BreakpointSet(breakpoints)  # a text that cannot be understood raises BreakpointError
         self.budget = budget
         self.stale: StaleFrom | None = None
         self.previous: History | None = None  # the run before the last edit, to show changed cells
@@ -153,7 +130,6 @@ class Debugger:
         self._owner = threading.Lock()
         self._publishing = threading.Lock()  # a frame is replaced whole, by one thread at a time
         self._cancel = threading.Event()  # stops a run that owns the generator
-        self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
         self.inject = inject
         self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
@@ -207,7 +183,17 @@ class Debugger:
 
     @property
     def weights(self) -> dict[str, np.ndarray]:
-        return self.weight_history.current
+        return self.edits.current
+
+    @property
+    def file_scenario(self) -> Scenario:
+        """The scenario as its file holds it (edits are relative to it)."""
+        return self.edits.file
+
+    @property
+    def found_unsaved(self) -> Unsaved | None:
+        """Edits an earlier session left unsaved, to offer at start."""
+        return self.edits.found
 
     @property
     def busy(self) -> bool:
@@ -241,17 +227,16 @@ class Debugger:
 
     def _adopt(self, run: Run) -> None:
         self._run, self.outcomes, self.divergences = run, None, None
-        self._hits = {}
+        self.breaks.forget()
         self._publish()
 
     def hits(self, state: OpState) -> tuple[str, ...]:
         """The breakpoints that hit `state`, judged once per step of the current run and breakpoint set."""
-        found = self._hits.get(state.step)
-        if found is None:
-            if len(self._hits) > 4096:
-                self._hits = {}
-            found = self._hits[state.step] = tuple(b.text for b in self.breakpoints if b.hits(state))
-        return found
+        return self.breaks.hits(state)
+
+    @property
+    def breakpoints(self) -> tuple[Breakpoint, ...]:
+        return self.breaks.all
 
     def _publish(self, ahead: bool = True) -> None:
         """Build the view and the frame of where the history stands (in the owner's thread) and publish them.
@@ -332,7 +317,7 @@ class Debugger:
 
     def _refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""
-        self._hits = {}
+        self.breaks.forget()
         if not self._subscribed:
             return
         with self._publishing:
@@ -478,35 +463,23 @@ class Debugger:
             self._frame = replace(self._frame, cache=cache)
         return CacheShown(cache.layer, cache.head)
 
-    # -- breakpoints (they work while a run is in flight: it reads the tuple it started with) -------------
+    # -- breakpoints (tinyllm_tui/debugger/breakpoint_set.py; they work while a run is in flight) -----------
+    def _breakpoints_changed(self, result: Result) -> Result:
+        if not isinstance(result, Refused):
+            self._refresh_breaks()
+        return result
+
     def add_breakpoint(self, text: str) -> Result:
-        try:
-            breakpoint = parse_breakpoint(text.strip())
-        except BreakpointError as error:
-            return Refused(Reason.BAD_QUERY, (str(error),))
-        if any(b.text == breakpoint.text for b in self.breakpoints):
-            return Refused(Reason.ALREADY_SET, (breakpoint.text,))
-        self.breakpoints = (*self.breakpoints, breakpoint)
-        self._refresh_breaks()
-        return BreakpointAdded(breakpoint.text)
+        return self._breakpoints_changed(self.breaks.add(text))
 
     def remove_breakpoint(self, text: str) -> Result:
-        kept = tuple(b for b in self.breakpoints if b.text != text)
-        if len(kept) == len(self.breakpoints):
-            return Refused(Reason.NO_BREAKPOINT, (text,))
-        self.breakpoints = kept
-        self._refresh_breaks()
-        return BreakpointRemoved(text)
+        return self._breakpoints_changed(self.breaks.remove(text))
 
     def toggle_breakpoint(self, name: str) -> Result:
-        if any(b.text == name for b in self.breakpoints):
-            return self.remove_breakpoint(name)
-        return self.add_breakpoint(name)
+        return self._breakpoints_changed(self.breaks.toggle(name))
 
     def clear_breakpoints(self) -> Result:
-        count, self.breakpoints = len(self.breakpoints), ()
-        self._refresh_breaks()
-        return BreakpointsCleared(count)
+        return self._breakpoints_changed(self.breaks.clear())
 
     # -- the injected fault --------------------------------------------------------------------------
     @owning
@@ -543,25 +516,24 @@ class Debugger:
     def apply(self, edit: Edit, *, keep_stale: bool = False, progress: Progress | None = None) -> Result:
         """Apply one edit and replay to the same step; autosaved beside the scenario."""
         try:
-            weights = apply_edit(self.weights, edit, self.file_scenario.weights)
+            weights = self.edits.edited(edit)
         except EditError as error:
             return Refused(Reason.BAD_EDIT, (str(error),))
         if np.array_equal(weights[edit.name], self.weights[edit.name]):
             return Refused(Reason.UNCHANGED, (edit.name,))
         previous = self.weights
-        self.weight_history.push(weights, edit)
+        self.edits.push(weights, edit)
         return self._rebuild(Rebuilt(EditKind.EDITED, edit.name), progress, previous if keep_stale else None)
 
     @owning
     def restore(self, unsaved: Unsaved, progress: Progress | None = None) -> Result:
         """Apply the edits an earlier session left unsaved."""
-        for edit in unsaved.edits:
-            self.weight_history.push(apply_edit(self.weights, edit, self.file_scenario.weights), edit)
+        self.edits.restore(unsaved)
         return self._rebuild(Rebuilt(EditKind.RESTORED, count=len(unsaved.edits)), progress)
 
     def drop_unsaved(self) -> None:
         """Forget the autosaved edits (the user chose to quit without saving them)."""
-        autosave.drop(self.file_scenario.path)
+        self.edits.drop_autosave()
 
     def close(self) -> None:
         """Stop what runs; weights equal to the file leave no autosave behind."""
@@ -571,13 +543,13 @@ class Debugger:
 
     @owning
     def undo(self, progress: Progress | None = None) -> Result:
-        if not self.weight_history.undo():
+        if not self.edits.history.undo():
             return Refused(Reason.NOTHING_TO_UNDO)
         return self._rebuild(Rebuilt(EditKind.UNDONE), progress)
 
     @owning
     def redo(self, progress: Progress | None = None) -> Result:
-        if not self.weight_history.redo():
+        if not self.edits.history.redo():
             return Refused(Reason.NOTHING_TO_REDO)
         return self._rebuild(Rebuilt(EditKind.REDONE), progress)
 
@@ -596,10 +568,7 @@ class Debugger:
         run = self._new_run(state.step, progress)
         self.previous = previous
         self._adopt(run)
-        if self.unsaved():
-            autosave.keep(self.file_scenario.path, self.file_fingerprint, self.weight_history.edits)
-        else:  # back to the file's numbers (undo all, or R after 0): nothing to offer next time
-            autosave.drop(self.file_scenario.path)
+        self.edits.autosave()
         return result
 
     # -- interventions on activations (the list: tinyllm_tui/debugger/interventions.py) -------------------
@@ -643,13 +612,6 @@ class Debugger:
         self._rebuild(None, progress)
         return self._intervened(Change.UNDONE)
 
-    @owning
-    def redo_intervention(self, progress: Progress | None = None) -> Result:
-        if not self.interventions.redo():
-            return Refused(Reason.NOTHING_TO_REDO)
-        self._rebuild(None, progress)
-        return self._intervened(Change.REDONE)
-
     def _intervened(self, change: Change, text: str = "") -> Intervened:
         """With the round's choice before → after, once the round has chosen: its token's text and probability."""
         change_ = choice_before_after(self.history.round_states(), self.previous)
@@ -667,23 +629,13 @@ class Debugger:
         return Saved(str(target))
 
     def unsaved(self) -> int:
-        """How many numbers differ from the file; counted once per pair of weight sets (a GPT-2-sized
-        model has 124 M numbers)."""
-        saved = self.file_scenario.weights
-        key = (id(self.weights), id(saved))
-        if self._unsaved[0] != key:
-            count = sum(int(np.sum(self.weights[name] != saved[name])) for name in changed_names(self.weights, saved))
-            self._unsaved = (key, count)
-        return self._unsaved[1]
+        """How many numbers differ from the file."""
+        return self.edits.unsaved()
 
     @owning
     def save(self, path: str | Path | None = None) -> Result:
         """Write the edited weights (atomically); raises OSError with the file untouched."""
-        written = save(self.file_scenario, self.weights, path)
-        autosave.drop(self.file_scenario.path)
-        self.file_scenario = load_scenario(written)
-        self.file_fingerprint = self.file_scenario.fingerprint
-        self.weight_history = WeightHistory(self.file_scenario.weights)  # edits are relative to the file now
+        written = self.edits.save(path)
         self._publish()
         return Saved(str(written))
 
@@ -700,13 +652,21 @@ class Debugger:
         return list(dict.fromkeys(s.name for s in self.view.round_states
                                   if any(o.name.removesuffix(".T") == name for o in s.inputs)))
 
+    def weight_kind(self, name: str) -> str | None:
+        """Parameter `name`'s GGUF tensor type (Q4_K, …), or None."""
+        quantisation = self.edits.quantisation()
+        return None if quantisation is None else quantisation.kind(name)
+
+    def weight_block(self, name: str, index: tuple[int, ...]):
+        """The quantisation block behind `name[index]` (engine.loading.gguf_blocks.Block), or None if unquantized."""
+        quantisation = self.edits.quantisation()
+        return None if quantisation is None else quantisation.block(name, index)
+
     def weight_frame(self, name: str) -> MatrixFrame:
         """Parameter `name` as the weights browser shows it: rows are input features, columns output
-        features (the vocabulary where it is an axis); cells that differ from the file are marked. A
-        parameter never edited is not compared with the file (a 0.5B embedding is 136M cells)."""
-        array = np.atleast_2d(self.weights[name])
-        edited = name in changed_names(self.weights, self.file_scenario.weights)
-        original = np.atleast_2d(self.file_scenario.weights[name]) if edited else None
+        features (the vocabulary where it is an axis); cells that differ from the file are marked."""
+        array, original = np.atleast_2d(self.weights[name]), self.edits.original(name)
+        original = None if original is None else np.atleast_2d(original)
         label = self.scenario.vocab.label
 
         def axis(index: int, prefix: str) -> Labels:
@@ -794,6 +754,11 @@ class Debugger:
                 for outcome in self.outcomes or ()
                 if outcome.expectation.key == key and outcome.expectation.run == "cached"
                 for cell in outcome.cells if cell.position in rows}
+
+    @owning
+    def lens(self, k: int = 3):
+        """The logit lens of the current round, and its choice's attribution once chosen (readings.round_lens)."""
+        return round_lens(self.session.model, self.history.round_states(), k)
 
     # -- the pass for the CLI --
     def trace(self, save: str | Path | None = None) -> Trace:

@@ -31,7 +31,7 @@ HISTORY_FLOOR = 256 * 2**20  # the TUI keeps at least this much history, however
 Report = Callable[[str, int, int], None]  # (stage, done, total)
 
 __all__ = ["HISTORY_FLOOR", "Loading", "ModelOptions", "Opening", "PREPARING", "is_reading", "open_file",
-           "load", "opening", "check_options", "prepare_process", "fault_names", "fault_description"]
+           "load", "opening", "check_options", "prepare_process", "fault_names"]
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,6 @@ class Loading:
 
 def fault_names() -> list[str]:
     return list(INJECTIONS)
-
-
-def fault_description(name: str) -> str:
-    return INJECTIONS[name]
 
 
 def is_reading(stage: str) -> bool:

@@ -16,7 +16,7 @@ from engine import Scenario, Session
 from engine.analysis import decisions, passes
 from engine.breakpoints import Breakpoint
 from engine.compare.dump import save_dump
-from engine.compare.layout import Passes
+from engine.layout import Passes
 from engine.export import ActivationDump, record, requests_record, trace_document
 from engine.trace import OpState
 from tinyllm_tui.debugger.readings import pass_lens

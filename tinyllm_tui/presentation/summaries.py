@@ -10,7 +10,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from engine.backend import to_host
-from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX  # the help screen shows it
 from engine.loading.budget import format_size
 from engine.compare.diff import TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome
@@ -105,6 +104,11 @@ def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bo
     names = resolve_some(matrix.col_axis, [t for t, _ in top])
     label = resolve_some(matrix.row_axis, [index])[0]
     return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))
+
+
+def size_text(nbytes: int) -> str:
+    """A number of bytes as the views show it (1.5 GiB)."""
+    return format_size(nbytes)
 
 
 def loading_progress(stage: str, done: int, total: int) -> str:

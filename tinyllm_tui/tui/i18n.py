@@ -7,7 +7,6 @@ which the tests see. `describe(result, lang)` words a Debugger result (tinyllm_t
 
 from __future__ import annotations
 
-from tinyllm_tui.debugger.frame import Phase
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
                                           Cancelled, Diverged, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
                                           Rebuilt, Refused, Result, Saved)
@@ -38,7 +37,7 @@ EN = {
     "Logit lens": "Logit lens", "Heads at a glance": "Heads at a glance", "Patch/ablate…": "Patch/ablate…",
     "Undo intervention": "Undo intervention", "Save interventions": "Save interventions",
     "result.intervention.added": "intervention {text}", "result.intervention.undone": "undid the last intervention",
-    "result.intervention.redone": "redid the intervention", "result.choice": " · chose {before} {p_before} → {after} {p_after}",
+    "result.choice": " · chose {before} {p_before} → {after} {p_after}",
     "ask.intervene": "Patch or ablate, as --patch/--ablate take it (e.g. blocks.0.attn head 1):",
     "screen.intervening": "intervening, replaying to this step… (Esc cancels)",
     "screen.lens": "reading every residual stream through the unembedding…",
@@ -112,6 +111,18 @@ EN = {
                     "Tab moves focus between the operator list and the panels.",
     "help.mouse": "Mouse: click an operator in the list to go there; click a tab to switch panels.",
     "help.close": "Esc, q or ? closes this screen.",
+    "help.breakpoints": ('Breakpoints: where `continue` stops.\n'
+        '\n'
+        'A breakpoint is one or more conditions joined by `&`, each one of:\n'
+        '  `blocks.*.attn.hook_pattern`  an operator name glob, or a short name as the TUI lists it\n'
+        '                                (`attn.pattern h1`, `ln_final.normalized`) or its first parts\n'
+        '  `softmax`                     an operator kind: embed, positions, norm, linear, scores, softmax,\n'
+        '                                mix, concat, residual, activation, dropout, logits, filter, probs,\n'
+        '                                choice\n'
+        '  `phase=decode`, `round=1`, `request=0`, `layer=0`, `head=1`\n'
+        '  `nan`                         any NaN in the output\n'
+        '  `inf`                         any ±∞ in the output, except the −∞ that masking puts into scores\n'
+        '  `abs>5`                       max |x| of the output above a threshold'),
     "breakpoints.title": "Breakpoints · d: delete · C: clear all · Esc: close", "breakpoints.none": "no breakpoints",
     "breakpoints.nothing": "no breakpoint to delete",
     # the matrix window
@@ -205,7 +216,7 @@ ZH = {
     "Logit lens": "逻辑透镜", "Heads at a glance": "各头一览", "Patch/ablate…": "修补/消融…", "Undo intervention": "撤销干预",
     "Save interventions": "保存干预",
     "result.intervention.added": "干预 {text}", "result.intervention.undone": "已撤销上一处干预",
-    "result.intervention.redone": "已重做干预", "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
+    "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
     "ask.intervene": "修补或消融（写法同 --patch/--ablate，例如 blocks.0.attn head 1）：",
     "screen.intervening": "正在干预并重放到此步骤…（Esc 取消）",
     "screen.lens": "正在把每个残差流经过反嵌入读出…",
@@ -266,6 +277,18 @@ ZH = {
                     "t 按概率排序词表行的列。KV缓存：[ ] 换层，{ } 换头。Tab 在算子列表和面板之间切换焦点。",
     "help.mouse": "鼠标：点击列表中的算子跳转到该处；点击标签切换面板。",
     "help.close": "Esc、q 或 ? 关闭本页。",
+    "help.breakpoints": ('断点：`continue` 停下的地方。\n'
+        '\n'
+        '一个断点由一个或多个以 `&` 连接的条件组成，每个条件是下列之一：\n'
+        '  `blocks.*.attn.hook_pattern`  算子名的通配模式，或算子列表中的短名\n'
+        '                                （`attn.pattern h1`、`ln_final.normalized`）或其开头几段\n'
+        '  `softmax`                     一种算子：embed、positions、norm、linear、scores、softmax、\n'
+        '                                mix、concat、residual、activation、dropout、logits、filter、probs、\n'
+        '                                choice\n'
+        '  `phase=decode`、`round=1`、`request=0`、`layer=0`、`head=1`\n'
+        '  `nan`                         输出中有 NaN\n'
+        '  `inf`                         输出中有 ±∞（掩码放进 scores 的 −∞ 除外）\n'
+        '  `abs>5`                       输出的 max |x| 超过阈值'),
     "breakpoints.title": "断点 · d：删除 · C：全部清除 · Esc：关闭", "breakpoints.none": "没有断点",
     "breakpoints.nothing": "没有可删除的断点",
     "matrix.title": "{name}{head} · 请求 {request} · {where}", "matrix.head": " · 头 {head}",
@@ -339,7 +362,7 @@ def tr(key: str, lang: str, /, *args, **facts) -> str:
 
 
 def where(phase: str, round_: int, lang: str) -> str:
-    return tr("where.prefill", lang) if Phase(phase) is Phase.PREFILL else tr("where.decode", lang, round=round_)
+    return tr("where.prefill", lang) if phase == "prefill" else tr("where.decode", lang, round=round_)
 
 
 def generated(text: str, pieces: tuple[str, ...], as_pieces: bool) -> str:

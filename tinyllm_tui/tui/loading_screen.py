@@ -19,8 +19,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
-from tinyllm_tui.debugger.opening import PREPARING, READING, Loading, Opening, open_file
-from tinyllm_tui.presentation.summaries import format_size
+from tinyllm_tui.debugger.opening import PREPARING, Loading, Opening, is_reading, open_file
+from tinyllm_tui.presentation.summaries import size_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.runner import RunProgress, RunsInBackground
 
@@ -30,8 +30,8 @@ __all__ = ["Loading", "LoadingScreen", "Opening"]
 def stage_text(stage: str, done: int, total: int, lang: str) -> str:
     if stage == PREPARING:
         return tr("loading.preparing", lang)
-    if stage == READING:
-        return tr("loading.yaml", lang, done=format_size(done), total=format_size(total))
+    if is_reading(stage):
+        return tr("loading.yaml", lang, done=size_text(done), total=size_text(total))
     return tr("loading.tensors", lang, done=done, total=total)
 
 

@@ -31,7 +31,7 @@ from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
-from tinyllm_tui.debugger.readings import layer_patterns, round_lens
+from tinyllm_tui.debugger.readings import layer_patterns
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunsInBackground
@@ -540,7 +540,7 @@ class DebuggerScreen(RunsInBackground, Screen):
     # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
     @when_idle
     def action_intervene(self) -> None:
-        state = self.debugger.history.current  # the current operator, all of it: the value is the user's to type
+        state = self.debugger.view.state  # the current operator, all of it: the value is the user's to type
         here = state.name + ("" if state.head is None else f" head {state.head}") + "[:,:]="
         self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention, here))
 
@@ -563,7 +563,7 @@ class DebuggerScreen(RunsInBackground, Screen):
         debugger = self.debugger
 
         def read(report):  # in the runner: the lens unembeds every residual stream of the round
-            return round_lens(debugger.session.model, debugger.history.round_states())
+            return debugger.lens()
 
         if self.runner.start(self, read, self._show_lens):
             self.set_status(tr("screen.lens", self.lang))
@@ -573,6 +573,9 @@ class DebuggerScreen(RunsInBackground, Screen):
     def _show_lens(self, reading) -> None:
         if isinstance(reading, BaseException):
             raise reading
+        if isinstance(reading, Refused):  # the expect: check held the generator a moment
+            self.say(reading)
+            return
         run, rows, attribution = reading
         frame = self.debugger.frame
         title = tr("lens.title", self.lang, request=run.request, where=where(frame.phase, run.round, self.lang))
@@ -582,8 +585,7 @@ class DebuggerScreen(RunsInBackground, Screen):
     @when_idle
     def action_glance(self) -> None:
         debugger = self.debugger
-        state = debugger.history.current
-        states = debugger.history.round_states()
+        state, states = debugger.view.state, debugger.view.round_states  # as the last move published them
         screen = GlanceScreen(tr("glance.title", self.lang), state.layer or 0, debugger.scenario.model.n_layers,
                               lambda layer: layer_patterns(states, layer, state.chunk), state.context,
                               debugger.scenario.vocab)

@@ -22,7 +22,7 @@ from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
-from tinyllm_tui.tui.widgets.quant_block import QuantBlock, kind_of
+from tinyllm_tui.tui.widgets.quant_block import QuantBlock
 
 
 class CursorMatrix(MatrixWindow, can_focus=True):
@@ -87,7 +87,7 @@ class WeightsScreen(RunsInBackground, Screen):
 
     def show_block(self) -> None:
         """A GGUF checkpoint's quantisation block under the cursor."""
-        self.query_one(QuantBlock).show(self.debugger.weights, self.selected, self._cell_index())
+        self.query_one(QuantBlock).show(self.debugger.weight_block(self.selected, self._cell_index()))
 
     def on_screen_resume(self) -> None:
         self.refresh_matrix()
@@ -105,7 +105,7 @@ class WeightsScreen(RunsInBackground, Screen):
         name, lang = self.selected, self.lang
         matrix = self.debugger.weight_frame(name)
         readers = ", ".join(self.debugger.readers(name)) or tr("weights.no_reader", lang)
-        kind = kind_of(self.debugger.weights, name)  # a GGUF tensor's type, e.g. Q4_K
+        kind = self.debugger.weight_kind(name)  # a GGUF tensor's type, e.g. Q4_K
         self.query_one("#weight-title", Static).update(Text.assemble(
             (" · ".join(filter(None, [name, shape_text(self.debugger.weights[name].shape), kind])), "bold"),
             "\n" + tr("weights.read_by", lang, readers=readers)))

@@ -168,20 +168,24 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     assert debugger.redo() == Rebuilt(EditKind.REDONE) and debugger.unsaved() == 1
 
 
+def feature_word(axis: str, index: int | None) -> str:
+    return f"{axis} {index}"
+
+
 def test_the_weights_frame_marks_only_an_edited_parameter_and_scales_by_its_largest_finite_value(monkeypatch):
     """A parameter never edited is not compared with the file (changed is None: nothing to mark); an edited one
     marks exactly its changed cell. The heat scale is the largest finite |value|, measured a row at a time here."""
     monkeypatch.setattr(frame, "SCALE_CHUNK", 1)
     debugger = make()
-    untouched = debugger.weight_frame("blocks.0.attn.wq")
+    untouched = debugger.weight_frame("blocks.0.attn.wq", feature_word)
     assert untouched.changed is None and untouched.before is None
     assert untouched.scale == np.abs(debugger.weights["blocks.0.attn.wq"]).max()
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 3.25))
     debugger.apply(CellEdit("blocks.0.attn.wk", (1, 0), -7.5))
-    edited = debugger.weight_frame("blocks.0.attn.wk")
+    edited = debugger.weight_frame("blocks.0.attn.wk", feature_word)
     assert list(zip(*np.nonzero(edited.changed))) == [(0, 1), (1, 0)]
     assert edited.scale == 7.5 and edited.scale_before == np.abs(load_scenario(X01).weights["blocks.0.attn.wk"]).max()
-    assert debugger.weight_frame("blocks.0.attn.wq").changed is None
+    assert debugger.weight_frame("blocks.0.attn.wq", feature_word).changed is None
     assert frame.finite_scale(np.array([[1.0, -np.inf], [np.nan, -2.5], [0.5, np.inf]])) == 2.5
     now, then = np.array([[1.0, np.nan, np.nan, 2.0]]), np.array([[1.0, np.nan, 3.0, np.inf]])
     assert frame.changed_cells(now, then).tolist() == [[False, False, True, True]]  # NaN in both is no change

@@ -662,9 +662,10 @@ class Debugger:
         quantisation = self.edits.quantisation()
         return None if quantisation is None else quantisation.block(name, index)
 
-    def weight_frame(self, name: str) -> MatrixFrame:
+    def weight_frame(self, name: str, word: Callable[[str, int | None], str]) -> MatrixFrame:
         """Parameter `name` as the weights browser shows it: rows are input features, columns output
-        features (the vocabulary where it is an axis); cells that differ from the file are marked."""
+        features (the vocabulary where it is an axis); cells that differ from the file are marked.
+        `word(axis, index)` is the view's label of a feature: axis "in", "out", or "value" (a vector's one row)."""
         array, original = np.atleast_2d(self.weights[name]), self.edits.original(name)
         original = None if original is None else np.atleast_2d(original)
         label = self.scenario.vocab.label
@@ -672,9 +673,9 @@ class Debugger:
         def axis(index: int, prefix: str) -> Labels:
             if {"embed": 0, "unembed": 1}.get(name) == index:
                 return Labels(array.shape[index], label)
-            return Labels(array.shape[index], lambda i: f"{prefix} {i}")
+            return Labels(array.shape[index], lambda i: word(prefix, i))
 
-        rows = axis(0, "in") if self.weights[name].ndim == 2 else Labels(1, lambda i: "value")
+        rows = axis(0, "in") if self.weights[name].ndim == 2 else Labels(1, lambda i: word("value", None))
         cols = axis(1, "out") if self.weights[name].ndim == 2 else Labels(array.shape[1], str)
         return matrix_frame(name, array, rows, cols, before=original)
 

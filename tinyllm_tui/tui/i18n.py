@@ -172,6 +172,7 @@ EN = {
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
     # the weights browser
+    "weights.in": "in {index}", "weights.out": "out {index}", "weights.value": "value",
     "weights.read_by": "read by: {readers}", "weights.no_reader": "no operator of this round",
     "weights.differ": "{count} cells differ from the file (•)", "weights.differ.one": "{count} cell differs from the file (•)",
     # the loading screen
@@ -328,6 +329,7 @@ ZH = {
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
+    "weights.in": "输入 {index}", "weights.out": "输出 {index}", "weights.value": "值",
     "weights.read_by": "读取者：{readers}", "weights.no_reader": "本轮没有算子读取",
     "weights.differ": "{count} 个单元格与文件不同（•）",
     "loading.file": "正在加载 {file}", "loading.reading": "正在读取文件", "loading.preparing": "正在准备调试器",

@@ -103,7 +103,7 @@ class WeightsScreen(RunsInBackground, Screen):
 
     def refresh_matrix(self, message: str = "") -> None:
         name, lang = self.selected, self.lang
-        matrix = self.debugger.weight_frame(name)
+        matrix = self.debugger.weight_frame(name, lambda axis, i: tr(f"weights.{axis}", lang, index=i))
         readers = ", ".join(self.debugger.readers(name)) or tr("weights.no_reader", lang)
         kind = self.debugger.weight_kind(name)  # a GGUF tensor's type, e.g. Q4_K
         self.query_one("#weight-title", Static).update(Text.assemble(

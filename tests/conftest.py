@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,14 @@ def round_summaries(states, request: int) -> list:
     from tinyllm_tui.debugger.history import round_summary
 
     return [round_summary(s) for s in states if s.request == request and s.kind.name == "CHOICE"]
+
+
+def peak_bytes(action) -> int:
+    """The most memory Python and NumPy held at once while `action()` ran."""
+    tracemalloc.start()
+    try:
+        action()
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak

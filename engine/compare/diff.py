@@ -49,12 +49,6 @@ class OpDiff:
     def agrees(self) -> bool:
         return self.max_abs <= self.tolerance
 
-    def describe(self) -> str:
-        """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf)`."""
-        head = "" if self.head is None else f" head {self.head}"
-        return (f"request {self.request} {self.phase} round {self.round} {self.name}{head} "
-                f"(max |Δ| = {self.max_abs:.3e})")
-
 
 def tolerance_for(dtype) -> float:
     """TOLERANCE scaled by the dtype's rounding step: float32's summation order alone moves a GPT-2

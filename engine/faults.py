@@ -25,7 +25,6 @@ STALE_SCALE = 1.1  # the "other checkpoint" of the stale-cache bug: every weight
 class Fault:
     """The correct behaviour at every named point."""
 
-    description = "no bug"
     keeps_stale_cache = False  # may a cache computed with other weights be extended?
 
     def mask(self, xp, visible: Array | None, n_new: int, n_keys: int) -> Array | None:
@@ -92,7 +91,6 @@ class Fault:
         unseen = self.unseen(scenario)
         if unseen or model.positions != Positions.LEARNED:
             return unseen
-            return None
         for request in requests:
             fed = len(request.tokens)
             for round_ in range(1, request.max_new_tokens):  # a decode round feeds what `feed` gives
@@ -103,14 +101,12 @@ class Fault:
 
 
 class ChunkMask(Fault):
-    description = "a cached chunk is masked with tril(ones(C, P+C)): new queries miss most of the cache"
 
     def mask(self, xp, visible, n_new, n_keys):
         return None if visible is None else xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
 
 
 class PositionReset(Fault):
-    description = "positions restart at 0 in every decode round"
 
     def positions(self, phase, first, count):
         return super().positions(phase, 0 if phase is Phase.DECODE else first, count)
@@ -120,14 +116,12 @@ class PositionReset(Fault):
 
 
 class DuplicateAppend(Fault):
-    description = "decode feeds the whole sequence again, so the prefix is appended to the cache twice"
 
     def feed(self, phase, new, sequence):
         return sequence if phase is Phase.DECODE else new
 
 
 class StaleCache(Fault):
-    description = "decode reuses a prefix cache computed with other weights (every weight ×1.1)"
     keeps_stale_cache = True
 
     def starting_caches(self, round_, caches, recompute):
@@ -135,7 +129,6 @@ class StaleCache(Fault):
 
 
 class NoCacheLayer1(Fault):
-    description = "layer 1 attends over layer 0's cache instead of its own"
 
     def layer_cache(self, layer, caches):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
@@ -145,7 +138,6 @@ class NoCacheLayer1(Fault):
 
 
 class PaddingUnmasked(Fault):
-    description = "left padding is not masked: every query also reads the PAD keys"
 
     def padded(self, flags):
         return None
@@ -156,7 +148,6 @@ class PaddingUnmasked(Fault):
 
 
 class PositionsNotOffset(Fault):
-    description = "position ids count the left padding: a padded request's tokens sit too far right"
 
     def position_offset(self, pad):
         return 0
@@ -172,7 +163,6 @@ class PositionsNotOffset(Fault):
 
 
 class RopeOffByOne(Fault):
-    description = "decode rounds rotate the new token one position too far"
 
     def positions(self, phase, first, count):
         return super().positions(phase, first + (phase is Phase.DECODE), count)
@@ -182,7 +172,6 @@ class RopeOffByOne(Fault):
 
 
 class GqaModulo(Fault):
-    description = "grouped-query attention: query head h reads kv head h % kv_heads instead of h // group"
 
     def kv_head(self, head, group, kv_heads):
         return head % kv_heads
@@ -195,7 +184,6 @@ class GqaModulo(Fault):
 
 
 class TransposedK(Fault):
-    description = "K is stored transposed: each head's (T, dh) rows written as (dh, T)"
 
     def stored_k(self, xp, k, head_width):
         t = k.shape[0]
@@ -209,7 +197,6 @@ class TransposedK(Fault):
 
 
 class RingWrongSlot(Fault):
-    description = "the ring buffer overwrites the slot after the oldest one when it wraps"
 
     def ring_slot(self, index, sinks, size):
         wrapped = index >= sinks + size
@@ -225,7 +212,6 @@ class RingWrongSlot(Fault):
 
 
 class BlockTableWrong(Fault):
-    description = "a new block's table entry points at the request's previous physical block"
 
     def table_entry(self, physical, table):
         return table[-1] if table else physical
@@ -238,7 +224,6 @@ class BlockTableWrong(Fault):
 
 
 class ScalePerTensor(Fault):
-    description = "the quantization scale is taken per tensor instead of per head"
 
     def scale_axis(self, axis):
         return ScaleAxis.PER_TENSOR
@@ -277,4 +262,4 @@ FAULTS: dict[str, Fault] = {
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
 }
-INJECTIONS = {name: fault.description for name, fault in FAULTS.items()}
+INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

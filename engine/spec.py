@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from engine.loading.chat import Chat
+from typing import NamedTuple
 
 
 class NormKind(StrEnum):
@@ -177,6 +174,23 @@ class DecodeRule:
     top_p: float | None = None
     seed: int = 0
     prefill_chunk: int | None = None
+
+
+class Message(NamedTuple):  # a plain (role, content) pair is one too
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Chat:
+    """One request's conversation as the model reads it: each token's origin, and what ends the reply."""
+
+    messages: tuple[Message, ...]
+    text: str  # the template's output
+    ids: tuple[int, ...]
+    sources: tuple[int | None, ...]  # per token: the message whose content it holds; None for the template's own
+    control: tuple[bool, ...]  # per token: a special token (the template's markup: <|im_start|>, <|im_end|>)
+    end_of_turn: int | None  # the token the template closes an assistant turn with, where it writes one
 
 
 @dataclass(frozen=True)

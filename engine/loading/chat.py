@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import NamedTuple
 
 import jinja2
 import jinja2.ext
@@ -26,6 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Encoding, Tokenizer
 
 from engine.loading.document import ScenarioError
+from engine.spec import Chat, Message
 from engine.loading.gguf_file import GGUFFile
 from engine.loading.tokenizer import tokenizer_errors
 
@@ -34,11 +34,6 @@ TEMPLATE_FILE, CONFIG_FILE = "chat_template.jinja", "tokenizer_config.json"
 SPECIALS = {"bos": "bos", "eos": "eos", "unk": "unknown", "pad": "padding"}  # `<name>_token` -> GGUF's name
 PROBE = "\u2063reply\u2063"  # an assistant reply no template changes, to find what ends a turn
 LONGEST_MESSAGE = 160  # of an error's text; a template's error can quote the whole conversation
-
-
-class Message(NamedTuple):  # a plain (role, content) pair is one too
-    role: str
-    content: str
 
 
 @dataclass(frozen=True)
@@ -50,18 +45,6 @@ class ChatTemplate:
 
     def error(self, message: str) -> ScenarioError:
         return ScenarioError(self.file, None, self.key, message)
-
-
-@dataclass(frozen=True)
-class Chat:
-    """One request's conversation as the model reads it: each token's origin, and what ends the reply."""
-
-    messages: tuple[Message, ...]
-    text: str  # the template's output
-    ids: tuple[int, ...]
-    sources: tuple[int | None, ...]  # per token: the message whose content it holds; None for the template's own
-    control: tuple[bool, ...]  # per token: a special token (the template's markup: <|im_start|>, <|im_end|>)
-    end_of_turn: int | None  # the token the template closes an assistant turn with, where it writes one
 
 
 # -- finding the template ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from tinyllm_tui.presentation.cache_layout import row_label
 from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
 
 if TYPE_CHECKING:
-    from engine.loading.chat import Chat
+    from engine.spec import Chat
 
 PROBABILITY_KINDS = (OpKind.SOFTMAX, OpKind.PROBS)
 SORTED_COLUMNS = 256  # columns of a vocabulary row's top-k sorted view
@@ -194,7 +194,7 @@ class BatchLine:
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
-class Operand:
+class OperandCorner:
     """An input of the operator: its name, shape and top-left corner."""
 
     name: str
@@ -228,7 +228,7 @@ class Frame:
     timeline: TimelineFrame
     status: StatusFacts
     hook: str  # the explanation's key: the last part of the hook name
-    inputs: tuple[Operand, ...]
+    inputs: tuple[OperandCorner, ...]
     outcomes: tuple[Outcome, ...] | None  # None while the expect: tables are being checked
     at_end: bool
 
@@ -385,12 +385,12 @@ def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]
     return tokens, focus
 
 
-def operands(state: OpState) -> tuple[Operand, ...]:
-    def corner(operand) -> Operand:
+def operands(state: OpState) -> tuple[OperandCorner, ...]:
+    def corner(operand) -> OperandCorner:
         values = to_host(operand.values)
         values = values[None, :] if values.ndim == 1 else values
         rows = tuple(resolve_some(operand.row_axis, range(min(values.shape[0], CORNER))))
-        return Operand(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
+        return OperandCorner(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
 
     return tuple(corner(operand) for operand in state.inputs)
 

@@ -19,7 +19,7 @@ from tinyllm_tui.tui.explanations import default_language
 from tinyllm_tui.tui.i18n import describe, tr
 from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
-from tinyllm_tui.tui.runner import RunDone, Runner, RunProgress
+from tinyllm_tui.tui.runner import Runner
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 
 HORIZONTAL = [(0, "-narrow"), (120, "-wide")]  # from 120 columns the KV cache sits beside the matrix
@@ -56,8 +56,10 @@ class DebuggerApp(App):
     def prepare(self, opening: Opening) -> Debugger:
         """The Debugger on a loaded scenario (in any thread: it touches no widget)."""
         extra = {} if opening.budget is None else {"budget": opening.budget}
-        return Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
-                        edits=opening.edits, against=self.against, quick_start=True, **extra)
+        debugger = Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
+                            edits=opening.edits, against=self.against, quick_start=True, **extra)
+        debugger.subscribe()  # its first frame, built here rather than in the UI thread
+        return debugger
 
     def _adopt(self, debugger: Debugger) -> None:
         scenario = debugger.file_scenario
@@ -68,12 +70,6 @@ class DebuggerApp(App):
             self._open(self.push_screen)
         else:
             self.push_screen(LoadingScreen(self.loading, self.prepare, self.lang))
-
-    def on_run_progress(self, event: RunProgress) -> None:
-        event.report(event.progress)
-
-    def on_run_done(self, event: RunDone) -> None:
-        event.then(event.result)
 
     def on_loading_screen_loaded(self, event: LoadingScreen.Loaded) -> None:
         if isinstance(event.result, BaseException):

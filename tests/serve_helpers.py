@@ -50,8 +50,13 @@ class ServedClass:
             if not line:
                 raise RuntimeError(f"serve ended: {''.join(self.output)}")
             self.output.append(line)
-            if line.startswith("Serving"):
-                return self
+            if line.startswith("Serving"):  # printed as it starts, just before it listens
+                while time.monotonic() < deadline:
+                    try:
+                        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                        return self
+                    except OSError:
+                        time.sleep(0.05)
         raise RuntimeError(f"serve did not start: {''.join(self.output)}")
 
     def __exit__(self, *exc) -> None:
@@ -90,8 +95,9 @@ def children(pid: int) -> list[int]:
 class Learner:
     """One learner's websocket, with the screen it has been sent."""
 
-    def __init__(self, served: ServedClass, width: int = 120, height: int = 40):
-        self.served, self.width, self.height = served, width, height
+    def __init__(self, served: ServedClass, width: int = 120, height: int = 40, emulate: bool = True):
+        """emulate: keep the screen (pyte takes milliseconds a frame: a load check keeps only the frames)."""
+        self.served, self.width, self.height, self.emulate = served, width, height, emulate
         self.http: aiohttp.ClientSession | None = None
         self.socket: aiohttp.ClientWebSocketResponse | None = None
         self.received: list[bytes] = []  # every frame, in order
@@ -131,7 +137,8 @@ class Learner:
         message = await asyncio.wait_for(self.socket.receive(), max(timeout, 0))
         if message.type == aiohttp.WSMsgType.BINARY:
             self.received.append(message.data)
-            self._stream.feed(message.data)
+            if self.emulate:
+                self._stream.feed(message.data)
         elif message.type == aiohttp.WSMsgType.TEXT:
             self.messages.append(json.loads(message.data))
         else:

@@ -85,26 +85,31 @@ async def test_a_websocket_without_the_origin_or_the_token_is_refused(served, he
 
 
 # -- one confined session ----------------------------------------------------------------------------
-async def test_a_learner_gets_a_clamped_terminal_in_a_folder_of_its_own(served, lesson):
-    async with Learner(served, width=1000, height=400) as learner:
-        await learner.wait_for(FIRST_SCREEN, "我", "学习", "n Step")
-        lines = learner.text().splitlines()
-        footer = next(n for n, line in enumerate(lines) if line.startswith(" n Step"))
-        assert footer == 79 and max(map(len, lines)) <= 240  # the footer is drawn on row 80, not 400
-        [pid] = served.sessions()
-        folder = app_folder(pid)
-        assert folder.name.startswith("tinyllm-serve-") and (folder / "x01.yaml").read_bytes() == lesson.read_bytes()
-        environment = dict(item.split("=", 1) for item in
-                           Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
-        assert environment["HOME"] == str(folder) and "TINYLLM_AUTOSAVE_DIR" not in environment
-        assert "/sh" not in Path(f"/proc/{pid}/cmdline").read_text().split("\0")[0]  # no shell between
-        limits = Path(f"/proc/{pid}/limits").read_text()
-        assert re.search(r"Max data size\s+1610612736", limits)  # --max-memory 1G plus the interpreter's 512M
-    assert await served.settled(), "closing the tab left its process running"
+async def test_a_learner_gets_a_clamped_terminal_in_a_folder_of_its_own_and_is_killed_if_it_ignores_quit(
+        served, lesson):
+    learner = await Learner(served, width=1000, height=400).connect()
+    await learner.wait_for(FIRST_SCREEN, "我", "学习", "n Step")
+    lines = learner.text().splitlines()
+    footer = next(n for n, line in enumerate(lines) if line.startswith(" n Step"))
+    assert footer == 79 and max(map(len, lines)) <= 240  # the footer is drawn on row 80, not 400
+    [pid] = served.sessions()
+    folder = app_folder(pid)
+    assert folder.name.startswith("tinyllm-serve-") and (folder / "x01.yaml").read_bytes() == lesson.read_bytes()
+    environment = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+    assert environment["HOME"] == str(folder) and "TINYLLM_AUTOSAVE_DIR" not in environment
+    assert "/sh" not in Path(f"/proc/{pid}/cmdline").read_text().split("\0")[0]  # no shell between
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    assert re.search(r"Max data size\s+1610612736", limits)  # --max-memory 1G plus the interpreter's 512M
+    os.kill(pid, signal.SIGSTOP)  # it can no longer answer "quit"
+    await learner.close()  # the tab closes
+    await asyncio.sleep(1)
+    assert pid in served.sessions()  # still in its grace period
+    assert await served.settled(timeout=10), "closing the tab left its process running"
     assert not folder.exists()
 
 
-async def test_save_as_writes_only_a_bare_name_inside_the_session_folder(served, lesson):
+async def test_saves_stay_in_the_session_folder_and_are_offered_as_downloads(served, lesson):
     original = lesson.read_bytes()
     outside = [Path("/tmp/x.yaml"), Path(tempfile.gettempdir()) / "x.yaml", Path.home() / "x.yaml",
                lesson.parent / "x.yaml"]
@@ -115,6 +120,34 @@ async def test_save_as_writes_only_a_bare_name_inside_the_session_folder(served,
         await learner.wait_for("embed")
         await learner.press("0")
         await learner.wait_for("edited embed")
+        await learner.press("ctrl+s")
+        question = await learner.wait_for("into x01.yaml?")
+        folder = app_folder(served.sessions()[0])
+        assert str(lesson.parent) not in question and str(folder) not in question  # no server path on screen
+        await learner.press("y")
+        saved = yaml.safe_load(await learner.delivered())
+        assert saved["weights"]["embed"] == [[0.0] * 4] * 6  # the download holds the edit
+        assert lesson.read_bytes() == original
+
+        await learner.press("escape")
+        await learner.wait_for("n Step")
+        await learner.press("p")
+        await learner.wait_for("[:,:]=")
+        await learner.type("hook_embed[:,:]=0")  # the line starts selected: typing replaces it
+        await learner.press("enter")
+        await learner.wait_for("intervention")
+        await learner.press("W")
+        [saved_intervention] = yaml.safe_load(await learner.delivered())["interventions"]
+        assert re.fullmatch(r"hook_embed(\[:,:\])?=0", saved_intervention)
+        assert lesson.read_bytes() == original
+
+        await learner.press("w")
+        await learner.wait_for("embed")
+        await learner.press("e")  # another edit, to save as: the cell under the cursor
+        await learner.wait_for("▊")
+        await learner.type("0.5")
+        await learner.press("enter")
+        await learner.wait_for("edited embed", gone="▊")
         await learner.press("S")
         for name in ("/tmp/x.yaml", "../x.yaml", "~/x.yaml"):
             await learner.wait_for("a file name")
@@ -125,68 +158,31 @@ async def test_save_as_writes_only_a_bare_name_inside_the_session_folder(served,
             await learner.wait_for("a file name", gone=f"▊  {name}")
         await learner.type("mine.yaml")
         await learner.press("enter")
-        saved = yaml.safe_load(await learner.delivered())
-        folder = app_folder(served.sessions()[0])
+        saved_as = yaml.safe_load(await learner.delivered())
         assert (folder / "mine.yaml").exists()
         await learner.press("escape")
         await learner.wait_for("saved to mine.yaml")
-        assert str(folder) not in learner.text()  # no server path on screen
-    assert saved["weights"]["embed"] == [[0.0] * 4] * 6  # the download holds the edit
+    assert saved_as["weights"]["embed"] != saved["weights"]["embed"]
     assert {path: path.read_bytes() if path.exists() else None for path in outside} == before
     assert lesson.read_bytes() == original
 
 
-async def test_ctrl_s_and_w_change_only_the_session_copy_and_offer_it(served, lesson):
-    original = lesson.read_bytes()
-    async with Learner(served) as learner:
-        await learner.wait_for(FIRST_SCREEN)
-        await learner.press("w")
-        await learner.wait_for("embed")
-        await learner.press("0")
-        await learner.wait_for("edited embed")
-        await learner.press("ctrl+s")
-        question = await learner.wait_for("into x01.yaml?")
-        assert str(lesson.parent) not in question
-        await learner.press("y")
-        saved = yaml.safe_load(await learner.delivered())
-        assert saved["weights"]["embed"] == [[0.0] * 4] * 6
-        assert lesson.read_bytes() == original
-        await learner.press("escape")
-        await learner.wait_for("n Step")
-        await learner.press("p")
-        await learner.wait_for("[:,:]=")
-        await learner.type("hook_embed[:,:]=0")  # the line starts selected: typing replaces it
-        await learner.press("enter")
-        await learner.wait_for("intervention")
-        await learner.press("W")
-        with_interventions = yaml.safe_load(await learner.delivered())
-        [saved_intervention] = with_interventions["interventions"]
-        assert re.fullmatch(r"hook_embed(\[:,:\])?=0", saved_intervention)
-    assert lesson.read_bytes() == original
-
-
-async def test_a_second_learner_is_not_offered_the_first_ones_edits(served):
-    async with Learner(served) as first:
-        await first.wait_for(FIRST_SCREEN)
-        await first.press("w")
-        await first.wait_for("embed")
-        await first.press("0")
-        await first.wait_for("edited embed")
-        [pid] = served.sessions()
-        assert list(app_folder(pid).glob(".x01.yaml.unsaved-edits.json")), "the first learner's edit was not autosaved"
-        second = await Learner(served).connect()
+# -- limits ------------------------------------------------------------------------------------------
+async def test_learners_do_not_share_edits_and_the_class_is_full_past_max_sessions(served):
+    first = await Learner(served).connect()
+    await first.wait_for(FIRST_SCREEN)
+    await first.press("w")
+    await first.wait_for("embed")
+    await first.press("0")
+    await first.wait_for("edited embed")
+    [pid] = served.sessions()
+    assert list(app_folder(pid).glob(".x01.yaml.unsaved-edits.json")), "the first learner's edit was not autosaved"
+    async with Learner(served) as second:
         await second.wait_for(FIRST_SCREEN)
         await second.ended(1.0)  # what the app draws in its first second: a restore question would be there
         assert "unsaved weight edits" not in second.text()
         assert len({app_folder(pid) for pid in served.sessions()}) == 2
-        await second.close()
 
-
-# -- limits ------------------------------------------------------------------------------------------
-async def test_the_class_is_full_past_max_sessions(served):
-    async with Learner(served) as first, Learner(served) as second:
-        await first.wait_for(FIRST_SCREEN)
-        await second.wait_for(FIRST_SCREEN)
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await Learner(served).connect()
         assert refused.value.status == 503
@@ -194,28 +190,25 @@ async def test_the_class_is_full_past_max_sessions(served):
             page = await http.get(served.url + "/", headers=COOKIE)
             assert page.status == 503 and "The class is full" in await page.text()
         assert len(served.sessions()) == 2
-    assert await served.settled()
-    async with Learner(served) as third:  # a place is free again
-        await third.wait_for(FIRST_SCREEN)
+        await first.close()
+        while len(served.sessions()) > 1:
+            await asyncio.sleep(0.05)
+        async with Learner(served) as third:  # a place is free again
+            await third.wait_for(FIRST_SCREEN)
 
 
-async def test_an_app_that_ignores_quit_is_killed_after_the_grace_period(served):
-    learner = await Learner(served).connect()
-    await learner.wait_for(FIRST_SCREEN)
-    [pid] = served.sessions()
-    os.kill(pid, signal.SIGSTOP)  # it can no longer answer "quit"
-    await learner.close()
-    await asyncio.sleep(1)
-    assert pid in served.sessions()  # still in its grace period
-    assert await served.settled(timeout=10)
-
-
-async def test_an_idle_learner_is_sent_away(lesson):
-    with ServedClass(lesson, options=("--idle-timeout", "4s")) as served:
-        async with Learner(served) as learner:
-            await learner.wait_for(FIRST_SCREEN)
-            await learner.press("n")
-            await learner.wait_for("step 1/")
-            assert not await learner.ended(2)  # a key keeps the session
-            assert await learner.ended(5), "the idle session was not ended"
-            assert await served.settled()
+async def test_a_start_page_lists_several_files_and_an_idle_learner_is_sent_away(lesson, tmp_path):
+    shutil.copy(X01.with_name("eos7.yaml"), tmp_path / "eos7.yaml")
+    with ServedClass(lesson, tmp_path / "eos7.yaml", options=("--idle-timeout", "4s")) as served:
+        async with aiohttp.ClientSession() as http:
+            start = await (await http.get(served.url + "/", headers=COOKIE)).text()
+        assert re.findall(r'<a href="(lesson/\d)">([^<]+)</a>', start) == [("lesson/0", "x01.yaml"),
+                                                                          ("lesson/1", "eos7.yaml")]
+        learner = await Learner(served).connect(lesson=1)
+        await learner.wait_for(FIRST_SCREEN, "request 0 (of 1)")  # eos7 has one request, x01 two
+        await learner.press("n")
+        await learner.wait_for("step 1/")
+        assert not await learner.ended(2)  # a key keeps the session
+        assert await learner.ended(5), "the idle session was not ended"
+        await learner.close()
+        assert await served.settled()

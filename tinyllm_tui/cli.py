@@ -699,7 +699,14 @@ def serve(
         chosen = limits(max_sessions, idle_timeout, max_memory)
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
-    serve_class(files or [bundled_x01()], chosen, None if no_token else token or new_token(), host, port, public_url)
+    if public_url is None and host not in ("127.0.0.1", "localhost", "::1"):
+        raise typer.BadParameter(f"{host} is not loopback: give --public-url, the address learners' browsers use "
+                                 "(websockets from any other origin are refused)", param_hint="--public-url")
+    try:
+        serve_class(files or [bundled_x01()], chosen, None if no_token else token or new_token(), host, port,
+                    public_url)
+    except OSError as error:
+        raise typer.BadParameter(f"cannot listen on {host}:{port} ({error.strerror})", param_hint="--port") from None
 
 
 @app.command()

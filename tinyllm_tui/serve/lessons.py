@@ -27,7 +27,7 @@ class Limits:
     max_sessions: int
     idle_timeout: float  # seconds without a key, a click or a resize from the browser
     max_memory: int  # bytes: the app's --max-memory, and its process's data limit
-    grace: float = 5.0  # seconds a process has to end after "quit" before it is killed
+    grace: float = 3.0  # seconds a process has to end after "quit" before it is killed
     columns: int = 240  # the largest terminal a browser may ask for
     rows: int = 80
 

@@ -73,17 +73,19 @@ class ClassServer(Server):
     @web.middleware
     async def guard(self, request: web.Request, handler) -> web.StreamResponse:
         if not self.access.allows(request):
-            return self.page(request, "message.html", 403, message="This address needs the link your teacher "
-                             "gave, with its token.")
-        if "token" in request.query and request.method == "GET" and not request.path.startswith("/ws/"):
+            response = self.page(request, "message.html", 403, message="This address needs the link your teacher "
+                                 "gave, with its token.")
+        elif "token" in request.query and request.method == "GET" and not request.path.startswith("/ws/"):
             # the token leaves the address bar (and the browser's history) for a cookie
-            response = web.Response(status=302, headers={"Location": str(request.rel_url.with_query({k: v for k, v in request.query.items() if k != "token"}))})
+            kept = {name: value for name, value in request.query.items() if name != "token"}
+            response = web.Response(status=302, headers={"Location": str(request.rel_url.with_query(kept))})
             response.set_cookie(COOKIE, self.access.token, httponly=True, samesite="Strict",
                                 secure=self.public_url.startswith("https:"))
-            return response
-        response = await handler(request)
-        response.headers.setdefault("Content-Security-Policy", self.policy())
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        else:
+            response = await handler(request)
+        if not response.prepared:  # a websocket's headers are gone already
+            response.headers.setdefault("Content-Security-Policy", self.policy())
+            response.headers.setdefault("X-Content-Type-Options", "nosniff")
         return response
 
     def policy(self) -> str:
@@ -95,10 +97,8 @@ class ClassServer(Server):
                 "frame-ancestors 'none'")
 
     def page(self, request: web.Request, template: str, status: int = 200, **context) -> web.Response:
-        response = aiohttp_jinja2.render_template(template, request, {"static": f"{self.public_url}/static/",
-                                                                      **context}, status=status)
-        response.headers["Content-Security-Policy"] = self.policy()
-        return response
+        return aiohttp_jinja2.render_template(template, request, {"static": f"{self.public_url}/static/", **context},
+                                              status=status)
 
     def full(self) -> bool:
         return len(self.sessions) >= self.limits.max_sessions

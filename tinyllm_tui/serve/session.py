@@ -40,10 +40,6 @@ class LearnerSession(AppService):
         self.shown = False
         self.stopped = False
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
     def clamp(self, width, height) -> tuple[int, int]:
         """The terminal size the app gets: what the browser asked for, within the limits."""
         def within(value, most: int) -> int:

@@ -145,7 +145,7 @@ class Learner:
             return False
         return True
 
-    async def wait_for(self, *texts: str, gone: str | None = None, timeout: float = 30) -> str:
+    async def wait_for(self, *texts: str, gone: str | None = None, timeout: float = 60) -> str:
         """The screen once it shows every one of `texts` (and no longer `gone`); raises with the screen when
         it does not in time."""
         def seen() -> bool:

@@ -176,7 +176,12 @@ async def test_learners_do_not_share_edits_and_the_class_is_full_past_max_sessio
     await first.press("0")
     await first.wait_for("edited embed")
     [pid] = served.sessions()
-    assert list(app_folder(pid).glob(".x01.yaml.unsaved-edits.json")), "the first learner's edit was not autosaved"
+    autosaved = app_folder(pid) / ".x01.yaml.unsaved-edits.json"
+    for _ in range(100):  # written as the edit is published, beside the screen's update
+        if autosaved.exists():
+            break
+        await asyncio.sleep(0.1)
+    assert autosaved.exists(), "the first learner's edit was not autosaved"
     async with Learner(served) as second:
         await second.wait_for(FIRST_SCREEN)
         await second.ended(1.0)  # what the app draws in its first second: a restore question would be there

@@ -557,7 +557,9 @@ class DebuggerScreen(RunsInBackground, Screen):
 
     def action_save_interventions(self) -> None:
         """Into the scenario file's interventions: (a checkpoint opened directly has no file for them)."""
-        self.say(self.debugger.save_interventions())
+        result = self.debugger.save_interventions()
+        self.app.offer(result)
+        self.say(result)
 
     def action_lens(self) -> None:
         debugger = self.debugger

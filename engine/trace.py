@@ -160,6 +160,11 @@ class OpState:
         return self.op.name
 
     @property
+    def hook(self):
+        """The engine.hooks.Hook of this operator, its head included."""
+        return self.op.hook.at(self.op.head)
+
+    @property
     def kind(self) -> OpKind:
         return self.op.kind
 

@@ -215,11 +215,12 @@ class Frame:
 def group_of(state: OpState) -> tuple[Group, int | None]:
     """Where the operator list puts an operator: by the hook name's first part, so that BERT's
     `embed.hook_sum` (which the engine counts as layer 0's input) stays with the input."""
-    if state.name.startswith("blocks."):
-        return Group.LAYER, state.layer
-    if state.name.startswith("sample."):
+    hook = state.op.hook
+    if hook.in_block:
+        return Group.LAYER, hook.layer
+    if hook.module == "sample":
         return Group.DECODE_RULE, None
-    return (Group.OUTPUT if state.name.startswith(("ln_final", "unembed")) else Group.INPUT), None
+    return (Group.OUTPUT if hook.module in ("ln_final", "unembed") else Group.INPUT), None
 
 
 def operator_lines(states: Sequence[OpState], breaks: frozenset[int]) -> tuple[OperatorLine, ...]:
@@ -363,7 +364,7 @@ BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not t
 def hook_key(state: OpState) -> str:
     """What the explanation of the operator is filed under: the hook name's last part, told apart where
     one hook does different things (given vectors or a scaled table, a norm's output, capped scores)."""
-    hook = state.name.rsplit(".", 1)[-1]
+    hook = state.op.hook.name
     if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale

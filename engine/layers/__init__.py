@@ -1,0 +1,53 @@
+"""The kinds of layer a block is made of: one module per kind, named here once.
+
+A block is a token mixer, then an FFN (engine.spec.LayerSpec names one of each). A kind's module
+holds everything about it: `NAME` (what `layers:` and LayerSpec call it), `MODULE` (its part of the
+hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_state()`, and
+`forward(h, states, positions, padded_keys, out)`, a stream of operators that may replace `states[layer]`),
+`parameter_shapes(model, layer, block)`, `hooks(model, layer, block, hook, norm_sites)` (what it yields),
+`hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file) and `HF_*`
+(in Hugging Face checkpoints). Adding a kind is its module and one line below.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from engine.layers import attention, dense_ffn
+
+MIXERS: dict[str, ModuleType] = {attention.NAME: attention}
+FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn}
+ROLES = {"mixer": MIXERS, "ffn": FFNS}
+
+
+class UnknownKind(ValueError):
+    def __init__(self, role: str, name: str):
+        self.role, self.name, self.known = role, name, tuple(ROLES[role])
+        super().__init__(f"{role} kind {name!r} is not one of {', '.join(self.known)}")
+
+
+def kind(role: str, name: str) -> ModuleType:
+    """The module of the `role` ("mixer" or "ffn") kind called `name`."""
+    found = ROLES[role].get(name)
+    if found is None:
+        raise UnknownKind(role, name)
+    return found
+
+
+def block_kinds(block) -> tuple[ModuleType, ModuleType]:
+    """The mixer's and the FFN's modules of an engine.spec.LayerSpec."""
+    return kind("mixer", block.mixer), kind("ffn", block.ffn)
+
+
+def hook_widths(model) -> dict[str, int]:
+    """Every kind's hook widths under `model` (an engine.spec.ModelSpec)."""
+    widths: dict[str, int] = {}
+    for block in dict.fromkeys(model.blocks):
+        for module in block_kinds(block):
+            widths.update(module.hook_widths(model))
+    return widths
+
+
+def per_head_hooks() -> tuple[str, ...]:
+    """The hook names with one operator per head (an intervention there names its head)."""
+    return tuple(name for kinds in ROLES.values() for module in kinds.values() for name in module.PER_HEAD)

@@ -1,0 +1,102 @@
+"""The dense FFN: x·W_in through an activation, then ·W_out; gated (SwiGLU, GeGLU): act(x·W_gate) ⊙ x·W_up.
+
+Keeps no state between tokens. Dropout (training only) draws its mask per (seed, layer, position) on
+the host, so that a cached run and a full recompute drop the same features.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine import ops
+from engine.hooks import HookSite
+from engine.operators import Op, OpStream, op
+from engine.spec import FfnKind, LayerSpec, ModelSpec
+from engine.trace import OpKind
+
+Array = Any
+NAME, MODULE = "dense", "mlp"
+HF_LLAMA = {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"}
+HF_BERT = {"_in": "intermediate.dense", "_out": "output.dense"}
+PER_HEAD = ()
+GGUF = {"mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
+
+
+def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
+    prefix, d, f = f"blocks.{layer}.mlp", model.d_model, model.d_ff
+    if FfnKind(model.ffn).gated:
+        shapes = {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
+        biases = {f"{prefix}.b_gate": (f,), f"{prefix}.b_up": (f,), f"{prefix}.b_down": (d,)}
+    else:
+        shapes = {f"{prefix}.w_in": (d, f), f"{prefix}.w_out": (f, d)}
+        biases = {f"{prefix}.b_in": (f,), f"{prefix}.b_out": (d,)}
+    return shapes | biases if model.has_bias("mlp") else shapes
+
+
+def hook_widths(model: ModelSpec) -> dict[str, int]:
+    return {"mlp.hook_pre": model.d_ff, "mlp.hook_post": model.d_ff}
+
+
+def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
+    names = ["hook_pre"] + (["hook_pre_linear"] if FfnKind(model.ffn).gated else []) + ["hook_post"]
+    names += ["hook_dropout"] if model.training and model.dropout > 0 else []
+    return [HookSite(hook(layer, MODULE, name)) for name in names]
+
+
+class DenseFfn:
+    def __init__(self, model, layer: int, block: LayerSpec):
+        self.model, self.layer, self.spec = model, layer, model.spec
+        self.prefix = p = f"blocks.{layer}.mlp"
+        self.hooks = {name: model.hook(layer, MODULE, name)
+                      for name in ("hook_pre", "hook_pre_linear", "hook_post", "hook_dropout")}
+        self.gated = FfnKind(self.spec.ffn).gated
+        self.down = (f"{p}.w_down", f"{p}.b_down") if self.gated else (f"{p}.w_out", f"{p}.b_out")
+
+    def fresh_state(self):
+        return None  # nothing kept between tokens
+
+    def forward(self, h: Op, states: list, positions: list[int], padded_keys, out) -> OpStream:
+        model, spec, hooks, p = self.model, self.spec, self.hooks, self.prefix
+        if self.gated:
+            gate = model.linear(hooks["hook_pre"], h, f"{p}.w_gate", f"{p}.b_gate")
+            up = model.linear(hooks["hook_pre_linear"], h, f"{p}.w_up", f"{p}.b_up")
+            yield gate
+            yield up
+            post = op(hooks["hook_post"], self._activation(gate.values) * up.values, OpKind.ACTIVATION,
+                      inputs=(gate, up))
+        else:
+            pre = model.linear(hooks["hook_pre"], h, f"{p}.w_in", f"{p}.b_in")
+            yield pre
+            post = op(hooks["hook_post"], self._activation(pre.values), OpKind.ACTIVATION, inputs=(pre,))
+        yield post
+        if spec.training and spec.dropout > 0:
+            post = self._dropout(post, positions)
+            yield post
+        total = model.linear(out, post, *self.down)
+        yield total
+        return total
+
+    def _dropout(self, post: Op, positions: list[int]) -> Op:
+        spec = self.spec
+        width = post.values.shape[1]
+        keep = np.stack([np.random.default_rng([spec.dropout_seed, self.layer, p]).random(width) >= spec.dropout
+                         for p in positions])
+        scale = self.model.backend.asarray(keep / (1.0 - spec.dropout))
+        return op(self.hooks["hook_dropout"], post.values * scale, OpKind.DROPOUT, inputs=(post,))
+
+    def _activation(self, x: Array) -> Array:
+        xp, kind = self.model.xp, FfnKind(self.spec.ffn)
+        if kind == FfnKind.GATED_SILU:
+            return ops.silu(xp, x)
+        if kind == FfnKind.RELU:
+            return ops.relu(xp, x)
+        if kind == FfnKind.TANH:
+            return xp.tanh(x)
+        if kind in (FfnKind.GELU_TANH, FfnKind.GATED_GELU_TANH):
+            return ops.gelu_tanh(xp, x)
+        return ops.gelu_from_erf(x, self.model.backend.erf(x / 2**0.5))
+
+
+Layer = DenseFfn

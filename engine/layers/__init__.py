@@ -5,8 +5,9 @@ holds everything about it: `NAME` (what `layers:` and LayerSpec call it), `MODUL
 hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_state()`, and
 `forward(h, states, positions, padded_keys, out)`, a stream of operators that may replace `states[layer]`),
 `parameter_shapes(model, layer, block)`, `hooks(model, layer, block, hook, norm_sites)` (what it yields),
-`hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file) and `HF_*`
-(in Hugging Face checkpoints). Adding a kind is its module and one line below.
+`hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
+(its modules in Hugging Face checkpoints, per family) and `HF_LAYER_TYPES` (the config's `layer_types` it
+stands for). Adding a kind is its module and one line below.
 """
 
 from __future__ import annotations
@@ -50,4 +51,23 @@ def hook_widths(model) -> dict[str, int]:
 
 def per_head_hooks() -> tuple[str, ...]:
     """The hook names with one operator per head (an intervention there names its head)."""
-    return tuple(name for kinds in ROLES.values() for module in kinds.values() for name in module.PER_HEAD)
+    return tuple(name for module in _every_kind() for name in module.PER_HEAD)
+
+
+def _every_kind():
+    return (module for kinds in ROLES.values() for module in kinds.values())
+
+
+def gguf_tensors() -> dict[str, str]:
+    """Every kind's parameter (within a block, `attn.wq`) -> its GGUF tensor under `blk.N`."""
+    return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}
+
+
+def hf_modules(family: str) -> dict[str, str]:
+    """Every kind's projection (`q`, `_gate`) -> its module under a Hugging Face layer of `family`."""
+    return {part: name for module in _every_kind() for part, name in module.HF.get(family, {}).items()}
+
+
+def hf_layer_types() -> dict[str, bool]:
+    """The `layer_types` of a Hugging Face config that a mixer kind stands for -> whether the layer slides."""
+    return {name: sliding for module in MIXERS.values() for name, sliding in module.HF_LAYER_TYPES.items()}

@@ -19,10 +19,13 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "attention", "attn"
-# Hugging Face tensor names per family (the module under the layer), and GGUF's (under blk.N)
-HF_LLAMA = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"}
-HF_BERT = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-           "o": "attention.output.dense"}
+# Hugging Face's module of each projection (w·/b· without the letter) per family, GGUF's tensor (under blk.N),
+# and the config's layer_types this kind stands for (whether the layer slides)
+HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},
+      "gpt2": {"o": "attn.c_proj"},  # q, k, v: side by side in attn.c_attn
+      "bert": {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+               "o": "attention.output.dense"}}
+HF_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
         "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.q_norm.w": "attn_q_norm",
         "attn.k_norm.w": "attn_k_norm"}

@@ -18,8 +18,10 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "dense", "mlp"
-HF_LLAMA = {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"}
-HF_BERT = {"_in": "intermediate.dense", "_out": "output.dense"}
+HF = {"llama": {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"},
+      "gpt2": {"_in": "mlp.c_fc", "_out": "mlp.c_proj"},
+      "bert": {"_in": "intermediate.dense", "_out": "output.dense"}}
+HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
 GGUF = {"mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
 

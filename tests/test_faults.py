@@ -54,8 +54,8 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.feed(Phase.PREFILL, [1, 2], [1, 2]) == [1, 2]
         assert (fault.starting_caches(1, caches, lambda scale: rebuilt) is rebuilt) == (name == "stale-cache")
         assert fault.starting_caches(2, caches, lambda scale: rebuilt) is caches
-        assert (fault.layer_cache(1, caches) is caches[0]) == (name == "no-cache-layer1")
-        assert fault.layer_cache(0, caches) is caches[0]
+        assert (fault.layer_state(1, caches) is caches[0]) == (name == "no-cache-layer1")
+        assert fault.layer_state(0, caches) is caches[0]
         assert (fault.padded([True, False]) is None) == (name == "padding-unmasked")
         assert (fault.position_offset(2) == 0) == (name == "positions-not-offset")
         assert fault.kv_head(3, 2, 2) == 1  # 3 // 2 and 3 % 2 agree: head 2 tells them apart

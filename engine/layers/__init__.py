@@ -6,8 +6,8 @@ hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_s
 `forward(h, states, positions, padded_keys, out)`, a stream of operators that may replace `states[layer]`),
 `parameter_shapes(model, layer, block)`, `hooks(model, layer, block, hook, norm_sites)` (what it yields),
 `hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
-(its modules in Hugging Face checkpoints, per family) and `HF_LAYER_TYPES` (the config's `layer_types` it
-stands for). Adding a kind is its module and one line below.
+(its modules in Hugging Face checkpoints, per family), `HF_LAYER_TYPES` (the config's `layer_types` it
+stands for) and `FaultPoints` (where an injected bug may change what it does, with the correct answers). Adding a kind is its module and one line below.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from engine.layers import attention, dense_ffn
 MIXERS: dict[str, ModuleType] = {attention.NAME: attention}
 FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn}
 ROLES = {"mixer": MIXERS, "ffn": FFNS}
+
+
+FaultPoints = type("FaultPoints", tuple(dict.fromkeys(module.FaultPoints for kinds in ROLES.values()
+                                                    for module in kinds.values())), {})
 
 
 class UnknownKind(ValueError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine import ops
-from engine.caches import Read, empty_cache
+from engine.caches import Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec, Positions
@@ -30,6 +30,35 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
         "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.q_norm.w": "attn_q_norm",
         "attn.k_norm.w": "attn_k_norm"}
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
+
+
+class FaultPoints:
+    """Where an injected bug (engine.faults) may change what attention and its K/V cache do; these are the
+    correct answers."""
+
+    def mask(self, xp, visible: Array | None, n_new: int, n_keys: int) -> Array | None:
+        """Which of `n_keys` keys each of the `n_new` queries may read (None: all)."""
+        return visible
+
+    def kv_head(self, head: int, group: int, kv_heads: int) -> int:
+        """The kv head query head `head` reads (grouped-query attention: `group` query heads each)."""
+        return head // group
+
+    def stored_k(self, xp, k: Array, head_width: int) -> Array:
+        """The K rows a cache stores for a chunk's (T, kv_heads·dh) keys."""
+        return k
+
+    def ring_slot(self, index: int, sinks: int, size: int) -> int:
+        """The ring-buffer slot the token at sequence `index` is written to (`size` slots past the sinks)."""
+        return ring_slot(index, sinks, size)
+
+    def table_entry(self, physical: int, table: list[int]) -> int:
+        """The block-table entry of a new logical block stored in physical block `physical`."""
+        return physical
+
+    def scale_axis(self, axis: ScaleAxis) -> ScaleAxis:
+        """What shares one quantization scale."""
+        return axis
 
 
 class StaleCacheError(RuntimeError):
@@ -103,7 +132,7 @@ class Attention:
             q, k = (self._rope(hooks[f"hook_rot_{n}"], x, positions) for n, x in (("q", q), ("k", k)))
             yield q
             yield k
-        read = self._append(model.fault.layer_cache(layer, states), k.values, v.values)
+        read = self._append(model.fault.layer_state(layer, states), k.values, v.values)
         states[layer] = read.cache
         keys = Operand(self.cache_names[0], read.k, rows=read.columns)
         values = Operand(self.cache_names[1], read.v, rows=read.columns)

@@ -262,7 +262,7 @@ class Debugger:
     def _cache(self, state: OpState, layer: int, head: int):
         """The KV-cache slice shown, with the rows that differ from a --against dump."""
         differing = self.differing_cache_rows(state, layer)
-        return cache_frame(state, self.fingerprint, self.scenario.model.d_head, layer, head, differing)
+        return cache_frame(state, self.fingerprint, layer, head, differing)
 
     def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
         """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""

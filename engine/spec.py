@@ -24,7 +24,7 @@ class NormPlacement(StrEnum):
 
 
 class Positions(StrEnum):
-    """How positions enter: scenario files name the first four; checkpoints add ROPE."""
+    """How positions enter: added to the embedding (the first four), or RoPE turning each head's q and k."""
 
     NONE = "none"
     SEED_SIN = "seed_sin"
@@ -60,7 +60,7 @@ class Mode(StrEnum):
 
 NORM_KINDS = tuple(NormKind)
 NORM_PLACEMENTS = tuple(NormPlacement)
-POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # what scenario files may name
+POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # the terms added to the embedding
 LINEARS = ("q", "k", "v", "o", "mlp")  # what ModelSpec.biases may name
 FFN_KINDS = tuple(FfnKind)
 DECODE_RULES = tuple(Rule)
@@ -140,6 +140,7 @@ class ModelSpec:
     rope_theta_local: float | None = None  # Gemma 3: the RoPE base of sliding layers (rope_theta: the others)
     rope_factors: tuple[float, ...] | None = None  # d_head/2 divisors of the RoPE frequencies on the layers with
     # rope_theta (linear scaling: all the factor; Llama 3: by wavelength), as llama.cpp's rope_freqs tensor
+    rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
 
     @property

@@ -7,7 +7,8 @@ hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_s
 `parameter_shapes(model, layer, block)`, `hooks(model, layer, block, hook, norm_sites)` (what it yields),
 `hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
 (its modules in Hugging Face checkpoints, per family), `HF_LAYER_TYPES` (the config's `layer_types` it
-stands for) and `FaultPoints` (where an injected bug may change what it does, with the correct answers). Adding a kind is its module and one line below.
+stands for), `FaultPoints` (where an injected bug may change what it does, with the correct answers) and
+`EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Adding a kind is its module and one line below.
 """
 
 from __future__ import annotations
@@ -75,3 +76,8 @@ def hf_modules(family: str) -> dict[str, str]:
 def hf_layer_types() -> dict[str, bool]:
     """The `layer_types` of a Hugging Face config that a mixer kind stands for -> whether the layer slides."""
     return {name: sliding for module in MIXERS.values() for name, sliding in module.HF_LAYER_TYPES.items()}
+
+
+def explanation(key: str) -> dict[str, tuple[str, str, str, str]] | None:
+    """The kind's texts (per language) of the operator filed under `key` (a hook name's last part)."""
+    return next((module.EXPLANATIONS[key] for module in _every_kind() if key in module.EXPLANATIONS), None)

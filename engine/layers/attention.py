@@ -32,6 +32,103 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 
 
+# What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
+# hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
+EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    "hook_q": {
+        "en": ("Q says what the current position is looking for.", "Q = LN(X) · Wq, split into heads by columns.",
+               "Q is never cached: only the new positions need queries.", "Columns h·dh…(h+1)·dh belong to head h."),
+        "zh": ("Query表示当前位置要匹配什么。", "Q = LN(X)·Wq，按列分给各头。",
+               "Q不需要缓存，只有新位置需要查询。", "第h个头使用第h段列。"),
+    },
+    "hook_k": {
+        "en": ("K is what each position offers to be matched against.",
+               "K = LN(X) · Wk; these rows are appended to this layer's cache.",
+               "Appending the prefix again (duplicate append) makes old keys count twice.",
+               "Cache length after this op = past + new tokens."),
+        "zh": ("Key提供被匹配的方向。", "K = LN(X)·Wk，新行追加进本层缓存。",
+               "重复追加前缀会让旧Key被计算两次。", "此后缓存长度=历史长度+新Token数。"),
+    },
+    "hook_v": {
+        "en": ("V is the content that attention mixes.", "V = LN(X) · Wv; appended to the cache with K.",
+               "Each layer has its own K/V: reusing another layer's cache is wrong.",
+               "Cached V rows equal the full recompute's rows."),
+        "zh": ("Value是注意力要混合的内容。", "V = LN(X)·Wv，与K一起追加进缓存。",
+               "每层缓存各自独立，不能复用别层。", "缓存的V行与全量重算一致。"),
+    },
+    "hook_attn_scores": {
+        "en": ("How well each query matches each visible key.",
+               "q·kᵀ / √dh per head; keys it may not read are −∞ (later positions in a decoder, PAD keys).",
+               "With cached keys the mask is key ≤ past + query index, not tril(ones(C, P+C)).",
+               "Decoder row i has −∞ exactly at keys > i; every row has −∞ at PAD keys."),
+        "zh": ("每个查询与每个可见键的匹配程度。", "每头q·kᵀ/√dh；不可读的键设为−∞（解码器的未来位置、PAD键）。",
+               "有缓存时掩码是key ≤ past+query_index，不是tril(ones(C,P+C))。", "解码器第i行只在未来位置为−∞；PAD键在每行都是−∞。"),
+    },
+    "hook_attn_scores_uncapped": {
+        "en": ("Gemma 2's scores before their soft cap: how well each query matches each visible key.",
+               "q·kᵀ · query_pre_attn_scalar^-½ per head; −∞ at keys it may not read, including keys at or "
+               "beyond the sliding window (j ≤ i − window) on sliding layers.",
+               "Gemma scales by query_pre_attn_scalar, not by the head width; the two differ in some sizes.",
+               "Sliding-layer row i is −∞ at keys ≤ i − window, full layers only at keys > i."),
+        "zh": ("Gemma 2软上限之前的分数：每个查询与每个可见键的匹配程度。",
+               "每头q·kᵀ·query_pre_attn_scalar^-½；不可读的键为−∞，滑动窗口层上还包括窗口外的键（j ≤ i − window）。",
+               "Gemma按query_pre_attn_scalar缩放，而不是按头宽；有些尺寸两者不同。",
+               "滑动层第i行在键≤i−window处为−∞，全局层只在键>i处为−∞。"),
+    },
+    "hook_attn_scores(softcap)": {
+        "en": ("Keep every score within (−cap, cap) so that no key takes all the attention.",
+               "cap · tanh(score / cap), applied before the mask; masked keys stay −∞.",
+               "Capping after the mask, or in the wrong order with the scaling, changes every pattern.",
+               "|score| < cap everywhere; scores much smaller than the cap barely change."),
+        "zh": ("把每个分数限制在(−cap, cap)内，避免某个键独占注意力。", "cap·tanh(分数/cap)，在掩码之前；被掩码的键仍为−∞。",
+               "在掩码之后或与缩放顺序颠倒地做上限，会改变所有注意力分布。", "处处|分数|<cap；远小于cap的分数几乎不变。"),
+    },
+    "hook_q_normed": {
+        "en": ("Qwen3 and Gemma 3 normalize each head's query before RoPE, keeping scores in range.",
+               "An RMSNorm over each head's d_head features, times its gain attn.q_norm.w (shared by the heads).",
+               "Normalizing the whole row of all heads at once gives other numbers.",
+               "Each head's slice has root mean square ≈ 1 before the gain."),
+        "zh": ("Qwen3和Gemma 3在RoPE前对每个头的查询做归一化，让分数保持在合理范围。",
+               "对每个头的d_head个特征做RMSNorm，再乘以各头共享的增益attn.q_norm.w。",
+               "把所有头的一整行一起归一化会得到不同结果。", "增益前每个头切片的均方根约为1。"),
+    },
+    "hook_k_normed": {
+        "en": ("The same per-head RMSNorm for the keys, before RoPE and before the cache.",
+               "An RMSNorm over each key head's d_head features, times attn.k_norm.w.",
+               "The cache holds normalized, rotated keys: a decode step must not normalize them again.",
+               "Each kv head's slice has root mean square ≈ 1 before the gain."),
+        "zh": ("键也做同样的逐头RMSNorm，在RoPE和写入缓存之前。", "对每个键头的d_head个特征做RMSNorm，再乘以attn.k_norm.w。",
+               "缓存里存的是归一化并旋转后的键：解码时不能再归一化一次。", "增益前每个kv头切片的均方根约为1。"),
+    },
+    "hook_pattern": {
+        "en": ("Turn scores into weights that sum to 1 per row.", "Row-wise softmax; −∞ becomes exactly 0.",
+               "Softmax over all keys and then zeroing the future does not renormalise.",
+               "Each row sums to 1; masked entries are 0.000000."),
+        "zh": ("把分数变成每行和为1的权重。", "逐行softmax，−∞变为0。",
+               "先对全部位置softmax再清零不会重新归一化。", "每行和为1，掩掉的位置为0。"),
+    },
+    "hook_z": {
+        "en": ("Each position's mix of the visible values.", "z = pattern · V for this head.",
+               "The output is a weighted sum, not the row with the largest weight.",
+               "z equals Σ_j pattern[i,j] · V[j]."),
+        "zh": ("每个位置对可见Value的加权混合。", "z = 权重 × V（本头）。",
+               "输出是加权和，不是直接挑权重最大的一行。", "z等于Σ权重×V。"),
+    },
+    "hook_concat": {
+        "en": ("Put the heads side by side again.", "Head 0's columns first, then head 1's, …",
+               "Concatenation does not sum the heads.", "Width = heads × head width."),
+        "zh": ("把各头输出拼回一起。", "头0的列在前，头1在后。", "拼接不是求和。", "宽度=头数×每头宽度。"),
+    },
+    "hook_result": {
+        "en": ("What this head alone adds to the residual stream.", "z · Wo's rows for this head.",
+               "A head's result is not its z: Wo maps it into the residual's features.",
+               "The heads' results sum to attn_out (less bo)."),
+        "zh": ("本头单独加到残差流的量。", "z × Wo中本头的行。", "头的结果不是z：Wo把它映射到残差特征。",
+               "各头结果之和等于attn_out（减去bo）。"),
+    },
+}
+
+
 class FaultPoints:
     """Where an injected bug (engine.faults) may change what attention and its K/V cache do; these are the
     correct answers."""
@@ -170,7 +267,7 @@ class Attention:
     def _rope(self, hook, x: Op, positions: list[int]) -> Op:
         spec, xp = self.spec, self.model.xp
         rotated = ops.rope(xp, x.values, xp.asarray(positions), spec.d_head, spec.theta(self.layer),
-                           spec.rope_divisors(self.layer))
+                           spec.rope_divisors(self.layer), spec.rope_dims)
         return op(hook, rotated, OpKind.ROPE, inputs=(x,))
 
     def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array | None, Array, Array, Array]:

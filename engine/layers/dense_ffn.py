@@ -47,6 +47,38 @@ def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> l
     return [HookSite(hook(layer, MODULE, name)) for name in names]
 
 
+# What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
+# hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
+EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    "hook_dropout": {
+        "en": ("Training only: drop features so the model cannot lean on any single one.",
+               "Each feature is kept with probability 1−p (a seeded mask) and scaled by 1/(1−p).",
+               "Dropout at inference changes the output: it is off unless training is on.",
+               "Zeros where the mask dropped; kept cells are the activation divided by 1−p."),
+        "zh": ("仅在训练时：随机丢弃特征，避免模型依赖单一特征。", "每个特征以1−p的概率保留（固定种子掩码），并乘以1/(1−p)。",
+               "推理时开启dropout会改变输出：除非开启训练模式，否则关闭。", "被丢弃处为0；保留处等于激活值除以1−p。"),
+    },
+    "hook_pre": {
+        "en": ("The FFN's first projection (the gate, for gated FFNs).", "LN(x) · W_in (or W_gate).",
+               "The FFN works per position: it never mixes tokens.", "Rows depend only on their own input row."),
+        "zh": ("前馈网络的第一次投影（门控时为gate）。", "LN(x)·W_in（或W_gate）。",
+               "前馈逐位置计算，不混合Token。", "每行只依赖自己的输入行。"),
+    },
+    "hook_pre_linear": {
+        "en": ("The gated FFN's second projection (up).", "LN(x) · W_up.",
+               "Gate and up are separate matrices even when equal here.", "Same shape as the gate."),
+        "zh": ("门控前馈的第二个投影（up）。", "LN(x)·W_up。", "gate与up是不同矩阵，即使此处相等。", "形状与gate相同。"),
+    },
+    "hook_post": {
+        "en": ("The nonlinearity that lets the FFN do more than a matrix.",
+               "Gated: SiLU(gate) · up; otherwise ReLU / tanh / GELU of the first projection.",
+               "SiLU(z)·z is not SiLU(z): the gate multiplies the up projection.", "Zero input gives zero."),
+        "zh": ("非线性让前馈不只是矩阵乘法。", "门控：SiLU(gate)×up；否则对第一次投影取ReLU/tanh/GELU。",
+               "SiLU(z)·z不等于SiLU(z)。", "输入为0时输出为0。"),
+    },
+}
+
+
 class FaultPoints:
     """It has none: nothing it computes is kept, so no cache bug can reach it."""
 

@@ -20,6 +20,7 @@ from engine.breakpoints import short_name
 from engine.caches import PagedFacts, QuantizedFacts, RingFacts
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
+from engine.layers import explanation
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.presentation.cache_layout import row_label
@@ -377,6 +378,11 @@ def hook_key(state: OpState) -> str:
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale
         hook = "hook_embed(scaled)"
     return BY_KIND.get((hook, state.kind), hook)
+
+
+def explanation_texts(key: str) -> dict[str, tuple[str, ...]] | None:
+    """What a layer kind says its operator filed under `key` computes (engine.layers), per language."""
+    return explanation(key)
 
 
 def with_breakpoints(frame: Frame, breaks: frozenset[int], hits: tuple[str, ...], count: int) -> Frame:

@@ -60,6 +60,6 @@ def test_the_registry_lists_exactly_the_hooks_the_forward_pass_yields(path):
         scenario = open_model(path)
     else:
         scenario = load_checkpoint(path, ids=[1, 2, 3], max_new_tokens=2)
-    assert listed(scenario) == emitted(scenario)
-    for name, head in emitted(scenario):
-        assert Hook.parse(name).at(head) in Session(scenario).model.hooks
+    yielded, registry = emitted(scenario), Session(scenario).model.hooks
+    assert listed(scenario) == yielded
+    assert all(Hook.parse(name).at(head) in registry for name, head in yielded)

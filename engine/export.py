@@ -9,6 +9,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from engine.backend import to_host
+from engine.hooks import Hook
 from engine.layout import Passes, stack_heads, to_dump
 from engine.session import Session
 from engine.trace import OpState, RequestResult
@@ -82,8 +83,9 @@ class ActivationDump:
         return {**self._arrays, **{name: stack_heads(name, heads) for name, heads in self._heads.items()}}
 
     def _caches(self, state: OpState) -> None:
-        """Every layer's cache as the pass that `state` ends left it: [1, kv_head, position, d_head]."""
+        """Every layer's state as the pass that `state` ends left it, its dump items (a K/V cache's: [1, kv_head,
+        position, d_head])."""
         for layer, cache in enumerate(state.caches):
-            for name, values in (("cache_k", cache.k), ("cache_v", cache.v)):
-                key = self.passes.text(state, f"blocks.{layer}.attn.{name}")
+            for name, values in cache.dump_items().items():
+                key = self.passes.text(state, Hook(layer, cache.module, name).text)
                 self._arrays[key] = to_dump(key, np.asarray(to_host(values)), self.passes.d_head)

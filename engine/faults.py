@@ -1,11 +1,11 @@
 """Deliberate KV-cache bugs from the 003 walkthrough (A.9-A.11), for the diff to catch.
 
-The forward pass, the session and the cache layouts (engine.caches) ask a `Fault` at a few
-named points: which keys a query may read, which positions a round gets, what a round feeds,
-which cache a round starts from and which cache a layer appends to; which padded keys are
-masked and how far padding shifts positions (batches); which kv head a query head reads; how
-K rows are stored, which ring slot and which physical block a row goes to, and what shares a
-quantization scale. The base class answers correctly; each bug overrides one answer. The
+The session asks a `Fault` at a few named points: which positions a round gets, what a round
+feeds, which states a round starts from and which state a layer extends; which padded keys are
+masked and how far padding shifts positions (batches). Each layer kind adds the points of its
+own (engine.layers: the attention's which keys a query may read, which kv head a query head
+reads; how K rows are stored, which ring slot and which physical block a row goes to, and what
+shares a quantization scale). The base class answers correctly; each bug overrides one answer. The
 reference path has no branch on a bug's name.
 """
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.caches import Layout, Quantize, ScaleAxis, ring_slot
+from engine.caches import Layout, Quantize, ScaleAxis
+from engine.layers import FaultPoints
 from engine.spec import Positions
 from engine.trace import LayerCache, Phase
 
@@ -22,14 +23,11 @@ Array = Any
 STALE_SCALE = 1.1  # the "other checkpoint" of the stale-cache bug: every weight ×1.1
 
 
-class Fault:
-    """The correct behaviour at every named point."""
+class Fault(FaultPoints):
+    """The correct behaviour at every named point: the session's here, each layer kind's from its module
+    (engine.layers.FaultPoints: the attention's mask, kv heads and K/V cache layouts)."""
 
     keeps_stale_cache = False  # may a cache computed with other weights be extended?
-
-    def mask(self, xp, visible: Array | None, n_new: int, n_keys: int) -> Array | None:
-        """Which of `n_keys` keys each of the `n_new` queries may read (None: all)."""
-        return visible
 
     def positions(self, phase: Phase, first: int, count: int) -> list[int]:
         """The absolute positions of a chunk whose first token sits at `first`."""
@@ -45,8 +43,8 @@ class Fault:
         with every weight multiplied by `scale`."""
         return caches
 
-    def layer_cache(self, layer: int, caches: list[LayerCache]) -> LayerCache:
-        """The cache `layer` appends its new K/V rows to and then reads."""
+    def layer_state(self, layer: int, caches: list[LayerCache]) -> LayerCache:
+        """The state `layer` extends and then reads (its K/V cache: the rows it appends to)."""
         return caches[layer]
 
     def unseen(self, scenario) -> str | None:
@@ -60,26 +58,6 @@ class Fault:
     def position_offset(self, pad: int) -> int:
         """How far a request's `pad` left-padding tokens shift its position ids back."""
         return pad
-
-    def kv_head(self, head: int, group: int, kv_heads: int) -> int:
-        """The kv head query head `head` reads (grouped-query attention: `group` query heads each)."""
-        return head // group
-
-    def stored_k(self, xp, k: Array, head_width: int) -> Array:
-        """The K rows a cache stores for a chunk's (T, kv_heads·dh) keys."""
-        return k
-
-    def ring_slot(self, index: int, sinks: int, size: int) -> int:
-        """The ring-buffer slot the token at sequence `index` is written to (`size` slots past the sinks)."""
-        return ring_slot(index, sinks, size)
-
-    def table_entry(self, physical: int, table: list[int]) -> int:
-        """The block-table entry of a new logical block stored in physical block `physical`."""
-        return physical
-
-    def scale_axis(self, axis: ScaleAxis) -> ScaleAxis:
-        """What shares one quantization scale."""
-        return axis
 
     def cannot_run(self, scenario) -> str | None:
         """Why this bug cannot run on an engine.scenario.Scenario (None: it can): an encoder keeps no
@@ -130,7 +108,7 @@ class StaleCache(Fault):
 
 class NoCacheLayer1(Fault):
 
-    def layer_cache(self, layer, caches):
+    def layer_state(self, layer, caches):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
 
     def unseen(self, scenario):

@@ -303,10 +303,10 @@ def test_the_kv_cache_frame_is_the_head_shown_and_pages_through_layers_and_heads
     state = reference[39]
     d_head = debugger.scenario.model.d_head
     assert (cache.layer, cache.head, cache.length) == (0, 0, 4)
-    assert np.array_equal(cache.k.values, to_host(state.caches[0].k)[:, :d_head])
+    assert np.array_equal(cache.views[0].values, to_host(state.caches[0].k)[:, :d_head])
     debugger.move_cache(heads=1)
     assert debugger.frame.cache.head == 1
-    assert np.array_equal(debugger.frame.cache.v.values, to_host(state.caches[0].v)[:, d_head : 2 * d_head])
+    assert np.array_equal(debugger.frame.cache.views[1].values, to_host(state.caches[0].v)[:, d_head : 2 * d_head])
 
 
 def test_the_last_position_of_the_logits_is_summarised_with_its_top_tokens(reference):
@@ -345,7 +345,7 @@ def test_the_cache_frame_counts_the_rows_a_prefill_chunk_appended():
     debugger = Debugger(load_scenario(ROOT / "scenarios" / "chunked.yaml"))
     while not (debugger.frame.timeline.chunk == 1 and debugger.frame.cache and debugger.frame.cache.length == 5):
         assert isinstance(debugger.step(), Moved)
-    assert debugger.frame.cache.appended == 2 and debugger.frame.cache.k.new_from == 3
+    assert debugger.frame.cache.appended == 2 and debugger.frame.cache.views[0].new_from == 3
 
 
 def test_a_replay_after_an_edit_is_built_aside_and_published_whole():

@@ -25,9 +25,9 @@ ENGINE = Path(__file__).resolve().parents[1] / "engine"
 
 
 def test_the_reference_path_never_branches_on_a_bug_name():
-    for name in ("model.py", "session.py"):
-        source = (ENGINE / name).read_text()
-        assert not re.search(r"\b(bug|inject)\s*==", source), name
+    for path in [ENGINE / "model.py", ENGINE / "session.py", *(ENGINE / "layers").glob("*.py")]:
+        source = path.read_text()
+        assert not re.search(r"\b(bug|inject)\s*==", source), path.name
         assert not any(f'"{bug}"' in source for bug in FAULTS), name
 
 
@@ -61,8 +61,8 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.feed(Phase.PREFILL, [1, 2], [1, 2]) == [1, 2]
         assert (fault.starting_caches(1, caches, lambda scale: rebuilt) is rebuilt) == (name == "stale-cache")
         assert fault.starting_caches(2, caches, lambda scale: rebuilt) is caches
-        assert (fault.layer_cache(1, caches) is caches[0]) == (name == "no-cache-layer1")
-        assert fault.layer_cache(0, caches) is caches[0]
+        assert (fault.layer_state(1, caches) is caches[0]) == (name == "no-cache-layer1")
+        assert fault.layer_state(0, caches) is caches[0]
         assert (fault.padded([True, False]) is None) == (name == "padding-unmasked")
         assert (fault.position_offset(2) == 0) == (name == "positions-not-offset")
         assert fault.kv_head(3, 2, 2) == 1  # 3 // 2 and 3 % 2 agree: head 2 tells them apart

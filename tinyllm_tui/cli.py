@@ -1,4 +1,4 @@
-"""The `tinyllm-tui` command line: open (the TUI), run, diff, check, gradcheck, convert.
+"""The `tinyllm-tui` command line: open (the TUI), run, diff, check, gradcheck, convert, serve.
 
 `tinyllm-tui FILE` opens the TUI: a first argument that is not a sub-command is
 routed to `open`. `open`, `run`, `diff` and `check` drive the same `Debugger`, so
@@ -487,6 +487,48 @@ def gradcheck(
           f"relative error {error:.3e} ({verdict}: tolerance {GRADCHECK_TOLERANCE:g}, step 1e-6)")
     if error >= GRADCHECK_TOLERANCE:
         raise typer.Exit(1)
+
+
+@app.command()
+def serve(
+    files: Annotated[Optional[list[Path]], typer.Argument(
+        help="Scenarios or checkpoints to offer (default: the bundled X01); several: a start page lists them.",
+        show_default=False)] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (a reverse proxy's upstream).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    max_sessions: Annotated[int, typer.Option("--max-sessions", help="Learners at once; the next one is told "
+                                              "the class is full.")] = 30,
+    idle_timeout: Annotated[str, typer.Option("--idle-timeout", help="End a session after this long without a key "
+                                              "or click, e.g. 15m, 90s.")] = "15m",
+    max_memory: Annotated[str, typer.Option("--max-memory", help="Each session's memory budget, e.g. 1G.")] = "1G",
+    token: Annotated[Optional[str], typer.Option("--token", help="The token learners' links carry (default: a "
+                                                 "random one).", show_default=False)] = None,
+    no_token: Annotated[bool, typer.Option("--no-token", help="Let anyone who reaches the address in.")] = False,
+    public_url: Annotated[Optional[str], typer.Option("--public-url", help="The address learners use, behind a "
+                                                      "reverse proxy, e.g. https://class.example.org.",
+                                                      show_default=False)] = None,
+) -> None:
+    """Serve the debugger to a class of browsers: one confined session per learner (needs
+    the serve extra: pip install -e '.\\[serve]'). Prints the link to give the learners."""
+    if token is not None and no_token:
+        raise typer.BadParameter("give --token or --no-token, not both", param_hint="--no-token")
+    try:
+        from tinyllm_tui.serve.lessons import limits, new_token
+        from tinyllm_tui.serve.server import serve as serve_class
+    except ImportError as error:
+        raise typer.BadParameter(f"serve needs textual-serve ({error.name} is missing): pip install -e '.[serve]'")
+    try:
+        chosen = limits(max_sessions, idle_timeout, max_memory)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    if public_url is None and host not in ("127.0.0.1", "localhost", "::1"):
+        raise typer.BadParameter(f"{host} is not loopback: give --public-url, the address learners' browsers use "
+                                 "(websockets from any other origin are refused)", param_hint="--public-url")
+    try:
+        serve_class(files or [bundled_x01()], chosen, None if no_token else token or new_token(), host, port,
+                    public_url)
+    except OSError as error:
+        raise typer.BadParameter(f"cannot listen on {host}:{port} ({error.strerror})", param_hint="--port") from None
 
 
 @app.command()

@@ -274,7 +274,7 @@ class Debugger:
     def _cache(self, state: OpState, layer: int, head: int):
         """The KV-cache slice shown, with the rows that differ from a --against dump."""
         differing = self.differing_cache_rows(state, layer)
-        return cache_frame(state, self.fingerprint, self.scenario.model.d_head, layer, head, differing)
+        return cache_frame(state, self.fingerprint, layer, head, differing)
 
     def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
         """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
@@ -592,8 +592,7 @@ class Debugger:
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
         """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""
         try:
-            operators = {(s.name, s.head) for s in self.history.round_states()}
-            intervention = self.interventions.add(text, self.scenario, operators)
+            intervention = self.interventions.add(text, self.scenario, self.session.model.hooks)
         except InterventionError as error:
             return Refused(Reason.BAD_QUERY, (str(error),))
         try:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinyllm_tui.debugger.resume import RoundStarts
+from engine.state import tokens_held
 from engine.trace import OpKind, OpState, Phase, Status
 
 if TYPE_CHECKING:
@@ -205,5 +206,5 @@ def round_summary(choice: OpState) -> RoundSummary:
     """The round that `choice`, its last operator, finishes."""
     selected = [t.text for t in choice.timeline if t.status is Status.SELECTED]
     fed = tuple(t.text for t in choice.timeline[choice.past : -1])
-    length = choice.caches[0].length if choice.caches else 0
+    length = tokens_held(choice.caches)
     return RoundSummary(choice.round, choice.phase, fed, length, selected[0] if selected else None, choice.stop)

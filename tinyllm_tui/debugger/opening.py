@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from itertools import takewhile
 from pathlib import Path
 
 from engine import Scenario, Session, make_backend
@@ -121,12 +120,12 @@ def with_interventions(scenario: Scenario, patches: list[str] | None, ablations:
 
 
 def _refuse_unknown_operators(scenario: Scenario, backend) -> None:
-    """Every hook runs in the first round, computed for this only when the scenario has interventions."""
+    """A misspelt hook in an intervention is refused before anything shows: the model's hook registry
+    (engine.hooks) lists every hook it yields, without running it."""
     if scenario.interventions:
-        first = takewhile(lambda state: state.round == 0, Session(scenario, backend).steps())
-        operators = {(s.name, s.head) for s in first}
+        hooks = Session(scenario, backend).model.hooks
         for intervention in scenario.interventions:
-            check_operator(intervention, operators)
+            check_operator(intervention, hooks)
 
 
 def opening(scenario: Scenario, options: ModelOptions) -> Opening:

@@ -31,7 +31,7 @@ from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
-from tinyllm_tui.debugger.readings import layer_patterns
+from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunsInBackground
@@ -559,7 +559,9 @@ class DebuggerScreen(RunsInBackground, Screen):
 
     def action_save_interventions(self) -> None:
         """Into the scenario file's interventions: (a checkpoint opened directly has no file for them)."""
-        self.say(self.debugger.save_interventions())
+        result = self.debugger.save_interventions()
+        self.app.offer(result)
+        self.say(result)
 
     def action_lens(self) -> None:
         debugger = self.debugger
@@ -597,8 +599,8 @@ class DebuggerScreen(RunsInBackground, Screen):
         """Enter on a head at a glance: its pattern becomes the current matrix."""
         if chosen is None:
             return
-        name = f"blocks.{chosen[0]}.attn.hook_pattern"
-        step = next((s.step for s in states if s.name == name and s.head == chosen[1] and s.chunk == chunk), None)
+        site = pattern_hook(chosen[0])
+        step = next((s.step for s in states if s.op.hook == site and s.head == chosen[1] and s.chunk == chunk), None)
         if step is not None:
             self.move(self.debugger.goto_step, step)
 

@@ -1,0 +1,312 @@
+"""The mixture-of-experts FFN kind on a tiny random Qwen3-MoE (tools/make_moe_fixtures.py): against transformers'
+true float64 forward (router logits, chosen experts, every layer, logits, greedy ids, every pass), cached equal
+to the full recompute, an expert ablated against an independent NumPy Qwen3-MoE written here, the operator list
+showing only the experts a pass ran, and breakpoints on routing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+from typer.testing import CliRunner
+
+from engine import Session, make_backend, to_host
+from engine.breakpoints import parse_breakpoint
+from engine.compare.diff import diff_scenario
+from engine.interventions import parse_ablation
+from engine.layers.moe_ffn import route
+from engine.loading import ScenarioError
+from engine.loading.checkpoint import load_checkpoint
+from tinyllm_tui.cli import app
+
+FOLDER = Path(__file__).parent / "fixtures" / "qwen3_moe"
+REF = dict(np.load(FOLDER / "reference.npz"))
+IDS = [int(t) for t in REF["ids"]]
+MOE_LAYERS = [int(layer) for layer in REF["moe_layers"]]
+TOP_K = REF["topk"].shape[-1]
+
+
+def open_fixture(folder: Path = FOLDER, interventions=(), **moe_changes):
+    scenario = load_checkpoint(folder, ids=IDS, max_new_tokens=len(REF["greedy_ids"]))
+    if moe_changes:
+        scenario = replace(scenario, model=replace(scenario.model, moe=replace(scenario.model.moe, **moe_changes)))
+    scenario = replace(scenario, interventions=tuple(interventions))
+    session = Session(scenario, make_backend("numpy", "float64"))
+    return scenario, session, list(session.steps())
+
+
+SCENARIO, SESSION, STATES = open_fixture()
+
+
+def values(states, name: str, round_: int) -> np.ndarray:
+    return next(to_host(s.values) for s in states if s.name == name and s.round == round_)
+
+
+def rounds(states) -> list[int]:
+    return sorted({s.round for s in states})
+
+
+# -- against transformers ----------------------------------------------------------------------------------
+def test_the_fixture_has_three_sparse_layers_and_no_near_tie_in_its_reference():
+    assert [block.ffn for block in SCENARIO.model.blocks] == ["moe", "moe", "dense", "moe"]
+    assert REF["float32_ops"] == 0 and REF["ops"] > 1000  # the dispatch counter saw the passes, none in float32
+    for probs in (REF["probs"], REF["step_probs"]):
+        ordered = -np.sort(-probs, axis=-1)
+        assert (ordered[..., TOP_K - 1] - ordered[..., TOP_K]).min() >= 1e-3
+
+
+def test_prefill_router_logits_chosen_experts_every_layer_and_logits_match_transformers():
+    for i, layer in enumerate(MOE_LAYERS):
+        ours = values(STATES, f"blocks.{layer}.mlp.hook_router_logits", 0)
+        assert np.abs(ours - REF["router_logits"][i]).max() <= 1e-9
+        assert np.array_equal(values(STATES, f"blocks.{layer}.mlp.hook_topk", 0), REF["topk"][i])
+    for layer, theirs in enumerate(REF["layers"]):
+        assert np.abs(values(STATES, f"blocks.{layer}.hook_resid_post", 0) - theirs).max() <= 1e-9
+    assert np.abs(values(STATES, "unembed.hook_out", 0) - REF["logits"]).max() <= 1e-9
+
+
+def test_every_cached_decode_pass_routes_and_computes_as_transformers_and_greedy_ids_agree():
+    assert rounds(STATES) == list(range(len(REF["step_logits"])))
+    for round_ in rounds(STATES):
+        for i, layer in enumerate(MOE_LAYERS):
+            ours = values(STATES, f"blocks.{layer}.mlp.hook_router_logits", round_)[-1]
+            assert np.abs(ours - REF["step_router_logits"][round_, i]).max() <= 1e-9
+            chosen = values(STATES, f"blocks.{layer}.mlp.hook_topk", round_)[-1]
+            assert np.array_equal(chosen, REF["step_topk"][round_, i])
+        for layer, theirs in enumerate(REF["step_layers"][round_]):
+            assert np.abs(values(STATES, f"blocks.{layer}.hook_resid_post", round_)[-1] - theirs).max() <= 1e-9
+        assert np.abs(values(STATES, "unembed.hook_out", round_)[-1] - REF["step_logits"][round_]).max() <= 1e-9
+    assert list(SESSION.results[0].generated) == REF["greedy_ids"].tolist()
+
+
+def test_cached_decode_equals_the_full_recompute():
+    diffs = diff_scenario(SCENARIO, make_backend("numpy", "float64"))
+    assert {d.round for d in diffs} == set(rounds(STATES))
+    assert any(".mlp.experts." in d.name for d in diffs if d.round > 0)  # the experts' rows are compared too
+    assert max(d.max_abs for d in diffs) <= 1e-12
+
+
+def test_the_diff_command_finds_cached_and_full_the_same():
+    result = CliRunner().invoke(app, ["diff", str(FOLDER), "--ids", ",".join(map(str, IDS)), "--max-new-tokens", "3"])
+    assert result.exit_code == 0, result.output
+    assert "cached equals full recompute: every operator within 1e-12" in result.output
+    assert "✓ request 0 decode 2  blocks.3.mlp.hook_topk  max|Δ| 0.000e+00" in result.output
+
+
+def test_the_fused_expert_tensors_of_transformers_5_read_as_the_per_expert_ones(tmp_path):
+    """mlp.experts.gate_up_proj (E × 2f × d, gate rows first) and down_proj (E × d × f) give the same model."""
+    tensors = load_file(FOLDER / "model.safetensors")
+    for layer in MOE_LAYERS:
+        base = f"model.layers.{layer}.mlp.experts"
+        per = [[tensors.pop(f"{base}.{e}.{name}.weight") for name in ("gate_proj", "up_proj", "down_proj")]
+               for e in range(SCENARIO.model.moe.n_experts)]
+        tensors[f"{base}.gate_up_proj"] = np.stack([np.concatenate([gate, up]) for gate, up, _ in per])
+        tensors[f"{base}.down_proj"] = np.stack([down for _, _, down in per])
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(FOLDER / name, tmp_path / name)
+    save_file(tensors, tmp_path / "model.safetensors")
+    _, _, fused = open_fixture(tmp_path)
+    assert all(np.array_equal(to_host(a.values), to_host(b.values)) for a, b in zip(STATES, fused, strict=True))
+
+
+# -- which experts run ----------------------------------------------------------------------------------------
+def test_the_operator_list_shows_only_the_experts_a_pass_ran_and_each_runs_only_its_tokens():
+    for round_ in rounds(STATES):
+        for layer in MOE_LAYERS:
+            chosen = values(STATES, f"blocks.{layer}.mlp.hook_topk", round_).astype(int)
+            ran = {s.op.hook.module for s in STATES if s.round == round_ and s.layer == layer
+                   and s.op.hook.module.startswith("mlp.experts.")}
+            assert ran == {f"mlp.experts.{e}" for e in np.unique(chosen)}
+            first = 0 if round_ == 0 else len(IDS) + round_ - 1  # the position of the pass's first row
+            for expert in np.unique(chosen):
+                name = f"blocks.{layer}.mlp.experts.{expert}.hook_out"
+                state = next(s for s in STATES if s.round == round_ and s.name == name)
+                rows = np.flatnonzero((chosen == expert).any(axis=1))
+                assert state.positions == tuple(first + int(r) for r in rows)
+
+
+# -- an independent NumPy Qwen3-MoE --------------------------------------------------------------------------
+def numpy_qwen3_moe(tokens: list[int], ablated: dict[int, set[int]] | None = None, norm_topk: bool | None = None):
+    """Every position's logits, each sparse layer's chosen experts and router softmax, from the Hugging Face
+    tensors and the Qwen3-MoE equations (not the engine's code): RMSNorm, per-head q/k RMSNorm, half-split
+    RoPE, grouped-query causal attention, then a dense SwiGLU or the router: softmax, the top k (an ablated
+    expert never), their scores (over their sum with norm_topk_prob) weighting the chosen experts' SwiGLUs."""
+    cfg = json.loads((FOLDER / "config.json").read_text())
+    w = {k: v.astype(np.float64) for k, v in load_file(FOLDER / "model.safetensors").items()}
+    heads, kv, dh, eps, k = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
+                             cfg["rms_norm_eps"], cfg["num_experts_per_tok"])
+    norm_topk = cfg["norm_topk_prob"] if norm_topk is None else norm_topk
+    x, t = w["model.embed_tokens.weight"][tokens], len(tokens)
+    pos = np.arange(t)
+    angle = pos[:, None] * cfg["rope_parameters"]["rope_theta"] ** (-np.arange(0, dh, 2) / dh)[None, :]
+    cos, sin = (f(np.concatenate([angle, angle], 1))[:, None, :] for f in (np.cos, np.sin))
+
+    def rms(v, g):
+        return v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * g
+
+    def rope(v):
+        return v * cos + np.concatenate([-v[..., dh // 2:], v[..., :dh // 2]], -1) * sin
+
+    def swiglu(v, p):
+        gate = v @ w[p + "gate_proj.weight"].T
+        return (gate / (1 + np.exp(-gate)) * (v @ w[p + "up_proj.weight"].T)) @ w[p + "down_proj.weight"].T
+
+    routes, scores = {}, {}
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q = rope(rms((h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, heads, dh), w[p + "self_attn.q_norm.weight"]))
+        kk = rope(rms((h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv, dh), w[p + "self_attn.k_norm.weight"]))
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv, dh)
+        z = []
+        for head in range(heads):
+            s = np.where(pos[None, :] <= pos[:, None], q[:, head] @ kk[:, head * kv // heads].T / np.sqrt(dh), -np.inf)
+            e = np.exp(s - s.max(-1, keepdims=True))
+            z.append(e / e.sum(-1, keepdims=True) @ v[:, head * kv // heads])
+        x = x + np.concatenate(z, 1) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        if p + "mlp.gate.weight" not in w:
+            x = x + swiglu(h, p + "mlp.")
+            continue
+        logits = h @ w[p + "mlp.gate.weight"].T
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        allowed = probs.copy()
+        allowed[:, sorted((ablated or {}).get(layer, ()))] = -1.0  # below every probability
+        chosen = np.argsort(-allowed, axis=1, kind="stable")[:, :k]
+        weights = np.take_along_axis(probs, chosen, axis=1)
+        weights = weights / weights.sum(1, keepdims=True) if norm_topk else weights
+        out = np.zeros_like(x)
+        for row in range(t):
+            for rank in range(k):
+                out[row] += weights[row, rank] * swiglu(h[row:row + 1], f"{p}mlp.experts.{chosen[row, rank]}.")[0]
+        x = x + out
+        routes[layer], scores[layer] = chosen, probs
+    return rms(x, w["model.norm.weight"]) @ w["model.embed_tokens.weight"].T, routes, scores
+
+
+def sequence(session) -> list[int]:
+    return IDS + list(session.results[0].generated)[:-1]
+
+
+def assert_engine_is_numpy(states, session, **numpy_options):
+    expected, routes, scores = numpy_qwen3_moe(sequence(session), **numpy_options)
+    for round_ in rounds(states):
+        ours = values(states, "unembed.hook_out", round_)
+        rows = slice(0, len(IDS)) if round_ == 0 else slice(len(IDS) + round_ - 1, len(IDS) + round_)
+        assert np.abs(ours - expected[rows]).max() <= 1e-12
+        for layer in MOE_LAYERS:
+            assert np.array_equal(values(states, f"blocks.{layer}.mlp.hook_topk", round_), routes[layer][rows])
+    return routes, scores
+
+
+def test_the_numpy_qwen3_moe_is_the_reference_too():
+    expected, routes, _ = numpy_qwen3_moe(IDS)
+    assert np.abs(expected - REF["logits"]).max() <= 1e-9
+    assert all(np.array_equal(routes[layer], REF["topk"][i]) for i, layer in enumerate(MOE_LAYERS))
+
+
+def test_ablating_an_expert_matches_the_numpy_moe_and_the_next_best_takes_its_place():
+    ablation = parse_ablation("blocks.1.mlp expert 3")
+    assert ablation.text == "blocks.1.mlp.hook_router_scores[:,3]=-inf"
+    assert (REF["topk"][MOE_LAYERS.index(1)] == 3).any()  # the fixture routes some tokens to expert 3
+    _, session, states = open_fixture(interventions=[ablation])
+    routes, scores = assert_engine_is_numpy(states, session, ablated={1: {3}})
+    assert not (routes[1] == 3).any()
+    best = np.argsort(-scores[1], axis=1, kind="stable")  # layer 1's router reads nothing the ablation changed
+    kept = ~(best[:, :TOP_K] == 3).any(axis=1)
+    assert np.array_equal(routes[1][kept], best[kept, :TOP_K])  # tokens that never chose 3 keep their route
+    assert np.array_equal(routes[1][~kept], best[~kept][best[~kept] != 3].reshape(-1, 7)[:, :TOP_K])
+    assert (~kept).any() and not any(s.name.startswith("blocks.1.mlp.experts.3.") for s in states)
+
+
+def test_without_norm_topk_prob_the_chosen_scores_are_the_weights():
+    _, session, states = open_fixture(norm_topk=False)
+    assert_engine_is_numpy(states, session, norm_topk=False)
+    assert not any(s.name.endswith("hook_topk_scores") for s in states)
+
+
+# -- breakpoints on routing -------------------------------------------------------------------------------
+def reference_margins(layer: int) -> list[np.ndarray]:
+    """Each pass's per-token gap between the k-th and (k+1)-th router score, from transformers' scores."""
+    i = MOE_LAYERS.index(layer)
+    passes = [REF["probs"][i]] + [REF["step_probs"][r, i][None, :] for r in range(1, len(REF["step_probs"]))]
+    ordered = [-np.sort(-p, axis=-1) for p in passes]
+    return [o[:, TOP_K - 1] - o[:, TOP_K] for o in ordered]
+
+
+def test_a_route_margin_breakpoint_joined_with_a_layer_stops_where_the_reference_nearly_ties():
+    margins = reference_margins(3)
+    threshold = float(np.median([m.min() for m in margins]))
+    breakpoint = parse_breakpoint(f"layer=3 & route_margin<{threshold!r}")
+    hits = [(s.round, s.name) for s in STATES if breakpoint.hits(s)]
+    expected = [(r, "blocks.3.mlp.hook_topk") for r, m in enumerate(margins) if (m < threshold).any()]
+    assert hits == expected and 0 < len(hits) < len(margins)
+
+
+def test_an_expert_breakpoint_stops_at_each_top_k_that_routes_a_token_to_it():
+    breakpoint = parse_breakpoint("expert=5")
+    hits = {(s.round, s.layer) for s in STATES if breakpoint.hits(s)}
+    topk = [REF["topk"]] + [REF["step_topk"][r][:, None, :] for r in range(1, len(REF["step_topk"]))]
+    expected = {(r, layer) for r, chosen in enumerate(topk) for i, layer in enumerate(MOE_LAYERS)
+                if (chosen[i] == 5).any()}
+    assert hits == expected and hits
+
+
+def test_route_reads_the_margins_of_a_top_k_operator():
+    state = next(s for s in STATES if s.name == "blocks.3.mlp.hook_topk" and s.round == 0)
+    assert np.abs(route(state.op).margins - reference_margins(3)[0]).max() <= 1e-9
+    assert route(STATES[0].op) is None
+
+
+@pytest.mark.parametrize("text", ["expert=x", "route_margin<abc"])
+def test_a_routing_breakpoint_that_is_not_a_number_is_refused_in_one_line(text):
+    with pytest.raises(ValueError, match="not"):
+        parse_breakpoint(text)
+
+
+# -- the config ------------------------------------------------------------------------------------------------
+def moe_config(tmp_path: Path, **changes) -> Path:
+    config = json.loads((FOLDER / "config.json").read_text()) | changes
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name in ("model.safetensors", "tokenizer.json"):
+        shutil.copy(FOLDER / name, tmp_path / name)
+    return tmp_path
+
+
+def test_decoder_sparse_step_and_mlp_only_layers_choose_the_sparse_layers_as_transformers_does(tmp_path):
+    from engine.loading.hf import read_spec
+
+    _, spec, _ = read_spec(moe_config(tmp_path, decoder_sparse_step=2, mlp_only_layers=[]))
+    assert spec.moe.layers == (1, 3)  # (i + 1) % 2 == 0
+    _, spec, _ = read_spec(moe_config(tmp_path, num_experts=8, mlp_only_layers=[0, 3]))
+    assert spec.moe.layers == (1, 2)
+
+
+@pytest.mark.parametrize("changes, key", [({"num_experts_per_tok": 9}, "num_experts_per_tok"),
+                                          ({"norm_topk_prob": "yes"}, "norm_topk_prob"),
+                                          ({"mlp_only_layers": "2"}, "mlp_only_layers"),
+                                          ({"moe_intermediate_size": 0}, "moe_intermediate_size")])
+def test_a_bad_moe_setting_is_refused_naming_its_key(tmp_path, changes, key):
+    with pytest.raises(ScenarioError, match=key):
+        load_checkpoint(moe_config(tmp_path, **changes), ids=IDS)
+
+
+def test_every_operator_of_the_sparse_layers_is_explained_in_english_and_chinese():
+    from tinyllm_tui.debugger.frame import hook_key
+    from tinyllm_tui.tui.explanations import texts_of
+
+    sparse = [s for s in STATES if s.layer in MOE_LAYERS and s.round == 0
+              and (s.op.hook.module.startswith("mlp") or s.op.hook.name == "hook_mlp_out")]
+    for key in {hook_key(s) for s in sparse}:
+        texts = texts_of(key)
+        assert texts is not None and len(texts["en"]) == len(texts["zh"]) == 4, key  # why, how, pitfall, check
+    by_name = {s.name: hook_key(s) for s in sparse}
+    assert texts_of(by_name["blocks.1.hook_mlp_out"])["en"][0].startswith("The sparse FFN's output")
+    expert_out = next(key for name, key in by_name.items() if name.endswith(".hook_out") and ".experts." in name)
+    assert texts_of(expert_out)["en"][0].startswith("What one expert")

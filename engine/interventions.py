@@ -226,12 +226,12 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
             raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
 
 
-def check_operator(intervention: Intervention, operators: set[tuple[str, int | None]]) -> None:
-    """Refuse an intervention that names no operator of `operators` ((name, head) of a round: every round has
-    every hook of the model), e.g. a misspelt hook."""
-    if (intervention.hook, intervention.head) not in operators:
-        wanted = Hook.parse(intervention.hook).name
-        near = sorted({name for name, _ in operators if Hook.parse(name).name == wanted})
+def check_operator(intervention: Intervention, hooks) -> None:
+    """Refuse an intervention that names no operator the model yields (`hooks`: its engine.hooks.HookRegistry),
+    e.g. a misspelt hook."""
+    wanted = Hook.parse(intervention.hook)
+    if wanted.at(intervention.head) not in hooks:
+        near = sorted({site.hook.text for site in hooks if site.hook.name == wanted.name})
         hint = f" (the model has {near[0]}, …)" if near else ""
         raise InterventionError(f"{intervention.text!r}: no operator {intervention.hook} runs in this model{hint}")
 

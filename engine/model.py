@@ -67,6 +67,7 @@ class Transformer:
         self.hook = Interned()
         self.blocks = [Block(self, layer, block) for layer, block in enumerate(spec.blocks)]
         self._hooks: HookRegistry | None = None
+        self._norms: dict[tuple[int | None, str], tuple] = {}
 
     def param(self, name: str) -> Operand:
         operand = self._params.get(name)
@@ -249,29 +250,35 @@ class Transformer:
 
         heads > 1: each row is that many heads, normalized one by one (Qwen3's q/k norms), and the
         divisor has a column per head."""
-        xp, norm, hook = self.xp, self.spec.norm, self.hook
+        xp, norm = self.xp, self.spec.norm
+        hooks = self._norms.get((layer, module)) or self._norm_hooks(layer, module)
         t = x.values.shape[0]
         split = xp.reshape(x.values, (t, heads, -1))
         rows, divisor = ops.norm_scale(xp, split, norm.eps, centred=norm.kind == NormKind.LAYERNORM)
-        scale = op(hook(layer, module, "hook_scale"), xp.reshape(divisor, (t, heads)), OpKind.NORM, inputs=(x,),
-                   cols="scale")
+        scale = op(hooks[0], xp.reshape(divisor, (t, heads)), OpKind.NORM, inputs=(x,), cols="scale")
         yield scale
         normalized = rows / xp.reshape(scale.values, (t, heads, 1))
-        normalized = op(hook(layer, module, "hook_normalized"), xp.reshape(normalized, (t, -1)), OpKind.NORM,
-                        inputs=(x, scale))
+        normalized = op(hooks[1], xp.reshape(normalized, (t, -1)), OpKind.NORM, inputs=(x, scale))
         yield normalized
         if not norm.affine:
             return normalized
-        prefix = module if layer is None else f"blocks.{layer}.{module}"
-        gain = self.param(f"{prefix}.w")
+        gain = self.param(hooks[3])
         y = xp.reshape(normalized.values, (t, heads, -1)) * (1.0 + gain.values if norm.weight_offset else gain.values)
         inputs = [normalized, gain]
         if norm.kind == NormKind.LAYERNORM:
-            bias = self.param(f"{prefix}.b")
+            bias = self.param(hooks[4])
             y, inputs = y + bias.values, inputs + [bias]
-        result = op(out or hook(layer, module, "hook_out"), xp.reshape(y, (t, -1)), OpKind.NORM, inputs=tuple(inputs))
+        result = op(out or hooks[2], xp.reshape(y, (t, -1)), OpKind.NORM, inputs=tuple(inputs))
         yield result
         return result
+
+    def _norm_hooks(self, layer: int | None, module: str) -> tuple:
+        """A norm's three hooks and its gain's and bias's names, made once per norm."""
+        prefix = module if layer is None else f"blocks.{layer}.{module}"
+        found = self._norms[(layer, module)] = (*(self.hook(layer, module, name) for name in
+                                                  ("hook_scale", "hook_normalized", "hook_out")),
+                                                f"{prefix}.w", f"{prefix}.b")
+        return found
 
     def linear(self, hook: Hook, x: Op, weight: str, bias: str | None) -> Op:
         w = self.param(weight)

@@ -200,7 +200,7 @@ class _RequestRun:
         self.generated: list[int] = []
         self.selected: int | None = None  # chosen, not yet fed back
         self.round = self.chunk = 0
-        self.round_start = 0  # cache length when this round began
+        self.round_start = 0  # tokens fed when this round began (OpState.past)
         self.stop: str | None = None
         self._moment: Moment | None = None
         self._caches: tuple = ()

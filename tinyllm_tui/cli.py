@@ -15,9 +15,8 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
-from itertools import takewhile
 from pathlib import Path
 from typing import Annotated, Any, Optional, get_type_hints
 
@@ -243,17 +242,15 @@ def _debugger(file: Path, options: Options) -> Debugger:
     backend = _check_flags(options)
     scenario = _loaded(file, options)
     debugger = Debugger(scenario, backend, inject=options.inject, **_debugger_args(scenario, options))
-    _refuse_unknown_operators(scenario, debugger.history.round_states)
+    _refuse_unknown_operators(scenario, debugger.session.model)
     return debugger
 
 
-def _refuse_unknown_operators(scenario: Scenario, first_round: Callable[[], Iterable[OpState]]) -> None:
-    """A misspelt hook in an intervention is refused before anything shows: every hook runs in the first round,
-    which is computed for this only when the scenario has interventions."""
-    if scenario.interventions:
-        operators = {(s.name, s.head) for s in first_round()}
-        for intervention in scenario.interventions:
-            check_operator(intervention, operators)
+def _refuse_unknown_operators(scenario: Scenario, model) -> None:
+    """A misspelt hook in an intervention is refused before anything shows: the model's hook registry
+    (engine.hooks) lists every hook it yields, without running it."""
+    for intervention in scenario.interventions:
+        check_operator(intervention, model.hooks)
 
 
 def _dump(options: Options) -> tuple[Dump | None, Options]:
@@ -321,8 +318,7 @@ def open_tui(
 
     def load() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
         scenario = _load(path, options)
-        _refuse_unknown_operators(scenario, lambda: takewhile(lambda state: state.round == 0,
-                                                              Session(scenario, array_backend).steps()))
+        _refuse_unknown_operators(scenario, Session(scenario, array_backend).model)
         return Opening(scenario, **_debugger_args(scenario, options))  # --set edits start unsaved: shown, undoable
 
     # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app

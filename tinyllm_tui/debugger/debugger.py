@@ -594,8 +594,7 @@ class Debugger:
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
         """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""
         try:
-            operators = {(s.name, s.head) for s in self.history.round_states()}
-            intervention = self.interventions.add(text, self.scenario, operators)
+            intervention = self.interventions.add(text, self.scenario, self.session.model.hooks)
         except InterventionError as error:
             return Refused(Reason.BAD_QUERY, (str(error),))
         try:

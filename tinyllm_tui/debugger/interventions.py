@@ -40,13 +40,13 @@ class InterventionHistory(UndoList[tuple[Intervention, ...]]):
     def __init__(self, initial: Iterable[Intervention] = ()):
         super().__init__(tuple(initial))
 
-    def add(self, text: str, scenario: Scenario, operators: set[tuple[str, int | None]]) -> Intervention:
+    def add(self, text: str, scenario: Scenario, hooks) -> Intervention:
         """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError.
 
-        Args: operators: (name, head) of the operators of a round, which every hook it names must be."""
+        Args: hooks: the model's engine.hooks.HookRegistry, which every hook it names must be in."""
         intervention = parse_any(text)
         check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
-        check_operator(intervention, operators)
+        check_operator(intervention, hooks)
         self.push((*self.current, intervention))
         return intervention
 

@@ -310,3 +310,62 @@ def test_every_operator_of_the_sparse_layers_is_explained_in_english_and_chinese
     assert texts_of(by_name["blocks.1.hook_mlp_out"])["en"][0].startswith("The sparse FFN's output")
     expert_out = next(key for name, key in by_name.items() if name.endswith(".hook_out") and ".experts." in name)
     assert texts_of(expert_out)["en"][0].startswith("What one expert")
+
+
+def test_the_sparse_layers_compute_the_same_on_array_api_strict(backend):
+    session = Session(SCENARIO, backend)
+    states = list(session.steps())
+    assert [s.name for s in states] == [s.name for s in STATES]
+    assert all(np.allclose(to_host(a.values), to_host(b.values), rtol=0, atol=1e-12) for a, b in zip(states, STATES))
+
+
+# -- the routing view --------------------------------------------------------------------------------------------
+def test_the_round_routing_holds_each_sparse_layers_choices_weights_margins_and_counts():
+    from tinyllm_tui.debugger.readings import round_routing
+
+    routings = round_routing([s for s in STATES if s.round == 0])
+    assert [r.layer for r in routings] == MOE_LAYERS
+    for i, routing in enumerate(routings):
+        assert np.array_equal(routing.chosen, REF["topk"][i])
+        assert np.abs(routing.weights.sum(axis=1) - 1).max() <= 1e-12  # norm_topk_prob
+        assert np.abs(routing.margins - reference_margins(routing.layer)[0]).max() <= 1e-9
+        assert routing.counts.tolist() == np.bincount(REF["topk"][i].ravel(), minlength=8).tolist()
+        assert routing.positions == tuple(range(len(IDS))) and routing.labels[0].startswith("0 · ")
+
+
+def test_the_routing_lines_are_a_window_that_fits_and_mark_the_chosen_cells_and_near_ties():
+    from tinyllm_tui.presentation.routing import Routing, routing_lines
+
+    chosen = np.array([[7, 2], [0, 1], [3, 4]])
+    routing = Routing(5, (10, 11, 12), ("10 · 我爱学习很多很多", "11 · b", "12 · c"), chosen,
+                      np.array([[0.75, 0.25], [0.5, 0.5], [0.9, 0.1]]), np.array([0.1, 2e-4, 0.3]), 64)
+    lines = routing_lines(routing, width=52, height=5, first_row=1)
+    assert lines[0] == "layer 5 · positions 11–12 of 3 · experts 0–4 of 64"
+    assert lines[1].split() == ["e0", "e1", "e2", "e3", "e4", "margin"]
+    assert lines[2].split() == ["11", "·", "b", "0.500", "0.500", "·", "·", "·", "2.0e-04⚠"]  # a near tie is marked
+    assert lines[3].split() == ["12", "·", "c", "·", "·", "·", "0.900", "0.100", "3.0e-01"]
+    assert lines[4].split() == ["tokens", "1", "1", "1", "1", "1"]  # every token of the pass, shown or not
+    assert len(lines) == 5 and all(len(line) <= 52 for line in lines)
+    top = routing_lines(routing, width=52, height=5, first_expert=62)  # clamped: the last five experts
+    assert top[1].split()[:5] == ["e59", "e60", "e61", "e62", "e63"] and top[2].startswith("10 · 我爱…  ")  # 12 cells: CJK takes two
+    assert top[-1].split() == ["tokens", "0", "0", "0", "0", "0"]
+
+
+async def test_e_opens_the_routing_of_the_current_layer_and_brackets_change_the_layer():
+    from tui_helpers import screen_text, settle
+
+    from tinyllm_tui.tui.app import DebuggerApp
+    from tinyllm_tui.tui.widgets.readings import RoutingScreen
+
+    app = DebuggerApp(SCENARIO, lang="en", breakpoints=["layer=1 & expert=3"])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("c")
+        await settle(pilot)
+        assert app.debugger.view.state.name == "blocks.1.mlp.hook_topk"
+        await pilot.press("E")
+        assert isinstance(app.screen, RoutingScreen)
+        assert "layer 1 · positions 0–" in screen_text(app)
+        await pilot.press("right_square_bracket")
+        assert "layer 3 · positions 0–" in screen_text(app)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, RoutingScreen)

@@ -31,8 +31,8 @@ from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
-from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
-from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook, round_lens
+from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
+from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook, round_lens, round_routing
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 
@@ -118,6 +118,7 @@ class DebuggerScreen(Screen):
         Binding("h", "heat", "Heat", show=False),
         Binding("l", "lens", "Logit lens", show=False),
         Binding("A", "glance", "Heads at a glance", show=False),
+        Binding("E", "routing", "Expert routing", show=False),
         Binding("p", "intervene", "Patch/ablate…", show=False),
         Binding("P", "undo_intervention", "Undo intervention", show=False),
         Binding("W", "save_interventions", "Save interventions", show=False),
@@ -589,6 +590,17 @@ class DebuggerScreen(Screen):
                               lambda layer: layer_patterns(states, layer, state.chunk), state.context,
                               debugger.scenario.vocab)
         self.app.push_screen(screen, lambda chosen: self._open_head(states, state.chunk, chosen))
+
+    @when_idle
+    def action_routing(self) -> None:
+        state = self.debugger.history.current
+        routings = round_routing(self.debugger.history.round_states(), state.chunk)
+        if not routings:
+            self.set_status(tr("routing.none", self.lang))
+            return
+        layer = state.layer or 0
+        index = next((i for i, routing in enumerate(routings) if routing.layer >= layer), len(routings) - 1)
+        self.app.push_screen(RoutingScreen(tr("routing.title", self.lang), routings, index))
 
     def _open_head(self, states, chunk: int, chosen: tuple[int, int] | None) -> None:
         """Enter on a head at a glance: its pattern becomes the current matrix."""

@@ -94,7 +94,7 @@ EN = {
     "screen.before": "showing values BEFORE the last edit", "screen.after": "showing current values",
     "screen.not_saved": "not saved: {error} ({path})", "screen.bad_path": "cannot write {text!r}: give a file name in an existing folder",
     # prompts and questions
-    "ask.break": "Break on (glob, kind, field=value, nan, inf, abs>N; & combines):",
+    "ask.break": "Break on (glob, kind, field=value, nan, inf, abs>N, expert=E, route_margin<N; & combines):",
     "ask.goto": "Go to a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):",
     "ask.search_back": "Search back for a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):",
     "ask.value": "{where} = {old} → new value:", "ask.scale": "Set the matrix to s·I, s =",
@@ -255,7 +255,7 @@ ZH = {
     "screen.discarded": "已丢弃上次会话未保存的修改",
     "screen.before": "显示上次修改之前的值", "screen.after": "显示当前值",
     "screen.not_saved": "未保存：{error}（{path}）", "screen.bad_path": "无法写入 {text!r}：请给出已存在文件夹中的文件名",
-    "ask.break": "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N；用&组合）：",
+    "ask.break": "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N、expert=E、route_margin<N；用&组合）：",
     "ask.goto": "跳转到步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
     "ask.search_back": "向前搜索步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
     "ask.value": "{where} = {old} → 新值：", "ask.scale": "把矩阵设为 s·I，s =",

@@ -213,6 +213,8 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
     site = Hook.parse(spec.hook)
     if site.layer is not None and site.layer >= model.n_layers:
         raise InterventionError(f"{text!r}: the model has layers 0–{model.n_layers - 1}")
+    if site.module == moe_ffn.MODULE and site.name in moe_ffn.ROUTING:
+        _check_route(spec, site.layer, model)
     head_hooks = layers.per_head_hooks()
     per_head = site.name in head_hooks
     if per_head and spec.head is None:
@@ -224,6 +226,19 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
     for index, name in ((spec.request, "request"), (spec.value if spec.action is Action.PATCH else None, "from:")):
         if index is not None and index >= requests:
             raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
+
+
+def _check_route(spec: Intervention, layer: int | None, model) -> None:
+    """A mixture of experts' routing hooks exist on its sparse layers only, and a forced route names experts."""
+    sparse = [i for i, block in enumerate(model.blocks) if block.ffn == moe_ffn.NAME]
+    if layer not in sparse:
+        where = f"the sparse layers are {', '.join(map(str, sparse))}" if sparse else "the model has none"
+        raise InterventionError(f"{spec.text!r}: layer {layer}'s FFN has no experts ({where})")
+    if Hook.parse(spec.hook).name != moe_ffn.TOPK or spec.action is Action.PATCH:
+        return
+    values = spec.value if isinstance(spec.value, tuple) else (spec.value,)
+    if spec.action is Action.SCALE or not all(v == int(v) and 0 <= v < model.moe.n_experts for v in values):
+        raise InterventionError(f"{spec.text!r}: a route is set to expert numbers 0–{model.moe.n_experts - 1}")
 
 
 def check_operator(intervention: Intervention, hooks) -> None:

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from engine import Session, make_backend, to_host
 from engine.breakpoints import parse_breakpoint
 from engine.compare.diff import diff_scenario
-from engine.interventions import parse_ablation
+from engine.interventions import parse_ablation, parse_intervention
 from engine.layers.moe_ffn import route
 from engine.loading import ScenarioError
 from engine.loading.checkpoint import load_checkpoint
@@ -131,11 +131,13 @@ def test_the_operator_list_shows_only_the_experts_a_pass_ran_and_each_runs_only_
 
 
 # -- an independent NumPy Qwen3-MoE --------------------------------------------------------------------------
-def numpy_qwen3_moe(tokens: list[int], ablated: dict[int, set[int]] | None = None, norm_topk: bool | None = None):
+def numpy_qwen3_moe(tokens: list[int], ablated: dict[int, set[int]] | None = None, norm_topk: bool | None = None,
+                    forced: dict[int, dict[int, list[int]]] | None = None):
     """Every position's logits, each sparse layer's chosen experts and router softmax, from the Hugging Face
     tensors and the Qwen3-MoE equations (not the engine's code): RMSNorm, per-head q/k RMSNorm, half-split
     RoPE, grouped-query causal attention, then a dense SwiGLU or the router: softmax, the top k (an ablated
-    expert never), their scores (over their sum with norm_topk_prob) weighting the chosen experts' SwiGLUs."""
+    expert never; `forced`: layer -> position -> experts instead), their scores (over their sum with
+    norm_topk_prob) weighting the chosen experts' SwiGLUs."""
     cfg = json.loads((FOLDER / "config.json").read_text())
     w = {k: v.astype(np.float64) for k, v in load_file(FOLDER / "model.safetensors").items()}
     heads, kv, dh, eps, k = (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"],
@@ -179,6 +181,8 @@ def numpy_qwen3_moe(tokens: list[int], ablated: dict[int, set[int]] | None = Non
         allowed = probs.copy()
         allowed[:, sorted((ablated or {}).get(layer, ()))] = -1.0  # below every probability
         chosen = np.argsort(-allowed, axis=1, kind="stable")[:, :k]
+        for position, experts in (forced or {}).get(layer, {}).items():
+            chosen[position] = experts
         weights = np.take_along_axis(probs, chosen, axis=1)
         weights = weights / weights.sum(1, keepdims=True) if norm_topk else weights
         out = np.zeros_like(x)
@@ -223,6 +227,28 @@ def test_ablating_an_expert_matches_the_numpy_moe_and_the_next_best_takes_its_pl
     assert np.array_equal(routes[1][kept], best[kept, :TOP_K])  # tokens that never chose 3 keep their route
     assert np.array_equal(routes[1][~kept], best[~kept][best[~kept] != 3].reshape(-1, 7)[:, :TOP_K])
     assert (~kept).any() and not any(s.name.startswith("blocks.1.mlp.experts.3.") for s in states)
+
+
+def test_a_forced_route_runs_the_experts_named_for_that_token_weighted_by_their_scores():
+    forced = parse_intervention("blocks.1.mlp.hook_topk[4,:]=[2, 7]")
+    assert not {2, 7} & set(REF["topk"][MOE_LAYERS.index(1)][4].tolist())  # neither is the token's own choice
+    _, session, states = open_fixture(interventions=[forced])
+    routes, _ = assert_engine_is_numpy(states, session, forced={1: {4: [2, 7]}})
+    assert routes[1][4].tolist() == [2, 7]
+    assert 4 in next(s for s in states if s.name == "blocks.1.mlp.experts.2.hook_out" and s.round == 0).positions
+
+
+@pytest.mark.parametrize("text, message", [
+    ("blocks.1.mlp.hook_topk[4,:]=[2.5, 7]", "a route is set to expert numbers 0–7"),
+    ("blocks.1.mlp.hook_topk[4,:]=[2, 8]", "a route is set to expert numbers 0–7"),
+    ("blocks.1.mlp.hook_topk[4,:]*=2", "a route is set to expert numbers 0–7"),
+    ("blocks.2.mlp expert 1", "layer 2's FFN has no experts (the sparse layers are 0, 1, 3)"),
+    ("blocks.1.mlp expert 8", "has columns 0–7"),
+])
+def test_an_intervention_on_the_routing_that_cannot_apply_is_refused_in_one_line(text, message):
+    result = CliRunner().invoke(app, ["run", str(FOLDER), "--ids", "1,2", "--ablate" if "expert" in text else "--patch",
+                                      text])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
 def test_without_norm_topk_prob_the_chosen_scores_are_the_weights():

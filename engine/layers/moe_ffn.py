@@ -32,11 +32,12 @@ HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
 GGUF: dict[str, str] = {}
 SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
+ROUTING = ("hook_router_logits", SCORES, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
 
 
 class RouteError(ValueError):
-    """A route that names no expert (a forced top-k row that is not whole numbers in range)."""
+    """A route that names no expert: engine.interventions refuses such a forced top-k before a run."""
 
 
 def expert_module(expert: int) -> str:
@@ -109,8 +110,7 @@ class MoeFfn:
     def __init__(self, model, layer: int, block: LayerSpec):
         self.model, self.layer, self.moe = model, layer, model.spec.moe
         self.prefix = f"blocks.{layer}.mlp"
-        self.hooks = {name: model.hook(layer, MODULE, name) for name in (
-            "hook_router_logits", SCORES, TOPK, "hook_topk_scores", "hook_topk_weights")}
+        self.hooks = {name: model.hook(layer, MODULE, name) for name in ROUTING}
         self.expert_hooks = [{name: model.hook(layer, expert_module(e), name) for name in EXPERT_HOOKS}
                              for e in range(self.moe.n_experts)]
 

@@ -103,6 +103,7 @@ class MoeSpec:
     d_expert: int  # each expert's hidden width (Qwen3-MoE: moe_intermediate_size)
     norm_topk: bool = False  # the chosen scores divided by their sum (norm_topk_prob)
     layers: tuple[int, ...] | None = None  # the sparse layers (the others stay dense); None: every layer
+    d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""The mixture-of-experts FFN kind on a tiny random Qwen3-MoE (tools/make_moe_fixtures.py): against transformers'
-true float64 forward (router logits, chosen experts, every layer, logits, greedy ids, every pass), cached equal
-to the full recompute, an expert ablated against an independent NumPy Qwen3-MoE written here, the operator list
-showing only the experts a pass ran, and breakpoints on routing."""
+"""The mixture-of-experts FFN kind on tiny random Qwen3-MoE and Qwen2-MoE checkpoints (tools/make_moe_fixtures.py):
+against transformers' true float64 forward (router logits, chosen experts, every layer, logits, greedy ids, every
+pass), cached equal to the full recompute; on Qwen3-MoE an expert ablated and a route forced against an independent
+NumPy Qwen3-MoE written here, the operator list showing only the experts a pass ran, breakpoints on routing and the
+routing view."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from dataclasses import replace
@@ -24,7 +26,9 @@ from engine.loading import ScenarioError
 from engine.loading.checkpoint import load_checkpoint
 from tinyllm_tui.cli import app
 
-FOLDER = Path(__file__).parent / "fixtures" / "qwen3_moe"
+FIXTURES = Path(__file__).parent / "fixtures"
+ARCHS = ("qwen3_moe", "qwen2_moe")
+FOLDER = FIXTURES / "qwen3_moe"
 REF = dict(np.load(FOLDER / "reference.npz"))
 IDS = [int(t) for t in REF["ids"]]
 MOE_LAYERS = [int(layer) for layer in REF["moe_layers"]]
@@ -32,7 +36,8 @@ TOP_K = REF["topk"].shape[-1]
 
 
 def open_fixture(folder: Path = FOLDER, interventions=(), **moe_changes):
-    scenario = load_checkpoint(folder, ids=IDS, max_new_tokens=len(REF["greedy_ids"]))
+    ref = np.load(folder / "reference.npz")
+    scenario = load_checkpoint(folder, ids=[int(t) for t in ref["ids"]], max_new_tokens=len(ref["greedy_ids"]))
     if moe_changes:
         scenario = replace(scenario, model=replace(scenario.model, moe=replace(scenario.model.moe, **moe_changes)))
     scenario = replace(scenario, interventions=tuple(interventions))
@@ -41,6 +46,14 @@ def open_fixture(folder: Path = FOLDER, interventions=(), **moe_changes):
 
 
 SCENARIO, SESSION, STATES = open_fixture()
+
+
+@functools.cache
+def fixture(arch: str):
+    """The reference, scenario, session and states of a fixture, made once."""
+    if arch == "qwen3_moe":
+        return REF, SCENARIO, SESSION, STATES
+    return dict(np.load(FIXTURES / arch / "reference.npz")), *open_fixture(FIXTURES / arch)
 
 
 def values(states, name: str, round_: int) -> np.ndarray:
@@ -52,41 +65,66 @@ def rounds(states) -> list[int]:
 
 
 # -- against transformers ----------------------------------------------------------------------------------
-def test_the_fixture_has_three_sparse_layers_and_no_near_tie_in_its_reference():
-    assert [block.ffn for block in SCENARIO.model.blocks] == ["moe", "moe", "dense", "moe"]
-    assert REF["float32_ops"] == 0 and REF["ops"] > 1000  # the dispatch counter saw the passes, none in float32
-    for probs in (REF["probs"], REF["step_probs"]):
+@pytest.mark.parametrize("arch, kinds", [("qwen3_moe", ["moe", "moe", "dense", "moe"]),
+                                         ("qwen2_moe", ["dense", "moe", "moe"])])
+def test_the_fixtures_mix_sparse_and_dense_layers_and_no_reference_sits_on_a_near_tie(arch, kinds):
+    ref, scenario, _, _ = fixture(arch)
+    assert [block.ffn for block in scenario.model.blocks] == kinds
+    assert ref["float32_ops"] == 0 and ref["ops"] > 1000  # the dispatch counter saw the passes, none in float32
+    for probs in (ref["probs"], ref["step_probs"]):
         ordered = -np.sort(-probs, axis=-1)
         assert (ordered[..., TOP_K - 1] - ordered[..., TOP_K]).min() >= 1e-3
 
 
-def test_prefill_router_logits_chosen_experts_every_layer_and_logits_match_transformers():
-    for i, layer in enumerate(MOE_LAYERS):
-        ours = values(STATES, f"blocks.{layer}.mlp.hook_router_logits", 0)
-        assert np.abs(ours - REF["router_logits"][i]).max() <= 1e-9
-        assert np.array_equal(values(STATES, f"blocks.{layer}.mlp.hook_topk", 0), REF["topk"][i])
-    for layer, theirs in enumerate(REF["layers"]):
-        assert np.abs(values(STATES, f"blocks.{layer}.hook_resid_post", 0) - theirs).max() <= 1e-9
-    assert np.abs(values(STATES, "unembed.hook_out", 0) - REF["logits"]).max() <= 1e-9
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefill_router_logits_chosen_experts_every_layer_and_logits_match_transformers(arch):
+    ref, _, _, states = fixture(arch)
+    for i, layer in enumerate(ref["moe_layers"]):
+        ours = values(states, f"blocks.{layer}.mlp.hook_router_logits", 0)
+        assert np.abs(ours - ref["router_logits"][i]).max() <= 1e-9
+        assert np.array_equal(values(states, f"blocks.{layer}.mlp.hook_topk", 0), ref["topk"][i])
+    for layer, theirs in enumerate(ref["layers"]):
+        assert np.abs(values(states, f"blocks.{layer}.hook_resid_post", 0) - theirs).max() <= 1e-9
+    assert np.abs(values(states, "unembed.hook_out", 0) - ref["logits"]).max() <= 1e-9
 
 
-def test_every_cached_decode_pass_routes_and_computes_as_transformers_and_greedy_ids_agree():
-    assert rounds(STATES) == list(range(len(REF["step_logits"])))
-    for round_ in rounds(STATES):
-        for i, layer in enumerate(MOE_LAYERS):
-            ours = values(STATES, f"blocks.{layer}.mlp.hook_router_logits", round_)[-1]
-            assert np.abs(ours - REF["step_router_logits"][round_, i]).max() <= 1e-9
-            chosen = values(STATES, f"blocks.{layer}.mlp.hook_topk", round_)[-1]
-            assert np.array_equal(chosen, REF["step_topk"][round_, i])
-        for layer, theirs in enumerate(REF["step_layers"][round_]):
-            assert np.abs(values(STATES, f"blocks.{layer}.hook_resid_post", round_)[-1] - theirs).max() <= 1e-9
-        assert np.abs(values(STATES, "unembed.hook_out", round_)[-1] - REF["step_logits"][round_]).max() <= 1e-9
-    assert list(SESSION.results[0].generated) == REF["greedy_ids"].tolist()
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_cached_decode_pass_routes_and_computes_as_transformers_and_greedy_ids_agree(arch):
+    ref, _, session, states = fixture(arch)
+    assert rounds(states) == list(range(len(ref["step_logits"])))
+    for round_ in rounds(states):
+        for i, layer in enumerate(ref["moe_layers"]):
+            ours = values(states, f"blocks.{layer}.mlp.hook_router_logits", round_)[-1]
+            assert np.abs(ours - ref["step_router_logits"][round_, i]).max() <= 1e-9
+            chosen = values(states, f"blocks.{layer}.mlp.hook_topk", round_)[-1]
+            assert np.array_equal(chosen, ref["step_topk"][round_, i])
+        for layer, theirs in enumerate(ref["step_layers"][round_]):
+            assert np.abs(values(states, f"blocks.{layer}.hook_resid_post", round_)[-1] - theirs).max() <= 1e-9
+        assert np.abs(values(states, "unembed.hook_out", round_)[-1] - ref["step_logits"][round_]).max() <= 1e-9
+    assert list(session.results[0].generated) == ref["greedy_ids"].tolist()
 
 
-def test_cached_decode_equals_the_full_recompute():
-    diffs = diff_scenario(SCENARIO, make_backend("numpy", "float64"))
-    assert {d.round for d in diffs} == set(rounds(STATES))
+@pytest.mark.parametrize("change", [{"d_shared": 0}, {"norm_topk": True}])
+def test_qwen2_moes_shared_expert_and_unnormalised_weights_each_change_what_it_computes(change):
+    """Without its shared expert, or with its chosen scores normalised, the logits leave transformers'."""
+    ref = fixture("qwen2_moe")[0]
+    _, _, states = open_fixture(FIXTURES / "qwen2_moe", **change)
+    assert np.abs(values(states, "unembed.hook_out", 0) - ref["logits"]).max() > 1e-6
+
+
+def test_the_shared_expert_runs_on_every_token_under_its_sigmoid_gate():
+    _, _, _, states = fixture("qwen2_moe")
+    gate = values(states, "blocks.1.mlp.hook_shared_gate", 0)
+    shared = next(s for s in states if s.name == "blocks.1.mlp.shared.hook_out" and s.round == 0)
+    assert gate.shape == (len(shared.positions), 1) and ((0 < gate) & (gate < 1)).all()
+    assert shared.positions == tuple(range(len(fixture("qwen2_moe")[0]["ids"])))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_decode_equals_the_full_recompute(arch):
+    _, scenario, _, states = fixture(arch)
+    diffs = diff_scenario(scenario, make_backend("numpy", "float64"))
+    assert {d.round for d in diffs} == set(rounds(states))
     assert any(".mlp.experts." in d.name for d in diffs if d.round > 0)  # the experts' rows are compared too
     assert max(d.max_abs for d in diffs) <= 1e-12
 
@@ -107,7 +145,7 @@ def test_the_fused_expert_tensors_of_transformers_5_read_as_the_per_expert_ones(
                for e in range(SCENARIO.model.moe.n_experts)]
         tensors[f"{base}.gate_up_proj"] = np.stack([np.concatenate([gate, up]) for gate, up, _ in per])
         tensors[f"{base}.down_proj"] = np.stack([down for _, _, down in per])
-    for name in ("config.json", "tokenizer.json"):
+    for name in ("config.json", "tokenizer.json", "reference.npz"):
         shutil.copy(FOLDER / name, tmp_path / name)
     save_file(tensors, tmp_path / "model.safetensors")
     _, _, fused = open_fixture(tmp_path)
@@ -323,19 +361,21 @@ def test_a_bad_moe_setting_is_refused_naming_its_key(tmp_path, changes, key):
         load_checkpoint(moe_config(tmp_path, **changes), ids=IDS)
 
 
-def test_every_operator_of_the_sparse_layers_is_explained_in_english_and_chinese():
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_operator_of_the_sparse_layers_is_explained_in_english_and_chinese(arch):
     from tinyllm_tui.debugger.frame import hook_key
     from tinyllm_tui.tui.explanations import texts_of
 
-    sparse = [s for s in STATES if s.layer in MOE_LAYERS and s.round == 0
+    ref, _, _, states = fixture(arch)
+    sparse = [s for s in states if s.layer in ref["moe_layers"] and s.round == 0
               and (s.op.hook.module.startswith("mlp") or s.op.hook.name == "hook_mlp_out")]
     for key in {hook_key(s) for s in sparse}:
         texts = texts_of(key)
         assert texts is not None and len(texts["en"]) == len(texts["zh"]) == 4, key  # why, how, pitfall, check
     by_name = {s.name: hook_key(s) for s in sparse}
     assert texts_of(by_name["blocks.1.hook_mlp_out"])["en"][0].startswith("The sparse FFN's output")
-    expert_out = next(key for name, key in by_name.items() if name.endswith(".hook_out") and ".experts." in name)
-    assert texts_of(expert_out)["en"][0].startswith("What one expert")
+    outs = [key for name, key in by_name.items() if name.endswith(".hook_out") and ".mlp." in name]
+    assert outs and all(texts_of(key)["en"][0].startswith("What one expert") for key in outs)
 
 
 def test_the_sparse_layers_compute_the_same_on_array_api_strict(backend):

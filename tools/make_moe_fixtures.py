@@ -1,10 +1,14 @@
-"""Write tests/fixtures/qwen3_moe/: a tiny random Qwen3-MoE checkpoint and transformers' true float64 outputs.
+"""Write tests/fixtures/qwen3_moe/ and qwen2_moe/: tiny random mixture-of-experts checkpoints and transformers'
+true float64 outputs.
 
-    /work/refenv/bin/python tools/make_moe_fixtures.py
+    /work/refenv/bin/python tools/make_moe_fixtures.py               # both
+    /work/refenv/bin/python tools/make_moe_fixtures.py qwen2_moe     # only that one
 
 Written with transformers 5.24.0 and torch 2.13.0 (CPU), in the reference environment of make_fixtures.py.
-The model: 4 layers, layer 2 dense (`mlp_only_layers`), layers 0, 1 and 3 sparse: 8 experts of width 12, 2 per
-token, the chosen weights renormalised (`norm_topk_prob`). The seed is the first from SEED on whose float64
+qwen3_moe: 4 layers, layer 2 dense (`mlp_only_layers`), layers 0, 1 and 3 sparse: 8 experts of width 12, 2 per
+token, the chosen weights renormalised (`norm_topk_prob`). qwen2_moe: 3 layers, layer 0 dense, q/k/v biases,
+8 experts of width 12, 2 per token, the chosen scores as weights, and a shared expert of width 20 under its
+sigmoid gate. The seed of each is the first from SEED on whose float64
 reference every token of every pass has a margin of at least MIN_MARGIN between its 2nd and 3rd router score
 (and its router logits): the reference itself never sits on a tie.
 
@@ -37,14 +41,21 @@ SEED, MIN_MARGIN = 100, 1e-3
 TOP_K = 2
 
 
-def config(vocab_size: int):
-    from transformers import Qwen3MoeConfig
+SMALL = dict(hidden_size=24, intermediate_size=40, moe_intermediate_size=12, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, num_experts=8,
+             num_experts_per_tok=TOP_K, decoder_sparse_step=1, tie_word_embeddings=True, eos_token_id=0)
+PREFIXES = {"qwen3_moe": "Qwen3Moe", "qwen2_moe": "Qwen2Moe"}
 
-    return Qwen3MoeConfig(
-        vocab_size=vocab_size, hidden_size=24, intermediate_size=40, moe_intermediate_size=12, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, num_experts=8, num_experts_per_tok=TOP_K,
-        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[2], tie_word_embeddings=True, eos_token_id=0)
+
+def config(arch: str, vocab_size: int):
+    import transformers
+
+    if arch == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(vocab_size=vocab_size, num_hidden_layers=4, head_dim=8, norm_topk_prob=True,
+                                           mlp_only_layers=[2], **SMALL)
+    return transformers.Qwen2MoeConfig(vocab_size=vocab_size, num_hidden_layers=3, norm_topk_prob=False, qkv_bias=True,
+                                       shared_expert_intermediate_size=20, mlp_only_layers=[0], **SMALL)
 
 
 # -- float64 everywhere -------------------------------------------------------------------------------
@@ -67,18 +78,20 @@ def _rotary(self, x, position_ids):
 
 
 def pure_float64() -> None:
-    from transformers.models.qwen3_moe import modeling_qwen3_moe as module
+    import importlib
 
-    module.Qwen3MoeRMSNorm.forward = _rms_norm
-    module.Qwen3MoeRotaryEmbedding.forward = _rotary
-    module.Qwen3MoeTopKRouter.forward = _router
-    module.eager_attention_forward = _eager_attention(module.repeat_kv)
+    for arch, prefix in PREFIXES.items():
+        module = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+        getattr(module, f"{prefix}RMSNorm").forward = _rms_norm
+        getattr(module, f"{prefix}RotaryEmbedding").forward = _rotary
+        getattr(module, f"{prefix}TopKRouter").forward = _router
+        module.eager_attention_forward = _eager_attention(module.repeat_kv)
 
 
 def rebuild_rotary(model) -> None:
     """inv_freq in float64 (transformers makes it float32 at init, and from_pretrained keeps that)."""
     rotary, config = model.model.rotary_emb, model.config
-    dim = config.head_dim
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     theirs = rotary.inv_freq
     ours = 1.0 / config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
     assert torch.allclose(ours.float(), theirs.float(), rtol=1e-6, atol=0)
@@ -102,11 +115,15 @@ class Float32Counter(TorchDispatchMode):
 
 
 # -- the reference ---------------------------------------------------------------------------------------
-def load(folder: Path):
-    from transformers import Qwen3MoeForCausalLM
+def model_class(arch: str):
+    import transformers
 
-    model = Qwen3MoeForCausalLM.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
-                                                experts_implementation="eager").eval()
+    return getattr(transformers, f"{PREFIXES[arch]}ForCausalLM")
+
+
+def load(arch: str, folder: Path):
+    model = model_class(arch).from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
+                                              experts_implementation="eager").eval()
     rebuild_rotary(model)
     routers = [layer.mlp.gate for layer in model.model.layers if hasattr(layer.mlp, "gate")]
     for router in routers:
@@ -167,21 +184,17 @@ def counter_sees_float32() -> bool:
     return bool(counter.float32)
 
 
-def main() -> None:
-    from transformers import Qwen3MoeForCausalLM
-
-    assert counter_sees_float32()
-    pure_float64()
+def make(arch: str) -> None:
     tokenizer = byte_bpe(["<|endoftext|>"])
-    folder = OUT / "qwen3_moe"
+    folder = OUT / arch
     folder.mkdir(parents=True, exist_ok=True)
     ids = tokenizer.encode(PROMPT).ids
     for seed in range(SEED, SEED + 200):
         torch.manual_seed(seed)
-        model = Qwen3MoeForCausalLM(config(tokenizer.get_vocab_size()))
+        model = model_class(arch)(config(arch, tokenizer.get_vocab_size()))
         randomize(model, seed)
         model.save_pretrained(folder)
-        ref = run(*load(folder), ids)
+        ref = run(*load(arch, folder), ids)
         margin = smallest_margin(ref)
         print(f"seed {seed}: smallest router margin {margin:.3g}")
         if margin >= MIN_MARGIN:
@@ -191,8 +204,18 @@ def main() -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
     ref["moe_layers"] = np.array([i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")])
     np.savez_compressed(folder / "reference.npz", **ref)
-    print(f"{int(ref['ops'])} operators dispatched, {int(ref['float32_ops'])} read or wrote float32; "
+    print(f"{arch}: {int(ref['ops'])} operators dispatched, {int(ref['float32_ops'])} read or wrote float32; "
           f"greedy {ref['greedy_ids'].tolist()}")
+
+
+def main() -> None:
+    assert counter_sees_float32()
+    pure_float64()
+    chosen = sys.argv[1:] or list(PREFIXES)
+    if unknown := set(chosen) - set(PREFIXES):
+        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(PREFIXES)})")
+    for arch in chosen:
+        make(arch)
 
 
 if __name__ == "__main__":

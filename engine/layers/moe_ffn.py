@@ -1,8 +1,9 @@
-"""The sparse mixture-of-experts FFN (Qwen3-MoE): a router picks the top k of n gated MLPs for each token.
+"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE): a router picks the top k of n gated MLPs per token.
 
 Operator by operator: the router's logits (LN(x) · W_router), its scores (a softmax over the experts), the
 top k experts of each token (best first), their scores gathered (and, with `norm_topk`, divided by their
-sum: the weights), each chosen expert's SwiGLU run on the tokens routed to it alone, and the weighted sum.
+sum: the weights), each chosen expert's SwiGLU run on the tokens routed to it alone, Qwen2-MoE's shared
+expert (every token) and its sigmoid gate, and the sum: the weighted experts plus the gated shared expert.
 An expert no token chose does not run and yields nothing. Keeps no state between tokens.
 
 The top k read the scores operator's values, so an intervention there steers the choice: an ablated
@@ -27,7 +28,8 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "moe", "mlp"
-HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts"}}  # under each, per expert or fused (hf.py)
+HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf.py)
+               "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
 GGUF: dict[str, str] = {}
@@ -40,8 +42,15 @@ class RouteError(ValueError):
     """A route that names no expert: engine.interventions refuses such a forced top-k before a run."""
 
 
+SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
+
+
 def expert_module(expert: int) -> str:
     return f"{MODULE}.experts.{expert}"
+
+
+def _swiglu_shapes(prefix: str, d: int, f: int) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
@@ -49,8 +58,9 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     f = moe.d_expert
     shapes = {f"{prefix}.router": (d, moe.n_experts)}
     for expert in range(moe.n_experts):
-        p = f"{prefix}.experts.{expert}"
-        shapes |= {f"{p}.w_gate": (d, f), f"{p}.w_up": (d, f), f"{p}.w_down": (f, d)}
+        shapes |= _swiglu_shapes(f"{prefix}.experts.{expert}", d, f)
+    if moe.d_shared:
+        shapes |= _swiglu_shapes(f"blocks.{layer}.{SHARED}", d, moe.d_shared) | {f"{prefix}.shared_gate": (d, 1)}
     return shapes
 
 
@@ -60,19 +70,22 @@ def hook_widths(model: ModelSpec) -> dict[str, int]:
         return {}
     widths = {"mlp.hook_router_logits": moe.n_experts, f"mlp.{SCORES}": moe.n_experts, f"mlp.{TOPK}": moe.top_k,
               "mlp.hook_topk_scores": moe.top_k, "mlp.hook_topk_weights": moe.top_k}
-    for expert in range(moe.n_experts):
-        module = expert_module(expert)
-        widths |= {f"{module}.hook_pre": moe.d_expert, f"{module}.hook_pre_linear": moe.d_expert,
-                   f"{module}.hook_post": moe.d_expert, f"{module}.hook_out": model.d_model}
-    return widths
+    for module, f in [(expert_module(e), moe.d_expert) for e in range(moe.n_experts)] + [(SHARED, moe.d_shared)]:
+        widths |= {f"{module}.hook_pre": f, f"{module}.hook_pre_linear": f, f"{module}.hook_post": f,
+                   f"{module}.hook_out": model.d_model}
+    return widths | {"mlp.hook_shared_gate": 1}
 
 
 def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
     """Every hook the layer may yield; an expert's only when a token is routed to it."""
     names = ["hook_router_logits", SCORES, TOPK] + (["hook_topk_scores"] if model.moe.norm_topk else [])
     sites = [HookSite(hook(layer, MODULE, name)) for name in names + ["hook_topk_weights"]]
-    return sites + [HookSite(hook(layer, expert_module(expert), name), routed=True)
-                    for expert in range(model.moe.n_experts) for name in EXPERT_HOOKS]
+    sites += [HookSite(hook(layer, expert_module(expert), name), routed=True)
+              for expert in range(model.moe.n_experts) for name in EXPERT_HOOKS]
+    if model.moe.d_shared:
+        sites += [HookSite(hook(layer, SHARED, name)) for name in EXPERT_HOOKS]
+        sites.append(HookSite(hook(layer, MODULE, "hook_shared_gate")))
+    return sites
 
 
 @dataclass(frozen=True)
@@ -113,6 +126,8 @@ class MoeFfn:
         self.hooks = {name: model.hook(layer, MODULE, name) for name in ROUTING}
         self.expert_hooks = [{name: model.hook(layer, expert_module(e), name) for name in EXPERT_HOOKS}
                              for e in range(self.moe.n_experts)]
+        self.shared_hooks = {name: model.hook(layer, SHARED, name) for name in EXPERT_HOOKS}
+        self.shared_gate = model.hook(layer, MODULE, "hook_shared_gate")
 
     def fresh_state(self):
         return None  # nothing kept between tokens
@@ -133,12 +148,27 @@ class MoeFfn:
         outputs = []
         for expert in sorted(set(chosen.ravel().tolist())):
             rows = np.flatnonzero((chosen == expert).any(axis=1))
-            result = yield from self._expert(expert, h, rows, positions)
+            result = yield from self._expert(self.expert_hooks[expert], f"{self.prefix}.experts.{expert}", h, rows,
+                                             positions)
             outputs.append((expert, rows, result))
-        total = op(out, self._weighted_sum(weights.values, chosen, outputs), OpKind.MIX,
-                   inputs=(weights, *(result for _, _, result in outputs)))
+        total, inputs = self._weighted_sum(weights.values, chosen, outputs), (weights, *(r for _, _, r in outputs))
+        if self.moe.d_shared:
+            shared, gate = yield from self._shared(h, positions)
+            total, inputs = total + gate.values * shared.values, inputs + (shared, gate)
+        total = op(out, total, OpKind.MIX, inputs=inputs)
         yield total
         return total
+
+    def _shared(self, h: Op, positions: list[int]) -> OpStream:
+        """Qwen2-MoE's shared expert over every token, and its gate sigmoid(LN(x) · w_shared_gate), (T, 1)."""
+        model = self.model
+        shared = yield from self._expert(self.shared_hooks, f"blocks.{self.layer}.{SHARED}", h,
+                                         np.arange(h.values.shape[0]), positions)
+        w = model.param(f"{self.prefix}.shared_gate")
+        gate = op(self.shared_gate, ops.sigmoid(model.xp, h.values @ w.values), OpKind.ACTIVATION, inputs=(h, w),
+                  cols="scale")
+        yield gate
+        return shared, gate
 
     def _chosen(self, values: Array) -> np.ndarray:
         """The experts of each token as whole numbers, best first, as the top-k operator holds them now."""
@@ -165,10 +195,11 @@ class MoeFfn:
         yield weights
         return weights
 
-    def _expert(self, expert: int, h: Op, rows: np.ndarray, positions: list[int]) -> OpStream:
-        """One expert's SwiGLU over the tokens routed to it; its operators' rows are those tokens' positions."""
-        model, hooks, xp = self.model, self.expert_hooks[expert], self.model.xp
-        p, at = f"{self.prefix}.experts.{expert}", tuple(positions[r] for r in rows)
+    def _expert(self, hooks: dict, p: str, h: Op, rows: np.ndarray, positions: list[int]) -> OpStream:
+        """One expert's SwiGLU (parameters under `p`) over the tokens routed to it; its operators' rows are those
+        tokens' positions."""
+        model, xp = self.model, self.model.xp
+        at = tuple(positions[r] for r in rows)
         x = xp.take(h.values, xp.asarray(rows), axis=0)
         w_gate, w_up, w_down = (model.param(f"{p}.{w}") for w in ("w_gate", "w_up", "w_down"))
         gate = op(hooks["hook_pre"], x @ w_gate.values, OpKind.LINEAR, inputs=(h, w_gate), rows=at)
@@ -242,16 +273,25 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "Qwen3-MoE做归一化，其他配置可能不做：以配置为准。", "归一化时每行和为1。"),
     },
     "hook_out(expert)": {
-        "en": ("What one expert makes of the tokens routed to it, before its weight.",
+        "en": ("What one expert makes of the tokens routed to it (a shared expert: every token), before its weight.",
                "SwiGLU: (SiLU(x·W_gate) ⊙ x·W_up) · W_down, on those tokens' rows only.",
                "Rows are the routed tokens' positions, not every token: an expert no token chose never runs.",
                "One row per token that chose this expert; width d_model."),
-        "zh": ("单个专家对路由到它的Token的输出，尚未乘权重。", "SwiGLU：(SiLU(x·W_gate)⊙x·W_up)·W_down，只算这些Token的行。",
+        "zh": ("单个专家对路由到它的Token的输出（共享专家：所有Token），尚未乘权重。",
+               "SwiGLU：(SiLU(x·W_gate)⊙x·W_up)·W_down，只算这些Token的行。",
                "行只对应路由到该专家的Token位置，而非全部Token：没有被选中的专家不会运行。", "每个选择该专家的Token一行，宽度d_model。"),
+    },
+    "hook_shared_gate": {
+        "en": ("Qwen2-MoE: how much of the shared expert each token takes.",
+               "sigmoid(LN(x) · w_shared_gate), one number in (0, 1) per token, times the shared expert's output.",
+               "The gate is a sigmoid of its own projection, not one of the router's softmax scores.",
+               "One column; every value strictly between 0 and 1."),
+        "zh": ("Qwen2-MoE：每个Token使用多少共享专家的输出。", "sigmoid(LN(x)·w_shared_gate)，每个Token一个(0,1)内的数，乘以共享专家的输出。",
+               "门控是它自己投影的sigmoid，而不是路由器softmax分数之一。", "只有一列；每个值都严格在0与1之间。"),
     },
     "hook_mlp_out(experts)": {
         "en": ("The sparse FFN's output: the chosen experts' outputs, weighted.",
-               "Σ_j weight[t, j] · expert_topk[t, j](x_t); an expert no token chose never ran.",
+               "Σ_j weight[t, j] · expert_topk[t, j](x_t) (+ gate · shared expert); an expert no token chose never ran.",
                "Summing every expert's output, or forgetting the weights, gives a dense FFN's wrong answer.",
                "Row t equals the weighted sum of the experts.E.out rows at t."),
         "zh": ("稀疏前馈的输出：被选中专家输出的加权和。", "Σ_j weight[t,j]·expert_topk[t,j](x_t)；没有被选中的专家不会运行。",

@@ -1,10 +1,10 @@
-"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen3_moe, mistral,
-phi3, gemma2, gemma3 (text), gpt2 and bert.
+"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
+mistral, phi3, gemma2, gemma3 (text), gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
 weights are already [in, out] and its fused `c_attn` is split into q | k | v; Phi-3's fused
-`qkv_proj` and `gate_up_proj` are split by rows; Qwen3-MoE's experts are read one tensor each, as the Hub
+`qkv_proj` and `gate_up_proj` are split by rows; Qwen2/3-MoE's experts are read one tensor each, as the Hub
 stores them, or from transformers 5's fused expert tensors).
 """
 
@@ -25,7 +25,8 @@ from engine.loading.document import ScenarioError, read_text
 from engine.loading.weightfile import SAFETENSORS_DTYPES, widen_bf16
 from engine.spec import FfnKind, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
-LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "phi3", "gemma2",
+MOE = ("qwen2_moe", "qwen3_moe")
+LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, "mistral", "phi3", "gemma2",
                 "gemma3_text")  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text")
@@ -100,7 +101,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
     kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
     head_dim = get("head_dim") if config.get("head_dim") is not None else None
     _heads(file, head_dim * heads if head_dim else d, heads, kv_heads)
-    if arch == "qwen2":
+    if arch == "qwen2" or arch == "qwen2_moe" and config.get("qkv_bias", True):
         biases = ("q", "k", "v")
     else:
         biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
@@ -116,7 +117,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
         kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
         qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
-        moe=_moe(config, file, layers) if arch == "qwen3_moe" else None,
+        moe=_moe(config, file, layers) if arch in MOE else None,
     )
     if arch in GEMMA:
         return _gemma(config, file, spec)
@@ -126,8 +127,9 @@ def _llama(config: dict, file: Path) -> ModelSpec:
 
 
 def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
-    """Qwen3-MoE's sparse FFN: on layer i unless i is in `mlp_only_layers` or (i + 1) is not a multiple of
-    `decoder_sparse_step` (transformers' rule); no experts at all is a dense model."""
+    """Qwen2/3-MoE's sparse FFN: on layer i unless i is in `mlp_only_layers` or (i + 1) is not a multiple of
+    `decoder_sparse_step` (transformers' rule); no experts at all is a dense model. Qwen2-MoE adds a shared
+    expert (`shared_expert_intermediate_size`)."""
     key = "num_experts" if "num_experts" in config else "num_local_experts"  # transformers 5 saves the second
     if config.get(key) == 0:
         return None
@@ -143,7 +145,8 @@ def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
     if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
         raise ConfigError(file, "mlp_only_layers", f"expected a list of layer numbers, got {dense!r}")
     sparse = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
-    return MoeSpec(experts, top_k, _get(config, "moe_intermediate_size", file), norm, sparse)
+    shared = _get(config, "shared_expert_intermediate_size", file) if config["model_type"] == "qwen2_moe" else 0
+    return MoeSpec(experts, top_k, _get(config, "moe_intermediate_size", file), norm, sparse, shared)
 
 
 def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
@@ -189,7 +192,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     `max_window_layers` or every layer (Mistral, Phi-3); Gemma alternates (2: every other layer,
     3: five of six) when the config does not list them."""
     arch = config["model_type"]
-    if arch in ("qwen2", "qwen3", "qwen3_moe") and not config.get("use_sliding_window"):
+    if arch in ("qwen2", "qwen3", *MOE) and not config.get("use_sliding_window"):
         return None, None
     default = 4096 if arch in GEMMA else None  # transformers' default for Gemma
     if config.get("sliding_window", default) is None:
@@ -200,7 +203,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
         if arch in GEMMA:
             period = 2 if arch == "gemma2" else _get(config, "sliding_window_pattern", file, 6)
             return window, tuple(i for i in range(layers) if (i + 1) % period)
-        if arch in ("qwen2", "qwen3", "qwen3_moe"):
+        if arch in ("qwen2", "qwen3", *MOE):
             return window, tuple(range(_get(config, "max_window_layers", file, layers), layers))
         return window, None
     if not isinstance(types, list) or len(types) != layers:
@@ -410,7 +413,7 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
         return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
     if leaf in ("q_norm.w", "k_norm.w"):
         return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
-    if leaf == "router" or leaf.startswith("experts."):
+    if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):
         return _moe_weight(base, leaf, spec, get)
     module = LLAMA_MODULES[leaf[1:]]
     return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
@@ -420,11 +423,13 @@ EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_
 
 
 def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    """The router (mlp.gate) and expert E's projections: mlp.experts.E.gate_proj.weight … as the Hub stores
-    them, else transformers 5's fused mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and
-    mlp.experts.down_proj (E × d × f)."""
-    if leaf == "router":
-        return _linear(get, f"{base}.{LLAMA_MODULES['router']}.weight")
+    """The router (mlp.gate), Qwen2-MoE's shared expert and its gate, and expert E's projections:
+    mlp.experts.E.gate_proj.weight … as the Hub stores them, else transformers 5's fused
+    mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and mlp.experts.down_proj (E × d × f)."""
+    if leaf in ("router", "shared_gate"):
+        return _linear(get, f"{base}.{LLAMA_MODULES[leaf]}.weight")
+    if leaf.startswith("shared."):
+        return _linear(get, f"{base}.{LLAMA_MODULES['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}.weight")
     _, expert, projection = leaf.split(".")
     experts, e, f = f"{base}.{LLAMA_MODULES['experts']}", int(expert), spec.moe.d_expert
     try:

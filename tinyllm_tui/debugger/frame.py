@@ -378,7 +378,7 @@ def hook_key(state: OpState) -> str:
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale
         hook = "hook_embed(scaled)"
-    elif hook == "hook_out" and state.op.hook.module.startswith("mlp.experts."):  # one expert's output
+    elif hook == "hook_out" and state.op.hook.module.startswith(("mlp.experts.", "mlp.shared")):  # an expert's output
         hook = "hook_out(expert)"
     return BY_KIND.get((hook, state.kind), hook)
 

@@ -208,7 +208,7 @@ class Attention:
         self.hooks = {name: hook(layer, MODULE, name) for name in (
             "hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_q_normed", "hook_k_normed",
             "hook_attn_scores_uncapped", "hook_attn_scores", "hook_pattern", "hook_z", "hook_concat", "hook_result")}
-        self.cache_names = (f"{self.prefix}.cache_k", f"{self.prefix}.cache_v")
+        self.cache_names = tuple(hook(layer, MODULE, name).text for name in ("cache_k", "cache_v"))  # its state's
 
     def fresh_state(self):
         spec, model = self.spec, self.model

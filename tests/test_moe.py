@@ -400,7 +400,8 @@ def test_the_round_routing_holds_each_sparse_layers_choices_weights_margins_and_
 
 
 def test_the_routing_lines_are_a_window_that_fits_and_mark_the_chosen_cells_and_near_ties():
-    from tinyllm_tui.presentation.routing import Routing, routing_lines
+    from tinyllm_tui.debugger.readings import Routing
+    from tinyllm_tui.presentation.routing import routing_lines
 
     chosen = np.array([[7, 2], [0, 1], [3, 4]])
     routing = Routing(5, (10, 11, 12), ("10 · 我爱学习很多很多", "11 · b", "12 · c"), chosen,

@@ -7,34 +7,13 @@ and `first_expert` on. Shared by the TUI's routing screen and tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
+from tinyllm_tui.debugger.readings import Routing
 from tinyllm_tui.presentation.numbers import display_width
 
 LABEL = 12  # the token column: "12 · token" cut to fit
 CELL = 6  # one expert's column: a weight as 0.630, or · where the token did not choose it
 MARGIN = 10  # the margin column
 NEAR_TIE = 1e-3  # a margin below this is marked: a float32 or quantized run may choose otherwise
-
-
-@dataclass(frozen=True)
-class Routing:
-    """One pass's routing at one layer (host arrays)."""
-
-    layer: int
-    positions: tuple[int, ...]  # each token row's position
-    labels: tuple[str, ...]  # each token row's label ("3 · sat")
-    chosen: np.ndarray  # (T, k) experts, best first
-    weights: np.ndarray  # (T, k) what each chosen expert's output is multiplied by
-    margins: np.ndarray  # (T,)
-    n_experts: int
-
-    @property
-    def counts(self) -> np.ndarray:
-        """How many of the pass's tokens each expert got."""
-        return np.bincount(self.chosen.ravel(), minlength=self.n_experts)
 
 
 def routing_lines(routing: Routing, *, width: int, height: int, first_row: int = 0,

@@ -17,10 +17,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tinyllm_tui.debugger.readings import Attribution, LensRow, Pass
 from tinyllm_tui.presentation.glance import GAP, GUTTER, glance_lines
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
-from tinyllm_tui.presentation.routing import Routing, routing_lines
+from tinyllm_tui.debugger.readings import Attribution, LensRow, Pass, Routing
+from tinyllm_tui.presentation.routing import routing_lines
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
          Binding("up", "move(-1, 0)", "↑", show=False), Binding("down", "move(1, 0)", "↓", show=False)]

@@ -436,3 +436,39 @@ async def test_e_opens_the_routing_of_the_current_layer_and_brackets_change_the_
         assert "layer 3 · positions 0–" in screen_text(app)
         await pilot.press("escape")
         assert not isinstance(app.screen, RoutingScreen)
+
+
+
+# -- routing flips against a dump -----------------------------------------------------------------------------------
+def test_check_against_names_the_first_token_routed_otherwise_before_the_numeric_divergence(tmp_path):
+    """A dump of a run with expert 6 of layer 1 ablated: the first flip is the first prompt token whose reference
+    choice (transformers') holds expert 6, the dump's choice there what the NumPy MoE chooses without it."""
+    from engine.compare.against import compare_generation
+
+    dump = tmp_path / "ablated.npz"
+    ids = ",".join(map(str, IDS))
+    saved = CliRunner().invoke(app, ["run", str(FOLDER), "--ids", ids, "--max-new-tokens", "2", "--ablate",
+                                     "blocks.1.mlp expert 6", "--save-activations", str(dump)])
+    assert saved.exit_code == 0, saved.output
+    report = compare_generation(replace(SCENARIO, requests=(replace(SCENARIO.requests[0], max_new_tokens=2),)), dump)
+    reference = REF["topk"][MOE_LAYERS.index(1)]
+    token = int(np.flatnonzero((reference == 6).any(axis=1))[0])
+    ablated = numpy_qwen3_moe(IDS, ablated={1: {6}})[1][1]
+    flip = report.flip
+    assert (flip.key.pass_, flip.layer, flip.token.split(" · ")[0]) == ("prefill", 1, str(token))
+    assert list(flip.ours) == reference[token].tolist() and list(flip.theirs) == ablated[token].tolist()
+    assert flip.margin == pytest.approx(reference_margins(1)[0][token], abs=1e-9)
+    lines = report.lines()
+    assert lines[1].startswith(f"first routing flip: prefill · layer 1 · token {token} · ")
+    assert lines[2].startswith("first divergence: ") and not any("experts" in line for line in lines if "bridge" in line)
+    assert report.document()["first_route_flip"]["dump"] == ablated[token].tolist()
+
+
+def test_a_dump_that_routes_as_the_reference_reports_no_flip(tmp_path):
+    from engine.compare.against import compare_generation
+
+    dump = tmp_path / "same.npz"
+    CliRunner().invoke(app, ["run", str(FOLDER), "--ids", ",".join(map(str, IDS)), "--max-new-tokens", "2",
+                             "--save-activations", str(dump)])
+    report = compare_generation(replace(SCENARIO, requests=(replace(SCENARIO.requests[0], max_new_tokens=2),)), dump)
+    assert report.flip is None and report.first_divergence is None

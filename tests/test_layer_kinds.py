@@ -220,3 +220,27 @@ def test_a_new_kinds_state_is_shown_dumped_compared_and_travelled_without_touchi
 def test_an_unknown_kind_is_refused_by_the_registry():
     with pytest.raises(layers.UnknownKind, match="mixer kind 'mean' is not one of attention"):
         layers.kind("mixer", "mean")
+
+
+async def test_the_cache_view_shows_as_many_windows_as_a_state_has_views(toy):
+    """A view-only matter: the running mean's one view fills one window and hides the other; a state with
+    three views gets a third window."""
+    from dataclasses import replace
+
+    from tinyllm_tui.tui.app import DebuggerApp
+    from tinyllm_tui.tui.widgets.cache import CacheView
+    from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+
+    app = DebuggerApp(toy, lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.debugger.goto_step(len(list(Session(toy).steps())) - 1)
+        app.debugger.move_cache(layers=1 - app.debugger.frame.cache.layer)
+        view = app.main.query(CacheView).first()
+        view.show(app.debugger.frame.cache)
+        await pilot.pause()
+        shown = [w for w in view.query(MatrixWindow) if w.display]
+        assert len(shown) == 1 and "sum · 1×4" in "\n".join(getattr(line, "plain", None) or line.text for line in shown[0]._lines())
+        cache = app.debugger.frame.cache
+        view.show(replace(cache, views=cache.views * 3))
+        await pilot.pause()
+        assert len([w for w in view.query(MatrixWindow) if w.display]) == 3

@@ -26,6 +26,7 @@ class CacheView(Vertical):
     def __init__(self, *, id: str | None = None):
         super().__init__(id=id)
         self._shown: CacheFrame | None = None
+        self._windows: list[MatrixWindow] = []  # one per view, found once
 
     def compose(self) -> ComposeResult:
         yield Static(classes="cache-title")
@@ -64,12 +65,14 @@ class CacheView(Vertical):
         if cache.differing:
             where.append(" · " + tr("cache.differ", lang, count=len(cache.differing)), style="bold red")
         title.update(where, layout=False)  # two lines, always
-        windows = self.windows
-        pair = self.query_one(".cache-pair", Container)
-        for _ in range(len(cache.views) - len(windows)):
-            windows.append(MatrixWindow())
-            windows[-1].lang = lang
-            pair.mount(windows[-1])
+        windows = self._windows or self.windows
+        if len(cache.views) > len(windows):  # a state with more views than K and V: a window more for each
+            extra = [MatrixWindow() for _ in range(len(cache.views) - len(windows))]
+            for window in extra:
+                window.lang = lang
+            self.query_one(".cache-pair", Container).mount(*extra)
+            windows += extra
+        self._windows = windows
         for index, window in enumerate(windows):
             shown = index < len(cache.views)
             if window.display != shown:

@@ -36,13 +36,11 @@ GGUF: dict[str, str] = {}
 SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
 ROUTING = ("hook_router_logits", SCORES, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
+SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
 
 
 class RouteError(ValueError):
     """A route that names no expert: engine.interventions refuses such a forced top-k before a run."""
-
-
-SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
 
 
 def expert_module(expert: int) -> str:
@@ -70,10 +68,11 @@ def hook_widths(model: ModelSpec) -> dict[str, int]:
         return {}
     widths = {"mlp.hook_router_logits": moe.n_experts, f"mlp.{SCORES}": moe.n_experts, f"mlp.{TOPK}": moe.top_k,
               "mlp.hook_topk_scores": moe.top_k, "mlp.hook_topk_weights": moe.top_k}
-    for module, f in [(expert_module(e), moe.d_expert) for e in range(moe.n_experts)] + [(SHARED, moe.d_shared)]:
+    shared = [(SHARED, moe.d_shared)] if moe.d_shared else []
+    for module, f in [(expert_module(e), moe.d_expert) for e in range(moe.n_experts)] + shared:
         widths |= {f"{module}.hook_pre": f, f"{module}.hook_pre_linear": f, f"{module}.hook_post": f,
                    f"{module}.hook_out": model.d_model}
-    return widths | {"mlp.hook_shared_gate": 1}
+    return widths | ({"mlp.hook_shared_gate": 1} if moe.d_shared else {})
 
 
 def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:

@@ -344,18 +344,19 @@ def moe_config(tmp_path: Path, **changes) -> Path:
 
 
 def test_decoder_sparse_step_and_mlp_only_layers_choose_the_sparse_layers_as_transformers_does(tmp_path):
-    from engine.loading.hf import read_spec
+    from engine.loading.hf import Tensors, read_spec
 
-    _, spec, _ = read_spec(moe_config(tmp_path, decoder_sparse_step=2, mlp_only_layers=[]))
-    assert spec.moe.layers == (1, 3)  # (i + 1) % 2 == 0
-    _, spec, _ = read_spec(moe_config(tmp_path, num_experts=8, mlp_only_layers=[0, 3]))
-    assert spec.moe.layers == (1, 2)
+    folder = moe_config(tmp_path, decoder_sparse_step=2, mlp_only_layers=[])
+    assert read_spec(folder, Tensors(folder).held())[1].moe.layers == (1, 3)  # (i + 1) % 2 == 0
+    folder = moe_config(tmp_path, num_experts=8, mlp_only_layers=[0, 3])
+    assert read_spec(folder, Tensors(folder).held())[1].moe.layers == (1, 2)
 
 
 @pytest.mark.parametrize("changes, key", [({"num_experts_per_tok": 9}, "num_experts_per_tok"),
                                           ({"norm_topk_prob": "yes"}, "norm_topk_prob"),
                                           ({"mlp_only_layers": "2"}, "mlp_only_layers"),
-                                          ({"moe_intermediate_size": 0}, "moe_intermediate_size")])
+                                          ({"moe_intermediate_size": 0}, "moe_intermediate_size"),
+                                          ({"num_local_experts": 2**30}, "num_local_experts")])
 def test_a_bad_moe_setting_is_refused_naming_its_key(tmp_path, changes, key):
     with pytest.raises(ScenarioError, match=key):
         load_checkpoint(moe_config(tmp_path, **changes), ids=IDS)

@@ -85,6 +85,12 @@ def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
     if d * width > nbytes:
         raise ConfigError(file, key, f"a {d}×{width} query projection has more numbers than the weight files' "
                           f"{nbytes} bytes hold")
+    experts = "num_experts" if "num_experts" in config else "num_local_experts"
+    if config["model_type"] in MOE and config.get(experts):  # one layer's experts alone, before a table per expert
+        count, f = _get(config, experts, file), _get(config, "moe_intermediate_size", file)
+        if 3 * count * f * d > nbytes:
+            raise ConfigError(file, experts, f"{count} experts of {3 * f * d} numbers each are more than the weight "
+                              f"files' {nbytes} bytes hold")
 
 
 def _get(config: dict, key: str, file: Path, default=None):
@@ -150,7 +156,7 @@ def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
     """Qwen2/3-MoE's sparse FFN: on layer i unless i is in `mlp_only_layers` or (i + 1) is not a multiple of
     `decoder_sparse_step` (transformers' rule); no experts at all is a dense model. Qwen2-MoE adds a shared
     expert (`shared_expert_intermediate_size`)."""
-    key = "num_experts" if "num_experts" in config else "num_local_experts"  # transformers 5 saves the second
+    key = "num_experts" if "num_experts" in config else "num_local_experts"  # transformers 5 writes the second
     if config.get(key) == 0:
         return None
     experts = _get(config, key, file)

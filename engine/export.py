@@ -4,13 +4,13 @@ layout of a whole generation (`run --save-activations`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 
 from engine.backend import to_host
-from engine.compare.layout import Passes, stack_heads, to_dump
 from engine.hooks import Hook
+from engine.layout import Passes, stack_heads, to_dump
 from engine.session import Session
 from engine.trace import OpState, RequestResult
 
@@ -54,7 +54,7 @@ def requests_record(results: list[RequestResult]) -> dict:
     return {"requests": [{"input": list(r.input), "generated": list(r.generated), "stop": r.stop} for r in results]}
 
 
-# -- activations in the dump layout (engine.compare.layout) ----------------------------------------
+# -- activations in the dump layout (engine.layout) ----------------------------------------
 class ActivationDump:
     """Collects every operator a run yields and every layer's KV cache after each pass, keyed as a
     dump names them (`decode.2.blocks.0.attn.hook_k`), in TransformerLens's layouts with a batch axis of 1."""
@@ -64,12 +64,6 @@ class ActivationDump:
         self._arrays: dict[str, np.ndarray] = {}
         self._heads: dict[str, list[np.ndarray]] = {}
         self._last: OpState | None = None
-
-    def tee(self, states: Iterable[OpState]) -> Iterator[OpState]:
-        """`states`, each seen on its way through."""
-        for state in states:
-            self.see(state)
-            yield state
 
     def see(self, state: OpState) -> None:
         if self._last is not None and self.passes.key(self._last)[:2] != self.passes.key(state)[:2]:

@@ -27,7 +27,6 @@ class Fault(FaultPoints):
     """The correct behaviour at every named point: the session's here, each layer kind's from its module
     (engine.layers.FaultPoints: the attention's mask, kv heads and K/V cache layouts)."""
 
-    description = "no bug"
     keeps_stale_cache = False  # may a cache computed with other weights be extended?
 
     def positions(self, phase: Phase, first: int, count: int) -> list[int]:
@@ -70,7 +69,6 @@ class Fault(FaultPoints):
         unseen = self.unseen(scenario)
         if unseen or model.positions != Positions.LEARNED:
             return unseen
-            return None
         for request in requests:
             fed = len(request.tokens)
             for round_ in range(1, request.max_new_tokens):  # a decode round feeds what `feed` gives
@@ -81,14 +79,12 @@ class Fault(FaultPoints):
 
 
 class ChunkMask(Fault):
-    description = "a cached chunk is masked with tril(ones(C, P+C)): new queries miss most of the cache"
 
     def mask(self, xp, visible, n_new, n_keys):
         return None if visible is None else xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
 
 
 class PositionReset(Fault):
-    description = "positions restart at 0 in every decode round"
 
     def positions(self, phase, first, count):
         return super().positions(phase, 0 if phase is Phase.DECODE else first, count)
@@ -98,14 +94,12 @@ class PositionReset(Fault):
 
 
 class DuplicateAppend(Fault):
-    description = "decode feeds the whole sequence again, so the prefix is appended to the cache twice"
 
     def feed(self, phase, new, sequence):
         return sequence if phase is Phase.DECODE else new
 
 
 class StaleCache(Fault):
-    description = "decode reuses a prefix cache computed with other weights (every weight ×1.1)"
     keeps_stale_cache = True
 
     def starting_caches(self, round_, caches, recompute):
@@ -113,7 +107,6 @@ class StaleCache(Fault):
 
 
 class NoCacheLayer1(Fault):
-    description = "layer 1 attends over layer 0's cache instead of its own"
 
     def layer_state(self, layer, caches):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
@@ -123,7 +116,6 @@ class NoCacheLayer1(Fault):
 
 
 class PaddingUnmasked(Fault):
-    description = "left padding is not masked: every query also reads the PAD keys"
 
     def padded(self, flags):
         return None
@@ -134,7 +126,6 @@ class PaddingUnmasked(Fault):
 
 
 class PositionsNotOffset(Fault):
-    description = "position ids count the left padding: a padded request's tokens sit too far right"
 
     def position_offset(self, pad):
         return 0
@@ -150,7 +141,6 @@ class PositionsNotOffset(Fault):
 
 
 class RopeOffByOne(Fault):
-    description = "decode rounds rotate the new token one position too far"
 
     def positions(self, phase, first, count):
         return super().positions(phase, first + (phase is Phase.DECODE), count)
@@ -160,7 +150,6 @@ class RopeOffByOne(Fault):
 
 
 class GqaModulo(Fault):
-    description = "grouped-query attention: query head h reads kv head h % kv_heads instead of h // group"
 
     def kv_head(self, head, group, kv_heads):
         return head % kv_heads
@@ -173,7 +162,6 @@ class GqaModulo(Fault):
 
 
 class TransposedK(Fault):
-    description = "K is stored transposed: each head's (T, dh) rows written as (dh, T)"
 
     def stored_k(self, xp, k, head_width):
         t = k.shape[0]
@@ -187,7 +175,6 @@ class TransposedK(Fault):
 
 
 class RingWrongSlot(Fault):
-    description = "the ring buffer overwrites the slot after the oldest one when it wraps"
 
     def ring_slot(self, index, sinks, size):
         wrapped = index >= sinks + size
@@ -203,7 +190,6 @@ class RingWrongSlot(Fault):
 
 
 class BlockTableWrong(Fault):
-    description = "a new block's table entry points at the request's previous physical block"
 
     def table_entry(self, physical, table):
         return table[-1] if table else physical
@@ -216,7 +202,6 @@ class BlockTableWrong(Fault):
 
 
 class ScalePerTensor(Fault):
-    description = "the quantization scale is taken per tensor instead of per head"
 
     def scale_axis(self, axis):
         return ScaleAxis.PER_TENSOR
@@ -255,4 +240,4 @@ FAULTS: dict[str, Fault] = {
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
 }
-INJECTIONS = {name: fault.description for name, fault in FAULTS.items()}
+INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

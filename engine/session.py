@@ -29,7 +29,7 @@ from engine.scenario import Scenario
 from engine.spec import Mode, Request
 from engine.trace import BatchRow, LayerCache, Moment, OpKind, OpState, Phase, RequestResult
 
-__all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
+__all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: the faults' names, from engine.faults
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from engine import Session, load_scenario, load_scenario_text, to_host
 from engine import layers, ops
 from engine.compare.diff import diff_scenario
 from engine.export import ActivationDump
-from engine.compare.layout import Passes
+from engine.layout import Passes
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger.debugger import Debugger
 

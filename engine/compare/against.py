@@ -1,6 +1,6 @@
 """Compare your own implementation's activations with the engine's over a whole generation.
 
-The dump (layout in engine.compare.layout) holds any subset of the operators of the prompt's
+The dump (layout in engine.layout) holds any subset of the operators of the prompt's
 pass, of every decode round and of every layer's KV cache after each pass. The reference runs the
 scenario with its own decode rule (greedy for a checkpoint, as `run` does) and meets the dump
 pass by pass, operator by operator, in execution order: a layer's cache right after the layer
@@ -23,9 +23,9 @@ import numpy as np
 
 from engine.backend import Backend, to_host
 from engine.compare.dump import Dump, load_dump
-from engine.compare.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
 from engine.compare.routes import RouteFlip, route_flip
 from engine.hooks import Hook
+from engine.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
 from engine.labels import resolve_some
 from engine.scenario import Scenario
 from engine.session import Session

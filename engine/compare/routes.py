@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.compare.layout import Key
+from engine.layout import Key
 from engine.hooks import Hook
 from engine.layers.moe_ffn import SCORES, route
 from engine.trace import OpState

@@ -172,7 +172,7 @@ class BatchLine:
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
-class Operand:
+class OperandCorner:
     """An input of the operator: its name, shape and top-left corner."""
 
     name: str
@@ -206,7 +206,7 @@ class Frame:
     timeline: TimelineFrame
     status: StatusFacts
     hook: str  # the explanation's key: the last part of the hook name
-    inputs: tuple[Operand, ...]
+    inputs: tuple[OperandCorner, ...]
     outcomes: tuple[Outcome, ...] | None  # None while the expect: tables are being checked
     at_end: bool
 
@@ -355,12 +355,12 @@ def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]
     return tokens, focus
 
 
-def operands(state: OpState) -> tuple[Operand, ...]:
-    def corner(operand) -> Operand:
+def operands(state: OpState) -> tuple[OperandCorner, ...]:
+    def corner(operand) -> OperandCorner:
         values = to_host(operand.values)
         values = values[None, :] if values.ndim == 1 else values
         rows = tuple(resolve_some(operand.row_axis, range(min(values.shape[0], CORNER))))
-        return Operand(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
+        return OperandCorner(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
 
     return tuple(corner(operand) for operand in state.inputs)
 

@@ -26,7 +26,7 @@ from engine.trace import OpKind, OpState, Phase, Status
 if TYPE_CHECKING:
     from engine.session import RoundStart
 
-DEFAULT_BUDGET = 2 * 1024**3  # bytes of operator outputs (and the caches they hold) kept for going back
+HISTORY_BUDGET = 2 * 1024**3  # bytes of operator outputs (and the caches they hold) kept for going back
 RESUME_SHARE = 0.25  # of the budget, at most, for round starts to resume from
 
 
@@ -42,7 +42,7 @@ def state_bytes(state: OpState, before: OpState | None = None) -> int:
 
 class History:
     def __init__(self, start: Callable[..., Iterator[OpState]], *, limit: int = 1_000_000,
-                 budget: int = DEFAULT_BUDGET):
+                 budget: int = HISTORY_BUDGET):
         """Args:
         start: `start(resume=None, on_round=None)` returns the operator stream from a round start
             (or the beginning), handing each round start to `on_round`: `Session(...).steps`.
@@ -200,11 +200,6 @@ class RoundSummary:
     cache_length: int
     chosen: str | None
     stop: str | None
-
-
-def round_summaries(states: list[OpState], request: int) -> list[RoundSummary]:
-    """The rounds of `request` that `states` have finished (their choice was made)."""
-    return [round_summary(state) for state in states if state.request == request and state.kind is OpKind.CHOICE]
 
 
 def round_summary(choice: OpState) -> RoundSummary:

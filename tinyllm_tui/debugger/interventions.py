@@ -1,4 +1,4 @@
-"""The interventions a debugging session applies to activations: a list with undo and redo, like weight
+"""The interventions a debugging session applies to activations: a list with undo, like weight
 edits, that the Debugger puts into every session it starts, and writes into the scenario's `interventions:`.
 
 No UI imports: the TUI and the CLI show what this holds.
@@ -22,7 +22,6 @@ from engine.undo import UndoList
 class Change(StrEnum):
     ADDED = "added"
     UNDONE = "undone"
-    REDONE = "redone"
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,14 @@ def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3) -> tup
                                                                                    Attribution | None]:
     """The lens of the round `states` belong to, and the chosen token's attribution once it is chosen."""
     run = next(passes(states))
+    return (run, *pass_lens(model, run, k))
+
+
+def pass_lens(model: Transformer, run: Pass, k: int) -> tuple[list[LensRow], Attribution | None]:
+    """One pass's logit lens, and its chosen token's direct logit attribution (None before the pass has chosen,
+    or where the model normalizes each block's output: heads do not add to the residual there)."""
     chosen = (CHOICE.text, None) in run.values and not model.spec.post_norms
-    return run, logit_lens(model, run, k), attribution(model, run) if chosen else None
+    return logit_lens(model, run, k), attribution(model, run) if chosen else None
 
 
 def pattern_hook(layer: int) -> Hook:

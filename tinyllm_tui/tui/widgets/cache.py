@@ -14,8 +14,9 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
-from tinyllm_tui.debugger.frame import CacheFrame, PagedFacts, QuantizedFacts, RingFacts
-from tinyllm_tui.presentation.cache_layout import format_size, spans
+from tinyllm_tui.debugger.frame import CacheFrame
+from tinyllm_tui.presentation.cache_layout import layout_kind, spans
+from tinyllm_tui.presentation.summaries import size_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 
@@ -83,17 +84,17 @@ class CacheView(Vertical):
 
 def layout_line(cache: CacheFrame, lang: str) -> str:
     """What the layout holds beside its rows ("" for a contiguous cache)."""
-    facts = cache.layout
-    if isinstance(facts, RingFacts):
+    facts, kind = cache.layout, layout_kind(cache.layout)
+    if kind == "ring":
         sinks = tr("cache.ring.sinks", lang, count=facts.sinks) if facts.sinks else ""
         return tr("cache.ring", lang, window=facts.window, sinks=sinks, write=facts.write,
                   evicted=spans(cache.evicted) or tr("cache.ring.none", lang))
-    if isinstance(facts, PagedFacts):
+    if kind == "paged":
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
-    if isinstance(facts, QuantizedFacts):
+    if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
-                  stored=format_size(facts.nbytes), exact=format_size(facts.exact_nbytes))
+                  stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))
     return ""
 
 

@@ -15,6 +15,13 @@ from tinyllm_tui.tui.i18n import tr, where
 from tinyllm_tui.tui.widgets.linelist import LineList
 
 
+def diff_where(d, lang: str) -> str:
+    """Where an operator of the diff is, and how far it is off (an engine OpDiff), in `lang`."""
+    head = "" if d.head is None else tr("diff.head", lang, head=d.head)
+    return tr("diff.at", lang, request=d.request, phase=tr(f"phase.{d.phase}", lang), round=d.round, name=d.name,
+              head=head, max_abs=f"{d.max_abs:.3e}")
+
+
 def diff_line(d, first: bool, lang: str) -> Text:
     mark = tr("diff.mark_first", lang) if first else ("✗" if not d.agrees else "✓")
     head = "" if d.head is None else f" h{d.head}"
@@ -31,7 +38,7 @@ def report_summary(report: DiffReport, lang: str) -> Text:
     if report.first is None:
         summary.append(tr("diff.agrees", lang, tolerance=report.tolerance), style="bold green")
     else:
-        summary.append(tr("diff.first", lang, where=report.diffs[report.first].describe()), style="bold red")
+        summary.append(tr("diff.first", lang, where=diff_where(report.diffs[report.first], lang)), style="bold red")
     return summary
 
 

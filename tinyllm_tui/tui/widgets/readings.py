@@ -19,7 +19,7 @@ from textual.widgets import Static
 
 from tinyllm_tui.presentation.glance import GAP, GUTTER, glance_lines
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
-from tinyllm_tui.debugger.readings import Attribution, LensRow, Pass, Routing
+from tinyllm_tui.debugger.readings import Routing
 from tinyllm_tui.presentation.routing import routing_lines
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
@@ -64,7 +64,8 @@ class LensScreen(_Window):
 
     BINDINGS = [Binding("escape,l,q", "dismiss", "Close"), *MOVES]
 
-    def __init__(self, title: str, run: Pass, rows: list[LensRow], attribution: Attribution | None, vocab):
+    def __init__(self, title: str, run, rows: list, attribution, vocab):
+        """`run`, `rows`, `attribution`: what the Debugger's lens read (tinyllm_tui.debugger.readings.round_lens)."""
         super().__init__(title)
         self._run, self._rows, self._attribution, self._vocab = run, rows, attribution, vocab
 

@@ -10,6 +10,8 @@ A breakpoint is one or more conditions joined by `&`, each one of:
   `nan`                         any NaN in the output
   `inf`                         any ±∞ in the output, except the −∞ that masking puts into scores
   `abs>5`                       max |x| of the output above a threshold
+  `expert=3`                    a mixture of experts' top-k where a token is routed to expert 3
+  `route_margin<1e-3`           a top-k where a token's k-th score is within 1e-3 of the next one (a near tie)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.backend import to_host
+from engine.layers.moe_ffn import route
 from engine.trace import OpKind, OpState
 
 KINDS = tuple(kind.value for kind in OpKind)
@@ -53,16 +56,21 @@ def parse_breakpoint(text: str) -> Breakpoint:
 
 
 def _condition(part: str, text: str) -> Condition:
+    if match := re.fullmatch(r"expert=(.*)", part):
+        if not match.group(1).isdigit():
+            raise BreakpointError(f"breakpoint {text!r}: {match.group(1)!r} is not an expert's number")
+        expert = int(match.group(1))
+        return lambda s: (chosen := route(s.op)) is not None and bool((chosen.chosen == expert).any())
+    if match := re.fullmatch(r"route_margin<(.+)", part):
+        margin = _number(match.group(1), text)
+        return lambda s: (chosen := route(s.op)) is not None and bool((chosen.margins < margin).any())
     if match := re.fullmatch(r"(\w+)=(\w+)", part):
         field, value = match.groups()
         if field not in FIELDS:
             raise BreakpointError(f"breakpoint {text!r}: unknown field {field!r} (expected {', '.join(FIELDS)})")
         return lambda s: str(getattr(s, field)) == value
     if match := re.fullmatch(r"abs>(.+)", part):
-        try:
-            threshold = float(match.group(1))
-        except ValueError:
-            raise BreakpointError(f"breakpoint {text!r}: {match.group(1)!r} is not a number") from None
+        threshold = _number(match.group(1), text)
         return lambda s: bool(np.max(np.abs(_finite(s)), initial=0.0) > threshold)
     if part == "nan":
         return lambda s: bool(np.isnan(to_host(s.values)).any())
@@ -74,8 +82,15 @@ def _condition(part: str, text: str) -> Condition:
         return lambda s: name_matches(s, part)
     raise BreakpointError(
         f"breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({', '.join(KINDS)}), "
-        f"a field=value, nan, inf or abs>N"
+        f"a field=value, nan, inf, abs>N, expert=E or route_margin<N"
     )
+
+
+def _number(text: str, breakpoint: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise BreakpointError(f"breakpoint {breakpoint!r}: {text!r} is not a number") from None
 
 
 def short_name(state: OpState) -> str:

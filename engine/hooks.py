@@ -80,10 +80,12 @@ class HookSite:
 
     hook: Hook
     heads: int = 0
+    routed: bool = False  # yielded only in a pass that routes a token there (a mixture's expert)
 
 
 class HookRegistry:
-    """Every hook a model's forward pass emits, in the order it yields them."""
+    """Every hook a model's forward pass emits, in the order it yields them (the `routed` ones when a token
+    is routed there)."""
 
     def __init__(self, sites: Iterable[HookSite]):
         self.sites = tuple(sites)

@@ -10,6 +10,7 @@ An intervention names a hook (`blocks.0.attn.hook_z`), for per-head hooks a head
     blocks.0.hook_resid_post[2,:]*=0.5           scale a row
     blocks.0.attn.hook_z head 1=0 @decode.1      zero head 1's output in decode round 1
     blocks.3.hook_resid_post=from:1 @request.0   activation patching: request 1's value, into request 0
+    blocks.1.mlp expert 3                        ablate an expert: its router score −∞, never chosen
 
 The forward pass never branches on an intervention: the session hands each operator to a
 `Patcher` as it is produced, which replaces the Op's values; the model reads them from there on
@@ -18,6 +19,7 @@ The forward pass never branches on an intervention: the session hands each opera
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine import layers
+from engine.layers import moe_ffn
 from engine.hooks import Hook
 
 Array = Any
@@ -33,6 +36,7 @@ _SPEC = re.compile(r"""^(?P<hook>[A-Za-z_][\w.]*?)(?:\s+head\s+(?P<head>\d+))?\s
                        (?:\[(?P<rows>[^,\]]*),(?P<cols>[^\]]*)\])?\s*(?P<op>\*=|=)\s*
                        (?P<value>.*?)(?P<where>(?:\s+@\S+)*)\s*$""", re.VERBOSE)
 _ABLATION = re.compile(r"^(?P<hook>[A-Za-z_][\w.]*?)\s+head\s+(?P<head>\d+)(?P<where>(?:\s+@\S+)*)\s*$")
+_EXPERT = re.compile(r"^blocks\.(?P<layer>\d+)\.mlp\s+expert\s+(?P<expert>\d+)(?P<where>(?:\s+@\S+)*)\s*$")
 
 
 class InterventionError(ValueError):
@@ -123,10 +127,17 @@ def parse_intervention(text: str) -> Intervention:
 
 def parse_ablation(text: str) -> Intervention:
     """`blocks.L.attn head H` (head H's output zeroed before the output projection: hook_z), or
-    `HOOK head H` for another per-head hook; ` @prefill`, ` @decode.N`, ` @request.N` as for a patch."""
+    `HOOK head H` for another per-head hook, or `blocks.L.mlp expert E` (the score top-k reads −∞ for
+    expert E: never chosen, the next best takes its place); ` @prefill`, ` @decode.N`, ` @request.N` as
+    for a patch."""
+    if expert := _EXPERT.match(text.strip()):
+        when, request = _where(expert["where"], text)
+        column = int(expert["expert"])
+        return Intervention(f"blocks.{expert['layer']}.mlp.{moe_ffn.SCORES}", Action.SET, -math.inf,
+                            cols=(column, column + 1), when=when, request=request)
     match = _ABLATION.match(text.strip())
     if not match:
-        raise InterventionError(f"{text!r}: expected 'blocks.L.attn head H'")
+        raise InterventionError(f"{text!r}: expected 'blocks.L.attn head H' or 'blocks.L.mlp expert E'")
     hook = match["hook"]
     hook = f"{hook}.hook_z" if re.fullmatch(r"blocks\.\d+\.attn", hook) else hook
     when, request = _where(match["where"], text)
@@ -135,7 +146,8 @@ def parse_ablation(text: str) -> Intervention:
 
 def parse_any(text: str) -> Intervention:
     """An ablation ('blocks.L.attn head H') or any other intervention spec."""
-    return parse_ablation(text) if _ABLATION.match(text.strip()) else parse_intervention(text)
+    ablation = _ABLATION.match(text.strip()) or _EXPERT.match(text.strip())
+    return parse_ablation(text) if ablation else parse_intervention(text)
 
 
 def _span(text: str, spec: str, what: str) -> Span:
@@ -201,6 +213,8 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
     site = Hook.parse(spec.hook)
     if site.layer is not None and site.layer >= model.n_layers:
         raise InterventionError(f"{text!r}: the model has layers 0–{model.n_layers - 1}")
+    if site.module == moe_ffn.MODULE and site.name in moe_ffn.ROUTING:
+        _check_route(spec, site.layer, model)
     head_hooks = layers.per_head_hooks()
     per_head = site.name in head_hooks
     if per_head and spec.head is None:
@@ -212,6 +226,19 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
     for index, name in ((spec.request, "request"), (spec.value if spec.action is Action.PATCH else None, "from:")):
         if index is not None and index >= requests:
             raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
+
+
+def _check_route(spec: Intervention, layer: int | None, model) -> None:
+    """A mixture of experts' routing hooks exist on its sparse layers only, and a forced route names experts."""
+    sparse = [i for i, block in enumerate(model.blocks) if block.ffn == moe_ffn.NAME]
+    if layer not in sparse:
+        where = f"the sparse layers are {', '.join(map(str, sparse))}" if sparse else "the model has none"
+        raise InterventionError(f"{spec.text!r}: layer {layer}'s FFN has no experts ({where})")
+    if Hook.parse(spec.hook).name != moe_ffn.TOPK or spec.action is Action.PATCH:
+        return
+    values = spec.value if isinstance(spec.value, tuple) else (spec.value,)
+    if spec.action is Action.SCALE or not all(v == int(v) and 0 <= v < model.moe.n_experts for v in values):
+        raise InterventionError(f"{spec.text!r}: a route is set to expert numbers 0–{model.moe.n_experts - 1}")
 
 
 def check_operator(intervention: Intervention, hooks) -> None:

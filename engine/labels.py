@@ -19,7 +19,7 @@ class Axis(NamedTuple):
 
     scheme: "chunk" (the new tokens), "keys" (every cached position), "last" (the last
     new token), "features", "vocab", "in"/"out" (a weight's input/output features), "choice",
-    "scale" (a norm's divisor).
+    "scale" (a norm's divisor), "experts" (a router's columns), "rank" (a token's chosen experts, best first).
     """
 
     scheme: str
@@ -56,6 +56,10 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
         return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":
         return tuple("token id" for _ in indices)
+    if axis.scheme == "experts":
+        return tuple(f"e{i}" for i in indices)
+    if axis.scheme == "rank":  # a token's chosen experts, best first
+        return tuple(f"#{i + 1}" for i in indices)
     if axis.scheme == "scale":  # one divisor per row, or per head (q/k norms)
         return tuple("scale" if axis.count == 1 else f"scale h{i}" for i in indices)
     return tuple(f"f{i}" for i in indices)

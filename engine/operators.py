@@ -22,7 +22,9 @@ class Operand:
 
     rows/cols are label schemes resolved by the session: "chunk" (the new tokens),
     "keys" (every cached position), "last" (the last new token), "features",
-    "vocab", "in"/"out" (a weight's input/output features), "choice", "scale" (a norm's divisor).
+    "vocab", "in"/"out" (a weight's input/output features), "choice", "scale" (a norm's divisor),
+    "experts", "rank" (a mixture of experts' router columns and chosen experts); or a tuple of the
+    absolute positions of the rows (an expert's operators: only the tokens routed to it).
     """
 
     name: str

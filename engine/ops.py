@@ -88,6 +88,10 @@ def silu(xp, x: Array) -> Array:
     return x / (1.0 + xp.exp(-x))
 
 
+def sigmoid(xp, x: Array) -> Array:
+    return 1.0 / (1.0 + xp.exp(-x))
+
+
 def relu(xp, x: Array) -> Array:
     return xp.where(x > 0, x, xp.zeros_like(x))
 

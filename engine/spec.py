@@ -95,6 +95,19 @@ class NormSpec:
 
 
 @dataclass(frozen=True)
+class MoeSpec:
+    """A sparse mixture-of-experts FFN (engine.layers.moe_ffn): a router scores `n_experts` gated MLPs for each
+    token and the `top_k` best run, their outputs summed with the chosen scores as weights."""
+
+    n_experts: int
+    top_k: int
+    d_expert: int  # each expert's hidden width (Qwen3-MoE: moe_intermediate_size)
+    norm_topk: bool = False  # the chosen scores divided by their sum (norm_topk_prob)
+    layers: tuple[int, ...] | None = None  # the sparse layers (the others stay dense); None: every layer
+    d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """One block of the stack: its token mixer and its FFN, each a kind named in engine.layers, with the
     options of those kinds. A stack of mixed blocks is another tuple of these, not a flag."""
@@ -143,6 +156,7 @@ class ModelSpec:
     # rope_theta (linear scaling: all the factor; Llama 3: by wavelength), as llama.cpp's rope_freqs tensor
     rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
+    moe: MoeSpec | None = None  # the sparse FFN of the layers it names
 
     @property
     def d_attn(self) -> int:
@@ -163,11 +177,12 @@ class ModelSpec:
     @cached_property
     def blocks(self) -> tuple[LayerSpec, ...]:
         """Every block's kinds: the scenario's `layers:`, else what a checkpoint's flags say (attention, with the
-        window, RoPE base and scaling of its layer type, then the dense FFN)."""
+        window, RoPE base and scaling of its layer type, then the dense FFN, or the sparse one on `moe`'s layers)."""
         if self.layers is not None:
             return self.layers
-        return tuple(LayerSpec(window=self._flag_window(layer), rope_theta=self._flag_theta(layer),
-                               rope_divisors=self._flag_divisors(layer)) for layer in range(self.n_layers))
+        return tuple(LayerSpec(ffn=self._flag_ffn(layer), window=self._flag_window(layer),
+                               rope_theta=self._flag_theta(layer), rope_divisors=self._flag_divisors(layer))
+                     for layer in range(self.n_layers))
 
     def window(self, layer: int) -> int | None:
         """The sliding window of `layer`'s attention, or None (every earlier key visible)."""
@@ -181,6 +196,10 @@ class ModelSpec:
     def rope_divisors(self, layer: int) -> tuple[float, ...] | None:
         """What `layer`'s RoPE frequencies are divided by (None: nothing); Gemma 3 scales its global layers only."""
         return self.blocks[layer].rope_divisors
+
+    def _flag_ffn(self, layer: int) -> str:
+        moe = self.moe
+        return "moe" if moe is not None and (moe.layers is None or layer in moe.layers) else "dense"
 
     def _flag_window(self, layer: int) -> int | None:
         if self.sliding_window is None or (self.sliding_layers is not None and layer not in self.sliding_layers):

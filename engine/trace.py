@@ -45,6 +45,7 @@ class OpKind(StrEnum):
     SOFTCAP = "softcap"
     SOFTMAX = "softmax"
     MIX = "mix"
+    ROUTE = "route"  # a mixture of experts' choice: which experts each token goes to, and their scores
     CONCAT = "concat"
     RESIDUAL = "residual"
     ACTIVATION = "activation"

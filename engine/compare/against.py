@@ -5,7 +5,8 @@ pass, of every decode round and of every layer's KV cache after each pass. The r
 scenario with its own decode rule (greedy for a checkpoint, as `run` does) and meets the dump
 pass by pass, operator by operator, in execution order: a layer's cache right after the layer
 appended to it, before its attention reads it. The report gives per pass and operator the largest
-|Δ|, and the first cell over the whole generation that leaves the tolerance of its dtype.
+|Δ|, and the first cell over the whole generation that leaves the tolerance of its dtype; for a
+mixture of experts whose dump holds the top-k choices, first the first token routed otherwise.
 
 TransformerLens conventions hold: masked attention scores may be written as −∞ or as the dtype's
 most negative finite number; the extra keys of TL's bridge (`…hook_in`, `…q.hook_out`, …) are
@@ -22,6 +23,7 @@ import numpy as np
 
 from engine.backend import Backend, to_host
 from engine.compare.dump import Dump, load_dump
+from engine.compare.routes import RouteFlip, route_flip
 from engine.hooks import Hook
 from engine.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
 from engine.labels import resolve_some
@@ -115,6 +117,7 @@ class Report:
     beyond: tuple[str, ...] = ()  # passes of the dump the reference run does not reach
     bridge: tuple[str, ...] = ()  # TransformerLens bridge keys the engine has no operator for
     requests: int = 1
+    flip: RouteFlip | None = None  # the first token whose chosen experts differ
 
     @property
     def first_divergence(self) -> OpAgreement | None:
@@ -140,8 +143,9 @@ class Report:
         agree = sum(row.first is None for row in rows)
         passes = len({(row.key.request, row.key.pass_) for row in rows})
         first = self.first_divergence
-        summary = [f"{agree} of {len(rows)} operators agree over {passes} passes",
-                   f"first divergence: {first.cell_text(self.requests)}" if first else "no divergence"]
+        summary = [f"{agree} of {len(rows)} operators agree over {passes} passes"]
+        summary += [f"first routing flip: {self.flip.text(self.requests)}"] if self.flip else []
+        summary += [f"first divergence: {first.cell_text(self.requests)}" if first else "no divergence"]
         if rows:
             top = max(rows, key=lambda row: row.max_abs)
             summary.append(f"largest |Δ| {top.max_abs:.3e}: {top.key.label(self.requests)} · {top.key.name}")
@@ -164,6 +168,7 @@ class Report:
         first = self.first_divergence
         return {"agrees": first is None,
                 "first_divergence": None if first is None else _op_document(first, self.requests),
+                "first_route_flip": None if self.flip is None else self.flip.document(self.requests),
                 "operators": [{"pass": row.key.label(self.requests), "operator": row.key.name,
                                "max_abs": _number(row.max_abs), "dtype": row.dtype, "agrees": row.first is None,
                                "atol": row.tolerance.atol, "rtol": row.tolerance.rtol} for row in self.rows()],
@@ -284,6 +289,7 @@ class _Meeting:
         self.reached: set[tuple[int, str]] = set()
         self.first_state: dict[tuple[int, str, int], object] = {}  # each layer's state as a pass found it
         self.compared: set[tuple[int, str, int]] = set()  # the layers whose new state a pass compared
+        self.flip: RouteFlip | None = None
 
     def see(self, state: OpState) -> None:
         passes = self.against.passes
@@ -304,6 +310,8 @@ class _Meeting:
         ours = to_host(state.values)
         self.ops.append(self.against.compare(key, state.head, ours,
                                              lambda r, c: _cell_labels(state, r, c, self.against.d_head), state.step))
+        if self.flip is None:
+            self.flip = route_flip(state, key, self.against.aligned)
 
     def _extended(self, key: Key, state: OpState) -> bool:
         """Whether the pass has just extended the operator's layer state (the first operator to see it new)."""
@@ -331,10 +339,15 @@ class _Meeting:
         requests = self.against.passes.requests
         beyond = sorted(self.held - self.reached)
         unused = [k for k in self.against.dump.arrays if k not in self.used and (k.request, k.pass_) in self.reached]
-        bridge = tuple(k.text(requests) for k in unused if suffix(k.name) in BRIDGE_SUFFIXES or k.name == "hook_unembed")
+        bridge = tuple(k.text(requests) for k in unused if _bridge(k.name))
         other = tuple(k.text(requests) for k in unused if k.text(requests) not in bridge)
         return Report(tuple(self.ops), self.missing, tuple(self.absent), other,
-                      tuple(Key(r, p, "").label(requests) for r, p in beyond), bridge, requests)
+                      tuple(Key(r, p, "").label(requests) for r, p in beyond), bridge, requests, self.flip)
+
+
+def _bridge(name: str) -> bool:
+    """A TransformerLens bridge key; an expert's hook_out that the run did not route to is the engine's own."""
+    return (suffix(name) in BRIDGE_SUFFIXES and ".mlp.experts." not in name) or name == "hook_unembed"
 
 
 def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.layers import attention, dense_ffn
+from engine.layers import attention, dense_ffn, moe_ffn
 
 MIXERS: dict[str, ModuleType] = {attention.NAME: attention}
-FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn}
+FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn, moe_ffn.NAME: moe_ffn}
 ROLES = {"mixer": MIXERS, "ffn": FFNS}
 
 

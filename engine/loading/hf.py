@@ -1,10 +1,11 @@
-"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, mistral, phi3,
-gemma2, gemma3 (text), gpt2 and bert.
+"""Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
+mistral, phi3, gemma2, gemma3 (text), gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
 weights are already [in, out] and its fused `c_attn` is split into q | k | v; Phi-3's fused
-`qkv_proj` and `gate_up_proj` are split by rows).
+`qkv_proj` and `gate_up_proj` are split by rows; Qwen2/3-MoE's experts are read one tensor each, as the Hub
+stores them, or from transformers 5's fused expert tensors).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from safetensors import SafetensorError, safe_open
 from engine.layers import hf_layer_types, hf_modules
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
-from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.spec import FfnKind, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
-LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
+MOE = ("qwen2_moe", "qwen3_moe")
+LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, "mistral", "phi3", "gemma2",
+                "gemma3_text")  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text")
 PREFIXES = ("", "model.", "transformer.", "bert.")
@@ -82,6 +85,12 @@ def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
     if d * width > nbytes:
         raise ConfigError(file, key, f"a {d}×{width} query projection has more numbers than the weight files' "
                           f"{nbytes} bytes hold")
+    experts = "num_experts" if "num_experts" in config else "num_local_experts"
+    if config["model_type"] in MOE and config.get(experts):  # one layer's experts alone, before a table per expert
+        count, f = _get(config, experts, file), _get(config, "moe_intermediate_size", file)
+        if 3 * count * f * d > nbytes:
+            raise ConfigError(file, experts, f"{count} experts of {3 * f * d} numbers each are more than the weight "
+                              f"files' {nbytes} bytes hold")
 
 
 def _get(config: dict, key: str, file: Path, default=None):
@@ -118,7 +127,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
     kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
     head_dim = get("head_dim") if config.get("head_dim") is not None else None
     _heads(file, head_dim * heads if head_dim else d, heads, kv_heads)
-    if arch == "qwen2":
+    if arch == "qwen2" or arch == "qwen2_moe" and config.get("qkv_bias", True):
         biases = ("q", "k", "v")
     else:
         biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
@@ -133,13 +142,37 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
         kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
-        qk_norm=arch in ("qwen3", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
+        qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
+        moe=_moe(config, file, layers) if arch in MOE else None,
     )
     if arch in GEMMA:
         return _gemma(config, file, spec)
     if config.get("hidden_act", "silu") != "silu":
         raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
     return spec
+
+
+def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
+    """Qwen2/3-MoE's sparse FFN: on layer i unless i is in `mlp_only_layers` or (i + 1) is not a multiple of
+    `decoder_sparse_step` (transformers' rule); no experts at all is a dense model. Qwen2-MoE adds a shared
+    expert (`shared_expert_intermediate_size`)."""
+    key = "num_experts" if "num_experts" in config else "num_local_experts"  # transformers 5 writes the second
+    if config.get(key) == 0:
+        return None
+    experts = _get(config, key, file)
+    top_k = _get(config, "num_experts_per_tok", file)
+    if top_k > experts:
+        raise ConfigError(file, "num_experts_per_tok", f"{top_k} experts per token, of {experts}")
+    norm = config.get("norm_topk_prob", False)
+    if not isinstance(norm, bool):
+        raise ConfigError(file, "norm_topk_prob", f"expected true or false, got {norm!r}")
+    step = _get(config, "decoder_sparse_step", file, 1)
+    dense = config.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise ConfigError(file, "mlp_only_layers", f"expected a list of layer numbers, got {dense!r}")
+    sparse = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    shared = _get(config, "shared_expert_intermediate_size", file) if config["model_type"] == "qwen2_moe" else 0
+    return MoeSpec(experts, top_k, _get(config, "moe_intermediate_size", file), norm, sparse, shared)
 
 
 def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
@@ -185,7 +218,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     `max_window_layers` or every layer (Mistral, Phi-3); Gemma alternates (2: every other layer,
     3: five of six) when the config does not list them."""
     arch = config["model_type"]
-    if arch in ("qwen2", "qwen3") and not config.get("use_sliding_window"):
+    if arch in ("qwen2", "qwen3", *MOE) and not config.get("use_sliding_window"):
         return None, None
     default = 4096 if arch in GEMMA else None  # transformers' default for Gemma
     if config.get("sliding_window", default) is None:
@@ -196,7 +229,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
         if arch in GEMMA:
             period = 2 if arch == "gemma2" else _get(config, "sliding_window_pattern", file, 6)
             return window, tuple(i for i in range(layers) if (i + 1) % period)
-        if arch in ("qwen2", "qwen3"):
+        if arch in ("qwen2", "qwen3", *MOE):
             return window, tuple(range(_get(config, "max_window_layers", file, layers), layers))
         return window, None
     if not isinstance(types, list) or len(types) != layers:
@@ -444,8 +477,35 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
         return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
     if leaf in ("q_norm.w", "k_norm.w"):
         return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
+    if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):
+        return _moe_weight(base, leaf, spec, get)
     module = LLAMA_MODULES[leaf[1:]]
     return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
+
+
+EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
+
+
+def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    """The router (mlp.gate), Qwen2-MoE's shared expert and its gate, and expert E's projections:
+    mlp.experts.E.gate_proj.weight … as the Hub stores them, else transformers 5's fused
+    mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and mlp.experts.down_proj (E × d × f)."""
+    if leaf in ("router", "shared_gate"):
+        return _linear(get, f"{base}.{LLAMA_MODULES[leaf]}.weight")
+    if leaf.startswith("shared."):
+        return _linear(get, f"{base}.{LLAMA_MODULES['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}.weight")
+    _, expert, projection = leaf.split(".")
+    experts, e, f = f"{base}.{LLAMA_MODULES['experts']}", int(expert), spec.moe.d_expert
+    try:
+        return _linear(get, f"{experts}.{expert}.{EXPERT_PROJECTIONS[projection]}.weight")
+    except ScenarioError as missing:
+        try:
+            if projection == "w_down":
+                return get(f"{experts}.down_proj")[e].T
+            fused = get(f"{experts}.gate_up_proj")[e]
+        except ScenarioError:
+            raise missing from None
+        return (fused[:f] if projection == "w_gate" else fused[f:]).T
 
 
 def _phi3_fused(layer: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:

@@ -405,7 +405,8 @@ def operands(state: OpState) -> tuple[OperandCorner, ...]:
 
 
 BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not the logits
-           ("hook_attn_scores", OpKind.SOFTCAP): "hook_attn_scores(softcap)"}  # Gemma 2's capped scores
+           ("hook_attn_scores", OpKind.SOFTCAP): "hook_attn_scores(softcap)",  # Gemma 2's capped scores
+           ("hook_mlp_out", OpKind.MIX): "hook_mlp_out(experts)"}  # a mixture of experts' weighted sum
 
 
 def hook_key(state: OpState) -> str:
@@ -416,6 +417,8 @@ def hook_key(state: OpState) -> str:
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale
         hook = "hook_embed(scaled)"
+    elif hook == "hook_out" and state.op.hook.module.startswith(("mlp.experts.", "mlp.shared")):  # an expert's output
+        hook = "hook_out(expert)"
     return BY_KIND.get((hook, state.kind), hook)
 
 

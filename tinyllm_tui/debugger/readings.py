@@ -1,4 +1,4 @@
-"""What the TUI's lens and attention-at-a-glance panels read from the round the cursor is in.
+"""What the TUI's lens, attention-at-a-glance and routing panels read from the round the cursor is in.
 
 Computed on demand (in a worker: the lens unembeds every residual stream), never per step.
 """
@@ -6,6 +6,7 @@ Computed on demand (in a worker: the lens unembeds every residual stream), never
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -13,6 +14,7 @@ from engine.analysis import Attribution, LensRow, Pass, attribution, logit_lens,
 from engine.backend import to_host
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
+from engine.layers.moe_ffn import route
 from engine.model import Transformer
 from engine.trace import OpState
 
@@ -42,6 +44,38 @@ def layer_patterns(states: Iterable[OpState], layer: int, chunk: int = 0) -> lis
     found = {s.head: to_host(s.values) for s in states if s.op.hook == site and s.chunk == chunk}
     return [found[head] for head in sorted(found)]
 
+
+@dataclass(frozen=True)
+class Routing:
+    """One pass's routing at one layer (host arrays)."""
+
+    layer: int
+    positions: tuple[int, ...]  # each token row's position
+    labels: tuple[str, ...]  # each token row's label ("3 · sat")
+    chosen: np.ndarray  # (T, k) experts, best first
+    weights: np.ndarray  # (T, k) what each chosen expert's output is multiplied by
+    margins: np.ndarray  # (T,)
+    n_experts: int
+
+    @property
+    def counts(self) -> np.ndarray:
+        """How many of the pass's tokens each expert got."""
+        return np.bincount(self.chosen.ravel(), minlength=self.n_experts)
+
+
+def round_routing(states: Iterable[OpState], chunk: int = 0) -> list[Routing]:
+    """Each mixture-of-experts layer's routing in one chunk of the round, in layer order: what each token chose,
+    with the weights of its chosen experts and its margin."""
+    found, weights = [], {}
+    for state in states:
+        if state.chunk != chunk:
+            continue
+        if state.op.hook.name == "hook_topk_weights":
+            weights[state.layer] = to_host(state.values)
+        elif (chosen := route(state.op)) is not None:
+            found.append((state, chosen))
+    return [Routing(state.layer, state.positions, state.output.rows, chosen.chosen, weights[state.layer],
+                    chosen.margins, chosen.scores.shape[1]) for state, chosen in found if state.layer in weights]
 
 
 def choice_before_after(states: Iterable[OpState], previous) -> tuple[tuple[int, float], tuple[int, float]] | None:

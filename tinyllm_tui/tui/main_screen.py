@@ -30,8 +30,8 @@ from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
-from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
-from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook
+from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
+from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook, round_routing
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunsInBackground
@@ -108,6 +108,7 @@ class DebuggerScreen(RunsInBackground, Screen):
         Binding("h", "heat", "Heat", show=False),
         Binding("l", "lens", "Logit lens", show=False),
         Binding("A", "glance", "Heads at a glance", show=False),
+        Binding("E", "routing", "Expert routing", show=False),
         Binding("p", "intervene", "Patch/ablate…", show=False),
         Binding("P", "undo_intervention", "Undo intervention", show=False),
         Binding("W", "save_interventions", "Save interventions", show=False),
@@ -594,6 +595,18 @@ class DebuggerScreen(RunsInBackground, Screen):
                               lambda layer: layer_patterns(states, layer, state.chunk), state.context,
                               debugger.scenario.vocab)
         self.app.push_screen(screen, lambda chosen: self._open_head(states, state.chunk, chosen))
+
+    @when_idle
+    def action_routing(self) -> None:
+        view = self.debugger.view  # as the last move published it
+        state = view.state
+        routings = round_routing(view.round_states, state.chunk)
+        if not routings:
+            self.set_status(tr("routing.none", self.lang))
+            return
+        layer = state.layer or 0
+        index = next((i for i, routing in enumerate(routings) if routing.layer >= layer), len(routings) - 1)
+        self.app.push_screen(RoutingScreen(tr("routing.title", self.lang), routings, index))
 
     def _open_head(self, states, chunk: int, chosen: tuple[int, int] | None) -> None:
         """Enter on a head at a glance: its pattern becomes the current matrix."""

@@ -1,4 +1,5 @@
-"""The round's readings as windows over what fits: the logit lens, and every head of a layer at a glance.
+"""The round's readings as windows over what fits: the logit lens, every head of a layer at a glance, and a
+mixture-of-experts layer's routing.
 
 Both are computed in a worker before they open (the lens unembeds every residual stream); the
 screens only cut what they hold to the window and move it with the arrow keys.
@@ -18,6 +19,8 @@ from textual.widgets import Static
 
 from tinyllm_tui.presentation.glance import GAP, GUTTER, glance_lines
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
+from tinyllm_tui.debugger.readings import Routing
+from tinyllm_tui.presentation.routing import routing_lines
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
          Binding("up", "move(-1, 0)", "↑", show=False), Binding("down", "move(1, 0)", "↓", show=False)]
@@ -112,3 +115,31 @@ class GlanceScreen(_Window):
 
     def action_open(self) -> None:
         self.dismiss((self.first_row, self.first_col))
+
+
+class RoutingScreen(_Window):
+    """Each token's chosen experts in one mixture-of-experts layer: ↑/↓ the tokens, ←/→ the experts, [ and ] the
+    previous and next sparse layer."""
+
+    BINDINGS = [Binding("escape,E,q", "dismiss", "Close"), Binding("left_square_bracket", "layer(-1)", "Layer −"),
+                Binding("right_square_bracket", "layer(1)", "Layer +"), *MOVES]
+
+    def __init__(self, title: str, routings: list[Routing], index: int):
+        super().__init__(title)
+        self._routings, self._index = routings, index
+
+    def action_layer(self, step: int) -> None:
+        self._index = min(max(self._index + step, 0), len(self._routings) - 1)
+        self.refresh_body()
+
+    def refresh_body(self) -> None:  # the window is cut by routing_lines: keep the rows as moved
+        body = self.query_one("#readings-body", Static)
+        body.update(Text("\n".join(self.lines(max(body.size.width, 20), max(body.size.height, 4)))))
+
+    def lines(self, width: int, height: int) -> list[str]:
+        routing = self._routings[self._index]
+        rows = max(height - 3, 1)
+        self.first_row = min(self.first_row, max(len(routing.labels) - rows, 0))
+        self.first_col = min(self.first_col, routing.n_experts - 1)
+        return routing_lines(routing, width=width, height=height, first_row=self.first_row,
+                             first_expert=self.first_col)

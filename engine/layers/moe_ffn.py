@@ -1,0 +1,299 @@
+"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE): a router picks the top k of n gated MLPs per token.
+
+Operator by operator: the router's logits (LN(x) · W_router), its scores (a softmax over the experts), the
+top k experts of each token (best first), their scores gathered (and, with `norm_topk`, divided by their
+sum: the weights), each chosen expert's SwiGLU run on the tokens routed to it alone, Qwen2-MoE's shared
+expert (every token) and its sigmoid gate, and the sum: the weighted experts plus the gated shared expert.
+An expert no token chose does not run and yields nothing. Keeps no state between tokens.
+
+The top k read the scores operator's values, so an intervention there steers the choice: an ablated
+expert is a score of −∞ (never chosen; the next best takes its place, with its own score as weight). The
+chosen ids are read back from the top-k operator, so a route may be forced there too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from engine import ops
+from engine.backend import to_host
+from engine.hooks import HookSite
+from engine.operators import Op, OpStream, op
+from engine.spec import LayerSpec, ModelSpec
+from engine.trace import OpKind
+
+Array = Any
+NAME, MODULE = "moe", "mlp"
+HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf.py)
+               "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"}}
+HF_LAYER_TYPES: dict[str, bool] = {}
+PER_HEAD = ()
+GGUF: dict[str, str] = {}
+SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
+ROUTING = ("hook_router_logits", SCORES, TOPK, "hook_topk_scores", "hook_topk_weights")
+EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
+SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
+
+
+class RouteError(ValueError):
+    """A route that names no expert: engine.interventions refuses such a forced top-k before a run."""
+
+
+def expert_module(expert: int) -> str:
+    return f"{MODULE}.experts.{expert}"
+
+
+def _swiglu_shapes(prefix: str, d: int, f: int) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
+
+
+def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
+    moe, d, prefix = model.moe, model.d_model, f"blocks.{layer}.mlp"
+    f = moe.d_expert
+    shapes = {f"{prefix}.router": (d, moe.n_experts)}
+    for expert in range(moe.n_experts):
+        shapes |= _swiglu_shapes(f"{prefix}.experts.{expert}", d, f)
+    if moe.d_shared:
+        shapes |= _swiglu_shapes(f"blocks.{layer}.{SHARED}", d, moe.d_shared) | {f"{prefix}.shared_gate": (d, 1)}
+    return shapes
+
+
+def hook_widths(model: ModelSpec) -> dict[str, int]:
+    moe = model.moe
+    if moe is None:
+        return {}
+    widths = {"mlp.hook_router_logits": moe.n_experts, f"mlp.{SCORES}": moe.n_experts, f"mlp.{TOPK}": moe.top_k,
+              "mlp.hook_topk_scores": moe.top_k, "mlp.hook_topk_weights": moe.top_k}
+    shared = [(SHARED, moe.d_shared)] if moe.d_shared else []
+    for module, f in [(expert_module(e), moe.d_expert) for e in range(moe.n_experts)] + shared:
+        widths |= {f"{module}.hook_pre": f, f"{module}.hook_pre_linear": f, f"{module}.hook_post": f,
+                   f"{module}.hook_out": model.d_model}
+    return widths | ({"mlp.hook_shared_gate": 1} if moe.d_shared else {})
+
+
+def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
+    """Every hook the layer may yield; an expert's only when a token is routed to it."""
+    names = ["hook_router_logits", SCORES, TOPK] + (["hook_topk_scores"] if model.moe.norm_topk else [])
+    sites = [HookSite(hook(layer, MODULE, name)) for name in names + ["hook_topk_weights"]]
+    sites += [HookSite(hook(layer, expert_module(expert), name), routed=True)
+              for expert in range(model.moe.n_experts) for name in EXPERT_HOOKS]
+    if model.moe.d_shared:
+        sites += [HookSite(hook(layer, SHARED, name)) for name in EXPERT_HOOKS]
+        sites.append(HookSite(hook(layer, MODULE, "hook_shared_gate")))
+    return sites
+
+
+@dataclass(frozen=True)
+class Route:
+    """One pass's choice at one layer, as its top-k operator holds it (host arrays)."""
+
+    chosen: np.ndarray  # (T, k): each token's experts, best first
+    scores: np.ndarray  # (T, n_experts): what top-k read
+
+    @cached_property
+    def margins(self) -> np.ndarray:
+        """Per token, the k-th chosen score less the best score not chosen: how near the choice came to
+        another (negative where a forced route passed over a better expert; +∞ when every expert is chosen)."""
+        scores = self.scores.astype(np.float64)
+        taken = np.zeros(scores.shape, dtype=bool)
+        np.put_along_axis(taken, self.chosen, True, axis=1)
+        kth = np.take_along_axis(scores, self.chosen, axis=1).min(axis=1)
+        return kth - np.where(taken, -np.inf, scores).max(axis=1)
+
+
+def route(operator) -> Route | None:
+    """The routing a top-k operator (an engine.operators.Op) holds; None for any other operator."""
+    if operator.kind != OpKind.ROUTE or operator.hook.name != TOPK:
+        return None
+    return Route(to_host(operator.values).astype(np.int64), to_host(operator.inputs[0].values))
+
+
+class FaultPoints:
+    """It has none: nothing it computes is kept, so no cache bug can reach it."""
+
+
+class MoeFfn:
+    """One layer's sparse FFN: its router, experts and hooks resolved once."""
+
+    def __init__(self, model, layer: int, block: LayerSpec):
+        self.model, self.layer, self.moe = model, layer, model.spec.moe
+        self.prefix = f"blocks.{layer}.mlp"
+        self.hooks = {name: model.hook(layer, MODULE, name) for name in ROUTING}
+        self.expert_hooks = [{name: model.hook(layer, expert_module(e), name) for name in EXPERT_HOOKS}
+                             for e in range(self.moe.n_experts)]
+        self.shared_hooks = {name: model.hook(layer, SHARED, name) for name in EXPERT_HOOKS}
+        self.shared_gate = model.hook(layer, MODULE, "hook_shared_gate")
+
+    def fresh_state(self):
+        return None  # nothing kept between tokens
+
+    def forward(self, h: Op, states: list, positions: list[int], padded_keys, out) -> OpStream:
+        model, hooks, xp = self.model, self.hooks, self.model.xp
+        router = model.param(f"{self.prefix}.router")
+        logits = op(hooks["hook_router_logits"], h.values @ router.values, OpKind.LINEAR, inputs=(h, router),
+                    cols="experts")
+        yield logits
+        scores = op(hooks[SCORES], ops.softmax(xp, logits.values), OpKind.SOFTMAX, inputs=(logits,), cols="experts")
+        yield scores
+        order = xp.argsort(scores.values, axis=1, descending=True, stable=True)[:, :self.moe.top_k]
+        topk = op(hooks[TOPK], xp.astype(order, scores.values.dtype), OpKind.ROUTE, inputs=(scores,), cols="rank")
+        yield topk
+        chosen = self._chosen(topk.values)
+        weights = yield from self._weights(scores, topk, chosen)
+        outputs = []
+        for expert in sorted(set(chosen.ravel().tolist())):
+            rows = np.flatnonzero((chosen == expert).any(axis=1))
+            result = yield from self._expert(self.expert_hooks[expert], f"{self.prefix}.experts.{expert}", h, rows,
+                                             positions)
+            outputs.append((expert, rows, result))
+        total, inputs = self._weighted_sum(weights.values, chosen, outputs), (weights, *(r for _, _, r in outputs))
+        if self.moe.d_shared:
+            shared, gate = yield from self._shared(h, positions)
+            total, inputs = total + gate.values * shared.values, inputs + (shared, gate)
+        total = op(out, total, OpKind.MIX, inputs=inputs)
+        yield total
+        return total
+
+    def _shared(self, h: Op, positions: list[int]) -> OpStream:
+        """Qwen2-MoE's shared expert over every token, and its gate sigmoid(LN(x) · w_shared_gate), (T, 1)."""
+        model = self.model
+        shared = yield from self._expert(self.shared_hooks, f"blocks.{self.layer}.{SHARED}", h,
+                                         np.arange(h.values.shape[0]), positions)
+        w = model.param(f"{self.prefix}.shared_gate")
+        gate = op(self.shared_gate, ops.sigmoid(model.xp, h.values @ w.values), OpKind.ACTIVATION, inputs=(h, w),
+                  cols="scale")
+        yield gate
+        return shared, gate
+
+    def _chosen(self, values: Array) -> np.ndarray:
+        """The experts of each token as whole numbers, best first, as the top-k operator holds them now."""
+        chosen = to_host(values)
+        ids = chosen.astype(np.int64)
+        if not np.array_equal(ids, chosen) or ids.min(initial=0) < 0 or ids.max(initial=0) >= self.moe.n_experts:
+            raise RouteError(f"blocks.{self.layer}.mlp.{TOPK}: a route names the experts 0–{self.moe.n_experts - 1}, "
+                             f"got {chosen[~np.isin(chosen, np.arange(self.moe.n_experts))][:1].tolist()}")
+        return ids
+
+    def _weights(self, scores: Op, topk: Op, chosen: np.ndarray) -> OpStream:
+        """The chosen experts' scores, each token's divided by their sum when the model normalises them."""
+        xp, (t, k) = self.model.xp, chosen.shape
+        flat = (np.arange(t)[:, None] * self.moe.n_experts + chosen).ravel()
+        picked = xp.reshape(xp.take(xp.reshape(scores.values, (-1,)), xp.asarray(flat), axis=0), (t, k))
+        name = "hook_topk_scores" if self.moe.norm_topk else "hook_topk_weights"
+        gathered = op(self.hooks[name], picked, OpKind.ROUTE, inputs=(scores, topk), cols="rank")
+        yield gathered
+        if not self.moe.norm_topk:
+            return gathered
+        values = gathered.values
+        weights = op(self.hooks["hook_topk_weights"], values / xp.sum(values, axis=1, keepdims=True), OpKind.NORM,
+                     inputs=(gathered,), cols="rank")
+        yield weights
+        return weights
+
+    def _expert(self, hooks: dict, p: str, h: Op, rows: np.ndarray, positions: list[int]) -> OpStream:
+        """One expert's SwiGLU (parameters under `p`) over the tokens routed to it; its operators' rows are those
+        tokens' positions."""
+        model, xp = self.model, self.model.xp
+        at = tuple(positions[r] for r in rows)
+        x = xp.take(h.values, xp.asarray(rows), axis=0)
+        w_gate, w_up, w_down = (model.param(f"{p}.{w}") for w in ("w_gate", "w_up", "w_down"))
+        gate = op(hooks["hook_pre"], x @ w_gate.values, OpKind.LINEAR, inputs=(h, w_gate), rows=at)
+        yield gate
+        up = op(hooks["hook_pre_linear"], x @ w_up.values, OpKind.LINEAR, inputs=(h, w_up), rows=at)
+        yield up
+        post = op(hooks["hook_post"], ops.silu(xp, gate.values) * up.values, OpKind.ACTIVATION, inputs=(gate, up),
+                  rows=at)
+        yield post
+        result = op(hooks["hook_out"], post.values @ w_down.values, OpKind.LINEAR, inputs=(post, w_down), rows=at)
+        yield result
+        return result
+
+    def _weighted_sum(self, weights: Array, chosen: np.ndarray, outputs: list) -> Array:
+        """Σ_j weight[t, j] · expert_{chosen[t, j]}(x_t), over the ranks j in order."""
+        xp = self.model.xp
+        stacked = xp.concat([result.values for _, _, result in outputs], axis=0)
+        where, start = {}, 0  # (expert, token) -> its row in `stacked`
+        for expert, rows, _ in outputs:
+            where.update({(expert, int(row)): start + i for i, row in enumerate(rows)})
+            start += len(rows)
+        total = None
+        for rank in range(chosen.shape[1]):
+            index = xp.asarray([where[(int(e), t)] for t, e in enumerate(chosen[:, rank])])
+            term = weights[:, rank:rank + 1] * xp.take(stacked, index, axis=0)
+            total = term if total is None else total + term
+        return total
+
+
+Layer = MoeFfn
+
+
+EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    "hook_router_logits": {
+        "en": ("The router: how strongly each token asks for each expert.",
+               "LN(x) · W_router, one column per expert (Hugging Face: mlp.gate).",
+               "A float32 or quantized router can swap two experts whose logits nearly tie; every later number "
+               "then differs.", "Columns = experts; the largest logits become the chosen experts."),
+        "zh": ("路由器：每个Token对每个专家的需求强度。", "LN(x)·W_router，每个专家一列（Hugging Face中为mlp.gate）。",
+               "float32或量化的路由器会在两个logit几乎相等时换掉专家，之后所有数值都不同。", "列数=专家数；最大的logit对应被选中的专家。"),
+    },
+    "hook_router_scores": {
+        "en": ("Turn the router's logits into scores comparable across experts.",
+               "A softmax over the experts of each token (in the compute dtype: transformers casts it to float32).",
+               "Top-k reads these scores: an ablated expert is −∞ here, so the next best takes its place.",
+               "Each row sums to 1 (−∞ entries are 0 in the sum)."),
+        "zh": ("把路由logit变成专家之间可比较的分数。", "对每个Token的所有专家做softmax（按计算精度；transformers会转成float32）。",
+               "top-k读取这些分数：被消融的专家在此为−∞，由次优专家替代。", "每行和为1。"),
+    },
+    "hook_topk": {
+        "en": ("Which experts each token goes to: the k best scores, best first.",
+               "The indices of each row's k largest scores (ties: the lower index); stored as numbers.",
+               "A near tie between the k-th and (k+1)-th score flips with rounding: see route_margin.",
+               "Each row holds k distinct experts; their scores are the row's k largest."),
+        "zh": ("每个Token去哪些专家：分数最高的k个，按分数从高到低。", "每行最大的k个分数的下标（相等时取较小下标），以数值存储。",
+               "第k与第k+1个分数几乎相等时，舍入会翻转选择：见route_margin。", "每行有k个不同专家，其分数是该行最大的k个。"),
+    },
+    "hook_topk_scores": {
+        "en": ("The scores of the chosen experts, before they become weights.",
+               "scores[t, topk[t, j]] for each rank j.", "These do not sum to 1: only the normalisation makes them.",
+               "Row t equals the router scores at that token's chosen experts."),
+        "zh": ("被选中专家的分数，尚未变成权重。", "对每个名次j取scores[t, topk[t, j]]。", "它们的和不为1，归一化之后才是。",
+               "第t行等于该Token被选中专家处的路由分数。"),
+    },
+    "hook_topk_weights": {
+        "en": ("How much each chosen expert's output counts.",
+               "With norm_topk_prob: the chosen scores over their sum; without: the chosen scores themselves.",
+               "Qwen3-MoE normalises, Qwen2-MoE and Mixtral-style configs may not: the config decides.",
+               "With normalisation each row sums to 1."),
+        "zh": ("每个被选中专家的输出占多大比重。", "有norm_topk_prob时：被选分数除以它们的和；否则就是被选分数本身。",
+               "Qwen3-MoE做归一化，其他配置可能不做：以配置为准。", "归一化时每行和为1。"),
+    },
+    "hook_out(expert)": {
+        "en": ("What one expert makes of the tokens routed to it (a shared expert: every token), before its weight.",
+               "SwiGLU: (SiLU(x·W_gate) ⊙ x·W_up) · W_down, on those tokens' rows only.",
+               "Rows are the routed tokens' positions, not every token: an expert no token chose never runs.",
+               "One row per token that chose this expert; width d_model."),
+        "zh": ("单个专家对路由到它的Token的输出（共享专家：所有Token），尚未乘权重。",
+               "SwiGLU：(SiLU(x·W_gate)⊙x·W_up)·W_down，只算这些Token的行。",
+               "行只对应路由到该专家的Token位置，而非全部Token：没有被选中的专家不会运行。", "每个选择该专家的Token一行，宽度d_model。"),
+    },
+    "hook_shared_gate": {
+        "en": ("Qwen2-MoE: how much of the shared expert each token takes.",
+               "sigmoid(LN(x) · w_shared_gate), one number in (0, 1) per token, times the shared expert's output.",
+               "The gate is a sigmoid of its own projection, not one of the router's softmax scores.",
+               "One column; every value strictly between 0 and 1."),
+        "zh": ("Qwen2-MoE：每个Token使用多少共享专家的输出。", "sigmoid(LN(x)·w_shared_gate)，每个Token一个(0,1)内的数，乘以共享专家的输出。",
+               "门控是它自己投影的sigmoid，而不是路由器softmax分数之一。", "只有一列；每个值都严格在0与1之间。"),
+    },
+    "hook_mlp_out(experts)": {
+        "en": ("The sparse FFN's output: the chosen experts' outputs, weighted.",
+               "Σ_j weight[t, j] · expert_topk[t, j](x_t) (+ gate · shared expert); an expert no token chose never ran.",
+               "Summing every expert's output, or forgetting the weights, gives a dense FFN's wrong answer.",
+               "Row t equals the weighted sum of the experts.E.out rows at t."),
+        "zh": ("稀疏前馈的输出：被选中专家输出的加权和。", "Σ_j weight[t,j]·expert_topk[t,j](x_t)；没有被选中的专家不会运行。",
+               "把所有专家相加或忘记权重都会得到错误结果。", "第t行等于各experts.E.out在t处的行的加权和。"),
+    },
+}

@@ -1,0 +1,51 @@
+"""A mixture-of-experts layer's routing as text: tokens down, experts across, the chosen cells holding their
+weights, each token's margin (its k-th score less the best one not chosen) and the tokens each expert got.
+
+Plain text lines, windowed: the tokens and experts that fit the width and height asked for, from `first_row`
+and `first_expert` on. Shared by the TUI's routing screen and tests.
+"""
+
+from __future__ import annotations
+
+from tinyllm_tui.debugger.readings import Routing
+from tinyllm_tui.presentation.numbers import display_width
+
+LABEL = 12  # the token column: "12 · token" cut to fit
+CELL = 6  # one expert's column: a weight as 0.630, or · where the token did not choose it
+MARGIN = 10  # the margin column
+NEAR_TIE = 1e-3  # a margin below this is marked: a float32 or quantized run may choose otherwise
+
+
+def routing_lines(routing: Routing, *, width: int, height: int, first_row: int = 0,
+                  first_expert: int = 0) -> list[str]:
+    """The window of `routing` that fits `width` × `height`, starting at token `first_row` and expert
+    `first_expert` (each clamped so that the window is full where it can be)."""
+    tokens = len(routing.labels)
+    shown = max((width - LABEL - MARGIN) // CELL, 1)
+    first_expert = min(max(first_expert, 0), max(routing.n_experts - shown, 0))
+    experts = range(first_expert, min(first_expert + shown, routing.n_experts))
+    rows = max(height - 3, 1)  # the title, the experts' names and the counts
+    first_row = min(max(first_row, 0), max(tokens - rows, 0))
+    window = range(first_row, min(first_row + rows, tokens))
+    at = routing.positions
+    lines = [f"layer {routing.layer} · positions {at[window.start]}–{at[window.stop - 1]} of {tokens} · "
+             f"experts {experts.start}–{experts.stop - 1} of {routing.n_experts}",
+             " " * LABEL + "".join(f"{f'e{e}':>{CELL}}" for e in experts) + f"{'margin':>{MARGIN}}"]
+    for row in window:
+        weight = dict(zip(routing.chosen[row].tolist(), routing.weights[row].tolist()))
+        cells = "".join(f"{weight[e]:>{CELL}.3f}" if e in weight else f"{'·':>{CELL}}" for e in experts)
+        margin = routing.margins[row]
+        flag = "⚠" if margin < NEAR_TIE else " "
+        lines.append(f"{_label(routing.labels[row])}{cells}{margin:>{MARGIN - 1}.1e}{flag}")
+    counts = routing.counts
+    lines.append(f"{'tokens':<{LABEL}}" + "".join(f"{int(counts[e]):>{CELL}}" for e in experts))
+    return [line.rstrip()[:width] for line in lines]
+
+
+def _label(label: str) -> str:
+    """The label in LABEL terminal cells, cut with … where longer (a CJK character takes two)."""
+    if display_width(label) >= LABEL:
+        while display_width(label) > LABEL - 2:
+            label = label[:-1]
+        label += "…"
+    return label + " " * (LABEL - display_width(label))

@@ -521,7 +521,7 @@ def _diff_line(d: OpDiff) -> str:
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
     return (f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  "
-            f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:g})")
+            f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})")
 
 
 def _exact_json(rows: list) -> dict:

@@ -12,7 +12,7 @@ import numpy as np
 from engine.backend import to_host
 from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX  # the help screen shows it
 from engine.loading.budget import format_size
-from engine.compare.diff import TOLERANCE, OpDiff, first_divergence
+from engine.compare.diff import BATCH_RULE, TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
@@ -44,10 +44,11 @@ def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -
     (with `batch`: where the batch first leaves a request run alone)."""
     injected = f" (injected: {inject})" if inject else ""
     first = first_divergence(diffs)
+    if first is None and batch:
+        return f"✓ the batch equals each request alone: every operator within {BATCH_RULE}{injected}"
     if first is None:
         tolerance = diffs[0].tolerance if diffs else TOLERANCE
-        same = "the batch equals each request alone" if batch else "cached equals full recompute"
-        return f"✓ {same}: every operator within {tolerance:g}{injected}"
+        return f"✓ cached equals full recompute: every operator within {tolerance:g}{injected}"
     return f"✗ first divergence: {first.describe()}{injected}"
 
 

@@ -3,12 +3,22 @@ engine, the Debugger and the CLI; what only the views do is in test_tui_defects.
 
 from __future__ import annotations
 
-import numpy as np
+import sys
 
+import numpy as np
+from conftest import ROOT, X01
+
+from engine import load_scenario
 from engine.compare.diff import diff_batch, first_divergence
 from engine.parameters import parameter_shapes
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
+from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.debugger.readings import round_lens
+from tinyllm_tui.debugger.results import Reason, Refused
+from tinyllm_tui.tui.i18n import describe
+
+ENCODER = ROOT / "scenarios" / "encoder004.yaml"
 
 
 def loud_residual_batch() -> Scenario:
@@ -34,3 +44,55 @@ def test_a_batch_meets_each_request_alone_within_a_tolerance_that_follows_magnit
     assert all(1e-12 < d.tolerance < 1e-8 for d in moved)  # rounding steps of values up to ~1e5, not a blanket
     choices = [d for d in diffs if d.name == "sample.hook_choice"]
     assert choices and all(d.tolerance == 1e-12 for d in choices)  # token ids must be equal
+
+
+def test_the_logit_lens_of_an_encoder_is_refused_with_the_command_lines_reason():
+    """Defect 1: `l` on encoder004 raised AnalysisError into the TUI, which crashed."""
+    from typer.testing import CliRunner
+
+    from tinyllm_tui.cli import app
+
+    debugger = Debugger(load_scenario(ENCODER))
+    refused = round_lens(debugger.session.model, debugger.history.round_states())
+    assert isinstance(refused, Refused) and refused.reason is Reason.NO_LENS
+    cli = CliRunner().invoke(app, ["run", str(ENCODER), "--lens"])
+    assert cli.exit_code == 2
+    assert cli.output.strip().endswith(f"error: {refused.args[0]}")  # the same reason, worded once
+    assert describe(refused, "en") == f"no logit lens: {refused.args[0]}"
+
+
+CRASHING = """
+import sys
+from tinyllm_tui.tui.main_screen import DebuggerScreen
+def crash(self):
+    raise RuntimeError("a defect of the app")
+DebuggerScreen.action_help = crash
+from tinyllm_tui.cli import main
+sys.argv = ["tinyllm-tui", sys.argv[1]]
+main()
+"""
+
+
+def test_a_crash_of_the_app_ends_the_command_with_a_failure_status():
+    """Defect 1: a crash printed Textual's traceback and the process still exited 0 (a script saw success)."""
+    import os
+    import pty
+    import select
+    import time
+
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: the TUI on a terminal, with a key that raises
+        os.execv(sys.executable, [sys.executable, "-c", CRASHING, str(X01)])
+    seen, deadline, sent = b"", time.monotonic() + 60, False
+    while time.monotonic() < deadline:
+        if select.select([terminal], [], [], 0.2)[0]:
+            try:
+                seen += os.read(terminal, 65536)
+            except OSError:  # the child has gone: its side of the terminal is closed
+                break
+        if not sent and b"Step" in seen:  # the footer is drawn: the main screen takes keys
+            os.write(terminal, b"?")
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    assert sent and os.waitstatus_to_exitcode(status) == 1
+    assert b"a defect of the app" in seen

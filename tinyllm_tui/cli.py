@@ -328,11 +328,13 @@ def open_tui(
     # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
     opening = None if _on_a_terminal() else load()
     try:
-        launch(Loading(str(path), load if opening is None else lambda: opening), array_backend, lang=lang,
-               inject=options.inject, against=dump)
+        status = launch(Loading(str(path), load if opening is None else lambda: opening), array_backend, lang=lang,
+                        inject=options.inject, against=dump)
     except Cancelled:
         print("tinyllm-tui: loading cancelled", file=sys.stderr)
         raise typer.Exit(EXIT_CANCELLED) from None
+    if status:  # the app crashed: its traceback is on the terminal, and a script must see the failure
+        raise typer.Exit(status)
 
 
 RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.

@@ -9,18 +9,23 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from engine.analysis import Attribution, LensRow, Pass, attribution, logit_lens, passes
+from engine.analysis import AnalysisError, Attribution, LensRow, Pass, attribution, logit_lens, passes
 from engine.backend import to_host
 from engine.model import Transformer
 from engine.trace import OpState
+from tinyllm_tui.debugger.results import Reason, Refused
 
 
-def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3) -> tuple[Pass, list[LensRow],
-                                                                                   Attribution | None]:
-    """The lens of the round `states` belong to, and the chosen token's attribution once it is chosen."""
+def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3
+               ) -> tuple[Pass, list[LensRow], Attribution | None] | Refused:
+    """The lens of the round `states` belong to, and the chosen token's attribution once it is chosen;
+    refused, with the reason `run --lens` gives, for a model without one (an encoder, a post-norm model)."""
     run = next(passes(states))
     chosen = ("sample.hook_choice", None) in run.values and not model.spec.post_norms
-    return run, logit_lens(model, run, k), attribution(model, run) if chosen else None
+    try:
+        return run, logit_lens(model, run, k), attribution(model, run) if chosen else None
+    except AnalysisError as error:
+        return Refused(Reason.NO_LENS, (str(error),))
 
 
 def layer_patterns(states: Iterable[OpState], layer: int, chunk: int = 0) -> list[np.ndarray]:

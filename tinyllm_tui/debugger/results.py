@@ -26,6 +26,7 @@ class Reason(StrEnum):
     NOTHING_TO_SAVE = "nothing_to_save"
     NO_CACHE = "no_cache"
     NO_DUMP = "no_dump"  # `g diverged` without --against
+    NO_LENS = "no_lens"  # args: (the engine's reason: an encoder, a post-norm model,)
 
 
 @dataclass(frozen=True)

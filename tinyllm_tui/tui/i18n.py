@@ -68,6 +68,7 @@ EN = {
     "refused.unchanged": "{0} unchanged", "refused.bad_edit": "{0}; the old value is kept",
     "refused.nothing_to_save": "nothing to save: the weights equal the file", "refused.no_cache": "no KV cache yet",
     "refused.no_dump": "no activations to compare: open with --against DUMP",
+    "refused.no_lens": "no logit lens: {0}",
     # the main screen's own messages
     "screen.start": "start · n/→ step · c continue · ? help",
     "screen.listing": "computing round 0 (keys pressed now wait for it) · n/→ step · ? help",
@@ -231,6 +232,7 @@ ZH = {
     "refused.unchanged": "{0} 没有变化", "refused.bad_edit": "{0}；保留原值",
     "refused.nothing_to_save": "无需保存：权重与文件相同", "refused.no_cache": "还没有KV缓存",
     "refused.no_dump": "没有可对比的激活值：请用 --against DUMP 打开",
+    "refused.no_lens": "没有逻辑透镜：{0}",
     "screen.start": "开始 · n/→ 单步 · c 继续 · ? 帮助",
     "screen.listing": "正在计算第 0 轮（此时按的键会等它算完）· n/→ 单步 · ? 帮助",
     "screen.running": "运行中…（Esc 取消）",

@@ -574,6 +574,9 @@ class DebuggerScreen(Screen):
     def _show_lens(self, reading) -> None:
         if isinstance(reading, BaseException):
             raise reading
+        if isinstance(reading, Refused):
+            self.say(reading)
+            return
         run, rows, attribution = reading
         frame = self.debugger.frame
         title = tr("lens.title", self.lang, request=run.request, where=where(frame.phase, run.round, self.lang))

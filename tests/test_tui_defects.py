@@ -7,7 +7,7 @@ import numpy as np
 from conftest import X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
-from tui_helpers import long_scenario, make_app, screen_text, settle, status
+from tui_helpers import long_scenario, make_app, screen_text, settle, state, status
 
 from engine import Session, load_scenario
 from tinyllm_tui.tui.app import DebuggerApp
@@ -128,3 +128,14 @@ async def test_g_keeps_its_prompt_open_on_a_condition_b_refuses():
         said_by_g = str(app.screen.query_one("#prompt-error").render())
         await pilot.press("escape", "B", *"abs>", "enter")
         assert said_by_g == str(app.screen.query_one("#prompt-error").render()) and "abs>" in said_by_g
+
+
+async def test_the_intervention_prompt_starts_with_the_operator_and_what_is_typed_follows_it():
+    """Issue 27 defect 2: `p` pre-filled the spec selected, so the value typed replaced it."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n", "n", "p")
+        await pilot.pause()
+        await pilot.press("0")
+        typed = app.screen.query_one("Input").value
+        assert typed == f"{state(app).name}[:,:]=0"

@@ -139,3 +139,19 @@ async def test_the_intervention_prompt_starts_with_the_operator_and_what_is_type
         await pilot.press("0")
         typed = app.screen.query_one("Input").value
         assert typed == f"{state(app).name}[:,:]=0"
+
+
+async def test_keys_beyond_the_queue_are_counted_and_said_once_it_has_drained():
+    """Issue 27 defect 4: 200 quick `n` stopped at step 50 without a word about the keys dropped."""
+    from tinyllm_tui.tui.main_screen import QUEUED
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        for _ in range(30):  # at once, on the UI thread: one runs, QUEUED wait, the rest find the queue full
+            app.main.action_step()
+        while app.runner.running or app.main._queued:
+            await settle(pilot)
+        dropped = 30 - 1 - QUEUED
+        assert state(app).step == 1 + QUEUED
+        assert f"{dropped} keys dropped: pressed while {QUEUED} already waited" in status(app)

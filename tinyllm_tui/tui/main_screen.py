@@ -141,6 +141,7 @@ class DebuggerScreen(Screen):
         self.wide = False
         self._frame: Frame | None = None
         self._queued: deque = deque()  # moves pressed while a quick one was in flight, to start in turn
+        self._dropped = 0  # keys pressed while the queue was full, said once it has drained
         self.said: Result | None = None  # the last result worded on the status line
         self.pieces = False  # generated text as its tokens' pieces instead of decoded
 
@@ -286,16 +287,24 @@ class DebuggerScreen(Screen):
         self._next_queued()
 
     def _queue(self, start) -> bool:
-        """`start()` once the quick move in flight is done; False (not queued) during a long run or a full queue."""
+        """`start()` once the quick move in flight is done; False (not queued) during a long run or a full queue,
+        which drops the key and counts it."""
         queued = self.runner.quick and len(self._queued) < QUEUED
         if queued:
             self._queued.append(start)
+        elif self.runner.quick:
+            self._dropped += 1
         return queued
 
     def _next_queued(self) -> None:
-        """Start what waits, in turn: one that needs no run (a refusal, a go-to by number) lets the next go."""
+        """Start what waits, in turn: one that needs no run (a refusal, a go-to by number) lets the next go.
+        Once nothing waits, the status line says how many keys the full queue dropped."""
         while self._queued and not self.runner.running:
             self._queued.popleft()()
+        if self._dropped and not self._queued and not self.runner.running:
+            dropped, self._dropped = self._dropped, 0
+            self.set_status(" · ".join(filter(None, [self.message, tr("screen.dropped", self.lang, count=dropped,
+                                                                       queue=QUEUED)])))
 
 
     def in_background(self, status: str, move, *args, then=None, **options) -> bool:

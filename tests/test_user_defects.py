@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 from conftest import ROOT, X01
+from typer.testing import CliRunner
 
 from engine import load_scenario
 from engine.compare.diff import diff_batch, first_divergence
@@ -48,8 +49,6 @@ def test_a_batch_meets_each_request_alone_within_a_tolerance_that_follows_magnit
 
 def test_the_logit_lens_of_an_encoder_is_refused_with_the_command_lines_reason():
     """Defect 1: `l` on encoder004 raised AnalysisError into the TUI, which crashed."""
-    from typer.testing import CliRunner
-
     from tinyllm_tui.cli import app
 
     debugger = Debugger(load_scenario(ENCODER))
@@ -96,3 +95,58 @@ def test_a_crash_of_the_app_ends_the_command_with_a_failure_status():
     _, status = os.waitpid(pid, 0)
     assert sent and os.waitstatus_to_exitcode(status) == 1
     assert b"a defect of the app" in seen
+
+
+def test_json_writes_masked_scores_as_numbers_every_json_reader_parses():
+    """Defect 9: masked scores were the string "-inf"; now -1e999 (a reader's -∞), NaN null."""
+    import json
+    import math
+
+    from engine.export import json_text
+    from tinyllm_tui.cli import app
+
+    result = CliRunner().invoke(app, ["run", str(X01), "--jsonl"])
+    assert '"-inf"' not in result.output and "-1e999" in result.output
+    scores = next(json.loads(line) for line in result.output.splitlines() if "hook_attn_scores" in line)
+    assert scores["values"][0][1:] == [-math.inf, -math.inf]
+    assert json_text({"a": [math.inf, math.nan], "text": "-Infinity NaN"}) == \
+        '{"a": [1e999, null], "text": "-Infinity NaN"}'  # a string keeps its words
+
+
+def test_the_diff_says_how_shapes_differ_where_it_said_inf():
+    """Defect 7: duplicate-append's rows at positions the full recompute lacks read `max|Δ| inf`."""
+    from tinyllm_tui.cli import app
+
+    result = CliRunner().invoke(app, ["diff", str(X01), "--inject", "duplicate-append"])
+    assert result.exit_code == 1 and "inf" not in result.output.replace("injected", "")
+    assert ("✗ request 0 decode 1  blocks.0.attn.hook_attn_scores head 0  4×7 at positions 3–6, the reference 4×4 "
+            "at positions 0–3") in result.output.splitlines()
+
+
+def test_a_quantized_caches_error_and_its_yardstick_are_named_apart():
+    """Defect 7: `K/V per layer 3.375e-03/1.616e+00` read as two errors; the second is the largest |K|, |V|."""
+    from engine.compare.exact import RoundError
+
+    row = RoundError(0, 1, 1e-3, (2e-3,), (3.375e-03,), (1.616,), True)
+    assert row.describe().endswith("K/V per layer 3.375e-03 (largest |K|, |V| per layer 1.616e+00)")
+
+
+def test_the_tuis_diff_shows_the_measured_number_as_the_command_line_does():
+    """Defect 7: `d` showed `≤ 1e-12` where the CLI prints the number measured."""
+    from engine.compare.diff import OpDiff
+    from tinyllm_tui.presentation.summaries import diff_cell
+
+    assert diff_cell(OpDiff(0, 0, "prefill", 0, "x", None, None, 2.22e-16)) == "2.220e-16"
+
+
+def test_the_status_counts_edited_numbers_and_the_restore_counts_edits_in_their_own_words():
+    """Defect 7: "restored 1 unsaved edit" stood beside "4 unsaved edits" (one edit of 4 numbers)."""
+    from engine.loading.edits import FillEdit
+    from tinyllm_tui.debugger.results import EditKind, Rebuilt
+    from tinyllm_tui.tui.widgets.statusbar import status_text
+
+    debugger = Debugger(load_scenario(X01), edits=[FillEdit("blocks.0.attn.wq", "zeros")])
+    assert debugger.unsaved() > 1  # one edit, several numbers
+    words = status_text(debugger.frame.status, "en").plain
+    assert f"{debugger.unsaved()} edited numbers unsaved" in words
+    assert describe(Rebuilt(EditKind.RESTORED, count=1), "en") == "restored 1 unsaved edit"

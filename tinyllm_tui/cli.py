@@ -35,7 +35,7 @@ from engine.compare.exact import against_exact
 from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.compare.gradcheck import check_head
-from engine.export import ActivationDump, json_number, record, requests_record, trace_document
+from engine.export import ActivationDump, json_number, json_text, record, requests_record, trace_document
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
 from engine.analysis import AnalysisError, attribution, decisions, logit_lens, passes
@@ -522,8 +522,8 @@ def _diff_line(d: OpDiff) -> str:
     """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
-    return (f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  "
-            f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})")
+    measured = d.mismatch or f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})"
+    return f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  {measured}"
 
 
 def _exact_json(rows: list) -> dict:
@@ -544,7 +544,7 @@ def _diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
         "first_divergence": None if first is None else first.step,
         "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
                        "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
-                       "tolerance": d.tolerance, "agrees": d.agrees} for d in diffs],
+                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": d.mismatch or None} for d in diffs],
     }
 
 
@@ -606,8 +606,7 @@ def _check_against(debugger: Debugger, file: Path, dump: Dump | None, llama_cpp:
 
 
 def _print_json(document) -> None:
-    json.dump(document, sys.stdout, ensure_ascii=False)
-    sys.stdout.write("\n")
+    sys.stdout.write(json_text(document) + "\n")
 
 
 def _print_outcome(outcome: Outcome) -> None:

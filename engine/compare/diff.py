@@ -47,18 +47,22 @@ class OpDiff:
     name: str
     layer: int | None
     head: int | None
-    max_abs: float
+    max_abs: float  # inf where the runs' rows or key columns do not meet (`mismatch` says how)
     tolerance: float = TOLERANCE
+    mismatch: str = ""  # "4×7 at positions 3–6, the reference 4×4 at positions 0–3": nothing to subtract
 
     @property
     def agrees(self) -> bool:
         return self.max_abs <= self.tolerance
 
+    def measured(self) -> str:
+        """`max |Δ| = 2.220e-16`, or how the shapes differ."""
+        return self.mismatch or f"max |Δ| = {self.max_abs:.3e}"
+
     def describe(self) -> str:
-        """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf)`."""
+        """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`."""
         head = "" if self.head is None else f" head {self.head}"
-        return (f"request {self.request} {self.phase} round {self.round} {self.name}{head} "
-                f"(max |Δ| = {self.max_abs:.3e})")
+        return f"request {self.request} {self.phase} round {self.round} {self.name}{head} ({self.measured()})"
 
 
 def tolerance_for(dtype) -> float:
@@ -102,12 +106,14 @@ def _round_key(state: OpState) -> tuple[int, int]:
     return state.request, state.round
 
 
-def _reference(states: Iterable[OpState]) -> dict[tuple, tuple[Sequence, np.ndarray]]:
+def _reference(states: Iterable[OpState]) -> dict[tuple, tuple]:
+    """(operator key, position) -> (column ids, row); operator key -> (positions, shape), to word a mismatch."""
     reference = {}
     for state in states:
         values, cols = to_host(state.values), _column_ids(state, 0)
         for i, position in enumerate(state.positions):
             reference[(*op_key(state), position)] = (cols, values[i])
+        reference[op_key(state)] = (state.positions, values.shape)
     return reference
 
 
@@ -118,16 +124,37 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
         values, cols = to_host(state.values), _column_ids(state, shift)
         expected = [(values[i], reference.get((*op_key(state), position - shift)))
                     for i, position in enumerate(state.positions) if position >= shift]
-        largest = max((_row_diff(cols, row, found) for row, found in expected), default=0.0)
+        gaps = [_row_diff(cols, row, found) for row, found in expected]
+        largest = max((gap for gap, _ in gaps), default=0.0)
+        mismatch = _mismatch(state, values.shape, shift, reference) if any(apart for _, apart in gaps) else ""
         depth = depth if state.layer is None else state.layer + 1
         tolerance = (batch_tolerance(values.dtype, depth, _scale(found for _, found in expected))
                      if relative and state.kind != OpKind.CHOICE else tolerance_for(values.dtype))  # ids: exact
         key = op_key(state)
         step = state.step
         if key in worst and worst[key].max_abs >= largest:  # a chunked prefill runs it once per chunk:
-            largest, step = worst[key].max_abs, worst[key].step  # keep the chunk that differs most
+            largest, step, mismatch = worst[key].max_abs, worst[key].step, worst[key].mismatch  # keep the worst chunk
         worst[key] = OpDiff(step, state.request, state.phase, state.round, state.name, state.layer, state.head, largest,
-                            tolerance)
+                            tolerance, mismatch)
+
+
+def _mismatch(state: OpState, shape: tuple[int, ...], shift: int, reference: dict) -> str:
+    """How an operator's rows or key columns fail to meet the reference's."""
+    mine = "×".join(map(str, shape)) + f" at positions {_span([p - shift for p in state.positions if p >= shift])}"
+    found = reference.get(op_key(state))
+    if found is None:
+        return f"{mine}, none in the reference"
+    positions, theirs = found
+    if [p - shift for p in state.positions if p >= shift] == list(positions):
+        return f"{mine}: key columns of one run only are not masked (the reference {'×'.join(map(str, theirs))})"
+    return f"{mine}, the reference {'×'.join(map(str, theirs))} at positions {_span(positions)}"
+
+
+def _span(positions: Sequence[int]) -> str:
+    """`3–6` for consecutive positions, else `0, 2, 5`."""
+    if len(positions) > 1 and list(positions) == list(range(positions[0], positions[-1] + 1)):
+        return f"{positions[0]}–{positions[-1]}"
+    return ", ".join(map(str, positions))
 
 
 def _scale(rows: Iterable) -> float:
@@ -180,9 +207,10 @@ def _column_ids(state: OpState, shift: int) -> Sequence:
     return ids if isinstance(ids, range) else tuple(zip((p - shift for p in axis.positions), ids))
 
 
-def _row_diff(cols: Sequence, row: np.ndarray, expected) -> float:
+def _row_diff(cols: Sequence, row: np.ndarray, expected) -> tuple[float, bool]:
+    """The row's largest |Δ|, and whether the row or its key columns have no counterpart (|Δ| is then inf)."""
     if expected is None:
-        return math.inf
+        return math.inf, True
     expected_cols, expected_row = expected
     if cols == expected_cols:
         a, b = row, expected_row
@@ -194,10 +222,10 @@ def _row_diff(cols: Sequence, row: np.ndarray, expected) -> float:
         only += [expected_row[j] for j in range(len(expected_cols)) if j not in matched]
         extra = np.asarray(only, dtype=row.dtype)
         if not np.all((extra == 0) | np.isneginf(extra)):
-            return math.inf
+            return math.inf, True
         a = row[[i for i, _ in shared]]
         b = expected_row[[j for _, j in shared]]
     same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities subtract to nan
     with np.errstate(invalid="ignore"):
         gaps = np.where(same, 0.0, np.abs(a - b))
-    return float(np.max(gaps, initial=0.0))
+    return float(np.max(gaps, initial=0.0)), False

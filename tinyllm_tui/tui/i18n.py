@@ -31,7 +31,7 @@ EN = {
     "panel.explain": "Explain", "panel.cache": "KV cache", "panel.inputs": "Inputs", "panel.expect": "Expect",
     # the status line
     "status.step": "step {step}/{last}", "status.inject": "⚠ injected bug: {name}",
-    "status.stale": "⚠ stale cache (r: recompute)", "status.unsaved": "{count} unsaved edits", "status.unsaved.one": "{count} unsaved edit",
+    "status.stale": "⚠ stale cache (r: recompute)", "status.unsaved": "{count} edited numbers unsaved", "status.unsaved.one": "{count} edited number unsaved",
     "status.breakpoints": "{count} breakpoints", "status.breakpoints.one": "{count} breakpoint", "status.playing": "▶ playing {speed}/s (+ -)",
     "status.hit": "⚑ breakpoint: {names}",
     "status.interventions": "✂ {count} interventions: {last}", "status.interventions.one": "✂ {count} intervention: {last}",
@@ -201,7 +201,7 @@ ZH = {
     "Cancel loading": "取消加载", "Cancel or quit": "取消或退出",
     "panel.explain": "解释", "panel.cache": "KV缓存", "panel.inputs": "输入", "panel.expect": "期望值",
     "status.step": "步骤 {step}/{last}", "status.inject": "⚠ 注入的错误：{name}",
-    "status.stale": "⚠ 缓存已过期（r：重新计算）", "status.unsaved": "{count} 处未保存的修改",
+    "status.stale": "⚠ 缓存已过期（r：重新计算）", "status.unsaved": "{count} 个修改过的数尚未保存",
     "status.breakpoints": "{count} 个断点", "status.playing": "▶ 播放中 {speed}/秒 (+ -)",
     "status.hit": "⚑ 断点：{names}",
     "status.interventions": "✂ {count} 处激活干预：{last}",

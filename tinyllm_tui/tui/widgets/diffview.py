@@ -20,7 +20,9 @@ def diff_line(d, first: bool, lang: str) -> Text:
     head = "" if d.head is None else f" h{d.head}"
     style = "bold red" if first else ("red" if not d.agrees else "")
     request = tr("diff.request", lang, request=d.request)
-    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}", style=style)
+    mismatch = f"  {d.mismatch}" if d.mismatch else ""
+    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}{mismatch}",
+                style=style)
 
 
 def report_summary(report: DiffReport, lang: str) -> Text:

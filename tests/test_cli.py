@@ -169,8 +169,8 @@ def test_run_break_that_never_hits_says_so():
 
 
 def test_a_bad_break_is_refused_before_loading():
-    result = invoke("run", "missing.yaml", "--break", "nosuchthing")
-    assert result.exit_code == 2 and result.stderr.startswith("tinyllm-tui: error: breakpoint 'nosuchthing': ")
+    result = invoke("run", "missing.yaml", "--break", "no such thing")
+    assert result.exit_code == 2 and result.stderr.startswith("tinyllm-tui: error: breakpoint 'no such thing': ")
 
 
 def test_a_misspelt_command_is_suggested():

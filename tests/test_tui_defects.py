@@ -155,3 +155,18 @@ async def test_keys_beyond_the_queue_are_counted_and_said_once_it_has_drained():
         dropped = 30 - 1 - QUEUED
         assert state(app).step == 1 + QUEUED
         assert f"{dropped} keys dropped: pressed while {QUEUED} already waited" in status(app)
+
+
+async def test_b_on_one_heads_operator_breaks_on_that_head_only():
+    """Issue 27 defect 9: `b` on `attn.pattern h0` set the breakpoint on every head's pattern."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        step = next(s.step for s in app.debugger.view.round_states if s.name.endswith("hook_pattern") and s.head == 0)
+        app.debugger.goto_step(step)
+        app.main.show()
+        await pilot.pause()
+        await pilot.press("b")
+        (breakpoint,) = app.debugger.breakpoints
+        hit = [(s.name, s.head) for s in app.debugger.view.round_states if breakpoint.hits(s)]
+        assert hit == [("blocks.0.attn.hook_pattern", 0)]

@@ -16,7 +16,7 @@ from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.readings import round_lens
-from tinyllm_tui.debugger.results import Reason, Refused
+from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Reason, Refused
 from tinyllm_tui.tui.i18n import describe
 
 ENCODER = ROOT / "scenarios" / "encoder004.yaml"
@@ -150,3 +150,24 @@ def test_the_status_counts_edited_numbers_and_the_restore_counts_edits_in_their_
     words = status_text(debugger.frame.status, "en").plain
     assert f"{debugger.unsaved()} edited numbers unsaved" in words
     assert describe(Rebuilt(EditKind.RESTORED, count=1), "en") == "restored 1 unsaved edit"
+
+
+def test_a_breakpoint_takes_a_bare_short_name_joined_with_a_condition_as_g_does():
+    """Defect 9: `B 'unembed & round=1'` was refused although `g unembed` works."""
+    debugger = Debugger(load_scenario(X01))
+    assert debugger.add_breakpoint("unembed & round=1") == BreakpointAdded("unembed & round=1")
+    hit = debugger.continue_()
+    assert isinstance(hit, HitBreakpoint)
+    assert (debugger.view.state.name, debugger.view.state.round) == ("unembed.hook_out", 1)
+
+
+def test_run_names_the_nearest_operator_to_a_misspelt_break():
+    """Defect 9: `run --break 'attn.patern'` matched nothing without a did-you-mean."""
+    from tinyllm_tui.cli import app
+
+    result = CliRunner().invoke(app, ["run", str(X01), "--break", "attn.patern & round=1"])
+    assert result.exit_code == 0
+    assert ("tinyllm-tui: warning: breakpoint 'attn.patern & round=1': no operator is named 'attn.patern' "
+            "(did you mean 'attn.pattern'?)") in result.stderr.splitlines()
+    spelt = CliRunner().invoke(app, ["run", str(X01), "--break", "attn.pattern"])
+    assert "warning" not in spelt.stderr

@@ -26,7 +26,7 @@ from typer._click.exceptions import ClickException, UsageError  # Typer >= 0.26 
 from typer.core import TyperGroup
 
 from engine import Backend, BackendError, Scenario, ScenarioError, Session, load_scenario, make_backend, to_host
-from engine.breakpoints import BreakpointError, parse_breakpoint
+from engine.breakpoints import BreakpointError, misnamed, parse_breakpoint
 from engine.compare.against import compare_generation
 from engine.compare.dump import Dump, load_dump, save_dump
 from engine.compare.layout import Passes
@@ -363,6 +363,7 @@ def run(
     *, options: Options,
 ) -> None:
     debugger = _debugger(file, options)
+    _warn_misnamed(debugger)
     if lens:
         _print_lens(debugger, as_json, top_k)
         return
@@ -440,6 +441,15 @@ def _print_lens(debugger: Debugger, as_json: bool, top_k: int) -> None:
     else:
         print(request_results(debugger.session.results, scenario.vocab))
     _warn_unused(debugger.session)
+
+
+def _warn_misnamed(debugger: Debugger) -> None:
+    """A breakpoint's operator name that no operator has (every round runs the first round's operators)."""
+    for breakpoint in debugger.breakpoints:
+        for name, near in misnamed(breakpoint, debugger.history.round_states()):
+            hint = f" (did you mean {near!r}?)" if near else ""
+            print(f"tinyllm-tui: warning: breakpoint {breakpoint.text!r}: no operator is named {name!r}{hint}",
+                  file=sys.stderr)
 
 
 def _warn_unused(session: Session) -> None:

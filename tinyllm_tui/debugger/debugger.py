@@ -11,7 +11,6 @@ publishes it whole, so a reader never meets a half-changed debugger.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
-from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
+from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
 from engine.compare.against import Against, Report, disagreement
 from engine.compare.check import check_scenario
 from engine.compare.diff import TOLERANCE, OpDiff, diff_sessions, first_divergence
@@ -52,7 +51,6 @@ from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, Br
                                           Saved)
 
 PROGRESS_EVERY = 200  # steps between progress reports of a long run
-BARE_WORD = re.compile(r"[\w.*?\[\]-]+")  # a name `g` may look for although a breakpoint refuses it
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
 
@@ -89,15 +87,9 @@ Progress = Callable[[int], None]
 
 
 def matcher(text: str) -> Callable[[OpState], bool]:
-    """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …), or a bare short
-    name as the operator list shows it (`unembed` finds `unembed.out`). Raises BreakpointError for a
-    condition that a breakpoint refuses too (`abs>`)."""
-    try:
-        return parse_breakpoint(text).hits
-    except BreakpointError:
-        if not BARE_WORD.fullmatch(text):
-            raise
-        return lambda state: name_matches(state, text)
+    """What `g`/`G` look for: what a breakpoint accepts (glob, short name or its first parts, kind,
+    field=value, …). Raises BreakpointError for what a breakpoint refuses too (`abs>`)."""
+    return parse_breakpoint(text).hits
 
 
 def owning(move: Callable[..., Result]) -> Callable[..., Result]:

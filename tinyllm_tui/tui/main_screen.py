@@ -400,7 +400,8 @@ class DebuggerScreen(Screen):
         step = self.query_one(OperatorList).highlighted_key
         view = self.debugger.view
         state = next((s for s in view.round_states if s.step == step), view.state)
-        self.say(self.debugger.toggle_breakpoint(state.name))
+        head = "" if state.head is None else f" h{state.head}"  # this head's operator, not every head's
+        self.say(self.debugger.toggle_breakpoint(state.name + head))
 
     def action_add_breakpoint(self) -> None:
         self.app.push_screen(PromptScreen(tr("ask.break", self.lang), self._accept_breakpoint))

@@ -4,7 +4,7 @@ a search prompt that keeps what is typed, the footer and the lists at small size
 from __future__ import annotations
 
 import numpy as np
-from conftest import X01
+from conftest import SCENARIOS, X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
 from tui_helpers import long_scenario, make_app, screen_text, settle, state, status
@@ -170,3 +170,27 @@ async def test_b_on_one_heads_operator_breaks_on_that_head_only():
         (breakpoint,) = app.debugger.breakpoints
         hit = [(s.name, s.head) for s in app.debugger.view.round_states if breakpoint.hits(s)]
         assert hit == [("blocks.0.attn.hook_pattern", 0)]
+
+
+async def test_an_encoder_shows_no_kv_cache_it_does_not_keep():
+    """Issue 27 defect 9: BERT got a KV-cache panel, a KV tab and a "(K/V cached)" legend, and keeps no cache."""
+    app = make_app(SCENARIOS / "encoder004.yaml")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert "KV cache" not in text and "K/V cached" not in text and "cache 0" not in text
+        assert "✓ processed  ▶ being fed" in text
+        await pilot.press("k")
+        assert "keeps no KV cache" in status(app)
+
+
+async def test_the_weights_browser_names_the_parameter_once_and_summarises_no_row():
+    """Issue 27 defect 9: the title was printed twice, and a 'last position' summary meant nothing for a weight."""
+    app = make_app()
+    async with app.run_test(size=(64, 24)) as pilot:  # not every column fits: the old summary line showed
+        await pilot.press("w")
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        name = next(iter(app.debugger.weights))
+        assert sum(f"{name} · " in line for line in lines) == 1
+        assert not any(": min " in line and " mean " in line for line in lines)

@@ -81,6 +81,7 @@ EN = {
     "screen.sorted_on": "columns sorted by the last position, most likely first",
     "screen.sorted_off": "columns in vocabulary order", "screen.not_vocab": "only a vocabulary row can be sorted",
     "screen.no_columns": "no more columns that way", "screen.no_rows": "no more rows that way",
+    "screen.no_cache": "an encoder runs one pass over the whole input: it keeps no KV cache",
     "screen.no_action": "no action on {key!r}: press ? for the keys", "screen.diffing":
         "computing the full recompute to compare… (Esc cancels)", "screen.diff_cancelled": "diff cancelled",
     "screen.searching": "searching for {text}… (Esc cancels)", "screen.injecting":
@@ -142,7 +143,7 @@ EN = {
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
-    "timeline.cache": " · cache {length}  ", "timeline.processed": "processed (K/V cached)",
+    "timeline.cache": " · cache {length}  ", "timeline.processed": "processed (K/V cached)", "timeline.processed.uncached": "processed",
     "timeline.current": "being fed", "timeline.selected": "selected, not yet fed", "timeline.pending": "pending",
     "timeline.no_round": "no round finished yet", "timeline.earlier": "‹ {count} earlier │ ",
     "timeline.round": "{where}: fed {fed} → cache {length}", "timeline.chose": " → chose {token}",
@@ -244,6 +245,7 @@ ZH = {
     "screen.sorted_on": "列按最后位置的概率从高到低排序", "screen.sorted_off": "列按词表顺序排列",
     "screen.not_vocab": "只有词表行可以排序",
     "screen.no_columns": "这个方向没有更多列了", "screen.no_rows": "这个方向没有更多行了",
+    "screen.no_cache": "编码器对整个输入只运行一遍：它不保留KV缓存",
     "screen.no_action": "{key!r} 没有对应操作：按 ? 查看按键", "screen.diffing": "正在完整重算以便对比…（Esc 取消）",
     "screen.diff_cancelled": "对比已取消", "screen.searching": "正在搜索 {text}…（Esc 取消）",
     "screen.injecting": "正在切换注入的错误并重放到此步骤…（Esc 取消）",
@@ -292,7 +294,7 @@ ZH = {
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
-    "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）",
+    "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",
     "timeline.current": "正在输入", "timeline.selected": "已选出，尚未输入", "timeline.pending": "待处理",
     "timeline.no_round": "尚无完成的轮次", "timeline.earlier": "‹ 前 {count} 轮 │ ",
     "timeline.round": "{where}：输入 {fed} → 缓存 {length}", "timeline.chose": " → 选出 {token}",

@@ -139,6 +139,7 @@ class DebuggerScreen(Screen):
         self.message = ""
         self.refusal = ""  # why the last key pressed during a run was refused
         self.wide = False
+        self.cached = debugger.scenario.model.lm_head  # an encoder runs one pass: it keeps no KV cache
         self._frame: Frame | None = None
         self._queued: deque = deque()  # moves pressed while a quick one was in flight, to start in turn
         self._dropped = 0  # keys pressed while the queue was full, said once it has drained
@@ -171,6 +172,9 @@ class DebuggerScreen(Screen):
                        self.query_one(OperatorList), self.query_one(InputsPanel), self.query_one(ExpectPanel),
                        *self.query(MatrixWindow), *self.query(CacheView)):
             widget.lang = self.lang
+        self.query_one(Timeline).cached = self.cached
+        if not self.cached:
+            self.query_one(TabbedContent).hide_tab("cache")
         self.query_one(OperatorList).focus()
         pending = self.debugger.round_pending  # shown quickly: the rest of round 0 is listed once computed
         self.show(tr("screen.listing" if pending else "screen.start", self.lang))
@@ -245,7 +249,7 @@ class DebuggerScreen(Screen):
         self._show_panels()
 
     def on_resize(self, event) -> None:
-        self.query_one("#side-cache").display = self.wide = event.size.width >= WIDE
+        self.query_one("#side-cache").display = self.wide = event.size.width >= WIDE and self.cached
         self._show_panels()
 
     def set_status(self, message: str = "") -> None:
@@ -457,6 +461,9 @@ class DebuggerScreen(Screen):
 
     # -- panels and the windows ------------------------------------------------------------------------------
     def action_panel(self, pane: str) -> None:
+        if pane == "cache" and not self.cached:
+            self.set_status(tr("screen.no_cache", self.lang))
+            return
         self.query_one(TabbedContent).active = pane
 
     @property

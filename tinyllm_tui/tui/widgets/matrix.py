@@ -62,6 +62,7 @@ class MatrixWindow(TextLines):
     show_before = reactive(False)  # the values before the last edit instead of the current ones
     sorted_view = reactive(False)  # a vocabulary row's columns, most likely first
     cursor: reactive[tuple[int, int] | None] = reactive(None)  # a cell cursor (weights browser)
+    SUMMARY = True  # a line about the last position when its row does not fit
     title = ""
     lang = "en"
 
@@ -97,7 +98,7 @@ class MatrixWindow(TextLines):
     def _title_lines(self) -> int:
         """Up to three title lines (what, which part and marks, the last position's summary when its row
         does not fit), fewer in a short panel: the second line, which says where the window is, goes last."""
-        wide = self.matrix is not None and self._col_count() < self.matrix.values.shape[1]
+        wide = self.SUMMARY and self.matrix is not None and self._col_count() < self.matrix.values.shape[1]
         lines = TITLE_LINES + 1 if wide else TITLE_LINES
         if self.size.height >= 2 * lines + 2:
             return lines
@@ -236,7 +237,7 @@ class MatrixWindow(TextLines):
                             tolerance=verdicts.tolerance))
         lines = [Text(f"{self.title} · {shape_text(matrix.values.shape)}", style="bold"),
                  Text(" · ".join(p for p in parts if p), style="italic")]
-        wide = len(cols) < n_cols
+        wide = self.SUMMARY and len(cols) < n_cols
         return lines + [Text(summary_text(matrix, lang), style="italic")] if wide else lines
 
 

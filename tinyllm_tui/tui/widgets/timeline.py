@@ -17,6 +17,7 @@ STYLES = {
     Status.SELECTED: ("★", "bold magenta", "timeline.selected"),
     Status.PENDING: ("…", "dim", "timeline.pending"),
 }
+UNCACHED = {"timeline.processed": "timeline.processed.uncached"}  # an encoder's words: nothing is cached
 ROUND_SEPARATOR = " │ "
 
 
@@ -68,6 +69,7 @@ def round_line(rounds, lang: str, marks: dict[int, bool] | None = None) -> str:
 class Timeline(Widget):
     data: reactive[TimelineFrame | None] = reactive(None)  # redrawn only when what it draws changed
     lang = "en"
+    cached = True  # False for an encoder, which keeps no KV cache: no cache length, no "K/V cached"
 
     def show(self, data: TimelineFrame) -> None:
         self.data = data
@@ -83,14 +85,15 @@ class Timeline(Widget):
         marks = dict(data.marks)
         if data.round in marks:
             place += f" {mark(marks[data.round])}"
-        place += tr("timeline.cache", lang, length=data.cache_length)
+        place += tr("timeline.cache", lang, length=data.cache_length) if self.cached else "  "
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
         if data.batch:  # one line per row of the batch, as many as the panel holds around the current one
             return self._batch(lines, width)
         lines.append_text(token_window(data, width - cell_len(place)))
         lines.append("\n")
         lines.append(self._rounds(width), style="italic")
-        legend = "  ".join(f"{glyph} {tr(key, lang)}" for glyph, _, key in STYLES.values())
+        legend = "  ".join(f"{glyph} {tr(key if self.cached else UNCACHED.get(key, key), lang)}"
+                           for glyph, _, key in STYLES.values())
         lines.append("\n" + legend, style="dim")
         return lines
 

@@ -171,3 +171,38 @@ def test_run_names_the_nearest_operator_to_a_misspelt_break():
             "(did you mean 'attn.pattern'?)") in result.stderr.splitlines()
     spelt = CliRunner().invoke(app, ["run", str(X01), "--break", "attn.pattern"])
     assert "warning" not in spelt.stderr
+
+
+def cell_starts(line: str) -> list[int]:
+    """The display column where each run of non-spaces begins (学 is two columns wide)."""
+    from tinyllm_tui.presentation.numbers import display_width
+
+    return [display_width(line[:i]) for i, ch in enumerate(line) if ch != " " and (i == 0 or line[i - 1] == " ")]
+
+
+def test_the_lens_table_aligns_chinese_tokens_by_display_width():
+    """Defect 6: `run --lens` padded 学习 by characters, so its columns drifted one cell per wide character."""
+    from tinyllm_tui.cli import app
+
+    from tinyllm_tui.presentation.lens import CELL
+
+    lines = CliRunner().invoke(app, ["run", str(X01), "--lens"]).output.splitlines()
+    top = lines[lines.index("top 5 at position 2:") + 1:][:3]  # the prefill's top 5 per residual stream
+    assert any("学习" in line for line in top)
+    label = len("0 post  ")
+    for line in top:  # its label (two words), then a token and a probability per cell, CELL + 1 apart
+        assert cell_starts(line)[2::2] == [label + k * (CELL + 1) for k in range(5)], line
+
+
+def test_the_key_labels_under_the_heat_maps_stay_under_their_keys():
+    """Defect 6: a key labelled 学 took two cells in a one-cell column, pushing the labels after it right."""
+    from tinyllm_tui.presentation.glance import glance_lines
+    from tinyllm_tui.presentation.numbers import display_width
+
+    pattern = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
+    lines = glance_lines([pattern, pattern], ["我", "a", "学"], width=40, height=8)
+    shades, labels = lines[1:4], lines[4]
+    last_shade = max(display_width(line) for line in shades)  # the last query row sees every key
+    assert display_width(labels) == last_shade
+    columns = [display_width(labels[:i]) for i, ch in enumerate(labels) if ch != " "]
+    assert columns == [2, 4, 6, 10, 12, 14]  # key k of head h at 2 + 8h + 2k: a heat map of 3 two-cell keys, a gap

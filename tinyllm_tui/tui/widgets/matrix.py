@@ -22,7 +22,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 
 from tinyllm_tui.debugger.frame import MatrixFrame
-from tinyllm_tui.presentation.numbers import NUMBER_WIDTH, format_number, right_aligned
+from tinyllm_tui.presentation.numbers import NUMBER_WIDTH, fit_cells, format_number, right_aligned
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.textlines import TextLines
@@ -180,14 +180,14 @@ class MatrixWindow(TextLines):
         width = self._label_width()
         header = Text(" " * width)
         for j in cols:
-            header.append(right_aligned(_fit(matrix.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
+            header.append(right_aligned(fit_cells(matrix.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
         title = self._title(rows, where)
         if self._title_lines() == 1 and title[1].plain:  # a short panel: which part shows stays said
             title = [Text.assemble(title[0], " · ", title[1])]
         lines: list[Text | Strip] = [*title[: self._title_lines()], header]
         heat, cursor, changed = self.heat, self.cursor, matrix.changed
         for i in rows:
-            label = _fit(self._row_label(i), width - 1)
+            label = fit_cells(self._row_label(i), width - 1)
             segments = [Segment(label + " " * (width - cell_len(label)), BOLD)]
             for j in cols:
                 x = float(values[i, j])
@@ -209,7 +209,7 @@ class MatrixWindow(TextLines):
         matrix = self.matrix
         if matrix.tokens:  # the decode rule's choice: a token, not a number
             text = matrix.tokens[i * matrix.values.shape[1] + j]
-            return (Segment(right_aligned(_fit(text, NUMBER_WIDTH)), BOLD),)
+            return (Segment(right_aligned(fit_cells(text, NUMBER_WIDTH)), BOLD),)
         return (Segment(right_aligned(format_number(x)), style),)
 
     def _title(self, rows: range, cols: range) -> list[Text]:
@@ -258,13 +258,3 @@ def summary_text(matrix: MatrixFrame, lang: str) -> str:
 def _piece(text: str) -> str:
     """A token's text, quoted where spaces at its ends would otherwise not show."""
     return repr(text) if not text or text != text.strip() else text
-
-
-def _fit(text: str, width: int) -> str:
-    """Cut `text` to `width` display cells, marking the cut with …."""
-    if cell_len(text) <= width:
-        return text
-    cut = text
-    while cell_len(cut) > max(width - 1, 0):
-        cut = cut[:-1]
-    return cut + "…"

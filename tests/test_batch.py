@@ -120,7 +120,8 @@ def test_diff_batch_on_the_command_line_checks_each_request_against_itself_alone
                                      "--inject", "padding-unmasked"])
     assert buggy.exit_code == 1
     assert buggy.output.splitlines()[-1] == ("✗ first divergence: request 0 prefill round 0 "
-                                             "blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf) "
+                                             "blocks.0.attn.hook_attn_scores head 0 (3×12 at positions 0–2: key "
+                                             "columns of one run only are not masked (the reference 3×3)) "
                                              "(injected: padding-unmasked)")
 
 
@@ -160,7 +161,7 @@ async def test_the_timeline_shows_the_batch_as_rows():
 
     app = DebuggerApp(batch_scenario(), lang="en")
     async with app.run_test(size=(120, 30)) as pilot:
-        await pilot.press(*"nnn")  # the fourth row's embedding: every row has been through the first operator
+        await pilot.press("n", "left")  # the embedding's last row: every row has been through the first operator
         await settle(pilot)
         lines = screen_text(app).splitlines()
         place = next(i for i, line in enumerate(lines) if "batch of 4" in line)
@@ -170,7 +171,7 @@ async def test_the_timeline_shows_the_batch_as_rows():
                                                      ["▸", "r3", "pad"]]
         assert "▶11:" in rows[2] and rows[3].split()[3] == "0"
         text = screen_text(app)
-        assert "hook_embed · request 3 (row 4/4, pad 0) · prefill" in text  # the matrix's title
+        assert "hook_embed · requests 0–3 (batch) · prefill" in text  # the matrix's title
         assert "r0 · 0 · " in text and "of 48" in text  # the batch axis: every row's 12 positions stacked
         matrix = app.debugger.frame.matrix
         assert matrix.values.shape == (48, 16) and matrix.rows[12].startswith("r1 · 0 · ")

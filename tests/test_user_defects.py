@@ -16,7 +16,7 @@ from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.readings import round_lens
-from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Reason, Refused
+from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Moved, Reason, Refused
 from tinyllm_tui.tui.i18n import describe
 
 ENCODER = ROOT / "scenarios" / "encoder004.yaml"
@@ -206,3 +206,24 @@ def test_the_key_labels_under_the_heat_maps_stay_under_their_keys():
     assert display_width(labels) == last_shade
     columns = [display_width(labels[:i]) for i, ch in enumerate(labels) if ch != " "]
     assert columns == [2, 4, 6, 10, 12, 14]  # key k of head h at 2 + 8h + 2k: a heat map of 3 two-cell keys, a gap
+
+
+def test_a_batch_steps_one_operator_at_a_time_with_the_rows_as_its_batch_axis():
+    """Defect 8: every operator came twice (row 1/2, row 2/2), so every other `n` seemed to do nothing."""
+    import dataclasses
+
+    from tinyllm_tui.tui.main_screen import matrix_title
+
+    debugger = Debugger(dataclasses.replace(load_scenario(X01), batch=True))
+    seen = [(debugger.view.state.name, debugger.view.state.head)]
+    for _ in range(12):
+        assert isinstance(debugger.step(), Moved)
+        seen.append((debugger.view.state.name, debugger.view.state.head))
+        rows = debugger.frame.matrix.rows
+        assert {rows[i].split(" · ")[0] for i in range(len(rows))} == {"r0", "r1"}  # both rows, one matrix
+    assert all(a != b for a, b in zip(seen, seen[1:]))  # each n a new operator
+    assert " · requests 0–1 (batch) · " in matrix_title(debugger.frame, "en")  # not "row 2/2"
+    for expected in reversed(seen[:-1]):  # and back, one operator at a time
+        debugger.back()
+        assert (debugger.view.state.name, debugger.view.state.head) == expected
+    assert debugger.view.state.step == 1  # the embedding's last row: every row has been through it

@@ -140,12 +140,13 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
 
 def _mismatch(state: OpState, shape: tuple[int, ...], shift: int, reference: dict) -> str:
     """How an operator's rows or key columns fail to meet the reference's."""
-    mine = "×".join(map(str, shape)) + f" at positions {_span([p - shift for p in state.positions if p >= shift])}"
+    compared = [p - shift for p in state.positions if p >= shift]  # a batch row's padding has no counterpart
+    mine = f"{len(compared)}×{shape[1]} at positions {_span(compared)}"
     found = reference.get(op_key(state))
     if found is None:
         return f"{mine}, none in the reference"
     positions, theirs = found
-    if [p - shift for p in state.positions if p >= shift] == list(positions):
+    if compared == list(positions):
         return f"{mine}: key columns of one run only are not masked (the reference {'×'.join(map(str, theirs))})"
     return f"{mine}, the reference {'×'.join(map(str, theirs))} at positions {_span(positions)}"
 

@@ -40,7 +40,7 @@ from tinyllm_tui.debugger.autosave import Unsaved
 from engine.interventions import InterventionError, check_intervention, parse_any
 from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after
-from tinyllm_tui.debugger.batch import batch_group, stacked
+from tinyllm_tui.debugger.batch import batch_group, same_operator, stacked
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
                                         timeline_frame, with_breakpoints)
@@ -263,11 +263,13 @@ class Debugger:
         vocab = self.scenario.vocab
         verdicts = self._verdicts(state, values, before)
         rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
-        if len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1:
+        stacks = len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1
+        if stacks:
             values, rows, cols = stacked(batch)
         tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
-        return matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
-                            verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
+        matrix = matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
+                              verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
+        return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
 
     def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:
         """Cell by cell: the user's dump (every cell), or the printed cells of an expect: table."""
@@ -314,13 +316,23 @@ class Debugger:
 
     @owning
     def step(self) -> Result:
-        moved = self.history.forward()
+        """To the next operator: in a batch, to its last row's state, every row having been through it (the rows
+        are its matrix's batch axis)."""
+        history, start = self.history, self.history.current
+        moved = history.forward()
+        while moved and same_operator(history.current, start):
+            moved = history.forward()
+        while moved and same_operator(history.state_at(history.cursor + 1), history.current):
+            moved = history.forward()
         self._publish()
         return Moved(self.frame.step) if moved else self.end_of_trace()
 
     @owning
     def back(self) -> Result:
-        moved = self.history.back()
+        """To the previous operator: in a batch, to its last row's state."""
+        history = self.history
+        history.goto(batch_group(history.state_at, history.current)[0].step)
+        moved = history.back()
         self._publish()
         return Moved(self.frame.step) if moved else Refused(Reason.FIRST_STEP)
 

@@ -105,6 +105,7 @@ class MatrixFrame:
     newest_first: bool = False  # open the window on the last rows (a KV cache's newest positions)
     new_from: int | None = None  # rows from here on were appended this round (a KV cache)
     differing: frozenset[int] = frozenset()  # rows that differ from a --against dump (a KV cache)
+    batch_rows: tuple[int, ...] = ()  # the requests whose rows are stacked (a batch's operator: its batch axis)
 
     @property
     def sequential(self) -> bool:

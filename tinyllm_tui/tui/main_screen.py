@@ -33,6 +33,7 @@ from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
 from tinyllm_tui.debugger.readings import layer_patterns, round_lens
+from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 
@@ -57,6 +58,10 @@ def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
 def matrix_title(frame: Frame, lang: str) -> str:
     """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
     head = "" if frame.matrix.head is None else tr("matrix.head", lang, head=frame.matrix.head)
+    stacked = frame.matrix.batch_rows
+    if stacked:  # every row of the batch, one under the other: the batch axis
+        return tr("matrix.title.batch", lang, name=frame.matrix.name, head=head, requests=spans(stacked),
+                  where=where(frame.phase, frame.round, lang))
     request = str(frame.request)
     rows = frame.timeline.batch
     if rows:  # which row of the batch, and its padding

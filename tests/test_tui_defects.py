@@ -7,7 +7,7 @@ import numpy as np
 from conftest import SCENARIOS, X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
-from tui_helpers import long_scenario, make_app, screen_text, settle, state, status
+from tui_helpers import long_scenario, make_app, matrix_cells, screen_text, settle, state, status
 
 from engine import Session, load_scenario
 from tinyllm_tui.tui.app import DebuggerApp
@@ -178,7 +178,7 @@ async def test_an_encoder_shows_no_kv_cache_it_does_not_keep():
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot)
         text = screen_text(app)
-        assert "KV cache" not in text and "K/V cached" not in text and "cache 0" not in text
+        assert "KV cache" not in text and "KV · " not in text and "K/V cached" not in text and "cache 0" not in text
         assert "✓ processed  ▶ being fed" in text
         await pilot.press("k")
         assert "keeps no KV cache" in status(app)
@@ -194,3 +194,53 @@ async def test_the_weights_browser_names_the_parameter_once_and_summarises_no_ro
         name = next(iter(app.debugger.weights))
         assert sum(f"{name} · " in line for line in lines) == 1
         assert not any(": min " in line and " mean " in line for line in lines)
+
+
+def perturbed_dump(tmp_path):
+    """X01's own activations with one cell of decode 1's head-0 z moved by 0.01: your implementation's bug."""
+    from typer.testing import CliRunner
+
+    from engine.compare.dump import load_dump
+    from tinyllm_tui.cli import app
+
+    reference = tmp_path / "ref.npz"
+    CliRunner().invoke(app, ["run", str(X01), "--save-activations", str(reference)])
+    arrays = dict(np.load(reference))
+    key = "request.0.decode.1.blocks.0.attn.hook_z"
+    arrays[key] = arrays[key].copy()
+    arrays[key].flat[1] += 0.01
+    np.savez(tmp_path / "mine.npz", **arrays)
+    return load_dump(tmp_path / "mine.npz"), float(arrays[key].flat[1])
+
+
+async def test_g_diverged_says_the_values_first_and_v_shows_the_dumps_own(tmp_path):
+    """Issue 27 defect 5: the status line cut the reference and dump values, and the dump's values showed nowhere."""
+    dump, theirs = perturbed_dump(tmp_path)
+    app = make_app(against=(dump, None, None))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("g", *"diverged", "enter")
+        await settle(pilot)
+        words = status(app)
+        assert f"first divergence: reference {theirs - 0.01!r}, dump {theirs!r} (|Δ| 1.000e-02" in words
+        cell = lambda: matrix_cells(app)[0][2]  # noqa: E731 (row 3 · 爱, column f1: the cell that differs)
+        assert cell() == f"✗{theirs - 0.01:.6f}"
+        await pilot.press("v")
+        assert cell() == f"✗{theirs:.6f}" and "showing your dump's values" in status(app)
+
+
+async def test_at_160_columns_a_faults_description_and_the_stale_cache_note_read_whole():
+    """Issue 27 defect 5: I's description, the KV panel's title and the stale-cache note were cut at 160 columns."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("g", *"40", "enter")
+        await settle(pilot)
+        app.main.action_cycle_injection()
+        await settle(pilot)
+        while app.debugger.inject != "stale-cache":
+            app.main.action_cycle_injection()
+            await settle(pilot)
+        text = screen_text(app)
+        flat = " ".join(line.strip() for line in text.splitlines())
+        assert "decode reuses a prefix cache computed with other weights (every weight ×1.1)" in flat
+        assert "⚠ stale: old weights, r recomputes" in flat and "…" not in text.splitlines()[0]

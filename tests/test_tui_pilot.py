@@ -339,7 +339,7 @@ async def test_the_three_views_at_once_from_120_columns():
         await pilot.press(*["n"] * 8)  # the head-0 pattern
         side = app.main.query_one("#side-cache")
         assert side.display and side.region.width > 30
-        assert "KV cache · layer 0" in screen_text(app) and app.main.query_one(TabbedContent).active == "explain"
+        assert "KV · layer 0" in screen_text(app) and app.main.query_one(TabbedContent).active == "explain"
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
         assert not app.main.query_one("#side-cache").display  # narrow: the KV cache is a tab again

@@ -283,7 +283,7 @@ class Debugger:
                     return ~disagreement(np.asarray(shown, dtype=np.float64), wanted, tolerance)[1]
 
                 return Verdicts(VerdictSource.DUMP, np.ones(values.shape, bool), agree(values),
-                                None if before is None else agree(before), tolerance.describe())
+                                None if before is None else agree(before), tolerance.describe(), wanted)
         cells = self.verdicts(state)
         if not cells:
             return None
@@ -770,7 +770,7 @@ class Debugger:
             self._publish()
             return Diverged(None, "")
         self._goto(first.step)
-        return Diverged(first.step, first.cell_text(len(self.scenario.requests)))
+        return Diverged(first.step, first.place_text(len(self.scenario.requests)), first.values_text())
 
     def check_expectations(self, scenario: Scenario) -> list[Outcome]:
         try:

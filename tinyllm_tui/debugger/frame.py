@@ -66,6 +66,7 @@ class Verdicts:
     agrees: np.ndarray  # bool: the current values agree
     agrees_before: np.ndarray | None  # bool: the values before the last edit agree
     tolerance: str  # as the comparison words it: "1e-09", "1e-05 + 1e-05·|ref|"
+    theirs: np.ndarray | None = None  # a --against dump's own values of the matrix (`v` shows them)
 
     @property
     def count(self) -> int:

@@ -71,7 +71,8 @@ class Diverged:
     """`g diverged`: the first step where your activations leave the reference (None: they agree everywhere)."""
 
     step: int | None
-    where: str  # the engine's description of the first cell that differs
+    where: str  # the engine's description of the first cell that differs (pass, operator, cell, labels)
+    values: str = ""  # its reference and dump values and |Δ|: the point of the search, worded first
 
 
 @dataclass(frozen=True)

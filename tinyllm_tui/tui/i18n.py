@@ -56,7 +56,8 @@ EN = {
     "result.undone": "undid the last edit", "result.redone": "redid the edit",
     "result.recomputed": "recomputed the cache with the current weights", "result.saved": "saved to {path}",
     "result.cache": "KV cache: layer {layer} head {head}",
-    "result.diverged": "first divergence: {where}", "result.agree": "your activations agree everywhere",
+    "result.diverged": "first divergence: {where}",
+    "result.diverged.values": "first divergence: {values} · at {where}", "result.agree": "your activations agree everywhere",
     # refusals
     "refused.busy": "busy: a run is in flight (Esc or ctrl+c cancels it)",
     "refused.first_step": "already at the first step",
@@ -93,6 +94,7 @@ EN = {
     "screen.restoring": "restoring the unsaved edits… (Esc cancels)",
     "screen.discarded": "discarded the unsaved edits of the earlier session",
     "screen.before": "showing values BEFORE the last edit", "screen.after": "showing current values",
+    "screen.dump": "showing your dump's values (✓ ✗ as judged against the reference's)",
     "screen.not_saved": "not saved: {error} ({path})", "screen.bad_path": "cannot write {text!r}: give a file name in an existing folder",
     # prompts and questions
     "ask.break": "Break on (glob, kind, field=value, nan, inf, abs>N; & combines):",
@@ -124,6 +126,7 @@ EN = {
     "matrix.empty": "{title} · {shape} · empty", "matrix.rows": "rows {first}–{last} of {count} (PgUp PgDn)",
     "matrix.cols": "cols {first}–{last} of {count} (< >)", "matrix.sorted": "top {count} by the last position (t)",
     "matrix.changed": "{count} cells changed by the edit (•)", "matrix.changed.one": "{count} cell changed by the edit (•)", "matrix.showing_before": "BEFORE the edit (v)",
+    "matrix.showing_dump": "YOUR DUMP's values (v)", "matrix.v_dump": "v: your dump's values",
     "matrix.v": "v: before", "matrix.chose": "chose {tokens}",
     "matrix.expect": "expect: {agree}/{count} printed cells agree (✓ ✗)",
     "matrix.dump": "your activations: {agree}/{count} cells within {tolerance} (✓ ✗)",
@@ -133,7 +136,7 @@ EN = {
     "where.prefill": "prefill", "where.decode": "decode {round}",
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
-    "cache.where": "KV cache · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
+    "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
     "cache.rows": "{rows} rows, {new} new (+)", "cache.current": "from the current weights",
     "cache.stale": "⚠ stale: old weights, r recomputes",
     "cache.differ": "✗ {count} rows differ from your dump", "cache.differ.one": "✗ {count} row differs from your dump",
@@ -226,7 +229,7 @@ ZH = {
     "result.undone": "已撤销上一次修改", "result.redone": "已重做修改",
     "result.recomputed": "已用当前权重重新计算缓存", "result.saved": "已保存到 {path}",
     "result.cache": "KV缓存：第 {layer} 层 第 {head} 头",
-    "result.diverged": "第一次出现差异：{where}", "result.agree": "你的激活值处处一致",
+    "result.diverged": "第一次出现差异：{where}", "result.diverged.values": "第一次出现差异：{values} · 位于 {where}", "result.agree": "你的激活值处处一致",
     "refused.busy": "忙：正在运行（Esc 或 ctrl+c 取消）", "refused.first_step": "已经是第一步",
     "refused.no_step": "没有步骤 {0}：运行共有步骤 0–{1}", "refused.no_match": "没有算子匹配 {0!r}",
     "refused.empty_search": "请输入步骤编号、算子名称、类型或条件",
@@ -254,7 +257,7 @@ ZH = {
     "screen.recomputing": "正在重新计算缓存并重放到此步骤…（Esc 取消）",
     "screen.applying": "正在应用 {name} 并重放到此步骤…（Esc 取消）", "screen.restoring": "正在恢复未保存的修改…（Esc 取消）",
     "screen.discarded": "已丢弃上次会话未保存的修改",
-    "screen.before": "显示上次修改之前的值", "screen.after": "显示当前值",
+    "screen.before": "显示上次修改之前的值", "screen.after": "显示当前值", "screen.dump": "显示你的转储中的值（✓ ✗ 为与参考值比较的结果）",
     "screen.not_saved": "未保存：{error}（{path}）", "screen.bad_path": "无法写入 {text!r}：请给出已存在文件夹中的文件名",
     "ask.break": "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N；用&组合）：",
     "ask.goto": "跳转到步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
@@ -280,6 +283,7 @@ ZH = {
     "matrix.empty": "{title} · {shape} · 空", "matrix.rows": "行 {first}–{last} / {count}（PgUp PgDn）",
     "matrix.cols": "列 {first}–{last} / {count}（< >）", "matrix.sorted": "按最后位置排序的前 {count} 项（t）",
     "matrix.changed": "{count} 个单元格被修改改变（•）", "matrix.showing_before": "修改之前（v）",
+    "matrix.showing_dump": "你的转储中的值（v）", "matrix.v_dump": "v：你的转储中的值",
     "matrix.v": "v：修改前", "matrix.chose": "选出 {tokens}",
     "matrix.expect": "期望值：{agree}/{count} 个印出的单元格一致（✓ ✗）",
     "matrix.dump": "你的激活值：{agree}/{count} 个单元格在 {tolerance} 之内（✓ ✗）",
@@ -288,7 +292,7 @@ ZH = {
     "matrix.no_finite": "{label}：没有有限值",
     "where.prefill": "预填充", "where.decode": "解码 {round}",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
-    "cache.where": "KV缓存 · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
+    "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.current": "来自当前权重",
     "cache.stale": "⚠ 过期：旧权重，r 重新计算", "cache.differ": "✗ {count} 行与你的转储不同",
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
@@ -400,8 +404,10 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.saved", lang, path=path)
         case Diverged(step=None):
             return tr("result.agree", lang)
-        case Diverged(where=where_):
+        case Diverged(where=where_, values=""):
             return tr("result.diverged", lang, where=where_)
+        case Diverged(where=where_, values=values):
+            return tr("result.diverged.values", lang, where=where_, values=values)
         case CacheShown(layer=layer, head=head):
             return tr("result.cache", lang, layer=layer, head=head)
     raise TypeError(f"no words for {result!r}")

@@ -625,5 +625,7 @@ class DebuggerScreen(Screen):
             self.move(self.debugger.goto_step, step)
 
     def action_before_after(self) -> None:
-        self.matrix.show_before = not self.matrix.show_before
-        self.set_status(tr("screen.before" if self.matrix.show_before else "screen.after", self.lang))
+        window = self.matrix
+        window.show_before = not window.show_before
+        shown = "after" if not window.show_before else "dump" if window.showing_dump() else "before"
+        self.set_status(tr(f"screen.{shown}", self.lang))

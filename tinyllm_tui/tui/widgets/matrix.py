@@ -59,7 +59,7 @@ class MatrixWindow(TextLines):
     row_offset = reactive(0)
     col_offset = reactive(0)
     heat = reactive(True)
-    show_before = reactive(False)  # the values before the last edit instead of the current ones
+    show_before = reactive(False)  # the values before the last edit (else your dump's) instead of the current ones
     sorted_view = reactive(False)  # a vocabulary row's columns, most likely first
     cursor: reactive[tuple[int, int] | None] = reactive(None)  # a cell cursor (weights browser)
     SUMMARY = True  # a line about the last position when its row does not fit
@@ -173,9 +173,9 @@ class MatrixWindow(TextLines):
         columns = self._columns
         cols = [int(columns[j]) for j in where] if columns is not None else list(where)
         before = self.show_before and matrix.before is not None
-        values = matrix.before if before else matrix.values
-        scale = matrix.scale_before if before else matrix.scale
         verdicts = matrix.verdicts
+        values = matrix.before if before else self._theirs() if self.showing_dump() else matrix.values
+        scale = matrix.scale_before if before else matrix.scale
         agrees = None if verdicts is None else (verdicts.agrees_before if before else verdicts.agrees)
         width = self._label_width()
         header = Text(" " * width)
@@ -197,6 +197,14 @@ class MatrixWindow(TextLines):
                              *self._number(i, j, x, CURSOR if cursor == (i, j) else style), BLANK]
             lines.append(Strip(segments))
         return lines
+
+    def _theirs(self) -> np.ndarray | None:
+        verdicts = self.matrix.verdicts
+        return None if verdicts is None else verdicts.theirs
+
+    def showing_dump(self) -> bool:
+        """`v` with a --against dump and no edit: the dump's own values, marked as judged."""
+        return self.show_before and self.matrix.before is None and self._theirs() is not None
 
     def _row_label(self, i: int) -> str:
         """A KV cache marks the rows that differ from your dump ✗, else the rows this chunk appended +."""
@@ -233,6 +241,8 @@ class MatrixWindow(TextLines):
             agrees = verdicts.agrees_before if self.show_before and verdicts.agrees_before is not None \
                 else verdicts.agrees
             agree = int((agrees & verdicts.judged).sum())
+            if verdicts.theirs is not None and matrix.before is None:  # first: the verdict's words are long
+                parts.append(tr("matrix.showing_dump" if self.show_before else "matrix.v_dump", lang))
             parts.append(tr(f"matrix.{verdicts.source}", lang, agree=agree, count=verdicts.count,
                             tolerance=verdicts.tolerance))
         lines = [Text(f"{self.title} · {shape_text(matrix.values.shape)}", style="bold"),

@@ -244,3 +244,20 @@ async def test_at_160_columns_a_faults_description_and_the_stale_cache_note_read
         flat = " ".join(line.strip() for line in text.splitlines())
         assert "decode reuses a prefix cache computed with other weights (every weight ×1.1)" in flat
         assert "⚠ stale: old weights, r recomputes" in flat and "…" not in text.splitlines()[0]
+
+
+async def test_v_after_an_edit_shows_the_earlier_values_under_the_earlier_runs_labels():
+    """Issue 27 defect 7: an edit that changed the token fed showed the old values under the new run's labels."""
+    from engine.loading.edits import FillEdit
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.debugger.goto_step(40)  # decode 1's hook_z: row 3 is the token the prefill chose
+        app.debugger.apply(FillEdit("blocks.0.attn.wq", "zeros"))  # the prefill now chooses 学习, not 爱
+        app.main.show()
+        await pilot.pause()
+        assert matrix_cells(app)[0][0] == "3 · 学习"
+        await pilot.press("v")
+        assert matrix_cells(app)[0][0] == "3 · 爱"  # the values of the run that fed 爱, under its label
+        assert app.debugger.frame.matrix.before is not None

@@ -259,7 +259,8 @@ class Debugger:
     def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
         """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
         values = to_host(state.values)
-        before = self.before(state)
+        earlier = self._earlier(state)
+        before = None if earlier is None else to_host(earlier.values)
         vocab = self.scenario.vocab
         verdicts = self._verdicts(state, values, before)
         rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
@@ -269,6 +270,9 @@ class Debugger:
         tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
         matrix = matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
                               verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
+        if earlier is not None:  # its values under its own labels: an edit may have changed the tokens fed
+            return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis),
+                           cols_before=lazy_labels(earlier.output.col_axis))
         return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
 
     def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:
@@ -664,11 +668,14 @@ class Debugger:
 
     def before(self, state: OpState) -> np.ndarray | None:
         """`state`'s values before the last edit, when that run had the same operator there."""
-        if self.previous is None or self.previous.state_at(state.step) is None:
-            return None
-        earlier = self.previous.state_at(state.step)
-        same = earlier.name == state.name and earlier.values.shape == state.values.shape
-        return to_host(earlier.values) if same else None
+        earlier = self._earlier(state)
+        return None if earlier is None else to_host(earlier.values)
+
+    def _earlier(self, state: OpState) -> OpState | None:
+        """`state`'s operator in the run before the last edit (None: that run had another there)."""
+        earlier = None if self.previous is None else self.previous.state_at(state.step)
+        same = earlier is not None and earlier.name == state.name and earlier.values.shape == state.values.shape
+        return earlier if same else None
 
     def readers(self, name: str) -> list[str]:
         """The operators of the current round that read parameter `name`."""

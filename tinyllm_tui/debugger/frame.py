@@ -107,6 +107,8 @@ class MatrixFrame:
     new_from: int | None = None  # rows from here on were appended this round (a KV cache)
     differing: frozenset[int] = frozenset()  # rows that differ from a --against dump (a KV cache)
     batch_rows: tuple[int, ...] = ()  # the requests whose rows are stacked (a batch's operator: its batch axis)
+    rows_before: Sequence[str] | None = None  # the labels of `before`: the earlier run's (its tokens may differ)
+    cols_before: Sequence[str] | None = None
 
     @property
     def sequential(self) -> bool:

@@ -178,16 +178,18 @@ class MatrixWindow(TextLines):
         scale = matrix.scale_before if before else matrix.scale
         agrees = None if verdicts is None else (verdicts.agrees_before if before else verdicts.agrees)
         width = self._label_width()
+        row_labels = matrix.rows_before if before and matrix.rows_before is not None else matrix.rows
+        col_labels = matrix.cols_before if before and matrix.cols_before is not None else matrix.cols
         header = Text(" " * width)
         for j in cols:
-            header.append(right_aligned(fit_cells(matrix.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
+            header.append(right_aligned(fit_cells(col_labels[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
         title = self._title(rows, where)
         if self._title_lines() == 1 and title[1].plain:  # a short panel: which part shows stays said
             title = [Text.assemble(title[0], " · ", title[1])]
         lines: list[Text | Strip] = [*title[: self._title_lines()], header]
         heat, cursor, changed = self.heat, self.cursor, matrix.changed
         for i in rows:
-            label = fit_cells(self._row_label(i), width - 1)
+            label = fit_cells(self._row_label(i, row_labels), width - 1)
             segments = [Segment(label + " " * (width - cell_len(label)), BOLD)]
             for j in cols:
                 x = float(values[i, j])
@@ -206,12 +208,14 @@ class MatrixWindow(TextLines):
         """`v` with a --against dump and no edit: the dump's own values, marked as judged."""
         return self.show_before and self.matrix.before is None and self._theirs() is not None
 
-    def _row_label(self, i: int) -> str:
-        """A KV cache marks the rows that differ from your dump ✗, else the rows this chunk appended +."""
+    def _row_label(self, i: int, labels=None) -> str:
+        """A KV cache marks the rows that differ from your dump ✗, else the rows this chunk appended +.
+        `labels`: the earlier run's, under its values (default: the matrix's own)."""
         matrix = self.matrix
+        label = (matrix.rows if labels is None else labels)[i]
         if matrix.new_from is None:
-            return matrix.rows[i]
-        return f"{'✗' if i in matrix.differing else '+' if i >= matrix.new_from else ' '}{matrix.rows[i]}"
+            return label
+        return f"{'✗' if i in matrix.differing else '+' if i >= matrix.new_from else ' '}{label}"
 
     def _number(self, i: int, j: int, x: float, style: Style) -> tuple[Segment, ...]:
         matrix = self.matrix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def every_number_in_full(text: str, document: dict) -> None:
         if rec["name"] == "sample.hook_choice":
             continue
         for label, row in zip(rec["rows"], rec["values"]):
-            expected = ["−∞" if x == "-inf" else f"{x:.6f}".replace("-0.000000", "0.000000") for x in row]
+            expected = ["−∞" if x == -math.inf else f"{x:.6f}".replace("-0.000000", "0.000000") for x in row]
             assert any(line.split()[-len(row):] == expected and line.lstrip().startswith(label.split()[0])
                        for line in lines), (rec["name"], label)
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,14 @@ def still(app):
     """No animation (a tab underline caught half-way makes snapshots flaky)."""
     app.animation_level = "none"
     return app
+
+
+def peak_bytes(action) -> int:
+    """The most memory Python and NumPy held at once while `action()` ran."""
+    tracemalloc.start()
+    try:
+        action()
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak

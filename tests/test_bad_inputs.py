@@ -13,12 +13,11 @@ import struct
 import subprocess
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, peak_bytes
 from typer.testing import CliRunner
 
 from engine import ScenarioError, load_scenario, load_scenario_text
@@ -99,16 +98,6 @@ def test_expect_problem_is_not_a_disagreement():
 
 
 # -- size and memory -----------------------------------------------------------------------------
-def peak_bytes(action) -> int:
-    tracemalloc.start()
-    try:
-        action()
-    finally:
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return peak
-
-
 def refusal(action) -> str:
     with pytest.raises(ScenarioError) as caught:
         action()
@@ -205,7 +194,8 @@ def test_absurd_width_is_refused_before_reading_a_tensor(tmp_path):
     edit_config(folder, hidden_size=10**9, head_dim=None)
     peak = peak_bytes(lambda: refusal(lambda: load_checkpoint(folder, ids=[1])))
     assert peak < 8 << 20
-    cli_refuses(folder, f"{folder}: --max-memory: ", "more than the budget")
+    cli_refuses(folder, f"{folder / 'config.json'}: hidden_size: ", "a 1000000000×1000000000 query projection has more "
+                "numbers than the weight files'")
 
 
 def test_a_billion_layers_are_refused_before_any_is_listed(tmp_path):
@@ -215,7 +205,7 @@ def test_a_billion_layers_are_refused_before_any_is_listed(tmp_path):
     started = time.perf_counter()
     peak = peak_bytes(lambda: refusal(lambda: load_checkpoint(folder, ids=[1])))
     assert time.perf_counter() - started < 2.0 and peak < 8 << 20
-    cli_refuses(folder, f"{folder}: layers: ", "1000000000 layers make")
+    cli_refuses(folder, f"{folder / 'config.json'}: num_hidden_layers: ", "1000000000 layers, but the weight files hold")
 
 
 def test_config_not_json(tmp_path):
@@ -263,7 +253,13 @@ def test_checkpoint_tensors_truncated_missing_or_misshapen(tmp_path):
     tensors = load_file(weights)
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
-    cli_refuses(folder, f"{folder}: ", "cannot read the checkpoint (SafetensorError")
+    length = struct.unpack("<Q", data[:8])[0]
+    entries = sorted(((name, entry) for name, entry in json.loads(data[8:8 + length]).items()
+                      if name != "__metadata__"), key=lambda item: item[1]["data_offsets"])
+    held = len(data) // 2 - 8 - length
+    cut, entry = next((name, entry) for name, entry in entries if entry["data_offsets"][1] > held)
+    cli_refuses(folder, f"{weights}: {cut}: ", f"its data ends at byte {entry['data_offsets'][1]} of the data, the "
+                f"file holds {held} bytes of data (truncated?)")
     missing = {k: v for k, v in tensors.items() if k != "model.norm.weight"}
     save_file(missing, str(weights))
     cli_refuses(folder, f"{folder}: norm.weight: ", "tensor missing from the checkpoint")

@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib.resources import files
 from itertools import takewhile
@@ -83,6 +84,8 @@ class OpenByDefault(TyperGroup):
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, **extra: Any) -> Any:
         extra["standalone_mode"] = False
+        showwarning, warnings.showwarning = warnings.showwarning, _warning_line
+        _DEFERRED.clear()
         try:
             code = super().main(args=args, prog_name=prog_name or "tinyllm-tui", **extra)
         except ClickException as error:
@@ -91,7 +94,23 @@ class OpenByDefault(TyperGroup):
             _fail("aborted", 1)
         except (ScenarioError, BackendError, BreakpointError, EditError, InterventionError, AnalysisError) as error:
             _fail(str(error), EXIT_BAD_INPUT)
+        finally:
+            warnings.showwarning = showwarning
+            for line in _DEFERRED:
+                print(line, file=sys.stderr)
         sys.exit(code or 0)
+
+
+_DEFERRED: list[str] = []  # warnings raised while the TUI held the terminal, said when it has let it go
+
+
+def _warning_line(message, category, *where, **_) -> None:
+    """A warning (a loader's, or NumPy's on a checkpoint's NaN weights) as one line, without the source line."""
+    line = f"tinyllm-tui: warning: {' '.join(str(message).split())}"
+    if getattr(sys.stderr, "__module__", "").startswith("textual"):  # the app's capture of stderr, shown nowhere
+        _DEFERRED.append(line)
+    else:
+        print(line, file=sys.stderr)
 
 
 def _fail(message: str, code: int) -> None:

@@ -17,17 +17,19 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from engine.loading.budget import DEFAULT_BUDGET, format_size, too_many_tensors, weight_bytes
-from engine.loading.document import ScenarioError
+from engine.loading.document import ScenarioError, library_text, warn
 from engine.parameters import format_shape, parameter_shapes
 from engine.progress import WEIGHTS, report
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, Positions, Request
 from engine.loading import hf
 from engine.loading.gguf_checks import gguf_damage
+from engine.loading.gguf_file import LayoutError
 from engine.loading.gguf_model import GGUFModel, Quantisation
 from engine.loading.weightfile import file_identity
 from engine.lazy_weights import LazyWeights, WeightCache
-from engine.loading.tokenizer import encode, gguf_tokenizer, make_vocab, numbered_vocab
+from engine.loading.tokenizer import (TokenizerError, encode, gguf_tokenizer, make_vocab, numbered_vocab, token_id,
+                                     tokenizer_errors)
 
 __all__ = ["is_checkpoint", "load_checkpoint"]
 
@@ -66,10 +68,13 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
         spec, weights, tokenizer, special = read(path, budget)
     except ScenarioError:
         raise
-    except Exception as error:  # a truncated or foreign file: gguf, safetensors, json and tokenizers each raise their own
-        damage = gguf_damage(path) if path.suffix == ".gguf" else None  # which field or tensor, and what it holds
-        raise damage or ScenarioError(str(path), None, "", f"cannot read the checkpoint ({type(error).__name__}: "
-                                      f"{error})") from None
+    except LayoutError as error:  # the walk of the layout says where a truncated or damaged file goes wrong
+        raise gguf_damage(path) or ScenarioError(str(path), None, error.key, error.message) from None
+    except OSError as error:
+        raise ScenarioError(error.filename or str(path), None, "", f"cannot read ({error.strerror or error})") from None
+    except Exception as error:  # a check this reader lacks: said as such rather than as a traceback
+        raise ScenarioError(str(path), None, "", f"internal error while reading the checkpoint, a check is missing "
+                            f"({type(error).__name__}: {library_text(error)})") from None
     rows = weights.shapes["embed"][0]
     vocab = make_vocab(tokenizer, rows, **special) if tokenizer else numbered_vocab(rows, **special)
     prompts = _one_each(path, prompt, ids)
@@ -106,7 +111,11 @@ def _request_ids(path: Path, tokenizer: Tokenizer | None, size: int, prompt: str
     if tokenizer is None and prompt is not None:
         raise ScenarioError(str(path), None, "tokenizer.json", "missing: --prompt needs it to turn text into ids "
                             "(--ids needs none)")
-    tokens = encode(tokenizer, prompt) if ids is None else tuple(ids)
+    try:
+        tokens = encode(tokenizer, prompt) if ids is None else tuple(ids)
+    except TokenizerError as error:
+        source = path if path.suffix == ".gguf" else path / "tokenizer.json"
+        raise ScenarioError(str(source), None, "--prompt", f"its tokenizer cannot encode the prompt ({error})") from None
     bad = [t for t in tokens if not 0 <= t < size]
     if bad:
         raise ScenarioError(str(path), None, "--ids", f"token id {bad[0]} is out of range 0..{size - 1}")
@@ -146,8 +155,11 @@ def _gguf(path: Path, budget: tuple[int, str]):
     model = GGUFModel(path)
     spec = model.spec()
     tokenizer = gguf_tokenizer(model.meta, model.error)
-    special = {"eos": model.meta.get("tokenizer.ggml.eos_token_id"), "pad": None}
-    size = len(model.meta["tokenizer.ggml.tokens"])
+    tokens = model.meta["tokenizer.ggml.tokens"]  # an array of strings: gguf_tokenizer checked it
+    size, distinct = len(tokens), len(set(tokens))
+    if distinct < size:  # each text then encodes as the last of its ids, the others only decode
+        warn(str(path), "tokenizer.ggml.tokens", f"{size - distinct} of the {size} tokens repeat another's text")
+    special = {"eos": token_id(model.meta, "tokenizer.ggml.eos_token_id", size, model.error), "pad": None}
     as_dtype = DTYPES[budget[1]]
     tensors = (model.stand_in, lambda name: model.dequantized(name, as_dtype))
     weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
@@ -157,9 +169,9 @@ def _gguf(path: Path, budget: tuple[int, str]):
 
 
 def _hf(folder: Path, budget: tuple[int, str]):
-    arch, spec, config = hf.read_spec(folder)
-    tokenizer = _hf_tokenizer(folder / "tokenizer.json")
     tensors = hf.Tensors(folder)
+    arch, spec, config = hf.read_spec(folder, tensors.held())
+    tokenizer = _hf_tokenizer(folder / "tokenizer.json")
     identity = ";".join(file_identity(file) for file in sorted(set(tensors.files.values())))
     weights = _checked(folder, spec, config["vocab_size"], lambda name, get: hf.engine_weight(arch, spec, name, get),
                        (tensors.stand_in, tensors.load), budget, identity)
@@ -172,10 +184,8 @@ def _hf_tokenizer(file: Path) -> Tokenizer | None:
     """The folder's tokenizer; None without tokenizer.json (ids need no tokenizer: each id's text is `#id`)."""
     if not file.exists():
         return None
-    try:
+    with tokenizer_errors(lambda message: ScenarioError(str(file), None, "", f"not a readable tokenizer ({message})")):
         tokenizer = Tokenizer.from_file(str(file))
-    except Exception as error:  # tokenizers raises a bare Exception for any unreadable file
-        raise ScenarioError(str(file), None, "", f"not a readable tokenizer ({error})") from None
     tokenizer.no_padding()
     return tokenizer
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,13 +29,46 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from engine.progress import READING, report
 
 
+MAX_PATH_CHARS, MAX_MESSAGE_CHARS = 200, 800  # a name or message a file makes longer is cut
+UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """`text` safe to print as part of one line: control characters (newlines, escape sequences, NULs),
+    line separators, bidi overrides and lone surrogates escaped as Python writes them, cut to `limit`."""
+    text = UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], text)
+    if limit is not None and len(text) > limit:
+        text = f"{text[:limit]}… ({len(text) - limit} more characters)"
+    return text
+
+
+def library_text(error: BaseException) -> str:
+    """A library's own error message, its lines folded into one (tokenizers and safetensors write several)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 class ScenarioError(ValueError):
-    """An invalid scenario: names the file, the line and the path inside the document."""
+    """An invalid scenario: names the file, the line and the path inside the document. Its text is always
+    one printable line, whatever names or values from the file it holds."""
 
     def __init__(self, file: str, line: int | None, path: str, message: str):
         self.file, self.line, self.path, self.message = file, line, path, message
-        where = f"{file}:{line}" if line else file
-        super().__init__(f"{where}: {path}: {message}" if path else f"{where}: {message}")
+        super().__init__(located(file, line, path, message))
+
+
+def located(file: str, line: int | None, path: str, message: str) -> str:
+    """`file:line: path: message` as one printable line."""
+    where = one_line(f"{file}:{line}" if line else file)
+    message = one_line(message, MAX_MESSAGE_CHARS)
+    return f"{where}: {one_line(path, MAX_PATH_CHARS)}: {message}" if path else f"{where}: {message}"
+
+
+class LoaderWarning(UserWarning):
+    """Something a file holds that is legal but almost certainly not meant (one located line)."""
+
+
+def warn(file: str, path: str, message: str) -> None:
+    warnings.warn(located(file, None, path, message), LoaderWarning, stacklevel=3)
 
 
 def round_trip_yaml() -> YAML:

@@ -22,6 +22,7 @@ from engine.loading.document import ScenarioError
 VERSIONS = (2, 3)
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
 DEFAULT_ALIGNMENT = 32
+MAX_NESTING = 8  # arrays of arrays: real files nest none; Python's recursion would end near 500
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
 SMALLEST = {"metadata field": 8 + 4 + 1, "tensor info": 8 + 4 + 4 + 8}  # bytes each takes at the least
@@ -64,20 +65,32 @@ class _Reader:
                          f"bytes hold at most {room} (truncated, or a damaged count?)")
         return count
 
-    def value(self, kind: int, where: str):
+    def value(self, kind: int, where: str, depth: int = 0):
         if kind in SCALARS:
             return self.scalar(kind, where)
         if kind == STRING:
             return self.string(where)
         if kind == ARRAY:
+            if depth == MAX_NESTING:
+                raise Damage(where, f"arrays nested more than {MAX_NESTING} deep")
             item = self.scalar(4, f"{where} (its item type)")
             if item not in SCALARS and item not in (STRING, ARRAY):
                 raise Damage(where, f"expected an item type 0..12, the file holds {item}")
             smallest = struct.calcsize(SCALARS[item]) if item in SCALARS else 8
             for i in range(self.count("item", f"{where} (its length)", smallest)):
-                self.value(item, f"{where}[{i}]")
+                self.value(item, f"{where}[{i}]", depth + 1)
             return None
         raise Damage(where, f"expected a value type 0..12, the file holds {kind}")
+
+
+def alignment_problem(alignment) -> str:
+    """What is wrong with a `general.alignment` value ("" if nothing): llama.cpp takes only powers of two."""
+    if isinstance(alignment, bool) or not isinstance(alignment, int):
+        held = repr(alignment) if isinstance(alignment, (str, float, bool)) else "an array"
+        return f"expected an integer, a power of two, got {held}"
+    if alignment < 1 or alignment & (alignment - 1):
+        return f"expected a power of two, got {alignment}"
+    return ""
 
 
 def gguf_damage(path: str | Path) -> ScenarioError | None:
@@ -106,6 +119,8 @@ def _walk(reader: _Reader) -> None:
         key = reader.string(f"metadata[{i}].key")
         value = reader.value(reader.scalar(4, f"{key} (its type)"), key)
         if key == "general.alignment":
+            if alignment_problem(value):
+                raise Damage(key, alignment_problem(value))
             alignment = value
     if tensors * SMALLEST["tensor info"] > len(reader.data) - reader.at:
         raise Damage("header.tensor_count", f"the file claims {tensors} tensors, but its remaining "

@@ -10,6 +10,7 @@ aligned to `general.alignment`, the tensor data.
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -18,9 +19,17 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from engine.loading.gguf_checks import MAX_NESTING, alignment_problem
+
 
 class LayoutError(ValueError):
-    """The file is not a sound GGUF; engine.loading.gguf_checks then names the field and what it holds."""
+    """The file is not a sound GGUF (at `key`); engine.loading.gguf_checks then says more precisely
+    where a truncated or damaged layout goes wrong."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key, self.message = key, message
+
 
 SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 STRING, ARRAY = 8, 9
@@ -53,17 +62,27 @@ class GGUFFile:
         n_tensors, n_keys = self._read(U64), self._read(U64)
         self.meta: dict[str, object] = {}
         for _ in range(n_keys):
-            key = self._string()
-            self.meta[key] = self._value(self._read(U32), key)
+            key = self._string("metadata key")
+            if key in self.meta:
+                raise self.error(key, "this key appears twice in the metadata")
+            self.meta[key] = self._value(self._read(U32, key), key)
         infos = [self._tensor_info() for _ in range(n_tensors)]
         alignment = self.meta.get("general.alignment", 32)
-        if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
-            raise self.error("general.alignment", f"expected an integer ≥ 1, got {alignment!r}")
+        if alignment_problem(alignment):
+            raise self.error("general.alignment", alignment_problem(alignment))
         start = -(-self._pos // alignment) * alignment
-        self.tensors = {name: self._place(name, shape, kind, start + offset) for name, shape, kind, offset in infos}
+        self.tensors: dict[str, TensorInfo] = {}
+        for name, shape, kind, offset in infos:
+            if name in self.tensors:
+                raise self.error(f"tensor {name}", "listed twice in the tensor table")
+            if offset % alignment:
+                raise self.error(f"tensor {name}", f"its data offset {offset} is not a multiple of the alignment "
+                                 f"{alignment}")
+            self.tensors[name] = self._place(name, shape, kind, start + offset)
+        self._check_overlaps()
 
     def error(self, key: str, message: str) -> LayoutError:
-        return LayoutError(f"{key}: {message}" if key else message)
+        return LayoutError(key, message)
 
     def tensor_bytes(self, info: TensorInfo) -> np.ndarray:
         """The tensor's raw bytes as uint8 rows (rows, bytes per row): a read-only view of the map."""
@@ -86,7 +105,7 @@ class GGUFFile:
         start = self._take(size, what)
         return self._map[start:start + size].decode("utf-8", errors="replace")
 
-    def _value(self, kind: int, key: str):
+    def _value(self, kind: int, key: str, depth: int = 0):
         if kind == STRING:
             return self._string(key)
         if kind in SCALARS:
@@ -94,6 +113,8 @@ class GGUFFile:
             return self._read(form, key)
         if kind != ARRAY:
             raise self.error(key, f"unknown value type {kind}")
+        if depth == MAX_NESTING:
+            raise self.error(key, f"arrays nested more than {MAX_NESTING} deep")
         item, count = self._read(U32, key), self._read(U64, key)
         if item == STRING:
             return self._strings(count, key)
@@ -101,10 +122,19 @@ class GGUFFile:
             dtype = np.dtype(SCALARS[item])
             start = self._take(count * dtype.itemsize, key)
             return np.frombuffer(self._map, dtype=dtype, count=count, offset=start)
-        return [self._value(item, key) for _ in range(count)]
+        self._room(count, 12, key)  # an array item takes at least its type and count
+        return [self._value(item, key, depth + 1) for _ in range(count)]
+
+    def _room(self, count: int, smallest: int, key: str) -> None:
+        """Refuse a count of items the rest of the file cannot hold, before anything is made for them."""
+        room = (len(self._map) - self._pos) // smallest
+        if count > room:
+            raise self.error(key, f"the file claims {count} items, its remaining {len(self._map) - self._pos} "
+                             f"bytes hold at most {room} (truncated, or a damaged count?)")
 
     def _strings(self, count: int, key: str) -> list[str]:
         """One tight loop over length-prefixed strings: no object but the `str` per entry."""
+        self._room(count, 8, key)  # each string takes at least its 8-byte length
         data, pos, end, size_of = self._map, self._pos, len(self._map), U64.unpack_from
         out = [""] * count
         for i in range(count):
@@ -137,8 +167,16 @@ class GGUFFile:
         row = shape[-1] if shape else 1
         if row % block:
             raise self.error(name, f"rows of {row} values do not fill whole {kind.name} blocks of {block}")
-        nbytes = int(np.prod(shape[:-1], dtype=np.int64)) * (row // block) * size
+        nbytes = math.prod(shape[:-1]) * (row // block) * size  # Python ints: dims claimed near 2^64 do not wrap
         if offset + nbytes > len(self._map):
             raise self.error(name, f"its data ({nbytes} bytes at {offset}) runs past the end of the file "
                              f"({len(self._map)} bytes; truncated?)")
         return TensorInfo(name, shape, kind, offset, nbytes)
+
+    def _check_overlaps(self) -> None:
+        """Two tensors sharing bytes would read each other's data (garbage, or NaN from scales)."""
+        placed = sorted((info for info in self.tensors.values() if info.nbytes), key=lambda info: info.offset)
+        for before, after in zip(placed, placed[1:]):
+            if after.offset < before.offset + before.nbytes:
+                raise self.error(f"tensor {after.name}", f"its data (from byte {after.offset}) overlaps tensor "
+                                 f"{before.name}'s (bytes {before.offset}..{before.offset + before.nbytes - 1})")

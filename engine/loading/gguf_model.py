@@ -66,7 +66,7 @@ class GGUFModel:
 
     def spec(self) -> ModelSpec:
         arch = self.arch
-        if arch not in ARCHITECTURES:
+        if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise self.error("general.architecture", f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(ARCHITECTURES)})")
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
@@ -76,15 +76,17 @@ class GGUFModel:
             raise self.error(f"{arch}.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
                              "heads: the heads must divide the width and the key/value heads the heads")
         layers = self._size(f"{arch}.block_count")
+        self._check_held(layers, d * heads * d_head)
+        if f"{arch}.vocab_size" in self.meta:  # llama.cpp counts the tokens instead; a number is all it may be
+            self._size(f"{arch}.vocab_size")
         spec = ModelSpec(
             d_model=d, n_layers=layers, n_heads=heads, d_head=d_head, d_ff=self._size(f"{arch}.feed_forward_length"),
-            norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE,
-                          float(self._key(f"{arch}.attention.layer_norm_rms_epsilon")), affine=True),
+            norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE, self._epsilon(), affine=True),
             final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
-            max_positions=int(self.meta.get(f"{arch}.context_length", 0)), bias=False,
+            max_positions=self._count(f"{arch}.context_length"), bias=False,
             biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
-            kv_heads=kv_heads, rope_theta=float(self.meta.get(f"{arch}.rope.freq_base", 10000.0)),
+            kv_heads=kv_heads, rope_theta=self._number(f"{arch}.rope.freq_base", 10000.0, lowest=1.0),
             qk_norm=arch in ("qwen3", "gemma3"), rope_factors=self._rope_factors(d_head),
         )
         return self._gemma(spec) if arch in GEMMA else spec
@@ -94,7 +96,7 @@ class GGUFModel:
         (`rope.scaling.type` linear, Gemma 3 4B and up) times the `rope_freqs` tensor (Llama 3.x)."""
         key = f"{self.arch}.rope.scaling"
         kind = self.meta.get(f"{key}.type", "none")
-        if kind not in ("none", "linear"):
+        if not isinstance(kind, str) or kind not in ("none", "linear"):
             raise self.error(f"{key}.type", f"RoPE scaling {kind!r} is not supported (none, linear)")
         factor = self.meta.get(f"{key}.factor", 1.0) if kind == "linear" else 1.0
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
@@ -112,7 +114,7 @@ class GGUFModel:
         scores over √key_length; Gemma 2 soft-caps scores and logits and slides on even layers, Gemma 3
         slides on five layers of six with RoPE base 10 000 there."""
         arch, gemma2 = self.arch, self.arch == "gemma2"
-        caps = [self.meta.get(f"{arch}.{key}", default if gemma2 else None)
+        caps = [self._number(f"{arch}.{key}", default) if gemma2 or f"{arch}.{key}" in self.meta else None
                 for key, default in (("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0))]
         window = self.meta.get(f"{arch}.attention.sliding_window")
         period = 2 if gemma2 else 6
@@ -125,6 +127,39 @@ class GGUFModel:
             sliding_layers=None if window is None else tuple(i for i in range(spec.n_layers) if (i + 1) % period),
             rope_theta_local=None if gemma2 else 10000.0,
         )
+
+    def _check_held(self, layers: int, query_numbers: int) -> None:
+        """The depth and the query width against what the file holds, before RoPE's divisors (one per
+        frequency) and the sliding layers' list are made from them: 2^31 would take gigabytes."""
+        if layers > len(self.tensors):
+            raise self.error(f"{self.arch}.block_count", f"{layers} layers, but the file's tensor table lists "
+                             f"{len(self.tensors)} tensors")
+        size = self.path.stat().st_size
+        if query_numbers > 8 * size:  # no ggml type takes under a bit a number
+            raise self.error(f"{self.arch}.attention.key_length", f"a query projection of {query_numbers} numbers "
+                             f"is more than the file's {size} bytes hold")
+
+    def _epsilon(self) -> float:
+        """RMSNorm's epsilon: a number in [0, 1), as config.json's rms_norm_eps is read."""
+        key = f"{self.arch}.attention.layer_norm_rms_epsilon"
+        value = self._key(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise self.error(key, f"expected a number in [0, 1), got {value!r}")
+        return float(value)
+
+    def _count(self, key: str) -> int:
+        """A count that may be absent or 0 (unknown), never negative."""
+        value = self.meta.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31:
+            raise self.error(key, f"expected an integer in 0..2^31, got {value!r}")
+        return value
+
+    def _number(self, key: str, default: float, lowest: float = 0.0) -> float:
+        """A finite number above `lowest` (RoPE's base, a soft cap)."""
+        value = self.meta.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lowest < value < math.inf:
+            raise self.error(key, f"expected a number > {lowest:g}, got {value!r}")
+        return float(value)
 
     def _key(self, key: str) -> int | float:
         if key not in self.meta:
@@ -142,8 +177,9 @@ class GGUFModel:
         tensor = self.tensor_name(name)
         w = get(tensor)
         kind = tensor.split(".")[-2]
-        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
-            w = unpermute(w, spec.n_heads if kind == "attn_q" else spec.n_kv_heads)
+        heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
+        if self.arch == "llama" and kind in ("attn_q", "attn_k") and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
+            w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
         if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
             w = w - 1
         return w if w.ndim == 1 or name == "embed" else w.T

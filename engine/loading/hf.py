@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
-from engine.loading.document import ScenarioError, read_text
-from engine.loading.weightfile import SAFETENSORS_DTYPES, widen_bf16
+from engine.loading.document import ScenarioError, read_text, warn
+from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
@@ -41,18 +40,18 @@ class ConfigError(ScenarioError):
 
 
 # -- config.json -> ModelSpec ---------------------------------------------------------------
-def read_spec(folder: Path) -> tuple[str, ModelSpec, dict]:
+def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict]:
+    """config.json as a ModelSpec; `held` is (tensors, bytes) the weight files hold, what its sizes are checked
+    against before any table is made from them."""
     file = folder / "config.json"
-    try:
-        text = read_text(file)  # at most 64 MiB read; its own error if not UTF-8
-        config = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(file, "", f"not a readable JSON file ({error})") from None
+    config = read_json(file)
     if not isinstance(config, dict):
         raise ConfigError(file, "", "expected a JSON object of settings")
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
+    if arch in LLAMA_FAMILY:
+        _check_held(config, file, *held)
     spec = (_llama if arch in LLAMA_FAMILY else {"gpt2": _gpt2, "bert": _bert}[arch])(config, file)
     vocab_size = _get(config, "vocab_size", file)
     for key in ("eos_token_id", "pad_token_id"):
@@ -62,6 +61,27 @@ def read_spec(folder: Path) -> tuple[str, ModelSpec, dict]:
                for i in ids):
             raise ConfigError(file, key, f"expected a token id in 0..{vocab_size - 1} (or null), got {special!r}")
     return arch, spec, config
+
+
+def read_json(file: Path):
+    try:
+        return json.loads(read_text(file))  # at most 64 MiB read; its own error if not UTF-8
+    except (json.JSONDecodeError, RecursionError) as error:  # (RecursionError: arrays nested thousands deep)
+        raise ConfigError(file, "", f"not a readable JSON file ({error})") from None
+
+
+def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
+    """The depth and the query width against what the weight files hold, before RoPE's divisors (one per
+    frequency) and the sliding layers' list are made from them: 2^31 would take gigabytes."""
+    layers = _get(config, "num_hidden_layers", file)
+    if layers > tensors:
+        raise ConfigError(file, "num_hidden_layers", f"{layers} layers, but the weight files hold {tensors} tensors")
+    d, heads = _get(config, "hidden_size", file), _get(config, "num_attention_heads", file)
+    key = "head_dim" if config.get("head_dim") is not None else "hidden_size"
+    width = heads * (_get(config, "head_dim", file) if key == "head_dim" else d // heads)
+    if d * width > nbytes:
+        raise ConfigError(file, key, f"a {d}×{width} query projection has more numbers than the weight files' "
+                          f"{nbytes} bytes hold")
 
 
 def _get(config: dict, key: str, file: Path, default=None):
@@ -214,8 +234,19 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) 
                               f"(supported: {', '.join(SCALINGS)})")
         if kind != "default":
             read = lambda name: _positive(table, name, file, None, f"{key}.")  # noqa: E731
+            if kind == "llama3":
+                _check_band(read("low_freq_factor"), read("high_freq_factor"), file, key)
             divisors = SCALINGS[kind](read, float(theta), d_head)
     return float(theta), divisors
+
+
+def _check_band(low: float, high: float, file: Path, key: str) -> None:
+    """Llama 3 blends the frequencies whose wavelengths lie between original/high and original/low."""
+    if high < low:
+        raise ConfigError(file, f"{key}.high_freq_factor", f"expected at least low_freq_factor ({low}), got {high}")
+    if high == low:
+        warn(str(file), f"{key}.high_freq_factor", f"equals low_freq_factor ({low}): no band of frequencies is "
+             "blended, they step from scaled to unscaled")
 
 
 def _linear_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
@@ -230,9 +261,10 @@ def _llama3_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
     inv_freq = 1.0 / theta ** (np.arange(0, d_head, 2, dtype=np.float64) / d_head)
     wavelen = 2 * math.pi / inv_freq
     scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
-    smooth = (old / wavelen - low) / (high - low)
-    medium = (wavelen >= old / high) & (wavelen <= old / low)
-    scaled = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    if high != low:  # equal factors: no band to blend over, a step (what the blend tends to)
+        smooth = (old / wavelen - low) / (high - low)
+        medium = (wavelen >= old / high) & (wavelen <= old / low)
+        scaled = np.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
     return tuple(float(d) for d in inv_freq / scaled)
 
 
@@ -288,14 +320,29 @@ def tensor_files(folder: Path) -> dict[str, Path]:
     """Each tensor name -> the safetensors file holding it (one file or a sharded index)."""
     index = folder / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {name: folder / shard for name, shard in weight_map.items()}
+        return _shards(index)
     single = folder / "model.safetensors"
     if not single.exists():
         raise ScenarioError(str(folder), None, "", "no model.safetensors or model.safetensors.index.json "
                             "(pickled .bin checkpoints are never loaded)")
-    with safe_open(single, framework="numpy") as handle:
-        return {name: single for name in handle.keys()}
+    return {name: single for name in _header(single)[1] if name != "__metadata__"}
+
+
+def _shards(index: Path) -> dict[str, Path]:
+    """A sharded checkpoint's index: each tensor's file, which must be one in the folder."""
+    document = read_json(index)
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ConfigError(index, "weight_map", "expected a JSON object naming each tensor's file")
+    folder, files = index.parent.resolve(), {}
+    for name, shard in weight_map.items():
+        file = (index.parent / shard).resolve() if isinstance(shard, str) and shard else None
+        if file is None or file.parent != folder:
+            raise ConfigError(index, f"weight_map.{name}", f"expected the name of a file in the folder, got {shard!r}")
+        if not file.is_file():
+            raise ConfigError(index, f"weight_map.{name}", f"names {shard!r}, which is not in the folder")
+        files[name] = index.parent / shard
+    return files
 
 
 class Tensors:
@@ -307,6 +354,14 @@ class Tensors:
     def __init__(self, folder: Path):
         self.folder, self.files = folder, tensor_files(folder)
         self._headers = {file: _header(file) for file in set(self.files.values())}
+        for name, file in self.files.items():
+            if name not in self._headers[file][1]:
+                raise ScenarioError(str(folder / "model.safetensors.index.json"), None, f"weight_map.{name}",
+                                    f"names {file.name}, which holds no such tensor")
+
+    def held(self) -> tuple[int, int]:
+        """How many tensors the files hold, and how many bytes of data."""
+        return len(self.files), sum(file.stat().st_size - start for file, (start, _) in self._headers.items())
 
     def _entry(self, key: str) -> tuple[Path, str, dict]:
         for prefix in PREFIXES:
@@ -334,11 +389,14 @@ class Tensors:
 
 def _header(file: Path) -> tuple[int, dict]:
     """Where the data starts and each tensor's entry; `safe_open` validates the header first."""
-    with safe_open(file, framework="numpy"):
-        pass
-    with open(file, "rb") as handle:
-        size = struct.unpack("<Q", handle.read(8))[0]
-        return 8 + size, json.loads(handle.read(size))
+    if not file.is_file():  # (safe_open says "No such device" of a folder, without naming it)
+        raise ScenarioError(str(file), None, "", "expected a safetensors file, this is not a regular file")
+    try:
+        with safe_open(file, framework="numpy"):
+            pass
+    except SafetensorError as error:
+        raise safetensors_refusal(file, error) from None
+    return safetensors_header(file)
 
 
 Getter = Callable[[str], np.ndarray]

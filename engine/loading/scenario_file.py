@@ -38,6 +38,7 @@ from engine.spec import (
     Rule,
     Vocab,
 )
+from engine.loading.tokenizer import TokenizerError, encode
 from engine.loading.weightfile import read_weights
 from engine.loading.cache_options import cache_options
 from engine.caches import CacheSpec
@@ -171,7 +172,7 @@ def _encoder(path: Path) -> Encoder | None:
         loaded.no_padding()
         return loaded
 
-    return lambda text: tuple(tokenizer().encode(text).ids)
+    return lambda text: encode(tokenizer(), text)
 
 
 # -- vocabulary -----------------------------------------------------------------
@@ -416,7 +417,10 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
         if encoder is None:
             raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH; a folder's tokenizer.json); "
                              "list tokens or ids instead")
-        return encoder(node.text())
+        try:
+            return encoder(node.text())
+        except TokenizerError as error:
+            raise node.error(f"the checkpoint's tokenizer cannot encode it ({error})") from None
     items = node.items()
     if node.path.endswith(".ids"):
         for item in items:

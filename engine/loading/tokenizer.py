@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Sequence
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache, partial
 from typing import overload
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from engine.loading.document import ScenarioError, library_text
 from engine.spec import Vocab
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
@@ -130,9 +135,49 @@ def numbered_vocab(size: int, eos: int | None, pad: int | None) -> Vocab:
     return Vocab(tuple(f"#{i}" for i in range(size)), pad=pad, eos=eos)
 
 
+class TokenizerError(ValueError):
+    """tokenizers refused (its message, folded into one line)."""
+
+
+@contextmanager
+def tokenizer_errors(refuse: Callable[[str], Exception] = TokenizerError) -> Iterator[None]:
+    """Turns what `tokenizers` raises into `refuse(its message)`: an Exception, or pyo3's PanicException
+    when its Rust code panics (a BaseException, which `except Exception` lets through)."""
+    try:
+        with _panics_unprinted():
+            yield
+    except BaseException as error:
+        if isinstance(error, ScenarioError) or (not isinstance(error, Exception)
+                                                 and type(error).__name__ != "PanicException"):
+            raise  # ours, already located; KeyboardInterrupt, SystemExit
+        raise refuse(library_text(error)) from None
+
+
+@contextmanager
+def _panics_unprinted() -> Iterator[None]:
+    """Rust's panic hook writes the panic and a backtrace straight to file descriptor 2 before pyo3 raises
+    it as an exception, which carries the message: stderr goes to /dev/null meanwhile. Only on the main
+    thread: on another (the TUI loads in one), the app may be drawing through fd 2, and a panic's text
+    lands on its alternate screen, which goes when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sys.stderr.flush()
+    saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def encode(tokenizer: Tokenizer, prompt: str) -> tuple[int, ...]:
-    """The ids the checkpoint's own tokenizer gives, with its special tokens (BOS, [CLS] … [SEP])."""
-    return tuple(tokenizer.encode(prompt).ids)
+    """The ids the checkpoint's own tokenizer gives, with its special tokens (BOS, [CLS] … [SEP]);
+    TokenizerError where the tokenizer cannot encode it (a WordPiece vocabulary without its [UNK])."""
+    with tokenizer_errors():
+        return tuple(tokenizer.encode(prompt).ids)
 
 
 # -- GGUF --------------------------------------------------------------------------------
@@ -157,27 +202,58 @@ def gguf_tokenizer(meta: dict, error) -> Tokenizer:
     """
     kind = meta.get("tokenizer.ggml.model")
     builders = {"gpt2": _byte_level, "llama": _sentencepiece}
-    if kind not in builders:
+    if not isinstance(kind, str) or kind not in builders:
         raise error("tokenizer.ggml.model", f"unsupported tokenizer {kind!r} (supported: {', '.join(builders)})")
-    tokens = meta["tokenizer.ggml.tokens"]
+    tokens = _token_texts(meta, error)
+    types = _numbers(meta, "tokenizer.ggml.token_type", len(tokens), error)
     gemma = kind == "llama" and meta.get("general.architecture") in GEMMA
-    tokenizer = (_gemma_sentencepiece if gemma else builders[kind])(meta, tokens, error)
-    types = meta.get("tokenizer.ggml.token_type", ())
-    tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
-                                  for i in np.flatnonzero(np.asarray(types) == CONTROL)])
-    tokenizer.add_tokens([AddedToken(tokens[i], normalized=False) for i in np.flatnonzero(np.asarray(types) == USER_DEFINED)])
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None:  # llama.cpp's default
-        tokenizer.post_processor = processors.TemplateProcessing(
-            single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], int(bos))])
+    bos = token_id(meta, "tokenizer.ggml.bos_token_id", len(tokens), error)
+    build = (_gemma_sentencepiece if gemma else builders[kind])
+    with tokenizer_errors(lambda message: error("tokenizer.ggml", f"its tokenizer cannot be built ({message})")):
+        tokenizer = build(meta, tokens, error)
+        tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                                      for i in np.flatnonzero(types == CONTROL)])
+        tokenizer.add_tokens([AddedToken(tokens[i], normalized=False) for i in np.flatnonzero(types == USER_DEFINED)])
+        if meta.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None:  # llama.cpp's default
+            tokenizer.post_processor = processors.TemplateProcessing(
+                single=f"{tokens[bos]} $A", special_tokens=[(tokens[bos], bos)])
     return tokenizer
+
+
+def _token_texts(meta: dict, error) -> list[str]:
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise error("tokenizer.ggml.tokens", "missing: a GGUF file lists its vocabulary there")
+    if not isinstance(tokens, list) or not tokens or not isinstance(tokens[0], str):
+        raise error("tokenizer.ggml.tokens", "expected a non-empty array of strings")
+    return tokens
+
+
+def _numbers(meta: dict, key: str, count: int, error) -> np.ndarray:
+    """A per-token array of numbers (empty when the key is absent)."""
+    values = meta.get(key)
+    if values is None:
+        return np.zeros(0)
+    if not isinstance(values, np.ndarray) or len(values) != count:
+        raise error(key, f"expected an array of {count} numbers (one per token)")
+    return values
+
+
+def token_id(meta: dict, key: str, count: int, error) -> int | None:
+    """A special token's id from the metadata (None when absent), refused outside the vocabulary."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+        raise error(key, f"expected a token id in 0..{count - 1}, got {value!r}")
+    return value
 
 
 def _byte_level(meta: dict, tokens: list[str], error) -> Tokenizer:
     pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in SPLITS:
+    if not isinstance(pre, str) or pre not in SPLITS:
         raise error("tokenizer.ggml.pre", f"unknown pre-tokenizer {pre!r} (known: {', '.join(SPLITS)})")
-    tokenizer = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=_merges(meta)))
+    tokenizer = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=_merges(meta, error)))
     split, gpt2_regex = SPLITS[pre]
     byte_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=gpt2_regex)
     tokenizer.pre_tokenizer = byte_split if split is None else pre_tokenizers.Sequence(
@@ -189,7 +265,7 @@ def _byte_level(meta: dict, tokens: list[str], error) -> Tokenizer:
 def _sentencepiece(meta: dict, tokens: list[str], error) -> Tokenizer:
     """As transformers' LlamaTokenizer: BPE with byte fallback over `▁`-marked text."""
     vocab = _vocab(tokens)
-    merges = _merges(meta) if "tokenizer.ggml.merges" in meta else _merges_from_scores(tokens, vocab, meta, error)
+    merges = _merges(meta, error) if "tokenizer.ggml.merges" in meta else _merges_from_scores(tokens, vocab, meta, error)
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, byte_fallback=True))
     prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
     tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first" if prefix else "never",
@@ -204,7 +280,7 @@ def _gemma_sentencepiece(meta: dict, tokens: list[str], error) -> Tokenizer:
     order (Gemma's scores do not), every space becomes `▁` and no prefix space is added."""
     tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in tokens]
     vocab = _vocab(tokens)
-    merges = _merges(meta) if "tokenizer.ggml.merges" in meta else _merges_by_score(tokens, vocab, -np.arange(len(tokens)))
+    merges = _merges(meta, error) if "tokenizer.ggml.merges" in meta else _merges_by_score(tokens, vocab, -np.arange(len(tokens)))
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, unk_token="<unk>", byte_fallback=True))
     tokenizer.normalizer = normalizers.Replace(" ", "▁")
     tokenizer.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
@@ -216,22 +292,30 @@ def _vocab(tokens: list[str]) -> dict[str, int]:
     return {token: index for index, token in enumerate(tokens)}
 
 
-def _merges(meta: dict) -> list[tuple[str, str]]:
-    return [tuple(merge.split(" ", 1)) for merge in meta.get("tokenizer.ggml.merges", ())]
+def _merges(meta: dict, error) -> list[tuple[str, str]]:
+    merges = meta.get("tokenizer.ggml.merges", [])
+    if not isinstance(merges, list) or not all(isinstance(merge, str) and " " in merge for merge in merges):
+        raise error("tokenizer.ggml.merges", "expected an array of strings, each two pieces with a space between")
+    return [tuple(merge.split(" ", 1)) for merge in merges]
 
 
 def _merges_from_scores(tokens: list[str], vocab: dict[str, int], meta: dict, error) -> list[tuple[str, str]]:
-    scores = meta.get("tokenizer.ggml.scores")
-    if scores is None or len(scores) != len(tokens):
+    if "tokenizer.ggml.scores" not in meta:
         raise error("tokenizer.ggml.scores", "a SentencePiece vocabulary without merges needs one score per token")
-    return _merges_by_score(tokens, vocab, scores)
+    return _merges_by_score(tokens, vocab, _numbers(meta, "tokenizer.ggml.scores", len(tokens), error))
 
 
 def _merges_by_score(tokens: list[str], vocab: dict[str, int], scores: np.ndarray) -> list[tuple[str, str]]:
-    """Every split of a piece into two pieces, best-scored merged piece first (transformers' generate_merges)."""
+    """Every split of a piece into two pieces, best-scored merged piece first (transformers' generate_merges).
+
+    Only the cuts that leave a left and a right of lengths some piece has are tried: trying every cut of
+    a 1 MiB piece took minutes (each cut copies the piece), trying these few takes milliseconds."""
+    sizes = {len(piece) for piece in vocab}
+    lengths = sorted(sizes)
     found = []
     for piece, score in zip(tokens, scores.tolist()):
-        pairs = [(piece[:i], piece[i:]) for i in range(1, len(piece)) if piece[:i] in vocab and piece[i:] in vocab]
+        cuts = [i for i in lengths if i < len(piece) and len(piece) - i in sizes]
+        pairs = [(piece[:i], piece[i:]) for i in cuts if piece[:i] in vocab and piece[i:] in vocab]
         pairs.sort(key=lambda pair: (vocab[pair[0]], vocab[pair[1]]))
         found.extend((score, len(left), len(right), left, right) for left, right in pairs)
     found.sort(key=lambda merge: merge[:3], reverse=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -22,13 +23,16 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
-from engine.loading.document import ScenarioError
+from engine.loading.document import ScenarioError, library_text
 from engine.parameters import Shape, format_shape
 from engine.progress import WEIGHTS, report
 
 SUFFIXES = (".safetensors", ".npz")
 SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2"}  # bf16: read as bits, widened
 SAMPLE = 1 << 16  # bytes at each end of the file that go into its identity
+ITEMSIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+             "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}  # the safetensors format's dtypes
+MAX_HEADER = 100 << 20  # the safetensors library's own limit on a header's size
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,69 @@ def _read_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndar
                     raise _not_float(path, name, kind)
                 _check_shape(path, name, tensor.get_shape(), shapes[name])
     except SafetensorError as error:
-        raise ScenarioError(str(path), None, "", f"not a readable safetensors file ({error})") from None
+        raise safetensors_refusal(path, error) from None
     return map_safetensors(path, shapes)
+
+
+def safetensors_refusal(path: Path, error: Exception) -> ScenarioError:
+    """Why `safetensors` refused the file: the header entry at fault, named, or else the library's own words."""
+    return safetensors_damage(path) or ScenarioError(str(path), None, "", f"not a readable safetensors file "
+                                                     f"({library_text(error)})")
+
+
+def safetensors_damage(path: Path) -> ScenarioError | None:
+    """The first thing wrong with a safetensors file's header, naming the tensor; None if it looks sound.
+    Layout: an 8-byte little-endian header length, a JSON object {name: {dtype, shape, data_offsets}}, the data."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        length = int.from_bytes(file.read(8), "little") if size >= 8 else None
+        if length is None:
+            return ScenarioError(str(path), None, "header", f"expected 8 bytes of header length, the file holds {size}")
+        if length > MAX_HEADER:
+            return ScenarioError(str(path), None, "header", f"its length field claims {length} bytes, more than the "
+                                 f"{MAX_HEADER >> 20} MiB safetensors allows")
+        if length > size - 8:
+            return ScenarioError(str(path), None, "header", f"its length field claims {length} bytes, the file holds "
+                                 f"{size - 8} after it (truncated?)")
+        try:
+            header = json.loads(file.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            return ScenarioError(str(path), None, "header", f"not a JSON object ({error})")
+    if not isinstance(header, dict):
+        return ScenarioError(str(path), None, "header", "not a JSON object")
+    entries = [(name, entry) for name, entry in header.items() if name != "__metadata__"]
+    for name, entry in entries:
+        problem = _entry_problem(entry, size - 8 - length)
+        if problem:
+            return ScenarioError(str(path), None, name, problem)
+    spans = sorted((entry["data_offsets"], name) for name, entry in entries)
+    end = 0
+    for (begin, stop), name in spans:
+        if begin != end:
+            return ScenarioError(str(path), None, name, f"its data starts at byte {begin} of the data, where "
+                                 f"{'the previous tensor ends at' if end else 'the data starts at'} {end} (bytes "
+                                 "overlapping or unaccounted for)")
+        end = stop
+    return None
+
+
+def _entry_problem(entry, room: int) -> str:
+    if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
+        return "expected an entry {dtype, shape, data_offsets}"
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in ITEMSIZES:
+        return f"unknown dtype {dtype!r}"
+    if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
+        return f"expected a shape of sizes ≥ 0, got {shape!r}"
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)
+            and 0 <= offsets[0] <= offsets[1]):
+        return f"expected data_offsets [begin, end], got {offsets!r}"
+    need = math.prod(shape) * ITEMSIZES[dtype]
+    if offsets[1] - offsets[0] != need:
+        return f"{dtype} {format_shape(shape)} takes {need} bytes, its data_offsets {offsets} span {offsets[1] - offsets[0]}"
+    if offsets[1] > room:
+        return f"its data ends at byte {offsets[1]} of the data, the file holds {room} bytes of data (truncated?)"
+    return ""
 
 
 def widen_bf16(bits: np.ndarray) -> np.ndarray:
@@ -104,16 +169,30 @@ def widen_bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
-    """Read-only views into one memory map of the (already validated) file."""
+def safetensors_header(path: Path) -> tuple[int, dict]:
+    """Where the data starts and each tensor's entry, from a file `safetensors` has validated; a tensor
+    listed twice (JSON allows it, the library keeps one of them without a word) is refused."""
+    def refuse_duplicates(pairs: list[tuple[str, object]]) -> dict:
+        entries = dict(pairs)
+        if len(entries) < len(pairs):
+            seen: set[str] = set()
+            twice = next(name for name, _ in pairs if name in seen or seen.add(name))
+            raise ScenarioError(str(path), None, twice, "listed twice in the header")
+        return entries
+
     with path.open("rb") as file:
         length = int.from_bytes(file.read(8), "little")
-        header = json.loads(file.read(length))
+        return 8 + length, json.loads(file.read(length), object_pairs_hook=refuse_duplicates)
+
+
+def map_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+    """Read-only views into one memory map of the (already validated) file."""
+    start, header = safetensors_header(path)
     data = np.asarray(np.memmap(path, dtype=np.uint8, mode="r"))  # plain ndarray views of the map
     arrays = {}
     for name, shape in shapes.items():
         entry = header[name]
-        begin, end = (8 + length + offset for offset in entry["data_offsets"])
+        begin, end = (start + offset for offset in entry["data_offsets"])
         array = data[begin:end].view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(shape)
         arrays[name] = widen_bf16(array) if entry["dtype"] == "BF16" else array
     return arrays

@@ -287,11 +287,12 @@ def weight_cases(scratch: Path) -> list:
     np.savez(npz_ints, **(valid_arrays() | {"embed": np.ones((3, 2), dtype=np.int64)}))
     return [
         ("weights_missing_file.yaml", "absent.safetensors", None, "weights.file", "no weight file"),
-        ("weights_truncated.yaml", "truncated.safetensors", valid[: 8 + length + 10], "",
-         "not a readable safetensors file"),
-        ("weights_header_only.yaml", "header_cut.safetensors", valid[:20], "", "not a readable safetensors file"),
-        ("weights_claims_more.yaml", "claims_more.safetensors", struct.pack("<Q", 10**12) + valid[8:], "",
-         "not a readable safetensors file"),
+        ("weights_truncated.yaml", "truncated.safetensors", valid[: 8 + length + 10], "blocks.0.attn.wk",
+         "its data ends at byte 16 of the data, the file holds 10 bytes of data (truncated?)"),  # first in the data
+        ("weights_header_only.yaml", "header_cut.safetensors", valid[:20], "header",
+         f"its length field claims {length} bytes, the file holds 12 after it (truncated?)"),
+        ("weights_claims_more.yaml", "claims_more.safetensors", struct.pack("<Q", 10**12) + valid[8:], "header",
+         f"its length field claims {10**12} bytes, more than the 100 MiB safetensors allows"),
         ("weights_wrong_dtype.yaml", "wrong_dtype.safetensors", safetensors_bytes(wrong_dtype, scratch),
          "blocks.0.attn.wq", "expected floating-point numbers, got I32"),
         ("weights_wrong_shape.yaml", "wrong_shape.safetensors", safetensors_bytes(wrong_shape, scratch),

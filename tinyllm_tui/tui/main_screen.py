@@ -342,8 +342,11 @@ class DebuggerScreen(Screen):
             bar.update(total=self.debugger.frame.status.last, progress=step)  # total unknown at first: a pulse
 
     def run_done(self, result: object) -> None:
+        bars = self.query(ProgressBar)
+        if not bars:  # a run cancelled as the app closes: its widgets are gone, nothing to show it on
+            return
         self.refusal = ""
-        self.query_one(ProgressBar).display = False
+        bars.first().display = False
         if isinstance(result, BaseException):
             raise result
         self.say(result)

@@ -7,7 +7,6 @@ and the TUI format them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,15 +14,16 @@ from typing import Any
 import numpy as np
 
 from engine.backend import to_host
+from engine.decoding import CHOICE, PROBS
+from engine.hooks import Hook
 from engine.model import Transformer
 from engine.spec import NormKind, NormPlacement
 from engine.trace import OpState
 
 Array = Any
 RESIDUALS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
-_RESIDUAL = re.compile(r"^blocks\.(\d+)\.(hook_resid_pre|hook_resid_mid|hook_resid_post)$")
-_WANTED = re.compile(r"^(blocks\.\d+\.(hook_resid_\w+|attn\.hook_result|hook_mlp_out)|ln_final\.hook_scale"
-                     r"|unembed\.hook_out|sample\.hook_(probs|choice))$")
+_WANTED_IN_BLOCK = {("", name) for name in RESIDUALS} | {("attn", "hook_result"), ("", "hook_mlp_out")}
+_WANTED = {"ln_final.hook_scale", "unembed.hook_out", "sample.hook_probs", "sample.hook_choice"}
 Key = tuple[str, int | None]  # (hook name, head)
 
 
@@ -53,7 +53,7 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
         if current is not None and (state.request, state.round) != (current.request, current.round):
             yield current
             current = None
-        if not _WANTED.match(state.name):
+        if not _wanted(state.op.hook):
             continue
         rows = to_host(state.values)
         if current is None:
@@ -61,18 +61,22 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
         current.context = state.context
         key = (state.name, state.head)
         before = current.values.get(key)
-        current.values[key] = rows if before is None or state.name.startswith("sample.") else np.concatenate([before, rows])
+        current.values[key] = rows if before is None or state.op.hook.module == "sample" else np.concatenate([before, rows])
     if current is not None:
         yield current
+
+
+def _wanted(hook: Hook) -> bool:
+    return (hook.module, hook.name) in _WANTED_IN_BLOCK if hook.in_block else hook.text in _WANTED
 
 
 def decisions(states: Iterable[OpState]) -> dict[tuple[int, int], tuple[int, float]]:
     """(request, round) -> the token each pass chose and its probability."""
     chosen, probs = {}, None
     for state in states:
-        if state.name == "sample.hook_probs":
+        if state.op.hook == PROBS:
             probs = to_host(state.values)[0]
-        elif state.name == "sample.hook_choice":
+        elif state.op.hook == CHOICE:
             token = int(to_host(state.values)[0, 0])
             chosen[(state.request, state.round)] = (token, float(probs[token]))
     return chosen
@@ -92,10 +96,11 @@ def logit_lens(model: Transformer, run: Pass, k: int = 5) -> list[LensRow]:
     with probabilities per position, in layer order (block 0's resid_pre, then each block's resid_mid
     and resid_post)."""
     _check_decoder(model)
-    hooks = sorted((key[0] for key in run.values if _RESIDUAL.match(key[0]) and _shown(key[0])), key=_residual_order)
+    hooks = sorted((hook for hook in map(Hook.parse, dict.fromkeys(name for name, _ in run.values)) if _shown(hook)),
+                   key=lambda hook: (hook.layer, RESIDUALS.index(hook.name)))
     if not hooks:
         return []
-    stacked = np.concatenate([run.get(hook) for hook in hooks])  # one unembedding for every row
+    stacked = np.concatenate([run.get(hook.text) for hook in hooks])  # one unembedding for every row
     logits = to_host(model.lens(model.backend.asarray(stacked)))
     probs = _softmax(logits)
     k = min(k, probs.shape[1])
@@ -103,21 +108,16 @@ def logit_lens(model: Transformer, run: Pass, k: int = 5) -> list[LensRow]:
     order = np.argsort(-np.take_along_axis(probs, candidates, axis=1), axis=1, kind="stable")
     top = np.take_along_axis(candidates, order, axis=1)
     ranked = np.take_along_axis(probs, top, axis=1)
-    rows, count = [], run.get(hooks[0]).shape[0]
+    rows, count = [], run.get(hooks[0].text).shape[0]
     for index, hook in enumerate(hooks):
         part = slice(index * count, (index + 1) * count)
-        rows.append(LensRow(hook, int(_RESIDUAL.match(hook)[1]), top[part], ranked[part]))
+        rows.append(LensRow(hook.text, hook.layer, top[part], ranked[part]))
     return rows
 
 
-def _shown(hook: str) -> bool:
+def _shown(hook: Hook) -> bool:
     """Every block's resid_mid and resid_post; resid_pre only of block 0 (block L's is block L−1's resid_post)."""
-    return not hook.endswith("hook_resid_pre") or hook == "blocks.0.hook_resid_pre"
-
-
-def _residual_order(hook: str) -> tuple[int, int]:
-    match = _RESIDUAL.match(hook)
-    return int(match[1]), RESIDUALS.index(match[2])
+    return hook.in_block and not hook.module and hook.name in RESIDUALS and (hook.name != RESIDUALS[0] or hook.layer == 0)
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -192,10 +192,10 @@ def _centre(vector: np.ndarray, centred: bool) -> np.ndarray:
 
 def _terms(model: Transformer, run: Pass, row: int) -> Iterator[tuple[str, np.ndarray]]:
     """The residual stream at `row` as a sum: the embedding, every head's result, attention biases, MLPs."""
-    yield "embed", run.get("blocks.0.hook_resid_pre")[row]
+    yield "embed", run.get(Hook(0, "", "hook_resid_pre").text)[row]
     for layer in range(model.spec.n_layers):
         for head in range(model.spec.n_heads):
-            yield f"L{layer}.H{head}", run.get(f"blocks.{layer}.attn.hook_result", head)[row]
+            yield f"L{layer}.H{head}", run.get(Hook(layer, "attn", "hook_result").text, head)[row]
         if f"blocks.{layer}.attn.bo" in model.weights:
             yield f"L{layer}.attn_bias", _weight(model, f"blocks.{layer}.attn.bo")
-        yield f"L{layer}.mlp", run.get(f"blocks.{layer}.hook_mlp_out")[row]
+        yield f"L{layer}.mlp", run.get(Hook(layer, "", "hook_mlp_out").text)[row]

@@ -96,17 +96,15 @@ def _condition(part: str, text: str) -> Condition:
 
 def short_name(state: OpState) -> str:
     """`blocks.0.attn.hook_pattern` (head 0) -> `attn.pattern h0`: fits a narrow list."""
-    name = state.name.split(".", 2)[2] if state.name.startswith("blocks.") else state.name
-    name = name.replace("hook_", "").replace("attn.attn_", "attn.")
-    return name if state.head is None else f"{name} h{state.head}"
+    return state.hook.short
 
 
 def name_matches(state: OpState, pattern: str) -> bool:
     """The operator's hook name or short name fits the glob, or the short name starts with its parts
     (`unembed` finds `unembed.out`, `attn.pattern` every head's pattern)."""
-    short = short_name(state)
-    full = state.name if state.head is None else f"{state.name} h{state.head}"  # `blocks.2.attn.hook_pattern h3`
-    return (fnmatch.fnmatchcase(state.name, pattern) or fnmatch.fnmatchcase(full, pattern)
+    hook = state.hook
+    short = hook.short
+    return (fnmatch.fnmatchcase(state.name, pattern) or fnmatch.fnmatchcase(hook.render(), pattern)
             or fnmatch.fnmatchcase(short, pattern)
             or short.startswith((f"{pattern}.", f"{pattern} ")))
 

@@ -31,6 +31,7 @@ from array_api_compat import array_namespace
 
 from engine import ops
 from engine.backend import to_host
+from engine.state import LayerState, StateView
 
 Array = Any
 
@@ -118,13 +119,14 @@ class QuantizedFacts:
 
 @dataclass(frozen=True, eq=False)
 class LayerCache:
-    """One layer's contiguous KV cache: K and V rows, one per position fed."""
+    """One layer's contiguous KV cache: K and V rows, one per position fed. An engine.state.LayerState."""
 
     k: Array  # (S, n_kv_heads·dh)
     v: Array  # (S, n_kv_heads·dh)
     fingerprint: str  # the weights these rows were computed with
     head_width: int = 0  # dh (0: a row is one head): the transposed-K bug and per-head scales split by it
     appends_rows: ClassVar[bool] = True  # a later cache is this one's rows and more (a kept history stores the new)
+    module: ClassVar[str] = "attn"  # its dump items are the attention's: blocks.L.attn.cache_k
 
     @property
     def length(self) -> int:
@@ -155,9 +157,85 @@ class LayerCache:
         return dataclasses.replace(self, k=self.k[:0, ...], v=self.v[:0, ...], fingerprint=fingerprint)
 
     def extend(self, xp, k: Array, v: Array, fault) -> Read:
+        """Store a chunk's new K/V rows; its fault points: how K is stored (and, per layout, the ring slot,
+        the block-table entry, what shares a quantization scale)."""
         k = fault.stored_k(xp, k, self.head_width or int(k.shape[1]))
         cache = dataclasses.replace(self, k=xp.concat([self.k, k], axis=0), v=xp.concat([self.v, v], axis=0))
         return Read(cache.k, cache.v, range(cache.length), cache)
+
+    # -- the LayerState protocol (engine.state) ------------------------------------------------------
+    def views(self) -> tuple[StateView, StateView]:
+        width = self.head_width or int(self.k.shape[1])
+        return StateView("K", self.k, width), StateView("V", self.v, width)
+
+    def dump_items(self) -> dict[str, Array]:
+        return {"cache_k": self.k, "cache_v": self.v}
+
+    def differing(self, theirs, beyond) -> frozenset[int]:
+        """Rows (positions) whose K or V differs from theirs, and rows theirs does not have."""
+        rows: set[int] = set()
+        for name, ours in self.dump_items().items():
+            if name not in theirs:
+                continue
+            ours, other = np.asarray(to_host(ours), dtype=np.float64), theirs[name]
+            if other is None:  # another width: every row differs
+                rows.update(range(ours.shape[0]))
+                continue
+            shared = min(len(ours), len(other))
+            differ = beyond(name, ours[:shared], np.asarray(other[:shared], np.float64))
+            rows.update(np.flatnonzero(differ.any(axis=1)).tolist())
+            rows.update(range(shared, len(ours)))
+        positions = self.row_positions
+        return frozenset(positions[row] for row in rows)
+
+    def delta(self, older: LayerState | None) -> RowsDelta:
+        """The rows added since `older` when it is a prefix of this cache (cached decode, bit for bit), else all
+        of it; a layout that does not only append rows (ring, paged, quantized) is kept whole as it is."""
+        if not self.appends_rows:
+            return RowsDelta(self.k, self.v, True, self)
+        xp = array_namespace(self.k)  # copies: a view would keep the whole newer cache alive
+        empty = dataclasses.replace(self, k=xp.asarray(self.k[:0, ...], copy=True),
+                                    v=xp.asarray(self.v[:0, ...], copy=True))
+        n = 0 if older is None else older.length
+        if not isinstance(older, LayerCache) or self.length < n or self.fingerprint != older.fingerprint or not (
+                _same(self.k[:n, ...], older.k) and _same(self.v[:n, ...], older.v)):
+            return RowsDelta(self.k, self.v, True, empty)
+        return RowsDelta(xp.asarray(self.k[n:, ...], copy=True), xp.asarray(self.v[n:, ...], copy=True), False, empty)
+
+
+@dataclass(frozen=True)
+class RowsDelta:
+    """A K/V cache at a kept round start: all of it, or the rows after the previous kept one's."""
+
+    k: Array
+    v: Array
+    whole: bool
+    empty: LayerCache  # the cache's layout and fields without its rows (or the whole cache, not only rows)
+
+    @property
+    def nbytes(self) -> int:
+        return array_bytes(self.k) + array_bytes(self.v)
+
+    def after(self, earlier: RowsDelta) -> RowsDelta:
+        if self.whole:
+            return self
+        xp = array_namespace(self.k)
+        return RowsDelta(xp.concat([earlier.k, self.k], axis=0), xp.concat([earlier.v, self.v], axis=0),
+                         earlier.whole, self.empty)
+
+    def restore(self, earlier: list[RowsDelta]) -> LayerCache:
+        if not self.empty.appends_rows:
+            return self.empty
+        xp = array_namespace(self.k)
+        parts = [*earlier, self]
+        return dataclasses.replace(self.empty, k=xp.concat([p.k for p in parts], axis=0),
+                                   v=xp.concat([p.v for p in parts], axis=0))
+
+
+def _same(a: Array, b: Array) -> bool:
+    """Bit for bit, as far as floats go: equal, and −0.0 is not 0.0 (NaN is never the same)."""
+    xp = array_namespace(a)
+    return a.shape == b.shape and bool(xp.all(a == b)) and bool(xp.all(xp.signbit(a) == xp.signbit(b)))
 
 
 def array_bytes(array: Array) -> int:

@@ -13,29 +13,29 @@ import numpy as np
 
 from engine import ops
 from engine.backend import to_host
-from engine.model import Op, Operand, OpStream
+from engine.hooks import Hook
+from engine.operators import Operand, OpStream, op
 from engine.spec import DecodeRule, Rule
 from engine.trace import OpKind
 
 Array = Any
+FILTERED, PROBS, CHOICE = (Hook(None, "sample", name) for name in ("hook_filtered", "hook_probs", "hook_choice"))
 
 
-def choose(xp, logits: Op, rule: DecodeRule, rng: np.random.Generator) -> OpStream:
+def choose(xp, logits, rule: DecodeRule, rng: np.random.Generator) -> OpStream:
     """Yield the filter, probability and choice operators; return the chosen token id."""
     last = Operand(f"{logits.name}[last]", logits.values[-1:, :], rows="last", cols="vocab")
-    filtered = Op("sample.hook_filtered", _filter(xp, last.values, rule), rows="last", cols="vocab",
-                  kind=OpKind.FILTER, inputs=(last,))
+    filtered = op(FILTERED, _filter(xp, last.values, rule), OpKind.FILTER, inputs=(last,), rows="last", cols="vocab")
     yield filtered
-    probs = Op("sample.hook_probs", ops.softmax(xp, filtered.values), rows="last", cols="vocab",
-               kind=OpKind.PROBS, inputs=(filtered,))
+    probs = op(PROBS, ops.softmax(xp, filtered.values), OpKind.PROBS, inputs=(filtered,), rows="last", cols="vocab")
     yield probs
     host = to_host(probs.values)[0]
     if rule.rule == Rule.GREEDY:
         token = int(np.argmax(host))
     else:
         token = int(rng.choice(host.shape[0], p=host / host.sum()))
-    yield Op("sample.hook_choice", xp.asarray([[float(token)]], dtype=probs.values.dtype), rows="last",
-             cols="choice", kind=OpKind.CHOICE, inputs=(probs,))
+    yield op(CHOICE, xp.asarray([[float(token)]], dtype=probs.values.dtype), OpKind.CHOICE, inputs=(probs,),
+             rows="last", cols="choice")
     return token
 
 

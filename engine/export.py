@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 
 from engine.backend import to_host
-from engine.compare.layout import Passes, stack_heads, to_dump
+from engine.hooks import Hook
+from engine.layout import Passes, stack_heads, to_dump
 from engine.session import Session
 from engine.trace import OpState, RequestResult
 
@@ -64,7 +65,7 @@ def requests_record(results: list[RequestResult]) -> dict:
     return {"requests": [{"input": list(r.input), "generated": list(r.generated), "stop": r.stop} for r in results]}
 
 
-# -- activations in the dump layout (engine.compare.layout) ----------------------------------------
+# -- activations in the dump layout (engine.layout) ----------------------------------------
 class ActivationDump:
     """Collects every operator a run yields and every layer's KV cache after each pass, keyed as a
     dump names them (`decode.2.blocks.0.attn.hook_k`), in TransformerLens's layouts with a batch axis of 1."""
@@ -74,12 +75,6 @@ class ActivationDump:
         self._arrays: dict[str, np.ndarray] = {}
         self._heads: dict[str, list[np.ndarray]] = {}
         self._last: OpState | None = None
-
-    def tee(self, states: Iterable[OpState]) -> Iterator[OpState]:
-        """`states`, each seen on its way through."""
-        for state in states:
-            self.see(state)
-            yield state
 
     def see(self, state: OpState) -> None:
         if self._last is not None and self.passes.key(self._last)[:2] != self.passes.key(state)[:2]:
@@ -99,8 +94,9 @@ class ActivationDump:
         return {**self._arrays, **{name: stack_heads(name, heads) for name, heads in self._heads.items()}}
 
     def _caches(self, state: OpState) -> None:
-        """Every layer's cache as the pass that `state` ends left it: [1, kv_head, position, d_head]."""
+        """Every layer's state as the pass that `state` ends left it, its dump items (a K/V cache's: [1, kv_head,
+        position, d_head])."""
         for layer, cache in enumerate(state.caches):
-            for name, values in (("cache_k", cache.k), ("cache_v", cache.v)):
-                key = self.passes.text(state, f"blocks.{layer}.attn.{name}")
+            for name, values in cache.dump_items().items():
+                key = self.passes.text(state, Hook(layer, cache.module, name).text)
                 self._arrays[key] = to_dump(key, np.asarray(to_host(values)), self.passes.d_head)

@@ -1,11 +1,11 @@
 """Deliberate KV-cache bugs from the 003 walkthrough (A.9-A.11), for the diff to catch.
 
-The forward pass, the session and the cache layouts (engine.caches) ask a `Fault` at a few
-named points: which keys a query may read, which positions a round gets, what a round feeds,
-which cache a round starts from and which cache a layer appends to; which padded keys are
-masked and how far padding shifts positions (batches); which kv head a query head reads; how
-K rows are stored, which ring slot and which physical block a row goes to, and what shares a
-quantization scale. The base class answers correctly; each bug overrides one answer. The
+The session asks a `Fault` at a few named points: which positions a round gets, what a round
+feeds, which states a round starts from and which state a layer extends; which padded keys are
+masked and how far padding shifts positions (batches). Each layer kind adds the points of its
+own (engine.layers: the attention's which keys a query may read, which kv head a query head
+reads; how K rows are stored, which ring slot and which physical block a row goes to, and what
+shares a quantization scale). The base class answers correctly; each bug overrides one answer. The
 reference path has no branch on a bug's name.
 """
 
@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from engine.caches import Layout, Quantize, ScaleAxis, ring_slot
+from engine.caches import Layout, Quantize, ScaleAxis
+from engine.layers import FaultPoints
 from engine.spec import Positions
 from engine.trace import LayerCache, Phase
 
@@ -22,15 +23,11 @@ Array = Any
 STALE_SCALE = 1.1  # the "other checkpoint" of the stale-cache bug: every weight ×1.1
 
 
-class Fault:
-    """The correct behaviour at every named point."""
+class Fault(FaultPoints):
+    """The correct behaviour at every named point: the session's here, each layer kind's from its module
+    (engine.layers.FaultPoints: the attention's mask, kv heads and K/V cache layouts)."""
 
-    description = "no bug"
     keeps_stale_cache = False  # may a cache computed with other weights be extended?
-
-    def mask(self, xp, visible: Array | None, n_new: int, n_keys: int) -> Array | None:
-        """Which of `n_keys` keys each of the `n_new` queries may read (None: all)."""
-        return visible
 
     def positions(self, phase: Phase, first: int, count: int) -> list[int]:
         """The absolute positions of a chunk whose first token sits at `first`."""
@@ -46,8 +43,8 @@ class Fault:
         with every weight multiplied by `scale`."""
         return caches
 
-    def layer_cache(self, layer: int, caches: list[LayerCache]) -> LayerCache:
-        """The cache `layer` appends its new K/V rows to and then reads."""
+    def layer_state(self, layer: int, caches: list[LayerCache]) -> LayerCache:
+        """The state `layer` extends and then reads (its K/V cache: the rows it appends to)."""
         return caches[layer]
 
     def unseen(self, scenario) -> str | None:
@@ -62,26 +59,6 @@ class Fault:
         """How far a request's `pad` left-padding tokens shift its position ids back."""
         return pad
 
-    def kv_head(self, head: int, group: int, kv_heads: int) -> int:
-        """The kv head query head `head` reads (grouped-query attention: `group` query heads each)."""
-        return head // group
-
-    def stored_k(self, xp, k: Array, head_width: int) -> Array:
-        """The K rows a cache stores for a chunk's (T, kv_heads·dh) keys."""
-        return k
-
-    def ring_slot(self, index: int, sinks: int, size: int) -> int:
-        """The ring-buffer slot the token at sequence `index` is written to (`size` slots past the sinks)."""
-        return ring_slot(index, sinks, size)
-
-    def table_entry(self, physical: int, table: list[int]) -> int:
-        """The block-table entry of a new logical block stored in physical block `physical`."""
-        return physical
-
-    def scale_axis(self, axis: ScaleAxis) -> ScaleAxis:
-        """What shares one quantization scale."""
-        return axis
-
     def cannot_run(self, scenario) -> str | None:
         """Why this bug cannot run on an engine.scenario.Scenario (None: it can): an encoder keeps no
         cache between rounds, the bug must change some number, and the positions it feeds must stay
@@ -92,7 +69,6 @@ class Fault:
         unseen = self.unseen(scenario)
         if unseen or model.positions != Positions.LEARNED:
             return unseen
-            return None
         for request in requests:
             fed = len(request.tokens)
             for round_ in range(1, request.max_new_tokens):  # a decode round feeds what `feed` gives
@@ -103,14 +79,12 @@ class Fault:
 
 
 class ChunkMask(Fault):
-    description = "a cached chunk is masked with tril(ones(C, P+C)): new queries miss most of the cache"
 
     def mask(self, xp, visible, n_new, n_keys):
         return None if visible is None else xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
 
 
 class PositionReset(Fault):
-    description = "positions restart at 0 in every decode round"
 
     def positions(self, phase, first, count):
         return super().positions(phase, 0 if phase is Phase.DECODE else first, count)
@@ -120,14 +94,12 @@ class PositionReset(Fault):
 
 
 class DuplicateAppend(Fault):
-    description = "decode feeds the whole sequence again, so the prefix is appended to the cache twice"
 
     def feed(self, phase, new, sequence):
         return sequence if phase is Phase.DECODE else new
 
 
 class StaleCache(Fault):
-    description = "decode reuses a prefix cache computed with other weights (every weight ×1.1)"
     keeps_stale_cache = True
 
     def starting_caches(self, round_, caches, recompute):
@@ -135,9 +107,8 @@ class StaleCache(Fault):
 
 
 class NoCacheLayer1(Fault):
-    description = "layer 1 attends over layer 0's cache instead of its own"
 
-    def layer_cache(self, layer, caches):
+    def layer_state(self, layer, caches):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
 
     def unseen(self, scenario):
@@ -145,7 +116,6 @@ class NoCacheLayer1(Fault):
 
 
 class PaddingUnmasked(Fault):
-    description = "left padding is not masked: every query also reads the PAD keys"
 
     def padded(self, flags):
         return None
@@ -156,7 +126,6 @@ class PaddingUnmasked(Fault):
 
 
 class PositionsNotOffset(Fault):
-    description = "position ids count the left padding: a padded request's tokens sit too far right"
 
     def position_offset(self, pad):
         return 0
@@ -172,7 +141,6 @@ class PositionsNotOffset(Fault):
 
 
 class RopeOffByOne(Fault):
-    description = "decode rounds rotate the new token one position too far"
 
     def positions(self, phase, first, count):
         return super().positions(phase, first + (phase is Phase.DECODE), count)
@@ -182,7 +150,6 @@ class RopeOffByOne(Fault):
 
 
 class GqaModulo(Fault):
-    description = "grouped-query attention: query head h reads kv head h % kv_heads instead of h // group"
 
     def kv_head(self, head, group, kv_heads):
         return head % kv_heads
@@ -195,7 +162,6 @@ class GqaModulo(Fault):
 
 
 class TransposedK(Fault):
-    description = "K is stored transposed: each head's (T, dh) rows written as (dh, T)"
 
     def stored_k(self, xp, k, head_width):
         t = k.shape[0]
@@ -209,7 +175,6 @@ class TransposedK(Fault):
 
 
 class RingWrongSlot(Fault):
-    description = "the ring buffer overwrites the slot after the oldest one when it wraps"
 
     def ring_slot(self, index, sinks, size):
         wrapped = index >= sinks + size
@@ -225,7 +190,6 @@ class RingWrongSlot(Fault):
 
 
 class BlockTableWrong(Fault):
-    description = "a new block's table entry points at the request's previous physical block"
 
     def table_entry(self, physical, table):
         return table[-1] if table else physical
@@ -238,7 +202,6 @@ class BlockTableWrong(Fault):
 
 
 class ScalePerTensor(Fault):
-    description = "the quantization scale is taken per tensor instead of per head"
 
     def scale_axis(self, axis):
         return ScaleAxis.PER_TENSOR
@@ -277,4 +240,4 @@ FAULTS: dict[str, Fault] = {
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
 }
-INJECTIONS = {name: fault.description for name, fault in FAULTS.items()}
+INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

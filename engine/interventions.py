@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from engine import layers
+from engine.hooks import Hook
+
 Array = Any
 Span = tuple[int | None, int | None]  # [start, stop) like a slice; (None, None) is ":"
-HEAD_HOOKS = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # one operator per head
 _SPEC = re.compile(r"""^(?P<hook>[A-Za-z_][\w.]*?)(?:\s+head\s+(?P<head>\d+))?\s*
                        (?:\[(?P<rows>[^,\]]*),(?P<cols>[^\]]*)\])?\s*(?P<op>\*=|=)\s*
                        (?P<value>.*?)(?P<where>(?:\s+@\S+)*)\s*$""", re.VERBOSE)
 _ABLATION = re.compile(r"^(?P<hook>[A-Za-z_][\w.]*?)\s+head\s+(?P<head>\d+)(?P<where>(?:\s+@\S+)*)\s*$")
-_LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
 class InterventionError(ValueError):
@@ -184,12 +185,10 @@ def _where(text: str, spec: str) -> tuple[str | None, int | None]:
 
 def hook_width(hook: str, model, vocab: int) -> int | None:
     """How many columns `hook`'s operator has, where the spec alone says (None: keys, or a hook not listed)."""
-    d, d_attn, d_kv = model.d_model, model.d_attn, model.d_kv
-    widths = {"hook_resid_pre": d, "hook_resid_mid": d, "hook_resid_post": d, "hook_attn_out": d, "hook_mlp_out": d,
-              "attn.hook_q": d_attn, "attn.hook_rot_q": d_attn, "attn.hook_k": d_kv, "attn.hook_rot_k": d_kv,
-              "attn.hook_v": d_kv, "attn.hook_z": model.d_head, "attn.hook_result": d, "attn.hook_concat": d_attn,
-              "mlp.hook_pre": model.d_ff, "mlp.hook_post": model.d_ff, "unembed.hook_out": vocab, "hook_embed": d}
-    return widths.get(re.sub(r"^blocks\.\d+\.", "", hook))
+    d = model.d_model
+    widths = dict.fromkeys(("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
+                            "hook_embed"), d) | layers.hook_widths(model) | {"unembed.hook_out": vocab}
+    return widths.get(Hook.parse(hook).local)
 
 
 def check_intervention(intervention: Intervention, model, requests: int, vocab: int | None = None) -> None:
@@ -199,14 +198,15 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
     width = None if vocab is None else hook_width(spec.hook, model, vocab)
     if width is not None:
         _check_width(spec, width)
-    layer = _LAYER.match(spec.hook)
-    if layer and int(layer[1]) >= model.n_layers:
+    site = Hook.parse(spec.hook)
+    if site.layer is not None and site.layer >= model.n_layers:
         raise InterventionError(f"{text!r}: the model has layers 0–{model.n_layers - 1}")
-    per_head = spec.hook.rsplit(".", 1)[-1] in HEAD_HOOKS
+    head_hooks = layers.per_head_hooks()
+    per_head = site.name in head_hooks
     if per_head and spec.head is None:
         raise InterventionError(f"{text!r}: {spec.hook} has one operator per head: name it, e.g. '{spec.hook} head 0'")
     if not per_head and spec.head is not None:
-        raise InterventionError(f"{text!r}: {spec.hook} is not a per-head hook ({', '.join(HEAD_HOOKS)} are)")
+        raise InterventionError(f"{text!r}: {spec.hook} is not a per-head hook ({', '.join(head_hooks)} are)")
     if spec.head is not None and spec.head >= model.n_heads:
         raise InterventionError(f"{text!r}: the model has heads 0–{model.n_heads - 1}")
     for index, name in ((spec.request, "request"), (spec.value if spec.action is Action.PATCH else None, "from:")):
@@ -214,11 +214,12 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
             raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
 
 
-def check_operator(intervention: Intervention, operators: set[tuple[str, int | None]]) -> None:
-    """Refuse an intervention that names no operator of `operators` ((name, head) of a round: every round has
-    every hook of the model), e.g. a misspelt hook."""
-    if (intervention.hook, intervention.head) not in operators:
-        near = sorted({name for name, _ in operators if name.rsplit(".", 1)[-1] == intervention.hook.rsplit(".", 1)[-1]})
+def check_operator(intervention: Intervention, hooks) -> None:
+    """Refuse an intervention that names no operator the model yields (`hooks`: its engine.hooks.HookRegistry),
+    e.g. a misspelt hook."""
+    wanted = Hook.parse(intervention.hook)
+    if wanted.at(intervention.head) not in hooks:
+        near = sorted({site.hook.text for site in hooks if site.hook.name == wanted.name})
         hint = f" (the model has {near[0]}, …)" if near else ""
         raise InterventionError(f"{intervention.text!r}: no operator {intervention.hook} runs in this model{hint}")
 

@@ -62,9 +62,17 @@ def softmax(xp, x: Array) -> Array:
 
 
 def rope(xp, x: Array, positions: Array, d_head: int, theta: float,
-         divisors: tuple[float, ...] | None = None) -> Array:
+         divisors: tuple[float, ...] | None = None, dims: int | None = None) -> Array:
     """(T, H·dh) -> (T, H·dh): every head rotated by position·θ^(−2i/dh) (over divisors[i], a scaled RoPE)
-    in the half-split layout of Llama's rotate_half (feature i pairs with feature i + dh/2)."""
+    in the half-split layout of Llama's rotate_half (feature i pairs with feature i + dh/2).
+
+    dims < dh (partial rotary, as GPT-NeoX and Phi): only each head's first `dims` features turn, with
+    θ^(−2i/dims); the others pass unchanged."""
+    if dims is not None and dims < d_head:
+        t = x.shape[0]
+        heads = xp.reshape(x, (t, -1, d_head))
+        turned = rope(xp, xp.reshape(heads[..., :dims], (t, -1)), positions, dims, theta, divisors)
+        return xp.reshape(xp.concat([xp.reshape(turned, (t, -1, dims)), heads[..., dims:]], axis=-1), (t, -1))
     half, t = d_head // 2, x.shape[0]
     heads = xp.reshape(x, (t, -1, d_head))
     inv_freq = 1.0 / theta ** (xp.astype(xp.arange(0, d_head, 2), x.dtype) / d_head)

@@ -5,7 +5,7 @@
 
 The loading code calls `report(stage, done, total)`: READING counts the YAML's bytes the parser
 has taken, WEIGHTS the tensors converted. Without a listener a report costs one lookup. The
-listener runs in the loading thread; raising `Cancelled` from it stops the load there.
+listener runs in the loading thread; raising `LoadCancelled` from it stops the load there.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ Listener = Callable[[str, int, int], None]
 _listener: ContextVar[Listener | None] = ContextVar("progress_listener", default=None)
 
 
-class Cancelled(BaseException):
+class LoadCancelled(BaseException):
     """The person stopped the load. Like KeyboardInterrupt, not an Exception: no `except Exception`
     on the way (a checkpoint reader's catch-all) turns a cancel into an error of the file."""
 

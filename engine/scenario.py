@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -18,9 +18,15 @@ from engine.lazy_weights import LazyWeights
 from engine.spec import DecodeRule, ModelSpec, Request, Vocab
 
 if TYPE_CHECKING:
-    from engine.compare.expect import Expectation
     from engine.interventions import Intervention
-    from engine.loading.weightfile import WeightSource
+
+
+class WeightOrigin(Protocol):
+    """The file a scenario's weights were read from (engine.loading.weightfile.WeightSource): what identifies
+    them, and the arrays as read, so that an edited one is told apart."""
+
+    identity: str
+    arrays: Mapping[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -32,13 +38,13 @@ class Scenario:
     weights: Mapping[str, np.ndarray]  # a dict, or LazyWeights read from a checkpoint on first use
     requests: tuple[Request, ...]
     decode: DecodeRule
-    expect: tuple[Expectation, ...] = ()
+    expect: tuple = ()  # the expect: tables as read (engine.compare.expect.Expectation: the numerics never read them)
     breakpoints: tuple[str, ...] = ()  # each one parses with breakpoints.parse_breakpoint
     cache: CacheSpec = CacheSpec()  # the KV-cache layout every session of this scenario uses
     batch: bool = False  # run the requests as one left-padded batch instead of one after another
     interventions: tuple[Intervention, ...] = ()  # applied to activations as they are produced (engine.interventions)
     document: str | None = field(repr=False, compare=False, default=None)  # the YAML text as read
-    weights_source: WeightSource | None = field(repr=False, compare=False, default=None)  # weights: {file: …}
+    weights_source: WeightOrigin | None = field(repr=False, compare=False, default=None)  # weights: {file: …}
 
     @cached_property
     def fingerprint(self) -> str:

@@ -29,7 +29,7 @@ from engine.scenario import Scenario
 from engine.spec import Mode, Request
 from engine.trace import BatchRow, LayerCache, Moment, OpKind, OpState, Phase, RequestResult
 
-__all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: name -> description, from engine.faults
+__all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: the faults' names, from engine.faults
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class _RequestRun:
         self.generated: list[int] = []
         self.selected: int | None = None  # chosen, not yet fed back
         self.round = self.chunk = 0
-        self.round_start = 0  # cache length when this round began
+        self.round_start = 0  # tokens fed when this round began (OpState.past)
         self.stop: str | None = None
         self._moment: Moment | None = None
         self._caches: tuple = ()

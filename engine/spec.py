@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 
 
 class NormKind(StrEnum):
@@ -23,7 +24,7 @@ class NormPlacement(StrEnum):
 
 
 class Positions(StrEnum):
-    """How positions enter: scenario files name the first four; checkpoints add ROPE."""
+    """How positions enter: added to the embedding (the first four), or RoPE turning each head's q and k."""
 
     NONE = "none"
     SEED_SIN = "seed_sin"
@@ -59,7 +60,7 @@ class Mode(StrEnum):
 
 NORM_KINDS = tuple(NormKind)
 NORM_PLACEMENTS = tuple(NormPlacement)
-POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # what scenario files may name
+POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # the terms added to the embedding
 LINEARS = ("q", "k", "v", "o", "mlp")  # what ModelSpec.biases may name
 FFN_KINDS = tuple(FfnKind)
 DECODE_RULES = tuple(Rule)
@@ -90,6 +91,18 @@ class NormSpec:
     eps: float = 1e-5
     affine: bool = False
     weight_offset: bool = False  # Gemma: the stored gain w is applied as (1 + w)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One block of the stack: its token mixer and its FFN, each a kind named in engine.layers, with the
+    options of those kinds. A stack of mixed blocks is another tuple of these, not a flag."""
+
+    mixer: str = "attention"
+    ffn: str = "dense"
+    window: int | None = None  # attention: query i reads keys j > i − window only (None: every earlier key)
+    rope_theta: float | None = None  # attention under positions "rope": this layer's base (None: the model's)
+    rope_divisors: tuple[float, ...] | None = None  # what its RoPE frequencies are divided by (None: nothing)
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,8 @@ class ModelSpec:
     rope_theta_local: float | None = None  # Gemma 3: the RoPE base of sliding layers (rope_theta: the others)
     rope_factors: tuple[float, ...] | None = None  # d_head/2 divisors of the RoPE frequencies on the layers with
     # rope_theta (linear scaling: all the factor; Llama 3: by wavelength), as llama.cpp's rope_freqs tensor
+    rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
+    layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
 
     @property
     def d_attn(self) -> int:
@@ -144,22 +159,41 @@ class ModelSpec:
     def has_bias(self, linear: str) -> bool:
         return linear in self.biases if self.biases is not None else self.bias
 
+    @cached_property
+    def blocks(self) -> tuple[LayerSpec, ...]:
+        """Every block's kinds: the scenario's `layers:`, else what a checkpoint's flags say (attention, with the
+        window, RoPE base and scaling of its layer type, then the dense FFN)."""
+        if self.layers is not None:
+            return self.layers
+        return tuple(LayerSpec(window=self._flag_window(layer), rope_theta=self._flag_theta(layer),
+                               rope_divisors=self._flag_divisors(layer)) for layer in range(self.n_layers))
+
     def window(self, layer: int) -> int | None:
         """The sliding window of `layer`'s attention, or None (every earlier key visible)."""
+        return self.blocks[layer].window
+
+    def theta(self, layer: int) -> float:
+        """`layer`'s RoPE base: Gemma 3's sliding layers have their own."""
+        theta = self.blocks[layer].rope_theta
+        return self.rope_theta if theta is None else theta
+
+    def rope_divisors(self, layer: int) -> tuple[float, ...] | None:
+        """What `layer`'s RoPE frequencies are divided by (None: nothing); Gemma 3 scales its global layers only."""
+        return self.blocks[layer].rope_divisors
+
+    def _flag_window(self, layer: int) -> int | None:
         if self.sliding_window is None or (self.sliding_layers is not None and layer not in self.sliding_layers):
             return None
         return self.sliding_window
 
-    def theta(self, layer: int) -> float:
-        """`layer`'s RoPE base: Gemma 3's sliding layers have their own."""
+    def _flag_theta(self, layer: int) -> float:
         return self.rope_theta_local if self._local_rope(layer) else self.rope_theta
 
-    def rope_divisors(self, layer: int) -> tuple[float, ...] | None:
-        """What `layer`'s RoPE frequencies are divided by (None: nothing); Gemma 3 scales its global layers only."""
+    def _flag_divisors(self, layer: int) -> tuple[float, ...] | None:
         return None if self._local_rope(layer) else self.rope_factors
 
     def _local_rope(self, layer: int) -> bool:
-        return bool(self.rope_theta_local and self.window(layer))
+        return bool(self.rope_theta_local and self._flag_window(layer))
 
 
 @dataclass(frozen=True)

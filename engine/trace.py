@@ -149,7 +149,7 @@ class OpState:
     op: Any  # the engine.model.Op: name, kind, layer, head, values, the operands it read
     moment: Moment
     caches: tuple[LayerCache, ...]
-    past: int  # cache length before this round: rows at or after it were appended now
+    past: int  # tokens fed before this round: a layer state's rows holding positions at or after it are new
     stop: str | None = None  # "eos" | "max_new_tokens" on the op that ends a request
     original: Array | None = None  # what the operator computed, when an intervention replaced its values
     batch: tuple[BatchRow, ...] | None = None  # every row of a batch run as it stands (None: no batch)
@@ -158,6 +158,11 @@ class OpState:
     def name(self) -> str:
         """TransformerLens-style hook name."""
         return self.op.name
+
+    @property
+    def hook(self):
+        """The engine.hooks.Hook of this operator, its head included."""
+        return self.op.hook.at(self.op.head)
 
     @property
     def kind(self) -> OpKind:
@@ -190,9 +195,9 @@ class OpState:
 
     @property
     def chunk_past(self) -> int:
-        """The cache length before this chunk: a layer's rows at or after it were appended by this chunk.
-        `past` for a round's first chunk (and the decode rule after the round); a later chunk of a chunked
-        prefill appends onto the rows the earlier chunks fed."""
+        """The tokens fed before this chunk: a layer state's rows holding positions at or after it were added by
+        this chunk. `past` for a round's first chunk (and the decode rule after the round); a later chunk of a
+        chunked prefill adds to what the earlier chunks fed."""
         return self.past if self.chunk == 0 else self.moment.fed
 
     @property

@@ -45,6 +45,14 @@ def still(app):
     return app
 
 
+def round_summaries(states, request: int) -> list:
+    """The rounds of `request` that `states` have finished (their choice was made), summarised one by one:
+    what History.finished_rounds must give."""
+    from tinyllm_tui.debugger.history import round_summary
+
+    return [round_summary(s) for s in states if s.request == request and s.kind.name == "CHOICE"]
+
+
 def peak_bytes(action) -> int:
     """The most memory Python and NumPy held at once while `action()` ran."""
     tracemalloc.start()

@@ -15,7 +15,7 @@ from safetensors.numpy import load_file
 from engine import ScenarioError
 from engine.compare.against import compare_generation
 from engine.compare.dump import load_dump
-from engine.compare.layout import Key, parse_key
+from engine.layout import Key, parse_key
 from engine.loading.checkpoint import load_checkpoint
 from numpy_llama import NumpyLlama
 from tinyllm_tui import Recorder

@@ -27,7 +27,7 @@ from engine.loading.checkpoint import load_checkpoint
 from engine.parameters import parameter_shapes
 from engine.spec import FfnKind, NormKind, NormPlacement, Positions, Rule
 from tinyllm_tui.debugger.frame import BY_KIND, hook_key
-from tinyllm_tui.tui.explanations import TEXTS
+from tinyllm_tui.tui.explanations import texts_of
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = ("qwen3", "mistral", "phi3", "gemma2", "gemma3", "llama3")
@@ -137,7 +137,7 @@ def test_gemma2_trace_has_its_operators_under_transformerlens_style_names():
     table = dict(np.load(FIXTURES / "gemma2" / "reference.npz"))["ids"]
     rows = to_host(next(m for m in embed.inputs if m.name == "embed").values)[table]
     assert np.allclose(to_host(embed.values), rows * np.sqrt(spec.d_model), rtol=1e-15)
-    assert TEXTS[hook_key(embed)]["en"][0].startswith("Gemma's token vectors")
+    assert texts_of(hook_key(embed))["en"][0].startswith("Gemma's token vectors")
     capped = [s for s in states if s.name == "blocks.1.attn.hook_attn_scores"]
     assert capped[0].kind == "softcap"
     finite = np.concatenate([to_host(s.values)[np.isfinite(to_host(s.values))] for s in capped])
@@ -178,9 +178,9 @@ def test_every_new_operator_has_an_explanation():
         hook = state.name.rsplit(".", 1)[-1]
         if hook in ("hook_scale", "hook_q_normed", "hook_k_normed", "hook_attn_scores_uncapped", "hook_softcap",
                     "hook_embed") or (hook, state.kind) in BY_KIND:
-            texts = TEXTS[hook_key(state)]
+            texts = texts_of(hook_key(state))
             assert len(texts["en"]) == len(texts["zh"]) == 4, state.name  # why, how, pitfall, check
-    assert set(BY_KIND.values()) <= set(TEXTS)
+    assert all(texts_of(key) for key in BY_KIND.values())
 
 
 def transformer_lens_layout(state_values: dict[str, list], name: str) -> np.ndarray:

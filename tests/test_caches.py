@@ -327,8 +327,8 @@ def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_wha
     from tinyllm_tui.tui.widgets.cache import layout_line
 
     def view(state, layer=0):
-        frame = cache_frame(state, state.caches[layer].fingerprint, 4, layer, 0)
-        return frame, list(frame.k.rows[: len(frame.k.rows)]), layout_line(frame, "en")
+        frame = cache_frame(state, state.caches[layer].fingerprint, layer, 0)
+        return frame, list(frame.views[0].rows[: len(frame.views[0].rows)]), layout_line(frame, "en")
 
     ring_end = [s for s in Session(llama(PROMPT, new=3, cache=CacheSpec(Layout.RING, window=4, sinks=1),
                                          window=4)).steps() if s.round == 0][-1]
@@ -337,7 +337,7 @@ def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_wha
     assert line == "ring w4+1 sink · next s3 · evicted 1–5"  # 0 is the sink; 6, 7, 8 are held
     assert rows == [f"s0  +0 · {tokens[0]}", f"s1  +7 · {tokens[7]}", f"s2  +8 · {tokens[8]}", f"s3↺ +6 · {tokens[6]}"]
     assert (frame.length, frame.appended, frame.evicted) == (4, 4, (1, 2, 3, 4, 5))
-    assert frame.k.new_from is None and not frame.k.newest_first  # the labels carry the marks: slots are not positions
+    assert frame.views[0].new_from is None and not frame.views[0].newest_first  # the labels carry the marks: slots are not positions
     shared = PROMPT[:5]
     states = list(Session(llama(shared, shared, max_new=(1, 3), cache=CacheSpec(Layout.PAGED, block_size=2))).steps())
     frame, rows, line = view([s for s in states if s.request == 1][-1])
@@ -351,7 +351,7 @@ def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_wha
     assert view(quantized)[2] == f"int8 per head: {codes + scales} B stored (exact {exact / 1024:.1f} KiB)"
     contiguous = [s for s in Session(llama(PROMPT)).steps() if s.round == 0][-1]
     frame, rows, line = view(contiguous)
-    assert line == "" and rows[0] == f"0 · {tokens[0]}" and frame.k.new_from == 0
+    assert line == "" and rows[0] == f"0 · {tokens[0]}" and frame.views[0].new_from == 0
 
 
 def test_a_cache_counts_its_bytes_in_any_namespace():

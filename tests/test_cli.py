@@ -220,18 +220,20 @@ def test_an_injected_cache_bug_is_refused_on_an_encoder(bug):
                                         f"{encoder}: ") and len(result.stderr.splitlines()) == 1
 
 
-def test_the_debuggers_trace_runs_from_the_cursor_to_the_end_and_leaves_the_cursor():
+def test_the_debuggers_trace_streams_every_operator_once_and_leaves_the_cursor():
+    """`run`'s pass reads a stream of its own, from the first operator to the end of the trace: no history."""
     from engine import load_scenario
     from tinyllm_tui.debugger.debugger import Debugger
 
     debugger = Debugger(load_scenario(X01), breakpoints=["blocks.0.attn.hook_pattern"])
     debugger.step()
     debugger.step()
-    passed = list(debugger.trace())
-    steps = [state.step for state, _ in passed]
-    assert steps == list(range(2, 2 + len(steps))) and debugger.history.cursor == 2
+    trace = debugger.trace()
+    passed = list(trace)
+    assert [state.step for state, _ in passed] == list(range(len(passed))) and debugger.history.cursor == 2
+    assert not hasattr(trace, "history")
     records = json.loads(invoke("run", str(X01), "--json").output)["records"]
-    assert [state.name for state, _ in passed] == [r["name"] for r in records[2:]]  # to the end of the trace
+    assert [state.name for state, _ in passed] == [r["name"] for r in records]  # to the end of the trace
     assert [bool(hits) for _, hits in passed] == [s.name == "blocks.0.attn.hook_pattern" for s, _ in passed]
 
 

@@ -141,7 +141,7 @@ def test_every_readme_command_runs_from_the_venv_its_first_command_made():
     """Issue 27 defect 9: the real-model commands used a bare `tinyllm-tui`, which is not on PATH after the
     README's first command (it installs into .venv)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", text, flags=re.S)
-    lines = [line for block in blocks for line in block.splitlines()]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)  # every fenced block, its info string first
+    lines = [line for kind, block in blocks if kind in ("", "sh", "bash") for line in block.splitlines()]
     assert any(line.startswith(".venv/bin/tinyllm-tui ") for line in lines)
     assert not [line for line in lines if re.match(r"(\S+ && )*tinyllm-tui\b", line)]

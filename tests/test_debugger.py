@@ -168,20 +168,24 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     assert debugger.redo() == Rebuilt(EditKind.REDONE) and debugger.unsaved() == 1
 
 
+def feature_word(axis: str, index: int | None) -> str:
+    return f"{axis} {index}"
+
+
 def test_the_weights_frame_marks_only_an_edited_parameter_and_scales_by_its_largest_finite_value(monkeypatch):
     """A parameter never edited is not compared with the file (changed is None: nothing to mark); an edited one
     marks exactly its changed cell. The heat scale is the largest finite |value|, measured a row at a time here."""
     monkeypatch.setattr(frame, "SCALE_CHUNK", 1)
     debugger = make()
-    untouched = debugger.weight_frame("blocks.0.attn.wq")
+    untouched = debugger.weight_frame("blocks.0.attn.wq", feature_word)
     assert untouched.changed is None and untouched.before is None
     assert untouched.scale == np.abs(debugger.weights["blocks.0.attn.wq"]).max()
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 3.25))
     debugger.apply(CellEdit("blocks.0.attn.wk", (1, 0), -7.5))
-    edited = debugger.weight_frame("blocks.0.attn.wk")
+    edited = debugger.weight_frame("blocks.0.attn.wk", feature_word)
     assert list(zip(*np.nonzero(edited.changed))) == [(0, 1), (1, 0)]
     assert edited.scale == 7.5 and edited.scale_before == np.abs(load_scenario(X01).weights["blocks.0.attn.wk"]).max()
-    assert debugger.weight_frame("blocks.0.attn.wq").changed is None
+    assert debugger.weight_frame("blocks.0.attn.wq", feature_word).changed is None
     assert frame.finite_scale(np.array([[1.0, -np.inf], [np.nan, -2.5], [0.5, np.inf]])) == 2.5
     now, then = np.array([[1.0, np.nan, np.nan, 2.0]]), np.array([[1.0, np.nan, 3.0, np.inf]])
     assert frame.changed_cells(now, then).tolist() == [[False, False, True, True]]  # NaN in both is no change
@@ -229,7 +233,7 @@ def test_a_small_memory_budget_replays_to_go_back(reference):
 def test_a_diff_in_another_thread_is_cancelled_by_cancel():
     from tui_helpers import long_scenario
 
-    from tinyllm_tui.debugger.debugger import DiffCancelled
+    from tinyllm_tui.debugger import DiffCancelled
 
     debugger = Debugger(long_scenario(new=2000))
     outcome = {}
@@ -254,7 +258,7 @@ def test_undoing_every_edit_by_resetting_leaves_no_autosave(tmp_path, monkeypatc
     monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path))
     debugger = make()
     debugger.apply(FillEdit("blocks.0.attn.wq", "zeros"))
-    assert autosave.find(debugger.file_scenario.path, debugger.file_fingerprint, debugger.weights) is not None
+    assert autosave.find(debugger.file_scenario.path, debugger.edits.fingerprint, debugger.weights) is not None
     debugger.apply(FillEdit("blocks.0.attn.wq", "file"))
     assert debugger.unsaved() == 0
     assert not list(tmp_path.iterdir())
@@ -264,7 +268,7 @@ def test_a_clean_close_leaves_no_autosave(tmp_path, monkeypatch):
     """Defect 4: an autosave left while the weights equal the file is removed on a clean quit."""
     monkeypatch.setenv("TINYLLM_AUTOSAVE_DIR", str(tmp_path))
     debugger = make()
-    autosave.keep(debugger.file_scenario.path, debugger.file_fingerprint, [CellEdit("blocks.0.attn.wk", (0, 0), 1.0)])
+    autosave.keep(debugger.file_scenario.path, debugger.edits.fingerprint, [CellEdit("blocks.0.attn.wk", (0, 0), 1.0)])
     debugger.close()
     assert not list(tmp_path.iterdir())
 
@@ -286,8 +290,8 @@ def test_breakpoints_are_judged_once_per_step(reference):
     debugger.add_breakpoint("softmax")
     original = debugger.breakpoints[0]
     counting = type(original)(original.text, (lambda s: calls.append(s.step) or s.kind == "softmax",))
-    debugger.breakpoints = (counting,)
-    debugger._hits = {}
+    debugger.breaks.all = (counting,)
+    debugger.breaks.forget()
     debugger.continue_()
     assert len(calls) == len(set(calls))
 
@@ -299,10 +303,10 @@ def test_the_kv_cache_frame_is_the_head_shown_and_pages_through_layers_and_heads
     state = reference[39]
     d_head = debugger.scenario.model.d_head
     assert (cache.layer, cache.head, cache.length) == (0, 0, 4)
-    assert np.array_equal(cache.k.values, to_host(state.caches[0].k)[:, :d_head])
+    assert np.array_equal(cache.views[0].values, to_host(state.caches[0].k)[:, :d_head])
     debugger.move_cache(heads=1)
     assert debugger.frame.cache.head == 1
-    assert np.array_equal(debugger.frame.cache.v.values, to_host(state.caches[0].v)[:, d_head : 2 * d_head])
+    assert np.array_equal(debugger.frame.cache.views[1].values, to_host(state.caches[0].v)[:, d_head : 2 * d_head])
 
 
 def test_the_last_position_of_the_logits_is_summarised_with_its_top_tokens(reference):
@@ -341,7 +345,7 @@ def test_the_cache_frame_counts_the_rows_a_prefill_chunk_appended():
     debugger = Debugger(load_scenario(ROOT / "scenarios" / "chunked.yaml"))
     while not (debugger.frame.timeline.chunk == 1 and debugger.frame.cache and debugger.frame.cache.length == 5):
         assert isinstance(debugger.step(), Moved)
-    assert debugger.frame.cache.appended == 2 and debugger.frame.cache.k.new_from == 3
+    assert debugger.frame.cache.appended == 2 and debugger.frame.cache.views[0].new_from == 3
 
 
 def test_a_replay_after_an_edit_is_built_aside_and_published_whole():
@@ -392,3 +396,15 @@ def test_a_quick_start_reads_no_later_layer_before_the_first_frame():
     assert debugger.frame.operators == everything.frame.operators
     assert [line.step for line in debugger.frame.operators] == [s.step for s in everything.view.round_states]
     assert everything.view.round_states[-1].kind.name == "CHOICE"  # the round's end: its token chosen
+
+
+def test_300_steps_forward_and_200_back_land_where_counted_and_the_status_names_the_operator():
+    """Headless (it was 300 Pilot key presses, 21 s): each move publishes the frame of the step it reached."""
+    from engine.breakpoints import short_name
+    from tui_helpers import long_scenario
+
+    debugger = Debugger(long_scenario(prompt=16, new=8))
+    assert all(debugger.step().step == step for step in range(1, 301))
+    assert all(debugger.back().step == step for step in range(299, 99, -1))
+    state = debugger.view.state
+    assert (state.step, debugger.frame.step, debugger.frame.status.operator) == (100, 100, short_name(state))

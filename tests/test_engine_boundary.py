@@ -1,52 +1,191 @@
-"""The engine and the headless Debugger are importable, and usable, without the UI stack."""
+"""The layers' boundaries, read from the source's syntax trees: every import, at module level or inside a
+function, and every name a module takes from another module of the project (so that a type re-exported
+through a debugger module to a view counts as the import it is).
+
+- the engine imports no UI package and nothing from tinyllm_tui;
+- the engine's numerics (engine/*.py) import nothing from engine/loading or engine/compare;
+- no module under tinyllm_tui/tui/, and not cli.py, imports engine, directly or through a re-export;
+- no import circle anywhere.
+"""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 
 from conftest import ROOT, X01
 
-UI_PACKAGES = ("textual", "rich", "typer")
+UI_PACKAGES = frozenset({"textual", "rich", "typer"})
+PACKAGES = ("engine", "tinyllm_tui")
 
 
-HEADLESS = (ROOT / "engine", ROOT / "tinyllm_tui" / "debugger")  # the engine and the debugger core
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
 
 
-def headless_modules() -> list[str]:
-    """Every module of the engine and of the debugger package, subpackages included."""
-    return sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-                  for folder in HEADLESS for p in folder.rglob("*.py"))
+@cache
+def sources() -> dict[str, Path]:
+    """Every module of the project, by dotted name."""
+    return {module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
 
 
-def test_engine_and_debugger_never_import_the_ui():
+def absolute(module: str, node: ast.ImportFrom) -> str:
+    """The module a `from … import` names, its relative dots resolved against `module`."""
+    if not node.level:
+        return node.module
+    package = module if sources()[module].name == "__init__.py" else module.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
+@cache
+def imports(module: str) -> tuple[tuple[str, str | None, str | None], ...]:
+    """(module imported, name taken from it, name it is bound to here) for every import statement anywhere in
+    `module` (the names None for a whole module); a `from package import submodule` names the submodule."""
+    found = []
+    for node in ast.walk(ast.parse(sources()[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, None, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source = absolute(module, node)
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                found.append((submodule, None, None) if submodule in sources()
+                             else (source, alias.name, alias.asname or alias.name))
+    return tuple(found)
+
+
+def origin(module: str, name: str, seen: frozenset = frozenset()) -> str:
+    """The module that defines what `module` offers as `name`, following re-exports (and renames) through the
+    project."""
+    for source, taken, bound in imports(module):
+        if bound == name and source in sources() and (source, taken) not in seen:
+            return origin(source, taken, seen | {(source, taken)})
+        if bound == name:
+            return source
+    return module
+
+
+def reaches(module: str) -> set[str]:
+    """Every module `module` takes something from, a re-exported name counted at the module that defines it."""
+    return {origin(source, taken) if taken is not None and source in sources() else source
+            for source, taken, _ in imports(module)}
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def is_engine(module: str) -> bool:
+    return top(module) == "engine"
+
+
+def is_numerics(module: str) -> bool:
+    """A module of engine/ itself (engine/*.py), not of a subpackage nor a package's face."""
+    return module.count(".") == 1 and is_engine(module) and sources()[module].name != "__init__.py"
+
+
+def violations() -> list[str]:
+    found = []
+    for module in sources():
+        for target in sorted(reaches(module)):
+            if is_engine(module) and (top(target) in UI_PACKAGES or top(target) == "tinyllm_tui"):
+                found.append(f"{module} imports {target}: the engine imports no UI")
+            if is_numerics(module) and target.startswith(("engine.loading", "engine.compare")):
+                found.append(f"{module} imports {target}: the numerics reach up into loading/compare")
+            if (module.startswith("tinyllm_tui.tui") or module == "tinyllm_tui.cli") and is_engine(target):
+                found.append(f"{module} imports {target}: a view drives the Debugger, never the engine")
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (names taken count at the module that holds them)."""
+    return {module: {target for target in reaches(module) if target in sources() and target != module}
+            for module in sources()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in edges[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(edges)))
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_layer_reaches_past_its_boundary():
+    assert violations() == []
+
+
+def test_no_import_circle():
+    assert circles(graph()) == []
+
+
+def test_the_walk_sees_imports_in_functions_and_through_re_exports(tmp_path, monkeypatch):
+    """The checker itself: a function-level import, a relative import and a re-exported engine name are seen."""
+    fake = {"tinyllm_tui.tui.view": "def f():\n    from tinyllm_tui.debugger.shim import Thing\n",
+            "tinyllm_tui.debugger.shim": "from engine.trace import Thing\nfrom engine.trace import __doc__ as TEXT\n",
+            "tinyllm_tui.tui.other": "from tinyllm_tui.debugger.shim import TEXT\n",
+            "tinyllm_tui.debugger": "from .shim import Thing\n",
+            "engine.trace": "class Thing: ...\n"}
+    paths = {}
+    for name, text in fake.items():
+        path = tmp_path / Path(*name.split(".")) / "__init__.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        paths[name] = path
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    sources.cache_clear(), imports.cache_clear()
+    monkeypatch.setattr(sys.modules[__name__], "sources", lambda: paths)
+    try:
+        assert reaches("tinyllm_tui.tui.view") == {"engine.trace"}
+        assert reaches("tinyllm_tui.debugger") == {"engine.trace"}
+        assert reaches("tinyllm_tui.tui.other") == {"engine.trace"}  # renamed on its way
+        assert any("tinyllm_tui.tui.view imports engine.trace" in v for v in violations())
+        assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    finally:
+        imports.cache_clear()
+
+
+def test_engine_and_debugger_never_load_the_ui():
+    """At run time too: a continue on X01 loads none of the UI packages."""
+    headless = sorted(m for m in sources() if m.startswith(("engine", "tinyllm_tui.debugger")))
     code = (
         "import sys\n"
-        f"import {', '.join(headless_modules())}\n"
-        "from engine import load_scenario\n"
+        f"import {', '.join(headless)}\n"
+        "from tinyllm_tui.debugger.opening import ModelOptions, load\n"
         "from tinyllm_tui.debugger import Debugger\n"
-        f"debugger = Debugger(load_scenario({str(X01)!r}))\n"
+        f"debugger = Debugger(load({str(X01)!r}, ModelOptions()))\n"
         "debugger.continue_()\n"
-        f"loaded = [m for m in {UI_PACKAGES!r} if m in sys.modules]\n"
+        f"loaded = [m for m in {sorted(UI_PACKAGES)!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-
-
-def test_no_engine_source_names_a_ui_package():
-    for path in (p for folder in HEADLESS for p in folder.rglob("*.py")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            words = line.split()
-            if words[:1] in (["import"], ["from"]):
-                assert words[1].split(".")[0] not in UI_PACKAGES, f"{path.name}: {line}"
-
-
-def test_no_view_module_imports_the_engine():
-    """Widgets and screens render frames: what they need of the engine comes through the Debugger."""
-    for path in (ROOT / "tinyllm_tui" / "tui").rglob("*.py"):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            words = line.split()
-            if words[:1] in (["import"], ["from"]):
-                assert words[1].split(".")[0] != "engine", f"{path.relative_to(ROOT)}: {line}"

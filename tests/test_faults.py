@@ -25,18 +25,25 @@ ENGINE = Path(__file__).resolve().parents[1] / "engine"
 
 
 def test_the_reference_path_never_branches_on_a_bug_name():
-    for name in ("model.py", "session.py"):
-        source = (ENGINE / name).read_text()
-        assert not re.search(r"\b(bug|inject)\s*==", source), name
+    for path in [ENGINE / "model.py", ENGINE / "session.py", *(ENGINE / "layers").glob("*.py")]:
+        source = path.read_text()
+        assert not re.search(r"\b(bug|inject)\s*==", source), path.name
         assert not any(f'"{bug}"' in source for bug in FAULTS), name
 
 
-def test_injections_are_the_faults_descriptions_and_the_session_reexports_them():
+def test_every_fault_is_described_by_the_catalogues_and_the_engine_words_none():
+    """The engine names its faults; what each does is said by the views' catalogues, in English and Chinese."""
+    from tinyllm_tui.tui.i18n import EN, ZH
+
     assert SESSION_INJECTIONS is INJECTIONS
     assert list(INJECTIONS) == ["chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1",
                                 "padding-unmasked", "positions-not-offset", "rope-off-by-one", "gqa-modulo",
                                 "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor"]
-    assert all(INJECTIONS[name] == fault.description for name, fault in FAULTS.items())
+    assert {key.removeprefix("inject.") for key in EN if key.startswith("inject.")} == set(INJECTIONS)
+    assert all(ZH[f"inject.{name}"] != EN[f"inject.{name}"] for name in INJECTIONS)
+    assert not any(hasattr(fault, "description") for fault in FAULTS.values())
+    result = CliRunner().invoke(app, ["diff", str(X01), "--inject", "chunk-mask"])
+    assert "injected bug chunk-mask: a cached chunk is masked with tril(ones(C, P+C))" in result.output
 
 
 def test_each_fault_changes_only_its_own_point():
@@ -54,8 +61,8 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.feed(Phase.PREFILL, [1, 2], [1, 2]) == [1, 2]
         assert (fault.starting_caches(1, caches, lambda scale: rebuilt) is rebuilt) == (name == "stale-cache")
         assert fault.starting_caches(2, caches, lambda scale: rebuilt) is caches
-        assert (fault.layer_cache(1, caches) is caches[0]) == (name == "no-cache-layer1")
-        assert fault.layer_cache(0, caches) is caches[0]
+        assert (fault.layer_state(1, caches) is caches[0]) == (name == "no-cache-layer1")
+        assert fault.layer_state(0, caches) is caches[0]
         assert (fault.padded([True, False]) is None) == (name == "padding-unmasked")
         assert (fault.position_offset(2) == 0) == (name == "positions-not-offset")
         assert fault.kv_head(3, 2, 2) == 1  # 3 // 2 and 3 % 2 agree: head 2 tells them apart

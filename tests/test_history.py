@@ -7,7 +7,7 @@ from functools import cache
 
 import numpy as np
 import pytest
-from conftest import SCENARIOS, X01
+from conftest import SCENARIOS, X01, round_summaries
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tui_helpers import long_scenario
@@ -15,7 +15,7 @@ from tui_helpers import long_scenario
 from engine import Session, load_scenario, to_host
 from engine.loading.edits import apply_edit, parse_set, with_weights
 from engine.faults import INJECTIONS
-from tinyllm_tui.debugger.history import RESUME_SHARE, History, round_summaries
+from tinyllm_tui.debugger.history import RESUME_SHARE, History
 from engine.session import StaleFrom
 
 SCENARIO_FILES = sorted(path.name for path in SCENARIOS.glob("*.yaml"))

@@ -307,7 +307,7 @@ def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy)
     assert isinstance(refused, Refused) and "no operator blocks.0.hook_resid_psot" in refused.args[0]
     assert debugger.undo_intervention().change is Change.UNDONE and debugger.scenario.interventions == ()
     assert debugger.undo_intervention() == Refused(Reason.NOTHING_TO_UNDO)
-    assert debugger.redo_intervention().change is Change.REDONE and len(debugger.scenario.interventions) == 1
+    assert debugger.intervene("blocks.0.attn head 1").change is Change.ADDED and len(debugger.scenario.interventions) == 1
     comments = [line for line in x01_copy.read_text(encoding="utf-8").splitlines() if line.lstrip().startswith("#")]
     debugger.save_interventions()
     reloaded = load_scenario(x01_copy)
@@ -326,8 +326,7 @@ def test_an_intervention_refused_while_replaying_leaves_the_debugger_as_it_was(x
     refused = debugger.intervene("blocks.0.hook_resid_post=from:1 @request.0")  # request 1 is shorter: met in the run
     assert isinstance(refused, Refused) and "request 1 has no positions 0–2" in refused.args[0]
     assert debugger.scenario.interventions == () and debugger.history.cursor == 20
-    assert np.array_equal(host(debugger.view.state), before)
-    assert debugger.redo_intervention() == Refused(Reason.NOTHING_TO_REDO)
+    assert np.array_equal(host(debugger.view.state), before) and debugger.undo_intervention() == Refused(Reason.NOTHING_TO_UNDO)
 
 
 def test_hook_result_is_each_heads_z_through_its_rows_of_wo_and_they_sum_to_attn_out():

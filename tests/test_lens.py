@@ -16,6 +16,7 @@ from engine.loading import load_scenario_text, open_model
 from engine.loading.scenario_file import ScenarioError
 from engine.session import Session
 from tinyllm_tui import cli
+from tinyllm_tui.debugger.opening import with_interventions
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -75,7 +76,7 @@ def test_direct_logit_attribution_sums_to_the_logit_less_the_norm_bias(traced):
 
 def test_an_ablated_head_attributes_nothing():
     scenario = open_model(FIXTURES / "llama", prompt="The cat sat", max_new_tokens=1)
-    scenario = cli.with_interventions(scenario, None, ["blocks.1.attn head 2"])
+    scenario = with_interventions(scenario, None, ["blocks.1.attn head 2"])
     session = Session(scenario)
     run = next(passes(session.steps()))
     assert dict(attribution(session.model, run).terms)["L1.H2"] == 0.0

@@ -21,7 +21,7 @@ from engine import load_scenario
 from tinyllm_tui.debugger.autosave import keep
 from engine.loading.checkpoint import load_checkpoint
 from engine.loading.edits import parse_set
-from engine.progress import READING, WEIGHTS, Cancelled, listening, report
+from engine.progress import READING, WEIGHTS, LoadCancelled, listening, report
 from tinyllm_tui import cli
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.tui.app import DebuggerApp
@@ -82,15 +82,15 @@ def test_the_engine_reports_every_byte_then_every_tensor(inline_model):
 
 
 def test_a_listener_that_raises_cancelled_stops_a_parse_and_a_checkpoint(inline_model):
-    """Cancelled is no Exception: the checkpoint reader's catch-all does not make it a bad file."""
+    """LoadCancelled is no Exception: the checkpoint reader's catch-all does not make it a bad file."""
 
     def stop(stage, done, total):
         if stage == WEIGHTS or done > 4 * 16384:
-            raise Cancelled
+            raise LoadCancelled
 
     llama = ROOT / "tests" / "fixtures" / "llama"
     for load in (lambda: load_scenario(inline_model), lambda: load_checkpoint(llama, ids=[1])):
-        with listening(stop), pytest.raises(Cancelled):
+        with listening(stop), pytest.raises(LoadCancelled):
             load()
 
 
@@ -194,7 +194,7 @@ async def test_esc_or_ctrl_c_cancels_the_load(key):
         assert shown(app, "#loading-hint") == "cancelling…"
         gate.pressed.set()
         await until(pilot, lambda: app.load_error is not None)
-    assert isinstance(app.load_error, Cancelled)
+    assert isinstance(app.load_error, LoadCancelled)
 
 
 def test_a_cancelled_open_quits_with_one_line_and_status_130(monkeypatch):
@@ -205,7 +205,7 @@ def test_a_cancelled_open_quits_with_one_line_and_status_130(monkeypatch):
         await pilot.press("escape")
         gate.pressed.set()
 
-    monkeypatch.setattr(cli, "_load", gate.load)
+    monkeypatch.setattr(cli, "load", gate.load)
     monkeypatch.setattr(cli, "_on_a_terminal", lambda: True)  # else the file is loaded before the app starts
     open_headless(monkeypatch, press_escape)
     result = CliRunner().invoke(cli.app, [str(X01)])

@@ -8,12 +8,11 @@ import math
 
 import numpy as np
 import pytest
-from conftest import ROOT, SCENARIOS, SEEDS
+from conftest import ROOT, SCENARIOS, SEEDS, round_summaries
 
 from engine import Session, Status, load_scenario, make_backend, to_host
 from engine import ops
 from engine.decoding import _filter
-from tinyllm_tui.debugger.history import round_summaries
 from engine.spec import DecodeRule
 from extract_a5 import extract as extract_a5
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.compare.dump import load_dump
-from engine.compare.layout import Key
+from engine.layout import Key
 from tinyllm_tui import Recorder
 from tinyllm_tui.recorder import as_numpy
 

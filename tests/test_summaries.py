@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import X01
+from conftest import X01, round_summaries
 from rich.cells import cell_len
 
 from engine import Session, load_scenario
 from engine.compare.check import check_scenario
 from engine.compare.diff import OpDiff, diff_scenario
-from tinyllm_tui.debugger.history import round_summaries
 from engine.trace import Labelled, Phase
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.presentation.numbers import text_table

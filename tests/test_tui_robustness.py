@@ -88,15 +88,6 @@ async def test_every_key_on_every_screen(name):
         assert short_name(state(app)) in status(app)
 
 
-async def test_500_steps_forward_and_back():
-    app = DebuggerApp(long_scenario(prompt=16, new=8), lang="en")
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press(*["n"] * 300)
-        assert state(app).step == 300
-        await pilot.press(*["left"] * 200)
-        assert state(app).step == 100 and short_name(state(app)) in status(app)
-
-
 async def test_every_screen_resized_and_keyed_while_a_long_continue_runs():
     """Open every screen, press its keys and resize, all during one continue; then Esc stops it, q quits."""
     app = DebuggerApp(long_scenario(d_model=64, layers=4, new=2000), lang="en")

@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from tinyllm_tui.recorder import Recorder
+
+class Recorder(Protocol):
+    """What the hooks write into: tinyllm_tui.recorder.Recorder (named here, not imported: it imports this module)."""
+
+    def prefill(self) -> Recorder: ...
+
+    def decode(self, round_: int) -> Recorder: ...
+
+    def record(self, name: str, array: Any) -> None: ...
+
 
 Hook = tuple[Any, str, Callable]  # module, "pre" | "post", what to record from (input, output)
 

@@ -14,6 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from engine import Session, load_scenario_text
+from engine.loading.document import Node, parse
+from engine.loading.scenario_file import _model
+from engine.parameters import name_parts, parameter_shapes
 
 OUT = Path(__file__).resolve().parents[1] / "tinyllm_tui" / "scenarios"
 
@@ -144,6 +147,90 @@ def last_hidden(weights: dict[str, np.ndarray], prefix: list[int]) -> np.ndarray
     return np.asarray(states[-1].values)[-1]
 
 
+# -- a Llama-like toy: RMSNorm, RoPE, SwiGLU, grouped-query attention, a sliding layer -----------------
+GQA_TOY_HEAD = """\
+# A hand-written Llama-like toy: what a Llama/Qwen/Mistral checkpoint computes, small enough to read.
+#   - pre-RMSNorm with gains, a SwiGLU FFN 8→8→8, a final norm and a tied output head;
+#   - RoPE (half-split, θ = 10000) turning each head's q and k by its position;
+#   - grouped-query attention: 4 query heads of width 2 share 2 kv heads (query head h reads kv head
+#     h // 2), so each layer's K/V cache rows are 4 wide where q is 8;
+#   - layer 0 slides (window 4: a query reads itself and the 3 keys before it), layer 1 sees every key.
+# `diff --inject gqa-modulo` makes query head h read kv head h % 2 on the cached path: heads 1 and 2
+# read the wrong cache columns and the diff shows it from the first scores on.
+# Weights: numpy.random.default_rng(24).normal(0, 0.5), rounded to 2 decimals; the norm gains are
+# 1 + normal(0, 0.1) (tools/make_scenarios.py writes this file).
+title: gqa toy · RoPE, GQA 4 heads / 2 kv heads, a sliding layer
+
+vocab:
+  tokens: [PAD, 我, 爱, 学习, 你, ！, 好, 的]
+  pad: PAD
+
+model:
+  d_model: 8
+  heads: 4            # d_head 2
+  kv_heads: 2         # grouped-query attention
+  layers:
+    - {mixer: attention, window: 4}   # sliding
+    - {mixer: attention}              # full
+  norm: {kind: rmsnorm, placement: pre, eps: 1.0e-6, affine: true}
+  final_norm: true
+  positions: rope
+  rope: {theta: 10000.0}
+  ffn: {kind: gated_silu, d_ff: 8}
+  bias: false
+  tied_unembed: true
+"""
+GQA_TOY_REQUESTS = """\
+requests:
+  - tokens: [我, 爱, 学习, 你, 好]   # longer than the window: layer 0's first keys drop out of view
+
+decode:
+  rule: greedy
+  forbid: [PAD]
+  max_new_tokens: 4
+"""
+
+
+def gqa_toy() -> str:
+    spec = _model(Node(parse(GQA_TOY_HEAD, "gqa_toy"), "", 1, "gqa_toy").get("model"))
+    shapes = parameter_shapes(spec, len(DECODER2_TOKENS))
+    rng = np.random.default_rng(24)
+    weights = {name: np.round(1.0 + rng.normal(0.0, 0.1, shape) if name.endswith(".w") and len(shape) == 1
+                              else rng.normal(0.0, 0.5, shape), 2) for name, shape in shapes.items()}
+    return GQA_TOY_HEAD + "\n" + nested_text(weights, DECODER2_TOKENS) + "\n" + GQA_TOY_REQUESTS
+
+
+def nested_text(weights: dict[str, np.ndarray], tokens: list[str]) -> str:
+    """Every weight in the document's layout (`blocks:` a list of layers), in parameter order."""
+    tree: dict = {}
+    for name, values in weights.items():
+        parts = name_parts(name)
+        node = tree
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = values
+    labels = [f"{i} · {t}" for i, t in enumerate(tokens)]
+    return "weights:\n" + "\n".join(_emit(tree, 2, labels)) + "\n"
+
+
+def _emit(tree: dict, indent: int, labels: list[str]) -> list[str]:
+    pad, lines = " " * indent, []
+    for key, value in tree.items():
+        if isinstance(value, np.ndarray):
+            if value.ndim == 1:
+                lines.append(f"{pad}{key}: [{', '.join(f'{x + 0.0:g}' for x in value)}]")
+            else:
+                lines += [f"{pad}{key}:", matrix(value, indent + 2, labels if key == "embed" else None)]
+        elif all(isinstance(k, int) for k in value):  # blocks: a list of layers
+            lines.append(f"{pad}{key}:")
+            for layer in value.values():
+                item = _emit(layer, indent + 4, labels)
+                lines += [f"{pad}  - {item[0].lstrip()}", *item[1:]]
+        else:
+            lines += [f"{pad}{key}:", *_emit(value, indent + 2, labels)]
+    return lines
+
+
 def main() -> None:
     files = {
         "decoder2.yaml": decoder2(
@@ -158,6 +245,7 @@ def main() -> None:
             "chunked · 3 cached tokens + a chunk of 2",
             "Chunked prefill (003, A.10) on the decoder2 model: 2 new tokens onto 3 cached ones."),
         "eos7.yaml": eos7(),
+        "gqa_toy.yaml": gqa_toy(),
     }
     for name, text in files.items():
         (OUT / name).write_text(text, encoding="utf-8")

@@ -1,6 +1,6 @@
 """Compare your own implementation's activations with the engine's over a whole generation.
 
-The dump (layout in engine.compare.layout) holds any subset of the operators of the prompt's
+The dump (layout in engine.layout) holds any subset of the operators of the prompt's
 pass, of every decode round and of every layer's KV cache after each pass. The reference runs the
 scenario with its own decode rule (greedy for a checkpoint, as `run` does) and meets the dump
 pass by pass, operator by operator, in execution order: a layer's cache right after the layer
@@ -22,11 +22,12 @@ import numpy as np
 
 from engine.backend import Backend, to_host
 from engine.compare.dump import Dump, load_dump
-from engine.compare.layout import CACHES, HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
+from engine.hooks import Hook
+from engine.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
 from engine.labels import resolve_some
 from engine.scenario import Scenario
 from engine.session import Session
-from engine.trace import OpKind, OpState
+from engine.trace import OpState
 
 BF16_LOWEST = -3.3895313892515355e38
 BRIDGE_SUFFIXES = ("hook_in", "hook_out", "hook_hidden_states", "hook_cos", "hook_sin")  # TL bridge extras
@@ -242,25 +243,16 @@ class Against:
         return meeting.report()
 
     def differing_cache_rows(self, state: OpState, layer: int) -> frozenset[int]:
-        """The positions of `layer`'s cache, as it stands at `state`, whose K or V row differs from the
-        dump's cache after the same pass (rows the pass has not appended yet are compared as they stand)."""
-        rows: set[int] = set()
-        cache = state.caches[layer]
-        for name, ours in (("cache_k", cache.k), ("cache_v", cache.v)):
-            key = self.passes.key(state, f"blocks.{layer}.attn.{name}")
-            theirs = self.dump.get(key)
-            if theirs is None:
-                continue
-            theirs = align(theirs, name, None, (theirs.shape[-2], int(ours.shape[1])))
-            ours = np.asarray(to_host(ours), dtype=np.float64)
-            if theirs is None:  # another width: every row differs
-                rows.update(range(ours.shape[0]))
-                continue
-            shared = min(len(ours), len(theirs))
-            beyond = disagreement(ours[:shared], np.asarray(theirs[:shared], dtype=np.float64), self.tolerance(key))[1]
-            rows.update(np.flatnonzero(beyond.any(axis=1)).tolist())
-            rows.update(range(shared, len(ours)))
-        return frozenset(rows)
+        """The positions of `layer`'s state, as it stands at `state`, whose rows differ from the dump's state after
+        the same pass (rows the pass has not appended yet are compared as they stand): the state says what
+        "the same" means for it (engine.state.LayerState.differing)."""
+        cache, theirs, keys = state.caches[layer], {}, {}
+        for name, ours in cache.dump_items().items():
+            keys[name] = key = self.passes.key(state, Hook(layer, cache.module, name).text)
+            found = self.dump.get(key)
+            if found is not None:
+                theirs[name] = align(found, name, None, (found.shape[-2], int(ours.shape[1])))
+        return cache.differing(theirs, lambda name, ours, other: disagreement(ours, other, self.tolerance(keys[name]))[1])
 
 
 def disagreement(ours: np.ndarray, theirs: np.ndarray, tolerance: Tolerance) -> tuple[np.ndarray, np.ndarray]:
@@ -299,6 +291,8 @@ class _Meeting:
         self.missing: dict[str, int] = {}
         self.absent: dict[str, None] = {}
         self.reached: set[tuple[int, str]] = set()
+        self.first_state: dict[tuple[int, str, int], object] = {}  # each layer's state as a pass found it
+        self.compared: set[tuple[int, str, int]] = set()  # the layers whose new state a pass compared
 
     def see(self, state: OpState) -> None:
         passes = self.against.passes
@@ -307,9 +301,10 @@ class _Meeting:
         if (key.request, key.pass_) not in self.held:
             self.absent[key.label(passes.requests)] = None
             return
-        if state.kind == OpKind.SCORES and state.head == 0:  # the layer has just appended to its cache
-            for name in CACHES:
-                self._cache(state, passes.key(state, f"blocks.{state.layer}.attn.{name}"))
+        if state.layer is not None and state.caches and self._extended(key, state):
+            cache = state.caches[state.layer]
+            for name, values in cache.dump_items().items():
+                self._cache(state, passes.key(state, Hook(state.layer, cache.module, name).text), values)
         if key not in self.against.dump.arrays:
             if state.head in (None, 0):
                 self.missing[key.name] = self.missing.get(key.name, 0) + 1
@@ -319,12 +314,20 @@ class _Meeting:
         self.ops.append(self.against.compare(key, state.head, ours,
                                              lambda r, c: _cell_labels(state, r, c, self.against.d_head), state.step))
 
-    def _cache(self, state: OpState, key: Key) -> None:
+    def _extended(self, key: Key, state: OpState) -> bool:
+        """Whether the pass has just extended the operator's layer state (the first operator to see it new)."""
+        where, now = (key.request, key.pass_, state.layer), state.caches[state.layer]
+        first = self.first_state.setdefault(where, now)
+        if now is first or where in self.compared:
+            return False
+        self.compared.add(where)
+        return True
+
+    def _cache(self, state: OpState, key: Key, values) -> None:
         if key not in self.against.dump.arrays:
             return
         self.used.add(key)
-        cache = state.caches[state.layer]
-        ours = to_host(cache.k if key.name.endswith("cache_k") else cache.v)
+        ours = to_host(values)
         positions = state.moment.axis("keys", ours.shape[0], column=False)
         dh = self.against.d_head
 

@@ -21,10 +21,12 @@ import numpy as np
 
 from engine.backend import Backend, to_host
 from engine.scenario import Scenario
-from engine.session import Session
+from engine.session import Session, StaleFrom
 from engine.labels import Axis
 from engine.spec import Mode
 from engine.trace import OpKind, OpState, Phase
+
+Reader = Callable[[Iterable[OpState]], Iterable[OpState]]  # how a comparison reads a stream (cancellable)
 
 TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
 # A batch against each request alone: the same sums in another order (BLAS blocks a [2, T, d] product otherwise
@@ -54,15 +56,6 @@ class OpDiff:
     @property
     def agrees(self) -> bool:
         return self.max_abs <= self.tolerance
-
-    def measured(self) -> str:
-        """`max |Δ| = 2.220e-16`, or how the shapes differ."""
-        return self.mismatch or f"max |Δ| = {self.max_abs:.3e}"
-
-    def describe(self) -> str:
-        """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`."""
-        head = "" if self.head is None else f" head {self.head}"
-        return f"request {self.request} {self.phase} round {self.round} {self.name}{head} ({self.measured()})"
 
 
 def tolerance_for(dtype) -> float:
@@ -164,15 +157,18 @@ def _scale(rows: Iterable) -> float:
     return float(max((np.max(row, initial=0.0) for row in finite), default=0.0))
 
 
-def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
-    cached = Session(scenario, backend, mode=Mode.CACHED, inject=inject)
-    return diff_sessions(cached, Session(scenario, backend, mode=Mode.FULL))
+def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None,
+                  stale: StaleFrom | None = None, read: Reader = iter) -> list[OpDiff]:
+    """The cached run (with `inject`, and a `stale` cache) against a full recompute of the whole prefix."""
+    cached = Session(scenario, backend, mode=Mode.CACHED, inject=inject, stale=stale)
+    return diff_sessions(cached, Session(scenario, backend, mode=Mode.FULL), read)
 
 
-def diff_batch(scenario: Scenario, backend: Backend | None = None, inject: str | None = None) -> list[OpDiff]:
+def diff_batch(scenario: Scenario, backend: Backend | None = None, inject: str | None = None,
+               stale: StaleFrom | None = None, read: Reader = iter) -> list[OpDiff]:
     """The requests run as one batch (cached, with `inject`) against each request run alone."""
-    batched = Session(dataclasses.replace(scenario, batch=True), backend, inject=inject)
-    return diff_sessions(batched, alone(scenario, backend))
+    batch = dataclasses.replace(scenario, batch=True)
+    return diff_sessions(Session(batch, backend, inject=inject, stale=stale), alone(batch, backend), read)
 
 
 def alone(scenario: Scenario, backend: Backend | None = None) -> Session:
@@ -180,8 +176,7 @@ def alone(scenario: Scenario, backend: Backend | None = None) -> Session:
     return Session(dataclasses.replace(scenario, batch=False), backend)
 
 
-def diff_sessions(cached: Session, reference: Session,
-                  read: Callable[[Iterable[OpState]], Iterable[OpState]] = iter) -> list[OpDiff]:
+def diff_sessions(cached: Session, reference: Session, read: Reader = iter) -> list[OpDiff]:
     """Two sessions' runs, each read through `read` (a cancellable wrapper); a batch is regrouped request by
     request, and shifted by its padding to meet a reference that is not a batch."""
     alone_ = cached.scenario.batch and not reference.scenario.batch

@@ -1,4 +1,4 @@
-"""Reading and writing dumps of activations (.safetensors or .npz), in the layout of engine.compare.layout.
+"""Reading and writing dumps of activations (.safetensors or .npz), in the layout of engine.layout.
 
 NumPy has no bfloat16: a BF16 tensor of a safetensors file is read as its bits widened to float32,
 and its dtype is remembered as "bfloat16" so that the comparison allows for its precision. An
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import safe_open
 
-from engine.compare.layout import Key, parse_key
+from engine.layout import Key, parse_key
 from engine.loading.document import ScenarioError
 from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
 

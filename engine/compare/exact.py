@@ -14,6 +14,7 @@ import numpy as np
 
 from engine.backend import Backend, to_host
 from engine.caches import CacheSpec
+from engine.hooks import Hook
 from engine.scenario import Scenario
 from engine.session import Session
 from engine.trace import OpState
@@ -71,12 +72,12 @@ def _round_error(states: list[tuple[OpState, OpState]], layers: int) -> RoundErr
     for lossy, exact in states:
         by_name.setdefault(lossy.name, []).append((lossy, exact))
     logits = max(_gap(a, b) for a, b in by_name["unembed.hook_out"])
-    patterns = tuple(max(_gap(a, b) for a, b in by_name.get(f"blocks.{layer}.attn.hook_pattern", []))
+    patterns = tuple(max(_gap(a, b) for a, b in by_name.get(Hook(layer, "attn", "hook_pattern").text, []))
                      for layer in range(layers))
     last_lossy, last_exact = states[-1]
-    kv = [np.stack([to_host(q.k) - to_host(e.k), to_host(q.v) - to_host(e.v)]) for q, e in
-          zip(last_lossy.caches, last_exact.caches)]
-    scale = [np.stack([to_host(e.k), to_host(e.v)]) for e in last_exact.caches]
+    kv = [np.stack([to_host(q.values) - to_host(e.values) for q, e in zip(lossy.views(), exact.views())])
+          for lossy, exact in zip(last_lossy.caches, last_exact.caches)]
+    scale = [np.stack([to_host(e.values) for e in exact.views()]) for exact in last_exact.caches]
     choices = [(a, b) for a, b in states if a.name == "sample.hook_choice"]
     same = all(np.array_equal(to_host(a.values), to_host(b.values)) for a, b in choices)
     return RoundError(last_lossy.request, last_lossy.round, logits, patterns,

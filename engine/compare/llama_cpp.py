@@ -4,7 +4,7 @@ Where llama-cpp-python is installed, the prompt and the decode rounds run throug
 its evaluation callback (`cb_eval`) hands over every tensor of the graph as a raw `ggml_tensor *`.
 llama-cpp-python defines no ggml_tensor struct, so the head of its layout (type, buffer, ne[4], nb[4])
 and `ggml_backend_tensor_get` come from the bundled ggml library. The tensors are converted into the
-dump layout of engine.compare.layout, so the comparison with the float64 reference is the one of
+dump layout of engine.layout, so the comparison with the float64 reference is the one of
 `check --against`: per pass and operator, how far llama.cpp's quantized kernels (and its float16 KV
 cache) drift.
 
@@ -27,7 +27,7 @@ import numpy as np
 from engine.backend import Backend, to_host
 from engine.compare.against import Report, compare_generation
 from engine.compare.dump import Dump
-from engine.compare.layout import parse_key
+from engine.layout import parse_key
 from engine.loading.document import ScenarioError
 from engine.scenario import Scenario
 from engine.session import Session

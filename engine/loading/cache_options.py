@@ -53,4 +53,5 @@ def _with_window(node: Node, model: ModelSpec) -> ModelSpec:
         raise node.get("window").error(f"the model's sliding window is {model.sliding_window}, not {window}")
     if not model.causal:
         raise node.get("window").error("a bidirectional model has no sliding window to keep")
-    return dataclasses.replace(model, sliding_window=window)
+    blocks = None if model.layers is None else tuple(dataclasses.replace(b, window=window) for b in model.layers)
+    return dataclasses.replace(model, sliding_window=window, layers=blocks)

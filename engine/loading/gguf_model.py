@@ -22,6 +22,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
+from engine.layers import gguf_tensors
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
@@ -31,10 +32,7 @@ from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, P
 GEMMA = ("gemma2", "gemma3")
 ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA)
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
-                 "ln2_post.w": "post_ffw_norm", "attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v",
-                 "attn.wo": "attn_output", "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v",
-                 "attn.q_norm.w": "attn_q_norm", "attn.k_norm.w": "attn_k_norm", "mlp.w_gate": "ffn_gate",
-                 "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
+                 "ln2_post.w": "post_ffw_norm", **gguf_tensors()}  # the block's norms, then its kinds'
 # values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are
 # reused, where at 1 << 20 each chunk's were mapped and faulted in afresh (1.5M page faults for the 0.5B file)
 CHUNK = 1 << 15

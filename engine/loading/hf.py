@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from engine.layers import hf_layer_types, hf_modules
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
@@ -25,7 +26,6 @@ from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, P
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma2", "gemma3_text")  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text")
-LAYER_TYPES = ("full_attention", "sliding_attention")
 PREFIXES = ("", "model.", "transformer.", "bert.")
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
                                        "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
@@ -201,11 +201,12 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
         return window, None
     if not isinstance(types, list) or len(types) != layers:
         raise ConfigError(file, "layer_types", f"expected a list of {layers} attention types, got {types!r}")
+    known = hf_layer_types()  # what each mixer kind stands for: whether it slides
     for i, kind in enumerate(types):
-        if kind not in LAYER_TYPES:
+        if kind not in known:
             raise ConfigError(file, f"layer_types[{i}]", f"attention type {kind!r} is not supported "
-                              f"(supported: {', '.join(LAYER_TYPES)})")
-    return window, tuple(i for i, kind in enumerate(types) if kind == "sliding_attention")
+                              f"(supported: {', '.join(known)})")
+    return window, tuple(i for i, kind in enumerate(types) if known[kind])
 
 
 def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) -> tuple[float, tuple | None]:
@@ -432,8 +433,7 @@ def _linear(get: Getter, key: str) -> np.ndarray:
 LLAMA_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
 GEMMA_NORMS = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
                "ln2": "pre_feedforward_layernorm", "ln2_post": "post_feedforward_layernorm"}
-LLAMA_MODULES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-                 "_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"}
+LLAMA_MODULES, GPT2_MODULES, BERT_MODULES = (hf_modules(family) for family in ("llama", "gpt2", "bert"))
 FUSED = {"wq": ("qkv_proj", 0), "wk": ("qkv_proj", 1), "wv": ("qkv_proj", 2),
          "w_gate": ("gate_up_proj", 0), "w_up": ("gate_up_proj", 1)}  # Phi-3: (fused module, which part)
 
@@ -466,7 +466,7 @@ def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, 
         fused = get(f"{base}.attn.c_attn.{kind}")
         third = "qkv".index(leaf[1]) * spec.d_model
         return fused[..., third:third + spec.d_model]
-    module = {"o": "attn.c_proj", "_in": "mlp.c_fc", "_out": "mlp.c_proj"}[leaf[1:]]
+    module = GPT2_MODULES[leaf[1:]]
     return get(f"{base}.{module}.{kind}")
 
 
@@ -475,6 +475,5 @@ def _bert_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, 
     if part.startswith("ln"):
         norm = "attention.output.LayerNorm" if part == "ln1" else "output.LayerNorm"
         return get(f"{base}.{norm}.{'weight' if leaf == 'w' else 'bias'}")
-    module = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-              "o": "attention.output.dense", "_in": "intermediate.dense", "_out": "output.dense"}[leaf[1:]]
+    module = BERT_MODULES[leaf[1:]]
     return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")

@@ -16,6 +16,7 @@ from pathlib import Path
 from enum import StrEnum
 
 import numpy as np
+from yaml.nodes import SequenceNode
 
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.interventions import Intervention, InterventionError, check_intervention, parse_any
@@ -25,10 +26,11 @@ from engine.loading.document import Node, ScenarioError, parse, read_text
 from engine.compare.expect import Expectation, parse_expectations
 from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
 from engine.progress import WEIGHTS, report
+from engine.layers import FFNS, MIXERS
 from engine.spec import (
-    POSITION_SCHEMES,
     DecodeRule,
     FfnKind,
+    LayerSpec,
     ModelSpec,
     NormKind,
     NormPlacement,
@@ -210,7 +212,10 @@ def _token_id(node: Node, vocab: Vocab) -> int:
 MODEL_KEYS = {
     "d_model", "layers", "heads", "d_head", "norm", "final_norm", "positions",
     "max_positions", "ffn", "bias", "tied_unembed", "causal", "lm_head", "dropout",
+    "kv_heads", "window", "rope",
 }
+ROPE_KEYS = {"theta", "rotary_dims"}
+LAYER_KEYS = {"mixer", "ffn", "window", "rope_theta"}
 
 
 NORM_KEYS = {"kind", "placement", "eps", "affine"}
@@ -230,13 +235,18 @@ def _model(node: Node) -> ModelSpec:
     else:
         d_head = d_model // heads
     norm = _norm(node.get("norm")) if node.has("norm") else NormSpec()
-    positions = Positions(node.get("positions").choice(POSITION_SCHEMES)) if node.has("positions") else Positions.NONE
+    positions = Positions(node.get("positions").choice(tuple(Positions))) if node.has("positions") else Positions.NONE
     if positions is Positions.LEARNED and not node.has("max_positions"):
         raise node.error("missing required key 'max_positions' for learned positions")
     ffn_node = node.get("ffn").mapping(FFN_KEYS, FFN_KEYS)
+    causal = _flag(node, "causal", True)
+    attention = {**_kv_heads(node, heads), **_rope(node, positions, d_head), **_window(node, causal)}
+    layers = node.get("layers")
+    if isinstance(layers.raw, SequenceNode):
+        attention |= _layers(layers, positions, causal)
     return ModelSpec(
         d_model=d_model,
-        n_layers=node.get("layers").integer(minimum=1),
+        n_layers=len(attention["layers"]) if "layers" in attention else layers.integer(minimum=1),
         n_heads=heads,
         d_head=d_head,
         d_ff=ffn_node.get("d_ff").integer(minimum=1),
@@ -247,10 +257,83 @@ def _model(node: Node) -> ModelSpec:
         max_positions=node.get("max_positions").integer(minimum=1) if node.has("max_positions") else 0,
         bias=_flag(node, "bias", False),
         tied_unembed=_flag(node, "tied_unembed", True),
-        causal=_flag(node, "causal", True),
+        causal=causal,
         lm_head=_flag(node, "lm_head", True),
         **(_dropout(node.get("dropout")) if node.has("dropout") else {}),
+        **attention,
     )
+
+
+def _kv_heads(node: Node, heads: int) -> dict:
+    """`kv_heads: 2`: grouped-query attention, each kv head read by heads / kv_heads query heads."""
+    if not node.has("kv_heads"):
+        return {}
+    kv_node = node.get("kv_heads")
+    kv_heads = kv_node.integer(minimum=1)
+    if heads % kv_heads:
+        raise kv_node.error(f"{kv_heads} kv heads do not divide the {heads} query heads")
+    return {"kv_heads": kv_heads}
+
+
+def _rope(node: Node, positions: Positions, d_head: int) -> dict:
+    """`rope: {theta: 10000, rotary_dims: 4}` under `positions: rope` (rotary_dims: partial rotary)."""
+    if positions is Positions.ROPE and d_head % 2:
+        raise node.get("positions").error(f"RoPE turns pairs of features: d_head {d_head} is odd")
+    if not node.has("rope"):
+        return {}
+    rope = node.get("rope").mapping(ROPE_KEYS)
+    if positions is not Positions.ROPE:
+        raise rope.error("rope: needs positions: rope")
+    found = {"rope_theta": _positive(rope.get("theta"))} if rope.has("theta") else {}
+    if rope.has("rotary_dims"):
+        dims_node = rope.get("rotary_dims")
+        dims = dims_node.integer(minimum=2)
+        if dims % 2 or dims > d_head:
+            raise dims_node.error(f"expected an even number of features ≤ d_head {d_head}, got {dims}")
+        found["rope_dims"] = dims
+    return found
+
+
+def _window(node: Node, causal: bool) -> dict:
+    """`window: 4` on the model: every layer's attention slides (query i reads keys j > i − 4)."""
+    if not node.has("window"):
+        return {}
+    return {"sliding_window": _window_size(node.get("window"), causal)}
+
+
+def _window_size(node: Node, causal: bool) -> int:
+    window = node.integer(minimum=1)
+    if not causal:
+        raise node.error("a bidirectional model (causal: false) has no sliding window")
+    return window
+
+
+def _layers(node: Node, positions: Positions, causal: bool) -> dict:
+    """`layers: [{mixer: attention, window: 4}, {mixer: attention}]`: each block's kinds and their options;
+    the blocks' windows also set the model's sliding window where they share one."""
+    blocks = []
+    for item in node.items():
+        item.mapping(LAYER_KEYS)
+        blocks.append(LayerSpec(
+            mixer=item.get("mixer").choice(tuple(MIXERS)) if item.has("mixer") else LayerSpec.mixer,
+            ffn=item.get("ffn").choice(tuple(FFNS)) if item.has("ffn") else LayerSpec.ffn,
+            window=_window_size(item.get("window"), causal) if item.has("window") else None,
+            rope_theta=_layer_theta(item, positions)))
+    if not blocks:
+        raise node.error("expected at least one layer")
+    windows = {block.window for block in blocks} - {None}
+    if len(windows) != 1:
+        return {"layers": tuple(blocks)}
+    return {"layers": tuple(blocks), "sliding_window": windows.pop(),
+            "sliding_layers": tuple(i for i, block in enumerate(blocks) if block.window is not None)}
+
+
+def _layer_theta(item: Node, positions: Positions) -> float | None:
+    if not item.has("rope_theta"):
+        return None
+    if positions is not Positions.ROPE:
+        raise item.get("rope_theta").error("rope_theta needs positions: rope")
+    return _positive(item.get("rope_theta"))
 
 
 def _kind(node: Node, kinds: type[StrEnum]) -> StrEnum:

@@ -13,53 +13,43 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import wraps
+from functools import cached_property, wraps
 from pathlib import Path
 
 import numpy as np
 
-from engine import Backend, OpState, Scenario, Session, load_scenario, make_backend, to_host
-from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
+from engine import Backend, OpState, Scenario, Session, make_backend, to_host
+from engine.breakpoints import Breakpoint, BreakpointError, misnamed
 from engine.compare.against import Against, Report, disagreement
-from engine.compare.check import check_scenario
-from engine.compare.diff import TOLERANCE, OpDiff, diff_sessions, first_divergence
-from engine.compare.diff import alone as alone_session
+from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
-from engine.lazy_weights import LazyWeights, changed_names
-from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, WeightHistory, apply_edit, parse_value, save, \
-    with_weights
+from engine.lazy_weights import LazyWeights
+from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, parse_value, with_weights
 from engine.session import StaleFrom
 from engine.trace import OpKind, Phase
-from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
+from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from engine.interventions import InterventionError, check_intervention, parse_any
 from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
-from tinyllm_tui.debugger.readings import choice_before_after
+from tinyllm_tui.debugger.readings import choice_before_after, round_lens
+from tinyllm_tui.debugger.tracing import Trace
+from tinyllm_tui.debugger.weights import Weights
 from tinyllm_tui.debugger.batch import batch_group, same_operator, stacked
+from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
                                         timeline_frame, with_breakpoints)
-from tinyllm_tui.debugger.history import DEFAULT_BUDGET, History, RoundSummary
-from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
-                                          Cancelled, DiffReport, Diverged, EditKind, EndOfTrace, Generated,
-                                          HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt, Refused, Result,
-                                          Saved)
+from tinyllm_tui.debugger.history import HISTORY_BUDGET, History, RoundSummary
+from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Diverged, EditKind, EndOfTrace,
+                                          Generated, HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt,
+                                          Refused, Result, Saved)
 
 PROGRESS_EVERY = 200  # steps between progress reports of a long run
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
-
-
-class Busy(RuntimeError):
-    """Another thread owns the session's generator (a run is in flight)."""
-
-
-class DiffCancelled(RuntimeError):
-    """A comparison was cancelled before it finished."""
 
 
 @dataclass(frozen=True)
@@ -74,22 +64,23 @@ class View:
     at_end: bool
 
 
-@dataclass(frozen=True)
 class Run:
-    """The session being debugged: replaced whole after an edit, never changed in place."""
+    """The session being debugged: replaced whole after an edit, never changed in place. Its session and history
+    are made when first read: the CLI's `run` reads neither (it streams a session of its own, `trace()`)."""
 
-    scenario: Scenario
-    session: Session
-    history: History
+    def __init__(self, scenario: Scenario, session: Callable[[], Session], budget: int):
+        self.scenario, self._session, self._budget = scenario, session, budget
+
+    @cached_property
+    def session(self) -> Session:
+        return self._session()
+
+    @cached_property
+    def history(self) -> History:
+        return History(self.session.steps, budget=self._budget)
 
 
 Progress = Callable[[int], None]
-
-
-def matcher(text: str) -> Callable[[OpState], bool]:
-    """What `g`/`G` look for: what a breakpoint accepts (glob, short name or its first parts, kind,
-    field=value, …). Raises BreakpointError for what a breakpoint refuses too (`abs>`)."""
-    return parse_breakpoint(text).hits
 
 
 def owning(move: Callable[..., Result]) -> Callable[..., Result]:
@@ -113,7 +104,7 @@ def owning(move: Callable[..., Result]) -> Callable[..., Result]:
 
 class Debugger:
     def __init__(self, scenario: Scenario, backend: Backend | None = None, *, breakpoints: list[str] = (),
-                 inject: str | None = None, edits: list[Edit] = (), budget: int = DEFAULT_BUDGET,
+                 inject: str | None = None, edits: list[Edit] = (), budget: int = HISTORY_BUDGET,
                  against: tuple[Dump, float | None, float | None] | None = None, quick_start: bool = False):
         """Args:
         scenario: as read from its file; `edits` (from --set) start as unsaved edits on top.
@@ -126,17 +117,10 @@ class Debugger:
             the rest. Until then `round_pending` is True.
         """
         self.against = None if against is None else Against(against[0], scenario, *against[1:])
-        self.file_scenario = scenario
-        self.file_fingerprint = scenario.fingerprint
         self.backend = backend or make_backend()
-        self.weight_history = WeightHistory(scenario.weights)
-        for edit in edits:
-            self.weight_history.push(apply_edit(self.weight_history.current, edit), edit)
-        self.found_unsaved = autosave.find(scenario.path, self.file_fingerprint, scenario.weights)
-        # replaced, never mutated: a run reads it meanwhile; a text that cannot be understood raises BreakpointError
-        parsed = (parse_breakpoint(text.strip()) for text in breakpoints)
-        self.breakpoints: tuple[Breakpoint, ...] = tuple({b.text: b for b in parsed}.values())
-        self._hits: dict[int, tuple[str, ...]] = {}  # step -> breakpoints hitting it: judged once per step
+        self.comparisons = Comparisons(self.backend, self.against, self._compared)
+        self.edits = Weights(scenario, edits)
+        self.breaks = BreakpointSet(breakpoints)  # a text that cannot be understood raises BreakpointError
         self.budget = budget
         self.stale: StaleFrom | None = None
         self.previous: History | None = None  # the run before the last edit, to show changed cells
@@ -146,14 +130,38 @@ class Debugger:
         self._owner = threading.Lock()
         self._publishing = threading.Lock()  # a frame is replaced whole, by one thread at a time
         self._cancel = threading.Event()  # stops a run that owns the generator
-        self._cancel_comparisons = threading.Event()  # stops a diff, which runs sessions of its own
-        self._comparing = 0
-        self._counting = threading.Lock()  # guards _comparing
-        self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
         self.inject = inject
         self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
-        self._publish(ahead=not (quick_start and isinstance(scenario.weights, LazyWeights)))
+        self._frame: Frame | None = None  # built once a view subscribes (the TUI; a test reading `frame`)
+        self._view: View | None = None
+        self._pending, self._subscribed = False, False
+        self._ahead = not (quick_start and isinstance(scenario.weights, LazyWeights))  # for the first frame
+
+    def subscribe(self) -> None:
+        """From now on every move publishes a frame, starting with one of where the history stands (in the
+        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread)."""
+        if not self._subscribed:
+            self._subscribed = True
+            self._publish(ahead=self._ahead)
+
+    @property
+    def frame(self) -> Frame:
+        """What the views draw; reading it subscribes."""
+        self.subscribe()
+        return self._frame
+
+    @property
+    def view(self) -> View:
+        self.subscribe()
+        return self._view
+
+    @property
+    def round_pending(self) -> bool:
+        """The frame lists only the operators of round 0 computed so far (a quick start): `complete_round` lists
+        the rest."""
+        self.subscribe()
+        return self._pending
 
     # -- what views and callers read -------------------------------------------------------------
     @property
@@ -175,7 +183,17 @@ class Debugger:
 
     @property
     def weights(self) -> dict[str, np.ndarray]:
-        return self.weight_history.current
+        return self.edits.current
+
+    @property
+    def file_scenario(self) -> Scenario:
+        """The scenario as its file holds it (edits are relative to it)."""
+        return self.edits.file
+
+    @property
+    def found_unsaved(self) -> Unsaved | None:
+        """Edits an earlier session left unsaved, to offer at start."""
+        return self.edits.found
 
     @property
     def busy(self) -> bool:
@@ -183,14 +201,14 @@ class Debugger:
 
     @property
     def comparing(self) -> bool:
-        return self._comparing > 0
+        return self.comparisons.running
 
     def cancel(self) -> bool:
         """Ask a run or a comparison in flight to stop at its next step; False if none runs."""
         running = self.busy or self.comparing
         if running:
             self._cancel.set()
-            self._cancel_comparisons.set()
+            self.comparisons.cancel()
         return running
 
     # -- the session and its frame -----------------------------------------------------------------
@@ -198,32 +216,40 @@ class Debugger:
         """A fresh session with the current weights and fault, replayed to `step` (a cancel stops it earlier).
         Built aside: nothing a reader sees changes until the caller publishes it."""
         scenario = self.interventions.applied_to(with_weights(self.file_scenario, self.weights))
-        session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
-        history = History(session.steps, budget=self.budget)
+        inject, stale = self.inject, self.stale
+        run = Run(scenario, lambda: Session(scenario, self.backend, inject=inject, stale=stale), self.budget)
         self._cancel.clear()
-        while history.cursor < step and not self._cancel.is_set() and history.forward():
+        while step and run.history.cursor < step and not self._cancel.is_set() and run.history.forward():
             time.sleep(0)  # as in run_until: keys stay quick
-            if progress is not None and history.cursor % PROGRESS_EVERY == 0:
-                progress(history.cursor)
-        return Run(scenario, session, history)
+            if progress is not None and run.history.cursor % PROGRESS_EVERY == 0:
+                progress(run.history.cursor)
+        return run
 
     def _adopt(self, run: Run) -> None:
         self._run, self.outcomes, self.divergences = run, None, None
-        self._hits = {}
+        self.breaks.forget()
         self._publish()
 
     def hits(self, state: OpState) -> tuple[str, ...]:
         """The breakpoints that hit `state`, judged once per step of the current run and breakpoint set."""
-        found = self._hits.get(state.step)
-        if found is None:
-            if len(self._hits) > 4096:
-                self._hits = {}
-            found = self._hits[state.step] = tuple(b.text for b in self.breakpoints if b.hits(state))
-        return found
+        return self.breaks.hits(state)
+
+    @property
+    def breakpoints(self) -> tuple[Breakpoint, ...]:
+        return self.breaks.all
+
+    def misnamed_breakpoints(self) -> list[tuple[str, str, str | None]]:
+        """(breakpoint, name, the nearest operator name or None) for each name no operator has (every round
+        runs the first round's operators)."""
+        states = self.history.round_states()
+        return [(b.text, name, near) for b in self.breakpoints for name, near in misnamed(b, states)]
 
     def _publish(self, ahead: bool = True) -> None:
         """Build the view and the frame of where the history stands (in the owner's thread) and publish them.
-        `ahead` False: the operator list holds the round's operators computed so far, nothing more."""
+        `ahead` False: the operator list holds the round's operators computed so far, nothing more.
+        Nothing is built before a view subscribes."""
+        if not self._subscribed:
+            return
         history = self.history
         state = history.current
         round_states = tuple(history.round_states(ahead))
@@ -234,8 +260,8 @@ class Debugger:
             self.cache_layer = follow_layer(state) if follow_layer(state) is not None else self.cache_layer
         scenario = self.scenario
         operators = operator_lines(round_states, breaks)
-        if getattr(self, "frame", None) is not None and self.frame.operators == operators:
-            operators = self.frame.operators  # the same round: the list keeps its lines
+        if self._frame is not None and self._frame.operators == operators:
+            operators = self._frame.operators  # the same round: the list keeps its lines
         frame = Frame(
             step=state.step, phase=Phase(state.phase), request=state.request, round=state.round,
             matrix=self._matrix(state, batch_group(history.state_at, state)),
@@ -249,12 +275,12 @@ class Debugger:
                                tuple(i.text for i in self.interventions.current)),
             hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
         with self._publishing:
-            self.view, self.frame, self.round_pending = view, frame, not ahead
+            self._view, self._frame, self._pending = view, frame, not ahead
 
     def _cache(self, state: OpState, layer: int, head: int):
         """The KV-cache slice shown, with the rows that differ from a --against dump."""
         differing = self.differing_cache_rows(state, layer)
-        return cache_frame(state, self.fingerprint, self.scenario.model.d_head, layer, head, differing)
+        return cache_frame(state, self.fingerprint, layer, head, differing)
 
     def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
         """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
@@ -303,12 +329,14 @@ class Debugger:
 
     def _refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""
-        self._hits = {}
+        self.breaks.forget()
+        if not self._subscribed:
+            return
         with self._publishing:
-            view = self.view
+            view = self._view
             breaks = frozenset(s.step for s in view.round_states if self.hits(s))
-            self.view = replace(view, breaks=breaks)
-            self.frame = with_breakpoints(self.frame, breaks, self.hits(view.state), len(self.breakpoints))
+            self._view = replace(view, breaks=breaks)
+            self._frame = with_breakpoints(self._frame, breaks, self.hits(view.state), len(self.breakpoints))
 
     # -- moving ------------------------------------------------------------------------------------
     @owning
@@ -454,38 +482,26 @@ class Debugger:
         self.cache_head = (min(self.cache_head, heads_shown - 1) + heads) % heads_shown
         cache = self._cache(state, self.cache_layer, self.cache_head)
         with self._publishing:
-            self.frame = replace(self.frame, cache=cache)
+            self._frame = replace(self._frame, cache=cache)
         return CacheShown(cache.layer, cache.head)
 
-    # -- breakpoints (they work while a run is in flight: it reads the tuple it started with) -------------
+    # -- breakpoints (tinyllm_tui/debugger/breakpoint_set.py; they work while a run is in flight) -----------
+    def _breakpoints_changed(self, result: Result) -> Result:
+        if not isinstance(result, Refused):
+            self._refresh_breaks()
+        return result
+
     def add_breakpoint(self, text: str) -> Result:
-        try:
-            breakpoint = parse_breakpoint(text.strip())
-        except BreakpointError as error:
-            return Refused(Reason.BAD_QUERY, (str(error),))
-        if any(b.text == breakpoint.text for b in self.breakpoints):
-            return Refused(Reason.ALREADY_SET, (breakpoint.text,))
-        self.breakpoints = (*self.breakpoints, breakpoint)
-        self._refresh_breaks()
-        return BreakpointAdded(breakpoint.text)
+        return self._breakpoints_changed(self.breaks.add(text))
 
     def remove_breakpoint(self, text: str) -> Result:
-        kept = tuple(b for b in self.breakpoints if b.text != text)
-        if len(kept) == len(self.breakpoints):
-            return Refused(Reason.NO_BREAKPOINT, (text,))
-        self.breakpoints = kept
-        self._refresh_breaks()
-        return BreakpointRemoved(text)
+        return self._breakpoints_changed(self.breaks.remove(text))
 
     def toggle_breakpoint(self, name: str) -> Result:
-        if any(b.text == name for b in self.breakpoints):
-            return self.remove_breakpoint(name)
-        return self.add_breakpoint(name)
+        return self._breakpoints_changed(self.breaks.toggle(name))
 
     def clear_breakpoints(self) -> Result:
-        count, self.breakpoints = len(self.breakpoints), ()
-        self._refresh_breaks()
-        return BreakpointsCleared(count)
+        return self._breakpoints_changed(self.breaks.clear())
 
     # -- the injected fault --------------------------------------------------------------------------
     @owning
@@ -522,25 +538,24 @@ class Debugger:
     def apply(self, edit: Edit, *, keep_stale: bool = False, progress: Progress | None = None) -> Result:
         """Apply one edit and replay to the same step; autosaved beside the scenario."""
         try:
-            weights = apply_edit(self.weights, edit, self.file_scenario.weights)
+            weights = self.edits.edited(edit)
         except EditError as error:
             return Refused(Reason.BAD_EDIT, (str(error),))
         if np.array_equal(weights[edit.name], self.weights[edit.name]):
             return Refused(Reason.UNCHANGED, (edit.name,))
         previous = self.weights
-        self.weight_history.push(weights, edit)
+        self.edits.push(weights, edit)
         return self._rebuild(Rebuilt(EditKind.EDITED, edit.name), progress, previous if keep_stale else None)
 
     @owning
     def restore(self, unsaved: Unsaved, progress: Progress | None = None) -> Result:
         """Apply the edits an earlier session left unsaved."""
-        for edit in unsaved.edits:
-            self.weight_history.push(apply_edit(self.weights, edit, self.file_scenario.weights), edit)
+        self.edits.restore(unsaved)
         return self._rebuild(Rebuilt(EditKind.RESTORED, count=len(unsaved.edits)), progress)
 
     def drop_unsaved(self) -> None:
         """Forget the autosaved edits (the user chose to quit without saving them)."""
-        autosave.drop(self.file_scenario.path)
+        self.edits.drop_autosave()
 
     def close(self) -> None:
         """Stop what runs; weights equal to the file leave no autosave behind."""
@@ -550,13 +565,13 @@ class Debugger:
 
     @owning
     def undo(self, progress: Progress | None = None) -> Result:
-        if not self.weight_history.undo():
+        if not self.edits.history.undo():
             return Refused(Reason.NOTHING_TO_UNDO)
         return self._rebuild(Rebuilt(EditKind.UNDONE), progress)
 
     @owning
     def redo(self, progress: Progress | None = None) -> Result:
-        if not self.weight_history.redo():
+        if not self.edits.history.redo():
             return Refused(Reason.NOTHING_TO_REDO)
         return self._rebuild(Rebuilt(EditKind.REDONE), progress)
 
@@ -575,10 +590,7 @@ class Debugger:
         run = self._new_run(state.step, progress)
         self.previous = previous
         self._adopt(run)
-        if self.unsaved():
-            autosave.keep(self.file_scenario.path, self.file_fingerprint, self.weight_history.edits)
-        else:  # back to the file's numbers (undo all, or R after 0): nothing to offer next time
-            autosave.drop(self.file_scenario.path)
+        self.edits.autosave()
         return result
 
     # -- interventions on activations (the list: tinyllm_tui/debugger/interventions.py) -------------------
@@ -602,8 +614,7 @@ class Debugger:
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
         """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""
         try:
-            operators = {(s.name, s.head) for s in self.history.round_states()}
-            intervention = self.interventions.add(text, self.scenario, operators)
+            intervention = self.interventions.add(text, self.scenario, self.session.model.hooks)
         except InterventionError as error:
             return Refused(Reason.BAD_QUERY, (str(error),))
         try:
@@ -622,13 +633,6 @@ class Debugger:
         self._rebuild(None, progress)
         return self._intervened(Change.UNDONE)
 
-    @owning
-    def redo_intervention(self, progress: Progress | None = None) -> Result:
-        if not self.interventions.redo():
-            return Refused(Reason.NOTHING_TO_REDO)
-        self._rebuild(None, progress)
-        return self._intervened(Change.REDONE)
-
     def _intervened(self, change: Change, text: str = "") -> Intervened:
         """With the round's choice before → after, once the round has chosen: its token's text and probability."""
         change_ = choice_before_after(self.history.round_states(), self.previous)
@@ -646,23 +650,13 @@ class Debugger:
         return Saved(str(target))
 
     def unsaved(self) -> int:
-        """How many numbers differ from the file; counted once per pair of weight sets (a GPT-2-sized
-        model has 124 M numbers)."""
-        saved = self.file_scenario.weights
-        key = (id(self.weights), id(saved))
-        if self._unsaved[0] != key:
-            count = sum(int(np.sum(self.weights[name] != saved[name])) for name in changed_names(self.weights, saved))
-            self._unsaved = (key, count)
-        return self._unsaved[1]
+        """How many numbers differ from the file."""
+        return self.edits.unsaved()
 
     @owning
     def save(self, path: str | Path | None = None) -> Result:
         """Write the edited weights (atomically); raises OSError with the file untouched."""
-        written = save(self.file_scenario, self.weights, path)
-        autosave.drop(self.file_scenario.path)
-        self.file_scenario = load_scenario(written)
-        self.file_fingerprint = self.file_scenario.fingerprint
-        self.weight_history = WeightHistory(self.file_scenario.weights)  # edits are relative to the file now
+        written = self.edits.save(path)
         self._publish()
         return Saved(str(written))
 
@@ -682,80 +676,60 @@ class Debugger:
         return list(dict.fromkeys(s.name for s in self.view.round_states
                                   if any(o.name.removesuffix(".T") == name for o in s.inputs)))
 
-    def weight_frame(self, name: str) -> MatrixFrame:
+    def weight_kind(self, name: str) -> str | None:
+        """Parameter `name`'s GGUF tensor type (Q4_K, …), or None."""
+        quantisation = self.edits.quantisation()
+        return None if quantisation is None else quantisation.kind(name)
+
+    def weight_block(self, name: str, index: tuple[int, ...]):
+        """The quantisation block behind `name[index]` (engine.loading.gguf_blocks.Block), or None if unquantized."""
+        quantisation = self.edits.quantisation()
+        return None if quantisation is None else quantisation.block(name, index)
+
+    def weight_frame(self, name: str, word: Callable[[str, int | None], str]) -> MatrixFrame:
         """Parameter `name` as the weights browser shows it: rows are input features, columns output
-        features (the vocabulary where it is an axis); cells that differ from the file are marked. A
-        parameter never edited is not compared with the file (a 0.5B embedding is 136M cells)."""
-        array = np.atleast_2d(self.weights[name])
-        edited = name in changed_names(self.weights, self.file_scenario.weights)
-        original = np.atleast_2d(self.file_scenario.weights[name]) if edited else None
+        features (the vocabulary where it is an axis); cells that differ from the file are marked.
+        `word(axis, index)` is the view's label of a feature: axis "in", "out", or "value" (a vector's one row)."""
+        array, original = np.atleast_2d(self.weights[name]), self.edits.original(name)
+        original = None if original is None else np.atleast_2d(original)
         label = self.scenario.vocab.label
 
         def axis(index: int, prefix: str) -> Labels:
             if {"embed": 0, "unembed": 1}.get(name) == index:
                 return Labels(array.shape[index], label)
-            return Labels(array.shape[index], lambda i: f"{prefix} {i}")
+            return Labels(array.shape[index], lambda i: word(prefix, i))
 
-        rows = axis(0, "in") if self.weights[name].ndim == 2 else Labels(1, lambda i: "value")
+        rows = axis(0, "in") if self.weights[name].ndim == 2 else Labels(1, lambda i: word("value", None))
         cols = axis(1, "out") if self.weights[name].ndim == 2 else Labels(array.shape[1], str)
         return matrix_frame(name, array, rows, cols, before=original)
 
-    # -- comparisons (each on sessions of its own: safe in a worker) -------------------------------------
-    def _cancellable(self, states: Iterator[OpState]) -> Iterator[OpState]:
-        for state in states:
-            time.sleep(0)  # as in run_until: keys stay quick
-            if self._cancel_comparisons.is_set():
-                raise DiffCancelled("cancelled")
-            yield state
-
-    @contextmanager
-    def _comparison(self) -> Iterator[None]:
-        """A comparison in flight, counted (under a lock: several may run) so that `cancel()` reaches it."""
-        with self._counting:
-            if self._comparing == 0:
-                self._cancel_comparisons.clear()
-            self._comparing += 1
-        try:
-            yield
-        finally:
-            with self._counting:
-                self._comparing -= 1
+    # -- comparisons (tinyllm_tui/debugger/comparisons.py: each on sessions of its own, safe in a worker) ------
+    def _compared(self) -> Compared:
+        return Compared(self.scenario, self.inject, self.stale)
 
     def diff(self, alone: bool = False) -> list[OpDiff]:
         """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
-        its requests as one batch against each request run alone.
+        its requests as one batch against each request run alone. Raises DiffCancelled on `cancel()`."""
+        return self.comparisons.diff(alone)
 
-        Raises DiffCancelled when `cancel()` is called meanwhile."""
-        scenario = replace(self.scenario, batch=True) if alone else self.scenario
-        cached = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
-        reference = alone_session(scenario, self.backend) if alone else Session(scenario, self.backend, mode="full")
-        with self._comparison():
-            return diff_sessions(cached, reference, self._cancellable)
-
-    def compare(self) -> DiffReport:
+    def compare(self, alone: bool = False) -> DiffReport:
         """`diff()` with where it first diverges (raises DiffCancelled as diff does)."""
-        inject = self.inject
-        diffs = self.diff()
-        first = first_divergence(diffs)
-        return DiffReport(tuple(diffs), None if first is None else diffs.index(first), inject,
-                          diffs[0].tolerance if diffs else TOLERANCE)
+        return self.comparisons.compare(alone)
 
     def compare_against(self) -> Report | None:
-        """The run being debugged (fault and stale cache included) against the --against dump over every
-        pass; kept (and shown) unless an edit has outrun it. Raises DiffCancelled when `cancel()` is called."""
-        if self.against is None:
-            return None
-        scenario = self.scenario
-        session = Session(scenario, self.backend, inject=self.inject, stale=self.stale)
+        """The run being debugged against the --against dump over every pass; kept (and shown) unless an edit
+        has outrun it. Raises DiffCancelled when `cancel()` is called."""
         try:
-            with self._comparison():
-                report = self.against.meet(self._cancellable(session.steps()))
-        except InterventionError:  # as for the expect: tables
+            scenario, report = self.comparisons.against_dump()
+        except InterventionError:  # as for the expect: tables: the move that reaches it says why and drops it
             return None
-        if scenario is self.scenario:
+        if report is not None and scenario is self.scenario:
             self.divergences = report
             self._republish()
         return report
+
+    def check_expectations(self, scenario: Scenario) -> list[Outcome]:
+        return self.comparisons.expectations(scenario)
 
     def round_verdicts(self) -> dict[tuple[int, int], bool]:
         """(request, round) -> whether your activations agree in every operator of that round."""
@@ -778,12 +752,6 @@ class Debugger:
             return Diverged(None, "")
         self._goto(first.step)
         return Diverged(first.step, first.place_text(len(self.scenario.requests)), first.values_text())
-
-    def check_expectations(self, scenario: Scenario) -> list[Outcome]:
-        try:
-            return check_scenario(scenario, self.backend) if scenario.expect else []
-        except InterventionError:  # one that cannot run to the end: the move that reaches it says why and drops it
-            return []
 
     def accept_outcomes(self, scenario: Scenario, outcomes: list[Outcome]) -> bool:
         """Keep the outcomes unless an edit has outran them; the frame shows them at once, or after the
@@ -812,15 +780,13 @@ class Debugger:
                 if outcome.expectation.key == key and outcome.expectation.run == "cached"
                 for cell in outcome.cells if cell.position in rows}
 
-    # -- passes for the CLI --
-    def trace(self) -> Iterator[tuple[OpState, tuple[str, ...]]]:
-        """Every operator from the cursor to the end of the trace, with the breakpoints that hit each (`hits`:
-        where a continue stops): `tinyllm-tui run`'s pass. The cursor stays where it is; the generator is
-        owned, as by a continue, until the trace ends or the caller stops reading."""
-        if not self._owner.acquire(blocking=False):
-            raise Busy("a run is in flight")
-        try:
-            for state in self.history.states_from(self.history.cursor):
-                yield state, tuple(self.hits(state))
-        finally:
-            self._owner.release()
+    @owning
+    def lens(self, k: int = 3):
+        """The logit lens of the current round, and its choice's attribution once chosen (readings.round_lens)."""
+        return round_lens(self.session.model, self.history.round_states(), k)
+
+    # -- the pass for the CLI --
+    def trace(self, save: str | Path | None = None) -> Trace:
+        """Every operator from the first to the end of the trace, with the breakpoints that hit each:
+        `tinyllm-tui run`'s pass, read once (no history, no frames). `save`: where its activations go."""
+        return Trace(self.scenario, self.backend, self.inject, self.breakpoints, save)

@@ -20,6 +20,8 @@ from engine.breakpoints import short_name
 from engine.caches import PagedFacts, QuantizedFacts, RingFacts
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
+from engine.layers import explanation
+from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.presentation.cache_layout import row_label
 from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
@@ -124,9 +126,8 @@ class CacheFrame:
     length: int
     appended: int  # rows this round added (+)
     stale: bool  # computed with other weights than the current ones
-    differing: frozenset[int]  # positions whose K or V row differs from a --against dump
-    k: MatrixFrame
-    v: MatrixFrame
+    differing: frozenset[int]  # positions whose row in some view differs from a --against dump
+    views: tuple[MatrixFrame, ...]  # the state's views (engine.state.StateView), one head's columns: K and V
     layout: RingFacts | PagedFacts | QuantizedFacts | None = None  # what the layout holds beside its rows
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
 
@@ -175,7 +176,7 @@ class BatchLine:
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
-class Operand:
+class OperandCorner:
     """An input of the operator: its name, shape and top-left corner."""
 
     name: str
@@ -209,7 +210,7 @@ class Frame:
     timeline: TimelineFrame
     status: StatusFacts
     hook: str  # the explanation's key: the last part of the hook name
-    inputs: tuple[Operand, ...]
+    inputs: tuple[OperandCorner, ...]
     outcomes: tuple[Outcome, ...] | None  # None while the expect: tables are being checked
     at_end: bool
 
@@ -219,11 +220,12 @@ class Frame:
 def group_of(state: OpState) -> tuple[Group, int | None]:
     """Where the operator list puts an operator: by the hook name's first part, so that BERT's
     `embed.hook_sum` (which the engine counts as layer 0's input) stays with the input."""
-    if state.name.startswith("blocks."):
-        return Group.LAYER, state.layer
-    if state.name.startswith("sample."):
+    hook = state.op.hook
+    if hook.in_block:
+        return Group.LAYER, hook.layer
+    if hook.module == "sample":
         return Group.DECODE_RULE, None
-    return (Group.OUTPUT if state.name.startswith(("ln_final", "unembed")) else Group.INPUT), None
+    return (Group.OUTPUT if hook.module in ("ln_final", "unembed") else Group.INPUT), None
 
 
 def operator_lines(states: Sequence[OpState], breaks: frozenset[int]) -> tuple[OperatorLine, ...]:
@@ -292,32 +294,39 @@ def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Seque
                        finite_scale(values), finite_scale(before), newest_first, new_from, differing)
 
 
-def cache_frame(state: OpState, fingerprint: str, d_head: int, layer: int, head: int,
+def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
                 differing: frozenset[int] = frozenset()) -> CacheFrame | None:
-    """`state`'s KV cache of `layer`, the columns of `head`; rows from `state.chunk_past` on were added by this
-    chunk (this round, unless the prefill is chunked)."""
+    """`state`'s layer state of `layer` through its views (engine.state), the columns of `head`; rows from
+    `state.chunk_past` on were added by this chunk (this round, unless the prefill is chunked)."""
     if not state.caches:
         return None
     layer = min(layer, len(state.caches) - 1)
     cache = state.caches[layer]
-    heads = max(cache.k.shape[1] // d_head, 1)
+    views = cache.views()
+    total = int(views[0].values.shape[1])
+    width = views[0].head_width or total
+    heads = max(total // width, 1)
     head = min(head, heads - 1)
-    part = slice(head * d_head, (head + 1) * d_head)
+    part = slice(head * width, (head + 1) * width)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
-    cols = Labels(min(d_head, cache.k.shape[1]), lambda j: f"d{j}")
+    cols = Labels(min(width, total), lambda j: f"d{j}")
     marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
     if marked:
         rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
     else:
-        rows = Labels(cache.length, lambda p: f"{p} · {timeline[p].text}" if p < len(timeline) else str(p))
+        rows = Labels(len(positions), lambda i: position_label(positions[i], timeline))
     ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
-    k, v = (matrix_frame(name, to_host(array)[:, part], rows, cols, head=head, newest_first=not ring,
-                         new_from=None if marked else new_from, differing=frozenset() if marked else differing)
-            for name, array in (("K", cache.k), ("V", cache.v)))
+    matrices = tuple(matrix_frame(view.name, to_host(view.values)[:, part], rows, cols, head=head, newest_first=not ring,
+                                  new_from=None if marked else new_from, differing=frozenset() if marked else differing)
+                     for view in views)
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
-                      cache.fingerprint != fingerprint, differing, k, v, cache.facts, evicted)
+                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted)
+
+
+def position_label(position: int, timeline) -> str:
+    return f"{position} · {timeline[position].text}" if position < len(timeline) else str(position)
 
 
 def follow_layer(state: OpState) -> int | None:
@@ -338,7 +347,7 @@ def timeline_frame(state: OpState, requests: int, chunked: bool, rounds: tuple,
     batch = tuple(BatchLine(row.request, row.pad, *timeline_tokens(row.moment.timeline), row.stop)
                   for row in state.batch or ())
     return TimelineFrame(tokens, focus, state.request, requests, Phase(state.phase), state.round, chunk,
-                         state.caches[0].length if state.caches else 0, rounds, marks, batch)
+                         tokens_held(state.caches), rounds, marks, batch)
 
 
 def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]:
@@ -350,12 +359,12 @@ def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]
     return tokens, focus
 
 
-def operands(state: OpState) -> tuple[Operand, ...]:
-    def corner(operand) -> Operand:
+def operands(state: OpState) -> tuple[OperandCorner, ...]:
+    def corner(operand) -> OperandCorner:
         values = to_host(operand.values)
         values = values[None, :] if values.ndim == 1 else values
         rows = tuple(resolve_some(operand.row_axis, range(min(values.shape[0], CORNER))))
-        return Operand(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
+        return OperandCorner(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
 
     return tuple(corner(operand) for operand in state.inputs)
 
@@ -367,12 +376,17 @@ BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not t
 def hook_key(state: OpState) -> str:
     """What the explanation of the operator is filed under: the hook name's last part, told apart where
     one hook does different things (given vectors or a scaled table, a norm's output, capped scores)."""
-    hook = state.name.rsplit(".", 1)[-1]
+    hook = state.op.hook.name
     if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale
         hook = "hook_embed(scaled)"
     return BY_KIND.get((hook, state.kind), hook)
+
+
+def explanation_texts(key: str) -> dict[str, tuple[str, ...]] | None:
+    """What a layer kind says its operator filed under `key` computes (engine.layers), per language."""
+    return explanation(key)
 
 
 def with_breakpoints(frame: Frame, breaks: frozenset[int], hits: tuple[str, ...], count: int) -> Frame:

@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinyllm_tui.debugger.resume import RoundStarts
+from engine.state import tokens_held
 from engine.trace import OpKind, OpState, Phase, Status
 
 if TYPE_CHECKING:
     from engine.session import RoundStart
 
-DEFAULT_BUDGET = 2 * 1024**3  # bytes of operator outputs (and the caches they hold) kept for going back
+HISTORY_BUDGET = 2 * 1024**3  # bytes of operator outputs (and the caches they hold) kept for going back
 RESUME_SHARE = 0.25  # of the budget, at most, for round starts to resume from
 
 
@@ -41,7 +42,7 @@ def state_bytes(state: OpState, before: OpState | None = None) -> int:
 
 class History:
     def __init__(self, start: Callable[..., Iterator[OpState]], *, limit: int = 1_000_000,
-                 budget: int = DEFAULT_BUDGET):
+                 budget: int = HISTORY_BUDGET):
         """Args:
         start: `start(resume=None, on_round=None)` returns the operator stream from a round start
             (or the beginning), handing each round start to `on_round`: `Session(...).steps`.
@@ -201,14 +202,9 @@ class RoundSummary:
     stop: str | None
 
 
-def round_summaries(states: list[OpState], request: int) -> list[RoundSummary]:
-    """The rounds of `request` that `states` have finished (their choice was made)."""
-    return [round_summary(state) for state in states if state.request == request and state.kind is OpKind.CHOICE]
-
-
 def round_summary(choice: OpState) -> RoundSummary:
     """The round that `choice`, its last operator, finishes."""
     selected = [t.text for t in choice.timeline if t.status is Status.SELECTED]
     fed = tuple(t.text for t in choice.timeline[choice.past : -1])
-    length = choice.caches[0].length if choice.caches else 0
+    length = tokens_held(choice.caches)
     return RoundSummary(choice.round, choice.phase, fed, length, selected[0] if selected else None, choice.stop)

@@ -1,4 +1,4 @@
-"""The interventions a debugging session applies to activations: a list with undo and redo, like weight
+"""The interventions a debugging session applies to activations: a list with undo, like weight
 edits, that the Debugger puts into every session it starts, and writes into the scenario's `interventions:`.
 
 No UI imports: the TUI and the CLI show what this holds.
@@ -22,7 +22,6 @@ from engine.undo import UndoList
 class Change(StrEnum):
     ADDED = "added"
     UNDONE = "undone"
-    REDONE = "redone"
 
 
 @dataclass(frozen=True)
@@ -40,13 +39,13 @@ class InterventionHistory(UndoList[tuple[Intervention, ...]]):
     def __init__(self, initial: Iterable[Intervention] = ()):
         super().__init__(tuple(initial))
 
-    def add(self, text: str, scenario: Scenario, operators: set[tuple[str, int | None]]) -> Intervention:
+    def add(self, text: str, scenario: Scenario, hooks) -> Intervention:
         """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError.
 
-        Args: operators: (name, head) of the operators of a round, which every hook it names must be."""
+        Args: hooks: the model's engine.hooks.HookRegistry, which every hook it names must be in."""
         intervention = parse_any(text)
         check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
-        check_operator(intervention, operators)
+        check_operator(intervention, hooks)
         self.push((*self.current, intervention))
         return intervention
 

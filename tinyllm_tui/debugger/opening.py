@@ -1,20 +1,54 @@
-"""Opening a file in the debugger: read it (reporting how far through engine.progress), then
-prepare the Debugger, cancellable between reports. The TUI runs this in its runner."""
+"""Opening a file in the debugger, the same for the CLI and the TUI: the options checked before anything
+loads, the file read (reporting how far through engine.progress, cancellable between reports), then what
+the Debugger opens with (breakpoints, --set edits, the history's budget). The TUI runs `open_file` in its
+runner; the CLI calls `open_debugger`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 
-from engine import Scenario
-from engine.loading.edits import Edit
-from engine.progress import READING, Cancelled, listening
+from engine import Scenario, Session, make_backend
+from engine.breakpoints import parse_breakpoint
+from engine.faults import FAULTS
+from engine.gctuning import tune_for_tracing
+from engine.interventions import check_intervention, check_operator, parse_ablation, parse_intervention
+from engine.loading import open_model
+from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
+from engine.loading.edits import Edit, parse_set
+from engine.progress import READING, LoadCancelled, listening
+from engine.session import INJECTIONS
+from tinyllm_tui.debugger.errors import OptionError
 
 PREPARING = "preparing"  # the Debugger's first state: no count to show
+HISTORY_FLOOR = 256 * 2**20  # the TUI keeps at least this much history, however large the weights
 Report = Callable[[str, int, int], None]  # (stage, done, total)
 
-__all__ = ["Cancelled", "Loading", "Opening", "PREPARING", "READING", "open_file"]
+__all__ = ["HISTORY_FLOOR", "Loading", "ModelOptions", "Opening", "PREPARING", "is_reading", "open_file",
+           "load", "opening", "check_options", "prepare_process", "fault_names"]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """What the command line says about the model and its run (each is the CLI option of the same name)."""
+
+    backend: str = "numpy"
+    dtype: str = "float64"
+    inject: str | None = None
+    sets: list[str] | None = None
+    max_memory: str | None = None
+    prompt: list[str] | None = None
+    ids: list[str] | None = None
+    max_new_tokens: int | None = None
+    batch: bool = False
+    patches: list[str] | None = None
+    ablations: list[str] | None = None
+    breakpoints: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -35,13 +69,100 @@ class Loading:
     load: Callable[[], Opening]
 
 
+def fault_names() -> list[str]:
+    return list(INJECTIONS)
+
+
+def is_reading(stage: str) -> bool:
+    """A loading report about the YAML's bytes (the others count tensors, or say PREPARING)."""
+    return stage == READING
+
+
+def prepare_process() -> None:
+    """Set the process for recording every operator (Python's collector: engine/gctuning.py)."""
+    tune_for_tracing()
+
+
+def check_options(options: ModelOptions):
+    """The options that need no file, checked before any loading; returns the array backend.
+    Raises OptionError (or BreakpointError, BackendError) for one that cannot be used."""
+    if options.inject is not None and options.inject not in INJECTIONS:
+        raise OptionError("--inject", f"unknown bug {options.inject!r} (expected one of {', '.join(INJECTIONS)})")
+    for text in options.breakpoints or []:
+        parse_breakpoint(text)  # a bad --break is reported before anything loads
+    _max_memory(options.max_memory)
+    return make_backend(options.backend, options.dtype)
+
+
+def load(file: str | Path, options: ModelOptions, report: Report | None = None) -> Scenario:
+    """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens), with --patch and --ablate after the
+    scenario's own interventions, as one batch with --batch. A misspelt hook is refused before anything shows.
+    `report(stage, done, total)` hears how far reading has got (`is_reading(stage)`: bytes of YAML)."""
+    ids = None if options.ids is None else [_ids(text) for text in options.ids]
+    with listening(report) if report is not None else nullcontext():
+        scenario = open_model(file, prompt=options.prompt, ids=ids, max_new_tokens=options.max_new_tokens,
+                              dtype=options.dtype, max_memory=_max_memory(options.max_memory))
+    scenario = dataclasses.replace(scenario, batch=True) if options.batch else scenario
+    scenario = with_interventions(scenario, options.patches, options.ablations)
+    _refuse_unknown_operators(scenario, make_backend(options.backend, options.dtype))
+    return scenario
+
+
+def with_interventions(scenario: Scenario, patches: list[str] | None, ablations: list[str] | None) -> Scenario:
+    """The scenario with the --patch and --ablate interventions after its own; a bad one raises InterventionError."""
+    added = [*(parse_intervention(text) for text in patches or []), *(parse_ablation(text) for text in ablations or [])]
+    for intervention in added:
+        check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
+    return dataclasses.replace(scenario, interventions=(*scenario.interventions, *added)) if added else scenario
+
+
+def _refuse_unknown_operators(scenario: Scenario, backend) -> None:
+    """A misspelt hook in an intervention is refused before anything shows: the model's hook registry
+    (engine.hooks) lists every hook it yields, without running it."""
+    if scenario.interventions:
+        hooks = Session(scenario, backend).model.hooks
+        for intervention in scenario.interventions:
+            check_operator(intervention, hooks)
+
+
+def opening(scenario: Scenario, options: ModelOptions) -> Opening:
+    """What a Debugger on `scenario` opens with, the same for the TUI and the CLI: the scenario's breakpoints then
+    every --break, every --set as an unsaved edit, and the history's budget. A bug that cannot run is refused."""
+    why = FAULTS[options.inject].cannot_run(scenario) if options.inject else None
+    if why:
+        raise OptionError("--inject", f"bug {options.inject!r} cannot run on {scenario.path}: {why}")
+    return Opening(scenario, [*scenario.breakpoints, *(options.breakpoints or [])],
+                   [parse_set(text, scenario.weights) for text in options.sets or []],
+                   history_budget(scenario, options.dtype, _max_memory(options.max_memory)))
+
+
+def history_budget(scenario: Scenario, dtype: str, max_memory: int | None) -> int:
+    """What the history may keep: the memory budget less the weights (at least HISTORY_FLOOR)."""
+    total = DEFAULT_BUDGET if max_memory is None else max_memory
+    return max(total - weight_bytes(scenario.model, len(scenario.vocab), dtype), HISTORY_FLOOR)
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise OptionError("--ids", f"expected token ids like 1,2,3, got {text!r}") from None
+
+
+def _max_memory(text: str | None) -> int | None:
+    try:
+        return None if text is None else parse_size(text)
+    except ValueError as error:
+        raise OptionError("--max-memory", str(error)) from None
+
+
 def open_file(loading: Loading, prepare: Callable[[Opening], object], report: Report,
               cancelled: threading.Event):
-    """The prepared Debugger; raises Cancelled at the report after `cancelled` was set (or at the end)."""
+    """The prepared Debugger; raises LoadCancelled at the report after `cancelled` was set (or at the end)."""
 
     def listener(stage: str, done: int, total: int) -> None:
         if cancelled.is_set():
-            raise Cancelled
+            raise LoadCancelled
         report(stage, done, total)
 
     with listening(listener):
@@ -49,5 +170,5 @@ def open_file(loading: Loading, prepare: Callable[[Opening], object], report: Re
         listener(PREPARING, 0, 0)
         debugger = prepare(opening)
     if cancelled.is_set():  # pressed while the debugger was prepared: honoured all the same
-        raise Cancelled
+        raise LoadCancelled
     return debugger

@@ -11,6 +11,8 @@ import numpy as np
 
 from engine.analysis import AnalysisError, Attribution, LensRow, Pass, attribution, logit_lens, passes
 from engine.backend import to_host
+from engine.decoding import CHOICE, PROBS
+from engine.hooks import Hook
 from engine.model import Transformer
 from engine.trace import OpState
 from tinyllm_tui.debugger.results import Reason, Refused
@@ -21,17 +23,28 @@ def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3
     """The lens of the round `states` belong to, and the chosen token's attribution once it is chosen;
     refused, with the reason `run --lens` gives, for a model without one (an encoder, a post-norm model)."""
     run = next(passes(states))
-    chosen = ("sample.hook_choice", None) in run.values and not model.spec.post_norms
     try:
-        return run, logit_lens(model, run, k), attribution(model, run) if chosen else None
+        return (run, *pass_lens(model, run, k))
     except AnalysisError as error:
         return Refused(Reason.NO_LENS, (str(error),))
 
 
+def pass_lens(model: Transformer, run: Pass, k: int) -> tuple[list[LensRow], Attribution | None]:
+    """One pass's logit lens, and its chosen token's direct logit attribution (None before the pass has chosen,
+    or where the model normalizes each block's output: heads do not add to the residual there)."""
+    chosen = (CHOICE.text, None) in run.values and not model.spec.post_norms
+    return logit_lens(model, run, k), attribution(model, run) if chosen else None
+
+
+def pattern_hook(layer: int) -> Hook:
+    """Where `layer`'s attention patterns are (one operator per head)."""
+    return Hook(layer, "attn", "hook_pattern")
+
+
 def layer_patterns(states: Iterable[OpState], layer: int, chunk: int = 0) -> list[np.ndarray]:
     """Every head's attention pattern of `layer` in one chunk of the round, head 0 first."""
-    name = f"blocks.{layer}.attn.hook_pattern"
-    found = {s.head: to_host(s.values) for s in states if s.name == name and s.chunk == chunk}
+    site = pattern_hook(layer)
+    found = {s.head: to_host(s.values) for s in states if s.op.hook == site and s.chunk == chunk}
     return [found[head] for head in sorted(found)]
 
 
@@ -40,8 +53,7 @@ def choice_before_after(states: Iterable[OpState], previous) -> tuple[tuple[int,
     """The round's choice and its probability before the last change and now (`previous`: the History of the
     run before it); None before the round has chosen, or without an earlier run."""
     by_step = {s.step: s for s in states}
-    steps = [next((step for step, s in by_step.items() if s.name == name), None)
-             for name in ("sample.hook_probs", "sample.hook_choice")]
+    steps = [next((step for step, s in by_step.items() if s.op.hook == hook), None) for hook in (PROBS, CHOICE)]
     if previous is None or None in steps:
         return None
     before, after = _choice(previous.state_at, *steps), _choice(by_step.get, *steps)
@@ -50,7 +62,7 @@ def choice_before_after(states: Iterable[OpState], previous) -> tuple[tuple[int,
 
 def _choice(at: Callable[[int], OpState | None], probs_step: int, choice_step: int) -> tuple[int, float] | None:
     probs, choice = at(probs_step), at(choice_step)
-    if probs is None or choice is None or choice.name != "sample.hook_choice":
+    if probs is None or choice is None or choice.op.hook != CHOICE:
         return None  # the earlier run had other operators there
     token = int(to_host(choice.values)[0, 0])
     return token, float(to_host(probs.values)[0, token])

@@ -1,10 +1,9 @@
 """The round starts a History keeps to resume its session from (engine.session.RoundStart).
 
-A kept round start costs the K/V rows it alone holds: each layer's cache is stored as the
-rows added since the previous kept round start when the older cache is a prefix of the
-newer (cached decode, bit for bit), else whole (the first one, full-mode recomputes, a
-bug that swaps caches, a layout that does not only append rows: ring, paged, quantized). A decode round then costs one row per layer instead of the whole
-cache, and resuming concatenates the rows back, bit for bit.
+A kept round start costs what its layers' states alone hold: each is stored as its delta from the
+previous kept round start's (engine.state.LayerState.delta: for a K/V cache the rows added since, when
+the older cache is a prefix of the newer, else the whole cache). A decode round then costs one row per
+layer instead of the whole cache, and resuming restores the states from their deltas, bit for bit.
 
 The rule within `budget` bytes: keep the round starts whose ordinal (0, 1, 2, … in stream
 order) is a multiple of a stride, at first 1; when the kept ones cost more, the stride
@@ -21,72 +20,16 @@ from __future__ import annotations
 import bisect
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
-from array_api_compat import array_namespace
-
-from engine.caches import array_bytes
 from engine.session import RoundStart
-from engine.trace import LayerCache
-
-Array = Any
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """One layer's cache at a kept round start: all of it, or the rows after the previous kept one's."""
-
-    k: Array
-    v: Array
-    whole: bool
-    empty: LayerCache  # the cache's layout and fields without its rows (or the whole cache, not only rows)
-
-    @property
-    def nbytes(self) -> int:
-        return array_bytes(self.k) + array_bytes(self.v)
-
-    def cache(self, earlier: list[_Rows]) -> LayerCache:
-        """The cache these rows end, the rows of `earlier` (oldest first) before them."""
-        if not self.empty.appends_rows:
-            return self.empty
-        xp = array_namespace(self.k)
-        parts = [*earlier, self]
-        return dataclasses.replace(self.empty, k=xp.concat([p.k for p in parts], axis=0),
-                                   v=xp.concat([p.v for p in parts], axis=0))
-
-
-def _rows(new: LayerCache, old: LayerCache | None) -> _Rows:
-    n = 0 if old is None else old.length
-    xp = array_namespace(new.k)  # copies: a view would keep the whole newer cache alive
-    empty = dataclasses.replace(new, k=xp.asarray(new.k[:0, ...], copy=True), v=xp.asarray(new.v[:0, ...], copy=True))
-    if not new.appends_rows:
-        return _Rows(new.k, new.v, True, new)
-    if old is None or new.length < n or new.fingerprint != old.fingerprint or not (
-            _same(new.k[:n, ...], old.k) and _same(new.v[:n, ...], old.v)):
-        return _Rows(new.k, new.v, True, empty)
-    return _Rows(xp.asarray(new.k[n:, ...], copy=True), xp.asarray(new.v[n:, ...], copy=True), False, empty)
-
-
-def _same(a: Array, b: Array) -> bool:
-    """Bit for bit, as far as floats go: equal, and −0.0 is not 0.0 (NaN is never the same)."""
-    xp = array_namespace(a)
-    return a.shape == b.shape and bool(xp.all(a == b)) and bool(xp.all(xp.signbit(a) == xp.signbit(b)))
-
-
-def _merge(earlier: _Rows, later: _Rows) -> _Rows:
-    """`later`'s rows counted from where `earlier`'s began (`earlier` is being dropped)."""
-    if later.whole:
-        return later
-    xp = array_namespace(later.k)
-    return _Rows(xp.concat([earlier.k, later.k], axis=0), xp.concat([earlier.v, later.v], axis=0),
-                 earlier.whole, later.empty)
+from engine.state import LayerState, StateDelta
 
 
 @dataclass
 class _Kept:
     ordinal: int
     start: RoundStart  # without its caches: those are in `layers`
-    layers: tuple[_Rows, ...]
+    layers: tuple[StateDelta, ...]
 
     @property
     def nbytes(self) -> int:
@@ -101,7 +44,7 @@ class RoundStarts:
         self.stride = 1
         self._kept: list[_Kept] = []  # in step order
         self._nbytes = 0  # of `_kept`, counted as it changes: the history asks after every state
-        self._base: tuple[LayerCache, ...] | None = None  # the newest kept one's caches: what rows follow
+        self._base: tuple[LayerState, ...] | None = None  # the newest kept one's caches: what rows follow
         self._seen = 0  # round starts passed so far: the next one's ordinal
         self._last_step = -1
 
@@ -112,7 +55,7 @@ class RoundStarts:
         if ordinal % self.stride:
             return
         base = self._base if self._base is not None and len(self._base) == len(start.caches) else None
-        layers = tuple(_rows(new, None if base is None else base[i]) for i, new in enumerate(start.caches))
+        layers = tuple(new.delta(None if base is None else base[i]) for i, new in enumerate(start.caches))
         self._kept.append(_Kept(ordinal, dataclasses.replace(start, caches=()), layers))
         self._nbytes += self._kept[-1].nbytes
         self._base = start.caches
@@ -127,7 +70,7 @@ class RoundStarts:
                 kept.append(entry)
             elif i + 1 < len(self._kept):
                 after = self._kept[i + 1]
-                after.layers = tuple(_merge(a, b) for a, b in zip(entry.layers, after.layers))
+                after.layers = tuple(b.after(a) for a, b in zip(entry.layers, after.layers))
             else:  # the newest goes: the next one kept is stored whole
                 self._base = None
         self._kept = kept
@@ -158,9 +101,9 @@ class RoundStarts:
         caches = tuple(self._cache(index, layer) for layer in range(len(self._kept[index].layers)))
         return dataclasses.replace(self._kept[index].start, caches=caches)
 
-    def _cache(self, index: int, layer: int) -> LayerCache:
+    def _cache(self, index: int, layer: int) -> LayerState:
         parts = [self._kept[index].layers[layer]]
         while not parts[-1].whole:
             index -= 1
             parts.append(self._kept[index].layers[layer])
-        return parts[0].cache(parts[:0:-1])
+        return parts[0].restore(parts[:0:-1])

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.caches import LayerCache, PagedCache, RingCache
+from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
 from engine.loading.budget import format_size
 from engine.trace import TokenState
 
-__all__ = ["format_size", "row_label", "spans"]  # format_size: the views' word for a cache's bytes
+__all__ = ["layout_kind", "row_label", "spans"]
 
 
 def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int,
@@ -42,3 +42,9 @@ def spans(positions: Sequence[int]) -> str:
             parts.append(str(p) if p == start else f"{start}–{p}")
             start = None
     return " ".join(parts)
+
+
+def layout_kind(facts) -> str | None:
+    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized" (None: contiguous)."""
+    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized"}
+    return kinds.get(type(facts))

@@ -10,7 +10,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from engine.backend import to_host
-from engine.breakpoints import __doc__ as BREAKPOINT_SYNTAX  # the help screen shows it
 from engine.loading.budget import format_size
 from engine.compare.diff import BATCH_RULE, TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome
@@ -49,7 +48,7 @@ def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -
     if first is None:
         tolerance = diffs[0].tolerance if diffs else TOLERANCE
         return f"✓ cached equals full recompute: every operator within {tolerance:g}{injected}"
-    return f"✗ first divergence: {first.describe()}{injected}"
+    return f"✗ first divergence: {diff_where(first)}{injected}"
 
 
 def diff_cell(d: OpDiff) -> str:
@@ -107,6 +106,23 @@ def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bo
     names = resolve_some(matrix.col_axis, [t for t, _ in top])
     label = resolve_some(matrix.row_axis, [index])[0]
     return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))
+
+
+def diff_where(d: OpDiff) -> str:
+    """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`, or how the
+    shapes differ."""
+    head = "" if d.head is None else f" head {d.head}"
+    return f"request {d.request} {d.phase} round {d.round} {d.name}{head} ({diff_measured(d)})"
+
+
+def diff_measured(d: OpDiff) -> str:
+    """`max |Δ| = 2.220e-16`, or how the runs' rows or key columns do not meet (OpDiff.mismatch)."""
+    return d.mismatch or f"max |Δ| = {d.max_abs:.3e}"
+
+
+def size_text(nbytes: int) -> str:
+    """A number of bytes as the views show it (1.5 GiB)."""
+    return format_size(nbytes)
 
 
 def loading_progress(stage: str, done: int, total: int) -> str:

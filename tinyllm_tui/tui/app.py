@@ -14,12 +14,13 @@ from textual.binding import Binding
 
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.opening import Loading, Opening
-from tinyllm_tui.debugger.results import Reason, Refused
+from tinyllm_tui.debugger.results import Reason, Refused, Result, Saved
 from tinyllm_tui.tui.explanations import default_language
 from tinyllm_tui.tui.i18n import describe, tr
 from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
-from tinyllm_tui.tui.runner import RunDone, Runner, RunProgress
+from tinyllm_tui.tui.runner import Runner
+from tinyllm_tui.tui.served import Served
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 
 HORIZONTAL = [(0, "-narrow"), (120, "-wide")]  # from 120 columns the KV cache sits beside the matrix
@@ -44,6 +45,7 @@ class DebuggerApp(App):
         super().__init__()
         self.backend, self.inject, self.against = backend, inject, against
         self.lang = lang or default_language()
+        self.served = Served.from_environment()  # run for a learner by `tinyllm-tui serve`
         self.runner = Runner(self)  # every long action of every screen
         self.loading = scenario if isinstance(scenario, Loading) else None
         self.load_error: BaseException | None = None  # what ended a load: launch raises it once the terminal is back
@@ -56,8 +58,10 @@ class DebuggerApp(App):
     def prepare(self, opening: Opening) -> Debugger:
         """The Debugger on a loaded scenario (in any thread: it touches no widget)."""
         extra = {} if opening.budget is None else {"budget": opening.budget}
-        return Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
-                        edits=opening.edits, against=self.against, quick_start=True, **extra)
+        debugger = Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
+                            edits=opening.edits, against=self.against, quick_start=True, **extra)
+        debugger.subscribe()  # its first frame, built here rather than in the UI thread
+        return debugger
 
     def _adopt(self, debugger: Debugger) -> None:
         scenario = debugger.file_scenario
@@ -68,12 +72,6 @@ class DebuggerApp(App):
             self._open(self.push_screen)
         else:
             self.push_screen(LoadingScreen(self.loading, self.prepare, self.lang))
-
-    def on_run_progress(self, event: RunProgress) -> None:
-        event.report(event.progress)
-
-    def on_run_done(self, event: RunDone) -> None:
-        event.then(event.result)
 
     def on_loading_screen_loaded(self, event: LoadingScreen.Loaded) -> None:
         if isinstance(event.result, BaseException):
@@ -121,13 +119,23 @@ class DebuggerApp(App):
                                       lambda answer: self._save_to(None) if answer == "y" else None, lang))
 
     def action_save_as(self) -> None:
-        self.push_screen(PromptScreen(tr("ask.save_as", self.lang), self._accept_save_as))
+        question = "ask.save_as.served" if self.served else "ask.save_as"
+        self.push_screen(PromptScreen(tr(question, self.lang), self._accept_save_as))
 
     def _accept_save_as(self, text: str) -> str | None:
+        if self.served:  # a bare name in the session's folder, nothing else
+            target = Served.save_as_target(text)
+            return tr("screen.bad_name", self.lang, text=text) if target is None else self._save_to(target)
         target = Path(text).expanduser()
         if not text or target.is_dir() or not target.parent.is_dir():
             return tr("screen.bad_path", self.lang, text=text)
         return self._save_to(target)
+
+    def offer(self, result: Result) -> None:
+        """Served: the file a save wrote, and the weight file it names, offered as a browser download."""
+        if self.served and isinstance(result, Saved):
+            source = self.debugger.file_scenario.weights_source
+            self.served.deliver(self, [Path(result.path), *([] if source is None else [source.file])])
 
     def _save_to(self, path: Path | None) -> str | None:
         """None when saved; else what went wrong (the edits stay in memory)."""
@@ -142,6 +150,7 @@ class DebuggerApp(App):
             self.notify_status(describe(result, self.lang))
             return describe(result, self.lang)
         self.sub_title = Path(self.debugger.file_scenario.path).name
+        self.offer(result)
         self.main.show(describe(result, self.lang))
         if hasattr(self.screen, "refresh_matrix"):
             self.screen.refresh_matrix(describe(result, self.lang))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import locale
 import os
 
-from tinyllm_tui.debugger.frame import Frame
+from tinyllm_tui.debugger.frame import Frame, explanation_texts
 
 LANGUAGES = ("en", "zh")
 HEADINGS = {
@@ -17,7 +17,8 @@ HEADINGS = {
     "zh": ("为什么需要", "怎样实现", "可能的代价与误解", "如何判断是否做对", "形状"),
 }
 
-# Keyed by the last part of the hook name: (why, how, pitfall, check) per language.
+# Keyed by the last part of the hook name: (why, how, pitfall, check) per language. The stack's own operators
+# (embedding, norms, residual sums, head, decoding); each layer kind's are in its module (engine.layers).
 TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
     "hook_embed": {
         "en": ("Turn token ids into vectors the network can multiply.",
@@ -81,54 +82,6 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "hook_normalized·w（+b）；Gemma的RMSNorm把w存为偏移量：·(1+w)。",
                "加载Gemma权重时漏掉1+偏移会让每行几乎变成零。", "增益为1、偏置为0时与hook_normalized相同。"),
     },
-    "hook_q": {
-        "en": ("Q says what the current position is looking for.", "Q = LN(X) · Wq, split into heads by columns.",
-               "Q is never cached: only the new positions need queries.", "Columns h·dh…(h+1)·dh belong to head h."),
-        "zh": ("Query表示当前位置要匹配什么。", "Q = LN(X)·Wq，按列分给各头。",
-               "Q不需要缓存，只有新位置需要查询。", "第h个头使用第h段列。"),
-    },
-    "hook_k": {
-        "en": ("K is what each position offers to be matched against.",
-               "K = LN(X) · Wk; these rows are appended to this layer's cache.",
-               "Appending the prefix again (duplicate append) makes old keys count twice.",
-               "Cache length after this op = past + new tokens."),
-        "zh": ("Key提供被匹配的方向。", "K = LN(X)·Wk，新行追加进本层缓存。",
-               "重复追加前缀会让旧Key被计算两次。", "此后缓存长度=历史长度+新Token数。"),
-    },
-    "hook_v": {
-        "en": ("V is the content that attention mixes.", "V = LN(X) · Wv; appended to the cache with K.",
-               "Each layer has its own K/V: reusing another layer's cache is wrong.",
-               "Cached V rows equal the full recompute's rows."),
-        "zh": ("Value是注意力要混合的内容。", "V = LN(X)·Wv，与K一起追加进缓存。",
-               "每层缓存各自独立，不能复用别层。", "缓存的V行与全量重算一致。"),
-    },
-    "hook_attn_scores": {
-        "en": ("How well each query matches each visible key.",
-               "q·kᵀ / √dh per head; keys it may not read are −∞ (later positions in a decoder, PAD keys).",
-               "With cached keys the mask is key ≤ past + query index, not tril(ones(C, P+C)).",
-               "Decoder row i has −∞ exactly at keys > i; every row has −∞ at PAD keys."),
-        "zh": ("每个查询与每个可见键的匹配程度。", "每头q·kᵀ/√dh；不可读的键设为−∞（解码器的未来位置、PAD键）。",
-               "有缓存时掩码是key ≤ past+query_index，不是tril(ones(C,P+C))。", "解码器第i行只在未来位置为−∞；PAD键在每行都是−∞。"),
-    },
-    "hook_attn_scores_uncapped": {
-        "en": ("Gemma 2's scores before their soft cap: how well each query matches each visible key.",
-               "q·kᵀ · query_pre_attn_scalar^-½ per head; −∞ at keys it may not read, including keys at or "
-               "beyond the sliding window (j ≤ i − window) on sliding layers.",
-               "Gemma scales by query_pre_attn_scalar, not by the head width; the two differ in some sizes.",
-               "Sliding-layer row i is −∞ at keys ≤ i − window, full layers only at keys > i."),
-        "zh": ("Gemma 2软上限之前的分数：每个查询与每个可见键的匹配程度。",
-               "每头q·kᵀ·query_pre_attn_scalar^-½；不可读的键为−∞，滑动窗口层上还包括窗口外的键（j ≤ i − window）。",
-               "Gemma按query_pre_attn_scalar缩放，而不是按头宽；有些尺寸两者不同。",
-               "滑动层第i行在键≤i−window处为−∞，全局层只在键>i处为−∞。"),
-    },
-    "hook_attn_scores(softcap)": {
-        "en": ("Keep every score within (−cap, cap) so that no key takes all the attention.",
-               "cap · tanh(score / cap), applied before the mask; masked keys stay −∞.",
-               "Capping after the mask, or in the wrong order with the scaling, changes every pattern.",
-               "|score| < cap everywhere; scores much smaller than the cap barely change."),
-        "zh": ("把每个分数限制在(−cap, cap)内，避免某个键独占注意力。", "cap·tanh(分数/cap)，在掩码之前；被掩码的键仍为−∞。",
-               "在掩码之后或与缩放顺序颠倒地做上限，会改变所有注意力分布。", "处处|分数|<cap；远小于cap的分数几乎不变。"),
-    },
     "hook_softcap": {
         "en": ("Gemma 2's final soft cap: the logits decoding reads stay within (−cap, cap).",
                "cap · tanh(logit / cap) on unembed.hook_out.",
@@ -136,49 +89,6 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "|logit| < cap; the argmax is the same as before the cap."),
         "zh": ("Gemma 2最终的软上限：解码读取的logits保持在(−cap, cap)内。", "对unembed.hook_out做cap·tanh(logit/cap)。",
                "用未加上限的logits采样会得到不同概率（贪心顺序不变）。", "|logit|<cap；argmax与上限前相同。"),
-    },
-    "hook_q_normed": {
-        "en": ("Qwen3 and Gemma 3 normalize each head's query before RoPE, keeping scores in range.",
-               "An RMSNorm over each head's d_head features, times its gain attn.q_norm.w (shared by the heads).",
-               "Normalizing the whole row of all heads at once gives other numbers.",
-               "Each head's slice has root mean square ≈ 1 before the gain."),
-        "zh": ("Qwen3和Gemma 3在RoPE前对每个头的查询做归一化，让分数保持在合理范围。",
-               "对每个头的d_head个特征做RMSNorm，再乘以各头共享的增益attn.q_norm.w。",
-               "把所有头的一整行一起归一化会得到不同结果。", "增益前每个头切片的均方根约为1。"),
-    },
-    "hook_k_normed": {
-        "en": ("The same per-head RMSNorm for the keys, before RoPE and before the cache.",
-               "An RMSNorm over each key head's d_head features, times attn.k_norm.w.",
-               "The cache holds normalized, rotated keys: a decode step must not normalize them again.",
-               "Each kv head's slice has root mean square ≈ 1 before the gain."),
-        "zh": ("键也做同样的逐头RMSNorm，在RoPE和写入缓存之前。", "对每个键头的d_head个特征做RMSNorm，再乘以attn.k_norm.w。",
-               "缓存里存的是归一化并旋转后的键：解码时不能再归一化一次。", "增益前每个kv头切片的均方根约为1。"),
-    },
-    "hook_pattern": {
-        "en": ("Turn scores into weights that sum to 1 per row.", "Row-wise softmax; −∞ becomes exactly 0.",
-               "Softmax over all keys and then zeroing the future does not renormalise.",
-               "Each row sums to 1; masked entries are 0.000000."),
-        "zh": ("把分数变成每行和为1的权重。", "逐行softmax，−∞变为0。",
-               "先对全部位置softmax再清零不会重新归一化。", "每行和为1，掩掉的位置为0。"),
-    },
-    "hook_z": {
-        "en": ("Each position's mix of the visible values.", "z = pattern · V for this head.",
-               "The output is a weighted sum, not the row with the largest weight.",
-               "z equals Σ_j pattern[i,j] · V[j]."),
-        "zh": ("每个位置对可见Value的加权混合。", "z = 权重 × V（本头）。",
-               "输出是加权和，不是直接挑权重最大的一行。", "z等于Σ权重×V。"),
-    },
-    "hook_concat": {
-        "en": ("Put the heads side by side again.", "Head 0's columns first, then head 1's, …",
-               "Concatenation does not sum the heads.", "Width = heads × head width."),
-        "zh": ("把各头输出拼回一起。", "头0的列在前，头1在后。", "拼接不是求和。", "宽度=头数×每头宽度。"),
-    },
-    "hook_result": {
-        "en": ("What this head alone adds to the residual stream.", "z · Wo's rows for this head.",
-               "A head's result is not its z: Wo maps it into the residual's features.",
-               "The heads' results sum to attn_out (less bo)."),
-        "zh": ("本头单独加到残差流的量。", "z × Wo中本头的行。", "头的结果不是z：Wo把它映射到残差特征。",
-               "各头结果之和等于attn_out（减去bo）。"),
     },
     "hook_attn_out": {
         "en": ("Mix the heads into the residual stream's features.", "Σ heads' results (+ bo) = concat · Wo (+ bo).",
@@ -190,32 +100,6 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "en": ("Keep the input and add what attention found.", "x + attention output, elementwise.",
                "The residual adds to this layer's input, not to the embedding.", "Same row, same feature added."),
         "zh": ("保留输入并加上注意力结果。", "x + 注意力输出，逐元素。", "残差加的是本层输入。", "同位置同特征相加。"),
-    },
-    "hook_dropout": {
-        "en": ("Training only: drop features so the model cannot lean on any single one.",
-               "Each feature is kept with probability 1−p (a seeded mask) and scaled by 1/(1−p).",
-               "Dropout at inference changes the output: it is off unless training is on.",
-               "Zeros where the mask dropped; kept cells are the activation divided by 1−p."),
-        "zh": ("仅在训练时：随机丢弃特征，避免模型依赖单一特征。", "每个特征以1−p的概率保留（固定种子掩码），并乘以1/(1−p)。",
-               "推理时开启dropout会改变输出：除非开启训练模式，否则关闭。", "被丢弃处为0；保留处等于激活值除以1−p。"),
-    },
-    "hook_pre": {
-        "en": ("The FFN's first projection (the gate, for gated FFNs).", "LN(x) · W_in (or W_gate).",
-               "The FFN works per position: it never mixes tokens.", "Rows depend only on their own input row."),
-        "zh": ("前馈网络的第一次投影（门控时为gate）。", "LN(x)·W_in（或W_gate）。",
-               "前馈逐位置计算，不混合Token。", "每行只依赖自己的输入行。"),
-    },
-    "hook_pre_linear": {
-        "en": ("The gated FFN's second projection (up).", "LN(x) · W_up.",
-               "Gate and up are separate matrices even when equal here.", "Same shape as the gate."),
-        "zh": ("门控前馈的第二个投影（up）。", "LN(x)·W_up。", "gate与up是不同矩阵，即使此处相等。", "形状与gate相同。"),
-    },
-    "hook_post": {
-        "en": ("The nonlinearity that lets the FFN do more than a matrix.",
-               "Gated: SiLU(gate) · up; otherwise ReLU / tanh / GELU of the first projection.",
-               "SiLU(z)·z is not SiLU(z): the gate multiplies the up projection.", "Zero input gives zero."),
-        "zh": ("非线性让前馈不只是矩阵乘法。", "门控：SiLU(gate)×up；否则对第一次投影取ReLU/tanh/GELU。",
-               "SiLU(z)·z不等于SiLU(z)。", "输入为0时输出为0。"),
     },
     "hook_mlp_out": {
         "en": ("Project the FFN back to d_model.", "post · W_down (or W_out).",
@@ -264,10 +148,15 @@ def default_language() -> str:
     return "zh" if code.lower().startswith("zh") else "en"
 
 
+def texts_of(key: str) -> dict[str, tuple[str, ...]] | None:
+    """Every language's texts of the operator filed under `key`: the stack's, or its layer kind's."""
+    return TEXTS.get(key) or explanation_texts(key)
+
+
 def explain(frame: Frame, lang: str) -> list[tuple[str, str]]:
     """(heading, text) lines for the frame's operator in `lang`."""
     why, how, pitfall, check, shapes = HEADINGS[lang]
-    texts = TEXTS.get(frame.hook, {}).get(lang)
+    texts = (texts_of(frame.hook) or {}).get(lang)
     lines = list(zip((why, how, pitfall, check), texts)) if texts else []
     return lines + [(shapes, _shapes(frame))]
 

@@ -7,7 +7,6 @@ which the tests see. `describe(result, lang)` words a Debugger result (tinyllm_t
 
 from __future__ import annotations
 
-from tinyllm_tui.debugger.frame import Phase
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
                                           Cancelled, Diverged, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
                                           Rebuilt, Refused, Result, Saved)
@@ -38,7 +37,7 @@ EN = {
     "Logit lens": "Logit lens", "Heads at a glance": "Heads at a glance", "Patch/ablate…": "Patch/ablate…",
     "Undo intervention": "Undo intervention", "Save interventions": "Save interventions",
     "result.intervention.added": "intervention {text}", "result.intervention.undone": "undid the last intervention",
-    "result.intervention.redone": "redid the intervention", "result.choice": " · chose {before} {p_before} → {after} {p_after}",
+    "result.choice": " · chose {before} {p_before} → {after} {p_after}",
     "ask.intervene": "Patch or ablate, as --patch/--ablate take it (e.g. blocks.0.attn head 1):",
     "screen.intervening": "intervening, replaying to this step… (Esc cancels)",
     "screen.lens": "reading every residual stream through the unembedding…",
@@ -102,6 +101,8 @@ EN = {
     "ask.search_back": "Search back for a step number, an operator (glob, short name), a kind or a condition (round=2, nan, abs>5, & combines):",
     "ask.value": "{where} = {old} → new value:", "ask.scale": "Set the matrix to s·I, s =",
     "ask.save_as": "Save the scenario with the edited weights as:",
+    "ask.save_as.served": "Save the scenario with the edited weights as (a file name; your browser downloads it):",
+    "screen.bad_name": "cannot write {text!r}: give a file name of letters, digits, '.', '_' and '-', without a folder",
     "ask.save": "Write {count} edited numbers into {path}?", "ask.save.one": "Write {count} edited number into {path}?",
     "ask.quit": "{count} edited numbers not saved.", "ask.quit.one": "{count} edited number not saved.",
     "ask.restore": "An earlier session left {count} unsaved weight edits ({written}) for this scenario.",
@@ -118,6 +119,18 @@ EN = {
                     "Tab moves focus between the operator list and the panels.",
     "help.mouse": "Mouse: click an operator in the list to go there; click a tab to switch panels.",
     "help.close": "Esc, q or ? closes this screen.",
+    "help.breakpoints": ('Breakpoints: where `continue` stops.\n'
+        '\n'
+        'A breakpoint is one or more conditions joined by `&`, each one of:\n'
+        '  `blocks.*.attn.hook_pattern`  an operator name glob, or a short name as the TUI lists it\n'
+        '                                (`attn.pattern h1`, `ln_final.normalized`) or its first parts\n'
+        '  `softmax`                     an operator kind: embed, positions, norm, linear, scores, softmax,\n'
+        '                                mix, concat, residual, activation, dropout, logits, filter, probs,\n'
+        '                                choice\n'
+        '  `phase=decode`, `round=1`, `request=0`, `layer=0`, `head=1`\n'
+        '  `nan`                         any NaN in the output\n'
+        '  `inf`                         any ±∞ in the output, except the −∞ that masking puts into scores\n'
+        '  `abs>5`                       max |x| of the output above a threshold'),
     "breakpoints.title": "Breakpoints · d: delete · C: clear all · Esc: close", "breakpoints.none": "no breakpoints",
     "breakpoints.nothing": "no breakpoint to delete",
     # the matrix window
@@ -168,7 +181,10 @@ EN = {
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
+    "diff.at": "request {request} {phase} round {round} {name}{head} ({measured})", "diff.head": " head {head}",
+    "phase.prefill": "prefill", "phase.decode": "decode",
     # the weights browser
+    "weights.in": "in {index}", "weights.out": "out {index}", "weights.value": "value",
     "weights.read_by": "read by: {readers}", "weights.no_reader": "no operator of this round",
     "weights.differ": "{count} cells differ from the file (•)", "weights.differ.one": "{count} cell differs from the file (•)",
     # the loading screen
@@ -213,7 +229,7 @@ ZH = {
     "Logit lens": "逻辑透镜", "Heads at a glance": "各头一览", "Patch/ablate…": "修补/消融…", "Undo intervention": "撤销干预",
     "Save interventions": "保存干预",
     "result.intervention.added": "干预 {text}", "result.intervention.undone": "已撤销上一处干预",
-    "result.intervention.redone": "已重做干预", "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
+    "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
     "ask.intervene": "修补或消融（写法同 --patch/--ablate，例如 blocks.0.attn head 1）：",
     "screen.intervening": "正在干预并重放到此步骤…（Esc 取消）",
     "screen.lens": "正在把每个残差流经过反嵌入读出…",
@@ -264,6 +280,8 @@ ZH = {
     "ask.search_back": "向前搜索步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
     "ask.value": "{where} = {old} → 新值：", "ask.scale": "把矩阵设为 s·I，s =",
     "ask.save_as": "把带有修改后权重的场景另存为：",
+    "ask.save_as.served": "把带有修改后权重的场景另存为（文件名；浏览器会下载它）：",
+    "screen.bad_name": "无法写入 {text!r}：请给出只含字母、数字、'.'、'_' 和 '-' 的文件名，不含文件夹",
     "ask.save": "把 {count} 个修改过的数写入 {path}？", "ask.quit": "{count} 个修改过的数尚未保存。",
     "ask.restore": "上次会话为此场景留下了 {count} 处未保存的权重修改（{written}）。",
     "ask.stale": "KV缓存是用旧权重计算的。重新计算，还是保留过期缓存看看它会破坏什么？",
@@ -276,6 +294,18 @@ ZH = {
                     "t 按概率排序词表行的列。KV缓存：[ ] 换层，{ } 换头。Tab 在算子列表和面板之间切换焦点。",
     "help.mouse": "鼠标：点击列表中的算子跳转到该处；点击标签切换面板。",
     "help.close": "Esc、q 或 ? 关闭本页。",
+    "help.breakpoints": ('断点：`continue` 停下的地方。\n'
+        '\n'
+        '一个断点由一个或多个以 `&` 连接的条件组成，每个条件是下列之一：\n'
+        '  `blocks.*.attn.hook_pattern`  算子名的通配模式，或算子列表中的短名\n'
+        '                                （`attn.pattern h1`、`ln_final.normalized`）或其开头几段\n'
+        '  `softmax`                     一种算子：embed、positions、norm、linear、scores、softmax、\n'
+        '                                mix、concat、residual、activation、dropout、logits、filter、probs、\n'
+        '                                choice\n'
+        '  `phase=decode`、`round=1`、`request=0`、`layer=0`、`head=1`\n'
+        '  `nan`                         输出中有 NaN\n'
+        '  `inf`                         输出中有 ±∞（掩码放进 scores 的 −∞ 除外）\n'
+        '  `abs>5`                       输出的 max |x| 超过阈值'),
     "breakpoints.title": "断点 · d：删除 · C：全部清除 · Esc：关闭", "breakpoints.none": "没有断点",
     "breakpoints.nothing": "没有可删除的断点",
     "matrix.title": "{name}{head} · 请求 {request} · {where}",
@@ -317,6 +347,9 @@ ZH = {
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
+    "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（{measured}）", "diff.head": " 头 {head}",
+    "phase.prefill": "预填充", "phase.decode": "解码",
+    "weights.in": "输入 {index}", "weights.out": "输出 {index}", "weights.value": "值",
     "weights.read_by": "读取者：{readers}", "weights.no_reader": "本轮没有算子读取",
     "weights.differ": "{count} 个单元格与文件不同（•）",
     "loading.file": "正在加载 {file}", "loading.reading": "正在读取文件", "loading.preparing": "正在准备调试器",
@@ -351,7 +384,7 @@ def tr(key: str, lang: str, /, *args, **facts) -> str:
 
 
 def where(phase: str, round_: int, lang: str) -> str:
-    return tr("where.prefill", lang) if Phase(phase) is Phase.PREFILL else tr("where.decode", lang, round=round_)
+    return tr("where.prefill", lang) if phase == "prefill" else tr("where.decode", lang, round=round_)
 
 
 def generated(text: str, pieces: tuple[str, ...], as_pieces: bool) -> str:

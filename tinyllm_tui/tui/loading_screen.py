@@ -19,9 +19,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
-from tinyllm_tui.debugger.opening import PREPARING, READING, Loading, Opening, open_file
-from tinyllm_tui.presentation.summaries import format_size
+from tinyllm_tui.debugger.opening import PREPARING, Loading, Opening, is_reading, open_file
+from tinyllm_tui.presentation.summaries import size_text
 from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.runner import RunProgress, RunsInBackground
 
 __all__ = ["Loading", "LoadingScreen", "Opening"]
 
@@ -29,12 +30,12 @@ __all__ = ["Loading", "LoadingScreen", "Opening"]
 def stage_text(stage: str, done: int, total: int, lang: str) -> str:
     if stage == PREPARING:
         return tr("loading.preparing", lang)
-    if stage == READING:
-        return tr("loading.yaml", lang, done=format_size(done), total=format_size(total))
+    if is_reading(stage):
+        return tr("loading.yaml", lang, done=size_text(done), total=size_text(total))
     return tr("loading.tensors", lang, done=done, total=total)
 
 
-class LoadingScreen(Screen):
+class LoadingScreen(RunsInBackground, Screen):
     BINDINGS = [Binding("escape", "cancel", "Cancel loading", show=False)]
 
     @dataclass
@@ -59,12 +60,13 @@ class LoadingScreen(Screen):
         def work(report):
             return open_file(self.loading, self.prepare, lambda *progress: report(progress), self.cancelled)
 
-        self.app.runner.start(work, lambda result: self.post_message(self.Loaded(result)), self._progress)
+        self.app.runner.start(self, work, self._loaded)
 
-    def _progress(self, progress: tuple[str, int, int]) -> None:
-        if not self.is_mounted:
-            return
-        stage, done, total = progress
+    def _loaded(self, result: object) -> None:
+        self.post_message(self.Loaded(result))
+
+    def on_run_progress(self, message: RunProgress) -> None:
+        stage, done, total = message.progress
         self.query_one("#loading-stage", Static).update(stage_text(stage, done, total, self.lang))
         self.query_one(ProgressBar).update(total=total or None, progress=done)
 

@@ -8,13 +8,12 @@ ctrl+c cancel the run.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable
 from functools import wraps
 
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingsMap
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import ProgressBar, TabbedContent, TabPane
@@ -22,20 +21,21 @@ from textual.widgets import ProgressBar, TabbedContent, TabPane
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
 from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
-from tinyllm_tui.tui.i18n import EN, describe, tr, where
+from tinyllm_tui.tui.i18n import describe, tr, where
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
-from tinyllm_tui.tui.widgets.footer import KeyFooter
+from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
-from tinyllm_tui.debugger.readings import layer_patterns, round_lens
+from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook
 from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
+from tinyllm_tui.tui.runner import RunDone, RunProgress, RunsInBackground
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
 DEFAULT_SPEED = 3
@@ -43,16 +43,6 @@ WIDE = 120  # from this many columns the KV cache sits beside the matrix: the ca
 QUEUED = 8  # quick moves that may wait for the one in flight (a held key)
 CACHE_MOVES = {"left_square_bracket": (-1, 0), "right_square_bracket": (1, 0),
                "left_curly_bracket": (0, -1), "right_curly_bracket": (0, 1)}
-
-
-def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
-    """The same bindings in the same order, their descriptions (the footer's words) in `lang`
-    (Textual's own, such as focus moves, as Textual words them)."""
-    translated = bindings.copy()
-    for key, listed in translated.key_to_bindings.items():
-        translated.key_to_bindings[key] = [dataclasses.replace(b, description=tr(b.description, lang))
-                                           if b.description in EN else b for b in listed]
-    return translated
 
 
 def matrix_title(frame: Frame, lang: str) -> str:
@@ -91,7 +81,7 @@ def when_idle(action: Callable[..., None]) -> Callable[..., None]:
     return guarded
 
 
-class DebuggerScreen(Screen):
+class DebuggerScreen(RunsInBackground, Screen):
     # the footer shows these in order and drops what does not fit: help and quit come early
     BINDINGS = [
         Binding("n,right,f10", "step", "Step"),
@@ -150,6 +140,7 @@ class DebuggerScreen(Screen):
         self._dropped = 0  # keys pressed while the queue was full, said once it has drained
         self.said: Result | None = None  # the last result worded on the status line
         self.pieces = False  # generated text as its tokens' pieces instead of decoded
+        self._tell = None  # the other screen's method that gets the result of the run in flight
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -184,7 +175,7 @@ class DebuggerScreen(Screen):
         pending = self.debugger.round_pending  # shown quickly: the rest of round 0 is listed once computed
         self.show(tr("screen.listing" if pending else "screen.start", self.lang))
         if pending:  # after a paint
-            self.call_after_refresh(self.runner.start, lambda report: self.debugger.complete_round(),
+            self.call_after_refresh(self.runner.start, self, lambda report: self.debugger.complete_round(),
                                     self._round_listed, quick=True)
 
     def on_unmount(self) -> None:
@@ -278,7 +269,7 @@ class DebuggerScreen(Screen):
             if not self._queue(lambda: self.move(move, *args)):
                 self._refuse()
             return
-        self.runner.start(lambda report: move(*args), self._moved, quick=True)
+        self.runner.start(self, lambda report: move(*args), self._moved, quick=True)
 
     def _moved(self, result: Result) -> None:
         if isinstance(result, BaseException):
@@ -319,7 +310,8 @@ class DebuggerScreen(Screen):
     def in_background(self, status: str, move, *args, then=None, **options) -> bool:
         """Run a Debugger move that replays or computes ahead in the app's runner; False if refused.
 
-        Args: status: what the status line says meanwhile (in words). then: gets the result (run_done).
+        Args: status: what the status line says meanwhile (in words). then: a method of another screen that
+        asked (the weights browser over this one), posted the result once this screen has worded it.
         Asked while a quick move is in flight, it waits its turn (True)."""
         if self.runner.running and self._queue(lambda: self.in_background(status, move, *args, then=then, **options)):
             return True
@@ -327,15 +319,19 @@ class DebuggerScreen(Screen):
         def work(report):
             return move(*args, progress=report, **options)
 
-        started = self.runner.start(work, then or self.run_done, self._progress)
+        started = self.runner.start(self, work, self.run_done)
         if started:
+            self._tell = then
             self.set_status(status)
         else:
             self._refuse()
         return started
 
-    def _progress(self, step: int) -> None:
-        if self.runner.running and self.is_mounted:
+    def on_run_progress(self, message: RunProgress) -> None:
+        """A run this screen started has got to step `message.progress` (handled in this screen's loop: never
+        before its widgets exist, never once they are being removed)."""
+        step = message.progress
+        if self.runner.running:
             self.set_status(" · ".join(filter(None, [tr("screen.running_at", self.lang, step=step), self.refusal])))
             bar = self.query_one(ProgressBar)
             bar.display = True
@@ -347,6 +343,9 @@ class DebuggerScreen(Screen):
             return
         self.refusal = ""
         bars.first().display = False
+        tell, self._tell = self._tell, None
+        if tell is not None:  # a message: dropped if that screen has closed meanwhile
+            tell.__self__.post_message(RunDone(result, tell))
         if isinstance(result, BaseException):
             raise result
         self.say(result)
@@ -391,7 +390,7 @@ class DebuggerScreen(Screen):
 
     def _play_tick(self) -> None:
         if not self.runner.running:  # a tick that finds a move in flight waits for the next
-            self.runner.start(lambda report: self.debugger.play_step(), self._played, quick=True)
+            self.runner.start(self, lambda report: self.debugger.play_step(), self._played, quick=True)
 
     def _played(self, result: Result) -> None:
         busy = isinstance(result, Refused) and result.reason is Reason.BUSY
@@ -523,7 +522,7 @@ class DebuggerScreen(Screen):
 
     # -- comparisons -------------------------------------------------------------------------------------------
     def action_diff(self) -> None:
-        if self.runner.start(lambda report: self.debugger.compare(), self._show_diff):
+        if self.runner.start(self, lambda report: self.debugger.compare(), self._show_diff):
             self.set_status(tr("screen.diffing", self.lang))
         else:
             self._refuse()
@@ -537,7 +536,7 @@ class DebuggerScreen(Screen):
 
     def _after_diff(self, step: int | None) -> None:
         if step is not None:
-            self.runner.start(lambda report: self.debugger.goto_step(step), self._went_from_diff, quick=True)
+            self.runner.start(self, lambda report: self.debugger.goto_step(step), self._went_from_diff, quick=True)
 
     def _went_from_diff(self, result: Result) -> None:
         self.show(tr("diff.from", self.lang, step=result.step) if isinstance(result, Moved)
@@ -566,7 +565,7 @@ class DebuggerScreen(Screen):
     # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
     @when_idle
     def action_intervene(self) -> None:
-        state = self.debugger.history.current  # the current operator, all of it: the value is the user's to type
+        state = self.debugger.view.state  # the current operator, all of it: the value is the user's to type
         here = state.name + ("" if state.head is None else f" head {state.head}") + "[:,:]="
         self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention, here))
 
@@ -583,15 +582,17 @@ class DebuggerScreen(Screen):
 
     def action_save_interventions(self) -> None:
         """Into the scenario file's interventions: (a checkpoint opened directly has no file for them)."""
-        self.say(self.debugger.save_interventions())
+        result = self.debugger.save_interventions()
+        self.app.offer(result)
+        self.say(result)
 
     def action_lens(self) -> None:
         debugger = self.debugger
 
         def read(report):  # in the runner: the lens unembeds every residual stream of the round
-            return round_lens(debugger.session.model, debugger.history.round_states())
+            return debugger.lens()
 
-        if self.runner.start(read, self._show_lens):
+        if self.runner.start(self, read, self._show_lens):
             self.set_status(tr("screen.lens", self.lang))
         else:
             self._refuse()
@@ -599,7 +600,7 @@ class DebuggerScreen(Screen):
     def _show_lens(self, reading) -> None:
         if isinstance(reading, BaseException):
             raise reading
-        if isinstance(reading, Refused):
+        if isinstance(reading, Refused):  # no lens for this model, or the expect: check held the generator a moment
             self.say(reading)
             return
         run, rows, attribution = reading
@@ -611,8 +612,7 @@ class DebuggerScreen(Screen):
     @when_idle
     def action_glance(self) -> None:
         debugger = self.debugger
-        state = debugger.history.current
-        states = debugger.history.round_states()
+        state, states = debugger.view.state, debugger.view.round_states  # as the last move published them
         screen = GlanceScreen(tr("glance.title", self.lang), state.layer or 0, debugger.scenario.model.n_layers,
                               lambda layer: layer_patterns(states, layer, state.chunk), state.context,
                               debugger.scenario.vocab)
@@ -622,8 +622,8 @@ class DebuggerScreen(Screen):
         """Enter on a head at a glance: its pattern becomes the current matrix."""
         if chosen is None:
             return
-        name = f"blocks.{chosen[0]}.attn.hook_pattern"
-        step = next((s.step for s in states if s.name == name and s.head == chosen[1] and s.chunk == chunk), None)
+        site = pattern_hook(chosen[0])
+        step = next((s.step for s in states if s.op.hook == site and s.head == chosen[1] and s.chunk == chunk), None)
         if step is not None:
             self.move(self.debugger.goto_step, step)
 

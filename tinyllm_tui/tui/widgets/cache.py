@@ -1,7 +1,9 @@
-"""One layer's KV cache, one head at a time: K and V side by side, newest rows in view.
+"""One layer's state, one head at a time: each of its views (a K/V cache's K and V) side by side, newest rows
+in view.
 
-The frame holds the slice shown (tinyllm_tui.debugger.frame.CacheFrame): which layer and head,
-how many rows are new, whether they were computed with other weights. `[ ] { }` page through
+The frame holds the slice shown (tinyllm_tui.debugger.frame.CacheFrame): which layer and head, its views,
+how many rows are new, whether they were computed with other weights. A state with more views than the
+two windows composed gets a window more for each. `[ ] { }` page through
 layers and heads (a Debugger move), `< >` the head's columns, as in the matrix window.
 """
 
@@ -11,8 +13,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 
-from tinyllm_tui.debugger.frame import CacheFrame, PagedFacts, QuantizedFacts, RingFacts
-from tinyllm_tui.presentation.cache_layout import format_size, spans
+from tinyllm_tui.debugger.frame import CacheFrame
+from tinyllm_tui.presentation.cache_layout import layout_kind, spans
+from tinyllm_tui.presentation.summaries import size_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.wrapped import Wrapped
@@ -24,6 +27,7 @@ class CacheView(Vertical):
     def __init__(self, *, id: str | None = None):
         super().__init__(id=id)
         self._shown: CacheFrame | None = None
+        self._windows: list[MatrixWindow] = []  # one per view, found once
 
     def compose(self) -> ComposeResult:
         yield Wrapped(lines=2, most=4, classes="cache-title")  # where, then what it holds: wrapped, never cut
@@ -62,28 +66,40 @@ class CacheView(Vertical):
         if cache.differing:
             where.append(" · " + tr("cache.differ", lang, count=len(cache.differing)), style="bold red")
         title.show_text(where)
-        for matrix, window in ((cache.k, self.query_one(".cache-k", MatrixWindow)),
-                               (cache.v, self.query_one(".cache-v", MatrixWindow))):
-            window.show(matrix, matrix.name)  # the layer and head are in the title above
+        windows = self._windows or self.windows
+        if len(cache.views) > len(windows):  # a state with more views than K and V: a window more for each
+            extra = [MatrixWindow() for _ in range(len(cache.views) - len(windows))]
+            for window in extra:
+                window.lang = lang
+            self.query_one(".cache-pair", Container).mount(*extra)
+            windows += extra
+        self._windows = windows
+        for index, window in enumerate(windows):
+            shown = index < len(cache.views)
+            if window.display != shown:
+                window.display = shown
+            if shown:
+                window.show(cache.views[index], cache.views[index].name)  # the layer and head are in the title above
 
 
 def layout_line(cache: CacheFrame, lang: str) -> str:
     """What the layout holds beside its rows ("" for a contiguous cache)."""
-    facts = cache.layout
-    if isinstance(facts, RingFacts):
+    facts, kind = cache.layout, layout_kind(cache.layout)
+    if kind == "ring":
         sinks = tr("cache.ring.sinks", lang, count=facts.sinks) if facts.sinks else ""
         return tr("cache.ring", lang, window=facts.window, sinks=sinks, write=facts.write,
                   evicted=spans(cache.evicted) or tr("cache.ring.none", lang))
-    if isinstance(facts, PagedFacts):
+    if kind == "paged":
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
-    if isinstance(facts, QuantizedFacts):
+    if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
-                  stored=format_size(facts.nbytes), exact=format_size(facts.exact_nbytes))
+                  stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))
     return ""
 
 
 def _same(old: CacheFrame, new: CacheFrame) -> bool:
-    return (old.k.values.base is new.k.values.base and old.k.values.base is not None
+    first, other = old.views[0].values, new.views[0].values
+    return (first.base is other.base and first.base is not None and len(old.views) == len(new.views)
             and (old.layer, old.head, old.length, old.appended, old.stale, old.differing, old.layout, old.evicted)
             == (new.layer, new.head, new.length, new.appended, new.stale, new.differing, new.layout, new.evicted))

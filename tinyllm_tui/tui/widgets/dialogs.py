@@ -13,7 +13,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from tinyllm_tui.debugger.results import Result
-from tinyllm_tui.presentation.summaries import BREAKPOINT_SYNTAX
 from tinyllm_tui.tui.i18n import describe, tr
 from tinyllm_tui.tui.widgets.linelist import LineList
 
@@ -36,7 +35,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(table)
             yield Static(Text(tr("help.windows", self._lang)))
             yield Static(Text(tr("help.mouse", self._lang)))
-            yield Static(Text(BREAKPOINT_SYNTAX.strip(), style="italic"))
+            yield Static(Text(tr("help.breakpoints", self._lang), style="italic"))
             yield Static(Text(tr("help.close", self._lang), style="dim"))
 
 

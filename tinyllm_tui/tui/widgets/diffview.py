@@ -10,9 +10,17 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tinyllm_tui.debugger.results import DiffReport
-from tinyllm_tui.presentation.summaries import diff_cell
+from tinyllm_tui.presentation.summaries import diff_cell, diff_measured
 from tinyllm_tui.tui.i18n import tr, where
 from tinyllm_tui.tui.widgets.linelist import LineList
+
+
+def diff_where(d, lang: str) -> str:
+    """Where an operator of the diff is, and how far it is off or how the shapes differ (an engine OpDiff),
+    in `lang`."""
+    head = "" if d.head is None else tr("diff.head", lang, head=d.head)
+    return tr("diff.at", lang, request=d.request, phase=tr(f"phase.{d.phase}", lang), round=d.round, name=d.name,
+              head=head, measured=diff_measured(d))
 
 
 def diff_line(d, first: bool, lang: str) -> Text:
@@ -33,7 +41,7 @@ def report_summary(report: DiffReport, lang: str) -> Text:
     if report.first is None:
         summary.append(tr("diff.agrees", lang, tolerance=report.tolerance), style="bold green")
     else:
-        summary.append(tr("diff.first", lang, where=report.diffs[report.first].describe()), style="bold red")
+        summary.append(tr("diff.first", lang, where=diff_where(report.diffs[report.first], lang)), style="bold red")
     return summary
 
 

@@ -8,9 +8,24 @@ the lines of one widget; a click on a key presses it, as on the Footer.
 
 from __future__ import annotations
 
+import dataclasses
+
 from rich.text import Text
 from textual import events
+from textual.binding import BindingsMap
 from textual.widget import Widget
+
+from tinyllm_tui.tui.i18n import EN, tr
+
+
+def translated_bindings(bindings: BindingsMap, lang: str) -> BindingsMap:
+    """The same bindings in the same order, their descriptions (the footer's words) in `lang`
+    (Textual's own, such as focus moves, as Textual words them)."""
+    translated = bindings.copy()
+    for key, listed in translated.key_to_bindings.items():
+        translated.key_to_bindings[key] = [dataclasses.replace(b, description=tr(b.description, lang))
+                                           if b.description in EN else b for b in listed]
+    return translated
 
 
 class KeyFooter(Widget):

@@ -16,7 +16,7 @@ def heading(line: OperatorLine, lang: str) -> str:
     return text + (tr("group.chunk", lang, chunk=line.chunk) if line.chunk else "")
 
 
-def operator_lines(operators: tuple[OperatorLine, ...], lang: str = "en") -> tuple[Line, ...]:
+def list_lines(operators: tuple[OperatorLine, ...], lang: str = "en") -> tuple[Line, ...]:
     lines, group = [], None
     for line in operators:
         title = heading(line, lang)
@@ -37,10 +37,10 @@ class OperatorList(LineList):
         """The lines of the frame's round; the highlight follows the current step when it moves."""
         if frame.operators is not getattr(self, "_shown", None):
             self._shown = frame.operators
-            self.lines = operator_lines(frame.operators, self.lang)
+            self.lines = list_lines(frame.operators, self.lang)
         if frame.step != getattr(self, "_current", None):
             self._current = frame.step
             self.highlight(frame.step)
 
 
-__all__ = ["Group", "OperatorList", "operator_lines"]
+__all__ = ["Group", "OperatorList", "list_lines"]

@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from tinyllm_tui.debugger.frame import Frame, Operand
+from tinyllm_tui.debugger.frame import Frame, OperandCorner
 from tinyllm_tui.presentation.numbers import format_number
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.explanations import explain
@@ -54,7 +54,7 @@ class InputsPanel(Widget):
             return Text(tr("inputs.none", self.lang))
         return Text("\n").join(self._corner(operand) for operand in self.frame.inputs)
 
-    def _corner(self, operand: Operand) -> Text:
+    def _corner(self, operand: OperandCorner) -> Text:
         rows, cols = operand.corner.shape
         more = "" if (rows, cols) == operand.shape[-2:] else tr("inputs.corner", self.lang, rows=rows, cols=cols)
         text = Text(f"{operand.name} · {shape_text(operand.shape)}{more}\n", style="bold")

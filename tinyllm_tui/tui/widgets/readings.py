@@ -16,7 +16,6 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tinyllm_tui.debugger.readings import Attribution, LensRow, Pass
 from tinyllm_tui.presentation.glance import GUTTER, glance_lines, head_width
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 
@@ -62,7 +61,8 @@ class LensScreen(_Window):
 
     BINDINGS = [Binding("escape,l,q", "dismiss", "Close"), *MOVES]
 
-    def __init__(self, title: str, run: Pass, rows: list[LensRow], attribution: Attribution | None, vocab):
+    def __init__(self, title: str, run, rows: list, attribution, vocab):
+        """`run`, `rows`, `attribution`: what the Debugger's lens read (tinyllm_tui.debugger.readings.round_lens)."""
         super().__init__(title)
         self._run, self._rows, self._attribution, self._vocab = run, rows, attribution, vocab
 

@@ -7,15 +7,15 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from tinyllm_tui.debugger.frame import BatchLine, Status, TimelineFrame
+from tinyllm_tui.debugger.frame import BatchLine, TimelineFrame
 from tinyllm_tui.tui.i18n import tr, where
 
 # A glyph per status as well as a colour, so that monochrome terminals keep the meaning.
 STYLES = {
-    Status.PROCESSED: ("✓", "green", "timeline.processed"),
-    Status.CURRENT: ("▶", "bold black on yellow", "timeline.current"),
-    Status.SELECTED: ("★", "bold magenta", "timeline.selected"),
-    Status.PENDING: ("…", "dim", "timeline.pending"),
+    "processed": ("✓", "green", "timeline.processed"),
+    "current": ("▶", "bold black on yellow", "timeline.current"),
+    "selected": ("★", "bold magenta", "timeline.selected"),
+    "pending": ("…", "dim", "timeline.pending"),
 }
 UNCACHED = {"timeline.processed": "timeline.processed.uncached"}  # an encoder's words: nothing is cached
 ROUND_SEPARATOR = " │ "

@@ -17,12 +17,12 @@ from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.results import Refused
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import describe, tr
-from tinyllm_tui.tui.main_screen import translated_bindings
-from tinyllm_tui.tui.widgets.footer import KeyFooter
+from tinyllm_tui.tui.runner import RunsInBackground
+from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
-from tinyllm_tui.tui.widgets.quant_block import QuantBlock, kind_of
+from tinyllm_tui.tui.widgets.quant_block import QuantBlock
 
 
 class CursorMatrix(MatrixWindow, can_focus=True):
@@ -44,7 +44,7 @@ class CursorMatrix(MatrixWindow, can_focus=True):
         self.cursor = (max(0, min(row + rows, n_rows - 1)), max(0, min(col + cols, n_cols - 1)))
 
 
-class WeightsScreen(Screen):
+class WeightsScreen(RunsInBackground, Screen):
     # the footer drops what does not fit: Save and Back come first
     BINDINGS = [
         Binding("e,enter", "edit", "Edit cell"),
@@ -88,7 +88,7 @@ class WeightsScreen(Screen):
 
     def show_block(self) -> None:
         """A GGUF checkpoint's quantisation block under the cursor."""
-        self.query_one(QuantBlock).show(self.debugger.weights, self.selected, self._cell_index())
+        self.query_one(QuantBlock).show(self.debugger.weight_block(self.selected, self._cell_index()))
 
     def on_screen_resume(self) -> None:
         self.refresh_matrix()
@@ -104,9 +104,9 @@ class WeightsScreen(Screen):
 
     def refresh_matrix(self, message: str = "") -> None:
         name, lang = self.selected, self.lang
-        matrix = self.debugger.weight_frame(name)
+        matrix = self.debugger.weight_frame(name, lambda axis, i: tr(f"weights.{axis}", lang, index=i))
         readers = ", ".join(self.debugger.readers(name)) or tr("weights.no_reader", lang)
-        kind = kind_of(self.debugger.weights, name)  # a GGUF tensor's type, e.g. Q4_K
+        kind = self.debugger.weight_kind(name)  # a GGUF tensor's type, e.g. Q4_K
         self.query_one("#weight-title", Static).update(tr("weights.read_by", lang, readers=readers))
         self.query_one(CursorMatrix).show(matrix, " · ".join(filter(None, [name, kind])))  # its title adds the shape
         self.show_block()
@@ -149,10 +149,8 @@ class WeightsScreen(Screen):
         self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
 
     def _edited(self, result) -> None:
-        """A move of the runner is done: the main screen words it, this screen redraws."""
-        self.app.main.run_done(result)
-        if self.is_mounted:
-            self.refresh_matrix(self.app.main.message)
+        """A move of the runner is done and the main screen has worded it: this screen redraws."""
+        self.refresh_matrix(self.app.main.message)
 
     def action_undo(self) -> None:
         self.app.main.action_undo(then=self._edited)

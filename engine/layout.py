@@ -88,11 +88,6 @@ def suffix(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def without_batch(array: np.ndarray, ndim: int) -> np.ndarray:
-    """Drop a leading batch axis of 1 from an array that has one axis more than `ndim`."""
-    return array[0] if array.ndim == ndim + 1 and array.shape[0] == 1 else array
-
-
 def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
     """The dump's array in the engine's 2-D layout for operator `name` (and `head`), or None."""
     kind = suffix(name)

@@ -1,0 +1,78 @@
+"""`tinyllm-tui run` against the bare operator stream it prints, in the same process (medians).
+
+    .venv/bin/python benchmarks/run_speed.py [--repeats 3] [--model PATH] [--new-tokens 6]
+
+Goal (issue 24): `run` of SmolLM2 with 6 new tokens takes ≤ 1.2× the time of the bare operator stream (a
+Session's steps drained: no history, no frames). The checkpoint is loaded once, outside every timing; `run`
+is timed from the Debugger's construction to its last printed line (to /dev/null), as the command does it
+after loading, in three forms: every operator's table (the default), `--jsonl` (every operator's record),
+and `--break unembed.hook_out` (the stream read whole, the breakpoints judged at every operator, one table printed):
+the last is what the Debugger's pass itself costs over the bare stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import time
+from pathlib import Path
+
+from engine import Session, make_backend
+from engine.gctuning import tune_for_tracing
+from tinyllm_tui import cli
+from tinyllm_tui.debugger.opening import ModelOptions, load
+
+SMOLLM2 = Path.home() / ".cache" / "tinyllm-tui" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROMPT = "The capital of France is"
+GOAL = 1.2
+
+
+def bare(scenario, backend) -> float:
+    start = time.perf_counter()
+    for _ in Session(scenario, backend).steps():
+        pass
+    return time.perf_counter() - start
+
+
+FORMS = {"tables": ((), False), "--jsonl": ((), True), "--break unembed.hook_out": (("unembed.hook_out",), False)}
+
+
+def run(scenario, backend, form: str) -> float:
+    """The `run` command after loading: the Debugger, its trace, what it prints."""
+    breakpoints, jsonl = FORMS[form]
+    options = cli.Options(breakpoints=list(breakpoints) or None)
+    start = time.perf_counter()
+    debugger = cli.Debugger(scenario, backend, breakpoints=breakpoints)
+    trace = debugger.trace()
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        cli._print_run(debugger, trace, cli._printed(trace, bool(breakpoints)), False, jsonl, False, options)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", type=Path, default=SMOLLM2)
+    parser.add_argument("--new-tokens", type=int, default=6)
+    args = parser.parse_args()
+    tune_for_tracing()  # as the command does
+    scenario = load(args.model, ModelOptions(prompt=[PROMPT], max_new_tokens=args.new_tokens))
+    backend = make_backend()
+    bare(scenario, backend)  # the weights are read (lazily) once, before either is timed
+    times = {"bare": [], **{form: [] for form in FORMS}}
+    for _ in range(args.repeats):  # alternated: each sees the same machine load
+        times["bare"].append(bare(scenario, backend))
+        for form in FORMS:
+            times[form].append(run(scenario, backend, form))
+    stream = statistics.median(times["bare"])
+    print(f"{args.model.name}, {args.new_tokens} new tokens, medians of {args.repeats}: bare stream {stream:.2f} s")
+    for form in FORMS:
+        ratio = statistics.median(times[form]) / stream
+        print(f"  run {form}: {statistics.median(times[form]):.2f} s, {ratio:.2f}× the bare stream "
+              f"(goal ≤ {GOAL}×: {'met' if ratio <= GOAL else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()

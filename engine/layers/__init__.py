@@ -1,0 +1,83 @@
+"""The kinds of layer a block is made of: one module per kind, named here once.
+
+A block is a token mixer, then an FFN (engine.spec.LayerSpec names one of each). A kind's module
+holds everything about it: `NAME` (what `layers:` and LayerSpec call it), `MODULE` (its part of the
+hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_state()`, and
+`forward(h, states, positions, padded_keys, out)`, a stream of operators that may replace `states[layer]`),
+`parameter_shapes(model, layer, block)`, `hooks(model, layer, block, hook, norm_sites)` (what it yields),
+`hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
+(its modules in Hugging Face checkpoints, per family), `HF_LAYER_TYPES` (the config's `layer_types` it
+stands for), `FaultPoints` (where an injected bug may change what it does, with the correct answers) and
+`EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Adding a kind is its module and one line below.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from engine.layers import attention, dense_ffn
+
+MIXERS: dict[str, ModuleType] = {attention.NAME: attention}
+FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn}
+ROLES = {"mixer": MIXERS, "ffn": FFNS}
+
+
+FaultPoints = type("FaultPoints", tuple(dict.fromkeys(module.FaultPoints for kinds in ROLES.values()
+                                                    for module in kinds.values())), {})
+
+
+class UnknownKind(ValueError):
+    def __init__(self, role: str, name: str):
+        self.role, self.name, self.known = role, name, tuple(ROLES[role])
+        super().__init__(f"{role} kind {name!r} is not one of {', '.join(self.known)}")
+
+
+def kind(role: str, name: str) -> ModuleType:
+    """The module of the `role` ("mixer" or "ffn") kind called `name`."""
+    found = ROLES[role].get(name)
+    if found is None:
+        raise UnknownKind(role, name)
+    return found
+
+
+def block_kinds(block) -> tuple[ModuleType, ModuleType]:
+    """The mixer's and the FFN's modules of an engine.spec.LayerSpec."""
+    return kind("mixer", block.mixer), kind("ffn", block.ffn)
+
+
+def hook_widths(model) -> dict[str, int]:
+    """Every kind's hook widths under `model` (an engine.spec.ModelSpec)."""
+    widths: dict[str, int] = {}
+    for block in dict.fromkeys(model.blocks):
+        for module in block_kinds(block):
+            widths.update(module.hook_widths(model))
+    return widths
+
+
+def per_head_hooks() -> tuple[str, ...]:
+    """The hook names with one operator per head (an intervention there names its head)."""
+    return tuple(name for module in _every_kind() for name in module.PER_HEAD)
+
+
+def _every_kind():
+    return (module for kinds in ROLES.values() for module in kinds.values())
+
+
+def gguf_tensors() -> dict[str, str]:
+    """Every kind's parameter (within a block, `attn.wq`) -> its GGUF tensor under `blk.N`."""
+    return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}
+
+
+def hf_modules(family: str) -> dict[str, str]:
+    """Every kind's projection (`q`, `_gate`) -> its module under a Hugging Face layer of `family`."""
+    return {part: name for module in _every_kind() for part, name in module.HF.get(family, {}).items()}
+
+
+def hf_layer_types() -> dict[str, bool]:
+    """The `layer_types` of a Hugging Face config that a mixer kind stands for -> whether the layer slides."""
+    return {name: sliding for module in MIXERS.values() for name, sliding in module.HF_LAYER_TYPES.items()}
+
+
+def explanation(key: str) -> dict[str, tuple[str, str, str, str]] | None:
+    """The kind's texts (per language) of the operator filed under `key` (a hook name's last part)."""
+    return next((module.EXPLANATIONS[key] for module in _every_kind() if key in module.EXPLANATIONS), None)

@@ -1,0 +1,338 @@
+"""The attention token mixer: full or sliding-window softmax attention over a K/V cache.
+
+Query, key and value projections (grouped-query: fewer kv heads), optional per-head q/k RMSNorms
+(Qwen3, Gemma 3), RoPE, the cache append, scores (soft-capped: Gemma 2), the pattern, each head's
+mix and its contribution to the residual, summed with the output bias. Its state is the layer's
+K/V cache (engine.caches); its fault points are the mask, the kv head and the cache appended to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine import ops
+from engine.caches import Read, ScaleAxis, empty_cache, ring_slot
+from engine.hooks import HookSite
+from engine.operators import Op, Operand, OpStream, op
+from engine.spec import LayerSpec, ModelSpec, Positions
+from engine.trace import OpKind
+
+Array = Any
+NAME, MODULE = "attention", "attn"
+# Hugging Face's module of each projection (w·/b· without the letter) per family, GGUF's tensor (under blk.N),
+# and the config's layer_types this kind stands for (whether the layer slides)
+HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},
+      "gpt2": {"o": "attn.c_proj"},  # q, k, v: side by side in attn.c_attn
+      "bert": {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+               "o": "attention.output.dense"}}
+HF_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
+GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
+        "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.q_norm.w": "attn_q_norm",
+        "attn.k_norm.w": "attn_k_norm"}
+PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
+
+
+# What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
+# hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
+EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    "hook_q": {
+        "en": ("Q says what the current position is looking for.", "Q = LN(X) · Wq, split into heads by columns.",
+               "Q is never cached: only the new positions need queries.", "Columns h·dh…(h+1)·dh belong to head h."),
+        "zh": ("Query表示当前位置要匹配什么。", "Q = LN(X)·Wq，按列分给各头。",
+               "Q不需要缓存，只有新位置需要查询。", "第h个头使用第h段列。"),
+    },
+    "hook_k": {
+        "en": ("K is what each position offers to be matched against.",
+               "K = LN(X) · Wk; these rows are appended to this layer's cache.",
+               "Appending the prefix again (duplicate append) makes old keys count twice.",
+               "Cache length after this op = past + new tokens."),
+        "zh": ("Key提供被匹配的方向。", "K = LN(X)·Wk，新行追加进本层缓存。",
+               "重复追加前缀会让旧Key被计算两次。", "此后缓存长度=历史长度+新Token数。"),
+    },
+    "hook_v": {
+        "en": ("V is the content that attention mixes.", "V = LN(X) · Wv; appended to the cache with K.",
+               "Each layer has its own K/V: reusing another layer's cache is wrong.",
+               "Cached V rows equal the full recompute's rows."),
+        "zh": ("Value是注意力要混合的内容。", "V = LN(X)·Wv，与K一起追加进缓存。",
+               "每层缓存各自独立，不能复用别层。", "缓存的V行与全量重算一致。"),
+    },
+    "hook_attn_scores": {
+        "en": ("How well each query matches each visible key.",
+               "q·kᵀ / √dh per head; keys it may not read are −∞ (later positions in a decoder, PAD keys).",
+               "With cached keys the mask is key ≤ past + query index, not tril(ones(C, P+C)).",
+               "Decoder row i has −∞ exactly at keys > i; every row has −∞ at PAD keys."),
+        "zh": ("每个查询与每个可见键的匹配程度。", "每头q·kᵀ/√dh；不可读的键设为−∞（解码器的未来位置、PAD键）。",
+               "有缓存时掩码是key ≤ past+query_index，不是tril(ones(C,P+C))。", "解码器第i行只在未来位置为−∞；PAD键在每行都是−∞。"),
+    },
+    "hook_attn_scores_uncapped": {
+        "en": ("Gemma 2's scores before their soft cap: how well each query matches each visible key.",
+               "q·kᵀ · query_pre_attn_scalar^-½ per head; −∞ at keys it may not read, including keys at or "
+               "beyond the sliding window (j ≤ i − window) on sliding layers.",
+               "Gemma scales by query_pre_attn_scalar, not by the head width; the two differ in some sizes.",
+               "Sliding-layer row i is −∞ at keys ≤ i − window, full layers only at keys > i."),
+        "zh": ("Gemma 2软上限之前的分数：每个查询与每个可见键的匹配程度。",
+               "每头q·kᵀ·query_pre_attn_scalar^-½；不可读的键为−∞，滑动窗口层上还包括窗口外的键（j ≤ i − window）。",
+               "Gemma按query_pre_attn_scalar缩放，而不是按头宽；有些尺寸两者不同。",
+               "滑动层第i行在键≤i−window处为−∞，全局层只在键>i处为−∞。"),
+    },
+    "hook_attn_scores(softcap)": {
+        "en": ("Keep every score within (−cap, cap) so that no key takes all the attention.",
+               "cap · tanh(score / cap), applied before the mask; masked keys stay −∞.",
+               "Capping after the mask, or in the wrong order with the scaling, changes every pattern.",
+               "|score| < cap everywhere; scores much smaller than the cap barely change."),
+        "zh": ("把每个分数限制在(−cap, cap)内，避免某个键独占注意力。", "cap·tanh(分数/cap)，在掩码之前；被掩码的键仍为−∞。",
+               "在掩码之后或与缩放顺序颠倒地做上限，会改变所有注意力分布。", "处处|分数|<cap；远小于cap的分数几乎不变。"),
+    },
+    "hook_q_normed": {
+        "en": ("Qwen3 and Gemma 3 normalize each head's query before RoPE, keeping scores in range.",
+               "An RMSNorm over each head's d_head features, times its gain attn.q_norm.w (shared by the heads).",
+               "Normalizing the whole row of all heads at once gives other numbers.",
+               "Each head's slice has root mean square ≈ 1 before the gain."),
+        "zh": ("Qwen3和Gemma 3在RoPE前对每个头的查询做归一化，让分数保持在合理范围。",
+               "对每个头的d_head个特征做RMSNorm，再乘以各头共享的增益attn.q_norm.w。",
+               "把所有头的一整行一起归一化会得到不同结果。", "增益前每个头切片的均方根约为1。"),
+    },
+    "hook_k_normed": {
+        "en": ("The same per-head RMSNorm for the keys, before RoPE and before the cache.",
+               "An RMSNorm over each key head's d_head features, times attn.k_norm.w.",
+               "The cache holds normalized, rotated keys: a decode step must not normalize them again.",
+               "Each kv head's slice has root mean square ≈ 1 before the gain."),
+        "zh": ("键也做同样的逐头RMSNorm，在RoPE和写入缓存之前。", "对每个键头的d_head个特征做RMSNorm，再乘以attn.k_norm.w。",
+               "缓存里存的是归一化并旋转后的键：解码时不能再归一化一次。", "增益前每个kv头切片的均方根约为1。"),
+    },
+    "hook_pattern": {
+        "en": ("Turn scores into weights that sum to 1 per row.", "Row-wise softmax; −∞ becomes exactly 0.",
+               "Softmax over all keys and then zeroing the future does not renormalise.",
+               "Each row sums to 1; masked entries are 0.000000."),
+        "zh": ("把分数变成每行和为1的权重。", "逐行softmax，−∞变为0。",
+               "先对全部位置softmax再清零不会重新归一化。", "每行和为1，掩掉的位置为0。"),
+    },
+    "hook_z": {
+        "en": ("Each position's mix of the visible values.", "z = pattern · V for this head.",
+               "The output is a weighted sum, not the row with the largest weight.",
+               "z equals Σ_j pattern[i,j] · V[j]."),
+        "zh": ("每个位置对可见Value的加权混合。", "z = 权重 × V（本头）。",
+               "输出是加权和，不是直接挑权重最大的一行。", "z等于Σ权重×V。"),
+    },
+    "hook_concat": {
+        "en": ("Put the heads side by side again.", "Head 0's columns first, then head 1's, …",
+               "Concatenation does not sum the heads.", "Width = heads × head width."),
+        "zh": ("把各头输出拼回一起。", "头0的列在前，头1在后。", "拼接不是求和。", "宽度=头数×每头宽度。"),
+    },
+    "hook_result": {
+        "en": ("What this head alone adds to the residual stream.", "z · Wo's rows for this head.",
+               "A head's result is not its z: Wo maps it into the residual's features.",
+               "The heads' results sum to attn_out (less bo)."),
+        "zh": ("本头单独加到残差流的量。", "z × Wo中本头的行。", "头的结果不是z：Wo把它映射到残差特征。",
+               "各头结果之和等于attn_out（减去bo）。"),
+    },
+}
+
+
+class FaultPoints:
+    """Where an injected bug (engine.faults) may change what attention and its K/V cache do; these are the
+    correct answers."""
+
+    def mask(self, xp, visible: Array | None, n_new: int, n_keys: int) -> Array | None:
+        """Which of `n_keys` keys each of the `n_new` queries may read (None: all)."""
+        return visible
+
+    def kv_head(self, head: int, group: int, kv_heads: int) -> int:
+        """The kv head query head `head` reads (grouped-query attention: `group` query heads each)."""
+        return head // group
+
+    def stored_k(self, xp, k: Array, head_width: int) -> Array:
+        """The K rows a cache stores for a chunk's (T, kv_heads·dh) keys."""
+        return k
+
+    def ring_slot(self, index: int, sinks: int, size: int) -> int:
+        """The ring-buffer slot the token at sequence `index` is written to (`size` slots past the sinks)."""
+        return ring_slot(index, sinks, size)
+
+    def table_entry(self, physical: int, table: list[int]) -> int:
+        """The block-table entry of a new logical block stored in physical block `physical`."""
+        return physical
+
+    def scale_axis(self, axis: ScaleAxis) -> ScaleAxis:
+        """What shares one quantization scale."""
+        return axis
+
+
+class StaleCacheError(RuntimeError):
+    """A cache computed with other weights was about to be extended."""
+
+
+def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
+    prefix, d, a = f"blocks.{layer}.attn", model.d_model, model.d_attn
+    widths = {"q": a, "k": model.d_kv, "v": model.d_kv}
+    shapes = {f"{prefix}.w{n}": (d, width) for n, width in widths.items()}
+    if model.qk_norm:
+        shapes.update({f"{prefix}.{n}_norm.w": (model.d_head,) for n in "qk"})
+    shapes[f"{prefix}.wo"] = (a, d)
+    shapes.update({f"{prefix}.b{n}": (width,) for n, width in widths.items() if model.has_bias(n)})
+    if model.has_bias("o"):
+        shapes[f"{prefix}.bo"] = (d,)
+    return shapes
+
+
+def hook_widths(model: ModelSpec) -> dict[str, int]:
+    """The columns of this kind's hooks (those the spec alone fixes; scores and patterns have one per key)."""
+    return {"attn.hook_q": model.d_attn, "attn.hook_rot_q": model.d_attn, "attn.hook_k": model.d_kv,
+            "attn.hook_rot_k": model.d_kv, "attn.hook_v": model.d_kv, "attn.hook_z": model.d_head,
+            "attn.hook_result": model.d_model, "attn.hook_concat": model.d_attn}
+
+
+def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
+    """Every hook this kind yields in `layer`, in order (`hook` interns, `norm_sites` lists a norm's hooks)."""
+    heads = model.n_heads
+    sites = [HookSite(hook(layer, MODULE, f"hook_{n}")) for n in "qkv"]
+    if model.qk_norm:
+        for n in "qk":
+            sites += norm_sites(layer, f"{MODULE}.{n}_norm", out=hook(layer, MODULE, f"hook_{n}_normed"))
+    if model.positions == Positions.ROPE:
+        sites += [HookSite(hook(layer, MODULE, f"hook_rot_{n}")) for n in "qk"]
+    per_head = (["hook_attn_scores_uncapped"] if model.attn_softcap else []) + ["hook_attn_scores", "hook_pattern",
+                                                                                "hook_z"]
+    sites += [HookSite(hook(layer, MODULE, name), heads) for name in per_head]
+    sites += [HookSite(hook(layer, MODULE, "hook_concat")), HookSite(hook(layer, MODULE, "hook_result"), heads)]
+    return sites
+
+
+class Attention:
+    """One layer's attention, made once per model: its parameter names and hooks are resolved here."""
+
+    def __init__(self, model, layer: int, block: LayerSpec):
+        self.model, self.layer, self.block, self.spec = model, layer, block, model.spec
+        self.prefix = f"blocks.{layer}.attn"
+        hook = model.hook
+        self.hooks = {name: hook(layer, MODULE, name) for name in (
+            "hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_q_normed", "hook_k_normed",
+            "hook_attn_scores_uncapped", "hook_attn_scores", "hook_pattern", "hook_z", "hook_concat", "hook_result")}
+        self.cache_names = tuple(hook(layer, MODULE, name).text for name in ("cache_k", "cache_v"))  # its state's
+
+    def fresh_state(self):
+        spec, model = self.spec, self.model
+        return empty_cache(model.cache, model.xp, spec.d_kv, spec.d_head, model.backend.dtype, model.fingerprint,
+                           self.block.window)
+
+    def forward(self, h: Op, states: list, positions: list[int], padded_keys: list[bool] | None, out) -> OpStream:
+        """`out`: the hook of the summed output (what the residual adds, unless a post-norm follows)."""
+        model, spec, layer, hooks, p = self.model, self.spec, self.layer, self.hooks, self.prefix
+        q, k, v = (model.linear(hooks[f"hook_{n}"], h, f"{p}.w{n}", f"{p}.b{n}") for n in "qkv")
+        yield q
+        yield k
+        yield v
+        if spec.qk_norm:  # Qwen3, Gemma 3: each head's q and k through an RMSNorm of their own
+            q = yield from model.norm(layer, "attn.q_norm", q, heads=spec.n_heads, out=hooks["hook_q_normed"])
+            k = yield from model.norm(layer, "attn.k_norm", k, heads=spec.n_kv_heads, out=hooks["hook_k_normed"])
+        if spec.positions == Positions.ROPE:
+            q, k = (self._rope(hooks[f"hook_rot_{n}"], x, positions) for n, x in (("q", q), ("k", k)))
+            yield q
+            yield k
+        read = self._append(model.fault.layer_state(layer, states), k.values, v.values)
+        states[layer] = read.cache
+        keys = Operand(self.cache_names[0], read.k, rows=read.columns)
+        values = Operand(self.cache_names[1], read.v, rows=read.columns)
+        visible = self._mask(read, q.values.shape[0], padded_keys)
+        every = self._heads(q.values, keys.values, values.values, visible)
+        heads = []
+        for head in range(spec.n_heads):
+            z = yield from self._head(head, q, keys, values, every)
+            heads.append(z)
+        concat = op(hooks["hook_concat"], model.xp.concat([z.values for z in heads], axis=1), OpKind.CONCAT,
+                    inputs=tuple(heads))
+        yield concat
+        wo, dh, results = model.param(f"{p}.wo"), spec.d_head, []
+        for head, z in enumerate(heads):  # each head's contribution to the residual, as TransformerLens's hook_result
+            result = op(hooks["hook_result"], z.values @ wo.values[head * dh:(head + 1) * dh, :], OpKind.LINEAR,
+                        head=head, inputs=(z, wo))
+            yield result
+            results.append(result)
+        total = model.sum(out, results, f"{p}.bo")
+        yield total
+        return total
+
+    def _mask(self, read: Read, n_new: int, padded_keys: list[bool] | None):
+        """Which keys each new query may read: causal order (within a sliding window, sinks
+        always) and key-side padding, by each key's sequence index; None = all."""
+        xp, model = self.model.xp, self.model
+        visible = read.visible(xp, n_new, self.block.window, model.cache.sinks) if self.spec.causal else None
+        visible = model.fault.mask(xp, visible, n_new, len(read.index))
+        flags = [padded_keys[i] if i < len(padded_keys) else False for i in read.index] if padded_keys else []
+        if not any(flags):  # past the padding flags: rows a bug added
+            return visible
+        real = xp.asarray([not pad for pad in flags])[None, :]
+        return real if visible is None else visible & real
+
+    def _rope(self, hook, x: Op, positions: list[int]) -> Op:
+        spec, xp = self.spec, self.model.xp
+        rotated = ops.rope(xp, x.values, xp.asarray(positions), spec.d_head, spec.theta(self.layer),
+                           spec.rope_divisors(self.layer), spec.rope_dims)
+        return op(hook, rotated, OpKind.ROPE, inputs=(x,))
+
+    def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array | None, Array, Array, Array]:
+        """Every head's scores before a soft cap (None without one), scores, pattern and output at once,
+        (H, T, S) ×3 and (H, T, dh): one batched call per step instead of one per head (the heads are
+        yielded one by one)."""
+        xp, spec, fault = self.model.xp, self.spec, self.model.fault
+        dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
+
+        def split(x: Array) -> Array:  # (T, H·dh) -> (H, T, dh)
+            return xp.permute_dims(xp.reshape(x, (x.shape[0], -1, dh)), (1, 0, 2))
+
+        k, v = split(k), split(v)
+        if group > 1:  # grouped-query attention: query head h reads kv head h // group
+            kv = xp.asarray([fault.kv_head(head, group, spec.n_kv_heads) for head in range(spec.n_heads)])
+            k, v = xp.take(k, kv, axis=0), xp.take(v, kv, axis=0)
+        q = split(q)
+        if spec.attn_softcap:  # the cap comes before the mask
+            raw = ops.attention_scores(xp, q, k, None, spec.attn_scale)
+            uncapped = ops.masked(xp, raw, visible)
+            scores = ops.masked(xp, ops.softcap(xp, raw, spec.attn_softcap), visible)
+        else:
+            uncapped, scores = None, ops.attention_scores(xp, q, k, visible, spec.attn_scale)
+        pattern = ops.softmax(xp, scores)
+        return uncapped, scores, pattern, pattern @ v
+
+    def _head(self, head, q: Operand, keys: Operand, values: Operand, every) -> OpStream:
+        """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
+        xp, spec, hooks = self.model.xp, self.spec, self.hooks
+        dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
+        part, kv = slice(head * dh, (head + 1) * dh), self.model.fault.kv_head(head, group, spec.n_kv_heads)
+        kv_part, kv_name = slice(kv * dh, (kv + 1) * dh), f"head {kv}" if group == 1 else f"kv head {kv}"
+        q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
+        k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows=keys.rows)
+        v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows=keys.rows)
+        uncapped, scores_h, batch_pattern, z_h = (None if x is None else x[head, ...] for x in every)
+        inputs = (q_h, k_h)
+        if uncapped is not None:  # Gemma 2: the scores before their soft cap, then cap·tanh(s / cap)
+            batch_uncapped = uncapped
+            uncapped = op(hooks["hook_attn_scores_uncapped"], uncapped, OpKind.SCORES, head=head, inputs=inputs,
+                          cols=keys.rows)
+            yield uncapped
+            inputs = (uncapped,)
+            if uncapped.values is not batch_uncapped:  # replaced: cap it again, keeping −∞ where masked
+                scores_h = ops.masked(xp, ops.softcap(xp, uncapped.values, spec.attn_softcap),
+                                      uncapped.values > -xp.inf)
+        scores = op(hooks["hook_attn_scores"], scores_h, OpKind.SCORES if uncapped is None else OpKind.SOFTCAP,
+                    head=head, inputs=inputs, cols=keys.rows)
+        yield scores
+        # The batch computed every head at once; a value replaced since is followed from there on.
+        pattern_h = batch_pattern if scores.values is scores_h else ops.softmax(xp, scores.values)
+        pattern = op(hooks["hook_pattern"], pattern_h, OpKind.SOFTMAX, head=head, inputs=(scores,), cols=keys.rows)
+        yield pattern
+        z_h = z_h if pattern.values is batch_pattern else pattern.values @ v_h.values
+        z = op(hooks["hook_z"], z_h, OpKind.MIX, head=head, inputs=(pattern, v_h))
+        yield z
+        return z
+
+    def _append(self, cache, k: Array, v: Array) -> Read:
+        model = self.model
+        if cache.fingerprint != model.fingerprint and not model.allow_stale:
+            raise StaleCacheError(
+                f"the cache was computed with weights {cache.fingerprint}, the model now has {model.fingerprint}"
+            )
+        return cache.extend(model.xp, k, v, model.fault)
+
+
+Layer = Attention

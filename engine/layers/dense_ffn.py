@@ -1,0 +1,140 @@
+"""The dense FFN: x·W_in through an activation, then ·W_out; gated (SwiGLU, GeGLU): act(x·W_gate) ⊙ x·W_up.
+
+Keeps no state between tokens. Dropout (training only) draws its mask per (seed, layer, position) on
+the host, so that a cached run and a full recompute drop the same features.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine import ops
+from engine.hooks import HookSite
+from engine.operators import Op, OpStream, op
+from engine.spec import FfnKind, LayerSpec, ModelSpec
+from engine.trace import OpKind
+
+Array = Any
+NAME, MODULE = "dense", "mlp"
+HF = {"llama": {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"},
+      "gpt2": {"_in": "mlp.c_fc", "_out": "mlp.c_proj"},
+      "bert": {"_in": "intermediate.dense", "_out": "output.dense"}}
+HF_LAYER_TYPES: dict[str, bool] = {}
+PER_HEAD = ()
+GGUF = {"mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"}
+
+
+def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
+    prefix, d, f = f"blocks.{layer}.mlp", model.d_model, model.d_ff
+    if FfnKind(model.ffn).gated:
+        shapes = {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
+        biases = {f"{prefix}.b_gate": (f,), f"{prefix}.b_up": (f,), f"{prefix}.b_down": (d,)}
+    else:
+        shapes = {f"{prefix}.w_in": (d, f), f"{prefix}.w_out": (f, d)}
+        biases = {f"{prefix}.b_in": (f,), f"{prefix}.b_out": (d,)}
+    return shapes | biases if model.has_bias("mlp") else shapes
+
+
+def hook_widths(model: ModelSpec) -> dict[str, int]:
+    return {"mlp.hook_pre": model.d_ff, "mlp.hook_post": model.d_ff}
+
+
+def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
+    names = ["hook_pre"] + (["hook_pre_linear"] if FfnKind(model.ffn).gated else []) + ["hook_post"]
+    names += ["hook_dropout"] if model.training and model.dropout > 0 else []
+    return [HookSite(hook(layer, MODULE, name)) for name in names]
+
+
+# What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
+# hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
+EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    "hook_dropout": {
+        "en": ("Training only: drop features so the model cannot lean on any single one.",
+               "Each feature is kept with probability 1−p (a seeded mask) and scaled by 1/(1−p).",
+               "Dropout at inference changes the output: it is off unless training is on.",
+               "Zeros where the mask dropped; kept cells are the activation divided by 1−p."),
+        "zh": ("仅在训练时：随机丢弃特征，避免模型依赖单一特征。", "每个特征以1−p的概率保留（固定种子掩码），并乘以1/(1−p)。",
+               "推理时开启dropout会改变输出：除非开启训练模式，否则关闭。", "被丢弃处为0；保留处等于激活值除以1−p。"),
+    },
+    "hook_pre": {
+        "en": ("The FFN's first projection (the gate, for gated FFNs).", "LN(x) · W_in (or W_gate).",
+               "The FFN works per position: it never mixes tokens.", "Rows depend only on their own input row."),
+        "zh": ("前馈网络的第一次投影（门控时为gate）。", "LN(x)·W_in（或W_gate）。",
+               "前馈逐位置计算，不混合Token。", "每行只依赖自己的输入行。"),
+    },
+    "hook_pre_linear": {
+        "en": ("The gated FFN's second projection (up).", "LN(x) · W_up.",
+               "Gate and up are separate matrices even when equal here.", "Same shape as the gate."),
+        "zh": ("门控前馈的第二个投影（up）。", "LN(x)·W_up。", "gate与up是不同矩阵，即使此处相等。", "形状与gate相同。"),
+    },
+    "hook_post": {
+        "en": ("The nonlinearity that lets the FFN do more than a matrix.",
+               "Gated: SiLU(gate) · up; otherwise ReLU / tanh / GELU of the first projection.",
+               "SiLU(z)·z is not SiLU(z): the gate multiplies the up projection.", "Zero input gives zero."),
+        "zh": ("非线性让前馈不只是矩阵乘法。", "门控：SiLU(gate)×up；否则对第一次投影取ReLU/tanh/GELU。",
+               "SiLU(z)·z不等于SiLU(z)。", "输入为0时输出为0。"),
+    },
+}
+
+
+class FaultPoints:
+    """It has none: nothing it computes is kept, so no cache bug can reach it."""
+
+
+class DenseFfn:
+    def __init__(self, model, layer: int, block: LayerSpec):
+        self.model, self.layer, self.spec = model, layer, model.spec
+        self.prefix = p = f"blocks.{layer}.mlp"
+        self.hooks = {name: model.hook(layer, MODULE, name)
+                      for name in ("hook_pre", "hook_pre_linear", "hook_post", "hook_dropout")}
+        self.gated = FfnKind(self.spec.ffn).gated
+        self.down = (f"{p}.w_down", f"{p}.b_down") if self.gated else (f"{p}.w_out", f"{p}.b_out")
+
+    def fresh_state(self):
+        return None  # nothing kept between tokens
+
+    def forward(self, h: Op, states: list, positions: list[int], padded_keys, out) -> OpStream:
+        model, spec, hooks, p = self.model, self.spec, self.hooks, self.prefix
+        if self.gated:
+            gate = model.linear(hooks["hook_pre"], h, f"{p}.w_gate", f"{p}.b_gate")
+            up = model.linear(hooks["hook_pre_linear"], h, f"{p}.w_up", f"{p}.b_up")
+            yield gate
+            yield up
+            post = op(hooks["hook_post"], self._activation(gate.values) * up.values, OpKind.ACTIVATION,
+                      inputs=(gate, up))
+        else:
+            pre = model.linear(hooks["hook_pre"], h, f"{p}.w_in", f"{p}.b_in")
+            yield pre
+            post = op(hooks["hook_post"], self._activation(pre.values), OpKind.ACTIVATION, inputs=(pre,))
+        yield post
+        if spec.training and spec.dropout > 0:
+            post = self._dropout(post, positions)
+            yield post
+        total = model.linear(out, post, *self.down)
+        yield total
+        return total
+
+    def _dropout(self, post: Op, positions: list[int]) -> Op:
+        spec = self.spec
+        width = post.values.shape[1]
+        keep = np.stack([np.random.default_rng([spec.dropout_seed, self.layer, p]).random(width) >= spec.dropout
+                         for p in positions])
+        scale = self.model.backend.asarray(keep / (1.0 - spec.dropout))
+        return op(self.hooks["hook_dropout"], post.values * scale, OpKind.DROPOUT, inputs=(post,))
+
+    def _activation(self, x: Array) -> Array:
+        xp, kind = self.model.xp, FfnKind(self.spec.ffn)
+        if kind == FfnKind.GATED_SILU:
+            return ops.silu(xp, x)
+        if kind == FfnKind.RELU:
+            return ops.relu(xp, x)
+        if kind == FfnKind.TANH:
+            return xp.tanh(x)
+        if kind in (FfnKind.GELU_TANH, FfnKind.GATED_GELU_TANH):
+            return ops.gelu_tanh(xp, x)
+        return ops.gelu_from_erf(x, self.model.backend.erf(x / 2**0.5))
+
+
+Layer = DenseFfn

@@ -1,0 +1,86 @@
+"""What a layer keeps between tokens (`LayerState`), and the one protocol every reader of it goes through.
+
+The forward pass, the timeline, the history's time travel, the Debugger's frame and its cache view,
+the --against comparison, the --save-activations dump and the exact-cache report read a layer's state
+only through this protocol, never its fields: a new kind of state (a recurrent one, a latent cache)
+implements it and is displayed, compared, dumped and travelled in time without touching them.
+The K/V caches of engine.caches (contiguous, ring, paged, quantized) are its first implementations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Array = Any
+RowsDiffer = Callable[[str, Any, Any], Any]  # (item, ours, theirs) host rows -> booleans: beyond the tolerance
+
+
+@dataclass(frozen=True, eq=False)
+class StateView:
+    """One named matrix of a state, as a view shows it: its rows are the state's `row_positions`."""
+
+    name: str  # "K", "V"
+    values: Array  # (rows, cols), in the session's namespace
+    head_width: int  # columns per head: a view shows one head at a time (0: the columns are not split)
+
+
+class StateDelta(Protocol):
+    """A state at a kept round start, stored as what it adds to the kept one before (or whole)."""
+
+    whole: bool  # needs nothing earlier to be restored
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def after(self, earlier: StateDelta) -> StateDelta:
+        """This delta counted from where `earlier` began (`earlier` is being dropped)."""
+
+    def restore(self, earlier: list[StateDelta]) -> LayerState:
+        """The state this delta ends, the deltas `earlier` (oldest first) before it, bit for bit."""
+
+
+class LayerState(Protocol):
+    """One layer's state; immutable: extending it makes a new one (a kind's own `extend`, with its fault points)."""
+
+    fingerprint: str  # the weights it was computed with
+    module: str  # the part of the hook names its dump items go under (blocks.L.<module>.<item>)
+
+    @property
+    def length(self) -> int:
+        """Tokens it holds."""
+
+    @property
+    def seen(self) -> int:
+        """Tokens fed through it (more than `length` once a window evicts)."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    @property
+    def row_positions(self) -> tuple[int, ...]:
+        """The position each row of its views holds (−1: an empty slot)."""
+
+    @property
+    def facts(self) -> Any:
+        """What a view shows of it beside its matrices (None: nothing)."""
+
+    def fresh(self, fingerprint: str) -> LayerState: ...
+
+    def views(self) -> tuple[StateView, ...]: ...
+
+    def delta(self, older: LayerState | None) -> StateDelta:
+        """What a kept round start stores: the part newer than `older` (the previous kept one's), or all."""
+
+    def dump_items(self) -> dict[str, Array]:
+        """Its arrays as a dump names them within the layer's module (`cache_k`), rows first."""
+
+    def differing(self, theirs: Mapping[str, Any], beyond: RowsDiffer) -> frozenset[int]:
+        """The positions whose rows differ from another run's dump items `theirs` (aligned to ours, host
+        arrays; a missing item is not compared): what "the same" means for this state."""
+
+
+def tokens_held(states) -> int:
+    """How many tokens the layers' states hold (the timeline's count): the most any layer holds."""
+    return max((state.length for state in states), default=0)

@@ -1,0 +1,246 @@
+"""Layer kinds: the scenario file's `layers:`, RoPE, kv_heads and windows, the GQA toy against an independent
+NumPy Llama, and a kind written in tests/ (toy_kind.py) that runs, shows, dumps, compares and travels in time
+once registered, with nothing else touched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import toy_kind
+from conftest import SCENARIOS
+from typer.testing import CliRunner
+
+from engine import Session, load_scenario, load_scenario_text, to_host
+from engine import layers, ops
+from engine.compare.diff import diff_scenario
+from engine.export import ActivationDump
+from engine.layout import Passes
+from tinyllm_tui.cli import app
+from tinyllm_tui.debugger.debugger import Debugger
+
+GQA_TOY = SCENARIOS / "gqa_toy.yaml"
+GQA_TEXT = GQA_TOY.read_text(encoding="utf-8")
+
+
+# -- the GQA toy -------------------------------------------------------------------------------------------
+def numpy_llama_logits(w: dict, tokens: list[int], heads=4, kv_heads=2, windows=(4, None), theta=1e4, eps=1e-6):
+    """Every position's logits, written from the Llama equations (not the engine's code): pre-RMSNorm with
+    gains, half-split RoPE, query head h reading kv head h // (heads / kv_heads), a window per layer,
+    SwiGLU, a final norm and the tied head."""
+    x = w["embed"][tokens]
+    t, d = x.shape
+    dh = d // heads
+    pos = np.arange(t)
+    angle = pos[:, None] * theta ** (-np.arange(0, dh, 2) / dh)[None, :]
+    cos, sin = np.cos(np.concatenate([angle, angle], 1)), np.sin(np.concatenate([angle, angle], 1))
+
+    def rms(v, g):
+        return v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * g
+
+    def rope(v):  # (t, n, dh)
+        turned = np.concatenate([-v[..., dh // 2:], v[..., :dh // 2]], -1)
+        return v * cos[:, None, :] + turned * sin[:, None, :]
+
+    for layer, window in enumerate(windows):
+        p = f"blocks.{layer}."
+        h = rms(x, w[p + "ln1.w"])
+        q = rope((h @ w[p + "attn.wq"]).reshape(t, heads, dh))
+        k = rope((h @ w[p + "attn.wk"]).reshape(t, kv_heads, dh))
+        v = (h @ w[p + "attn.wv"]).reshape(t, kv_heads, dh)
+        visible = (pos[None, :] <= pos[:, None]) & ((pos[None, :] > pos[:, None] - window) if window else True)
+        z = []
+        for head in range(heads):
+            kv = head // (heads // kv_heads)
+            s = np.where(visible, q[:, head] @ k[:, kv].T / np.sqrt(dh), -np.inf)
+            e = np.exp(s - s.max(-1, keepdims=True))
+            z.append(e / e.sum(-1, keepdims=True) @ v[:, kv])
+        x = x + np.concatenate(z, 1) @ w[p + "attn.wo"]
+        h = rms(x, w[p + "ln2.w"])
+        gate = h @ w[p + "mlp.w_gate"]
+        x = x + (gate / (1 + np.exp(-gate)) * (h @ w[p + "mlp.w_up"])) @ w[p + "mlp.w_down"]
+    return rms(x, w["ln_final.w"]) @ w["embed"].T
+
+
+def test_the_gqa_toy_computes_what_an_independent_numpy_llama_computes():
+    scenario = load_scenario(GQA_TOY)
+    session = Session(scenario)
+    states = list(session.steps())
+    prompt = list(scenario.requests[0].tokens)
+    sequence = prompt + list(session.results[0].generated)
+    logits = [to_host(s.values) for s in states if s.name == "unembed.hook_out"]
+    expected = numpy_llama_logits(scenario.weights, sequence[:-1])
+    assert len(prompt) > 4  # longer than layer 0's window: the window changes what is read
+    np.testing.assert_allclose(logits[0], expected[:len(prompt)], rtol=0, atol=1e-12)
+    for round_, row in enumerate(logits[1:], start=len(prompt)):
+        np.testing.assert_allclose(row[-1], expected[round_], rtol=0, atol=1e-12)
+
+
+def test_the_gqa_toy_cached_equals_full_and_the_gqa_modulo_bug_is_caught():
+    scenario = load_scenario(GQA_TOY)
+    assert max(d.max_abs for d in diff_scenario(scenario)) <= 1e-12
+    wrong = {(d.layer, d.head): d.max_abs for d in diff_scenario(scenario, inject="gqa-modulo")
+             if d.name == "blocks.0.attn.hook_attn_scores" and d.round == 0}
+    assert wrong[(0, 0)] == wrong[(0, 3)] == 0.0  # h // 2 and h % 2 agree for heads 0 and 3
+    assert wrong[(0, 1)] > 1e-3 and wrong[(0, 2)] > 1e-3
+    result = CliRunner().invoke(app, ["diff", str(GQA_TOY), "--inject", "gqa-modulo"])
+    assert result.exit_code == 1 and "✗ request 0 prefill  blocks.0.attn.hook_attn_scores head 1" in result.output
+
+
+def test_partial_rotary_turns_only_the_first_features_of_each_head():
+    x = np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]])  # two heads of width 4
+    p = 3.0
+    out = ops.rope(np, x, np.array([p]), 4, 10000.0, dims=2)
+    c, s = np.cos(p), np.sin(p)  # dims 2: one pair (0, 1) per head at frequency θ^0 = 1
+    expected = [1 * c - 2 * s, 2 * c + 1 * s, 3, 4, 5 * c - 6 * s, 6 * c + 5 * s, 7, 8]
+    np.testing.assert_allclose(out[0], expected, rtol=0, atol=1e-15)
+    assert np.array_equal(ops.rope(np, x, np.array([p]), 4, 10000.0, dims=4), ops.rope(np, x, np.array([p]), 4, 1e4))
+
+
+def test_rotary_dims_reach_the_attention():
+    """Two heads of width 4 over one kv head (wk stays 8×4): rotary_dims 2 turns half of each head."""
+    text = GQA_TEXT.replace("heads: 4            # d_head 2", "heads: 2").replace("kv_heads: 2 ", "kv_heads: 1 ")
+    partial = text.replace("rope: {theta: 10000.0}", "rope: {theta: 10000.0, rotary_dims: 2}")
+    (_, whole), (k, turned) = ([to_host(next(s for s in Session(load_scenario_text(t)).steps()
+                                            if s.name == f"blocks.0.attn.hook_{n}").values) for n in ("k", "rot_k")]
+                               for t in (text, partial))
+    assert load_scenario_text(partial).model.rope_dims == 2
+    p = np.arange(5.0)[:, None]  # one pair (0, 1) at frequency θ^0 = 1; features 2 and 3 pass
+    np.testing.assert_allclose(turned[:, 0], (k[:, 0:1] * np.cos(p) - k[:, 1:2] * np.sin(p))[:, 0], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(turned[:, 1], (k[:, 1:2] * np.cos(p) + k[:, 0:1] * np.sin(p))[:, 0], rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(turned[:, 2:], k[:, 2:])
+    assert not np.array_equal(whole, turned)
+
+
+CASES = [  # (old, new, marker on the reported line, path: message)
+    ("kv_heads: 2 ", "kv_heads: 3 ", "kv_heads: 3", "model.kv_heads: 3 kv heads do not divide the 4 query heads"),
+    ("{mixer: attention}  ", "{mixer: mamba}  ", "mamba", "model.layers[1].mixer: expected one of attention, got 'mamba'"),
+    ("{mixer: attention, window: 4}", "{mixer: attention, window: 0}", "window: 0",
+     "model.layers[0].window: expected an integer ≥ 1, got 0"),
+    ("{mixer: attention, window: 4}", "{mixer: attention, windw: 4}", "windw", "model.layers[0].windw: unknown key (expected one of: ffn, mixer, rope_theta, window)"),
+    ("rope: {theta: 10000.0}", "rope: {theta: 10000.0, rotary_dims: 3}", "rotary_dims: 3",
+     "model.rope.rotary_dims: expected an even number of features ≤ d_head 2, got 3"),
+    ("positions: rope", "positions: learned\n  max_positions: 16", "rope: {theta",
+     "model.rope: rope: needs positions: rope"),
+    ("rope: {theta: 10000.0}", "rope: {theta: -1.0}", "theta: -1.0", "model.rope.theta: expected a number > 0, got -1.0"),
+]
+
+
+@pytest.mark.parametrize("old, new, marker, message", CASES, ids=[c[3].split(":")[0] for c in CASES])
+def test_a_bad_layer_option_is_refused_on_its_line(tmp_path, old, new, marker, message):
+    assert old in GQA_TEXT
+    text = GQA_TEXT.replace(old, new, 1)
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    line = text[: text.index(marker) + len(marker)].count("\n") + 1
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.splitlines() == [f"tinyllm-tui: error: {path}:{line}: {message}"]
+
+
+# -- a kind of its own, registered at test time ------------------------------------------------------------
+TOY_TEXT = """\
+title: a running-mean mixer after an attention layer
+vocab:
+  tokens: [PAD, a, b, c, d, e]
+  pad: PAD
+model:
+  d_model: 4
+  heads: 1
+  layers:
+    - {mixer: attention}
+    - {mixer: mean}
+  norm: {kind: rmsnorm, placement: pre, eps: 1.0e-5, affine: false}
+  ffn: {kind: relu, d_ff: 4}
+weights:
+  embed:
+    - [0.1, -0.2, 0.3, 0.4]
+    - [0.5, 0.1, -0.3, 0.2]
+    - [-0.4, 0.6, 0.1, -0.1]
+    - [0.2, 0.2, -0.5, 0.3]
+    - [-0.1, -0.3, 0.4, 0.6]
+    - [0.3, -0.6, 0.2, -0.2]
+  blocks:
+    - attn: {wq: identity, wk: identity, wv: identity, wo: identity}
+      mlp: {w_in: identity, w_out: identity}
+    - mean:
+        g: [1.0, 2.0, 0.5, -1.0]
+      mlp: {w_in: identity, w_out: identity}
+requests:
+  - tokens: [a, b, c]
+    max_new_tokens: 3
+decode: {rule: greedy, forbid: [PAD]}
+"""
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.setitem(layers.MIXERS, toy_kind.NAME, toy_kind)  # the one registry line
+    return load_scenario_text(TOY_TEXT)
+
+
+def test_a_new_kind_runs_cached_equal_to_full_and_computes_the_running_mean(toy):
+    assert max(d.max_abs for d in diff_scenario(toy)) <= 1e-12
+    states = list(Session(toy).steps())
+    prefill = [s for s in states if s.round == 0]
+    h = to_host(next(s for s in prefill if s.name == "blocks.1.ln1.hook_normalized").values)
+    means = to_host(next(s for s in prefill if s.name == "blocks.1.mean.hook_running_mean").values)
+    np.testing.assert_allclose(means, np.cumsum(h, axis=0) / np.arange(1, 4)[:, None], rtol=0, atol=1e-15)
+    model = Session(toy).model
+    assert {site.hook.text for site in model.hooks} >= {"blocks.1.mean.hook_running_mean", "blocks.1.hook_mean_out"}
+    assert model.hooks.sites and {(s.name, s.head) for s in states if s.layer == 1} <= {
+        (site.hook.text, None) for site in model.hooks}
+
+
+def test_a_new_kinds_state_is_shown_dumped_compared_and_travelled_without_touching_their_code(toy):
+    debugger = Debugger(toy)
+    states = list(Session(toy).steps())
+    last = states[-1]
+    debugger.goto_step(last.step)
+    debugger.move_cache(layers=1 - debugger.frame.cache.layer)  # onto layer 1
+    shown = debugger.frame.cache
+    assert shown.layer == 1 and [view.name for view in shown.views] == ["sum"]
+    np.testing.assert_array_equal(shown.views[0].values, to_host(last.caches[1].total))
+    assert shown.length == last.caches[1].count == 5  # 3 prompt tokens + 2 fed back
+    middle = next(s for s in states if s.round == 1 and s.layer == 1)  # time travel back into decode round 1
+    debugger.goto_step(middle.step)
+    np.testing.assert_array_equal(debugger.frame.cache.views[0].values, to_host(middle.caches[1].total))
+    assert debugger.frame.cache.length == middle.caches[1].count
+    dump = ActivationDump(Passes(toy))
+    for state in states:
+        dump.see(state)
+    arrays = dump.arrays()
+    np.testing.assert_array_equal(arrays["decode.2.blocks.1.mean.state_sum"][0], to_host(last.caches[1].total))
+    same = middle.caches[1].differing({"state_sum": to_host(middle.caches[1].total)},
+                                      lambda name, a, b: np.abs(a - b) > 0)
+    other = middle.caches[1].differing({"state_sum": to_host(middle.caches[1].total) + 1},
+                                       lambda name, a, b: np.abs(a - b) > 0)
+    assert same == frozenset() and other == frozenset({middle.caches[1].count - 1})
+
+
+def test_an_unknown_kind_is_refused_by_the_registry():
+    with pytest.raises(layers.UnknownKind, match="mixer kind 'mean' is not one of attention"):
+        layers.kind("mixer", "mean")
+
+
+async def test_the_cache_view_shows_as_many_windows_as_a_state_has_views(toy):
+    """A view-only matter: the running mean's one view fills one window and hides the other; a state with
+    three views gets a third window."""
+    from dataclasses import replace
+
+    from tinyllm_tui.tui.app import DebuggerApp
+    from tinyllm_tui.tui.widgets.cache import CacheView
+    from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+
+    app = DebuggerApp(toy, lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.debugger.goto_step(len(list(Session(toy).steps())) - 1)
+        app.debugger.move_cache(layers=1 - app.debugger.frame.cache.layer)
+        view = app.main.query(CacheView).first()
+        view.show(app.debugger.frame.cache)
+        await pilot.pause()
+        shown = [w for w in view.query(MatrixWindow) if w.display]
+        assert len(shown) == 1 and "sum · 1×4" in "\n".join(getattr(line, "plain", None) or line.text for line in shown[0]._lines())
+        cache = app.debugger.frame.cache
+        view.show(replace(cache, views=cache.views * 3))
+        await pilot.pause()
+        assert len([w for w in view.query(MatrixWindow) if w.display]) == 3

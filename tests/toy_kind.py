@@ -1,0 +1,131 @@
+"""A layer kind written for the tests, registered at test time: a token mixer that mixes by a running mean.
+
+y_t = g ⊙ mean(h_0 … h_t): its state is one row, the sum of every token fed so far, and the count; no K/V,
+no positions. It proves a new kind (operators, parameter, hooks, state, views, dump, compare, time travel)
+is this one module plus one registry line (`MIXERS["mean"] = toy_kind`), nothing else touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from engine.hooks import HookSite
+from engine.operators import op
+from engine.state import StateView
+from engine.trace import OpKind
+
+NAME, MODULE = "mean", "mean"
+HF: dict = {}
+HF_LAYER_TYPES: dict = {}
+GGUF: dict = {}
+PER_HEAD = ()
+EXPLANATIONS = {"hook_running_mean": {
+    "en": ("Mix tokens by their running mean.", "sum of the tokens so far / their count.",
+           "Forgetting the count grows the values with the sequence.", "Row t is the mean of rows 0..t."),
+    "zh": ("用累计均值混合Token。", "到目前为止的Token之和除以个数。", "忘记除以个数会让数值随序列增长。", "第t行是0..t行的均值。")}}
+
+
+class FaultPoints:
+    """None: no bug is injected into it."""
+
+
+@dataclass(frozen=True, eq=False)
+class RunningSum:
+    """The kind's LayerState: one row, the sum of the `count` tokens fed."""
+
+    total: Any  # (1, d_model)
+    count: int
+    fingerprint: str
+    module: ClassVar[str] = MODULE
+
+    @property
+    def length(self) -> int:
+        return self.count
+
+    @property
+    def seen(self) -> int:
+        return self.count
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.total.nbytes)
+
+    @property
+    def row_positions(self) -> tuple[int, ...]:
+        return (self.count - 1,)  # the one row stands for the last token fed
+
+    @property
+    def facts(self):
+        return None
+
+    def fresh(self, fingerprint: str) -> RunningSum:
+        return dataclasses.replace(self, total=self.total * 0.0, count=0, fingerprint=fingerprint)
+
+    def views(self) -> tuple[StateView, ...]:
+        return (StateView("sum", self.total, 0),)
+
+    def delta(self, older) -> Whole:
+        return Whole(self)
+
+    def dump_items(self) -> dict[str, Any]:
+        return {"state_sum": self.total}
+
+    def differing(self, theirs, beyond) -> frozenset[int]:
+        other = theirs.get("state_sum")
+        if other is None or (beyond("state_sum", self.total, other)).any():
+            return frozenset(self.row_positions) if "state_sum" in theirs else frozenset()
+        return frozenset()
+
+
+@dataclass(frozen=True)
+class Whole:
+    state: RunningSum
+    whole: bool = True
+
+    @property
+    def nbytes(self) -> int:
+        return self.state.nbytes
+
+    def after(self, earlier) -> Whole:
+        return self
+
+    def restore(self, earlier) -> RunningSum:
+        return self.state
+
+
+def parameter_shapes(model, layer, block):
+    return {f"blocks.{layer}.mean.g": (model.d_model,)}
+
+
+def hook_widths(model):
+    return {"mean.hook_running_mean": model.d_model}
+
+
+def hooks(model, layer, block, hook, norm_sites):
+    return [HookSite(hook(layer, MODULE, "hook_running_mean"))]
+
+
+class Layer:
+    def __init__(self, model, layer: int, block):
+        self.model, self.layer = model, layer
+        self.hook = model.hook(layer, MODULE, "hook_running_mean")
+
+    def fresh_state(self) -> RunningSum:
+        model = self.model
+        return RunningSum(model.xp.zeros((1, model.spec.d_model), dtype=model.backend.dtype), 0, model.fingerprint)
+
+    def forward(self, h, states, positions, padded_keys, out):
+        xp, state = self.model.xp, states[self.layer]
+        total, count, rows = state.total, state.count, []
+        for t in range(h.values.shape[0]):  # one token at a time: a cached round adds what a full one does
+            total, count = total + h.values[t:t + 1, :], count + 1
+            rows.append(total / count)
+        states[self.layer] = RunningSum(total, count, state.fingerprint)
+        mean = op(self.hook, xp.concat(rows, axis=0), OpKind.MIX, inputs=(h,))
+        yield mean
+        gain = self.model.param(f"blocks.{self.layer}.mean.g")
+        result = op(out, mean.values * gain.values, OpKind.LINEAR, inputs=(mean, gain))
+        yield result
+        return result

@@ -1,0 +1,134 @@
+"""The Debugger's comparisons: the run being debugged (fault and stale cache included) against a full
+recompute, against each request alone, against the exact cache, against the --against dump or llama.cpp,
+and its expect: tables. Each runs sessions of its own (safe in a worker, beside the runner) and is
+cancelled through `cancel()`, which raises DiffCancelled in it at its next step.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import Scenario, ScenarioError, Session
+from engine.caches import Quantize
+from engine.compare.against import Against, Report
+from engine.compare.check import check_scenario
+from engine.compare.diff import TOLERANCE, OpDiff, diff_batch, diff_scenario, first_divergence
+from engine.compare.exact import against_exact
+from engine.compare.expect import Outcome
+from engine.interventions import InterventionError
+from engine.session import StaleFrom
+from engine.trace import OpState
+from tinyllm_tui.debugger.results import DiffReport
+
+
+class DiffCancelled(RuntimeError):
+    """A comparison was cancelled before it finished."""
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What a comparison runs: the debugged run's scenario, fault and stale cache, as they are now."""
+
+    scenario: Scenario
+    inject: str | None
+    stale: StaleFrom | None
+
+    def session(self, backend) -> Session:
+        return Session(self.scenario, backend, inject=self.inject, stale=self.stale)
+
+
+class Comparisons:
+    def __init__(self, backend, against: Against | None, now: Callable[[], Compared]):
+        """`now()`: the run being debugged at the moment a comparison starts."""
+        self.backend, self.against, self._now = backend, against, now
+        self._cancel = threading.Event()
+        self._count = 0
+        self._counting = threading.Lock()  # guards _count: several may run
+
+    @property
+    def running(self) -> bool:
+        return self._count > 0
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def _cancellable(self, states: Iterator[OpState]) -> Iterator[OpState]:
+        for state in states:
+            time.sleep(0)  # hand the interpreter to the UI thread now and then: keys stay quick
+            if self._cancel.is_set():
+                raise DiffCancelled("cancelled")
+            yield state
+
+    @contextmanager
+    def _counted(self) -> Iterator[None]:
+        """A comparison in flight, counted so that `cancel()` reaches it."""
+        with self._counting:
+            if self._count == 0:
+                self._cancel.clear()
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._counting:
+                self._count -= 1
+
+    def diff(self, alone: bool = False) -> list[OpDiff]:
+        """The run against a full recompute, or (`alone`) its requests as one batch against each run alone."""
+        now = self._now()
+        with self._counted():
+            return (diff_batch if alone else diff_scenario)(now.scenario, self.backend, now.inject, now.stale,
+                                                             self._cancellable)
+
+    def compare(self, alone: bool = False) -> DiffReport:
+        """`diff()` with where it first diverges."""
+        inject, diffs = self._now().inject, self.diff(alone)
+        first = first_divergence(diffs)
+        return DiffReport(tuple(diffs), None if first is None else diffs.index(first), inject,
+                          diffs[0].tolerance if diffs else TOLERANCE)
+
+    def exact_cache(self) -> list:
+        """A quantized cache's error against the exact cache, round by round (nothing for an exact cache)."""
+        scenario = self._now().scenario
+        return [] if scenario.cache.quantize is Quantize.NONE else against_exact(scenario, self.backend)
+
+    def against_dump(self) -> tuple[Scenario, Report | None]:
+        """The run against the --against dump over every pass (None: no dump), with the scenario it was made for.
+        Raises InterventionError for an intervention that cannot run to the end."""
+        now = self._now()
+        if self.against is None:
+            return now.scenario, None
+        with self._counted():
+            return now.scenario, self.against.meet(self._cancellable(now.session(self.backend).steps()))
+
+    def against_llama_cpp(self, file: str | Path, atol: float | None, rtol: float | None) -> Report:
+        """A GGUF file's first request through llama.cpp itself against this reference."""
+        from engine.compare.llama_cpp import compare_with_llama_cpp  # ctypes and llama.cpp only when asked
+
+        return compare_with_llama_cpp(self._now().scenario, file, atol, rtol, self.backend)
+
+    def expectations(self, scenario: Scenario) -> list[Outcome]:
+        """The expect: tables of `scenario` against its computation (none for one that cannot run to the end:
+        the move that reaches it says why)."""
+        try:
+            return check_scenario(scenario, self.backend) if scenario.expect else []
+        except InterventionError:
+            return []
+
+    def checked(self) -> list[Outcome]:
+        """`tinyllm-tui check`: the tables' outcomes; a scenario without tables, or a table naming what the run
+        never computes, raises ScenarioError (a bad file, not a disagreement)."""
+        scenario = self._now().scenario
+        if not scenario.expect:
+            raise ScenarioError(str(scenario.path), None, "expect", "no expect: tables to check (check compares a "
+                                "scenario's expect: tables; --against DUMP compares your own activations; run prints "
+                                "every operator)")
+        outcomes = self.expectations(scenario)
+        malformed = next((o for o in outcomes if o.problem), None)
+        if malformed is not None:
+            raise malformed.error(str(scenario.path))
+        return outcomes

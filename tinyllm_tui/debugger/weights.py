@@ -1,0 +1,83 @@
+"""The weights a debugging session runs with: the file's, the edits on top of them (undo, redo), how many
+numbers differ from the file, the autosave of unsaved edits, saving, and a GGUF file's quantisation.
+The Debugger replays a session after each change; this part knows nothing of sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engine import Scenario, load_scenario
+from engine.lazy_weights import LazyWeights, changed_names
+from engine.loading.edits import Edit, WeightHistory, apply_edit, save
+from tinyllm_tui.debugger import autosave
+from tinyllm_tui.debugger.autosave import Unsaved
+
+
+class Weights:
+    def __init__(self, scenario: Scenario, edits: list[Edit] = ()):
+        """`edits` (from --set) start as unsaved edits on top of the file's weights."""
+        self._adopt_file(scenario)
+        for edit in edits:
+            self.history.push(apply_edit(self.history.current, edit), edit)
+        self.found: Unsaved | None = autosave.find(scenario.path, self.fingerprint, scenario.weights)
+        self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
+
+    def _adopt_file(self, scenario: Scenario) -> None:
+        self.file, self.fingerprint = scenario, scenario.fingerprint
+        self.history = WeightHistory(scenario.weights)  # edits are relative to the file
+
+    @property
+    def current(self) -> dict[str, np.ndarray]:
+        return self.history.current
+
+    def edited(self, edit: Edit) -> dict[str, np.ndarray]:
+        """The current weights with `edit` applied (nothing is changed yet); raises EditError."""
+        return apply_edit(self.current, edit, self.file.weights)
+
+    def push(self, weights: dict[str, np.ndarray], edit: Edit) -> None:
+        self.history.push(weights, edit)
+
+    def restore(self, unsaved: Unsaved) -> None:
+        """The edits an earlier session left unsaved, on top of the current weights."""
+        for edit in unsaved.edits:
+            self.push(self.edited(edit), edit)
+
+    def unsaved(self) -> int:
+        """How many numbers differ from the file; counted once per pair of weight sets (a GPT-2-sized
+        model has 124 M numbers)."""
+        current, saved = self.current, self.file.weights
+        key = (id(current), id(saved))
+        if self._unsaved[0] != key:
+            count = sum(int(np.sum(current[name] != saved[name])) for name in changed_names(current, saved))
+            self._unsaved = (key, count)
+        return self._unsaved[1]
+
+    def autosave(self) -> None:
+        """Keep the unsaved edits beside the scenario; none (back to the file's numbers): nothing to offer later."""
+        if self.unsaved():
+            autosave.keep(self.file.path, self.fingerprint, self.history.edits)
+        else:
+            self.drop_autosave()
+
+    def drop_autosave(self) -> None:
+        autosave.drop(self.file.path)
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write the edited weights (atomically; raises OSError with the file untouched); the file written is
+        the one edits are relative to from now on."""
+        written = save(self.file, self.current, path)
+        self.drop_autosave()
+        self._adopt_file(load_scenario(written))
+        return written
+
+    def original(self, name: str) -> np.ndarray | None:
+        """The file's values of parameter `name` if it was edited (one never edited is not compared: a 0.5B
+        embedding is 136M cells)."""
+        return self.file.weights[name] if name in changed_names(self.current, self.file.weights) else None
+
+    def quantisation(self):
+        """How a GGUF checkpoint stores each parameter (None for weights read from elsewhere)."""
+        current = self.current
+        return current.quantisation if isinstance(current, LazyWeights) else None

@@ -1,0 +1,111 @@
+"""What the command line prints about operators, comparisons and expect: tables, as text lines or JSON
+documents (English: the CLI's catalogue)."""
+
+from __future__ import annotations
+
+from engine.backend import to_host
+from engine.compare.diff import OpDiff, first_divergence
+from engine.compare.expect import Outcome
+from engine.export import json_number, json_text
+from engine.trace import OpKind, OpState
+from tinyllm_tui.presentation.numbers import text_table
+from tinyllm_tui.presentation.summaries import matrix_summary, token_text, where
+
+BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
+CORNER = 4  # a summarised matrix shows its first and last 4 rows and columns
+
+
+def state_text(state: OpState, vocab, full: bool) -> str:
+    """One operator as `run` prints it: plain text, so no line is ever cut to a terminal's width."""
+    title = f"[{state.step}] {state.name}" + ("" if state.head is None else f" · head {state.head}")
+    rows, cols = state.values.shape
+    if state.kind == OpKind.CHOICE:
+        token = int(to_host(state.values)[0, 0])
+        return f"{title}: chose {token_text(vocab, [token])} (token id {token})"
+    if full or (rows <= BIG_ROWS and cols <= BIG_COLS):
+        return text_table(state.output, title=title)
+    summary = "\n".join([title, *matrix_summary(state.output, state.kind)])
+    return text_table(state.output, title=summary, keep=CORNER)
+
+
+def without_text(clean: dict | None, request: int, round_: int, vocab) -> str:
+    """For a pass under interventions: what it chose without them (`clean`: (request, round) -> token, p)."""
+    if clean is None or (request, round_) not in clean:
+        return ""
+    token, probability = clean[(request, round_)]
+    return f" · without the interventions: {token_text(vocab, [token])} (token id {token}, p {probability:.6f})"
+
+
+def state_without_text(clean: dict | None, state: OpState, vocab) -> str:
+    """`without_text` after a choice; nothing after any other operator."""
+    return without_text(clean, state.request, state.round, vocab) if state.kind == OpKind.CHOICE else ""
+
+
+def diff_line(d: OpDiff) -> str:
+    """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
+    head = "" if d.head is None else f" head {d.head}"
+    mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
+    measured = d.mismatch or f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})"
+    return f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  {measured}"
+
+
+def exact_json(rows: list) -> dict:
+    """A quantized cache's error against the exact cache, per round (nothing for an exact cache)."""
+    if not rows:
+        return {}
+    return {"against_exact_cache": [{"request": r.request, "round": r.round, "logits": json_number(r.logits_error),
+                                     "pattern": [json_number(e) for e in r.pattern_error],
+                                     "kv": [json_number(e) for e in r.kv_error], "same_choice": r.same_choice}
+                                    for r in rows]}
+
+
+def diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
+    first = first_divergence(diffs)
+    return {
+        "inject": inject,
+        "agrees": first is None,
+        "first_divergence": None if first is None else first.step,
+        "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
+                       "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
+                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": d.mismatch or None} for d in diffs],
+    }
+
+
+def json_line(document) -> str:
+    """A document as one line of standard JSON, ±∞ as ±1e999 and NaN as null (engine.export.json_text)."""
+    return json_text(document)
+
+
+def outcome_lines(outcome: Outcome) -> list[str]:
+    e = outcome.expectation
+    note = f"  ({e.note})" if e.note else ""
+    if outcome.problem:
+        return [f"✗ {e.describe()}: {outcome.problem}{note}"]
+    mark = "✓" if outcome.passed else "✗"
+    return [f"{mark} {e.describe()}: {outcome.agreeing}/{len(outcome.cells)} cells agree{note}",
+            *(f"    row {cell.row_label}  col {cell.col_label}: printed {cell.printed}, computed {cell.computed:.6f}  "
+              f"(|Δ| {abs(cell.computed - cell.printed):.2g} > {cell.tolerance:.2g})"
+              for cell in outcome.cells if not cell.agrees)]
+
+
+def disagreement_lines(outcomes: list[Outcome]) -> list[str]:
+    lines = ["A table that disagrees prints numbers that do not follow from the scenario's inputs and weights "
+             "(computed here in float64); a table that agrees does."]
+    for outcome in outcomes:
+        e = outcome.expectation
+        verdict = "follows from the inputs" if outcome.passed else "does not follow from the inputs"
+        lines.append(f"  {verdict}: {e.describe()}" + (f"  ({e.note})" if e.note else ""))
+    return lines
+
+
+def outcome_json(outcome: Outcome) -> dict:
+    e = outcome.expectation
+    return {
+        "op": e.op, "request": e.request, "round": e.round, "head": e.head, "run": e.run, "note": e.note,
+        "agreeing": outcome.agreeing, "cells": len(outcome.cells), "problem": outcome.problem or None,
+        "disagreeing": [
+            {"row": c.row_label, "col": c.col_label, "printed": json_number(c.printed),
+             "computed": json_number(c.computed), "tolerance": c.tolerance}
+            for c in outcome.cells if not c.agrees
+        ],
+    }

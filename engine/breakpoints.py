@@ -16,9 +16,10 @@ A breakpoint is one or more conditions joined by `&`, each one of:
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ Condition = Callable[[OpState], bool]
 class Breakpoint:
     text: str
     conditions: tuple[Condition, ...]
+    names: tuple[str, ...] = ()  # its operator-name conditions
 
     def hits(self, state: OpState) -> bool:
         return all(condition(state) for condition in self.conditions)
@@ -52,7 +54,21 @@ def parse_breakpoint(text: str) -> Breakpoint:
     parts = [part.strip() for part in text.split("&")]
     if not all(parts):
         raise BreakpointError(f"breakpoint {text!r}: empty condition")
-    return Breakpoint(text, tuple(_condition(part, text) for part in parts))
+    names = tuple(part for part in parts if _is_name(part))
+    return Breakpoint(text, tuple(_condition(part, text) for part in parts), names)
+
+
+def _is_name(part: str) -> bool:
+    """A name glob or short name (`attn.pattern h1`, `unembed`), as opposed to a kind or a condition."""
+    return bool(re.fullmatch(r"[\w.*?\[\]-]+( h[\d*?]+)?", part)) and part not in (*KINDS, "nan", "inf")
+
+
+def misnamed(breakpoint: Breakpoint, operators: Iterable[OpState]) -> list[tuple[str, str | None]]:
+    """The breakpoint's names that no operator of `operators` has, each with the nearest name they do have."""
+    seen = list(operators)
+    known = {form for state in seen for form in (state.name, short_name(state), short_name(state).split(" h")[0])}
+    return [(name, next(iter(difflib.get_close_matches(name, sorted(known), n=1)), None))
+            for name in breakpoint.names if not any(name_matches(state, name) for state in seen)]
 
 
 def _condition(part: str, text: str) -> Condition:
@@ -78,7 +94,7 @@ def _condition(part: str, text: str) -> Condition:
         return _has_overflow
     if part in KINDS:
         return lambda s: s.kind == part
-    if re.fullmatch(r"[\w.*?\[\]]+( h[\d*?]+)?", part) and ("." in part or "*" in part or part.startswith("hook_")):
+    if _is_name(part):
         return lambda s: name_matches(s, part)
     raise BreakpointError(
         f"breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({', '.join(KINDS)}), "

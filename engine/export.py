@@ -3,7 +3,8 @@ layout of a whole generation (`run --save-activations`)."""
 
 from __future__ import annotations
 
-import math
+import json
+import re
 from collections.abc import Iterable
 
 import numpy as np
@@ -15,11 +16,21 @@ from engine.session import Session
 from engine.trace import OpState, RequestResult
 
 
-def json_number(x: float) -> float | str:
-    """JSON has no infinities: non-finite numbers become "-inf", "inf", "nan"."""
-    if math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+# JSON has no infinities: ±∞ are written 1e999 and -1e999, numbers too large for a double, which JSON readers
+# parse as ±∞ (Python's json, JavaScript's JSON.parse, serde_json's f64); NaN is written null.
+NON_FINITE = {"Infinity": "1e999", "-Infinity": "-1e999", "NaN": "null"}
+_LITERALS = re.compile(r'"(?:[^"\\]|\\.)*"|-?Infinity|NaN')  # a string, or a non-finite number outside one
+
+
+def json_number(x: float) -> float:
+    """A number for `json_text` (which writes the non-finite ones as NON_FINITE says)."""
+    return float(x)
+
+
+def json_text(document) -> str:
+    """`document` as standard JSON: ±∞ as ±1e999, NaN as null (NON_FINITE); text written as it is (UTF-8)."""
+    text = json.dumps(document, ensure_ascii=False)
+    return _LITERALS.sub(lambda match: NON_FINITE.get(match[0], match[0]), text)
 
 
 def record(state: OpState) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def test_run_json_document():
     assert set(record) == {"step", "request", "phase", "round", "name", "layer", "head", "rows", "cols", "values"}
     assert record["rows"] == ["0 · 我", "1 · 爱", "2 · 学习"]
     assert record["cols"] == ["k0 · 我", "k1 · 爱", "k2 · 学习"]
-    assert record["values"][0][1:] == ["-inf", "-inf"]
+    assert record["values"][0][1:] == [-math.inf, -math.inf]  # written -1e999: a number every JSON reader parses
     assert [r["step"] for r in doc["records"]] == list(range(len(doc["records"])))
 
 
@@ -83,7 +84,7 @@ def test_diff_json_names_the_first_divergence_of_an_injected_bug():
     assert (document["agrees"], document["inject"]) == (False, "chunk-mask")
     assert (first["request"], first["phase"], first["name"], first["head"]) == (0, "prefill",
                                                                               "blocks.0.attn.hook_attn_scores", 0)
-    assert first["max_abs"] == "inf" and not first["agrees"]  # a key the full run masks is read: −∞ against a number
+    assert first["max_abs"] == math.inf and not first["agrees"]  # a key the full run masks is read: −∞ against a number
 
 
 def test_a_file_argument_opens_the_tui(monkeypatch):
@@ -168,8 +169,8 @@ def test_run_break_that_never_hits_says_so():
 
 
 def test_a_bad_break_is_refused_before_loading():
-    result = invoke("run", "missing.yaml", "--break", "nosuchthing")
-    assert result.exit_code == 2 and result.stderr.startswith("tinyllm-tui: error: breakpoint 'nosuchthing': ")
+    result = invoke("run", "missing.yaml", "--break", "no such thing")
+    assert result.exit_code == 2 and result.stderr.startswith("tinyllm-tui: error: breakpoint 'no such thing': ")
 
 
 def test_a_misspelt_command_is_suggested():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def every_number_in_full(text: str, document: dict) -> None:
         if rec["name"] == "sample.hook_choice":
             continue
         for label, row in zip(rec["rows"], rec["values"]):
-            expected = ["−∞" if x == "-inf" else f"{x:.6f}".replace("-0.000000", "0.000000") for x in row]
+            expected = ["−∞" if x == -math.inf else f"{x:.6f}".replace("-0.000000", "0.000000") for x in row]
             assert any(line.split()[-len(row):] == expected and line.lstrip().startswith(label.split()[0])
                        for line in lines), (rec["name"], label)
 
@@ -134,3 +135,13 @@ def test_the_readmes_at_size_commands_run_as_written(tmp_path):
     result = invoke("run", *args, "--json")  # `run` takes what `open` takes: the TUI is not started here
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["dtype"] == "float32"
+
+
+def test_every_readme_command_runs_from_the_venv_its_first_command_made():
+    """Issue 27 defect 9: the real-model commands used a bare `tinyllm-tui`, which is not on PATH after the
+    README's first command (it installs into .venv)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)  # every fenced block, its info string first
+    lines = [line for kind, block in blocks if kind in ("", "sh", "bash") for line in block.splitlines()]
+    assert any(line.startswith(".venv/bin/tinyllm-tui ") for line in lines)
+    assert not [line for line in lines if re.match(r"(\S+ && )*tinyllm-tui\b", line)]

@@ -133,7 +133,7 @@ async def test_saves_stay_in_the_session_folder_and_are_offered_as_downloads(ser
         await learner.wait_for("n Step")
         await learner.press("p")
         await learner.wait_for("[:,:]=")
-        await learner.type("hook_embed[:,:]=0")  # the line starts selected: typing replaces it
+        await learner.type("0")  # the line starts with the operator's `hook_embed[:,:]=`: what is typed follows it
         await learner.press("enter")
         await learner.wait_for("intervention")
         await learner.press("W")

@@ -4,10 +4,10 @@ a search prompt that keeps what is typed, the footer and the lists at small size
 from __future__ import annotations
 
 import numpy as np
-from conftest import X01
+from conftest import SCENARIOS, X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
-from tui_helpers import long_scenario, make_app, screen_text, settle, status
+from tui_helpers import long_scenario, make_app, matrix_cells, screen_text, settle, state, status
 
 from engine import Session, load_scenario
 from tinyllm_tui.tui.app import DebuggerApp
@@ -128,3 +128,136 @@ async def test_g_keeps_its_prompt_open_on_a_condition_b_refuses():
         said_by_g = str(app.screen.query_one("#prompt-error").render())
         await pilot.press("escape", "B", *"abs>", "enter")
         assert said_by_g == str(app.screen.query_one("#prompt-error").render()) and "abs>" in said_by_g
+
+
+async def test_the_intervention_prompt_starts_with_the_operator_and_what_is_typed_follows_it():
+    """Issue 27 defect 2: `p` pre-filled the spec selected, so the value typed replaced it."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n", "n", "p")
+        await pilot.pause()
+        await pilot.press("0")
+        typed = app.screen.query_one("Input").value
+        assert typed == f"{state(app).name}[:,:]=0"
+
+
+async def test_keys_beyond_the_queue_are_counted_and_said_once_it_has_drained():
+    """Issue 27 defect 4: 200 quick `n` stopped at step 50 without a word about the keys dropped."""
+    from tinyllm_tui.tui.main_screen import QUEUED
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        for _ in range(30):  # at once, on the UI thread: one runs, QUEUED wait, the rest find the queue full
+            app.main.action_step()
+        while app.runner.running or app.main._queued:
+            await settle(pilot)
+        dropped = 30 - 1 - QUEUED
+        assert state(app).step == 1 + QUEUED
+        assert f"{dropped} keys dropped: pressed while {QUEUED} already waited" in status(app)
+
+
+async def test_b_on_one_heads_operator_breaks_on_that_head_only():
+    """Issue 27 defect 9: `b` on `attn.pattern h0` set the breakpoint on every head's pattern."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        step = next(s.step for s in app.debugger.view.round_states if s.name.endswith("hook_pattern") and s.head == 0)
+        app.debugger.goto_step(step)
+        app.main.show()
+        await pilot.pause()
+        await pilot.press("b")
+        (breakpoint,) = app.debugger.breakpoints
+        hit = [(s.name, s.head) for s in app.debugger.view.round_states if breakpoint.hits(s)]
+        assert hit == [("blocks.0.attn.hook_pattern", 0)]
+
+
+async def test_an_encoder_shows_no_kv_cache_it_does_not_keep():
+    """Issue 27 defect 9: BERT got a KV-cache panel, a KV tab and a "(K/V cached)" legend, and keeps no cache."""
+    app = make_app(SCENARIOS / "encoder004.yaml")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        text = screen_text(app)
+        assert "KV cache" not in text and "KV · " not in text and "K/V cached" not in text and "cache 0" not in text
+        assert "✓ processed  ▶ being fed" in text
+        await pilot.press("k")
+        assert "keeps no KV cache" in status(app)
+
+
+async def test_the_weights_browser_names_the_parameter_once_and_summarises_no_row():
+    """Issue 27 defect 9: the title was printed twice, and a 'last position' summary meant nothing for a weight."""
+    app = make_app()
+    async with app.run_test(size=(64, 24)) as pilot:  # not every column fits: the old summary line showed
+        await pilot.press("w")
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        name = next(iter(app.debugger.weights))
+        assert sum(f"{name} · " in line for line in lines) == 1
+        assert not any(": min " in line and " mean " in line for line in lines)
+
+
+def perturbed_dump(tmp_path):
+    """X01's own activations with one cell of decode 1's head-0 z moved by 0.01: your implementation's bug."""
+    from typer.testing import CliRunner
+
+    from engine.compare.dump import load_dump
+    from tinyllm_tui.cli import app
+
+    reference = tmp_path / "ref.npz"
+    CliRunner().invoke(app, ["run", str(X01), "--save-activations", str(reference)])
+    arrays = dict(np.load(reference))
+    key = "request.0.decode.1.blocks.0.attn.hook_z"
+    arrays[key] = arrays[key].copy()
+    arrays[key].flat[1] += 0.01
+    np.savez(tmp_path / "mine.npz", **arrays)
+    return load_dump(tmp_path / "mine.npz"), float(arrays[key].flat[1])
+
+
+async def test_g_diverged_says_the_values_first_and_v_shows_the_dumps_own(tmp_path):
+    """Issue 27 defect 5: the status line cut the reference and dump values, and the dump's values showed nowhere."""
+    dump, theirs = perturbed_dump(tmp_path)
+    app = make_app(against=(dump, None, None))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("g", *"diverged", "enter")
+        await settle(pilot)
+        words = status(app)
+        assert f"first divergence: reference {theirs - 0.01!r}, dump {theirs!r} (|Δ| 1.000e-02" in words
+        cell = lambda: matrix_cells(app)[0][2]  # noqa: E731 (row 3 · 爱, column f1: the cell that differs)
+        assert cell() == f"✗{theirs - 0.01:.6f}"
+        await pilot.press("v")
+        assert cell() == f"✗{theirs:.6f}" and "showing your dump's values" in status(app)
+
+
+async def test_at_160_columns_a_faults_description_and_the_stale_cache_note_read_whole():
+    """Issue 27 defect 5: I's description, the KV panel's title and the stale-cache note were cut at 160 columns."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("g", *"40", "enter")
+        await settle(pilot)
+        app.main.action_cycle_injection()
+        await settle(pilot)
+        while app.debugger.inject != "stale-cache":
+            app.main.action_cycle_injection()
+            await settle(pilot)
+        text = screen_text(app)
+        flat = " ".join(line.strip() for line in text.splitlines())
+        assert "decode reuses a prefix cache computed with other weights (every weight ×1.1)" in flat
+        assert "⚠ stale: old weights, r recomputes" in flat and "…" not in text.splitlines()[0]
+
+
+async def test_v_after_an_edit_shows_the_earlier_values_under_the_earlier_runs_labels():
+    """Issue 27 defect 7: an edit that changed the token fed showed the old values under the new run's labels."""
+    from engine.loading.edits import FillEdit
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.debugger.goto_step(40)  # decode 1's hook_z: row 3 is the token the prefill chose
+        app.debugger.apply(FillEdit("blocks.0.attn.wq", "zeros"))  # the prefill now chooses 学习, not 爱
+        app.main.show()
+        await pilot.pause()
+        assert matrix_cells(app)[0][0] == "3 · 学习"
+        await pilot.press("v")
+        assert matrix_cells(app)[0][0] == "3 · 爱"  # the values of the run that fed 爱, under its label
+        assert app.debugger.frame.matrix.before is not None

@@ -12,7 +12,6 @@ import dataclasses
 import difflib
 import functools
 import inspect
-import json
 import os
 import sys
 import warnings
@@ -34,8 +33,8 @@ from tinyllm_tui.debugger.standalone import gradcheck as check_gradient
 from tinyllm_tui.debugger.standalone import read_dump
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, diff_line, disagreement_lines,
-                                              exact_json, outcome_json, outcome_lines, state_text, state_without_text,
-                                              without_text)
+                                              exact_json, json_line, outcome_json, outcome_lines, state_text,
+                                              state_without_text, without_text)
 from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
                                                 request_results, token_text, where)
 from tinyllm_tui.tui.i18n import tr  # the catalogue's English: the faults' descriptions
@@ -260,13 +259,15 @@ def open_tui(
     # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
     ready = None if _on_a_terminal() else opened()
     try:
-        launch(Loading(str(path), opened if ready is None else lambda: ready), array_backend, lang=lang,
-               inject=options.inject, against=dump)
+        status = launch(Loading(str(path), opened if ready is None else lambda: ready), array_backend, lang=lang,
+                        inject=options.inject, against=dump)
     except BaseException as error:
         if not cancelled(error):
             raise
         print("tinyllm-tui: loading cancelled", file=sys.stderr)
         raise typer.Exit(EXIT_CANCELLED) from None
+    if status:  # the app crashed: its traceback is on the terminal, and a script must see the failure
+        raise typer.Exit(status)
 
 
 RUN_HELP = f"""Print every operator's labelled table in execution order, as it is computed.
@@ -295,6 +296,7 @@ def run(
     *, options: Options,
 ) -> None:
     debugger = _debugger(file, options)
+    _warn_misnamed(debugger)
     trace = debugger.trace(save)
     if lens:
         _print_lens(debugger.scenario, trace, as_json, top_k)
@@ -355,6 +357,13 @@ def _print_lens(scenario, trace, as_json: bool, top_k: int) -> None:
     else:
         print(request_results(trace.results, scenario.vocab))
     _warn_unused(trace)
+
+
+def _warn_misnamed(debugger: Debugger) -> None:
+    """A breakpoint's operator name that no operator has."""
+    for text, name, near in debugger.misnamed_breakpoints():
+        hint = f" (did you mean {near!r}?)" if near else ""
+        print(f"tinyllm-tui: warning: breakpoint {text!r}: no operator is named {name!r}{hint}", file=sys.stderr)
 
 
 def _warn_unused(trace) -> None:
@@ -466,8 +475,7 @@ def _check_against(debugger: Debugger, file: Path, llama_cpp: bool, as_json: boo
 
 
 def _print_json(document) -> None:
-    json.dump(document, sys.stdout, ensure_ascii=False)
-    sys.stdout.write("\n")
+    sys.stdout.write(json_line(document) + "\n")
 
 
 @app.command()

@@ -83,11 +83,20 @@ class OpAgreement:
         return self.index is None and not self.where
 
     def cell_text(self, requests: int = 1) -> str:
-        """`pass · operator · cell` of the first disagreeing cell."""
+        """`pass · operator · cell` of the first disagreeing cell, then its values."""
+        values = self.values_text()
+        return f"{self.place_text(requests)}: {values}" if values else self.place_text(requests)
+
+    def place_text(self, requests: int = 1) -> str:
+        """`pass · operator · cell (its labels)`, or why the arrays could not be compared."""
         place = f"{self.key.label(requests)} · {self.key.name}"  # the head is among the cell's labels
+        return f"{place} · {self.where}" if self.index is None else f"{place} · {list(self.index)} ({self.where})"
+
+    def values_text(self) -> str:
+        """`reference 0.25, dump 0.5 (|Δ| 2.500e-01 > 1e-09 + 1e-09·|ref|, float32)`; "" without a cell."""
         if self.index is None:
-            return f"{place} · {self.where}"
-        return (f"{place} · {list(self.index)} ({self.where}): reference {self.ours!r}, dump {self.theirs!r} "
+            return ""
+        return (f"reference {self.ours!r}, dump {self.theirs!r} "
                 f"(|Δ| {abs(self.ours - self.theirs):.3e} > {self.tolerance.describe()}, {self.dtype})")
 
 

@@ -24,11 +24,18 @@ from engine.scenario import Scenario
 from engine.session import Session, StaleFrom
 from engine.labels import Axis
 from engine.spec import Mode
-from engine.trace import OpState, Phase
+from engine.trace import OpKind, OpState, Phase
 
 Reader = Callable[[Iterable[OpState]], Iterable[OpState]]  # how a comparison reads a stream (cancellable)
 
 TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
+# A batch against each request alone: the same sums in another order (BLAS blocks a [2, T, d] product otherwise
+# than a [T, d] one), so each block the stream has passed may move a value by a rounding step of the largest
+# magnitude it holds (SmolLM2's residual reaches 3e4, whose step is 7.3e-12). Measured on SmolLM2: at most 0.5
+# steps per block; RELATIVE_STEPS leaves room for other checkpoints.
+RELATIVE_STEPS = 4
+BATCH_RULE = (f"the dtype's tolerance (1e-12 in float64) + {RELATIVE_STEPS}·(blocks passed + 1)·ε·max|value| "
+              "(ε: the dtype's rounding step; token ids exactly)")
 
 Key = tuple[int, int, str, int | None, int | None]
 
@@ -42,8 +49,9 @@ class OpDiff:
     name: str
     layer: int | None
     head: int | None
-    max_abs: float
+    max_abs: float  # inf where the runs' rows or key columns do not meet (`mismatch` says how)
     tolerance: float = TOLERANCE
+    mismatch: str = ""  # "4×7 at positions 3–6, the reference 4×4 at positions 0–3": nothing to subtract
 
     @property
     def agrees(self) -> bool:
@@ -56,15 +64,25 @@ def tolerance_for(dtype) -> float:
     return TOLERANCE * float(np.finfo(dtype).eps / np.finfo(np.float64).eps)
 
 
+def batch_tolerance(dtype, depth: int, scale: float) -> float:
+    """A batch against each request alone: |Δ| ≤ tolerance_for(dtype) + RELATIVE_STEPS · (depth + 1) · ε · scale
+    (BATCH_RULE),
+    where depth is how many blocks the pass has run through at this operator and scale the largest finite
+    |value| of the operator in the request run alone."""
+    return tolerance_for(dtype) + RELATIVE_STEPS * (depth + 1) * float(np.finfo(dtype).eps) * scale
+
+
 def op_key(state: OpState) -> Key:
     return (state.request, state.round, state.name, state.layer, state.head)
 
 
-def diff_runs(cached: Iterable[OpState], full: Iterable[OpState], shift: Sequence[int] = ()) -> list[OpDiff]:
+def diff_runs(cached: Iterable[OpState], full: Iterable[OpState], shift: Sequence[int] = (),
+              relative: bool = False) -> list[OpDiff]:
     """Largest |cached − full| per operator of every round, in the cached run's order.
 
     Both runs are read round by round in step, so only one round of the reference is held.
     shift: each request's left padding in the cached run (its rows before it have no counterpart).
+    relative: each operator's tolerance follows its magnitude and depth (batch_tolerance), else tolerance_for.
     """
     worst: dict[Key, OpDiff] = {}
     full_rounds = itertools.groupby(full, key=_round_key)
@@ -73,7 +91,7 @@ def diff_runs(cached: Iterable[OpState], full: Iterable[OpState], shift: Sequenc
         while current is not None and current[0] < round_key:  # a round only the full run has
             current = next(full_rounds, None)
         reference = _reference(current[1]) if current is not None and current[0] == round_key else {}
-        _compare_round(states, reference, worst, shift[round_key[0]] if shift else 0)
+        _compare_round(states, reference, worst, shift[round_key[0]] if shift else 0, relative)
     return list(worst.values())
 
 
@@ -81,29 +99,62 @@ def _round_key(state: OpState) -> tuple[int, int]:
     return state.request, state.round
 
 
-def _reference(states: Iterable[OpState]) -> dict[tuple, tuple[Sequence, np.ndarray]]:
+def _reference(states: Iterable[OpState]) -> dict[tuple, tuple]:
+    """(operator key, position) -> (column ids, row); operator key -> (positions, shape), to word a mismatch."""
     reference = {}
     for state in states:
         values, cols = to_host(state.values), _column_ids(state, 0)
         for i, position in enumerate(state.positions):
             reference[(*op_key(state), position)] = (cols, values[i])
+        reference[op_key(state)] = (state.positions, values.shape)
     return reference
 
 
-def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, OpDiff], shift: int) -> None:
+def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, OpDiff], shift: int,
+                   relative: bool) -> None:
+    depth = 0  # blocks the pass has run through
     for state in states:
         values, cols = to_host(state.values), _column_ids(state, shift)
-        largest = max(
-            (_row_diff(cols, values[i], reference.get((*op_key(state), position - shift)))
-             for i, position in enumerate(state.positions) if position >= shift),
-            default=0.0,
-        )
+        expected = [(values[i], reference.get((*op_key(state), position - shift)))
+                    for i, position in enumerate(state.positions) if position >= shift]
+        gaps = [_row_diff(cols, row, found) for row, found in expected]
+        largest = max((gap for gap, _ in gaps), default=0.0)
+        mismatch = _mismatch(state, values.shape, shift, reference) if any(apart for _, apart in gaps) else ""
+        depth = depth if state.layer is None else state.layer + 1
+        tolerance = (batch_tolerance(values.dtype, depth, _scale(found for _, found in expected))
+                     if relative and state.kind != OpKind.CHOICE else tolerance_for(values.dtype))  # ids: exact
         key = op_key(state)
         step = state.step
         if key in worst and worst[key].max_abs >= largest:  # a chunked prefill runs it once per chunk:
-            largest, step = worst[key].max_abs, worst[key].step  # keep the chunk that differs most
+            largest, step, mismatch = worst[key].max_abs, worst[key].step, worst[key].mismatch  # keep the worst chunk
         worst[key] = OpDiff(step, state.request, state.phase, state.round, state.name, state.layer, state.head, largest,
-                            tolerance_for(values.dtype))
+                            tolerance, mismatch)
+
+
+def _mismatch(state: OpState, shape: tuple[int, ...], shift: int, reference: dict) -> str:
+    """How an operator's rows or key columns fail to meet the reference's."""
+    compared = [p - shift for p in state.positions if p >= shift]  # a batch row's padding has no counterpart
+    mine = f"{len(compared)}×{shape[1]} at positions {_span(compared)}"
+    found = reference.get(op_key(state))
+    if found is None:
+        return f"{mine}, none in the reference"
+    positions, theirs = found
+    if compared == list(positions):
+        return f"{mine}: key columns of one run only are not masked (the reference {'×'.join(map(str, theirs))})"
+    return f"{mine}, the reference {'×'.join(map(str, theirs))} at positions {_span(positions)}"
+
+
+def _span(positions: Sequence[int]) -> str:
+    """`3–6` for consecutive positions, else `0, 2, 5`."""
+    if len(positions) > 1 and list(positions) == list(range(positions[0], positions[-1] + 1)):
+        return f"{positions[0]}–{positions[-1]}"
+    return ", ".join(map(str, positions))
+
+
+def _scale(rows: Iterable) -> float:
+    """The largest finite |value| of the reference rows found."""
+    finite = [np.abs(row[np.isfinite(row)]) for _, row in (found for found in rows if found is not None)]
+    return float(max((np.max(row, initial=0.0) for row in finite), default=0.0))
 
 
 def diff_scenario(scenario: Scenario, backend: Backend | None = None, inject: str | None = None,
@@ -128,8 +179,9 @@ def alone(scenario: Scenario, backend: Backend | None = None) -> Session:
 def diff_sessions(cached: Session, reference: Session, read: Reader = iter) -> list[OpDiff]:
     """Two sessions' runs, each read through `read` (a cancellable wrapper); a batch is regrouped request by
     request, and shifted by its padding to meet a reference that is not a batch."""
-    shift = cached.padding if cached.scenario.batch and not reference.scenario.batch else ()
-    return diff_runs(_by_request(cached, read), _by_request(reference, read), shift)
+    alone_ = cached.scenario.batch and not reference.scenario.batch
+    shift = cached.padding if alone_ else ()
+    return diff_runs(_by_request(cached, read), _by_request(reference, read), shift, relative=alone_)
 
 
 def _by_request(session: Session, read) -> Iterable[OpState]:
@@ -151,9 +203,10 @@ def _column_ids(state: OpState, shift: int) -> Sequence:
     return ids if isinstance(ids, range) else tuple(zip((p - shift for p in axis.positions), ids))
 
 
-def _row_diff(cols: Sequence, row: np.ndarray, expected) -> float:
+def _row_diff(cols: Sequence, row: np.ndarray, expected) -> tuple[float, bool]:
+    """The row's largest |Δ|, and whether the row or its key columns have no counterpart (|Δ| is then inf)."""
     if expected is None:
-        return math.inf
+        return math.inf, True
     expected_cols, expected_row = expected
     if cols == expected_cols:
         a, b = row, expected_row
@@ -165,10 +218,10 @@ def _row_diff(cols: Sequence, row: np.ndarray, expected) -> float:
         only += [expected_row[j] for j in range(len(expected_cols)) if j not in matched]
         extra = np.asarray(only, dtype=row.dtype)
         if not np.all((extra == 0) | np.isneginf(extra)):
-            return math.inf
+            return math.inf, True
         a = row[[i for i, _ in shared]]
         b = expected_row[[j for _, j in shared]]
     same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities subtract to nan
     with np.errstate(invalid="ignore"):
         gaps = np.where(same, 0.0, np.abs(a - b))
-    return float(np.max(gaps, initial=0.0))
+    return float(np.max(gaps, initial=0.0)), False

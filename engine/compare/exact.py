@@ -32,9 +32,10 @@ class RoundError:
 
     def describe(self) -> str:
         patterns = " ".join(f"{e:.3e}" for e in self.pattern_error)
-        kv = " ".join(f"{e:.3e}/{m:.3e}" for e, m in zip(self.kv_error, self.kv_scale))
+        kv = " ".join(f"{e:.3e}" for e in self.kv_error)
+        scale = " ".join(f"{m:.3e}" for m in self.kv_scale)
         return (f"request {self.request} round {self.round}: logits {self.logits_error:.3e} · pattern per layer "
-                f"{patterns} · K/V per layer {kv}")
+                f"{patterns} · K/V per layer {kv} (largest |K|, |V| per layer {scale})")
 
 
 def against_exact(scenario: Scenario, backend: Backend | None = None) -> list[RoundError]:

@@ -32,6 +32,11 @@ def batch_group(state_at: Callable[[int], OpState | None], state: OpState) -> tu
     return tuple(state_at(step) for step in range(first, last + 1))
 
 
+def same_operator(a: OpState | None, b: OpState | None) -> bool:
+    """Two rows' states of one operator of a batch (a move passes over them: they are one matrix)."""
+    return a is not None and b is not None and a.batch is not None and _operator(a) == _operator(b)
+
+
 def _operator(state: OpState | None) -> tuple | None:
     return None if state is None else (state.name, state.layer, state.head, state.round, state.chunk)
 

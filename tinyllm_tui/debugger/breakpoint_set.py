@@ -6,28 +6,20 @@ breakpoints may be added and removed meanwhile. A text that cannot be understood
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 
-from engine.breakpoints import Breakpoint, BreakpointError, name_matches, parse_breakpoint
+from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
 from engine.trace import OpState
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Reason, Refused,
                                           Result)
 
-BARE_WORD = re.compile(r"[\w.*?\[\]-]+")  # a name `g` may look for although a breakpoint refuses it
 JUDGED = 4096  # steps whose hits are remembered before the memory starts again
 
 
 def matcher(text: str) -> Callable[[OpState], bool]:
-    """What `g`/`G` look for: anything a breakpoint accepts (glob, kind, field=value, …), or a bare short
-    name as the operator list shows it (`unembed` finds `unembed.out`). Raises BreakpointError for a
-    condition that a breakpoint refuses too (`abs>`)."""
-    try:
-        return parse_breakpoint(text).hits
-    except BreakpointError:
-        if not BARE_WORD.fullmatch(text):
-            raise
-        return lambda state: name_matches(state, text)
+    """What `g`/`G` look for: what a breakpoint accepts (glob, short name or its first parts, kind,
+    field=value, …). Raises BreakpointError for what a breakpoint refuses too (`abs>`)."""
+    return parse_breakpoint(text).hits
 
 
 class BreakpointSet:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, make_backend, to_host
-from engine.breakpoints import Breakpoint, BreakpointError
+from engine.breakpoints import Breakpoint, BreakpointError, misnamed
 from engine.compare.against import Against, Report, disagreement
 from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
@@ -38,7 +38,7 @@ from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Inte
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import Weights
-from tinyllm_tui.debugger.batch import batch_group, stacked
+from tinyllm_tui.debugger.batch import batch_group, same_operator, stacked
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
 from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
@@ -238,6 +238,12 @@ class Debugger:
     def breakpoints(self) -> tuple[Breakpoint, ...]:
         return self.breaks.all
 
+    def misnamed_breakpoints(self) -> list[tuple[str, str, str | None]]:
+        """(breakpoint, name, the nearest operator name or None) for each name no operator has (every round
+        runs the first round's operators)."""
+        states = self.history.round_states()
+        return [(b.text, name, near) for b in self.breakpoints for name, near in misnamed(b, states)]
+
     def _publish(self, ahead: bool = True) -> None:
         """Build the view and the frame of where the history stands (in the owner's thread) and publish them.
         `ahead` False: the operator list holds the round's operators computed so far, nothing more.
@@ -279,15 +285,21 @@ class Debugger:
     def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
         """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
         values = to_host(state.values)
-        before = self.before(state)
+        earlier = self._earlier(state)
+        before = None if earlier is None else to_host(earlier.values)
         vocab = self.scenario.vocab
         verdicts = self._verdicts(state, values, before)
         rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
-        if len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1:
+        stacks = len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1
+        if stacks:
             values, rows, cols = stacked(batch)
         tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
-        return matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
-                            verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
+        matrix = matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
+                              verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
+        if earlier is not None:  # its values under its own labels: an edit may have changed the tokens fed
+            return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis),
+                           cols_before=lazy_labels(earlier.output.col_axis))
+        return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
 
     def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:
         """Cell by cell: the user's dump (every cell), or the printed cells of an expect: table."""
@@ -301,7 +313,7 @@ class Debugger:
                     return ~disagreement(np.asarray(shown, dtype=np.float64), wanted, tolerance)[1]
 
                 return Verdicts(VerdictSource.DUMP, np.ones(values.shape, bool), agree(values),
-                                None if before is None else agree(before), tolerance.describe())
+                                None if before is None else agree(before), tolerance.describe(), wanted)
         cells = self.verdicts(state)
         if not cells:
             return None
@@ -336,13 +348,23 @@ class Debugger:
 
     @owning
     def step(self) -> Result:
-        moved = self.history.forward()
+        """To the next operator: in a batch, to its last row's state, every row having been through it (the rows
+        are its matrix's batch axis)."""
+        history, start = self.history, self.history.current
+        moved = history.forward()
+        while moved and same_operator(history.current, start):
+            moved = history.forward()
+        while moved and same_operator(history.state_at(history.cursor + 1), history.current):
+            moved = history.forward()
         self._publish()
         return Moved(self.frame.step) if moved else self.end_of_trace()
 
     @owning
     def back(self) -> Result:
-        moved = self.history.back()
+        """To the previous operator: in a batch, to its last row's state."""
+        history = self.history
+        history.goto(batch_group(history.state_at, history.current)[0].step)
+        moved = history.back()
         self._publish()
         return Moved(self.frame.step) if moved else Refused(Reason.FIRST_STEP)
 
@@ -640,11 +662,14 @@ class Debugger:
 
     def before(self, state: OpState) -> np.ndarray | None:
         """`state`'s values before the last edit, when that run had the same operator there."""
-        if self.previous is None or self.previous.state_at(state.step) is None:
-            return None
-        earlier = self.previous.state_at(state.step)
-        same = earlier.name == state.name and earlier.values.shape == state.values.shape
-        return to_host(earlier.values) if same else None
+        earlier = self._earlier(state)
+        return None if earlier is None else to_host(earlier.values)
+
+    def _earlier(self, state: OpState) -> OpState | None:
+        """`state`'s operator in the run before the last edit (None: that run had another there)."""
+        earlier = None if self.previous is None else self.previous.state_at(state.step)
+        same = earlier is not None and earlier.name == state.name and earlier.values.shape == state.values.shape
+        return earlier if same else None
 
     def readers(self, name: str) -> list[str]:
         """The operators of the current round that read parameter `name`."""
@@ -726,7 +751,7 @@ class Debugger:
             self._publish()
             return Diverged(None, "")
         self._goto(first.step)
-        return Diverged(first.step, first.cell_text(len(self.scenario.requests)))
+        return Diverged(first.step, first.place_text(len(self.scenario.requests)), first.values_text())
 
     def accept_outcomes(self, scenario: Scenario, outcomes: list[Outcome]) -> bool:
         """Keep the outcomes unless an edit has outran them; the frame shows them at once, or after the

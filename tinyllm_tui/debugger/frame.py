@@ -73,6 +73,7 @@ class Verdicts:
     agrees: np.ndarray  # bool: the current values agree
     agrees_before: np.ndarray | None  # bool: the values before the last edit agree
     tolerance: str  # as the comparison words it: "1e-09", "1e-05 + 1e-05·|ref|"
+    theirs: np.ndarray | None = None  # a --against dump's own values of the matrix (`v` shows them)
 
     @property
     def count(self) -> int:
@@ -112,6 +113,9 @@ class MatrixFrame:
     newest_first: bool = False  # open the window on the last rows (a KV cache's newest positions)
     new_from: int | None = None  # rows from here on were appended this round (a KV cache)
     differing: frozenset[int] = frozenset()  # rows that differ from a --against dump (a KV cache)
+    batch_rows: tuple[int, ...] = ()  # the requests whose rows are stacked (a batch's operator: its batch axis)
+    rows_before: Sequence[str] | None = None  # the labels of `before`: the earlier run's (its tokens may differ)
+    cols_before: Sequence[str] | None = None
 
     @property
     def sequential(self) -> bool:

@@ -10,20 +10,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.analysis import Attribution, LensRow, Pass, attribution, logit_lens, passes
+from engine.analysis import AnalysisError, Attribution, LensRow, Pass, attribution, logit_lens, passes
 from engine.backend import to_host
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
 from engine.layers.moe_ffn import route
 from engine.model import Transformer
 from engine.trace import OpState
+from tinyllm_tui.debugger.results import Reason, Refused
 
 
-def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3) -> tuple[Pass, list[LensRow],
-                                                                                   Attribution | None]:
-    """The lens of the round `states` belong to, and the chosen token's attribution once it is chosen."""
+def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3
+               ) -> tuple[Pass, list[LensRow], Attribution | None] | Refused:
+    """The lens of the round `states` belong to, and the chosen token's attribution once it is chosen;
+    refused, with the reason `run --lens` gives, for a model without one (an encoder, a post-norm model)."""
     run = next(passes(states))
-    return (run, *pass_lens(model, run, k))
+    try:
+        return (run, *pass_lens(model, run, k))
+    except AnalysisError as error:
+        return Refused(Reason.NO_LENS, (str(error),))
 
 
 def pass_lens(model: Transformer, run: Pass, k: int) -> tuple[list[LensRow], Attribution | None]:

@@ -26,6 +26,7 @@ class Reason(StrEnum):
     NOTHING_TO_SAVE = "nothing_to_save"
     NO_CACHE = "no_cache"
     NO_DUMP = "no_dump"  # `g diverged` without --against
+    NO_LENS = "no_lens"  # args: (the engine's reason: an encoder, a post-norm model,)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ class Diverged:
     """`g diverged`: the first step where your activations leave the reference (None: they agree everywhere)."""
 
     step: int | None
-    where: str  # the engine's description of the first cell that differs
+    where: str  # the engine's description of the first cell that differs (pass, operator, cell, labels)
+    values: str = ""  # its reference and dump values and |Δ|: the point of the search, worded first
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tinyllm_tui.presentation.numbers import display_width, fit_cells, left_aligned
+
 SHADES = " ░▒▓█"  # probability 0 … 1, in five steps
 GAP = 2  # columns between two heat maps
 GUTTER = 2  # the query labels' column on the left
@@ -18,6 +20,19 @@ def shade(probability: float) -> str:
     if not probability > 0:
         return SHADES[0]
     return SHADES[min(len(SHADES) - 1, 1 + int(probability * (len(SHADES) - 1)))]
+
+
+def key_width(keys: list[str]) -> int:
+    """Display cells per key: 2 where a key's label begins with a wide character (学), so that labels and
+    shades stay in their columns; else 1."""
+    return 2 if any(display_width(label[:1]) > 1 for label in keys) else 1
+
+
+def head_width(patterns: list[np.ndarray], keys: list[str], width: int) -> tuple[int, int]:
+    """How many key columns each heat map shows within `width`, and the cells one takes with the gap after it."""
+    cell = key_width(keys)
+    cols = min(patterns[0].shape[1], max((width - GUTTER - 4) // cell, 1))
+    return cols, max(cols * cell, 4) + GAP
 
 
 def glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, height: int,
@@ -35,16 +50,16 @@ def glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, hei
         return []
     queries, count = patterns[0].shape
     rows = min(queries, max(height - 3, 1))  # a title line, the key labels, the window line
-    cols = min(count, max(width - GUTTER - 4, 1))
-    per = max(cols, 4) + GAP
+    cell = key_width(keys)
+    cols, per = head_width(patterns, keys, width)
     shown = range(first_head, min(len(patterns), first_head + max((width - GUTTER) // per, 1)))
     lines = [" " * GUTTER + "".join(f"{('▸' if head == selected else ' ') + f'h{head}':<{per}}" for head in shown)]
     for row in range(rows):
         label = keys[count - rows + row] if count - rows + row < len(keys) else " "  # a query at its key's position
-        lines.append(f"{label:<{GUTTER}}" + "".join(
-            f"{''.join(shade(float(p)) for p in patterns[head][-rows + row, -cols:]):<{per}}" for head in shown))
-    labels = "".join((label or " ")[0] for label in keys[count - cols:count])
-    lines.append(" " * GUTTER + "".join(f"{labels:<{per}}" for _ in shown))
+        lines.append(left_aligned(fit_cells(label[:1] or " ", GUTTER), GUTTER) + "".join(
+            f"{''.join(shade(float(p)) * cell for p in patterns[head][-rows + row, -cols:]):<{per}}" for head in shown))
+    labels = "".join(left_aligned((label or " ")[:1], cell) for label in keys[count - cols:count])
+    lines.append(" " * GUTTER + "".join(left_aligned(labels, per) for _ in shown))
     lines.append(f"heads {shown.start}–{shown.stop - 1} of {len(patterns)} · last {rows} of {queries} queries, "
                  f"{cols} of {count} keys")
-    return [line.rstrip()[:width] for line in lines]
+    return [fit_cells(line.rstrip(), width) for line in lines]

@@ -6,18 +6,19 @@ from engine.analysis import Attribution, LensRow, Pass
 from engine.export import json_number
 from engine.interventions import pass_name
 from engine.spec import Vocab
+from tinyllm_tui.presentation.numbers import fit_cells, left_aligned
 
 CELL = 14  # a lens cell: a token's text cut to fit, and its probability
 
 
 def short_token(vocab: Vocab, token: int, width: int = CELL - 5) -> str:
-    """A token's text on one line, cut to `width` characters (… marks a cut)."""
-    text = vocab.tokens[token].replace("\n", "\\n").replace(" ", "␣")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """A token's text on one line, cut to `width` display cells (… marks a cut; 学 is two cells)."""
+    return fit_cells(vocab.tokens[token].replace("\n", "\\n").replace(" ", "␣"), width)
 
 
 def lens_cell(vocab: Vocab, token: int, probability: float) -> str:
-    return f"{short_token(vocab, token)} {probability:.2f}"[:CELL]
+    """The token and its probability, padded to CELL display cells."""
+    return left_aligned(f"{short_token(vocab, token)} {probability:.2f}", CELL)
 
 
 def short_hook(hook: str) -> str:
@@ -33,16 +34,17 @@ def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: 
     total = rows[0].top.shape[0] if rows else 0
     shown = range(first, total if count is None else min(total, first + count))
     label = max((len(short_hook(r.hook)) for r in rows), default=0)
-    lines = [" " * label + "  " + " ".join(f"{f'{run.first + i}·' + short_token(vocab, context[run.first + i], CELL - 3):<{CELL}}"
+    lines = [" " * label + "  " + " ".join(left_aligned(f"{run.first + i}·" + short_token(vocab, context[run.first + i],
+                                                                                        CELL - 3), CELL)
                                               for i in shown)]
     for row in rows:
         cells = (lens_cell(vocab, int(row.top[i, 0]), float(row.probs[i, 0])) for i in shown)
-        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(f"{c:<{CELL}}" for c in cells))
+        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(cells))
     lines.append(f"top {rows[0].top.shape[1] if rows else 0} at position {run.first + total - 1}:")
     for row in rows:
         cells = (lens_cell(vocab, int(t), float(p)) for t, p in zip(row.top[-1], row.probs[-1]))
-        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(f"{c:<{CELL}}" for c in cells))
-    return lines
+        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(cells))
+    return [line.rstrip() for line in lines]
 
 
 def attribution_lines(attribution: Attribution, vocab: Vocab, count: int = 12) -> list[str]:

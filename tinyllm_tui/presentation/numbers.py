@@ -30,6 +30,21 @@ def display_width(text: str) -> int:
     return len(text) if text.isascii() else cell_len(text)
 
 
+def fit_cells(text: str, width: int) -> str:
+    """`text` cut to `width` display cells, the cut marked with … (a wide character is never cut in half)."""
+    if display_width(text) <= width:
+        return text
+    cut = text
+    while cut and display_width(cut) > max(width - 1, 0):
+        cut = cut[:-1]
+    return cut + "…"
+
+
+def left_aligned(text: str, width: int) -> str:
+    """Padded on the right to `width` display cells."""
+    return text + " " * max(width - display_width(text), 0)
+
+
 def right_aligned(text: str, width: int = NUMBER_WIDTH) -> str:
     """Pad on the left by display cells.
 

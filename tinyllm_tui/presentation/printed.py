@@ -6,7 +6,7 @@ from __future__ import annotations
 from engine.backend import to_host
 from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
-from engine.export import json_number
+from engine.export import json_number, json_text
 from engine.trace import OpKind, OpState
 from tinyllm_tui.presentation.numbers import text_table
 from tinyllm_tui.presentation.summaries import matrix_summary, token_text, where
@@ -45,8 +45,8 @@ def diff_line(d: OpDiff) -> str:
     """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
-    return (f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  "
-            f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:g})")
+    measured = d.mismatch or f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})"
+    return f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  {measured}"
 
 
 def exact_json(rows: list) -> dict:
@@ -67,8 +67,13 @@ def diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
         "first_divergence": None if first is None else first.step,
         "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
                        "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
-                       "tolerance": d.tolerance, "agrees": d.agrees} for d in diffs],
+                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": d.mismatch or None} for d in diffs],
     }
+
+
+def json_line(document) -> str:
+    """A document as one line of standard JSON, ±∞ as ±1e999 and NaN as null (engine.export.json_text)."""
+    return json_text(document)
 
 
 def outcome_lines(outcome: Outcome) -> list[str]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from engine.backend import to_host
 from engine.loading.budget import format_size
-from engine.compare.diff import TOLERANCE, OpDiff, first_divergence
+from engine.compare.diff import BATCH_RULE, TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
@@ -43,16 +43,18 @@ def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -
     (with `batch`: where the batch first leaves a request run alone)."""
     injected = f" (injected: {inject})" if inject else ""
     first = first_divergence(diffs)
+    if first is None and batch:
+        return f"✓ the batch equals each request alone: every operator within {BATCH_RULE}{injected}"
     if first is None:
         tolerance = diffs[0].tolerance if diffs else TOLERANCE
-        same = "the batch equals each request alone" if batch else "cached equals full recompute"
-        return f"✓ {same}: every operator within {tolerance:g}{injected}"
+        return f"✓ cached equals full recompute: every operator within {tolerance:g}{injected}"
     return f"✗ first divergence: {diff_where(first)}{injected}"
 
 
 def diff_cell(d: OpDiff) -> str:
-    """The number a diff table shows for one operator; round-off below the tolerance is not shown."""
-    return f"≤ {d.tolerance:g}" if d.agrees else f"{d.max_abs:.3e}"
+    """The number a diff table shows for one operator, as measured (as the CLI prints it); `shape` where the
+    runs' rows or key columns do not meet (OpDiff.mismatch says how)."""
+    return "shape" if d.mismatch else f"{d.max_abs:.3e}"
 
 
 def expect_summary(outcomes: list[Outcome]) -> str:
@@ -120,9 +122,15 @@ def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bo
 
 
 def diff_where(d: OpDiff) -> str:
-    """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = inf)`."""
+    """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`, or how the
+    shapes differ."""
     head = "" if d.head is None else f" head {d.head}"
-    return f"request {d.request} {d.phase} round {d.round} {d.name}{head} (max |Δ| = {d.max_abs:.3e})"
+    return f"request {d.request} {d.phase} round {d.round} {d.name}{head} ({diff_measured(d)})"
+
+
+def diff_measured(d: OpDiff) -> str:
+    """`max |Δ| = 2.220e-16`, or how the runs' rows or key columns do not meet (OpDiff.mismatch)."""
+    return d.mismatch or f"max |Δ| = {d.max_abs:.3e}"
 
 
 def size_text(nbytes: int) -> str:

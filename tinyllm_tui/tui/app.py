@@ -191,10 +191,12 @@ class DebuggerApp(App):
 
 
 def launch(loading: Loading, backend, *, lang: str | None, inject: str | None = None,
-           against: tuple | None = None) -> None:
+           against: tuple | None = None) -> int:
     """Run the app on a file still to load; a load that failed or was cancelled is raised here, after the
-    app has given the terminal back, so the CLI reports it as it reports any bad input."""
+    app has given the terminal back, so the CLI reports it as it reports any bad input. Returns the app's
+    exit status: non-zero when it ended on an error (Textual has printed its traceback)."""
     app = DebuggerApp(loading, backend, lang=lang, inject=inject, against=against)
     app.run()
     if app.load_error is not None:
         raise app.load_error
+    return app.return_code or 0

@@ -30,7 +30,7 @@ EN = {
     "panel.explain": "Explain", "panel.cache": "KV cache", "panel.inputs": "Inputs", "panel.expect": "Expect",
     # the status line
     "status.step": "step {step}/{last}", "status.inject": "⚠ injected bug: {name}",
-    "status.stale": "⚠ stale cache (r: recompute)", "status.unsaved": "{count} unsaved edits", "status.unsaved.one": "{count} unsaved edit",
+    "status.stale": "⚠ stale cache (r: recompute)", "status.unsaved": "{count} edited numbers unsaved", "status.unsaved.one": "{count} edited number unsaved",
     "status.breakpoints": "{count} breakpoints", "status.breakpoints.one": "{count} breakpoint", "status.playing": "▶ playing {speed}/s (+ -)",
     "status.hit": "⚑ breakpoint: {names}",
     "status.interventions": "✂ {count} interventions: {last}", "status.interventions.one": "✂ {count} intervention: {last}",
@@ -58,7 +58,8 @@ EN = {
     "result.undone": "undid the last edit", "result.redone": "redid the edit",
     "result.recomputed": "recomputed the cache with the current weights", "result.saved": "saved to {path}",
     "result.cache": "KV cache: layer {layer} head {head}",
-    "result.diverged": "first divergence: {where}", "result.agree": "your activations agree everywhere",
+    "result.diverged": "first divergence: {where}",
+    "result.diverged.values": "first divergence: {values} · at {where}", "result.agree": "your activations agree everywhere",
     # refusals
     "refused.busy": "busy: a run is in flight (Esc or ctrl+c cancels it)",
     "refused.first_step": "already at the first step",
@@ -70,16 +71,20 @@ EN = {
     "refused.unchanged": "{0} unchanged", "refused.bad_edit": "{0}; the old value is kept",
     "refused.nothing_to_save": "nothing to save: the weights equal the file", "refused.no_cache": "no KV cache yet",
     "refused.no_dump": "no activations to compare: open with --against DUMP",
+    "refused.no_lens": "no logit lens: {0}",
     # the main screen's own messages
     "screen.start": "start · n/→ step · c continue · ? help",
     "screen.listing": "computing round 0 (keys pressed now wait for it) · n/→ step · ? help",
     "screen.running": "running… (Esc cancels)",
     "screen.running_at": "running… step {step} (Esc cancels)", "screen.cancelling": "cancelling…",
+    "screen.dropped": "{count} keys dropped: pressed while {queue} already waited",
+    "screen.dropped.one": "{count} key dropped: pressed while {queue} already waited",
     "screen.idle": "nothing is running", "screen.paused": "paused", "screen.speed": "play speed {speed} steps/s",
     "screen.heat_on": "heat colouring on", "screen.heat_off": "heat colouring off",
     "screen.sorted_on": "columns sorted by the last position, most likely first",
     "screen.sorted_off": "columns in vocabulary order", "screen.not_vocab": "only a vocabulary row can be sorted",
     "screen.no_columns": "no more columns that way", "screen.no_rows": "no more rows that way",
+    "screen.no_cache": "an encoder runs one pass over the whole input: it keeps no KV cache",
     "screen.no_action": "no action on {key!r}: press ? for the keys", "screen.diffing":
         "computing the full recompute to compare… (Esc cancels)", "screen.diff_cancelled": "diff cancelled",
     "screen.searching": "searching for {text}… (Esc cancels)", "screen.injecting":
@@ -91,6 +96,7 @@ EN = {
     "screen.restoring": "restoring the unsaved edits… (Esc cancels)",
     "screen.discarded": "discarded the unsaved edits of the earlier session",
     "screen.before": "showing values BEFORE the last edit", "screen.after": "showing current values",
+    "screen.dump": "showing your dump's values (✓ ✗ as judged against the reference's)",
     "screen.not_saved": "not saved: {error} ({path})", "screen.bad_path": "cannot write {text!r}: give a file name in an existing folder",
     # prompts and questions
     "ask.break": "Break on (glob, kind, field=value, nan, inf, abs>N, expert=E, route_margin<N; & combines):",
@@ -131,10 +137,12 @@ EN = {
     "breakpoints.title": "Breakpoints · d: delete · C: clear all · Esc: close", "breakpoints.none": "no breakpoints",
     "breakpoints.nothing": "no breakpoint to delete",
     # the matrix window
-    "matrix.title": "{name}{head} · request {request} · {where}", "matrix.head": " · head {head}",
+    "matrix.title": "{name}{head} · request {request} · {where}",
+    "matrix.title.batch": "{name}{head} · requests {requests} (batch) · {where}", "matrix.head": " · head {head}",
     "matrix.empty": "{title} · {shape} · empty", "matrix.rows": "rows {first}–{last} of {count} (PgUp PgDn)",
     "matrix.cols": "cols {first}–{last} of {count} (< >)", "matrix.sorted": "top {count} by the last position (t)",
     "matrix.changed": "{count} cells changed by the edit (•)", "matrix.changed.one": "{count} cell changed by the edit (•)", "matrix.showing_before": "BEFORE the edit (v)",
+    "matrix.showing_dump": "YOUR DUMP's values (v)", "matrix.v_dump": "v: your dump's values",
     "matrix.v": "v: before", "matrix.chose": "chose {tokens}",
     "matrix.expect": "expect: {agree}/{count} printed cells agree (✓ ✗)",
     "matrix.dump": "your activations: {agree}/{count} cells within {tolerance} (✓ ✗)",
@@ -144,7 +152,7 @@ EN = {
     "where.prefill": "prefill", "where.decode": "decode {round}",
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
-    "cache.where": "KV cache · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
+    "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
     "cache.rows": "{rows} rows, {new} new (+)", "cache.current": "from the current weights",
     "cache.stale": "⚠ stale: old weights, r recomputes",
     "cache.differ": "✗ {count} rows differ from your dump", "cache.differ.one": "✗ {count} row differs from your dump",
@@ -155,7 +163,7 @@ EN = {
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
-    "timeline.cache": " · cache {length}  ", "timeline.processed": "processed (K/V cached)",
+    "timeline.cache": " · cache {length}  ", "timeline.processed": "processed (K/V cached)", "timeline.processed.uncached": "processed",
     "timeline.current": "being fed", "timeline.selected": "selected, not yet fed", "timeline.pending": "pending",
     "timeline.no_round": "no round finished yet", "timeline.earlier": "‹ {count} earlier │ ",
     "timeline.round": "{where}: fed {fed} → cache {length}", "timeline.chose": " → chose {token}",
@@ -178,7 +186,7 @@ EN = {
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
-    "diff.at": "request {request} {phase} round {round} {name}{head} (max |Δ| = {max_abs})", "diff.head": " head {head}",
+    "diff.at": "request {request} {phase} round {round} {name}{head} ({measured})", "diff.head": " head {head}",
     "phase.prefill": "prefill", "phase.decode": "decode",
     # the weights browser
     "weights.in": "in {index}", "weights.out": "out {index}", "weights.value": "value",
@@ -219,7 +227,7 @@ ZH = {
     "Cancel loading": "取消加载", "Cancel or quit": "取消或退出",
     "panel.explain": "解释", "panel.cache": "KV缓存", "panel.inputs": "输入", "panel.expect": "期望值",
     "status.step": "步骤 {step}/{last}", "status.inject": "⚠ 注入的错误：{name}",
-    "status.stale": "⚠ 缓存已过期（r：重新计算）", "status.unsaved": "{count} 处未保存的修改",
+    "status.stale": "⚠ 缓存已过期（r：重新计算）", "status.unsaved": "{count} 个修改过的数尚未保存",
     "status.breakpoints": "{count} 个断点", "status.playing": "▶ 播放中 {speed}/秒 (+ -)",
     "status.hit": "⚑ 断点：{names}",
     "status.interventions": "✂ {count} 处激活干预：{last}",
@@ -245,7 +253,7 @@ ZH = {
     "result.undone": "已撤销上一次修改", "result.redone": "已重做修改",
     "result.recomputed": "已用当前权重重新计算缓存", "result.saved": "已保存到 {path}",
     "result.cache": "KV缓存：第 {layer} 层 第 {head} 头",
-    "result.diverged": "第一次出现差异：{where}", "result.agree": "你的激活值处处一致",
+    "result.diverged": "第一次出现差异：{where}", "result.diverged.values": "第一次出现差异：{values} · 位于 {where}", "result.agree": "你的激活值处处一致",
     "refused.busy": "忙：正在运行（Esc 或 ctrl+c 取消）", "refused.first_step": "已经是第一步",
     "refused.no_step": "没有步骤 {0}：运行共有步骤 0–{1}", "refused.no_match": "没有算子匹配 {0!r}",
     "refused.empty_search": "请输入步骤编号、算子名称、类型或条件",
@@ -255,15 +263,17 @@ ZH = {
     "refused.unchanged": "{0} 没有变化", "refused.bad_edit": "{0}；保留原值",
     "refused.nothing_to_save": "无需保存：权重与文件相同", "refused.no_cache": "还没有KV缓存",
     "refused.no_dump": "没有可对比的激活值：请用 --against DUMP 打开",
+    "refused.no_lens": "没有逻辑透镜：{0}",
     "screen.start": "开始 · n/→ 单步 · c 继续 · ? 帮助",
     "screen.listing": "正在计算第 0 轮（此时按的键会等它算完）· n/→ 单步 · ? 帮助",
     "screen.running": "运行中…（Esc 取消）",
     "screen.running_at": "运行中… 步骤 {step}（Esc 取消）", "screen.cancelling": "正在取消…",
-    "screen.idle": "没有正在运行的任务", "screen.paused": "已暂停", "screen.speed": "播放速度 {speed} 步/秒",
+    "screen.dropped": "丢弃了 {count} 次按键：按下时已有 {queue} 次在等待", "screen.idle": "没有正在运行的任务", "screen.paused": "已暂停", "screen.speed": "播放速度 {speed} 步/秒",
     "screen.heat_on": "热力着色：开", "screen.heat_off": "热力着色：关",
     "screen.sorted_on": "列按最后位置的概率从高到低排序", "screen.sorted_off": "列按词表顺序排列",
     "screen.not_vocab": "只有词表行可以排序",
     "screen.no_columns": "这个方向没有更多列了", "screen.no_rows": "这个方向没有更多行了",
+    "screen.no_cache": "编码器对整个输入只运行一遍：它不保留KV缓存",
     "screen.no_action": "{key!r} 没有对应操作：按 ? 查看按键", "screen.diffing": "正在完整重算以便对比…（Esc 取消）",
     "screen.diff_cancelled": "对比已取消", "screen.searching": "正在搜索 {text}…（Esc 取消）",
     "screen.injecting": "正在切换注入的错误并重放到此步骤…（Esc 取消）",
@@ -271,7 +281,7 @@ ZH = {
     "screen.recomputing": "正在重新计算缓存并重放到此步骤…（Esc 取消）",
     "screen.applying": "正在应用 {name} 并重放到此步骤…（Esc 取消）", "screen.restoring": "正在恢复未保存的修改…（Esc 取消）",
     "screen.discarded": "已丢弃上次会话未保存的修改",
-    "screen.before": "显示上次修改之前的值", "screen.after": "显示当前值",
+    "screen.before": "显示上次修改之前的值", "screen.after": "显示当前值", "screen.dump": "显示你的转储中的值（✓ ✗ 为与参考值比较的结果）",
     "screen.not_saved": "未保存：{error}（{path}）", "screen.bad_path": "无法写入 {text!r}：请给出已存在文件夹中的文件名",
     "ask.break": "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N、expert=E、route_margin<N；用&组合）：",
     "ask.goto": "跳转到步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",
@@ -306,10 +316,12 @@ ZH = {
         '  `abs>5`                       输出的 max |x| 超过阈值'),
     "breakpoints.title": "断点 · d：删除 · C：全部清除 · Esc：关闭", "breakpoints.none": "没有断点",
     "breakpoints.nothing": "没有可删除的断点",
-    "matrix.title": "{name}{head} · 请求 {request} · {where}", "matrix.head": " · 头 {head}",
+    "matrix.title": "{name}{head} · 请求 {request} · {where}",
+    "matrix.title.batch": "{name}{head} · 请求 {requests}（批次）· {where}", "matrix.head": " · 头 {head}",
     "matrix.empty": "{title} · {shape} · 空", "matrix.rows": "行 {first}–{last} / {count}（PgUp PgDn）",
     "matrix.cols": "列 {first}–{last} / {count}（< >）", "matrix.sorted": "按最后位置排序的前 {count} 项（t）",
     "matrix.changed": "{count} 个单元格被修改改变（•）", "matrix.showing_before": "修改之前（v）",
+    "matrix.showing_dump": "你的转储中的值（v）", "matrix.v_dump": "v：你的转储中的值",
     "matrix.v": "v：修改前", "matrix.chose": "选出 {tokens}",
     "matrix.expect": "期望值：{agree}/{count} 个印出的单元格一致（✓ ✗）",
     "matrix.dump": "你的激活值：{agree}/{count} 个单元格在 {tolerance} 之内（✓ ✗）",
@@ -318,7 +330,7 @@ ZH = {
     "matrix.no_finite": "{label}：没有有限值",
     "where.prefill": "预填充", "where.decode": "解码 {round}",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
-    "cache.where": "KV缓存 · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
+    "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.current": "来自当前权重",
     "cache.stale": "⚠ 过期：旧权重，r 重新计算", "cache.differ": "✗ {count} 行与你的转储不同",
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
@@ -326,7 +338,7 @@ ZH = {
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
-    "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）",
+    "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",
     "timeline.current": "正在输入", "timeline.selected": "已选出，尚未输入", "timeline.pending": "待处理",
     "timeline.no_round": "尚无完成的轮次", "timeline.earlier": "‹ 前 {count} 轮 │ ",
     "timeline.round": "{where}：输入 {fed} → 缓存 {length}", "timeline.chose": " → 选出 {token}",
@@ -345,7 +357,7 @@ ZH = {
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
-    "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（max |Δ| = {max_abs}）", "diff.head": " 头 {head}",
+    "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（{measured}）", "diff.head": " 头 {head}",
     "phase.prefill": "预填充", "phase.decode": "解码",
     "weights.in": "输入 {index}", "weights.out": "输出 {index}", "weights.value": "值",
     "weights.read_by": "读取者：{readers}", "weights.no_reader": "本轮没有算子读取",
@@ -435,8 +447,10 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.saved", lang, path=path)
         case Diverged(step=None):
             return tr("result.agree", lang)
-        case Diverged(where=where_):
+        case Diverged(where=where_, values=""):
             return tr("result.diverged", lang, where=where_)
+        case Diverged(where=where_, values=values):
+            return tr("result.diverged.values", lang, where=where_, values=values)
         case CacheShown(layer=layer, head=head):
             return tr("result.cache", lang, layer=layer, head=head)
     raise TypeError(f"no words for {result!r}")

@@ -32,6 +32,7 @@ from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
 from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook, round_routing
+from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunsInBackground
@@ -47,6 +48,10 @@ CACHE_MOVES = {"left_square_bracket": (-1, 0), "right_square_bracket": (1, 0),
 def matrix_title(frame: Frame, lang: str) -> str:
     """"blocks.0.attn.hook_pattern · head 0 · request 0 · prefill"."""
     head = "" if frame.matrix.head is None else tr("matrix.head", lang, head=frame.matrix.head)
+    stacked = frame.matrix.batch_rows
+    if stacked:  # every row of the batch, one under the other: the batch axis
+        return tr("matrix.title.batch", lang, name=frame.matrix.name, head=head, requests=spans(stacked),
+                  where=where(frame.phase, frame.round, lang))
     request = str(frame.request)
     rows = frame.timeline.batch
     if rows:  # which row of the batch, and its padding
@@ -130,8 +135,10 @@ class DebuggerScreen(RunsInBackground, Screen):
         self.message = ""
         self.refusal = ""  # why the last key pressed during a run was refused
         self.wide = False
+        self.cached = debugger.scenario.model.lm_head  # an encoder runs one pass: it keeps no KV cache
         self._frame: Frame | None = None
         self._queued: deque = deque()  # moves pressed while a quick one was in flight, to start in turn
+        self._dropped = 0  # keys pressed while the queue was full, said once it has drained
         self.said: Result | None = None  # the last result worded on the status line
         self.pieces = False  # generated text as its tokens' pieces instead of decoded
         self._tell = None  # the other screen's method that gets the result of the run in flight
@@ -164,6 +171,9 @@ class DebuggerScreen(RunsInBackground, Screen):
                        self.query_one(OperatorList), self.query_one(InputsPanel), self.query_one(ExpectPanel),
                        *self.query(MatrixWindow), *self.query(CacheView)):
             widget.lang = self.lang
+        self.query_one(Timeline).cached = self.cached
+        if not self.cached:
+            self.query_one(TabbedContent).hide_tab("cache")
         self.query_one(OperatorList).focus()
         pending = self.debugger.round_pending  # shown quickly: the rest of round 0 is listed once computed
         self.show(tr("screen.listing" if pending else "screen.start", self.lang))
@@ -238,7 +248,7 @@ class DebuggerScreen(RunsInBackground, Screen):
         self._show_panels()
 
     def on_resize(self, event) -> None:
-        self.query_one("#side-cache").display = self.wide = event.size.width >= WIDE
+        self.query_one("#side-cache").display = self.wide = event.size.width >= WIDE and self.cached
         self._show_panels()
 
     def set_status(self, message: str = "") -> None:
@@ -280,16 +290,24 @@ class DebuggerScreen(RunsInBackground, Screen):
         self._next_queued()
 
     def _queue(self, start) -> bool:
-        """`start()` once the quick move in flight is done; False (not queued) during a long run or a full queue."""
+        """`start()` once the quick move in flight is done; False (not queued) during a long run or a full queue,
+        which drops the key and counts it."""
         queued = self.runner.quick and len(self._queued) < QUEUED
         if queued:
             self._queued.append(start)
+        elif self.runner.quick:
+            self._dropped += 1
         return queued
 
     def _next_queued(self) -> None:
-        """Start what waits, in turn: one that needs no run (a refusal, a go-to by number) lets the next go."""
+        """Start what waits, in turn: one that needs no run (a refusal, a go-to by number) lets the next go.
+        Once nothing waits, the status line says how many keys the full queue dropped."""
         while self._queued and not self.runner.running:
             self._queued.popleft()()
+        if self._dropped and not self._queued and not self.runner.running:
+            dropped, self._dropped = self._dropped, 0
+            self.set_status(" · ".join(filter(None, [self.message, tr("screen.dropped", self.lang, count=dropped,
+                                                                       queue=QUEUED)])))
 
 
     def in_background(self, status: str, move, *args, then=None, **options) -> bool:
@@ -323,8 +341,11 @@ class DebuggerScreen(RunsInBackground, Screen):
             bar.update(total=self.debugger.frame.status.last, progress=step)  # total unknown at first: a pulse
 
     def run_done(self, result: object) -> None:
+        bars = self.query(ProgressBar)
+        if not bars:  # a run cancelled as the app closes: its widgets are gone, nothing to show it on
+            return
         self.refusal = ""
-        self.query_one(ProgressBar).display = False
+        bars.first().display = False
         tell, self._tell = self._tell, None
         if tell is not None:  # a message: dropped if that screen has closed meanwhile
             tell.__self__.post_message(RunDone(result, tell))
@@ -393,7 +414,8 @@ class DebuggerScreen(RunsInBackground, Screen):
         step = self.query_one(OperatorList).highlighted_key
         view = self.debugger.view
         state = next((s for s in view.round_states if s.step == step), view.state)
-        self.say(self.debugger.toggle_breakpoint(state.name))
+        head = "" if state.head is None else f" h{state.head}"  # this head's operator, not every head's
+        self.say(self.debugger.toggle_breakpoint(state.name + head))
 
     def action_add_breakpoint(self) -> None:
         self.app.push_screen(PromptScreen(tr("ask.break", self.lang), self._accept_breakpoint))
@@ -449,6 +471,9 @@ class DebuggerScreen(RunsInBackground, Screen):
 
     # -- panels and the windows ------------------------------------------------------------------------------
     def action_panel(self, pane: str) -> None:
+        if pane == "cache" and not self.cached:
+            self.set_status(tr("screen.no_cache", self.lang))
+            return
         self.query_one(TabbedContent).active = pane
 
     @property
@@ -578,7 +603,7 @@ class DebuggerScreen(RunsInBackground, Screen):
     def _show_lens(self, reading) -> None:
         if isinstance(reading, BaseException):
             raise reading
-        if isinstance(reading, Refused):  # the expect: check held the generator a moment
+        if isinstance(reading, Refused):  # no lens for this model, or the expect: check held the generator a moment
             self.say(reading)
             return
         run, rows, attribution = reading
@@ -618,5 +643,7 @@ class DebuggerScreen(RunsInBackground, Screen):
             self.move(self.debugger.goto_step, step)
 
     def action_before_after(self) -> None:
-        self.matrix.show_before = not self.matrix.show_before
-        self.set_status(tr("screen.before" if self.matrix.show_before else "screen.after", self.lang))
+        window = self.matrix
+        window.show_before = not window.show_before
+        shown = "after" if not window.show_before else "dump" if window.showing_dump() else "before"
+        self.set_status(tr(f"screen.{shown}", self.lang))

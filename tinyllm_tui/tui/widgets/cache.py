@@ -12,13 +12,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
-from textual.widgets import Static
 
 from tinyllm_tui.debugger.frame import CacheFrame
 from tinyllm_tui.presentation.cache_layout import layout_kind, spans
 from tinyllm_tui.presentation.summaries import size_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+from tinyllm_tui.tui.widgets.wrapped import Wrapped
 
 
 class CacheView(Vertical):
@@ -30,7 +30,7 @@ class CacheView(Vertical):
         self._windows: list[MatrixWindow] = []  # one per view, found once
 
     def compose(self) -> ComposeResult:
-        yield Static(classes="cache-title")
+        yield Wrapped(lines=2, most=4, classes="cache-title")  # where, then what it holds: wrapped, never cut
         with Container(classes="cache-pair"):  # K above V beside the matrix, K beside V in a tab
             yield MatrixWindow(classes="cache-k")
             yield MatrixWindow(classes="cache-v")
@@ -49,9 +49,9 @@ class CacheView(Vertical):
             return
         self._shown = cache
         lang = self.lang
-        title = self.query_one(".cache-title", Static)
+        title = self.query_one(".cache-title", Wrapped)
         if cache is None:
-            title.update(Text(tr("cache.none", lang)), layout=False)
+            title.show_text(Text(tr("cache.none", lang)))
             return
         where = Text(tr("cache.where", lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
                         last_head=cache.heads - 1), style="bold")
@@ -65,7 +65,7 @@ class CacheView(Vertical):
             where.append(f"{rows} · {tr('cache.current', lang)}")
         if cache.differing:
             where.append(" · " + tr("cache.differ", lang, count=len(cache.differing)), style="bold red")
-        title.update(where, layout=False)  # two lines, always
+        title.show_text(where)
         windows = self._windows or self.windows
         if len(cache.views) > len(windows):  # a state with more views than K and V: a window more for each
             extra = [MatrixWindow() for _ in range(len(cache.views) - len(windows))]

@@ -52,7 +52,7 @@ class PromptScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="prompt"):
             yield Static(self._question)
-            yield Input(self._value)
+            yield Input(self._value, select_on_focus=False)  # what is typed goes after the value, not over it
             yield Static(id="prompt-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

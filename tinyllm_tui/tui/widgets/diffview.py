@@ -10,16 +10,17 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tinyllm_tui.debugger.results import DiffReport
-from tinyllm_tui.presentation.summaries import diff_cell
+from tinyllm_tui.presentation.summaries import diff_cell, diff_measured
 from tinyllm_tui.tui.i18n import tr, where
 from tinyllm_tui.tui.widgets.linelist import LineList
 
 
 def diff_where(d, lang: str) -> str:
-    """Where an operator of the diff is, and how far it is off (an engine OpDiff), in `lang`."""
+    """Where an operator of the diff is, and how far it is off or how the shapes differ (an engine OpDiff),
+    in `lang`."""
     head = "" if d.head is None else tr("diff.head", lang, head=d.head)
     return tr("diff.at", lang, request=d.request, phase=tr(f"phase.{d.phase}", lang), round=d.round, name=d.name,
-              head=head, max_abs=f"{d.max_abs:.3e}")
+              head=head, measured=diff_measured(d))
 
 
 def diff_line(d, first: bool, lang: str) -> Text:
@@ -27,7 +28,9 @@ def diff_line(d, first: bool, lang: str) -> Text:
     head = "" if d.head is None else f" h{d.head}"
     style = "bold red" if first else ("red" if not d.agrees else "")
     request = tr("diff.request", lang, request=d.request)
-    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}", style=style)
+    mismatch = f"  {d.mismatch}" if d.mismatch else ""
+    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}{mismatch}",
+                style=style)
 
 
 def report_summary(report: DiffReport, lang: str) -> Text:

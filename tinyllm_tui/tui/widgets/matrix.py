@@ -22,7 +22,7 @@ from textual.reactive import reactive
 from textual.strip import Strip
 
 from tinyllm_tui.debugger.frame import MatrixFrame
-from tinyllm_tui.presentation.numbers import NUMBER_WIDTH, format_number, right_aligned
+from tinyllm_tui.presentation.numbers import NUMBER_WIDTH, fit_cells, format_number, right_aligned
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.textlines import TextLines
@@ -59,9 +59,10 @@ class MatrixWindow(TextLines):
     row_offset = reactive(0)
     col_offset = reactive(0)
     heat = reactive(True)
-    show_before = reactive(False)  # the values before the last edit instead of the current ones
+    show_before = reactive(False)  # the values before the last edit (else your dump's) instead of the current ones
     sorted_view = reactive(False)  # a vocabulary row's columns, most likely first
     cursor: reactive[tuple[int, int] | None] = reactive(None)  # a cell cursor (weights browser)
+    SUMMARY = True  # a line about the last position when its row does not fit
     title = ""
     lang = "en"
 
@@ -97,7 +98,7 @@ class MatrixWindow(TextLines):
     def _title_lines(self) -> int:
         """Up to three title lines (what, which part and marks, the last position's summary when its row
         does not fit), fewer in a short panel: the second line, which says where the window is, goes last."""
-        wide = self.matrix is not None and self._col_count() < self.matrix.values.shape[1]
+        wide = self.SUMMARY and self.matrix is not None and self._col_count() < self.matrix.values.shape[1]
         lines = TITLE_LINES + 1 if wide else TITLE_LINES
         if self.size.height >= 2 * lines + 2:
             return lines
@@ -172,21 +173,23 @@ class MatrixWindow(TextLines):
         columns = self._columns
         cols = [int(columns[j]) for j in where] if columns is not None else list(where)
         before = self.show_before and matrix.before is not None
-        values = matrix.before if before else matrix.values
-        scale = matrix.scale_before if before else matrix.scale
         verdicts = matrix.verdicts
+        values = matrix.before if before else self._theirs() if self.showing_dump() else matrix.values
+        scale = matrix.scale_before if before else matrix.scale
         agrees = None if verdicts is None else (verdicts.agrees_before if before else verdicts.agrees)
         width = self._label_width()
+        row_labels = matrix.rows_before if before and matrix.rows_before is not None else matrix.rows
+        col_labels = matrix.cols_before if before and matrix.cols_before is not None else matrix.cols
         header = Text(" " * width)
         for j in cols:
-            header.append(right_aligned(_fit(matrix.cols[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
+            header.append(right_aligned(fit_cells(col_labels[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
         title = self._title(rows, where)
         if self._title_lines() == 1 and title[1].plain:  # a short panel: which part shows stays said
             title = [Text.assemble(title[0], " · ", title[1])]
         lines: list[Text | Strip] = [*title[: self._title_lines()], header]
         heat, cursor, changed = self.heat, self.cursor, matrix.changed
         for i in rows:
-            label = _fit(self._row_label(i), width - 1)
+            label = fit_cells(self._row_label(i, row_labels), width - 1)
             segments = [Segment(label + " " * (width - cell_len(label)), BOLD)]
             for j in cols:
                 x = float(values[i, j])
@@ -197,18 +200,28 @@ class MatrixWindow(TextLines):
             lines.append(Strip(segments))
         return lines
 
-    def _row_label(self, i: int) -> str:
-        """A KV cache marks the rows that differ from your dump ✗, else the rows this chunk appended +."""
+    def _theirs(self) -> np.ndarray | None:
+        verdicts = self.matrix.verdicts
+        return None if verdicts is None else verdicts.theirs
+
+    def showing_dump(self) -> bool:
+        """`v` with a --against dump and no edit: the dump's own values, marked as judged."""
+        return self.show_before and self.matrix.before is None and self._theirs() is not None
+
+    def _row_label(self, i: int, labels=None) -> str:
+        """A KV cache marks the rows that differ from your dump ✗, else the rows this chunk appended +.
+        `labels`: the earlier run's, under its values (default: the matrix's own)."""
         matrix = self.matrix
+        label = (matrix.rows if labels is None else labels)[i]
         if matrix.new_from is None:
-            return matrix.rows[i]
-        return f"{'✗' if i in matrix.differing else '+' if i >= matrix.new_from else ' '}{matrix.rows[i]}"
+            return label
+        return f"{'✗' if i in matrix.differing else '+' if i >= matrix.new_from else ' '}{label}"
 
     def _number(self, i: int, j: int, x: float, style: Style) -> tuple[Segment, ...]:
         matrix = self.matrix
         if matrix.tokens:  # the decode rule's choice: a token, not a number
             text = matrix.tokens[i * matrix.values.shape[1] + j]
-            return (Segment(right_aligned(_fit(text, NUMBER_WIDTH)), BOLD),)
+            return (Segment(right_aligned(fit_cells(text, NUMBER_WIDTH)), BOLD),)
         return (Segment(right_aligned(format_number(x)), style),)
 
     def _title(self, rows: range, cols: range) -> list[Text]:
@@ -232,11 +245,13 @@ class MatrixWindow(TextLines):
             agrees = verdicts.agrees_before if self.show_before and verdicts.agrees_before is not None \
                 else verdicts.agrees
             agree = int((agrees & verdicts.judged).sum())
+            if verdicts.theirs is not None and matrix.before is None:  # first: the verdict's words are long
+                parts.append(tr("matrix.showing_dump" if self.show_before else "matrix.v_dump", lang))
             parts.append(tr(f"matrix.{verdicts.source}", lang, agree=agree, count=verdicts.count,
                             tolerance=verdicts.tolerance))
         lines = [Text(f"{self.title} · {shape_text(matrix.values.shape)}", style="bold"),
                  Text(" · ".join(p for p in parts if p), style="italic")]
-        wide = len(cols) < n_cols
+        wide = self.SUMMARY and len(cols) < n_cols
         return lines + [Text(summary_text(matrix, lang), style="italic")] if wide else lines
 
 
@@ -257,13 +272,3 @@ def summary_text(matrix: MatrixFrame, lang: str) -> str:
 def _piece(text: str) -> str:
     """A token's text, quoted where spaces at its ends would otherwise not show."""
     return repr(text) if not text or text != text.strip() else text
-
-
-def _fit(text: str, width: int) -> str:
-    """Cut `text` to `width` display cells, marking the cut with …."""
-    if cell_len(text) <= width:
-        return text
-    cut = text
-    while cell_len(cut) > max(width - 1, 0):
-        cut = cut[:-1]
-    return cut + "…"

@@ -17,7 +17,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tinyllm_tui.presentation.glance import GAP, GUTTER, glance_lines
+from tinyllm_tui.presentation.glance import GUTTER, glance_lines, head_width
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 from tinyllm_tui.debugger.readings import Routing
 from tinyllm_tui.presentation.routing import routing_lines
@@ -107,8 +107,7 @@ class GlanceScreen(_Window):
         if not patterns:
             return [f"layer {self.first_row}: no attention pattern in this round yet"]
         self.first_col = min(self.first_col, len(patterns) - 1)
-        per = max(min(patterns[0].shape[1], max(width - GUTTER - 4, 1)), 4) + GAP  # as glance_lines lays them out
-        fit = max((width - GUTTER) // per, 1)
+        fit = max((width - GUTTER) // head_width(patterns, self._keys, width)[1], 1)  # as glance_lines lays them out
         first_head = max(self.first_col - fit + 1, 0)
         return [f"layer {self.first_row} of 0–{self._layers - 1}"] + glance_lines(
             patterns, self._keys, width=width, height=height - 1, first_head=first_head, selected=self.first_col)

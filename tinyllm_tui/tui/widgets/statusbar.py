@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from tinyllm_tui.tui.widgets.wrapped import Wrapped
 
 from tinyllm_tui.debugger.frame import StatusFacts
 from tinyllm_tui.tui.i18n import tr
@@ -33,8 +33,11 @@ def status_text(facts: StatusFacts, lang: str, *, playing: float | None = None, 
     return text
 
 
-class StatusBar(Static):
+class StatusBar(Wrapped):
     lang = "en"
 
+    def __init__(self, **options):
+        super().__init__(lines=1, most=2, **options)  # a long message takes a second line, not an ellipsis
+
     def show(self, facts: StatusFacts, *, playing: float | None = None, message: str = "") -> None:
-        self.update(status_text(facts, self.lang, playing=playing, message=message), layout=False)  # one line
+        self.show_text(status_text(facts, self.lang, playing=playing, message=message))

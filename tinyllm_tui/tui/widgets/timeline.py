@@ -19,6 +19,7 @@ STYLES = {
     "selected": ("★", "bold magenta", "timeline.selected"),
     "pending": ("…", "dim", "timeline.pending"),
 }
+UNCACHED = {"timeline.processed": "timeline.processed.uncached"}  # an encoder's words: nothing is cached
 ROUND_SEPARATOR = " │ "
 MESSAGE_ROOM = 20  # cells each chat message keeps when the line is short of room
 
@@ -113,6 +114,7 @@ def quoted(content: str, room: int) -> str:
 class Timeline(Widget):
     data: reactive[TimelineFrame | None] = reactive(None)  # redrawn only when what it draws changed
     lang = "en"
+    cached = True  # False for an encoder, which keeps no KV cache: no cache length, no "K/V cached"
 
     def show(self, data: TimelineFrame) -> None:
         self.data = data
@@ -128,7 +130,7 @@ class Timeline(Widget):
         marks = dict(data.marks)
         if data.round in marks:
             place += f" {mark(marks[data.round])}"
-        place += tr("timeline.cache", lang, length=data.cache_length)
+        place += tr("timeline.cache", lang, length=data.cache_length) if self.cached else "  "
         lines = Text(place, style="bold", no_wrap=True, overflow="ellipsis")
         if data.batch:  # one line per row of the batch, as many as the panel holds around the current one
             return self._batch(lines, width)
@@ -139,7 +141,8 @@ class Timeline(Widget):
             lines.append_text(chat_text(chat, lang, width))
             lines.append("\n")
         lines.append(self._rounds(width), style="italic")
-        legend = "  ".join(f"{glyph} {tr(key, lang)}" for glyph, _, key in STYLES.values())
+        legend = "  ".join(f"{glyph} {tr(key if self.cached else UNCACHED.get(key, key), lang)}"
+                           for glyph, _, key in STYLES.values())
         legend += f"  {tr('timeline.control', lang)}" if chat is not None else ""
         lines.append("\n" + legend, style="dim")
         return lines

@@ -26,6 +26,7 @@ from tinyllm_tui.tui.widgets.quant_block import QuantBlock
 
 
 class CursorMatrix(MatrixWindow, can_focus=True):
+    SUMMARY = False  # a weight's last row is no position: nothing to summarise
     BINDINGS = [
         Binding("up", "move(-1, 0)", "Up", show=False),
         Binding("down", "move(1, 0)", "Down", show=False),
@@ -106,10 +107,8 @@ class WeightsScreen(RunsInBackground, Screen):
         matrix = self.debugger.weight_frame(name, lambda axis, i: tr(f"weights.{axis}", lang, index=i))
         readers = ", ".join(self.debugger.readers(name)) or tr("weights.no_reader", lang)
         kind = self.debugger.weight_kind(name)  # a GGUF tensor's type, e.g. Q4_K
-        self.query_one("#weight-title", Static).update(Text.assemble(
-            (" · ".join(filter(None, [name, shape_text(self.debugger.weights[name].shape), kind])), "bold"),
-            "\n" + tr("weights.read_by", lang, readers=readers)))
-        self.query_one(CursorMatrix).show(matrix, name)
+        self.query_one("#weight-title", Static).update(tr("weights.read_by", lang, readers=readers))
+        self.query_one(CursorMatrix).show(matrix, " · ".join(filter(None, [name, kind])))  # its title adds the shape
         self.show_block()
         status = tr("weights.differ", lang, count=0 if matrix.changed is None else int(matrix.changed.sum()))
         self.query_one("#weight-status", Static).update(" · ".join(filter(None, [status, message])))

@@ -105,10 +105,6 @@ class HookRegistry:
     def texts(self) -> tuple[str, ...]:
         return tuple(self._by_text)
 
-    def locals(self) -> tuple[str, ...]:
-        """The distinct names within a layer (and outside every layer), in order: what a narrow list offers."""
-        return tuple(dict.fromkeys(site.hook.local for site in self.sites))
-
 
 class Interned:
     """One Hook object per site, made at first use and shared by every operator there: a decode step

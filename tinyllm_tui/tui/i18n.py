@@ -210,6 +210,8 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
+    "inject.conv-not-shifted": "a decode step writes its conv input over the window's newest row instead of shifting the window",
+    "inject.conv-shifted-twice": "the conv window moves two rows per token: the input before the newest is lost (zeros)",
 }
 
 ZH = {
@@ -378,6 +380,8 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
+    "inject.conv-not-shifted": "解码时卷积输入覆盖了窗口最新的一行，窗口没有移位",
+    "inject.conv-shifted-twice": "卷积窗口每个词元移动两行：最新输入之前的那个输入丢失（变成 0）",
 }
 
 CATALOGUES = {"en": EN, "zh": ZH}

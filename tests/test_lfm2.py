@@ -13,9 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy_lfm2 import generation_dump
 
 from engine import Session, to_host
 from engine.backend import make_backend
+from engine.compare.against import compare_generation
 from engine.compare.diff import diff_batch, diff_scenario, first_divergence
 from engine.faults import FAULTS
 from engine.layers.causal_conv import DUMP_ITEM
@@ -28,6 +30,7 @@ FOLDER = FIXTURES / "lfm2"
 REF = dict(np.load(FOLDER / "reference.npz"))
 IDS = [int(t) for t in REF["ids"]]
 KERNEL = 3
+PASSES = ("prefill", "decode.1", "decode.2", "decode.3", "decode.4")
 
 
 def scenario(folder: Path = FOLDER, ids=None, new_tokens: int = len(REF["greedy_ids"])):
@@ -159,3 +162,27 @@ def test_a_llama_config_with_conv_layer_types_is_refused(tmp_path):
     with pytest.raises(ScenarioError) as refused:
         spec(folder)
     assert refused.value.path == "layer_types[0]"
+
+
+# -- check --against: transformers through record_hf, and a porter's NumPy LFM2 with a planted bug -----------
+def test_transformers_generation_through_record_hf_agrees_with_every_pass_and_its_k_column_conv_cache():
+    from safetensors.numpy import load_file
+
+    dump = FOLDER / "hf_generation.safetensors"
+    assert load_file(dump)["decode.2.blocks.0.conv.conv_state"].shape == (24, KERNEL)  # [channels, K]
+    report = compare_generation(scenario(), dump, atol=1e-9, rtol=0)
+    assert report.first_divergence is None
+    states = {(op.key.pass_, op.key.name) for op in report.ops if op.key.name.endswith("conv_state")}
+    assert states == {(p, f"blocks.{layer}.conv.conv_state") for p in PASSES for layer in (0, 2)}
+
+
+def test_the_numpy_lfm2_agrees_and_its_conv_state_not_shifted_in_round_2_is_found_there(tmp_path):
+    clean = tmp_path / "clean.safetensors"
+    generation_dump(FOLDER, IDS, len(PASSES)).save(clean)
+    report = compare_generation(scenario(), clean, atol=1e-9, rtol=0)
+    assert report.first_divergence is None and len(report.ops) == len(PASSES) * 7  # 3 layers, 3 states, logits
+    planted = tmp_path / "planted.safetensors"
+    generation_dump(FOLDER, IDS, len(PASSES), plant=(2, 2)).save(planted)
+    found = compare_generation(scenario(), planted, atol=1e-9, rtol=0).first_divergence
+    assert (found.key.pass_, found.key.name) == ("decode.2", "blocks.2.conv.conv_state")
+    assert found.where.startswith(f"position {len(IDS)} · ")  # the row before round 2's (21): it was not shifted

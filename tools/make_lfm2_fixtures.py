@@ -20,21 +20,29 @@ conv layer × K × hidden: transformers' conv cache, (hidden, K) per layer, tran
 inputs, of which the next step reads the last K−1), `step_keys` / `step_values` (pass × attention layer ×
 positions × kv_heads·head_dim, the cache rows after the q/k norms and RoPE, laid out as the engine's cache_k).
 `float32_ops` is the counter's count (0), `ops` how many operators it saw.
+
+hf_generation.safetensors: the same generation recorded by `tinyllm_tui.record_hf` (forward hooks under
+TransformerLens's names, every layer's state after each pass as transformers' cache holds it: conv_state
+[hidden, K]), what `check --against` reads; the prompt ids are its metadata `ids`.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.numpy import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from float64_reference import (Float32Counter, counter_sees_float32, eager_attention, rebuild_rotary, rms_norm,  # noqa: E402
                                rotary)
 from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
+
+from tinyllm_tui import record_hf  # noqa: E402
 
 NEW_TOKENS = 5
 SEED = 25
@@ -123,6 +131,8 @@ def main() -> None:
     tokenizer.save(str(folder / "tokenizer.json"))
     ref = run(load(folder), ids)
     np.savez_compressed(folder / "reference.npz", **ref)
+    recorded = record_hf(load(folder), ids, NEW_TOKENS)
+    save_file(recorded.arrays, folder / "hf_generation.safetensors", metadata={"ids": json.dumps(ids)})
     print(f"lfm2: {len(ids)} prompt tokens, {int(ref['ops'])} operators dispatched, {int(ref['float32_ops'])} read "
           f"or wrote float32; greedy {ref['greedy_ids'].tolist()}; conv states {ref['step_conv_states'].shape}")
 

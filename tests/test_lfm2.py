@@ -186,3 +186,37 @@ def test_the_numpy_lfm2_agrees_and_its_conv_state_not_shifted_in_round_2_is_foun
     found = compare_generation(scenario(), planted, atol=1e-9, rtol=0).first_divergence
     assert (found.key.pass_, found.key.name) == ("decode.2", "blocks.2.conv.conv_state")
     assert found.where.startswith(f"position {len(IDS)} · ")  # the row before round 2's (21): it was not shifted
+
+
+# -- the state panel ----------------------------------------------------------------------------------------
+def test_the_cache_view_shows_the_conv_window_rows_by_position_and_token_and_its_constant_bytes():
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    debugger, (_, states) = Debugger(scenario()), run()
+    tokens = scenario().vocab.tokens
+    conv = next(s for s in states if s.round == 2 and s.name == "blocks.0.conv.hook_conv")
+    debugger.goto_step(conv.step)
+    shown = debugger.frame.cache
+    assert shown.layer == 0 and [view.name for view in shown.views] == ["conv window"]
+    newest = len(IDS) + 1  # round 2 feeds position 21
+    label = lambda p: f"{p} · {tokens[conv.moment.context[p]]}"  # noqa: E731
+    assert list(shown.views[0].rows) == [f" {label(newest - 1)}", f"+{label(newest)}"]  # + : this round's input
+    bx = next(s for s in states if s.round == 2 and s.name == "blocks.0.conv.hook_bx")
+    np.testing.assert_array_equal(shown.views[0].values[-1], to_host(bx.values)[0])
+    assert (shown.length, shown.appended, shown.layout.kernel, shown.layout.nbytes) == (2, 1, KERNEL, 2 * 24 * 8)
+    first = next(s for s in states if s.name == "blocks.0.conv.hook_conv")
+    debugger.goto_step(first.step)  # time travel back to the prefill: the same bytes, other rows
+    assert debugger.frame.cache.layout.nbytes == shown.layout.nbytes
+    assert list(debugger.frame.cache.views[0].rows)[0] == f"+{label(len(IDS) - 2)}"
+
+
+def test_an_empty_conv_window_row_is_labelled_empty_and_the_memory_line_gives_its_bytes():
+    from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.tui.widgets.cache import layout_line
+
+    debugger = Debugger(load_checkpoint(FOLDER, ids=IDS[:1], max_new_tokens=1))
+    debugger.goto_step(next(s for s in run()[1] if s.name == "blocks.0.conv.hook_conv").step)
+    shown = debugger.frame.cache
+    assert list(shown.views[0].rows)[0] == " empty"  # one token fed: the older row holds none yet
+    assert layout_line(shown, "en") == "the last 2 inputs of a 3-tap conv · 384 B, the same at any length"
+    assert "384 B" in layout_line(shown, "zh")

@@ -333,7 +333,8 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     part = slice(head * width, (head + 1) * width)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
     cols = Labels(min(width, total), lambda j: f"d{j}")
-    marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
+    # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
+    marked = isinstance(cache.facts, (RingFacts, PagedFacts)) or positions != tuple(range(len(positions)))
     if marked:
         rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
     else:

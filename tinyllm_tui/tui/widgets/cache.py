@@ -53,7 +53,8 @@ class CacheView(Vertical):
         if cache is None:
             title.show_text(Text(tr("cache.none", lang)))
             return
-        where = Text(tr("cache.where", lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
+        heading = "cache.where.conv" if layout_kind(cache.layout) == "conv" else "cache.where"  # no heads
+        where = Text(tr(heading, lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
                         last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
         rows = tr("cache.rows", lang, rows=cache.length, new=cache.appended)
@@ -92,6 +93,8 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
     if kind == "paged":
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
+    if kind == "conv":
+        return tr("cache.conv", lang, rows=facts.kernel - 1, kernel=facts.kernel, size=size_text(facts.nbytes))
     if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
                   stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))

@@ -220,3 +220,56 @@ def test_an_empty_conv_window_row_is_labelled_empty_and_the_memory_line_gives_it
     assert list(shown.views[0].rows)[0] == " empty"  # one token fed: the older row holds none yet
     assert layout_line(shown, "en") == "the last 2 inputs of a 3-tap conv · 384 B, the same at any length"
     assert "384 B" in layout_line(shown, "zh")
+
+
+# -- the GGUF file llama.cpp's converter wrote ---------------------------------------------------------------
+GGUF = FIXTURES / "gguf-lfm2" / "lfm2.gguf"  # float32 tensors: the folder's weights, which the reference ran
+
+
+@functools.cache
+def gguf_run():
+    session = Session(load_checkpoint(GGUF, ids=IDS, max_new_tokens=len(PASSES)), make_backend("numpy", "float64"))
+    return session, list(session.steps())
+
+
+def test_the_gguf_file_reads_as_the_folder_does_and_matches_transformers_over_every_pass_and_state():
+    session, states = gguf_run()
+    assert session.scenario.model.blocks == scenario().model.blocks
+    for round_ in range(len(PASSES)):
+        for layer, theirs in enumerate(REF["step_layers"][round_]):
+            assert np.abs(values(states, f"blocks.{layer}.hook_resid_post", round_)[-1] - theirs).max() <= 1e-9
+        assert np.abs(values(states, "unembed.hook_out", round_)[-1] - REF["step_logits"][round_]).max() <= 1e-9
+        held = states_after(states, round_)
+        for i, layer in enumerate(REF["conv_layers"]):
+            assert np.abs(to_host(held[layer].rows) - REF["step_conv_states"][round_, i, 1:]).max() <= 1e-9
+        assert np.abs(to_host(held[1].k) - REF[f"step_keys_{round_}"][0]).max() <= 1e-9
+    assert list(session.results[0].generated) == REF["greedy_ids"].tolist()
+    assert max(d.max_abs for d in diff_scenario(session.scenario)) <= 1e-12
+
+
+def gguf_with(tmp_path: Path, edit) -> Path:
+    import gguf_bytes
+
+    parsed = gguf_bytes.parse(GGUF.read_bytes())
+    edit(parsed, gguf_bytes)
+    path = tmp_path / "edited.gguf"
+    path.write_bytes(gguf_bytes.serialize(parsed))
+    return path
+
+
+def _kv_counts(counts):
+    return lambda parsed, gb: parsed.set("lfm2.attention.head_count_kv", gb.ARRAY, gb.Array(gb.INT32, counts))
+
+
+def _conv_bias(parsed, gb):
+    parsed.tensors[2].name = "blk.0.shortconv.conv.bias"  # the conv's kernel, renamed: a bias llama.cpp may write
+
+
+@pytest.mark.parametrize("edit, key", [(_kv_counts([0, 2, 1]), "lfm2.attention.head_count_kv"),
+                                       (_kv_counts([0, 2]), "lfm2.attention.head_count_kv"),
+                                       (lambda parsed, gb: parsed.drop("lfm2.shortconv.l_cache"), "lfm2.shortconv.l_cache"),
+                                       (_conv_bias, "blk.0.shortconv.conv.bias")])
+def test_what_a_gguf_file_holds_that_is_not_supported_is_refused_by_name(tmp_path, edit, key):
+    with pytest.raises(ScenarioError) as refused:
+        load_checkpoint(gguf_with(tmp_path, edit), ids=IDS[:2])
+    assert refused.value.path == key

@@ -21,6 +21,11 @@ inputs, of which the next step reads the last K−1), `step_keys` / `step_values
 positions × kv_heads·head_dim, the cache rows after the q/k norms and RoPE, laid out as the engine's cache_k).
 `float32_ops` is the counter's count (0), `ops` how many operators it saw.
 
+gguf-lfm2/lfm2.gguf: the checkpoint as llama.cpp's own converter writes it (convert_hf_to_gguf.py --outtype f32, from the
+llama-cpp-python 0.3.36 sdist at LLAMA_CPP), its tokenizer's pre-tokenizer named "gpt-2" (a byte-level BPE like
+GPT-2's, which the converter does not know by its hash). The converter squeezes conv.conv's (hidden, 1, K) to
+shortconv.conv (hidden, K) and keeps every tensor float32, so it computes what the folder computes.
+
 hf_generation.safetensors: the same generation recorded by `tinyllm_tui.record_hf` (forward hooks under
 TransformerLens's names, every layer's state after each pass as transformers' cache holds it: conv_state
 [hidden, K]), what `check --against` reads; the prompt ids are its metadata `ids`.
@@ -30,6 +35,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -44,6 +51,14 @@ from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
 from tinyllm_tui import record_hf  # noqa: E402
 
+LLAMA_CPP = Path("/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
+CONVERT = """import runpy, sys
+sys.path.insert(0, {llama!r})
+from conversion import base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+sys.argv = ["convert_hf_to_gguf.py", {folder!r}, "--outtype", "f32", "--outfile", {out!r}]
+runpy.run_path({llama!r} + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
 NEW_TOKENS = 5
 SEED = 25
 LAYER_TYPES = ["conv", "full_attention", "conv"]
@@ -115,6 +130,13 @@ def run(model, ids: list[int]) -> dict[str, np.ndarray]:
             "float32_ops": np.array(len(counter.float32)), "ops": np.array(counter.ops)}
 
 
+def convert(folder: Path, out: Path) -> None:
+    """llama.cpp's converter on `folder`, in a process of its own (its gguf-py before the installed gguf)."""
+    code = CONVERT.format(llama=str(LLAMA_CPP), folder=str(folder), out=str(out))
+    env = os.environ | {"PYTHONPATH": str(LLAMA_CPP / "gguf-py")}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+
+
 def main() -> None:
     from transformers import Lfm2Config, Lfm2ForCausalLM
 
@@ -133,6 +155,8 @@ def main() -> None:
     np.savez_compressed(folder / "reference.npz", **ref)
     recorded = record_hf(load(folder), ids, NEW_TOKENS)
     save_file(recorded.arrays, folder / "hf_generation.safetensors", metadata={"ids": json.dumps(ids)})
+    (OUT / "gguf-lfm2").mkdir(exist_ok=True)
+    convert(folder, OUT / "gguf-lfm2" / "lfm2.gguf")
     print(f"lfm2: {len(ids)} prompt tokens, {int(ref['ops'])} operators dispatched, {int(ref['float32_ops'])} read "
           f"or wrote float32; greedy {ref['greedy_ids'].tolist()}; conv states {ref['step_conv_states'].shape}")
 

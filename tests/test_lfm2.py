@@ -273,3 +273,38 @@ def test_what_a_gguf_file_holds_that_is_not_supported_is_refused_by_name(tmp_pat
     with pytest.raises(ScenarioError) as refused:
         load_checkpoint(gguf_with(tmp_path, edit), ids=IDS[:2])
     assert refused.value.path == key
+
+
+# -- the kind's operators: explained, intervened on, stopped at -------------------------------------------
+def test_every_short_conv_operator_is_explained_in_english_and_chinese():
+    from tinyllm_tui.debugger.frame import hook_key
+    from tinyllm_tui.tui.explanations import texts_of
+
+    conv = [s for s in run()[1] if s.round == 0 and ".conv." in s.name]
+    assert [s.name.rsplit(".", 1)[-1] for s in conv if s.layer == 0] == [
+        "hook_in", "hook_b", "hook_c", "hook_x", "hook_bx", "hook_conv", "hook_y"]
+    for state in conv:
+        texts = texts_of(hook_key(state))
+        assert len(texts["en"]) == len(texts["zh"]) == 4 and texts["en"] != texts["zh"], state.name
+
+
+def test_an_intervention_on_b_x_reaches_the_conv_window_and_everything_after_it():
+    from engine.interventions import parse_intervention
+
+    changed = replace(scenario(new_tokens=2), interventions=(parse_intervention("blocks.0.conv.hook_bx[19,:]=0"),))
+    states = list(Session(changed).steps())
+    window = states_after(states, 0)[0]
+    assert window.row_positions == (18, 19)
+    assert not to_host(window.rows)[1].any() and to_host(window.rows)[0].any()  # position 19's input zeroed
+    ours = values(states, "blocks.0.conv.hook_conv", 0)
+    _, clean = run()
+    assert np.array_equal(ours[:19], values(clean, "blocks.0.conv.hook_conv", 0)[:19])  # causal: earlier rows stay
+    assert not np.allclose(values(states, "unembed.hook_out", 1), values(clean, "unembed.hook_out", 1))
+
+
+def test_a_breakpoint_on_the_conv_stops_at_every_layers_conv():
+    from engine.breakpoints import parse_breakpoint
+
+    point = parse_breakpoint("conv.conv")
+    hits = [(s.round, s.layer) for s in run()[1] if point.hits(s)]
+    assert hits == [(round_, layer) for round_ in range(len(PASSES)) for layer in (0, 2)]

@@ -29,7 +29,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 FOLDER = FIXTURES / "lfm2"
 REF = dict(np.load(FOLDER / "reference.npz"))
 IDS = [int(t) for t in REF["ids"]]
-KERNEL = 3
+KERNEL, WIDTH = 3, 32  # the conv's taps, the hidden width
 PASSES = ("prefill", "decode.1", "decode.2", "decode.3", "decode.4")
 
 
@@ -56,7 +56,7 @@ def test_the_fixture_mixes_conv_and_attention_layers_and_its_reference_is_float6
     model = scenario().model
     assert [block.mixer for block in model.blocks] == ["short_conv", "attention", "short_conv"]
     assert {block.conv_kernel for block in model.blocks if block.mixer == "short_conv"} == {KERNEL}
-    assert model.d_ff == 32 and model.qk_norm and model.n_kv_heads == 2  # int(2·40/3) = 26, rounded up to 8s
+    assert model.d_model == WIDTH and model.d_ff == 32 and model.qk_norm and model.n_kv_heads == 2  # int(2·48/3)
     assert REF["float32_ops"] == 0 and REF["ops"] > 1000
     assert len(IDS) > KERNEL  # the window is shorter than the prompt: it evicts
 
@@ -79,7 +79,7 @@ def test_every_pass_its_layers_its_conv_windows_and_kv_caches_match_transformers
             theirs = REF["step_conv_states"][round_, i]  # transformers keeps K inputs; the next step reads K−1
             assert theirs.shape[0] == KERNEL
             window = held[layer]
-            assert window.nbytes == (KERNEL - 1) * 24 * 8  # the same bytes in every pass
+            assert window.nbytes == (KERNEL - 1) * WIDTH * 8  # the same bytes in every pass
             assert np.abs(to_host(window.dump_items()[DUMP_ITEM]) - theirs[1:]).max() <= 1e-9
             assert window.differing({DUMP_ITEM: theirs}, lambda _, a, b: np.abs(a - b) > 1e-9) == frozenset()
         for i, layer in enumerate(REF["attention_layers"]):
@@ -142,7 +142,7 @@ def test_full_attn_idxs_stands_in_for_layer_types_and_the_ffn_width_follows_lfm2
     folder = folder_with(tmp_path, layer_types=None, full_attn_idxs=[1])
     assert [b.mixer for b in spec(folder).blocks] == ["short_conv", "attention", "short_conv"]
     folder = folder_with(tmp_path / "b", block_auto_adjust_ff_dim=False)
-    assert spec(folder).d_ff == 40
+    assert spec(folder).d_ff == 48
     folder = folder_with(tmp_path / "c", intermediate_size=None, block_ff_dim=6656, block_multiple_of=256)
     assert spec(folder).d_ff == 4608  # LFM2-350M's: int(2·6656/3) = 4437, rounded up to 256s
 
@@ -168,9 +168,14 @@ def test_a_llama_config_with_conv_layer_types_is_refused(tmp_path):
 def test_transformers_generation_through_record_hf_agrees_with_every_pass_and_its_k_column_conv_cache():
     from safetensors.numpy import load_file
 
+    from safetensors import safe_open
+
     dump = FOLDER / "hf_generation.safetensors"
-    assert load_file(dump)["decode.2.blocks.0.conv.conv_state"].shape == (24, KERNEL)  # [channels, K]
-    report = compare_generation(scenario(), dump, atol=1e-9, rtol=0)
+    assert load_file(dump)["decode.2.blocks.0.conv.conv_state"].shape == (WIDTH, KERNEL)  # [channels, K]
+    with safe_open(dump, "np") as opened:
+        ids = json.loads(opened.metadata()["ids"])
+    assert len(ids) > KERNEL
+    report = compare_generation(scenario(ids=ids), dump, atol=1e-9, rtol=0)
     assert report.first_divergence is None
     states = {(op.key.pass_, op.key.name) for op in report.ops if op.key.name.endswith("conv_state")}
     assert states == {(p, f"blocks.{layer}.conv.conv_state") for p in PASSES for layer in (0, 2)}
@@ -203,7 +208,7 @@ def test_the_cache_view_shows_the_conv_window_rows_by_position_and_token_and_its
     assert list(shown.views[0].rows) == [f" {label(newest - 1)}", f"+{label(newest)}"]  # + : this round's input
     bx = next(s for s in states if s.round == 2 and s.name == "blocks.0.conv.hook_bx")
     np.testing.assert_array_equal(shown.views[0].values[-1], to_host(bx.values)[0])
-    assert (shown.length, shown.appended, shown.layout.kernel, shown.layout.nbytes) == (2, 1, KERNEL, 2 * 24 * 8)
+    assert (shown.length, shown.appended, shown.layout.kernel, shown.layout.nbytes) == (2, 1, KERNEL, 2 * WIDTH * 8)
     first = next(s for s in states if s.name == "blocks.0.conv.hook_conv")
     debugger.goto_step(first.step)  # time travel back to the prefill: the same bytes, other rows
     assert debugger.frame.cache.layout.nbytes == shown.layout.nbytes
@@ -218,8 +223,8 @@ def test_an_empty_conv_window_row_is_labelled_empty_and_the_memory_line_gives_it
     debugger.goto_step(next(s for s in run()[1] if s.name == "blocks.0.conv.hook_conv").step)
     shown = debugger.frame.cache
     assert list(shown.views[0].rows)[0] == " empty"  # one token fed: the older row holds none yet
-    assert layout_line(shown, "en") == "the last 2 inputs of a 3-tap conv · 384 B, the same at any length"
-    assert "384 B" in layout_line(shown, "zh")
+    assert layout_line(shown, "en") == "the last 2 inputs of a 3-tap conv · 512 B, the same at any length"
+    assert "512 B" in layout_line(shown, "zh")  # 2 rows of 32 float64
 
 
 # -- the GGUF file llama.cpp's converter wrote ---------------------------------------------------------------
@@ -308,3 +313,21 @@ def test_a_breakpoint_on_the_conv_stops_at_every_layers_conv():
     point = parse_breakpoint("conv.conv")
     hits = [(s.round, s.layer) for s in run()[1] if point.hits(s)]
     assert hits == [(round_, layer) for round_ in range(len(PASSES)) for layer in (0, 2)]
+
+
+def test_the_q8_0_file_matches_transformers_run_on_its_dequantized_weights():
+    ref = dict(np.load(FIXTURES / "gguf-lfm2" / "reference.q8_0.npz"))
+    checkpoint = load_checkpoint(FIXTURES / "gguf-lfm2" / "lfm2.q8_0.gguf", ids=IDS, max_new_tokens=len(PASSES))
+    kinds = {checkpoint.weights.quantisation.kind(name) for name in ("blocks.0.conv.w_in", "blocks.1.attn.wq")}
+    assert kinds == {"Q8_0"} and checkpoint.weights.quantisation.kind("blocks.0.conv.w_conv") == "F32"
+    session = Session(checkpoint, make_backend("numpy", "float64"))
+    states = list(session.steps())
+    assert np.abs(ref["logits"] - REF["logits"]).max() > 1e-4  # quantized: another reference than the folder's
+    for round_ in range(len(PASSES)):
+        for layer, theirs in enumerate(ref["step_layers"][round_]):
+            assert np.abs(values(states, f"blocks.{layer}.hook_resid_post", round_)[-1] - theirs).max() <= 1e-9
+        held = states_after(states, round_)
+        for i, layer in enumerate(ref["conv_layers"]):
+            assert np.abs(to_host(held[layer].rows) - ref["step_conv_states"][round_, i, 1:]).max() <= 1e-9
+    assert list(session.results[0].generated) == ref["greedy_ids"].tolist()
+    assert max(d.max_abs for d in diff_scenario(checkpoint)) <= 1e-12

@@ -293,6 +293,20 @@ def test_every_short_conv_operator_is_explained_in_english_and_chinese():
         assert len(texts["en"]) == len(texts["zh"]) == 4 and texts["en"] != texts["zh"], state.name
 
 
+def test_the_convs_explanation_is_its_own_where_another_kind_files_a_hook_conv(monkeypatch):
+    from types import SimpleNamespace
+
+    from engine import layers
+    from tinyllm_tui.debugger.frame import hook_key
+    from tinyllm_tui.tui.explanations import texts_of
+
+    other = {"en": ("another conv",) * 4, "zh": ("另一个卷积",) * 4}
+    monkeypatch.setitem(layers.ROLES, "mixer", {"other": SimpleNamespace(EXPLANATIONS={"hook_conv": other}),
+                                                **layers.MIXERS})  # found first
+    conv = next(s for s in run()[1] if s.name == "blocks.0.conv.hook_conv")
+    assert hook_key(conv) == "conv.hook_conv" and "B·x" in texts_of(hook_key(conv))["en"][1]
+
+
 def test_an_intervention_on_b_x_reaches_the_conv_window_and_everything_after_it():
     from engine.interventions import parse_intervention
 

@@ -416,8 +416,12 @@ BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not t
 
 def hook_key(state: OpState) -> str:
     """What the explanation of the operator is filed under: the hook name's last part, told apart where
-    one hook does different things (given vectors or a scaled table, a norm's output, capped scores)."""
+    one hook does different things (given vectors or a scaled table, a norm's output, capped scores), or
+    `module.hook` where a kind files it so (two kinds with a hook of the same name: conv.hook_conv)."""
     hook = state.op.hook.name
+    qualified = f"{state.op.hook.module}.{hook}"
+    if explanation(qualified) is not None:
+        return qualified
     if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale

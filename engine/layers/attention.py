@@ -215,15 +215,16 @@ def hook_widths(model: ModelSpec) -> dict[str, int]:
 def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
     """Every hook this kind yields in `layer`, in order (`hook` interns, `norm_sites` lists a norm's hooks)."""
     heads = model.n_heads
-    own = "qk" if block.kv_source is None else "q"  # what it computes itself: a KV-shared layer reads k and v
-    sites = [HookSite(hook(layer, MODULE, f"hook_{n}")) for n in own + ("v" if own == "qk" else "")]
+    shared = block.kv_source is not None  # a KV-shared layer computes only its queries: it reads k and v
+    sites = [HookSite(hook(layer, MODULE, f"hook_{n}")) for n in ("q" if shared else "qkv")]
+    turned = "q" if shared else "qk"  # normalized (q/k norms) and rotated
     if model.qk_norm:
-        for n in own:
+        for n in turned:
             sites += norm_sites(layer, f"{MODULE}.{n}_norm", out=hook(layer, MODULE, f"hook_{n}_normed"))
-    if model.v_norm and own == "qk":
+    if model.v_norm and not shared:
         sites += [HookSite(hook(layer, f"{MODULE}.v_norm", name)) for name in ("hook_scale", "hook_normalized")]
     if model.positions == Positions.ROPE:
-        sites += [HookSite(hook(layer, MODULE, f"hook_rot_{n}")) for n in own]
+        sites += [HookSite(hook(layer, MODULE, f"hook_rot_{n}")) for n in turned]
     per_head = (["hook_attn_scores_uncapped"] if model.attn_softcap else []) + ["hook_attn_scores", "hook_pattern",
                                                                                 "hook_z"]
     sites += [HookSite(hook(layer, MODULE, name), heads) for name in per_head]

@@ -410,8 +410,10 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
     lossy = debugger.comparisons.exact_cache()
     report = debugger.compare(alone=options.batch)
     diffs = list(report.diffs)
+    requests = len(debugger.scenario.requests)
     if as_json:
-        _print_json({**diff_json(diffs, options.inject), **exact_json(lossy)})
+        flip = {} if report.flip is None else {"first_route_flip": report.flip.document(requests)}
+        _print_json({**diff_json(diffs, options.inject), **exact_json(lossy), **flip})
     else:
         if options.inject:
             print(f"injected bug {options.inject}: {tr(f'inject.{options.inject}', 'en')}")
@@ -419,6 +421,8 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
             print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
             for row in lossy:
                 print(f"  {row.describe()}")
+        if report.flip is not None:
+            print(f"first routing flip against the float64 exact-cache run: {report.flip.text(requests)}")
         for d in diffs:
             print(diff_line(d))
         print(diff_summary(diffs, options.inject, options.batch))

@@ -119,3 +119,14 @@ def test_a_quantized_cache_reports_the_first_token_it_routes_otherwise_than_the_
     walked = first_flip_walked(STATES, Session(lossy, backend).steps())
     assert walked is not None and (flip.key.round, flip.layer, int(flip.token.split(" · ")[0])) == walked
     assert flip.other == f"{quantize} cache"
+
+
+@pytest.mark.parametrize("kept", ["hook_router_scores", "hook_router_logits"])
+def test_a_dump_with_only_router_scores_or_logits_names_the_same_flip(tmp_path, kept):
+    """Their choices are then the k best of what the dump holds (transformers' float32 scores or logits)."""
+    arrays = {k: v for k, v in np.load(DUMP).items() if ".mlp." not in k or k.endswith(kept)}
+    np.savez(tmp_path / "dump.npz", **arrays)
+    flip = compare_generation(SCENARIO, tmp_path / "dump.npz").flip
+    assert (flip.key.pass_, flip.layer, flip.token.split(" · ")[0]) == (f"decode.{ROUND}", LAYER, str(POSITION))
+    assert list(flip.theirs) == np.load(DUMP)[f"decode.{ROUND}.blocks.{LAYER}.mlp.hook_topk"][0].tolist()
+    assert (flip.their_scores is None) == (kept == "hook_router_logits")

@@ -20,6 +20,8 @@ from engine.hooks import Hook
 from engine.layers.moe_ffn import MODULE, SCORES, TOPK, route
 from engine.trace import OpKind, OpState
 
+LOGITS = "hook_router_logits"  # a dump without top-k or scores: its choices are the k best of these
+
 
 @dataclass(frozen=True)
 class RouteFlip:
@@ -52,23 +54,38 @@ def _scores(values: tuple[float, ...]) -> str:
 
 def route_flip(state: OpState, key: Key, aligned, other: str = "dump") -> RouteFlip | None:
     """The first token of a top-k operator whose chosen experts (as a set) the dump's differ from; None for
-    another operator, a dump without that top-k, or the same choices. `aligned(key, head, shape)`: the dump's
-    array in the engine's layout (engine.compare.against.Against.aligned)."""
+    another operator, a dump without its choices, or the same choices. The dump's choices are its top-k, else
+    the k best of its router scores, else of its router logits (a softmax router: the same order).
+    `aligned(key, head, shape)`: the dump's array in the engine's layout (engine.compare.against.Against.aligned)."""
     chosen = route(state.op)
-    theirs = None if chosen is None else aligned(key, None, chosen.chosen.shape)
+    if chosen is None:
+        return None
+    hook = state.op.hook
+
+    def dumped(name: str, shape: tuple[int, ...]):
+        return aligned(Key(key.request, key.pass_, Hook(hook.layer, hook.module, name).text), None, shape)
+
+    their_scores = dumped(SCORES, chosen.scores.shape)
+    theirs = _their_choice(aligned(key, None, chosen.chosen.shape), their_scores,
+                           dumped(LOGITS, chosen.scores.shape), chosen.chosen.shape[1])
     if theirs is None:
         return None
-    theirs = theirs.astype(np.int64)
     rows = [t for t in range(len(theirs)) if set(theirs[t].tolist()) != set(chosen.chosen[t].tolist())]
     if not rows:
         return None
-    t, hook = rows[0], state.op.hook
-    their_scores = aligned(Key(key.request, key.pass_, Hook(hook.layer, hook.module, SCORES).text), None,
-                           chosen.scores.shape)
+    t = rows[0]
     return RouteFlip(key, state.layer, state.output.rows[t], tuple(chosen.chosen[t].tolist()),
                      tuple(theirs[t].tolist()), tuple(float(chosen.scores[t, e]) for e in chosen.chosen[t]),
                      None if their_scores is None else tuple(float(their_scores[t, e]) for e in theirs[t]),
                      float(chosen.margins[t]), other)
+
+
+def _their_choice(topk, scores, logits, k: int) -> np.ndarray | None:
+    """The dump's experts per token: its top-k as dumped, else the k best of its scores or logits."""
+    if topk is not None:
+        return topk.astype(np.int64)
+    ranked = scores if scores is not None else logits
+    return None if ranked is None else np.argsort(-ranked, axis=1, kind="stable")[:, :k]
 
 
 def flip_between(reference: Iterable[OpState], run: Iterable[OpState], passes: Passes, other: str) -> RouteFlip | None:

@@ -37,6 +37,8 @@ EN = {
     "Logit lens": "Logit lens", "Heads at a glance": "Heads at a glance", "Patch/ablate…": "Patch/ablate…",
     "Undo intervention": "Undo intervention", "Save interventions": "Save interventions",
     "result.intervention.added": "intervention {text}", "result.intervention.undone": "undid the last intervention",
+    "result.intervention.unreached": " · no token has been routed to expert {expert} of layer {layer} so far: it "
+                                     "applies in the passes that route one there",
     "result.choice": " · chose {before} {p_before} → {after} {p_after}",
     "ask.intervene": "Patch or ablate, as --patch/--ablate take it (e.g. blocks.0.attn head 1):",
     "screen.intervening": "intervening, replaying to this step… (Esc cancels)",
@@ -234,6 +236,7 @@ ZH = {
     "Logit lens": "逻辑透镜", "Heads at a glance": "各头一览", "Patch/ablate…": "修补/消融…", "Undo intervention": "撤销干预",
     "Save interventions": "保存干预",
     "result.intervention.added": "干预 {text}", "result.intervention.undone": "已撤销上一处干预",
+    "result.intervention.unreached": " · 到目前为止没有Token被路由到第{layer}层的专家{expert}：它将在有Token路由到该专家的轮次生效",
     "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
     "ask.intervene": "修补或消融（写法同 --patch/--ablate，例如 blocks.0.attn head 1）：",
     "screen.intervening": "正在干预并重放到此步骤…（Esc 取消）",
@@ -439,8 +442,10 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.no_inject", lang)
         case InjectionChanged(name=name):
             return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
-        case Intervened(change=change, text=text, choice=choice):
-            return tr(f"result.intervention.{change}", lang, text=text) + choice_words(choice, lang)
+        case Intervened(change=change, text=text, choice=choice, unreached=unreached):
+            pending = "" if unreached is None else tr("result.intervention.unreached", lang, layer=unreached[0],
+                                                      expert=unreached[1])
+            return tr(f"result.intervention.{change}", lang, text=text) + pending + choice_words(choice, lang)
         case Rebuilt(kind=kind, name=name, count=count):
             return tr(f"result.{kind}", lang, name=name, count=count)
         case Saved(path=path):

@@ -46,7 +46,8 @@ EN = {
     "lens.title": "Logit lens · request {request} · {where} · ←/→ positions · ↑/↓ rows · Esc: close",
     "glance.title": "Attention at a glance · ←/→ head · ↑/↓ layer · Enter: open it · Esc: close",
     "Expert routing": "Expert routing",
-    "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · Esc: close",
+    "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · a: every layer · "
+                     "Esc: close",
     "routing.none": "no mixture-of-experts layer in this round",
     # results of moves
     "result.wrapped": "went to step {step} (wrapped around)", "result.went": "went to step {step}",
@@ -244,7 +245,7 @@ ZH = {
     "lens.title": "逻辑透镜 · 请求 {request} · {where} · ←/→ 位置 · ↑/↓ 行 · Esc 关闭",
     "glance.title": "各头一览 · ←/→ 头 · ↑/↓ 层 · Enter 打开 · Esc 关闭",
     "Expert routing": "专家路由",
-    "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · Esc 关闭",
+    "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · a 所有层 · Esc 关闭",
     "routing.none": "本轮没有混合专家层",
     "result.wrapped": "已跳转到步骤 {step}（已从头绕回）", "result.went": "已跳转到步骤 {step}",
     "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",

@@ -130,3 +130,14 @@ def test_a_dump_with_only_router_scores_or_logits_names_the_same_flip(tmp_path, 
     assert (flip.key.pass_, flip.layer, flip.token.split(" · ")[0]) == (f"decode.{ROUND}", LAYER, str(POSITION))
     assert list(flip.theirs) == np.load(DUMP)[f"decode.{ROUND}.blocks.{LAYER}.mlp.hook_topk"][0].tolist()
     assert (flip.their_scores is None) == (kept == "hook_router_logits")
+
+
+def test_the_tui_diff_summary_names_the_flip_in_english_and_chinese():
+    from tinyllm_tui.tui.widgets.diffview import report_summary
+
+    report = Comparisons(make_backend("numpy", "float32"), None, lambda: Compared(SCENARIO, None, None)).compare()
+    en, zh = (report_summary(report, lang).plain.splitlines()[0] for lang in ("en", "zh"))
+    assert en.startswith(f"⚠ first routing flip against the float64 exact-cache run: decode.{ROUND} · layer {LAYER} · "
+                         f"token {POSITION} · ")
+    assert f"reference chose {tie_choice(REF['step_topk'])}" in en and "float32 run" in en
+    assert f"第{LAYER}层" in zh and "参考选择" in zh

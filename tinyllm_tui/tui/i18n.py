@@ -186,6 +186,8 @@ EN = {
     # the diff dialog
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
     "diff.injected": "injected bug {name}: {description}",
+    "diff.flip": "⚠ first routing flip against the float64 exact-cache run: {where} · layer {layer} · token {token}: "
+                 "reference chose {ours} (margin {margin}), {other} {theirs}",
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
@@ -358,6 +360,8 @@ ZH = {
     "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",
+    "diff.flip": "⚠ 与float64精确缓存运行相比，首次路由翻转：{where} · 第{layer}层 · Token {token}：参考选择 {ours}"
+                 "（差距 {margin}），{other} 选择 {theirs}",
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",

@@ -6,7 +6,9 @@ the first token its run routes otherwise than the exact cache's."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from engine import Session, make_backend, to_host
 from engine.caches import CacheSpec, Quantize
 from engine.compare.against import compare_generation
 from engine.compare.diff import diff_scenario
+from engine.layout import parse_key
 from engine.layers.moe_ffn import route
 from engine.loading.checkpoint import load_checkpoint
 from tinyllm_tui.cli import app
@@ -141,3 +144,79 @@ def test_the_tui_diff_summary_names_the_flip_in_english_and_chinese():
                          f"token {POSITION} · ")
     assert f"reference chose {tie_choice(REF['step_topk'])}" in en and "float32 run" in en
     assert f"第{LAYER}层" in zh and "参考选择" in zh
+
+
+class _Ggml:
+    """Enough of ggml for engine.compare.llama_cpp._Collector: each fake tensor is a real `_Head` (type, ne, nb)
+    over a NumPy buffer, named as llama.cpp's graph names them."""
+
+    def __init__(self):
+        self.tensors = {}
+
+    def tensor(self, name: str, array: np.ndarray, ggml_type: int, view_of: np.ndarray | None = None) -> int:
+        """`array` (tokens × features) laid out as ggml does (ne0 the features); `view_of`: the array it is a view
+        into (its first columns), as ggml_argsort_top_k's top-k is a view of the whole argsort."""
+        from engine.compare.llama_cpp import _Head
+
+        backing = np.ascontiguousarray(array if view_of is None else view_of)
+        item = backing.itemsize
+        head = _Head(ggml_type, None, (array.shape[1], array.shape[0], 1, 1),
+                     (item, backing.shape[1] * item, backing.size * item, backing.size * item))
+        address = ctypes.addressof(head)
+        self.tensors[address] = (name, head, backing)
+        return address
+
+    def ggml_get_name(self, tensor):
+        return self.tensors[tensor][0].encode()
+
+    def ggml_op_desc(self, tensor):
+        return b"NONE"
+
+    def ggml_nbytes(self, tensor):
+        _, head, _ = self.tensors[tensor]
+        return sum((head.ne[i] - 1) * head.nb[i] for i in range(4)) + head.nb[0]
+
+    def ggml_backend_tensor_get(self, tensor, raw, offset, size):
+        ctypes.memmove(raw, self.tensors[tensor][2].ctypes.data, size)
+
+
+def test_llama_cpps_ffn_moe_topk_tensors_give_its_choices_and_name_the_first_flip():
+    """llama-cpp-python is not installed here (building it needs llama.cpp's C++ build): the collector that
+    `check --against-llama-cpp` runs is fed constructed graph tensors instead — transformers' float32 router
+    logits, softmax and chosen experts (int32, a view of the argsort's first k columns) as `ffn_moe_*-L`."""
+    from engine.compare.llama_cpp import _Collector, collected
+
+    ggml, dump = _Ggml(), np.load(DUMP)
+    collector = _Collector(ggml, 4, 2, 8)
+    past = 0
+    for round_ in range(len(REF["greedy_ids"])):
+        pass_ = "prefill" if round_ == 0 else f"decode.{round_}"
+        count = dump[f"{pass_}.unembed.hook_out"].shape[0]
+        collector.start(pass_, past, count)
+        for layer in (0, 1):
+            logits = dump[f"{pass_}.blocks.{layer}.mlp.hook_router_logits"]
+            topk = dump[f"{pass_}.blocks.{layer}.mlp.hook_topk"].astype(np.int32)
+            argsort = np.concatenate([topk, np.argsort(-logits, axis=1)[:, topk.shape[1]:].astype(np.int32)], axis=1)
+            for tensor in (ggml.tensor(f"ffn_moe_logits-{layer}", logits, 0),
+                           ggml.tensor(f"ffn_moe_probs-{layer}", dump[f"{pass_}.blocks.{layer}.mlp.hook_router_scores"], 0),
+                           ggml.tensor(f"ffn_moe_topk-{layer}", topk, 26, view_of=argsort)):
+                assert collector.callback(tensor, True, None) and collector.callback(tensor, False, None)
+        past += count
+    assert collector.error is None
+    llama = collected("model.gguf", collector)
+    assert np.array_equal(llama.get(parse_key(f"decode.{ROUND}.blocks.{LAYER}.mlp.hook_topk")),
+                          dump[f"decode.{ROUND}.blocks.{LAYER}.mlp.hook_topk"])
+    report = compare_generation(SCENARIO, llama)
+    assert (report.flip.key.pass_, report.flip.layer, report.flip.other) == (f"decode.{ROUND}", LAYER, "llama.cpp")
+    assert int(report.flip.token.split(" · ")[0]) == POSITION
+    assert report.lines()[1].startswith(f"first routing flip: decode.{ROUND} · layer {LAYER} · token {POSITION}")
+    assert "llama.cpp [6, 1]" in report.lines()[1]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")
+def test_check_against_llama_cpp_without_llama_cpp_python_says_what_it_needs():
+    from engine.compare.llama_cpp import llama_cpp_dump
+    from engine.loading import ScenarioError
+
+    with pytest.raises(ScenarioError, match="needs the llama-cpp-python package"):
+        llama_cpp_dump("model.gguf", [1], [])

@@ -312,7 +312,7 @@ class _Meeting:
             for name, values in cache.dump_items().items():
                 self._cache(state, passes.key(state, Hook(state.layer, cache.module, name).text), values)
         if self.flip is None:  # before the top-k's own key is looked for: scores or logits may stand for it
-            self.flip = route_flip(state, key, self.against.aligned)
+            self.flip = route_flip(state, key, self.against.aligned, self.against.dump.side)
         if key not in self.against.dump.arrays:
             if state.head in (None, 0):
                 self.missing[key.name] = self.missing.get(key.name, 0) + 1

@@ -220,3 +220,21 @@ def test_check_against_llama_cpp_without_llama_cpp_python_says_what_it_needs():
 
     with pytest.raises(ScenarioError, match="needs the llama-cpp-python package"):
         llama_cpp_dump("model.gguf", [1], [])
+
+
+def test_diff_of_a_quantized_cache_scenario_reports_its_error_and_first_flip_where_experts_differ(tmp_path):
+    """The exact-cache report met the two runs operator by operator in order; once a token is routed to another
+    expert the runs hold different operators, and it compared a (20, 300) matrix with a (20, 24) one."""
+    scenario = tmp_path / "tie.yaml"
+    scenario.write_text(f"checkpoint: {FOLDER}\ncache: {{quantize: float8_e5m2}}\n"
+                        f"requests:\n  - ids: {IDS}\n    max_new_tokens: 3\n")
+    result = CliRunner().invoke(app, ["diff", str(scenario)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "float8_e5m2 cache against the exact cache (max |Δ|):"
+    assert [line.split(":")[0].strip() for line in lines[1:4]] == [f"request 0 round {r}" for r in range(3)]
+    lossy = dataclasses.replace(SCENARIO, cache=CacheSpec(quantize=Quantize.FLOAT8_E5M2))
+    round_, layer, position = first_flip_walked(STATES, Session(lossy, make_backend("numpy", "float64")).steps())
+    where = "prefill" if round_ == 0 else f"decode.{round_}"
+    assert lines[4].startswith(f"first routing flip against the float64 exact-cache run: {where} · layer {layer} · "
+                               f"token {position} · ")

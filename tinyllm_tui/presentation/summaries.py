@@ -17,7 +17,6 @@ from engine.labels import resolve_some
 from engine.progress import READING
 from engine.spec import Request, Vocab
 from engine.trace import Labelled, OpKind, OpState, Phase, RequestResult
-from tinyllm_tui.presentation.numbers import some_labels
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
 TOP = 5
@@ -100,7 +99,7 @@ def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
     n = values.shape[0]
     rows = sorted({*range(min(ROWS_SUMMARISED, n)), *range(max(n - ROWS_SUMMARISED, 0), n)})
     best = values.take(rows, 0).argmax(1).tolist()
-    names = zip(some_labels(matrix.row_axis, rows)[0], resolve_some(matrix.col_axis, best))
+    names = zip(resolve_some(matrix.row_axis, rows), resolve_some(matrix.col_axis, best))
     lines.append("argmax per row: " + ", ".join(f"{row} → {col}" for row, col in names))
     if kind in VOCAB_KINDS:
         lines.append(_top_tokens(matrix, n - 1, values[-1], probabilities=kind == OpKind.PROBS))

@@ -160,6 +160,7 @@ EN = {
     "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
     "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
     "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
+    "cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)",
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
@@ -210,6 +211,8 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
+    "inject.shared-kv-own-cache": "a KV-shared layer reads its own (empty) cache in cached rounds, not its source's",
+    "inject.per-layer-previous": "a cached round reads the per-layer input row of the previous token",
 }
 
 ZH = {
@@ -336,6 +339,7 @@ ZH = {
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
     "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
+    "cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
     "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",
@@ -378,6 +382,8 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
+    "inject.shared-kv-own-cache": "KV共享层在缓存轮次读取自己（空的）缓存，而不是源层的缓存",
+    "inject.per-layer-previous": "缓存轮次读取了前一个Token的每层输入行",
 }
 
 CATALOGUES = {"en": EN, "zh": ZH}

@@ -1,0 +1,108 @@
+"""Qwen3.5's Gated DeltaNet and gated attention on a tiny random checkpoint (tools/make_qwen35_fixtures.py):
+against transformers' true float64 forward (every layer, logits, greedy ids, the recurrent and conv states after
+every pass), the chunked prefill beside the recurrent decode (cached equal to the full recompute), the state's
+size constant in the sequence length."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine import Session, make_backend, to_host
+from engine.compare.diff import diff_scenario
+from engine.layers import gated_deltanet
+from engine.loading.checkpoint import load_checkpoint
+
+FOLDER = Path(__file__).parent / "fixtures" / "qwen3_5"
+REF = dict(np.load(FOLDER / "reference.npz"))
+IDS = [int(t) for t in REF["ids"]]
+LINEAR = [int(layer) for layer in REF["linear_layers"]]
+CHUNK = int(REF["chunk"])  # the reference's chunk size, shorter than the prompt
+
+
+def scenario(chunk: int = CHUNK, prefill_chunk: int | None = None, folder: Path = FOLDER):
+    found = load_checkpoint(folder, ids=IDS, max_new_tokens=len(REF["greedy_ids"]))
+    model = dataclasses.replace(found.model, deltanet=dataclasses.replace(found.model.deltanet, chunk=chunk))
+    return dataclasses.replace(found, model=model, decode=dataclasses.replace(found.decode, prefill_chunk=prefill_chunk))
+
+
+SCENARIO = scenario()
+STATES = list(Session(SCENARIO, make_backend("numpy", "float64")).steps())
+
+
+def outputs(states, name: str) -> list[np.ndarray]:
+    """`name`'s values, one per round."""
+    return [to_host(s.values) for s in states if s.name == name]
+
+
+def test_the_fixture_mixes_deltanet_and_gated_attention_and_its_reference_is_float64():
+    model = SCENARIO.model
+    assert [b.mixer for b in model.blocks] == ["gated_deltanet", "gated_deltanet", "attention"]
+    assert model.attn_gate and model.rope_dims == 4 and model.norm.weight_offset
+    assert (model.deltanet.k_heads, model.deltanet.v_heads, model.deltanet.kernel) == (2, 4, 3)
+    assert len(IDS) > 2 * CHUNK and model.deltanet.kernel < len(IDS)
+    assert REF["float32_ops"] == 0 and REF["ops"] > 1000
+
+
+def test_prefill_logits_and_every_layer_match_transformers():
+    assert np.abs(outputs(STATES, "unembed.hook_out")[0] - REF["logits"]).max() <= 1e-9
+    for layer in range(SCENARIO.model.n_layers):
+        ours = outputs(STATES, f"blocks.{layer}.hook_resid_post")[0]
+        assert np.abs(ours - REF["layers"][layer]).max() <= 1e-9, layer
+
+
+def test_every_pass_logits_layers_and_greedy_ids_match_transformers():
+    logits = outputs(STATES, "unembed.hook_out")
+    assert len(logits) == len(REF["step_logits"])
+    for round_, row in enumerate(logits):
+        assert np.abs(row[-1] - REF["step_logits"][round_]).max() <= 1e-9, round_
+        for layer in range(SCENARIO.model.n_layers):
+            ours = outputs(STATES, f"blocks.{layer}.hook_resid_post")[round_][-1]
+            assert np.abs(ours - REF["step_layers"][round_, layer]).max() <= 1e-9, (round_, layer)
+    chosen = [int(to_host(s.values)[0, 0]) for s in STATES if s.kind == "choice"]
+    assert chosen == REF["greedy_ids"].tolist()
+
+
+def test_every_linear_attention_state_after_every_pass_matches_transformers():
+    """transformers' conv cache keeps K columns, (channels, K); ours the K−1 inputs the next pass reads."""
+    ends = [s for s, after in zip(STATES, STATES[1:] + [None]) if after is None or after.round != s.round]
+    assert len(ends) == len(REF["step_recurrent"])
+    for round_, state in enumerate(ends):
+        for i, layer in enumerate(LINEAR):
+            kept = state.caches[layer]
+            assert np.abs(to_host(kept.recurrent) - REF["step_recurrent"][round_, i]).max() <= 1e-9
+            theirs = REF["step_conv"][round_, i][:, 1:].T
+            assert np.abs(to_host(kept.window.rows) - theirs).max() <= 1e-9
+
+
+@pytest.mark.parametrize("prefill_chunk", [None, 3, 7])
+def test_the_cached_recurrent_decode_equals_the_chunked_full_recompute(prefill_chunk):
+    diffs = diff_scenario(scenario(prefill_chunk=prefill_chunk), make_backend("numpy", "float64"))
+    names = {d.name for d in diffs}
+    assert {"blocks.0.linear_attn.hook_delta", "blocks.0.linear_attn.hook_state", "blocks.2.attn.hook_gate"} <= names
+    assert max(d.max_abs for d in diffs) <= 1e-12
+
+
+def test_a_decode_step_runs_the_recurrent_form_and_a_prefill_the_chunked_one(monkeypatch):
+    calls = []
+    for name in ("recurrent_rule", "chunked_rule"):
+        original = getattr(gated_deltanet, name)
+        monkeypatch.setattr(gated_deltanet, name, lambda *a, _f=original, _n=name, **k: calls.append(
+            (_n, a[2].shape[0])) or _f(*a, **k))
+    list(Session(SCENARIO, make_backend("numpy", "float64")).steps())
+    per_layer = calls[::len(LINEAR)]
+    assert per_layer[0] == ("chunked_rule", len(IDS))
+    assert set(per_layer[1:]) == {("recurrent_rule", 1)}
+
+
+def test_the_state_does_not_grow_with_the_sequence_but_the_kv_cache_does():
+    ends = [s for s, after in zip(STATES, STATES[1:] + [None]) if after is None or after.round != s.round]
+    linear = {end.caches[layer].nbytes for end in ends for layer in LINEAR}
+    net = SCENARIO.model.deltanet
+    assert linear == {8 * (net.v_heads * net.d_k * net.d_v + (net.kernel - 1) * net.conv_dim)}
+    attention = [end.caches[2].nbytes for end in ends]
+    assert attention == sorted(set(attention)) and len(set(attention)) == len(ends)
+    assert [end.caches[0].length for end in ends] == list(range(len(IDS), len(IDS) + len(ends)))

@@ -212,6 +212,55 @@ class ScalePerTensor(Fault):
         return None
 
 
+class ConvNotShifted(Fault):
+
+    def conv_window(self, xp, window, new, kept, seen):
+        return window if seen else super().conv_window(xp, window, new, kept, seen)
+
+    def unseen(self, scenario):
+        return _no_conv(scenario, rounds=3)
+
+
+class ConvShiftedTwice(Fault):
+
+    def conv_window(self, xp, window, new, kept, seen):
+        return super().conv_window(xp, xp.concat([window, new], axis=0), new, kept, seen)
+
+    def unseen(self, scenario):
+        return _no_conv(scenario, rounds=3)
+
+
+class StateNotDecayed(Fault):
+
+    def decayed(self, xp, state, decay):
+        return state
+
+    def unseen(self, scenario):
+        return _no_conv(scenario, rounds=2)
+
+
+class ChunkStateDropped(Fault):
+
+    def carried(self, xp, state, chunk):
+        return state * 0.0 if chunk else state
+
+    def unseen(self, scenario):
+        net = scenario.model.deltanet
+        why = _no_conv(scenario, rounds=1)
+        if why is None and all(len(r.tokens) <= net.chunk for r in scenario.requests):
+            return f"no prompt is longer than the delta rule's chunk ({net.chunk} tokens)"
+        return why
+
+
+def _no_conv(scenario, rounds: int) -> str | None:
+    """Why a Gated DeltaNet bug that shows from round `rounds` − 1 on cannot show."""
+    if not any(block.mixer == "gated_deltanet" for block in scenario.model.blocks):
+        return "the model has no Gated DeltaNet (linear-attention) layer"
+    if all(r.max_new_tokens < rounds for r in scenario.requests):
+        return f"it shows from decode round {rounds - 1} on: generate at least {rounds} tokens"
+    return None
+
+
 def _no_positions(model) -> str | None:
     if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
         return "the model has no position term, so wrong positions change nothing"
@@ -239,5 +288,9 @@ FAULTS: dict[str, Fault] = {
     "ring-wrong-slot": RingWrongSlot(),
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
+    "conv-not-shifted": ConvNotShifted(),
+    "conv-shifted-twice": ConvShiftedTwice(),
+    "state-not-decayed": StateNotDecayed(),
+    "chunk-state-dropped": ChunkStateDropped(),
 }
 INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

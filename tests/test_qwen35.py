@@ -106,3 +106,34 @@ def test_the_state_does_not_grow_with_the_sequence_but_the_kv_cache_does():
     attention = [end.caches[2].nbytes for end in ends]
     assert attention == sorted(set(attention)) and len(set(attention)) == len(ends)
     assert [end.caches[0].length for end in ends] == list(range(len(IDS), len(IDS) + len(ends)))
+
+
+# -- injected bugs, each found by the diff where it acts ------------------------------------------------------
+@pytest.mark.parametrize("bug, where", [
+    ("conv-not-shifted", (1, "blocks.0.linear_attn.hook_conv")),  # decode round 1 left the window; round 2 reads it
+    ("conv-shifted-twice", (1, "blocks.0.linear_attn.hook_conv")),
+    ("state-not-decayed", (0, "blocks.0.linear_attn.hook_delta")),  # the first decode round's δ reads Sᵀk undecayed
+    ("chunk-state-dropped", (None, "blocks.0.linear_attn.hook_delta")),  # the prefill's second chunk
+])
+def test_each_recurrent_state_bug_is_found_by_the_diff_at_the_operator_where_it_acts(bug, where):
+    diffs = diff_scenario(SCENARIO, make_backend("numpy", "float64"), inject=bug)
+    first = next(d for d in diffs if not d.agrees)
+    decode_round, name = where
+    assert first.name == name
+    if decode_round is None:
+        assert first.phase == "prefill"
+    else:
+        assert (first.phase, first.round) == ("decode", decode_round + 1)
+    before = [d for d in diffs if d.step < first.step]
+    assert all(d.agrees for d in before)
+
+
+def test_a_recurrent_state_bug_is_refused_where_it_cannot_show():
+    from engine.faults import FAULTS
+
+    short = dataclasses.replace(SCENARIO, requests=tuple(dataclasses.replace(r, max_new_tokens=2)
+                                                         for r in SCENARIO.requests))
+    assert "round 2" in FAULTS["conv-not-shifted"].unseen(short)
+    assert FAULTS["state-not-decayed"].unseen(short) is None
+    assert "chunk" in FAULTS["chunk-state-dropped"].unseen(scenario(chunk=64))
+    assert "Gated DeltaNet" in FAULTS["state-not-decayed"].unseen(load_checkpoint(FOLDER.parent / "qwen3", ids=[1, 2]))

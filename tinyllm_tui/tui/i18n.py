@@ -210,6 +210,10 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
+    "inject.conv-not-shifted": "the conv window is not shifted after a cached round: the next one reads stale inputs",
+    "inject.conv-shifted-twice": "the conv window is shifted twice per cached round: the new input is kept twice",
+    "inject.state-not-decayed": "the recurrent decode does not decay the state (e^g) before the token writes",
+    "inject.chunk-state-dropped": "the chunked delta rule starts every chunk after the first from a zero state",
 }
 
 ZH = {
@@ -378,6 +382,10 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
+    "inject.conv-not-shifted": "缓存轮次之后卷积窗口没有移动：下一轮读到过时的输入",
+    "inject.conv-shifted-twice": "每个缓存轮次卷积窗口移动两次：新输入被保留了两次",
+    "inject.state-not-decayed": "循环解码在Token写入前没有对状态做衰减（e^g）",
+    "inject.chunk-state-dropped": "分块delta规则从第二块起每块都从零状态开始",
 }
 
 CATALOGUES = {"en": EN, "zh": ZH}

@@ -62,7 +62,7 @@ class Mode(StrEnum):
 NORM_KINDS = tuple(NormKind)
 NORM_PLACEMENTS = tuple(NormPlacement)
 POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # the terms added to the embedding
-LINEARS = ("q", "k", "v", "o", "mlp")  # what ModelSpec.biases may name
+LINEARS = ("q", "k", "v", "o", "mlp", "conv")  # what ModelSpec.biases may name (conv: a short conv's three)
 FFN_KINDS = tuple(FfnKind)
 DECODE_RULES = tuple(Rule)
 
@@ -141,6 +141,7 @@ class LayerSpec:
     window: int | None = None  # attention: query i reads keys j > i − window only (None: every earlier key)
     rope_theta: float | None = None  # attention under positions "rope": this layer's base (None: the model's)
     rope_divisors: tuple[float, ...] | None = None  # what its RoPE frequencies are divided by (None: nothing)
+    conv_kernel: int | None = None  # a mixer with a causal conv (short_conv): its taps K (it keeps K − 1 inputs)
 
 
 @dataclass(frozen=True)

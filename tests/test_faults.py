@@ -74,10 +74,6 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.ring_slot(3, 1, 4) == 3
         assert (fault.table_entry(7, [4, 5]) == 5) == (name == "block-table-wrong")
         assert (fault.scale_axis(ScaleAxis.PER_HEAD) is ScaleAxis.PER_TENSOR) == (name == "scale-per-tensor")
-        window, new = np.zeros((2, 1)), np.ones((1, 1))  # a conv window of K − 1 = 2 rows, one new input
-        assert (fault.conv_window(xp, window, new, 2, 4).tolist() == [[0.0], [0.0]]) == (name == "conv-not-shifted")
-        assert (fault.conv_window(xp, window, new, 2, 4).tolist() == [[1.0], [1.0]]) == (name == "conv-shifted-twice")
-        assert fault.conv_window(xp, window, np.ones((2, 1)), 2, 0).tolist() == [[1.0], [1.0]]  # a prefill fills it
         state, decay = np.ones((1, 2, 2)), np.full((1, 1, 1), 0.5)
         assert (fault.decayed(xp, state, decay)[0, 0, 0] == 1.0) == (name == "state-not-decayed")
         assert (fault.carried(xp, state, 1)[0, 0, 0] == 0.0) == (name == "chunk-state-dropped")

@@ -133,7 +133,7 @@ def test_a_recurrent_state_bug_is_refused_where_it_cannot_show():
 
     short = dataclasses.replace(SCENARIO, requests=tuple(dataclasses.replace(r, max_new_tokens=2)
                                                          for r in SCENARIO.requests))
-    assert "round 2" in FAULTS["conv-not-shifted"].unseen(short)
+    assert "max_new_tokens ≥ 3" in FAULTS["conv-not-shifted"].unseen(short)
     assert FAULTS["state-not-decayed"].unseen(short) is None
     assert "chunk" in FAULTS["chunk-state-dropped"].unseen(scenario(chunk=64))
     assert "Gated DeltaNet" in FAULTS["state-not-decayed"].unseen(load_checkpoint(FOLDER.parent / "qwen3", ids=[1, 2]))

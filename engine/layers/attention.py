@@ -22,6 +22,7 @@ NAME, MODULE = "attention", "attn"
 # Hugging Face's module of each projection (w·/b· without the letter) per family, GGUF's tensor (under blk.N),
 # and the config's layer_types this kind stands for (whether the layer slides)
 HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},
+      "lfm2": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.out_proj"},
       "gpt2": {"o": "attn.c_proj"},  # q, k, v: side by side in attn.c_attn
       "bert": {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
                "o": "attention.output.dense"}}

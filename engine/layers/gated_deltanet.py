@@ -44,6 +44,7 @@ GGUF = {"linear_attn.w_qkv": "attn_qkv", "linear_attn.w_z": "attn_gate", "linear
         "linear_attn.A_log": "ssm_a", "linear_attn.norm.w": "ssm_norm", "linear_attn.w_out": "ssm_out"}
 CHECKPOINT_ONLY = True  # its shape (engine.spec.DeltaNetSpec) comes from a checkpoint's config, not a scenario file
 PER_HEAD = ("hook_state", "hook_read")  # one operator per value head: what an intervention names a head of
+RECURRENT = "recurrent_state"  # its dump item beside the window's conv_state
 EPS_L2 = 1e-6  # the L2 norm's ε (FLA's and transformers' l2norm), not the config's rms_norm_eps
 
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
@@ -126,7 +127,7 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
 }
 
 
-class FaultPoints(causal_conv.FaultPoints):
+class FaultPoints(causal_conv.ConvFaultPoints):
     """Where an injected bug (engine.faults) may change what the Gated DeltaNet does (its conv window's, and
     these); these are the correct answers."""
 
@@ -152,7 +153,7 @@ class RecurrentFacts:
 class DeltaState:
     """A Gated DeltaNet layer's state (an engine.state.LayerState): the conv window and each value head's matrix."""
 
-    window: causal_conv.ConvWindow  # the last K−1 inputs of the conv
+    window: causal_conv.ConvWindow  # the last K−1 inputs of the conv (engine.layers.causal_conv, shared with LFM2)
     recurrent: Array  # (v_heads, d_k, d_v)
     fingerprint: str
     module: ClassVar[str] = MODULE
@@ -172,20 +173,20 @@ class DeltaState:
     @property
     def row_positions(self) -> tuple[int, ...]:
         """The conv window's rows: the positions of the last K−1 inputs (−1: not filled yet)."""
-        return self.window.positions
+        return self.window.row_positions
 
     @property
     def facts(self) -> RecurrentFacts:
-        return RecurrentFacts(self.seen - 1, self.window.kernel, self.nbytes)
+        return RecurrentFacts(self.seen - 1, int(self.window.rows.shape[0]) + 1, self.nbytes)
 
     def fresh(self, fingerprint: str) -> DeltaState:
-        return DeltaState(self.window.fresh(), self.recurrent * 0.0, fingerprint)
+        return DeltaState(self.window.fresh(fingerprint), self.recurrent * 0.0, fingerprint)
 
     def views(self) -> tuple[StateView, ...]:
         """Every value head's state side by side, (d_k, v_heads·d_v) shown a head at a time; then the conv window."""
         xp, (heads, d_k, d_v) = array_namespace(self.recurrent), self.recurrent.shape
         side = xp.reshape(xp.permute_dims(self.recurrent, (1, 0, 2)), (d_k, heads * d_v))
-        return StateView("S", side, d_v, positional=False), StateView("conv", self.window.rows, 0)
+        return StateView("S", side, d_v, positional=False), *self.window.views()
 
     def delta(self, older) -> WholeState:
         return WholeState(self)
@@ -194,29 +195,25 @@ class DeltaState:
         """`recurrent_state` (v_heads·d_k, d_v): head h's row i is row h·d_k + i; `conv_state` (K−1, channels),
         oldest input first."""
         xp, (heads, d_k, d_v) = array_namespace(self.recurrent), self.recurrent.shape
-        return {"recurrent_state": xp.reshape(self.recurrent, (heads * d_k, d_v)), "conv_state": self.window.rows}
+        return {"recurrent_state": xp.reshape(self.recurrent, (heads * d_k, d_v)), **self.window.dump_items()}
 
     def differing(self, theirs, beyond) -> frozenset[int]:
-        """The conv window's rows that differ, and the last token's position if the recurrent state does."""
-        rows: set[int] = set()
-        for name, ours in self.dump_items().items():
-            if name not in theirs:
-                continue
-            ours, other = np.asarray(to_host(ours), np.float64), theirs[name]
-            if other is None or other.shape != ours.shape:
-                rows.update(range(len(self.row_positions)) if name == "conv_state" else [-1])
-                continue
-            differ = beyond(name, ours, np.asarray(other, np.float64)).any(axis=1)
-            rows.update(np.flatnonzero(differ).tolist() if name == "conv_state" else [-1] * bool(differ.any()))
-        positions = self.row_positions
-        return frozenset(self.seen - 1 if row == -1 else positions[row] for row in rows) - {-1}
+        """The conv window's rows that differ (the window's own rule), and the position of the token that last
+        changed the recurrent state if it differs."""
+        found = self.window.differing(theirs, beyond)
+        if RECURRENT not in theirs:
+            return found
+        ours, other = np.asarray(to_host(self.dump_items()[RECURRENT]), np.float64), theirs[RECURRENT]
+        if other is None or other.shape != ours.shape or beyond(RECURRENT, ours, np.asarray(other, np.float64)).any():
+            found = found | {self.seen - 1}
+        return found
 
 
 # -- shapes and hooks ------------------------------------------------------------------------------------
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
     net, p, d = model.deltanet, f"blocks.{layer}.{MODULE}", model.d_model
     return {f"{p}.w_qkv": (d, net.conv_dim), f"{p}.w_z": (d, net.d_values), f"{p}.w_b": (d, net.v_heads),
-            f"{p}.w_a": (d, net.v_heads), f"{p}.conv.w": (net.conv_dim, net.kernel), f"{p}.dt_bias": (net.v_heads,),
+            f"{p}.w_a": (d, net.v_heads), f"{p}.conv.w": (net.kernel, net.conv_dim), f"{p}.dt_bias": (net.v_heads,),
             f"{p}.A_log": (net.v_heads,), f"{p}.norm.w": (net.d_v,), f"{p}.w_out": (net.d_values, d)}
 
 
@@ -316,7 +313,8 @@ class GatedDeltaNet:
 
     def fresh_state(self) -> DeltaState:
         xp, net, dtype = self.model.xp, self.net, self.model.backend.dtype
-        return DeltaState(causal_conv.ConvWindow.empty(xp, net.kernel, net.conv_dim, dtype),
+        return DeltaState(causal_conv.ConvWindow.empty(xp, net.kernel, net.conv_dim, dtype, self.model.fingerprint,
+                                                        MODULE),
                           xp.zeros((net.v_heads, net.d_k, net.d_v), dtype=dtype), self.model.fingerprint)
 
     def forward(self, h: Op, states: list, positions: list[int], padded_keys: list[bool] | None, out) -> OpStream:
@@ -327,9 +325,10 @@ class GatedDeltaNet:
                        (("hook_qkv", "w_qkv"), ("hook_in_z", "w_z"), ("hook_in_b", "w_b"), ("hook_in_a", "w_a"))]
         yield from projections
         qkv, z, b, a = projections
-        rows = qkv.values if not padded_keys else self._unpadded(qkv.values, padded_keys)
-        window, convolved = causal_conv.apply(xp, state.window, rows, model.param(f"{p}.conv.w").values, model.fault)
-        conv = op(hooks["hook_conv"], ops.silu(xp, convolved), OpKind.MIX, inputs=(qkv, model.param(f"{p}.conv.w")))
+        read = state.window.extend(xp, qkv.values, model.fault, padded_keys[-t:] if padded_keys else None)
+        taps = model.param(f"{p}.conv.w")
+        conv = op(hooks["hook_conv"], ops.silu(xp, causal_conv.convolve(xp, read.rows, taps.values)), OpKind.MIX,
+                  inputs=(qkv, taps))
         yield conv
         keys, values = net.d_keys, net.d_values
         q = op(hooks["hook_q_l2"], self._l2(conv.values[:, :keys]), OpKind.NORM, inputs=(conv,))
@@ -358,7 +357,7 @@ class GatedDeltaNet:
             s = op(hooks["hook_state"], kept[head], OpKind.MIX, head=head, inputs=(delta,), rows="features")
             yield s
             heads.append(s.values)
-        states[self.layer] = DeltaState(window, xp.stack(heads), state.fingerprint)
+        states[self.layer] = DeltaState(read.state, xp.stack(heads), state.fingerprint)
         read_ops = []
         for head in range(net.v_heads):
             r = op(hooks["hook_read"], reads[:, head, :], OpKind.MIX, head=head, inputs=(q, delta))
@@ -370,12 +369,6 @@ class GatedDeltaNet:
         total = model.linear(out, normed, f"{p}.w_out", None)
         yield total
         return total
-
-    def _unpadded(self, rows: Array, padded_keys: list[bool]) -> Array:
-        """A batch's padding feeds zeros into the conv and the rule (transformers' apply_mask_to_padding_states)."""
-        xp, t = self.model.xp, rows.shape[0]
-        real = xp.asarray([[0.0 if pad else 1.0] for pad in padded_keys[-t:]], dtype=rows.dtype)
-        return rows * real
 
     def _l2(self, x: Array) -> Array:
         xp, t, d_k = self.model.xp, x.shape[0], self.net.d_k

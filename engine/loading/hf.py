@@ -1,5 +1,5 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
-mistral, phi3, gemma2, gemma3 (text), gpt2 and bert.
+mistral, phi3, gemma2, gemma3 (text), lfm2 (short-conv and attention layers), gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from engine.layers import gated_deltanet, hf_layer_types, hf_modules
+from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
@@ -28,7 +28,7 @@ MOE = ("qwen2_moe", "qwen3_moe")
 QWEN35 = "qwen3_5_text"
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, "mistral", "phi3", "gemma2",
                 "gemma3_text", QWEN35)  # RoPE, RMSNorm, gated MLP
-ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
+ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text")
 PREFIXES = ("", "model.", "transformer.", "bert.")
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
@@ -54,9 +54,9 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
-    if arch in LLAMA_FAMILY:
+    if arch in LLAMA_FAMILY or arch == "lfm2":
         _check_held(config, file, *held)
-    spec = (_llama if arch in LLAMA_FAMILY else {"gpt2": _gpt2, "bert": _bert}[arch])(config, file)
+    spec = (_llama if arch in LLAMA_FAMILY else {"lfm2": _lfm2, "gpt2": _gpt2, "bert": _bert}[arch])(config, file)
     vocab_size = _get(config, "vocab_size", file)
     for key in ("eos_token_id", "pad_token_id"):
         special = config.get(key)
@@ -183,7 +183,73 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     if factor > 1 or dims < 2 or dims % 2:
         raise ConfigError(file, key, f"{factor} of a {spec.d_head}-wide head is not an even number of features")
     return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net, rope_dims=dims,
-                   layers=tuple(LayerSpec(mixer=mixers[kind]) for kind in types))
+                   layers=tuple(LayerSpec(mixer=mixers[kind], conv_kernel=net.kernel if kind == "linear_attention"
+                                          else None) for kind in types))
+
+
+def _lfm2(config: dict, file: Path) -> ModelSpec:
+    """LFM2: short-convolution layers (conv_L_cache taps) and GQA attention layers with q/k RMSNorms, each followed
+    by a SwiGLU FFN (w1, w3, w2) whose width follows LFM2's rule; the last norm is named embedding_norm."""
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    heads, d, layers = get("num_attention_heads"), get("hidden_size"), get("num_hidden_layers")
+    kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
+    _heads(file, d, heads, kv_heads)
+    if config.get("conv_bias"):
+        raise ConfigError(file, "conv_bias", "biases in the short convolutions are not supported")
+    theta, divisors = _rope(config, file, d // heads)
+    kernel = get("conv_L_cache", 3)
+    kinds = hf_layer_kinds()
+    blocks = tuple(LayerSpec(mixer="attention", rope_divisors=divisors) if kinds[kind] == "attention" else
+                   LayerSpec(mixer=kinds[kind], conv_kernel=kernel) for kind in _lfm2_layer_types(config, file, layers))
+    tied = config.get("tie_word_embeddings", config.get("tie_embedding", True))
+    return ModelSpec(
+        d_model=d, n_layers=layers, n_heads=heads, d_head=d // heads, d_ff=_lfm2_ff(config, file),
+        norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE, _eps(config, "norm_eps", file, 1e-5), affine=True),
+        final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
+        max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0, biases=(),
+        tied_unembed=bool(tied), kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors, qk_norm=True,
+        layers=blocks)
+
+
+def _lfm2_layer_types(config: dict, file: Path, layers: int) -> list[str]:
+    """`layer_types` ("conv", "full_attention"), else `full_attn_idxs` (the attention layers; absent: every layer)."""
+    types = config.get("layer_types")
+    if types is None:
+        full = config.get("full_attn_idxs")
+        full = range(layers) if full is None else full
+        if not isinstance(full, (list, range)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in full):
+            raise ConfigError(file, "full_attn_idxs", f"expected a list of layer numbers, got {full!r}")
+        return ["full_attention" if i in full else "conv" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise ConfigError(file, "layer_types", f"expected a list of {layers} layer types, got {types!r}")
+    for i, kind in enumerate(types):
+        if kind not in ("conv", "full_attention"):
+            raise ConfigError(file, f"layer_types[{i}]", f"layer type {kind!r} is not supported in lfm2 "
+                              "(supported: conv, full_attention)")
+    return types
+
+
+def _lfm2_ff(config: dict, file: Path) -> int:
+    """The FFN's width: block_ff_dim (or intermediate_size), and with block_auto_adjust_ff_dim two thirds of
+    it, times block_ffn_dim_multiplier, rounded up to block_multiple_of (transformers' Lfm2MLP)."""
+    key = "block_ff_dim" if "block_ff_dim" in config else "intermediate_size"
+    width = _get(config, key, file)
+    if not config.get("block_auto_adjust_ff_dim", True):
+        return width
+    width = int(2 * width / 3)
+    multiplier = config.get("block_ffn_dim_multiplier", 1.0)
+    if multiplier is None:
+        return width
+    multiplier = _positive(config, "block_ffn_dim_multiplier", file, 1.0)
+    multiple = _get(config, "block_multiple_of", file, 256)
+    width = int(multiplier * width)
+    return _checked_width(multiple * ((width + multiple - 1) // multiple), file, key)
+
+
+def _checked_width(width: int, file: Path, key: str) -> int:
+    if not 1 <= width <= MAX_SIZE:
+        raise ConfigError(file, key, f"makes an FFN {width} wide")
+    return width
 
 
 def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
@@ -268,7 +334,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
         return window, None
     if not isinstance(types, list) or len(types) != layers:
         raise ConfigError(file, "layer_types", f"expected a list of {layers} attention types, got {types!r}")
-    known = hf_layer_types()  # what each mixer kind stands for: whether it slides
+    known = hf_layer_types("attention")  # what each attention type stands for: whether it slides
     for i, kind in enumerate(types):
         if kind not in known:
             raise ConfigError(file, f"layer_types[{i}]", f"attention type {kind!r} is not supported "
@@ -474,6 +540,7 @@ Getter = Callable[[str], np.ndarray]
 FIXED = {  # engine parameter -> tensor, outside the blocks
     "llama": {"embed": "embed_tokens.weight", "ln_final.w": "norm.weight"},
     "gpt2": {"embed": "wte.weight", "pos_embed": "wpe.weight", "ln_final.w": "ln_f.weight", "ln_final.b": "ln_f.bias"},
+    "lfm2": {"embed": "embed_tokens.weight", "ln_final.w": "embedding_norm.weight"},
     "bert": {"embed": "embeddings.word_embeddings.weight", "pos_embed": "embeddings.position_embeddings.weight",
              "type_embed": "embeddings.token_type_embeddings.weight", "ln_embed.w": "embeddings.LayerNorm.weight",
              "ln_embed.b": "embeddings.LayerNorm.bias"},
@@ -490,7 +557,7 @@ def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndar
     _, layer, part, leaf = name.split(".", 3)
     if arch == "phi3" and leaf in FUSED:
         return _phi3_fused(layer, leaf, spec, get)
-    block = {"llama": _llama_block, "gpt2": _gpt2_block, "bert": _bert_block}[family]
+    block = {"llama": _llama_block, "lfm2": _lfm2_block, "gpt2": _gpt2_block, "bert": _bert_block}[family]
     return block(layer, part, leaf, spec, get, arch)
 
 
@@ -501,7 +568,10 @@ def _linear(get: Getter, key: str) -> np.ndarray:
 LLAMA_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
 GEMMA_NORMS = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
                "ln2": "pre_feedforward_layernorm", "ln2_post": "post_feedforward_layernorm"}
-LLAMA_MODULES, GPT2_MODULES, BERT_MODULES = (hf_modules(family) for family in ("llama", "gpt2", "bert"))
+LLAMA_MODULES, LFM2_MODULES, GPT2_MODULES, BERT_MODULES = (hf_modules(family)
+                                                           for family in ("llama", "lfm2", "gpt2", "bert"))
+LFM2_NORMS = {"ln1": "operator_norm", "ln2": "ffn_norm", "q_norm.w": "self_attn.q_layernorm",
+              "k_norm.w": "self_attn.k_layernorm"}
 FUSED = {"wq": ("qkv_proj", 0), "wk": ("qkv_proj", 1), "wv": ("qkv_proj", 2),
          "w_gate": ("gate_up_proj", 0), "w_up": ("gate_up_proj", 1)}  # Phi-3: (fused module, which part)
 
@@ -511,8 +581,8 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
     if part.startswith("ln"):
         return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
     if leaf in gated_deltanet.HF_RAW:
-        return get(f"{base}.{gated_deltanet.HF_RAW[leaf]}").reshape(spec.deltanet.conv_dim, -1) if leaf == "conv.w" \
-            else get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")
+        found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
+        return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
     if arch == QWEN35 and leaf in ("wq", "wgate"):  # q_proj: each head's query rows, then its gate's
         rows = get(f"{base}.self_attn.q_proj.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
         return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
@@ -556,6 +626,17 @@ def _phi3_fused(layer: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarr
     start = sum(sections[:index])
     mlp = "mlp" if module == "gate_up_proj" else "self_attn"
     return get(f"layers.{layer}.{mlp}.{module}.weight")[start:start + sections[index]].T
+
+
+def _lfm2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
+    base = f"layers.{layer}"
+    norm = LFM2_NORMS.get(part if part.startswith("ln") else leaf)
+    if norm is not None:
+        return get(f"{base}.{norm}.weight")
+    module = LFM2_MODULES[leaf[1:]]
+    if leaf == "w_conv":  # a depthwise Conv1d: (channels, 1, K) -> the taps (K, channels)
+        return get(f"{base}.{module}.weight")[:, 0, :].T
+    return _linear(get, f"{base}.{module}.weight")
 
 
 def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:

@@ -349,7 +349,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
 
 
 def position_label(position: int, timeline) -> str:
-    return f"{position} · {timeline[position].text}" if position < len(timeline) else str(position)
+    return f"{position} · {timeline[position].text}" if 0 <= position < len(timeline) else str(position)
 
 
 def follow_layer(state: OpState) -> int | None:

@@ -210,8 +210,8 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
-    "inject.conv-not-shifted": "the conv window is not shifted after a cached round: the next one reads stale inputs",
-    "inject.conv-shifted-twice": "the conv window is shifted twice per cached round: the new input is kept twice",
+    "inject.conv-not-shifted": "a decode step writes its conv input over the window's newest row instead of shifting the window",
+    "inject.conv-shifted-twice": "the conv window moves two rows per token: the input before the newest is lost (zeros)",
     "inject.state-not-decayed": "the recurrent decode does not decay the state (e^g) before the token writes",
     "inject.chunk-state-dropped": "the chunked delta rule starts every chunk after the first from a zero state",
 }
@@ -382,8 +382,8 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
-    "inject.conv-not-shifted": "缓存轮次之后卷积窗口没有移动：下一轮读到过时的输入",
-    "inject.conv-shifted-twice": "每个缓存轮次卷积窗口移动两次：新输入被保留了两次",
+    "inject.conv-not-shifted": "解码时卷积输入覆盖了窗口最新的一行，窗口没有移位",
+    "inject.conv-shifted-twice": "卷积窗口每个词元移动两行：最新输入之前的那个输入丢失（变成 0）",
     "inject.state-not-decayed": "循环解码在Token写入前没有对状态做衰减（e^g）",
     "inject.chunk-state-dropped": "分块delta规则从第二块起每块都从零状态开始",
 }

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_fixtures import OUT, PROMPT, _eager_attention, byte_bpe, randomize  # noqa: E402
-from make_moe_fixtures import Float32Counter  # noqa: E402
+from float64_reference import Float32Counter, counter_sees_float32, eager_attention, gemma_rms_norm  # noqa: E402
+from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
 NEW_TOKENS = 5
 SEED = 7
@@ -58,11 +58,6 @@ def config(vocab_size: int):
 
 
 # -- float64 everywhere -------------------------------------------------------------------------------
-def _rms_norm(self, x):
-    """Qwen3_5RMSNorm: x / rms(x) · (1 + w), in the input's dtype (transformers: float32)."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
-
-
 def _gated_norm(self, x, gate):
     """Qwen3_5RMSNormGated: w · x / rms(x) · SiLU(gate), in the input's dtype."""
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
@@ -70,7 +65,8 @@ def _gated_norm(self, x, gate):
 
 
 def _rotary(self, x, position_ids):
-    """Qwen3_5TextRotaryEmbedding for text (the three mrope position rows are equal), in float64."""
+    """Qwen3_5TextRotaryEmbedding for text (the three mrope position rows are equal), in float64 (its position
+    ids have an mrope axis first, which float64_reference.rotary does not expect)."""
     positions = position_ids[0] if position_ids.ndim == 3 else position_ids
     freqs = positions[..., None].to(torch.float64) * self.inv_freq
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -79,7 +75,7 @@ def _rotary(self, x, position_ids):
 
 def rebuild_rotary(model) -> None:
     """inv_freq over the rotated quarter of each head in float64 (transformers makes it float32 at init, and
-    from_pretrained keeps that)."""
+    from_pretrained keeps that); float64_reference.rebuild_rotary's turns whole heads."""
     rotary, config = model.model.rotary_emb, model.config
     dim = int(config.head_dim * config.rope_parameters["partial_rotary_factor"])
     ours = 1.0 / config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
@@ -105,10 +101,10 @@ def _as_float64(function):
 def pure_float64() -> None:
     from transformers.models.qwen3_5 import modeling_qwen3_5 as module
 
-    module.Qwen3_5RMSNorm.forward = _rms_norm
+    module.Qwen3_5RMSNorm.forward = gemma_rms_norm  # x / rms(x) · (1 + w), as Gemma's
     module.Qwen3_5RMSNormGated.forward = _gated_norm
     module.Qwen3_5TextRotaryEmbedding.forward = _rotary
-    module.eager_attention_forward = _eager_attention(module.repeat_kv)
+    module.eager_attention_forward = eager_attention(module.repeat_kv)
     module.torch_chunk_gated_delta_rule = functools.partial(_as_float64(module.torch_chunk_gated_delta_rule),
                                                             chunk_size=CHUNK)
     module.torch_recurrent_gated_delta_rule = _as_float64(module.torch_recurrent_gated_delta_rule)
@@ -158,13 +154,6 @@ def run(model, ids: list[int]) -> dict[str, np.ndarray]:
             "step_recurrent": np.stack([p["recurrent"] for p in passes]),
             "step_conv": np.stack([p["conv"] for p in passes]),
             "float32_ops": np.array(len(counter.float32)), "ops": np.array(counter.ops)}
-
-
-def counter_sees_float32() -> bool:
-    """The counter itself catches what the patches remove: the delta rule's own float32 cast."""
-    with torch.no_grad(), Float32Counter() as counter:
-        torch.ones(1, 3, dtype=torch.float64).to(torch.float32)
-    return bool(counter.float32)
 
 
 def main() -> None:

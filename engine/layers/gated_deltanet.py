@@ -352,12 +352,14 @@ class GatedDeltaNet:
         yield delta
         if delta.values is not computed:  # replaced (an intervention): the reads and the state follow it
             deltas, reads, kept = rule(xp, model.fault, *args, delta=xp.reshape(delta.values, deltas.shape))
+        states[self.layer] = DeltaState(read.state, kept, state.fingerprint)  # what the views show from here on
         heads = []
         for head in range(net.v_heads):
             s = op(hooks["hook_state"], kept[head], OpKind.MIX, head=head, inputs=(delta,), rows="features")
             yield s
             heads.append(s.values)
-        states[self.layer] = DeltaState(read.state, xp.stack(heads), state.fingerprint)
+        if any(values is not kept[head] for head, values in enumerate(heads)):  # a head's state replaced
+            states[self.layer] = DeltaState(read.state, xp.stack(heads), state.fingerprint)
         read_ops = []
         for head in range(net.v_heads):
             r = op(hooks["hook_read"], reads[:, head, :], OpKind.MIX, head=head, inputs=(q, delta))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
+from engine.layers.gated_deltanet import RecurrentFacts
 from engine.loading.budget import format_size
 from engine.trace import TokenState
 
@@ -45,6 +46,7 @@ def spans(positions: Sequence[int]) -> str:
 
 
 def layout_kind(facts) -> str | None:
-    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized" (None: contiguous)."""
-    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized"}
+    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized", or a recurrent
+    state's (None: contiguous)."""
+    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", RecurrentFacts: "recurrent"}
     return kinds.get(type(facts))

@@ -11,7 +11,10 @@ A key is a TransformerLens hook name prefixed by the pass that computed it:
 A key without a pass (TransformerLens's own `run_with_cache` names) is the first request's prefill.
 Arrays may carry a leading batch axis of 1. Their layouts are TransformerLens's: residual-like
 hooks [pos, d]; hook_q/k/v/z and hook_rot_q/k [pos, head, d_head] (or stacked [pos, head·d_head]);
-hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head].
+hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head];
+a Gated DeltaNet's recurrent_state [v_head, d_k, d_v] (or stacked [v_head·d_k, d_v]) and a causal conv's
+conv_state [K−1, channels], oldest input first, or transformers' conv cache [channels, K] (its oldest column is
+read no more).
 The engine's own layout is one 2-D matrix per operator (and per head for scores, pattern and z);
 `align` turns a dump's array into it.
 """
@@ -104,9 +107,21 @@ def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...
             array = array[:, head * width:(head + 1) * width]
         elif kind in HEAD_AXIS and array.ndim == 3:
             array = array.reshape(array.shape[0], -1)
+        elif kind == "recurrent_state" and array.ndim == 3:
+            array = array.reshape(-1, array.shape[-1])
+        elif kind == "conv_state" and array.ndim == 2:
+            array = _conv_window(array, shape)
         if tuple(array.shape) == tuple(shape):
             return array
     return None
+
+
+def _conv_window(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A conv state as the engine holds it, (K−1, channels): transformers' (channels, K) transposed, and of K rows
+    the last K−1."""
+    if array.shape[0] != shape[0] and array.shape[1] in (shape[0], shape[0] + 1) and array.shape[0] == shape[1]:
+        array = array.T
+    return array[1:] if array.shape == (shape[0] + 1, shape[1]) else array
 
 
 def dump_index(name: str, head: int | None, row: int, col: int, d_head: int) -> tuple[int, ...]:

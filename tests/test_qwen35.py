@@ -137,3 +137,47 @@ def test_a_recurrent_state_bug_is_refused_where_it_cannot_show():
     assert FAULTS["state-not-decayed"].unseen(short) is None
     assert "chunk" in FAULTS["chunk-state-dropped"].unseen(scenario(chunk=64))
     assert "Gated DeltaNet" in FAULTS["state-not-decayed"].unseen(load_checkpoint(FOLDER.parent / "qwen3", ids=[1, 2]))
+
+
+# -- check --against an independent NumPy Qwen3.5 (tests/numpy_qwen35.py) -------------------------------------
+def dump_of(tmp_path: Path, faults: tuple[str, ...] = ()) -> Path:
+    from numpy_qwen35 import NumpyQwen35
+    from tinyllm_tui import Recorder
+
+    rec = Recorder()
+    NumpyQwen35(FOLDER, faults).generate(IDS, len(REF["greedy_ids"]), rec)
+    path = tmp_path / "dump.safetensors"
+    rec.save(path)
+    return path
+
+
+def test_a_clean_dump_of_the_recurrent_numpy_decoder_agrees_with_every_state_after_every_pass(tmp_path):
+    """Its prefill runs token by token and its conv cache keeps transformers' K columns: both are accepted."""
+    from engine.compare.against import compare_generation
+
+    report = compare_generation(SCENARIO, dump_of(tmp_path))
+    assert report.first_divergence is None, report.lines()[1]
+    states = [op for op in report.ops if op.key.name.endswith(("recurrent_state", "conv_state"))]
+    assert {op.key.pass_ for op in states} == {"prefill", "decode.1", "decode.2", "decode.3", "decode.4"}
+    assert len(states) == 2 * len(LINEAR) * len(REF["greedy_ids"]) and max(op.max_abs for op in report.ops) < 1e-12
+
+
+def test_check_against_finds_the_conv_window_left_unshifted_in_decode_round_2_at_that_state(tmp_path):
+    from typer.testing import CliRunner
+
+    from engine.compare.against import Against, compare_generation
+    from engine.compare.dump import load_dump
+    from tinyllm_tui.cli import app
+
+    path = dump_of(tmp_path, ("conv-not-shifted",))
+    first = compare_generation(SCENARIO, path).first_divergence
+    assert (first.key.pass_, first.key.name) == ("decode.2", "blocks.0.linear_attn.conv_state")
+    newest = len(IDS) + 1  # round 2 fed position 21, which the window kept unshifted never took in
+    assert first.cell[0] == 0 and first.where.startswith(f"position {newest - 1}, channel")  # theirs: position 19
+    states = list(Session(SCENARIO, make_backend("numpy", "float64")).steps())
+    end_of_2 = [s for s in states if s.round == 2][-1]
+    assert Against(load_dump(path), SCENARIO).differing_cache_rows(end_of_2, 0) == {newest - 1, newest}
+    ids = ",".join(map(str, IDS))
+    result = CliRunner().invoke(app, ["check", str(FOLDER), "--ids", ids, "--max-new-tokens", "5", "--against", str(path)])
+    assert result.exit_code == 1
+    assert "first divergence: decode.2 · blocks.0.linear_attn.conv_state" in result.output

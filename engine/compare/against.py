@@ -25,7 +25,7 @@ from engine.backend import Backend, to_host
 from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
 from engine.hooks import Hook
-from engine.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
+from engine.layout import CACHES, HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
 from engine.labels import resolve_some
 from engine.scenario import Scenario
 from engine.session import Session
@@ -256,7 +256,8 @@ class Against:
             keys[name] = key = self.passes.key(state, Hook(layer, cache.module, name).text)
             found = self.dump.get(key)
             if found is not None:
-                theirs[name] = align(found, name, None, (found.shape[-2], int(ours.shape[1])))
+                rows = found.shape[-2] if name in CACHES else int(ours.shape[0])  # a K/V cache's rows may differ in count
+                theirs[name] = align(found, name, None, (rows, int(ours.shape[1])))
         return cache.differing(theirs, lambda name, ours, other: disagreement(ours, other, self.tolerance(keys[name]))[1])
 
 
@@ -337,9 +338,14 @@ class _Meeting:
         self.used.add(key)
         ours = to_host(values)
         positions = state.moment.axis("keys", ours.shape[0], column=False)
-        dh = self.against.d_head
+        dh, kept = self.against.d_head, state.caches[state.layer]
 
         def label(row: int, col: int) -> str:
+            if key.name.endswith(".recurrent_state"):  # [v_head·d_k, d_v]
+                d_k = ours.shape[0] // kept.facts.heads
+                return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {kept.facts.last})"
+            if key.name.endswith(".conv_state"):  # [K−1, channels]
+                return f"position {kept.row_positions[row]}, channel {col}"
             return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"
 
         self.ops.append(self.against.compare(key, None, ours, label, state.step))

@@ -145,6 +145,7 @@ class RecurrentFacts:
     """What a view shows of a recurrent state beside its matrices."""
 
     last: int  # the position of the token that last changed it (−1: none yet)
+    heads: int  # value heads, each a d_k × d_v matrix
     kernel: int  # the conv's K: its window holds K−1 inputs
     nbytes: int  # what it stores, the same at every length
 
@@ -177,7 +178,8 @@ class DeltaState:
 
     @property
     def facts(self) -> RecurrentFacts:
-        return RecurrentFacts(self.seen - 1, int(self.window.rows.shape[0]) + 1, self.nbytes)
+        return RecurrentFacts(self.seen - 1, int(self.recurrent.shape[0]), int(self.window.rows.shape[0]) + 1,
+                              self.nbytes)
 
     def fresh(self, fingerprint: str) -> DeltaState:
         return DeltaState(self.window.fresh(fingerprint), self.recurrent * 0.0, fingerprint)

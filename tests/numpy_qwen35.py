@@ -7,6 +7,8 @@ each linear-attention layer's `recurrent_state` [v_head, d_k, d_v] and `conv_sta
 
 `faults` switches on one deliberate bug each, to be found by `check --against`:
   "conv-not-shifted"  decode round 2 reads its conv window right but keeps it unshifted (the new input is lost)
+`zero_read` (layer, value head) zeroes that head's read in every pass; `zero_state` (layer, value head) zeroes that
+head's state after the prefill: what the engine's interventions do, written here as plainly.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ def silu(x):
 
 
 class NumpyQwen35:
-    def __init__(self, folder: Path, faults: tuple[str, ...] = (), max_positions: int = 64):
+    def __init__(self, folder: Path, faults: tuple[str, ...] = (), max_positions: int = 64,
+                 zero_read: tuple[int, int] | None = None, zero_state: tuple[int, int] | None = None):
+        self.zero_read, self.zero_state = zero_read, zero_state
         self.w = {k.removeprefix("model."): v.astype(np.float64) for k, v in load_file(folder / "model.safetensors").items()}
         self.cfg = cfg = json.loads((folder / "config.json").read_text())
         self.faults, self.eps, self.types = faults, cfg["rms_norm_eps"], cfg["layer_types"]
@@ -95,7 +99,11 @@ class NumpyQwen35:
             reads.append(np.einsum("hkv,hk->hv", self.state[layer], q))
         rec.record(b + "hook_conv", np.stack(convs))
         rec.record(b + "hook_delta", np.stack(deltas))
+        if round_ == 0 and self.zero_state is not None and self.zero_state[0] == layer:
+            self.state[layer][self.zero_state[1]] = 0.0
         o = np.stack(reads)  # [T, v_head, d_v]
+        if self.zero_read is not None and self.zero_read[0] == layer:
+            o[:, self.zero_read[1]] = 0.0
         o = o / np.sqrt((o**2).mean(-1, keepdims=True) + self.eps) * w[p + "norm.weight"]
         o = o * silu(z.reshape(o.shape))
         return o.reshape(len(h), -1) @ w[p + "out_proj.weight"].T

@@ -181,3 +181,47 @@ def test_check_against_finds_the_conv_window_left_unshifted_in_decode_round_2_at
     result = CliRunner().invoke(app, ["check", str(FOLDER), "--ids", ids, "--max-new-tokens", "5", "--against", str(path)])
     assert result.exit_code == 1
     assert "first divergence: decode.2 · blocks.0.linear_attn.conv_state" in result.output
+
+
+# -- interventions, the logit lens and breakpoints on the new operators -----------------------------------------
+@pytest.mark.parametrize("spec, numpy_side", [
+    ("blocks.0.linear_attn head 1", {"zero_read": (0, 1)}),  # the head's read zeroed in every pass
+    ("blocks.1.linear_attn.hook_state head 2 @prefill", {"zero_state": (1, 2)}),  # what decode starts from
+])
+def test_ablating_a_linear_attention_head_or_its_state_matches_the_numpy_decoder(spec, numpy_side):
+    from numpy_qwen35 import NumpyQwen35
+
+    from engine.interventions import parse_any
+    from tinyllm_tui import Recorder
+
+    rec = Recorder()
+    NumpyQwen35(FOLDER, **numpy_side).generate(IDS, len(REF["greedy_ids"]), rec)
+    ablated = dataclasses.replace(SCENARIO, interventions=(parse_any(spec),))
+    logits = outputs(list(Session(ablated, make_backend("numpy", "float64")).steps()), "unembed.hook_out")
+    passes = ["prefill"] + [f"decode.{r}" for r in range(1, len(logits))]
+    theirs = [rec.arrays[f"{p}.unembed.hook_out"] for p in passes]
+    assert all(np.abs(ours - mine).max() <= 1e-9 for ours, mine in zip(logits, theirs))
+    clean = outputs(STATES, "unembed.hook_out")
+    assert np.abs(logits[1][-1] - clean[1][-1]).max() > 1e-3  # the ablation changed the next pass
+
+
+def test_the_lens_and_breakpoints_reach_the_linear_attention_operators():
+    from engine.breakpoints import parse_breakpoint
+
+    hits = [s for s in STATES if parse_breakpoint("blocks.*.linear_attn.hook_decay & round=2").hits(s)]
+    assert [(s.layer, s.round) for s in hits] == [(0, 2), (1, 2)]
+    assert all((to_host(s.values) <= 0).all() for s in hits)
+    model = Session(SCENARIO, make_backend("numpy", "float64")).model
+    resid = outputs(STATES, f"blocks.{SCENARIO.model.n_layers - 1}.hook_resid_post")[0]
+    assert np.abs(to_host(model.lens(model.backend.asarray(resid))) - REF["logits"]).max() <= 1e-9
+
+
+def test_every_new_operator_is_explained_in_english_and_chinese():
+    from engine.layers import explanation
+
+    model = Session(SCENARIO, make_backend("numpy", "float64")).model
+    new = {site.hook.name for site in model.hooks.sites if site.hook.module in ("linear_attn", "attn")}
+    assert {"hook_conv", "hook_beta", "hook_decay", "hook_delta", "hook_state", "hook_gate", "hook_gated"} <= new
+    for name in new - {"hook_scale", "hook_normalized", "hook_rot_q", "hook_rot_k"}:  # the stack's own texts
+        texts = explanation(name)
+        assert texts is not None and len(texts["en"]) == len(texts["zh"]) == 4, name

@@ -43,7 +43,8 @@ GGUF = {"linear_attn.w_qkv": "attn_qkv", "linear_attn.w_z": "attn_gate", "linear
         "linear_attn.w_a": "ssm_alpha", "linear_attn.conv.w": "ssm_conv1d", "linear_attn.dt_bias": "ssm_dt",
         "linear_attn.A_log": "ssm_a", "linear_attn.norm.w": "ssm_norm", "linear_attn.w_out": "ssm_out"}
 CHECKPOINT_ONLY = True  # its shape (engine.spec.DeltaNetSpec) comes from a checkpoint's config, not a scenario file
-PER_HEAD = ("hook_state", "hook_read")  # one operator per value head: what an intervention names a head of
+READ = "hook_read"  # a value head's read of its state: what `blocks.L.linear_attn head H` ablates
+PER_HEAD = ("hook_state", READ)  # one operator per value head: what an intervention names a head of
 RECURRENT = "recurrent_state"  # its dump item beside the window's conv_state
 EPS_L2 = 1e-6  # the L2 norm's ε (FLA's and transformers' l2norm), not the config's rms_norm_eps
 

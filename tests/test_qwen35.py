@@ -225,3 +225,58 @@ def test_every_new_operator_is_explained_in_english_and_chinese():
     for name in new - {"hook_scale", "hook_normalized", "hook_rot_q", "hook_rot_k"}:  # the stack's own texts
         texts = explanation(name)
         assert texts is not None and len(texts["en"]) == len(texts["zh"]) == 4, name
+
+
+# -- GGUF qwen35 as llama.cpp's converter writes it ------------------------------------------------------------
+GGUF_FOLDER = FOLDER.parent / "gguf-qwen3_5"
+
+
+def gguf_run(kind: str):
+    ref = dict(np.load(GGUF_FOLDER / f"reference-{kind}.npz"))
+    found = load_checkpoint(GGUF_FOLDER / f"qwen35-{kind}.gguf", ids=IDS, max_new_tokens=len(ref["greedy_ids"]))
+    model = dataclasses.replace(found.model, deltanet=dataclasses.replace(found.model.deltanet, chunk=CHUNK))
+    found = dataclasses.replace(found, model=model)
+    return ref, found, list(Session(found, make_backend("numpy", "float64")).steps())
+
+
+@pytest.mark.parametrize("kind", ["f32", "q8_0"])
+def test_the_gguf_files_match_transformers_on_their_dequantized_weights_every_pass_and_state(kind):
+    from engine.loading.gguf_model import GGUFModel
+
+    ref, found, states = gguf_run(kind)
+    assert [b.mixer for b in found.model.blocks] == [b.mixer for b in SCENARIO.model.blocks]
+    kinds = {info.kind.name for info in GGUFModel(GGUF_FOLDER / f"qwen35-{kind}.gguf").tensors.values()}
+    assert ("Q8_0" in kinds) == (kind == "q8_0") and ref["float32_ops"] == 0
+    logits = outputs(states, "unembed.hook_out")
+    assert np.abs(logits[0] - ref["logits"]).max() <= 1e-9
+    for round_, row in enumerate(logits):
+        assert np.abs(row[-1] - ref["step_logits"][round_]).max() <= 1e-9
+        for layer in range(found.model.n_layers):
+            ours = outputs(states, f"blocks.{layer}.hook_resid_post")[round_][-1]
+            assert np.abs(ours - ref["step_layers"][round_, layer]).max() <= 1e-9
+    assert [int(to_host(s.values)[0, 0]) for s in states if s.kind == "choice"] == ref["greedy_ids"].tolist()
+    ends = [s for s, after in zip(states, states[1:] + [None]) if after is None or after.round != s.round]
+    for round_, state in enumerate(ends):
+        for i, layer in enumerate(LINEAR):
+            assert np.abs(to_host(state.caches[layer].recurrent) - ref["step_recurrent"][round_, i]).max() <= 1e-9
+            assert np.abs(to_host(state.caches[layer].window.rows) - ref["step_conv"][round_, i][:, 1:].T).max() <= 1e-9
+    assert max(d.max_abs for d in diff_scenario(found, make_backend("numpy", "float64"))) <= 1e-12
+
+
+def test_the_f32_gguf_computes_what_the_folder_does_but_for_the_converters_float32_rounding():
+    """Independent of the GGUF reference: a value head out of place would move the logits by O(1)."""
+    _, _, states = gguf_run("f32")
+    assert 1e-9 < np.abs(outputs(states, "unembed.hook_out")[0] - REF["logits"]).max() < 1e-4
+
+
+def test_a_gguf_with_multi_token_prediction_layers_is_refused_naming_the_key(tmp_path):
+    import gguf_bytes as gb
+
+    from engine.loading import ScenarioError
+
+    parsed = gb.parse((GGUF_FOLDER / "qwen35-f32.gguf").read_bytes())
+    parsed.set("qwen35.nextn_predict_layers", gb.UINT32, 1)
+    path = tmp_path / "mtp.gguf"
+    path.write_bytes(gb.serialize(parsed))
+    with pytest.raises(ScenarioError, match="qwen35.nextn_predict_layers: multi-token prediction"):
+        load_checkpoint(path, ids=IDS)

@@ -4,8 +4,8 @@ float64 outputs.
     /work/refenv/bin/python tools/make_qwen35_fixtures.py
 
 Written with transformers 5.24.0 and torch 2.13.0 (CPU), in the reference environment of make_fixtures.py.
-3 layers: Gated DeltaNet, Gated DeltaNet, gated full attention (`layer_types`); the DeltaNet has 2 key heads of
-width 8 serving 4 value heads of width 6 and a conv kernel of 3; the attention 4 heads of width 8 over 2 kv
+3 layers of width 32 (a multiple of Q8_0's block): Gated DeltaNet, Gated DeltaNet, gated full attention
+(`layer_types`); the DeltaNet has 2 key heads of width 8 serving 4 value heads of width 8 and a conv kernel of 3; the attention 4 heads of width 8 over 2 kv
 heads, RoPE on a quarter of each head (partial_rotary_factor 0.25 of 16: 4 features). The delta rule's chunked
 form runs in chunks of CHUNK tokens (transformers' default is 64), shorter than the prompt, so the state is
 carried across chunk boundaries in the reference too.
@@ -23,12 +23,26 @@ pass (the prefill, then every cached decode step through transformers' DynamicCa
 and, per linear-attention layer, `step_recurrent` (pass × layer × v_heads × d_k × d_v) and `step_conv` (pass ×
 layer × channels × K: transformers keeps K columns, the newest last). `float32_ops` is the counter's count (0),
 `ops` how many operators it saw.
+
+gguf-qwen3_5/qwen35-f32.gguf and qwen35-q8_0.gguf: the checkpoint as llama.cpp's own converter writes it
+(convert_hf_to_gguf.py --outtype f32 / q8_0 --no-mtp, from the llama-cpp-python 0.3.36 sdist at LLAMA_CPP), its
+tokenizer's pre-tokenizer named "gpt-2" (a byte-level BPE, which the converter does not know by its hash). The
+converter stores A as −exp(A_log), every norm gain but the gated norm's as 1 + w, the conv squeezed to
+[channels, K], dt_bias as ssm_dt.bias, and the value heads tiled instead of grouped by key head. Their references
+(reference-f32.npz, reference-q8_0.npz, the same arrays) are transformers' float64 forward of a Hugging Face
+folder rebuilt from the dequantized tensors (each of those transforms undone in float64) with the file's own ε
+(float32: 9.99999997e-07, which the gated norm's small inputs feel at 1e-8); the rebuilt f32 folder
+is checked against the original weights (≤ 1e-6: the converter's float32 rounding of 1 + w and −exp(A_log)).
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import os
+import subprocess
 import sys
+import tempfile
 import types
 from pathlib import Path
 
@@ -39,6 +53,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from float64_reference import Float32Counter, counter_sees_float32, eager_attention, gemma_rms_norm  # noqa: E402
 from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
+LLAMA_CPP = Path("/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
+CONVERT = """import runpy, sys
+sys.path.insert(0, {llama!r})
+from conversion import base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+sys.argv = ["convert_hf_to_gguf.py", {folder!r}, "--outtype", {outtype!r}, "--no-mtp", "--outfile", {out!r}]
+runpy.run_path({llama!r} + "/convert_hf_to_gguf.py", run_name="__main__")
+"""
 NEW_TOKENS = 5
 SEED = 7
 CHUNK = 4
@@ -49,9 +71,9 @@ def config(vocab_size: int):
     import transformers
 
     return transformers.Qwen3_5TextConfig(
-        vocab_size=vocab_size, hidden_size=24, intermediate_size=40, num_hidden_layers=len(LAYER_TYPES),
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=len(LAYER_TYPES),
         layer_types=LAYER_TYPES, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
         linear_conv_kernel_dim=3, max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
         eos_token_id=0)
@@ -156,6 +178,104 @@ def run(model, ids: list[int]) -> dict[str, np.ndarray]:
             "float32_ops": np.array(len(counter.float32)), "ops": np.array(counter.ops)}
 
 
+# -- the GGUF files and the references of their dequantized weights ---------------------------------------------
+def convert(folder: Path, out: Path, outtype: str) -> None:
+    """llama.cpp's converter on `folder`, in a process of its own (its gguf-py before the installed gguf)."""
+    code = CONVERT.format(llama=str(LLAMA_CPP), folder=str(folder), out=str(out), outtype=outtype)
+    env = os.environ | {"PYTHONPATH": str(LLAMA_CPP / "gguf-py")}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+
+
+def grouped(w: np.ndarray, config, where: str) -> np.ndarray:
+    """The converter's tiled value heads ([G0v0, G1v0, …, G0v1, …]) back in Hugging Face's grouped order."""
+    k, v = config.linear_num_key_heads, config.linear_num_value_heads
+    if where == "columns":
+        return grouped(w.T, config, "rows").T
+    if where == "v rows":
+        qk = 2 * k * config.linear_key_head_dim
+        return np.concatenate([w[:qk], grouped(w[qk:], config, "rows")])
+    tiled = w.reshape(v // k, k, -1, *w.shape[1:])
+    return np.swapaxes(tiled, 0, 1).reshape(w.shape)
+
+
+HF_OF_GGUF = {"attn_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
+              "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+              "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+              "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+              "attn_qkv": "linear_attn.in_proj_qkv", "attn_gate": "linear_attn.in_proj_z",
+              "ssm_alpha": "linear_attn.in_proj_a", "ssm_beta": "linear_attn.in_proj_b",
+              "ssm_out": "linear_attn.out_proj", "ssm_norm": "linear_attn.norm", "ssm_conv1d": "linear_attn.conv1d",
+              "ssm_a": "linear_attn.A_log", "ssm_dt": "linear_attn.dt_bias"}
+VALUE_HEADS = {"attn_qkv": "v rows", "ssm_conv1d": "v rows", "attn_gate": "rows", "ssm_alpha": "rows",
+               "ssm_beta": "rows", "ssm_a": "rows", "ssm_dt": "rows", "ssm_out": "columns"}
+
+
+def hf_tensors_of(path: Path, config) -> dict[str, torch.Tensor]:
+    """The GGUF's tensors dequantized by gguf-py, as the Hugging Face tensors they were converted from (float64)."""
+    import gguf
+    from gguf.quants import dequantize
+
+    found = {}
+    for tensor in gguf.GGUFReader(path).tensors:
+        w = dequantize(tensor.data, tensor.tensor_type).astype(np.float64).reshape(tuple(reversed(tensor.shape)))
+        if tensor.name == "token_embd.weight":
+            found["model.embed_tokens.weight"] = w
+            continue
+        if tensor.name == "output_norm.weight":
+            found["model.norm.weight"] = w - 1
+            continue
+        _, layer, kind, *_ = tensor.name.split(".")
+        if kind.endswith("norm") and kind != "ssm_norm":
+            w = w - 1
+        if kind == "ssm_a":
+            w = np.log(-w)
+        if kind in VALUE_HEADS and config.linear_num_value_heads != config.linear_num_key_heads:
+            w = grouped(w, config, VALUE_HEADS[kind])
+        if kind == "ssm_conv1d":
+            w = w[:, None, :]
+        suffix = "" if kind in ("ssm_a", "ssm_dt") else ".weight"
+        found[f"model.layers.{layer}.{HF_OF_GGUF[kind]}{suffix}"] = w
+    return {name: torch.tensor(np.ascontiguousarray(w)) for name, w in found.items()}
+
+
+def gguf_reference(path: Path, folder: Path, ids: list[int], original: dict | None = None) -> dict[str, np.ndarray]:
+    """transformers' float64 run of the GGUF's dequantized weights (`original`: the weights they must be close to)."""
+    import transformers
+    from safetensors.torch import save_file
+
+    import gguf
+
+    config = transformers.Qwen3_5TextConfig.from_pretrained(folder)
+    # the file's ε is float32 (1e-6 reads 9.99999997e-07), and the gated norm's inputs are small enough to see it
+    config.rms_norm_eps = float(gguf.GGUFReader(path).fields["qwen35.attention.layer_norm_rms_epsilon"].contents())
+    tensors = hf_tensors_of(path, config)
+    if original is not None:
+        assert set(tensors) == set(original), set(tensors) ^ set(original)
+        worst = max(float((tensors[k] - original[k].to(torch.float64)).abs().max()) for k in tensors)
+        assert worst <= 1e-6, worst
+    with tempfile.TemporaryDirectory() as rebuilt:
+        (Path(rebuilt) / "config.json").write_text(json.dumps(config.to_dict()))
+        save_file(tensors, Path(rebuilt) / "model.safetensors")
+        model = transformers.Qwen3_5ForCausalLM.from_pretrained(rebuilt, dtype=torch.float64,
+                                                                attn_implementation="eager").eval()
+        rebuild_rotary(model)
+        return run(model, ids)
+
+
+def make_gguf(folder: Path, ids: list[int]) -> None:
+    from safetensors.torch import load_file
+
+    out = OUT / "gguf-qwen3_5"
+    out.mkdir(exist_ok=True)
+    original = dict(load_file(folder / "model.safetensors"))
+    for outtype in ("f32", "q8_0"):
+        path = out / f"qwen35-{outtype}.gguf"
+        convert(folder, path, outtype)
+        ref = gguf_reference(path, folder, ids, original if outtype == "f32" else None)
+        np.savez_compressed(out / f"reference-{outtype}.npz", **ref)
+        print(f"{path.name}: greedy {ref['greedy_ids'].tolist()}, {int(ref['float32_ops'])} float32 operators")
+
+
 def main() -> None:
     import transformers
 
@@ -176,6 +296,7 @@ def main() -> None:
     rebuild_rotary(reloaded)
     ref = run(reloaded, ids)
     np.savez_compressed(folder / "reference.npz", **ref)
+    make_gguf(folder, ids)
     print(f"qwen3_5: {len(ids)} prompt tokens, {int(ref['ops'])} operators dispatched, {int(ref['float32_ops'])} "
           f"read or wrote float32; greedy {ref['greedy_ids'].tolist()}")
 

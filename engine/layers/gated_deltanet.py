@@ -44,7 +44,12 @@ GGUF = {"linear_attn.w_qkv": "attn_qkv", "linear_attn.w_z": "attn_gate", "linear
         "linear_attn.A_log": "ssm_a", "linear_attn.norm.w": "ssm_norm", "linear_attn.w_out": "ssm_out"}
 CHECKPOINT_ONLY = True  # its shape (engine.spec.DeltaNetSpec) comes from a checkpoint's config, not a scenario file
 READ = "hook_read"  # a value head's read of its state: what `blocks.L.linear_attn head H` ablates
-PER_HEAD = ("hook_state", READ)  # one operator per value head: what an intervention names a head of
+PER_HEAD = ("hook_state", READ)
+GGUF_SUFFIX = {"linear_attn.A_log": "", "linear_attn.dt_bias": ".bias"}  # the others: .weight
+GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_heads_grouped): where they lie
+    "linear_attn.w_qkv": "v rows", "linear_attn.w_z": "rows", "linear_attn.w_b": "rows", "linear_attn.w_a": "rows",
+    "linear_attn.A_log": "rows", "linear_attn.dt_bias": "rows", "linear_attn.conv.w": "v rows",
+    "linear_attn.w_out": "columns"}  # one operator per value head: what an intervention names a head of
 RECURRENT = "recurrent_state"  # its dump item beside the window's conv_state
 EPS_L2 = 1e-6  # the L2 norm's ε (FLA's and transformers' l2norm), not the config's rms_norm_eps
 
@@ -210,6 +215,25 @@ class DeltaState:
         if other is None or other.shape != ours.shape or beyond(RECURRENT, ours, np.asarray(other, np.float64)).any():
             found = found | {self.seen - 1}
         return found
+
+
+def value_heads_grouped(w: np.ndarray, net, where: str) -> np.ndarray:
+    """A GGUF tensor ([out, in], as read) with its value heads back in Hugging Face's grouped order.
+
+    llama.cpp's converter (_LinearAttentionVReorderBase) stores value head g·r + j (key head g's j-th, r per key
+    head) at j·k_heads + g, so that ggml broadcasts the key heads; `where`: "rows", "v rows" (the rows after
+    q and k: in_proj_qkv, the conv's channels) or "columns" (out_proj's inputs)."""
+    group = net.v_heads // net.k_heads
+    if group == 1:
+        return w
+    if where == "columns":
+        return value_heads_grouped(w.T, net, "rows").T
+    if where == "v rows":
+        qk = 2 * net.d_keys
+        return np.concatenate([w[:qk], value_heads_grouped(w[qk:], net, "rows")])
+    width = w.shape[0] // net.v_heads  # d_v, or 1 for a per-head number
+    tiled = w.reshape(group, net.k_heads, width, *w.shape[1:])
+    return np.swapaxes(tiled, 0, 1).reshape(w.shape)
 
 
 # -- shapes and hooks ------------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ def test_check_against_finds_the_conv_window_left_unshifted_in_decode_round_2_at
     first = compare_generation(SCENARIO, path).first_divergence
     assert (first.key.pass_, first.key.name) == ("decode.2", "blocks.0.linear_attn.conv_state")
     newest = len(IDS) + 1  # round 2 fed position 21, which the window kept unshifted never took in
-    assert first.cell[0] == 0 and first.where.startswith(f"position {newest - 1}, channel")  # theirs: position 19
+    assert first.cell[0] == 0 and first.where.startswith(f"position {newest - 1} · ")  # theirs: position 19
     states = list(Session(SCENARIO, make_backend("numpy", "float64")).steps())
     end_of_2 = [s for s in states if s.round == 2][-1]
     assert Against(load_dump(path), SCENARIO).differing_cache_rows(end_of_2, 0) == {newest - 1, newest}

@@ -256,8 +256,7 @@ class Against:
             keys[name] = key = self.passes.key(state, Hook(layer, cache.module, name).text)
             found = self.dump.get(key)
             if found is not None:
-                rows = found.shape[-2] if name in CACHES else int(ours.shape[0])  # a K/V cache's rows may differ in count
-                theirs[name] = align(found, name, None, (rows, int(ours.shape[1])))
+                theirs[name] = align(found, name, None, (None, int(ours.shape[1])))
         return cache.differing(theirs, lambda name, ours, other: disagreement(ours, other, self.tolerance(keys[name]))[1])
 
 
@@ -311,7 +310,8 @@ class _Meeting:
         if state.layer is not None and state.caches and self._extended(key, state):
             cache = state.caches[state.layer]
             for name, values in cache.dump_items().items():
-                self._cache(state, passes.key(state, Hook(state.layer, cache.module, name).text), values)
+                self._cache(state, passes.key(state, Hook(state.layer, cache.module, name).text), values,
+                            cache.row_positions)
         if key not in self.against.dump.arrays:
             if state.head in (None, 0):
                 self.missing[key.name] = self.missing.get(key.name, 0) + 1
@@ -332,20 +332,20 @@ class _Meeting:
         self.compared.add(where)
         return True
 
-    def _cache(self, state: OpState, key: Key, values) -> None:
+    def _cache(self, state: OpState, key: Key, values, rows: tuple[int, ...]) -> None:
         if key not in self.against.dump.arrays:
             return
         self.used.add(key)
         ours = to_host(values)
-        positions = state.moment.axis("keys", ours.shape[0], column=False)
-        dh, kept = self.against.d_head, state.caches[state.layer]
+        positions = state.moment.axis(rows, ours.shape[0], column=False)  # the position each row holds
+        dh, heads, kept = self.against.d_head, suffix(key.name) in CACHES, state.caches[state.layer]
 
         def label(row: int, col: int) -> str:
-            if key.name.endswith(".recurrent_state"):  # [v_head·d_k, d_v]
+            if suffix(key.name) == "recurrent_state":  # a Gated DeltaNet's [v_head·d_k, d_v]
                 d_k = ours.shape[0] // kept.facts.heads
                 return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {kept.facts.last})"
-            if key.name.endswith(".conv_state"):  # [K−1, channels]
-                return f"position {kept.row_positions[row]}, channel {col}"
+            if not heads:
+                return f"position {resolve_some(positions, [row])[0]}, channel {col}"
             return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"
 
         self.ops.append(self.against.compare(key, None, ours, label, state.step))

@@ -52,6 +52,15 @@ class ConvFaultPoints:
         return shifted(xp, window, inputs)
 
 
+@dataclass(frozen=True)
+class ConvFacts:
+    """What a view shows of a conv window beside its rows: the conv's taps and the bytes it keeps (the same
+    however long the sequence)."""
+
+    kernel: int
+    nbytes: int
+
+
 @dataclass(frozen=True, eq=False)
 class ConvRead:
     """What one chunk's conv outputs read: the window's K−1 rows, then the chunk's T inputs."""
@@ -94,8 +103,8 @@ class ConvWindow:
         return tuple(p if p >= 0 else -1 for p in range(first, self.fed))
 
     @property
-    def facts(self):
-        return None
+    def facts(self) -> ConvFacts:
+        return ConvFacts(int(self.rows.shape[0]) + 1, self.nbytes)
 
     def fresh(self, fingerprint: str) -> ConvWindow:
         return dataclasses.replace(self, rows=array_namespace(self.rows).zeros_like(self.rows), fed=0,

@@ -52,7 +52,8 @@ def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> l
 
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
-# hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
+# hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts, the conv under
+# conv.hook_conv (Gated DeltaNet's linear_attn.hook_conv is another computation: the conv, then SiLU).
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
     "hook_in": {
         "en": ("One projection makes the three parts of the short convolution: B, C and x.",
@@ -86,7 +87,7 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("卷积的门控输入：写入卷积窗口的内容。", "B ⊙ x，逐特征相乘。", "窗口保存最近K−1个Token的B·x，而不是隐藏状态。",
                "本步之后卷积窗口最新一行等于这一行。"),
     },
-    "hook_conv": {
+    f"{MODULE}.hook_conv": {
         "en": ("Mix each feature over the token and the K−1 before it (a depthwise causal convolution).",
                "y_t = Σ_k w[k] ⊙ (B·x)_{t−K+1+k} per feature (+ bias); decode reads the K−1 earlier rows from the "
                "conv window, a full recompute from the sequence (zeros before the first token).",

@@ -1,4 +1,4 @@
-"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2 and gemma3 architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3 and lfm2 architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -6,7 +6,9 @@ llama.cpp's converter permutes the rows of a llama model's attn_q / attn_k for i
 RoPE; they are permuted back here (as transformers does when it loads a GGUF), so RoPE is the
 half-split rotate_half form again. qwen2, qwen3 and Gemma files are written unpermuted (llama.cpp
 runs them with its NEOX RoPE, the half-split form); llama.cpp stores Gemma's norm gains as 1 + w
-(undone here, as transformers does).
+(undone here, as transformers does). An lfm2 file names its short-conv layers by a key/value head count of 0
+(`attention.head_count_kv` is one count per layer), their taps by `shortconv.l_cache`, and its last norm
+token_embd_norm; its conv kernel is stored (channels, K), squeezed from transformers' (channels, 1, K).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, NormKind, N
 
 GEMMA = ("gemma2", "gemma3")
 QWEN35 = "qwen35"
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, QWEN35)
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, "lfm2", QWEN35)
 OFFSET_NORMS = {*GEMMA, QWEN35}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
                  "ln2_post.w": "post_ffw_norm", **gguf_tensors()}  # the block's norms, then its kinds'
@@ -70,12 +72,13 @@ class GGUFModel:
             raise self.error("general.architecture", f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(ARCHITECTURES)})")
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
-        kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
+        layers = self._size(f"{arch}.block_count")
+        blocks = self._lfm2_blocks(layers) if arch == "lfm2" else None
+        kv_heads = self._lfm2_kv_heads() if arch == "lfm2" else self._size(f"{arch}.attention.head_count_kv", heads)
         d_head = self._size(f"{arch}.attention.key_length", d // heads)
         if (f"{arch}.attention.key_length" not in self.meta and d % heads) or heads % kv_heads:
             raise self.error(f"{arch}.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
                              "heads: the heads must divide the width and the key/value heads the heads")
-        layers = self._size(f"{arch}.block_count")
         self._check_held(layers, d * heads * d_head)
         if f"{arch}.vocab_size" in self.meta:  # llama.cpp counts the tokens instead; a number is all it may be
             self._size(f"{arch}.vocab_size")
@@ -87,7 +90,8 @@ class GGUFModel:
             biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
             kv_heads=kv_heads, rope_theta=self._number(f"{arch}.rope.freq_base", 10000.0, lowest=1.0),
-            qk_norm=arch in ("qwen3", "gemma3", QWEN35), rope_factors=self._rope_factors(d_head),
+            qk_norm=arch in ("qwen3", "gemma3", "lfm2", QWEN35), rope_factors=self._rope_factors(d_head),
+            layers=blocks,
         )
         if arch == QWEN35:
             return self._qwen35(spec)
@@ -123,6 +127,32 @@ class GGUFModel:
                        for linear in recurrent)
         return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net,
                        rope_dims=dims, layers=blocks)
+
+    def _lfm2_kv_heads(self) -> int:
+        """LFM2's one key/value head count of its attention layers (0 on its short-conv layers)."""
+        key = f"{self.arch}.attention.head_count_kv"
+        counts = set(self._layer_counts(key)) - {0}
+        if len(counts) != 1:
+            raise self.error(key, f"expected one key/value head count on the attention layers, got {sorted(counts)}")
+        return counts.pop()
+
+    def _lfm2_blocks(self, layers: int) -> tuple[LayerSpec, ...]:
+        """LFM2's layers: attention where the key/value head count is above 0, else a short conv."""
+        key, counts = f"{self.arch}.attention.head_count_kv", self._layer_counts(f"{self.arch}.attention.head_count_kv")
+        if len(counts) != layers:
+            raise self.error(key, f"expected one count per layer ({layers}), got {len(counts)}")
+        kernel = self._size(f"{self.arch}.shortconv.l_cache")
+        for biased in (name for name in self.tensors if ".shortconv." in name and name.endswith(".bias")):
+            raise self.error(biased, "biases in the short convolutions are not supported")
+        return tuple(LayerSpec(mixer="attention") if count else LayerSpec(mixer="short_conv", conv_kernel=kernel)
+                     for count in counts)
+
+    def _layer_counts(self, key: str) -> list[int]:
+        counts = self._key(key)  # GGUFFile reads an array of integers as one NumPy array
+        counts = counts.tolist() if isinstance(counts, np.ndarray) else [counts]
+        if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 2**31 for c in counts):
+            raise self.error(key, f"expected integers in 0..2^31, got {counts!r}")
+        return counts
 
     def _rope_factors(self, d_head: int) -> tuple[float, ...] | None:
         """What RoPE's frequencies are divided by, as llama.cpp reads it: linear scaling's factor
@@ -256,7 +286,8 @@ class GGUFModel:
         return tensor, row, col
 
     def tensor_name(self, name: str) -> str:
-        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight"}
+        fixed = {"embed": "token_embd.weight", "unembed": "output.weight",
+                 "ln_final.w": "token_embd_norm.weight" if self.arch == "lfm2" else "output_norm.weight"}
         if name in fixed:
             return fixed[name]
         _, layer, leaf = name.split(".", 2)

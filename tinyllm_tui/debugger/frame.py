@@ -332,7 +332,8 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     head = min(head, heads - 1)
     part = slice(head * width, (head + 1) * width)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
-    marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
+    # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
+    marked = isinstance(cache.facts, (RingFacts, PagedFacts)) or positions != tuple(range(len(positions)))
     if marked:
         rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
     else:
@@ -344,8 +345,9 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
         if not view.positional:  # a recurrent state's matrix: its rows are key features, not tokens
             return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"k{i}"),
                                 Labels(values.shape[1], lambda j: f"d{j}"), head=head)
-        return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=head, newest_first=not ring,
-                            new_from=None if marked else new_from, differing=frozenset() if marked else differing)
+        return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=head,
+                            newest_first=not ring, new_from=None if marked else new_from,
+                            differing=frozenset() if marked else differing)
 
     matrices = tuple(matrix(view) for view in views)
     held = set(positions)
@@ -421,8 +423,12 @@ BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not t
 
 def hook_key(state: OpState) -> str:
     """What the explanation of the operator is filed under: the hook name's last part, told apart where
-    one hook does different things (given vectors or a scaled table, a norm's output, capped scores)."""
+    one hook does different things (given vectors or a scaled table, a norm's output, capped scores), or
+    `module.hook` where a kind files it so (two kinds with a hook of the same name: conv.hook_conv)."""
     hook = state.op.hook.name
+    qualified = f"{state.op.hook.module}.{hook}"
+    if explanation(qualified) is not None:
+        return qualified
     if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale

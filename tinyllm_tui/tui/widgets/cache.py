@@ -53,7 +53,8 @@ class CacheView(Vertical):
         if cache is None:
             title.show_text(Text(tr("cache.none", lang)))
             return
-        where = Text(tr("cache.where", lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
+        heading = "cache.where.conv" if layout_kind(cache.layout) == "conv" else "cache.where"  # no heads
+        where = Text(tr(heading, lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
                         last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
         fed = layout_kind(cache.layout) == "recurrent"  # a recurrent state counts the tokens fed, it holds no rows of them
@@ -96,6 +97,8 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
     if kind == "recurrent":
         return tr("cache.recurrent", lang, last=facts.last, rows=facts.kernel - 1, kernel=facts.kernel,
                   stored=size_text(facts.nbytes))
+    if kind == "conv":
+        return tr("cache.conv", lang, rows=facts.kernel - 1, kernel=facts.kernel, size=size_text(facts.nbytes))
     if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
                   stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.layers import attention, dense_ffn, gated_deltanet, moe_ffn, short_conv
+from engine.layers import attention, dense_ffn, gated_deltanet, moe_ffn, per_layer_input, short_conv
 
 MIXERS: dict[str, ModuleType] = {attention.NAME: attention, short_conv.NAME: short_conv,
                                  gated_deltanet.NAME: gated_deltanet}
@@ -88,4 +88,5 @@ def hf_layer_kinds() -> dict[str, str]:
 
 def explanation(key: str) -> dict[str, tuple[str, str, str, str]] | None:
     """The kind's texts (per language) of the operator filed under `key` (a hook name's last part)."""
-    return next((module.EXPLANATIONS[key] for module in _every_kind() if key in module.EXPLANATIONS), None)
+    modules = (*_every_kind(), per_layer_input)  # the kinds', then Gemma 4's block tail's
+    return next((module.EXPLANATIONS[key] for module in modules if key in module.EXPLANATIONS), None)

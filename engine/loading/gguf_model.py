@@ -1,4 +1,5 @@
-"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3 and lfm2 architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3, gemma4 (gguf_gemma4), lfm2 and qwen35
+architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -24,8 +25,9 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.layers import gated_deltanet, gguf_tensors
+from engine.layers import gated_deltanet, gguf_tensors, per_layer_input
 from engine.loading.document import ScenarioError
+from engine.loading import gguf_gemma4
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
@@ -33,10 +35,11 @@ from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, NormKind, N
 
 GEMMA = ("gemma2", "gemma3")
 QWEN35 = "qwen35"
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, "lfm2", QWEN35)
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35)
 OFFSET_NORMS = {*GEMMA, QWEN35}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
-                 "ln2_post.w": "post_ffw_norm", **gguf_tensors()}  # the block's norms, then its kinds'
+                 "ln2_post.w": "post_ffw_norm", **gguf_tensors(),
+                 **per_layer_input.GGUF_BLOCK}  # the block's norms, its kinds', Gemma 4's block tail's
 # values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are
 # reused, where at 1 << 20 each chunk's were mapped and faulted in afresh (1.5M page faults for the 0.5B file)
 CHUNK = 1 << 15
@@ -71,6 +74,8 @@ class GGUFModel:
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise self.error("general.architecture", f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(ARCHITECTURES)})")
+        if arch == gguf_gemma4.ARCH:
+            return gguf_gemma4.spec(self)
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
         layers = self._size(f"{arch}.block_count")
         blocks = self._lfm2_blocks(layers) if arch == "lfm2" else None
@@ -247,7 +252,7 @@ class GGUFModel:
             w = w - 1
         if self.arch == QWEN35:
             w = self._qwen35_weight(name, w, spec)
-        return w if w.ndim == 1 or name == "embed" else w.T
+        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
 
     def _qwen35_weight(self, name: str, w: np.ndarray, spec: ModelSpec) -> np.ndarray:
         """Undo what llama.cpp's converter does to Qwen3.5 ([out, in] as read): A as −exp(A_log), the value heads
@@ -287,7 +292,8 @@ class GGUFModel:
 
     def tensor_name(self, name: str) -> str:
         fixed = {"embed": "token_embd.weight", "unembed": "output.weight",
-                 "ln_final.w": "token_embd_norm.weight" if self.arch == "lfm2" else "output_norm.weight"}
+                 "ln_final.w": "token_embd_norm.weight" if self.arch == "lfm2" else "output_norm.weight",
+                 **{name: f"{tensor}.weight" for name, tensor in per_layer_input.GGUF.items()}}
         if name in fixed:
             return fixed[name]
         _, layer, leaf = name.split(".", 2)

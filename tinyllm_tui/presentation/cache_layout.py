@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
 from engine.layers.gated_deltanet import RecurrentFacts
 from engine.layers.causal_conv import ConvFacts
+from engine.layers.shared_kv import SharedFacts
 from engine.loading.budget import format_size
 from engine.trace import TokenState
 
@@ -50,7 +51,8 @@ def spans(positions: Sequence[int]) -> str:
 
 def layout_kind(facts) -> str | None:
     """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized", or a state that
-    is not a K/V cache: "conv" (a causal conv's window), "recurrent" (a Gated DeltaNet's); None: a contiguous K/V cache."""
+    is not a K/V cache: "conv" (a causal conv's window), "recurrent" (a Gated DeltaNet's), "shared" (a KV-shared
+    layer's: another layer's cache); None: a contiguous K/V cache."""
     kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", ConvFacts: "conv",
-             RecurrentFacts: "recurrent"}
+             RecurrentFacts: "recurrent", SharedFacts: "shared"}
     return kinds.get(type(facts))

@@ -37,6 +37,8 @@ EN = {
     "Logit lens": "Logit lens", "Heads at a glance": "Heads at a glance", "Patch/ablate…": "Patch/ablate…",
     "Undo intervention": "Undo intervention", "Save interventions": "Save interventions",
     "result.intervention.added": "intervention {text}", "result.intervention.undone": "undid the last intervention",
+    "result.intervention.unreached": " · no token has been routed to expert {expert} of layer {layer} so far: it "
+                                     "applies in the passes that route one there",
     "result.choice": " · chose {before} {p_before} → {after} {p_after}",
     "ask.intervene": "Patch or ablate, as --patch/--ablate take it (e.g. blocks.0.attn head 1):",
     "screen.intervening": "intervening, replaying to this step… (Esc cancels)",
@@ -44,7 +46,8 @@ EN = {
     "lens.title": "Logit lens · request {request} · {where} · ←/→ positions · ↑/↓ rows · Esc: close",
     "glance.title": "Attention at a glance · ←/→ head · ↑/↓ layer · Enter: open it · Esc: close",
     "Expert routing": "Expert routing",
-    "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · Esc: close",
+    "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · a: every layer · "
+                     "Esc: close",
     "routing.none": "no mixture-of-experts layer in this round",
     # results of moves
     "result.wrapped": "went to step {step} (wrapped around)", "result.went": "went to step {step}",
@@ -153,13 +156,17 @@ EN = {
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
     "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
-    "cache.rows": "{rows} rows, {new} new (+)", "cache.current": "from the current weights",
+    "cache.rows": "{rows} rows, {new} new (+)", "cache.fed": "{rows} tokens fed, {new} new (+)", "cache.current": "from the current weights",
     "cache.stale": "⚠ stale: old weights, r recomputes",
     "cache.differ": "✗ {count} rows differ from your dump", "cache.differ.one": "✗ {count} row differs from your dump",
     "cache.ring": "ring w{window}{sinks} · next s{write} · evicted {evicted}", "cache.ring.sinks": "+{count} sinks",
     "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
     "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
     "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
+    "cache.recurrent": "recurrent state after token {last} · conv window: last {rows} inputs (K={kernel}) · "
+                       "{stored} at any length",
+    "cache.where.conv": "conv window · layer {layer} of 0–{last_layer}",
+    "cache.conv": "the last {rows} inputs of a {kernel}-tap conv · {size}, the same at any length",
     "cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)",
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
@@ -184,6 +191,8 @@ EN = {
     # the diff dialog
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
     "diff.injected": "injected bug {name}: {description}",
+    "diff.flip": "⚠ first routing flip against the float64 exact-cache run: {where} · layer {layer} · token {token}: "
+                 "reference chose {ours} (margin {margin}), {other} {theirs}",
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
@@ -211,6 +220,10 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
+    "inject.conv-not-shifted": "a decode step writes its conv input over the window's newest row instead of shifting the window",
+    "inject.conv-shifted-twice": "the conv window moves two rows per token: the input before the newest is lost (zeros)",
+    "inject.state-not-decayed": "the recurrent decode does not decay the state (e^g) before the token writes",
+    "inject.chunk-state-dropped": "the chunked delta rule starts every chunk after the first from a zero state",
     "inject.shared-kv-own-cache": "a KV-shared layer reads its own (empty) cache in cached rounds, not its source's",
     "inject.per-layer-previous": "a cached round reads the per-layer input row of the previous token",
 }
@@ -237,6 +250,7 @@ ZH = {
     "Logit lens": "逻辑透镜", "Heads at a glance": "各头一览", "Patch/ablate…": "修补/消融…", "Undo intervention": "撤销干预",
     "Save interventions": "保存干预",
     "result.intervention.added": "干预 {text}", "result.intervention.undone": "已撤销上一处干预",
+    "result.intervention.unreached": " · 到目前为止没有Token被路由到第{layer}层的专家{expert}：它将在有Token路由到该专家的轮次生效",
     "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
     "ask.intervene": "修补或消融（写法同 --patch/--ablate，例如 blocks.0.attn head 1）：",
     "screen.intervening": "正在干预并重放到此步骤…（Esc 取消）",
@@ -244,7 +258,7 @@ ZH = {
     "lens.title": "逻辑透镜 · 请求 {request} · {where} · ←/→ 位置 · ↑/↓ 行 · Esc 关闭",
     "glance.title": "各头一览 · ←/→ 头 · ↑/↓ 层 · Enter 打开 · Esc 关闭",
     "Expert routing": "专家路由",
-    "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · Esc 关闭",
+    "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · a 所有层 · Esc 关闭",
     "routing.none": "本轮没有混合专家层",
     "result.wrapped": "已跳转到步骤 {step}（已从头绕回）", "result.went": "已跳转到步骤 {step}",
     "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",
@@ -334,11 +348,14 @@ ZH = {
     "where.prefill": "预填充", "where.decode": "解码 {round}",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
     "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
-    "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.current": "来自当前权重",
+    "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.fed": "已输入 {rows} 个Token，{new} 个新增（+）", "cache.current": "来自当前权重",
     "cache.stale": "⚠ 过期：旧权重，r 重新计算", "cache.differ": "✗ {count} 行与你的转储不同",
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
     "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
+    "cache.recurrent": "循环状态（最后由Token {last} 改变）· 卷积窗口：最近 {rows} 个输入（K={kernel}）· 任何长度都占 {stored}",
+    "cache.where.conv": "卷积窗口 · 第 {layer} 层（0–{last_layer}）",
+    "cache.conv": "{kernel} 抽头卷积的最近 {rows} 个输入 · {size}，与序列长度无关",
     "cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
@@ -358,6 +375,8 @@ ZH = {
     "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",
+    "diff.flip": "⚠ 与float64精确缓存运行相比，首次路由翻转：{where} · 第{layer}层 · Token {token}：参考选择 {ours}"
+                 "（差距 {margin}），{other} 选择 {theirs}",
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
@@ -382,6 +401,10 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
+    "inject.conv-not-shifted": "解码时卷积输入覆盖了窗口最新的一行，窗口没有移位",
+    "inject.conv-shifted-twice": "卷积窗口每个词元移动两行：最新输入之前的那个输入丢失（变成 0）",
+    "inject.state-not-decayed": "循环解码在Token写入前没有对状态做衰减（e^g）",
+    "inject.chunk-state-dropped": "分块delta规则从第二块起每块都从零状态开始",
     "inject.shared-kv-own-cache": "KV共享层在缓存轮次读取自己（空的）缓存，而不是源层的缓存",
     "inject.per-layer-previous": "缓存轮次读取了前一个Token的每层输入行",
 }
@@ -445,8 +468,10 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.no_inject", lang)
         case InjectionChanged(name=name):
             return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
-        case Intervened(change=change, text=text, choice=choice):
-            return tr(f"result.intervention.{change}", lang, text=text) + choice_words(choice, lang)
+        case Intervened(change=change, text=text, choice=choice, unreached=unreached):
+            pending = "" if unreached is None else tr("result.intervention.unreached", lang, layer=unreached[0],
+                                                      expert=unreached[1])
+            return tr(f"result.intervention.{change}", lang, text=text) + pending + choice_words(choice, lang)
         case Rebuilt(kind=kind, name=name, count=count):
             return tr(f"result.{kind}", lang, name=name, count=count)
         case Saved(path=path):

@@ -248,6 +248,37 @@ def _no_conv_window(scenario) -> str | None:
     return None
 
 
+class StateNotDecayed(Fault):
+
+    def decayed(self, xp, state, decay):
+        return state
+
+    def unseen(self, scenario):
+        return _no_deltanet(scenario, rounds=2)
+
+
+class ChunkStateDropped(Fault):
+
+    def carried(self, xp, state, chunk):
+        return state * 0.0 if chunk else state
+
+    def unseen(self, scenario):
+        net = scenario.model.deltanet
+        why = _no_deltanet(scenario, rounds=1)
+        if why is None and all(len(r.tokens) <= net.chunk for r in scenario.requests):
+            return f"no prompt is longer than the delta rule's chunk ({net.chunk} tokens)"
+        return why
+
+
+def _no_deltanet(scenario, rounds: int) -> str | None:
+    """Why a Gated DeltaNet bug that shows from round `rounds` − 1 on cannot show."""
+    if not any(block.mixer == "gated_deltanet" for block in scenario.model.blocks):
+        return "the model has no Gated DeltaNet (linear-attention) layer"
+    if all(r.max_new_tokens < rounds for r in scenario.requests):
+        return f"it shows from decode round {rounds - 1} on: generate at least {rounds} tokens"
+    return None
+
+
 class SharedKvOwnCache(Fault):
     """A KV-shared layer attending over its own cache in a cached round: nothing was written there but the
     chunk's rows, so it reads the new tokens' keys only."""
@@ -303,9 +334,11 @@ FAULTS: dict[str, Fault] = {
     "ring-wrong-slot": RingWrongSlot(),
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
-    "shared-kv-own-cache": SharedKvOwnCache(),
-    "per-layer-previous": PerLayerPrevious(),
     "conv-not-shifted": ConvNotShifted(),
     "conv-shifted-twice": ConvShiftedTwice(),
+    "state-not-decayed": StateNotDecayed(),
+    "chunk-state-dropped": ChunkStateDropped(),
+    "shared-kv-own-cache": SharedKvOwnCache(),
+    "per-layer-previous": PerLayerPrevious(),
 }
 INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

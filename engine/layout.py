@@ -13,7 +13,8 @@ Arrays may carry a leading batch axis of 1. Their layouts are TransformerLens's:
 hooks [pos, d]; hook_q/k/v/z and hook_rot_q/k [pos, head, d_head] (or stacked [pos, head·d_head]);
 hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head];
 conv_state [K − 1, channels] (the last K−1 inputs of a causal conv, oldest first), or transformers' conv
-cache [channels, K] (it keeps K inputs, of which the next step reads the last K−1).
+cache [channels, K] (it keeps K inputs, of which the next step reads the last K−1); a Gated
+DeltaNet's recurrent_state [v_head, d_k, d_v] (or stacked [v_head·d_k, d_v]).
 The engine's own layout is one 2-D matrix per operator (and per head for scores, pattern and z);
 `align` turns a dump's array into it.
 """
@@ -108,6 +109,8 @@ def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...
             array = array[:, head * width:(head + 1) * width]
         elif kind in HEAD_AXIS and array.ndim == 3:
             array = array.reshape(array.shape[0], -1)
+        elif kind == "recurrent_state" and array.ndim == 3:
+            array = array.reshape(-1, array.shape[-1])
         elif kind in CONV_STATES and array.ndim == 2:
             array = _conv_rows(array, shape)
         if tuple(array.shape) == tuple(shape) or shape[0] is None and tuple(array.shape[1:]) == tuple(shape[1:]):

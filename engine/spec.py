@@ -108,6 +108,30 @@ class MoeSpec:
 
 
 @dataclass(frozen=True)
+class DeltaNetSpec:
+    """The Gated DeltaNet layers' shape (engine.layers.gated_deltanet; Qwen3.5's linear_attention)."""
+
+    k_heads: int
+    v_heads: int  # a multiple of k_heads: each key head serves v_heads / k_heads value heads
+    d_k: int
+    d_v: int
+    kernel: int  # the causal conv's width (linear_conv_kernel_dim)
+    chunk: int = 64  # tokens per chunk of the chunked form (transformers' and FLA's default)
+
+    @property
+    def d_keys(self) -> int:
+        return self.k_heads * self.d_k
+
+    @property
+    def d_values(self) -> int:
+        return self.v_heads * self.d_v
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.d_keys + self.d_values
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """One block of the stack: its token mixer and its FFN, each a kind named in engine.layers, with the
     options of those kinds. A stack of mixed blocks is another tuple of these, not a flag."""
@@ -164,6 +188,8 @@ class ModelSpec:
     rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
     moe: MoeSpec | None = None  # the sparse FFN of the layers it names
+    deltanet: DeltaNetSpec | None = None  # the shape of the layers whose mixer is gated_deltanet
+    attn_gate: bool = False  # Qwen3.5: attention's output times sigmoid(x·W_gate) before W_o (attn.wgate)
     v_norm: bool = False  # Gemma 4: an RMSNorm without gain over each value head
     per_layer_input: int = 0  # Gemma 4: the width of each layer's input embedding (0: none)
     layer_scalar: bool = False  # Gemma 4: each block's output times its blocks.L.layer_scalar

@@ -338,9 +338,12 @@ class _Meeting:
         self.used.add(key)
         ours = to_host(values)
         positions = state.moment.axis(rows, ours.shape[0], column=False)  # the position each row holds
-        dh, heads = self.against.d_head, suffix(key.name) in CACHES
+        dh, heads, kept = self.against.d_head, suffix(key.name) in CACHES, state.caches[state.layer]
 
         def label(row: int, col: int) -> str:
+            if suffix(key.name) == "recurrent_state":  # a Gated DeltaNet's [v_head·d_k, d_v]
+                d_k = ours.shape[0] // kept.facts.heads
+                return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {kept.facts.last})"
             if not heads:
                 return f"position {resolve_some(positions, [row])[0]}, channel {col}"
             return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"

@@ -19,15 +19,16 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from engine.layers import hf_layer_kinds, hf_layer_types, hf_modules
+from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules
 from engine.loading import hf_gemma4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
-from engine.spec import FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 MOE = ("qwen2_moe", "qwen3_moe")
+QWEN35 = "qwen3_5_text"
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, "mistral", "phi3", "gemma2",
-                "gemma3_text", hf_gemma4.ARCH)  # RoPE, RMSNorm, gated MLP
+                "gemma3_text", hf_gemma4.ARCH, QWEN35)  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
@@ -140,7 +141,8 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
             ("mlp",) if config.get("mlp_bias") else ())
     window, sliding_layers = _sliding(config, file, layers)
-    theta, divisors = _rope(config, file, head_dim or d // heads, "full_attention" if arch == "gemma3_text" else None)
+    theta, divisors = _rope(config, file, head_dim or d // heads, "full_attention" if arch == "gemma3_text" else None,
+                            partial=arch == QWEN35)
     spec = ModelSpec(
         d_model=d, n_layers=layers, n_heads=heads,
         d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
@@ -149,14 +151,47 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
         kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
-        qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
+        qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text", QWEN35), sliding_window=window, sliding_layers=sliding_layers,
         moe=_moe(config, file, layers) if arch in MOE else None,
     )
     if arch in GEMMA:
         return _gemma(config, file, spec)
     if config.get("hidden_act", "silu") != "silu":
         raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
-    return spec
+    return _qwen35(config, file, spec) if arch == QWEN35 else spec
+
+
+def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
+    """Qwen3.5: Gated DeltaNet layers (`linear_attention`) among gated full-attention ones, (1 + w) norms,
+    partial RoPE; the layer types from `layer_types` or, as transformers, every `full_attention_interval`-th."""
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    types = config.get("layer_types")
+    if types is None:
+        interval = get("full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(spec.n_layers)]
+    if not isinstance(types, list) or len(types) != spec.n_layers:
+        raise ConfigError(file, "layer_types", f"expected a list of {spec.n_layers} layer types, got {types!r}")
+    mixers = {"full_attention": "attention", **{kind: gated_deltanet.NAME for kind in gated_deltanet.HF_LAYER_TYPES}}
+    for i, kind in enumerate(types):
+        if kind not in mixers:
+            raise ConfigError(file, f"layer_types[{i}]", f"layer type {kind!r} is not supported "
+                              f"(supported: {', '.join(mixers)})")
+    net = DeltaNetSpec(get("linear_num_key_heads"), get("linear_num_value_heads"), get("linear_key_head_dim"),
+                       get("linear_value_head_dim"), get("linear_conv_kernel_dim", 4))
+    if net.v_heads % net.k_heads:
+        raise ConfigError(file, "linear_num_value_heads", f"{net.v_heads} value heads are not a multiple of "
+                          f"{net.k_heads} key heads")
+    if config.get("attention_bias"):
+        raise ConfigError(file, "attention_bias", "Qwen3.5's attention has no biases")
+    params = config.get("rope_parameters") or {}
+    key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in params else "partial_rotary_factor"
+    factor = _positive(params if "partial_rotary_factor" in params else config, "partial_rotary_factor", file, 0.25)
+    dims = int(spec.d_head * factor)
+    if factor > 1 or dims < 2 or dims % 2:
+        raise ConfigError(file, key, f"{factor} of a {spec.d_head}-wide head is not an even number of features")
+    return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net, rope_dims=dims,
+                   layers=tuple(LayerSpec(mixer=mixers[kind], conv_kernel=net.kernel if kind == "linear_attention"
+                                          else None) for kind in types))
 
 
 def _lfm2(config: dict, file: Path) -> ModelSpec:
@@ -314,7 +349,8 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     return window, tuple(i for i, kind in enumerate(types) if known[kind])
 
 
-def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) -> tuple[float, tuple | None]:
+def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None,
+          partial: bool = False) -> tuple[float, tuple | None]:
     """theta and the frequency divisors (None: unscaled) from `rope_parameters` (transformers 5; Gemma 3:
     one table per layer type) or the older top-level `rope_theta` / `rope_scaling`. Linear and Llama 3
     scaling are read; any other RoPE scaling type is refused rather than silently ignored."""
@@ -322,7 +358,7 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) 
     prefix = "rope_parameters"
     if layer_type is not None and isinstance(params, dict) and isinstance(params.get(layer_type), dict):
         params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
-    if config.get("partial_rotary_factor", 1.0) != 1.0:
+    if not partial and config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
     tables = ((prefix, params), ("rope_scaling", config.get("rope_scaling") or {}))
     for key, table in tables:
@@ -554,6 +590,12 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
     base = f"layers.{layer}"
     if part.startswith("ln"):
         return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
+    if leaf in gated_deltanet.HF_RAW:
+        found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
+        return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
+    if arch == QWEN35 and leaf in ("wq", "wgate"):  # q_proj: each head's query rows, then its gate's
+        rows = get(f"{base}.self_attn.q_proj.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
+        return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
     if leaf in ("q_norm.w", "k_norm.w"):
         return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
     if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):

@@ -229,6 +229,11 @@ ROPE_KEYS = {"theta", "rotary_dims"}
 LAYER_KEYS = {"mixer", "ffn", "window", "rope_theta", "kernel"}
 
 
+def writable_mixers() -> tuple[str, ...]:
+    """The mixer kinds a scenario file can configure (a Gated DeltaNet's shape comes from a checkpoint's config)."""
+    return tuple(name for name, kind in MIXERS.items() if not getattr(kind, "CHECKPOINT_ONLY", False))
+
+
 NORM_KEYS = {"kind", "placement", "eps", "affine"}
 FFN_KEYS = {"kind", "d_ff"}
 DROPOUT_KEYS = {"rate", "seed", "training"}
@@ -325,7 +330,7 @@ def _layers(node: Node, positions: Positions, causal: bool) -> dict:
     blocks = []
     for item in node.items():
         item.mapping(LAYER_KEYS)
-        mixer = item.get("mixer").choice(tuple(MIXERS)) if item.has("mixer") else LayerSpec.mixer
+        mixer = item.get("mixer").choice(writable_mixers()) if item.has("mixer") else LayerSpec.mixer
         blocks.append(LayerSpec(
             mixer=mixer,
             ffn=item.get("ffn").choice(tuple(FFNS)) if item.has("ffn") else LayerSpec.ffn,

@@ -336,7 +336,6 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     head = min(head, heads - 1)
     part = slice(head * width, (head + 1) * width)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
-    cols = Labels(min(width, total), lambda j: f"d{j}")
     # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
     marked = isinstance(cache.facts, (RingFacts, PagedFacts)) or positions != tuple(range(len(positions)))
     if marked:
@@ -344,9 +343,17 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     else:
         rows = Labels(len(positions), lambda i: position_label(positions[i], timeline))
     ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
-    matrices = tuple(matrix_frame(view.name, to_host(view.values)[:, part], rows, cols, head=head, newest_first=not ring,
-                                  new_from=None if marked else new_from, differing=frozenset() if marked else differing)
-                     for view in views)
+
+    def matrix(view) -> MatrixFrame:
+        values = to_host(view.values)[:, part if view.head_width else slice(None)]
+        if not view.positional:  # a recurrent state's matrix: its rows are key features, not tokens
+            return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"k{i}"),
+                                Labels(values.shape[1], lambda j: f"d{j}"), head=head)
+        return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=head,
+                            newest_first=not ring, new_from=None if marked else new_from,
+                            differing=frozenset() if marked else differing)
+
+    matrices = tuple(matrix(view) for view in views)
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
+from engine.layers.gated_deltanet import RecurrentFacts
 from engine.layers.causal_conv import ConvFacts
 from engine.layers.shared_kv import SharedFacts
 from engine.loading.budget import format_size
@@ -50,8 +51,8 @@ def spans(positions: Sequence[int]) -> str:
 
 def layout_kind(facts) -> str | None:
     """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized", or a state that
-    is not a K/V cache: "shared" (a KV-shared layer's: another layer's cache), "conv" (a causal conv's window);
-    None: a contiguous K/V cache."""
-    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", SharedFacts: "shared",
-             ConvFacts: "conv"}
+    is not a K/V cache: "conv" (a causal conv's window), "recurrent" (a Gated DeltaNet's), "shared" (a KV-shared
+    layer's: another layer's cache); None: a contiguous K/V cache."""
+    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", ConvFacts: "conv",
+             RecurrentFacts: "recurrent", SharedFacts: "shared"}
     return kinds.get(type(facts))

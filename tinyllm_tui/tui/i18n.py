@@ -156,16 +156,18 @@ EN = {
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
     "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
-    "cache.rows": "{rows} rows, {new} new (+)", "cache.current": "from the current weights",
+    "cache.rows": "{rows} rows, {new} new (+)", "cache.fed": "{rows} tokens fed, {new} new (+)", "cache.current": "from the current weights",
     "cache.stale": "⚠ stale: old weights, r recomputes",
     "cache.differ": "✗ {count} rows differ from your dump", "cache.differ.one": "✗ {count} row differs from your dump",
     "cache.ring": "ring w{window}{sinks} · next s{write} · evicted {evicted}", "cache.ring.sinks": "+{count} sinks",
     "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
     "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
     "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
-    "cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)",
+    "cache.recurrent": "recurrent state after token {last} · conv window: last {rows} inputs (K={kernel}) · "
+                       "{stored} at any length",
     "cache.where.conv": "conv window · layer {layer} of 0–{last_layer}",
     "cache.conv": "the last {rows} inputs of a {kernel}-tap conv · {size}, the same at any length",
+    "cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)",
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
@@ -218,10 +220,12 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
-    "inject.shared-kv-own-cache": "a KV-shared layer reads its own (empty) cache in cached rounds, not its source's",
-    "inject.per-layer-previous": "a cached round reads the per-layer input row of the previous token",
     "inject.conv-not-shifted": "a decode step writes its conv input over the window's newest row instead of shifting the window",
     "inject.conv-shifted-twice": "the conv window moves two rows per token: the input before the newest is lost (zeros)",
+    "inject.state-not-decayed": "the recurrent decode does not decay the state (e^g) before the token writes",
+    "inject.chunk-state-dropped": "the chunked delta rule starts every chunk after the first from a zero state",
+    "inject.shared-kv-own-cache": "a KV-shared layer reads its own (empty) cache in cached rounds, not its source's",
+    "inject.per-layer-previous": "a cached round reads the per-layer input row of the previous token",
 }
 
 ZH = {
@@ -344,14 +348,15 @@ ZH = {
     "where.prefill": "预填充", "where.decode": "解码 {round}",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
     "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
-    "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.current": "来自当前权重",
+    "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.fed": "已输入 {rows} 个Token，{new} 个新增（+）", "cache.current": "来自当前权重",
     "cache.stale": "⚠ 过期：旧权重，r 重新计算", "cache.differ": "✗ {count} 行与你的转储不同",
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
     "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
-    "cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）",
+    "cache.recurrent": "循环状态（最后由Token {last} 改变）· 卷积窗口：最近 {rows} 个输入（K={kernel}）· 任何长度都占 {stored}",
     "cache.where.conv": "卷积窗口 · 第 {layer} 层（0–{last_layer}）",
     "cache.conv": "{kernel} 抽头卷积的最近 {rows} 个输入 · {size}，与序列长度无关",
+    "cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
     "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",
@@ -396,10 +401,12 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
-    "inject.shared-kv-own-cache": "KV共享层在缓存轮次读取自己（空的）缓存，而不是源层的缓存",
-    "inject.per-layer-previous": "缓存轮次读取了前一个Token的每层输入行",
     "inject.conv-not-shifted": "解码时卷积输入覆盖了窗口最新的一行，窗口没有移位",
     "inject.conv-shifted-twice": "卷积窗口每个词元移动两行：最新输入之前的那个输入丢失（变成 0）",
+    "inject.state-not-decayed": "循环解码在Token写入前没有对状态做衰减（e^g）",
+    "inject.chunk-state-dropped": "分块delta规则从第二块起每块都从零状态开始",
+    "inject.shared-kv-own-cache": "KV共享层在缓存轮次读取自己（空的）缓存，而不是源层的缓存",
+    "inject.per-layer-previous": "缓存轮次读取了前一个Token的每层输入行",
 }
 
 CATALOGUES = {"en": EN, "zh": ZH}

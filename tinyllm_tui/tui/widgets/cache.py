@@ -57,7 +57,8 @@ class CacheView(Vertical):
         where = Text(tr(heading, lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
                         last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
-        rows = tr("cache.rows", lang, rows=cache.length, new=cache.appended)
+        fed = layout_kind(cache.layout) == "recurrent"  # a recurrent state counts the tokens fed, it holds no rows of them
+        rows = tr("cache.fed" if fed else "cache.rows", lang, rows=cache.length, new=cache.appended)
         layout = layout_line(cache, lang)
         rows = f"{layout} · {rows}" if layout else rows  # the layout first: a ring's write slot must show
         if cache.stale:  # the warning first: it must survive a narrow panel
@@ -93,6 +94,9 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
     if kind == "paged":
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
+    if kind == "recurrent":
+        return tr("cache.recurrent", lang, last=facts.last, rows=facts.kernel - 1, kernel=facts.kernel,
+                  stored=size_text(facts.nbytes))
     if kind == "conv":
         return tr("cache.conv", lang, rows=facts.kernel - 1, kernel=facts.kernel, size=size_text(facts.nbytes))
     if kind == "quantized":

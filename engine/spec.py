@@ -105,6 +105,8 @@ class MoeSpec:
     norm_topk: bool = False  # the chosen scores divided by their sum (norm_topk_prob)
     layers: tuple[int, ...] | None = None  # the sparse layers (the others stay dense); None: every layer
     d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
+    bias: bool = False  # gpt-oss: the router and every expert's projections add a bias
+    clamp: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU (alpha, limit) in place of SwiGLU
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,8 @@ class ModelSpec:
     rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
     moe: MoeSpec | None = None  # the sparse FFN of the layers it names
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head (attn.sinks) in every softmax's denominator
+    rope_scale: float = 1.0  # YaRN's attention factor: RoPE's cos and sin are multiplied by it
 
     @property
     def d_attn(self) -> int:

@@ -237,15 +237,15 @@ def make(arch: str) -> None:
           f"greedy {ref['greedy_ids'].tolist()}")
 
 
-def main() -> None:
+def main(known=PREFIXES, make_one=make) -> None:
+    """Make the fixtures named on the command line (of `known`; none named: all), under the float64 patches."""
     assert counter_sees_float32()
     pure_float64()
-    chosen = sys.argv[1:] or list(PREFIXES)
-    if unknown := set(chosen) - set(PREFIXES):
-        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(PREFIXES)})")
+    chosen = sys.argv[1:] or list(known)
+    if unknown := set(chosen) - set(known):
+        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     for arch in chosen:
-        make(arch)
-
+        make_one(arch)
 
 if __name__ == "__main__":
     main()

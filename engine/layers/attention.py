@@ -29,7 +29,7 @@ HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_att
                "o": "attention.output.dense"}}
 HF_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
-        "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.q_norm.w": "attn_q_norm",
+        "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.bo": "attn_output", "attn.q_norm.w": "attn_q_norm",
         "attn.k_norm.w": "attn_k_norm", "attn.sinks": "attn_sinks"}
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 

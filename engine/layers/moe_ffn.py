@@ -38,7 +38,9 @@ HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per
                "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
-GGUF: dict[str, str] = {}
+# llama.cpp's merged tensors: every expert's matrix (or bias) of a projection in one, expert first
+GGUF = {"mlp.router": "ffn_gate_inp", "mlp.b_router": "ffn_gate_inp", **{f"mlp.experts.{w}_{name}": f"ffn_{name}_exps"
+                                                                          for w in "wb" for name in ("gate", "up", "down")}}
 SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
 ROUTING = ("hook_router_logits", SCORES, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")

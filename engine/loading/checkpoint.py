@@ -182,7 +182,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
         warn(str(path), "tokenizer.ggml.tokens", f"{size - distinct} of the {size} tokens repeat another's text")
     special = {"eos": token_id(model.meta, "tokenizer.ggml.eos_token_id", size, model.error), "pad": None}
     as_dtype = DTYPES[budget[1]]
-    tensors = (model.stand_in, lambda name: model.dequantized(name, as_dtype))
+    tensors = (model.stand_in, lambda name, expert=None: model.dequantized(name, as_dtype, expert))
     weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
                        file_identity(path))
     weights.quantisation = Quantisation(model, spec)

@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from engine.layers import hf_layer_types, hf_modules
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
+from engine.loading.yarn import attention_factor, yarn_divisors
 from engine.spec import FfnKind, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 MOE = ("qwen2_moe", "qwen3_moe")
@@ -311,39 +312,18 @@ class _Reader:
 
 
 def _yarn_divisors(read: _Reader, theta: float, d_head: int) -> tuple[float, ...]:
-    """YaRN (transformers' _compute_yarn_parameters, in float64): the frequencies that turn fewer than beta_slow
-    times over the original context are interpolated (divided by `factor`), those turning more than beta_fast
-    times kept, and a linear ramp over the dimensions between (its ends floored and ceiled with `truncate`)."""
-    factor, old = read("factor"), read("original_max_position_embeddings")
-    fast, slow = read("beta_fast", 32.0), read("beta_slow", 1.0)
-
-    def dim(rotations: float) -> float:
-        return d_head * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
-
-    low, high = dim(fast), dim(slow)
-    if read.flag("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, d_head - 1)
-    ramp = np.clip((np.arange(d_head // 2, dtype=np.float64) - low) / ((high + 0.001 if low == high else high) - low),
-                   0, 1)
-    extrapolation = 1.0 / theta ** (np.arange(0, d_head, 2, dtype=np.float64) / d_head)
-    inv_freq = extrapolation / factor * ramp + extrapolation * (1 - ramp)
-    return tuple(float(d) for d in extrapolation / inv_freq)
+    """YaRN as transformers computes it (its ramp's ends floored and ceiled unless `truncate` is false)."""
+    return yarn_divisors(theta, d_head, read("factor"), read("original_max_position_embeddings"),
+                         read("beta_fast", 32.0), read("beta_slow", 1.0), read.flag("truncate", True))
 
 
 def _yarn_scale(read: _Reader) -> float:
-    """YaRN's attention factor (cos and sin are multiplied by it): given, or 0.1·ln(factor) + 1 (DeepSeek: the
-    ratio of that with mscale to that with mscale_all_dim)."""
+    """YaRN's attention factor: given, or from factor (DeepSeek: with mscale and mscale_all_dim)."""
     if "attention_factor" in read.table:
         return read("attention_factor")
-    factor = read("factor")
-
-    def mscale(m: float) -> float:
-        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-
     if read.table.get("mscale") and read.table.get("mscale_all_dim"):
-        return mscale(read("mscale")) / mscale(read("mscale_all_dim"))
-    return mscale(1.0)
+        return attention_factor(read("factor"), read("mscale"), read("mscale_all_dim"))
+    return attention_factor(read("factor"))
 
 
 def _rope_scale(config: dict, file: Path) -> float:

@@ -128,3 +128,16 @@ def test_a_setting_it_does_not_run_as_llama_cpp_does_is_refused_naming_its_key(t
     with pytest.raises(ScenarioError, match=key.replace(".", r"\.")):
         load_checkpoint(edited(tmp_path, arch, key, kind, value), ids=[1, 2])
 
+
+
+def test_a_budget_below_every_expert_but_above_what_a_token_uses_opens_the_file():
+    from engine.loading.budget import resident_weight_bytes, weight_bytes
+
+    _, scenario, _, _ = fixture("gpt-oss")
+    model, vocab = scenario.model, len(scenario.vocab)
+    every, used = weight_bytes(model, vocab, "float64"), resident_weight_bytes(model, vocab, "float64")
+    expert = 8 * (3 * 32 * 32 + 2 * 32 + 32)  # float64 w_gate, w_up, w_down and their biases
+    assert every - used == 2 * (8 - 2) * expert  # two layers, 6 of 8 experts a token does not use
+    assert load_checkpoint(path("gpt-oss"), ids=[1, 2], max_memory=(every + used) // 2).model.moe
+    with pytest.raises(ScenarioError, match="--max-memory"):
+        load_checkpoint(path("gpt-oss"), ids=[1, 2], max_memory=used - 1)

@@ -103,12 +103,10 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "缓存里存的是归一化并旋转后的键：解码时不能再归一化一次。", "增益前每个kv头切片的均方根约为1。"),
     },
     "hook_pattern": {
-        "en": ("Turn scores into weights that sum to 1 per row.",
-               "Row-wise softmax; −∞ becomes exactly 0. gpt-oss: the last column `sink` (the head's learned logit) "
-               "takes its share of each row and mixes no value.",
+        "en": ("Turn scores into weights that sum to 1 per row.", "Row-wise softmax; −∞ becomes exactly 0.",
                "Softmax over all keys and then zeroing the future does not renormalise.",
                "Each row sums to 1; masked entries are 0.000000."),
-        "zh": ("把分数变成每行和为1的权重。", "逐行softmax，−∞变为0。gpt-oss：最后一列`sink`（该头学到的logit）分走每行的一部分权重，但不混合任何Value。",
+        "zh": ("把分数变成每行和为1的权重。", "逐行softmax，−∞变为0。",
                "先对全部位置softmax再清零不会重新归一化。", "每行和为1，掩掉的位置为0。"),
     },
     "hook_z": {

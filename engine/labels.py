@@ -61,7 +61,7 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
         tokens, context = axis.vocab.tokens, axis.context
 
         def label(p: int) -> str:
-            return f"{prefix}{p} · {tokens[context[p]] if p < len(context) else '?'}"
+            return f"{prefix}{p} · {tokens[context[p]] if 0 <= p < len(context) else '?'}"
 
         return tuple(label(keys[i]) if i < len(keys) else SINK for i in indices)
     if axis.scheme == "vocab":

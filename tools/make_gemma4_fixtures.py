@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from float64_reference import Float32Counter, counter_sees_float32, eager_attention  # noqa: E402
+from float64_reference import counter_sees_float32, eager_attention, greedy_passes  # noqa: E402
 from make_fixtures import CORPUS, OUT, PROMPT, randomize  # noqa: E402
 
 LLAMA_CPP = Path("/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
@@ -134,21 +134,7 @@ def load(folder: Path):
 def run(model, ids: list[int]) -> dict[str, np.ndarray]:
     """Prefill, then greedy decoding through transformers' own cache: every pass's logits and layer outputs,
     under the float32 counter."""
-    from transformers import DynamicCache
-
-    captured = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
-             for layer in model.model.layers]
-    cache, feed, passes = DynamicCache(config=model.config), ids, []
-    counter = Float32Counter()
-    with torch.no_grad(), counter:
-        for _ in range(NEW_TOKENS):
-            captured.clear()
-            logits = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
-            passes.append({"logits": logits.numpy(), "layers": np.stack([h[0].numpy() for h in captured])})
-            feed = [int(torch.argmax(logits[-1]))]
-    for hook in hooks:
-        hook.remove()
+    passes, counter = greedy_passes(model, ids, NEW_TOKENS)
     if counter.float32:
         sys.exit(f"float32 operators remain in the reference: {sorted(set(counter.float32))}")
     prefill = passes[0]

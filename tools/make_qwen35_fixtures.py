@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from float64_reference import Float32Counter, counter_sees_float32, eager_attention, gemma_rms_norm  # noqa: E402
+from float64_reference import counter_sees_float32, eager_attention, gemma_rms_norm, greedy_passes  # noqa: E402
 from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
 LLAMA_CPP = Path("/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
@@ -147,24 +147,14 @@ class _TensorFloatIsDouble:
 def run(model, ids: list[int]) -> dict[str, np.ndarray]:
     """Prefill, then greedy decoding through transformers' own cache: every pass's logits, layer outputs and
     the linear-attention layers' states, under the float32 counter."""
-    from transformers import DynamicCache
-
-    captured = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
-             for layer in model.model.layers]
     linear = [i for i, kind in enumerate(LAYER_TYPES) if kind == "linear_attention"]
-    cache, feed, passes = DynamicCache(config=model.config), ids, []
-    counter = Float32Counter()
-    with torch.no_grad(), _TensorFloatIsDouble(), counter:
-        for _ in range(NEW_TOKENS):
-            captured.clear()
-            logits = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
-            passes.append({"logits": logits.numpy(), "layers": np.stack([h[0].numpy() for h in captured]),
-                           "recurrent": np.stack([cache.layers[i].recurrent_states[0][0].numpy() for i in linear]),
-                           "conv": np.stack([cache.layers[i].conv_states[0][0].numpy() for i in linear])})
-            feed = [int(torch.argmax(logits[-1]))]
-    for hook in hooks:
-        hook.remove()
+
+    def states(cache):
+        return {"recurrent": np.stack([cache.layers[i].recurrent_states[0][0].numpy() for i in linear]),
+                "conv": np.stack([cache.layers[i].conv_states[0][0].numpy() for i in linear])}
+
+    with _TensorFloatIsDouble():
+        passes, counter = greedy_passes(model, ids, NEW_TOKENS, states)
     if counter.float32:
         sys.exit(f"float32 operators remain in the reference: {sorted(set(counter.float32))}")
     prefill = passes[0]

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.layers import attention, dense_ffn, moe_ffn
+from engine.layers import attention, dense_ffn, mla, moe_ffn
 
-MIXERS: dict[str, ModuleType] = {attention.NAME: attention}
+MIXERS: dict[str, ModuleType] = {attention.NAME: attention, mla.NAME: mla}
 FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn, moe_ffn.NAME: moe_ffn}
 ROLES = {"mixer": MIXERS, "ffn": FFNS}
 

@@ -212,6 +212,32 @@ class ScalePerTensor(Fault):
         return None
 
 
+class RopeKeyUnrotated(Fault):
+
+    def cached_rope_key(self, xp, rotated, unrotated):
+        return unrotated
+
+    def unseen(self, scenario):
+        return _no_latent(scenario.model)
+
+
+class AbsorbedUkUntransposed(Fault):
+
+    def absorbed_uk(self, xp, w_uk):
+        # W_UK_h's (kv_lora_rank, d_nope) buffer read as the (d_nope, kv_lora_rank) the product needs: no transpose
+        return xp.reshape(w_uk, (w_uk.shape[1], w_uk.shape[0]))
+
+    def unseen(self, scenario):
+        mla = scenario.model.mla
+        if mla is not None and not mla.absorbed:
+            return "the model's latent attention runs the naive form (--mla absorbed runs the absorbed one)"
+        return _no_latent(scenario.model)
+
+
+def _no_latent(model) -> str | None:
+    return None if model.mla is not None else "the model has no latent attention (DeepSeek's MLA)"
+
+
 def _no_positions(model) -> str | None:
     if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
         return "the model has no position term, so wrong positions change nothing"
@@ -239,5 +265,7 @@ FAULTS: dict[str, Fault] = {
     "ring-wrong-slot": RingWrongSlot(),
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
+    "rope-key-unrotated": RopeKeyUnrotated(),
+    "absorbed-uk-untransposed": AbsorbedUkUntransposed(),
 }
 INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

@@ -38,7 +38,8 @@ def test_every_fault_is_described_by_the_catalogues_and_the_engine_words_none():
     assert SESSION_INJECTIONS is INJECTIONS
     assert list(INJECTIONS) == ["chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1",
                                 "padding-unmasked", "positions-not-offset", "rope-off-by-one", "gqa-modulo",
-                                "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor"]
+                                "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor",
+                                "rope-key-unrotated", "absorbed-uk-untransposed"]
     assert {key.removeprefix("inject.") for key in EN if key.startswith("inject.")} == set(INJECTIONS)
     assert all(ZH[f"inject.{name}"] != EN[f"inject.{name}"] for name in INJECTIONS)
     assert not any(hasattr(fault, "description") for fault in FAULTS.values())
@@ -73,6 +74,10 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.ring_slot(3, 1, 4) == 3
         assert (fault.table_entry(7, [4, 5]) == 5) == (name == "block-table-wrong")
         assert (fault.scale_axis(ScaleAxis.PER_HEAD) is ScaleAxis.PER_TENSOR) == (name == "scale-per-tensor")
+        rotated, unrotated = np.ones((3, 4)), np.zeros((3, 4))
+        assert (fault.cached_rope_key(xp, rotated, unrotated) is unrotated) == (name == "rope-key-unrotated")
+        w_uk = np.arange(6.0).reshape(2, 3)  # kv_lora_rank 2, d_nope 3
+        assert np.array_equal(fault.absorbed_uk(xp, w_uk), w_uk.T) == (name != "absorbed-uk-untransposed")
 
 
 def test_the_forward_pass_keeps_no_per_call_state():

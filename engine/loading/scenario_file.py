@@ -325,6 +325,9 @@ def _layers(node: Node, positions: Positions, causal: bool) -> dict:
     blocks = []
     for item in node.items():
         item.mapping(LAYER_KEYS)
+        if item.has("mixer") and item.get("mixer").choice(tuple(MIXERS)) == "mla":  # its shapes: a config's
+            raise item.get("mixer").error("latent attention (mla) opens from a DeepSeek checkpoint's config, "
+                                          "not a scenario's layers")
         blocks.append(LayerSpec(
             mixer=item.get("mixer").choice(tuple(MIXERS)) if item.has("mixer") else LayerSpec.mixer,
             ffn=item.get("ffn").choice(tuple(FFNS)) if item.has("ffn") else LayerSpec.ffn,

@@ -326,26 +326,36 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     layer = min(layer, len(state.caches) - 1)
     cache = state.caches[layer]
     views = cache.views()
-    total = int(views[0].values.shape[1])
-    width = views[0].head_width or total
-    heads = max(total // width, 1)
+    heads = max(_heads(view) for view in views)  # a latent cache's latent is one "head", its K/V expand to many
     head = min(head, heads - 1)
-    part = slice(head * width, (head + 1) * width)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
-    cols = Labels(min(width, total), lambda j: f"d{j}")
     marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
     if marked:
         rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
     else:
         rows = Labels(len(positions), lambda i: position_label(positions[i], timeline))
     ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
-    matrices = tuple(matrix_frame(view.name, to_host(view.values)[:, part], rows, cols, head=head, newest_first=not ring,
+    matrices = tuple(matrix_frame(view.name, to_host(view.values)[:, _part(view, head)], rows,
+                                  Labels(_part(view, head).stop - _part(view, head).start, lambda j: f"d{j}"),
+                                  head=min(head, _heads(view) - 1), newest_first=not ring,
                                   new_from=None if marked else new_from, differing=frozenset() if marked else differing)
                      for view in views)
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
                       cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted)
+
+
+def _heads(view) -> int:
+    total = int(view.values.shape[1])
+    return max(total // (view.head_width or total or 1), 1)
+
+
+def _part(view, head: int) -> slice:
+    """The columns of `head` in a state view (its last head where it has fewer)."""
+    width = min(view.head_width or int(view.values.shape[1]), int(view.values.shape[1]))
+    head = min(head, _heads(view) - 1)
+    return slice(head * width, (head + 1) * width)
 
 
 def position_label(position: int, timeline) -> str:

@@ -210,6 +210,9 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
+    "inject.rope-key-unrotated": "latent attention caches its shared rope key before RoPE turns it",
+    "inject.absorbed-uk-untransposed": "the absorbed latent attention multiplies the query by W_UK untransposed "
+                                       "(its buffer read as if transposed)",
 }
 
 ZH = {
@@ -378,6 +381,8 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
+    "inject.rope-key-unrotated": "潜在注意力在RoPE旋转之前就缓存了共享的rope键",
+    "inject.absorbed-uk-untransposed": "吸收形式的潜在注意力用未转置的W_UK乘查询（把其缓冲区当作已转置来读）",
 }
 
 CATALOGUES = {"en": EN, "zh": ZH}

@@ -1,0 +1,242 @@
+"""DeepSeek-V3 on a tiny random checkpoint (tools/make_deepseek_fixtures.py): its latent attention (MLA, naive and
+absorbed forms, the latent cache) and its routing (sigmoid scores, the selection bias, group-limited top-k, the
+scaled weights, the shared expert, the dense first layer), against transformers' true float64 forward; cached
+equal to the full recompute; the absorbed form equal to the naive one; the MLA bugs found by the diff where they act."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from engine import Session, make_backend, to_host
+from engine.compare.diff import diff_scenario
+from engine.loading import ScenarioError
+from engine.loading.checkpoint import load_checkpoint
+from tinyllm_tui.cli import app
+
+FOLDER = Path(__file__).parent / "fixtures" / "deepseek_v3"
+REF = dict(np.load(FOLDER / "reference.npz"))
+IDS = [int(t) for t in REF["ids"]]
+MOE_LAYERS = [int(layer) for layer in REF["moe_layers"]]
+F64 = make_backend("numpy", "float64")
+
+
+def scenario(absorbed: bool = False, **moe_changes):
+    found = load_checkpoint(FOLDER, ids=IDS, max_new_tokens=len(REF["greedy_ids"]))
+    model = replace(found.model, mla=replace(found.model.mla, absorbed=absorbed))
+    return replace(found, model=replace(model, moe=replace(model.moe, **moe_changes)) if moe_changes else model)
+
+
+@functools.cache
+def run(absorbed: bool = False):
+    session = Session(scenario(absorbed), F64)
+    return session, list(session.steps())
+
+
+def values(states, name: str, round_: int) -> np.ndarray:
+    return next(to_host(s.values) for s in states if s.name == name and s.round == round_)
+
+
+def rounds(states) -> list[int]:
+    return sorted({s.round for s in states})
+
+
+# -- against transformers ----------------------------------------------------------------------------------
+def test_the_fixture_has_a_dense_first_layer_latent_attention_everywhere_and_no_near_tie():
+    spec = scenario().model
+    assert [(b.mixer, b.ffn) for b in spec.blocks] == [("mla", "dense"), ("mla", "moe"), ("mla", "moe")]
+    assert spec.mla.q_lora_rank == 12 and spec.moe.groups == 2 and spec.moe.routed_scale == 2.5
+    assert REF["float32_ops"] == 0 and REF["ops"] > 1000
+    for name, k in (("selection", 2), ("groups", 1)):
+        for ref in (REF[name], REF[f"step_{name}"]):
+            ordered = -np.sort(-ref, axis=-1)
+            assert (ordered[..., k - 1] - ordered[..., k]).min() >= 1e-3
+
+
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+def test_prefill_router_chosen_experts_every_layer_and_logits_match_transformers(absorbed):
+    _, states = run(absorbed)
+    for i, layer in enumerate(MOE_LAYERS):
+        ours = values(states, f"blocks.{layer}.mlp.hook_router_logits", 0)
+        assert np.abs(ours - REF["router_logits"][i]).max() <= 1e-9
+        selection = values(states, f"blocks.{layer}.mlp.hook_selection_scores", 0)
+        assert np.array_equal(np.isinf(selection), np.isinf(REF["selection"][i]))  # the same groups kept
+        kept = np.isfinite(selection)
+        assert np.abs(selection[kept] - REF["selection"][i][kept]).max() <= 1e-9
+        assert np.array_equal(values(states, f"blocks.{layer}.mlp.hook_topk", 0), REF["topk"][i])
+    for layer, theirs in enumerate(REF["layers"]):
+        assert np.abs(values(states, f"blocks.{layer}.hook_resid_post", 0) - theirs).max() <= 1e-9
+    assert np.abs(values(states, "unembed.hook_out", 0) - REF["logits"]).max() <= 1e-9
+
+
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+def test_every_cached_decode_pass_routes_and_computes_as_transformers_and_greedy_ids_agree(absorbed):
+    session, states = run(absorbed)
+    assert rounds(states) == list(range(len(REF["step_logits"])))
+    for round_ in rounds(states):
+        for i, layer in enumerate(MOE_LAYERS):
+            ours = values(states, f"blocks.{layer}.mlp.hook_router_logits", round_)[-1]
+            assert np.abs(ours - REF["step_router_logits"][round_, i]).max() <= 1e-9
+            assert np.array_equal(values(states, f"blocks.{layer}.mlp.hook_topk", round_)[-1], REF["step_topk"][round_, i])
+        for layer, theirs in enumerate(REF["step_layers"][round_]):
+            assert np.abs(values(states, f"blocks.{layer}.hook_resid_post", round_)[-1] - theirs).max() <= 1e-9
+        assert np.abs(values(states, "unembed.hook_out", round_)[-1] - REF["step_logits"][round_]).max() <= 1e-9
+    assert list(session.results[0].generated) == REF["greedy_ids"].tolist()
+
+
+def test_the_cache_holds_transformers_latent_rows_and_rotated_rope_keys_and_their_real_bytes():
+    _, states = run()
+    last = states[-1].caches
+    for layer, cache in enumerate(last):
+        items = cache.dump_items()
+        assert set(items) == {"cache_latent", "cache_rope_key"}
+        assert np.abs(to_host(items["cache_latent"]) - REF["latent"][layer]).max() <= 1e-9
+        assert np.abs(to_host(items["cache_rope_key"]) - REF["rope_key"][layer]).max() <= 1e-9
+        rows = len(REF["ids"]) + len(REF["greedy_ids"]) - 1
+        assert cache.length == rows and cache.nbytes == rows * (10 + 4) * 8  # not 2 · heads · d_head per token
+
+
+def test_the_views_expand_the_latent_into_the_naive_forms_per_head_keys_and_values():
+    _, states = run()
+    last_round = max(rounds(states))
+    state = next(s for s in reversed(states) if s.name == "blocks.1.attn.hook_k")
+    views = {view.name: view for view in state.caches[1].views()}
+    assert list(views) == ["latent", "rope key", "K", "V"]
+    assert (views["K"].head_width, views["V"].head_width) == (6 + 4, 5)
+    assert np.array_equal(to_host(views["K"].values), values(states, "blocks.1.attn.hook_k", last_round))
+    assert np.array_equal(to_host(views["V"].values), values(states, "blocks.1.attn.hook_v", last_round))
+    rope = to_host(views["K"].values).reshape(-1, 4, 10)[:, :, 6:]  # every head's rope part is the one shared key
+    assert all(np.array_equal(rope[:, h], to_host(views["rope key"].values)) for h in range(4))
+
+
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+def test_cached_decode_equals_the_full_recompute(absorbed):
+    diffs = diff_scenario(scenario(absorbed), F64)
+    assert {d.round for d in diffs} == set(range(len(REF["greedy_ids"])))
+    assert any(d.name == "blocks.2.attn.hook_latent" for d in diffs if d.round > 0)
+    assert max(d.max_abs for d in diffs) <= 1e-12
+
+
+def test_the_absorbed_form_equals_the_naive_form_on_every_operator_they_share():
+    _, naive = run(False)
+    _, absorbed = run(True)
+    theirs = {(s.name, s.round, s.head): to_host(s.values) for s in absorbed}
+    shared = [(s, theirs[(s.name, s.round, s.head)]) for s in naive if (s.name, s.round, s.head) in theirs]
+    names = {s.name for s, _ in shared}
+    assert {"blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern", "blocks.0.attn.hook_z",
+            "blocks.2.attn.hook_result", "unembed.hook_out"} <= names
+    def gap(ours: np.ndarray, other: np.ndarray) -> float:  # −∞ where both mask a key
+        both = np.isinf(ours) & (ours == other)
+        return float(np.abs(np.where(both, 0.0, ours) - np.where(both, 0.0, other)).max())
+
+    worst = max(gap(to_host(s.values), other) for s, other in shared)
+    assert worst <= 1e-12
+    assert {s.name for s in absorbed} - names >= {"blocks.0.attn.hook_q_absorbed", "blocks.0.attn.hook_z_latent"}
+
+
+def test_the_absorbed_query_is_q_nope_times_w_uk_transposed_per_head():
+    """An independent check of the absorption: q̃_h · latentᵀ equals q_nope_h · (latent · W_UK_h)ᵀ."""
+    session, states = run(True)
+    q = values(states, "blocks.0.attn.hook_q", 0).reshape(len(IDS), 4, 10)
+    latent = values(states, "blocks.0.attn.hook_latent", 0)
+    kv_b = np.asarray(session.scenario.weights["blocks.0.attn.wkv_b"]).reshape(10, 4, 11)
+    q_abs = values(states, "blocks.0.attn.hook_q_absorbed", 0).reshape(len(IDS), 4, 10)
+    for h in range(4):
+        assert np.abs(q_abs[:, h] @ latent.T - q[:, h, :6] @ (latent @ kv_b[:, h, :6]).T).max() <= 1e-12
+
+
+def test_the_absorbed_forms_registry_lists_exactly_the_hooks_it_yields():
+    session, states = run(True)
+    yielded = {(s.name, s.head) for s in states if not s.name.startswith("sample.")}
+    listed = {(site.hook.text, head) for site in session.model.hooks if not site.routed
+              for head in (range(site.heads) if site.heads else [None])}
+    routed = {(site.hook.text, head) for site in session.model.hooks if site.routed for head in [None]}
+    assert listed | (yielded & routed) == yielded
+
+
+# -- DeepSeek-V3 routing -----------------------------------------------------------------------------------
+def test_the_weights_are_the_unbiased_scores_of_the_chosen_experts_normalised_and_scaled():
+    _, states = run()
+    for round_ in rounds(states):
+        for layer in MOE_LAYERS:
+            scores = values(states, f"blocks.{layer}.mlp.hook_router_scores", round_)
+            chosen = values(states, f"blocks.{layer}.mlp.hook_topk", round_).astype(int)
+            picked = np.take_along_axis(scores, chosen, axis=1)
+            expected = 2.5 * picked / picked.sum(axis=1, keepdims=True)
+            assert np.abs(values(states, f"blocks.{layer}.mlp.hook_topk_weights", round_) - expected).max() <= 1e-15
+
+
+def test_the_selection_bias_chooses_and_group_limits_hold():
+    _, states = run()
+    for layer in MOE_LAYERS:
+        chosen = values(states, f"blocks.{layer}.mlp.hook_topk", 0).astype(int)
+        assert (chosen // 4 == chosen[:, :1] // 4).all()  # topk_group 1: both experts from one group of four
+    found = scenario()
+    weights = {name: np.asarray(found.weights[name]) for name in found.weights}
+    weights |= {f"blocks.{layer}.mlp.score_bias": np.zeros(8) for layer in MOE_LAYERS}
+    other = list(Session(replace(found, weights=weights), F64).steps())
+    assert any(not np.array_equal(values(other, f"blocks.{layer}.mlp.hook_topk", 0), REF["topk"][i])
+               for i, layer in enumerate(MOE_LAYERS))
+
+
+@pytest.mark.parametrize("change", [{"routed_scale": 1.0}, {"d_shared": 0}, {"groups": 1}, {"sigmoid": False}])
+def test_each_routing_setting_changes_what_it_computes(change):
+    states = list(Session(scenario(**change), F64).steps())
+    assert np.abs(values(states, "unembed.hook_out", 0) - REF["logits"]).max() > 1e-6
+
+
+# -- injected bugs -------------------------------------------------------------------------------------------
+def first_differing(absorbed: bool, bug: str):
+    diffs = diff_scenario(scenario(absorbed), F64, inject=bug)
+    return next(d for d in diffs if not d.agrees)
+
+
+def test_a_rope_key_cached_before_rope_is_found_at_the_first_operator_that_reads_the_cache():
+    naive = first_differing(False, "rope-key-unrotated")
+    assert (naive.name, naive.round) == ("blocks.0.attn.hook_k", 0)  # the rope columns of the expanded keys
+    absorbed = first_differing(True, "rope-key-unrotated")
+    assert (absorbed.name, absorbed.round, absorbed.head) == ("blocks.0.attn.hook_attn_scores", 0, 0)
+
+
+def test_w_uk_untransposed_in_the_absorbed_form_is_found_at_the_absorbed_query():
+    found = first_differing(True, "absorbed-uk-untransposed")
+    assert (found.name, found.round) == ("blocks.0.attn.hook_q_absorbed", 0)
+    result = CliRunner().invoke(app, ["diff", str(FOLDER), "--ids", ",".join(map(str, IDS)), "--max-new-tokens", "2",
+                                      "--inject", "absorbed-uk-untransposed"])
+    assert result.exit_code == 2 and "naive form" in result.output + (result.stderr or "")
+
+
+# -- the loader and the CLI ------------------------------------------------------------------------------------
+def copy_with(tmp_path: Path, **config_changes) -> Path:
+    folder = tmp_path / "deepseek"
+    shutil.copytree(FOLDER, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | config_changes))
+    return folder
+
+
+@pytest.mark.parametrize("change, key", [({"rope_interleave": False}, "rope_interleave"),
+                                         ({"scoring_func": "softmax"}, "scoring_func"),
+                                         ({"n_group": 3}, "n_group"), ({"topk_group": 3}, "topk_group"),
+                                         ({"first_k_dense_replace": 9}, "first_k_dense_replace")])
+def test_an_unsupported_setting_is_refused_by_its_key(tmp_path, change, key):
+    with pytest.raises(ScenarioError, match=key):
+        load_checkpoint(copy_with(tmp_path, **change), ids=IDS)
+
+
+def test_the_mla_option_picks_the_form_and_the_diff_finds_both_equal():
+    args = ["diff", str(FOLDER), "--ids", ",".join(map(str, IDS)), "--max-new-tokens", "2"]
+    for form in ("naive", "absorbed"):
+        result = CliRunner().invoke(app, [*args, "--mla", form])
+        assert result.exit_code == 0, result.output
+        assert "cached equals full recompute: every operator within 1e-12" in result.output
+        assert ("blocks.0.attn.hook_q_absorbed" in result.output) == (form == "absorbed")
+    bad = CliRunner().invoke(app, [*args, "--mla", "fused"])
+    assert bad.exit_code == 2 and "--mla" in bad.stderr

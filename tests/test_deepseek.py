@@ -116,6 +116,14 @@ def test_the_views_expand_the_latent_into_the_naive_forms_per_head_keys_and_valu
     assert all(np.array_equal(rope[:, h], to_host(views["rope key"].values)) for h in range(4))
 
 
+def test_an_empty_latent_cache_shows_its_views_empty():
+    """Before the first token (the cache panel on step 0) the per-head views expand zero rows."""
+    session, _ = run()
+    views = session.model.empty_caches()[0].views()
+    assert [(view.name, tuple(view.values.shape)) for view in views] == [
+        ("latent", (0, 10)), ("rope key", (0, 4)), ("K", (0, 40)), ("V", (0, 20))]
+
+
 @pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
 def test_cached_decode_equals_the_full_recompute(absorbed):
     diffs = diff_scenario(scenario(absorbed), F64)

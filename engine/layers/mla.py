@@ -133,11 +133,11 @@ class LatentCache(LayerCache):
 def expand(xp, latent: Array, rope_key: Array, kv_b: Array, d_nope: int, d_v: int) -> tuple[Array, Array]:
     """Every head's keys [latent · W_UK_h, rope key] and values latent · W_UV_h, (S, H·(d_nope + d_rope)) and
     (S, H·d_v): what the naive form attends over."""
-    s = latent.shape[0]
-    kv = xp.reshape(latent @ kv_b, (s, -1, d_nope + d_v))
-    rope = xp.broadcast_to(rope_key[:, None, :], (s, kv.shape[1], rope_key.shape[1]))
+    s, heads = latent.shape[0], kv_b.shape[1] // (d_nope + d_v)  # (not −1: an empty cache has no rows to infer by)
+    kv = xp.reshape(latent @ kv_b, (s, heads, d_nope + d_v))
+    rope = xp.broadcast_to(rope_key[:, None, :], (s, heads, rope_key.shape[1]))
     keys = xp.concat([kv[..., :d_nope], rope], axis=-1)
-    return xp.reshape(keys, (s, -1)), xp.reshape(kv[..., d_nope:], (s, -1))
+    return xp.reshape(keys, (s, heads * keys.shape[2])), xp.reshape(kv[..., d_nope:], (s, heads * d_v))
 
 
 def _namespace(array):

@@ -248,3 +248,29 @@ def test_the_mla_option_picks_the_form_and_the_diff_finds_both_equal():
         assert ("blocks.0.attn.hook_q_absorbed" in result.output) == (form == "absorbed")
     bad = CliRunner().invoke(app, [*args, "--mla", "fused"])
     assert bad.exit_code == 2 and "--mla" in bad.stderr
+
+
+def test_check_against_a_dump_of_transformers_latent_cache_finds_a_planted_row(tmp_path):
+    """The dump holds transformers' own latent rows and rope keys after decode 2 (its DynamicCache), one latent cell
+    of layer 1's newest row planted: that pass, layer, state and row are named, the rest agrees."""
+    from safetensors.numpy import save_file
+
+    dump = {f"decode.2.blocks.{layer}.attn.{name}": REF[ref][layer][None, :22].copy()
+            for layer in range(3) for name, ref in (("cache_latent", "latent"), ("cache_rope_key", "rope_key"))}
+    dump["decode.2.blocks.1.attn.cache_latent"][0, 21, 3] += 1e-3
+    save_file(dump, tmp_path / "mine.safetensors")
+    result = CliRunner().invoke(app, ["check", str(FOLDER), "--ids", ",".join(map(str, IDS)), "--max-new-tokens", "3",
+                                      "--against", str(tmp_path / "mine.safetensors")])
+    assert result.exit_code == 1
+    assert "first divergence: decode.2 · blocks.1.attn.cache_latent · [21, 3]" in result.output
+    assert "✗ decode.2  blocks.1.attn.cache_latent" in result.output
+    assert "✓ decode.2  blocks.2.attn.cache_latent" in result.output and "✓ decode.2  blocks.1.attn.cache_rope_key" in result.output
+
+
+def test_the_saved_activations_of_a_latent_model_check_against_itself(tmp_path):
+    """q, the rope parts, v and z have heads of different widths: they are dumped stacked, and read back."""
+    args = [str(FOLDER), "--ids", ",".join(map(str, IDS)), "--max-new-tokens", "2"]
+    saved = CliRunner().invoke(app, ["run", *args, "--save-activations", str(tmp_path / "ref.safetensors")])
+    assert saved.exit_code == 0, saved.output
+    checked = CliRunner().invoke(app, ["check", *args, "--against", str(tmp_path / "ref.safetensors")])
+    assert checked.exit_code == 0 and "✓ decode.1  blocks.2.attn.hook_rot_q" in checked.output

@@ -1,4 +1,5 @@
-"""DeepSeek-V3 on a tiny random checkpoint (tools/make_deepseek_fixtures.py): its latent attention (MLA, naive and
+"""DeepSeek-V3 on a tiny random checkpoint (tools/make_deepseek_fixtures.py), as a Hugging Face folder and as the
+GGUF llama.cpp's converter writes of it (`deepseek2`, f32: the same numbers): its latent attention (MLA, naive and
 absorbed forms, the latent cache) and its routing (sigmoid scores, the selection bias, group-limited top-k, the
 scaled weights, the shared expert, the dense first layer), against transformers' true float64 forward; cached
 equal to the full recompute; the absorbed form equal to the naive one; the MLA bugs found by the diff where they act."""
@@ -22,21 +23,23 @@ from engine.loading.checkpoint import load_checkpoint
 from tinyllm_tui.cli import app
 
 FOLDER = Path(__file__).parent / "fixtures" / "deepseek_v3"
+GGUF = Path(__file__).parent / "fixtures" / "gguf-deepseek2" / "model.gguf"
+SOURCES = {"hf": FOLDER, "gguf": GGUF}
 REF = dict(np.load(FOLDER / "reference.npz"))
 IDS = [int(t) for t in REF["ids"]]
 MOE_LAYERS = [int(layer) for layer in REF["moe_layers"]]
 F64 = make_backend("numpy", "float64")
 
 
-def scenario(absorbed: bool = False, **moe_changes):
-    found = load_checkpoint(FOLDER, ids=IDS, max_new_tokens=len(REF["greedy_ids"]))
+def scenario(absorbed: bool = False, source: str = "hf", **moe_changes):
+    found = load_checkpoint(SOURCES[source], ids=IDS, max_new_tokens=len(REF["greedy_ids"]))
     model = replace(found.model, mla=replace(found.model.mla, absorbed=absorbed))
     return replace(found, model=replace(model, moe=replace(model.moe, **moe_changes)) if moe_changes else model)
 
 
 @functools.cache
-def run(absorbed: bool = False):
-    session = Session(scenario(absorbed), F64)
+def run(absorbed: bool = False, source: str = "hf"):
+    session = Session(scenario(absorbed, source), F64)
     return session, list(session.steps())
 
 
@@ -60,9 +63,13 @@ def test_the_fixture_has_a_dense_first_layer_latent_attention_everywhere_and_no_
             assert (ordered[..., k - 1] - ordered[..., k]).min() >= 1e-3
 
 
-@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
-def test_prefill_router_chosen_experts_every_layer_and_logits_match_transformers(absorbed):
-    _, states = run(absorbed)
+FORMS = pytest.mark.parametrize("absorbed, source", [(False, "hf"), (True, "hf"), (False, "gguf"), (True, "gguf")],
+                                ids=["naive", "absorbed", "gguf-naive", "gguf-absorbed"])
+
+
+@FORMS
+def test_prefill_router_chosen_experts_every_layer_and_logits_match_transformers(absorbed, source):
+    _, states = run(absorbed, source)
     for i, layer in enumerate(MOE_LAYERS):
         ours = values(states, f"blocks.{layer}.mlp.hook_router_logits", 0)
         assert np.abs(ours - REF["router_logits"][i]).max() <= 1e-9
@@ -76,9 +83,9 @@ def test_prefill_router_chosen_experts_every_layer_and_logits_match_transformers
     assert np.abs(values(states, "unembed.hook_out", 0) - REF["logits"]).max() <= 1e-9
 
 
-@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
-def test_every_cached_decode_pass_routes_and_computes_as_transformers_and_greedy_ids_agree(absorbed):
-    session, states = run(absorbed)
+@FORMS
+def test_every_cached_decode_pass_routes_and_computes_as_transformers_and_greedy_ids_agree(absorbed, source):
+    session, states = run(absorbed, source)
     assert rounds(states) == list(range(len(REF["step_logits"])))
     for round_ in rounds(states):
         for i, layer in enumerate(MOE_LAYERS):
@@ -91,8 +98,9 @@ def test_every_cached_decode_pass_routes_and_computes_as_transformers_and_greedy
     assert list(session.results[0].generated) == REF["greedy_ids"].tolist()
 
 
-def test_the_cache_holds_transformers_latent_rows_and_rotated_rope_keys_and_their_real_bytes():
-    _, states = run()
+@pytest.mark.parametrize("source", SOURCES)
+def test_the_cache_holds_transformers_latent_rows_and_rotated_rope_keys_and_their_real_bytes(source):
+    _, states = run(False, source)
     last = states[-1].caches
     for layer, cache in enumerate(last):
         items = cache.dump_items()
@@ -124,17 +132,18 @@ def test_an_empty_latent_cache_shows_its_views_empty():
         ("latent", (0, 10)), ("rope key", (0, 4)), ("K", (0, 40)), ("V", (0, 20))]
 
 
-@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
-def test_cached_decode_equals_the_full_recompute(absorbed):
-    diffs = diff_scenario(scenario(absorbed), F64)
+@FORMS
+def test_cached_decode_equals_the_full_recompute(absorbed, source):
+    diffs = diff_scenario(scenario(absorbed, source), F64)
     assert {d.round for d in diffs} == set(range(len(REF["greedy_ids"])))
     assert any(d.name == "blocks.2.attn.hook_latent" for d in diffs if d.round > 0)
     assert max(d.max_abs for d in diffs) <= 1e-12
 
 
-def test_the_absorbed_form_equals_the_naive_form_on_every_operator_they_share():
-    _, naive = run(False)
-    _, absorbed = run(True)
+@pytest.mark.parametrize("source", SOURCES)
+def test_the_absorbed_form_equals_the_naive_form_on_every_operator_they_share(source):
+    _, naive = run(False, source)
+    _, absorbed = run(True, source)
     theirs = {(s.name, s.round, s.head): to_host(s.values) for s in absorbed}
     shared = [(s, theirs[(s.name, s.round, s.head)]) for s in naive if (s.name, s.round, s.head) in theirs]
     names = {s.name for s, _ in shared}
@@ -274,3 +283,40 @@ def test_the_saved_activations_of_a_latent_model_check_against_itself(tmp_path):
     assert saved.exit_code == 0, saved.output
     checked = CliRunner().invoke(app, ["check", *args, "--against", str(tmp_path / "ref.safetensors")])
     assert checked.exit_code == 0 and "✓ decode.1  blocks.2.attn.hook_rot_q" in checked.output
+
+
+def test_the_gguf_holds_kv_b_split_and_experts_merged_as_llama_cpps_converter_writes_them():
+    """Its parameters are read from attn_k_b / attn_v_b and the merged ffn_*_exps: the same numbers as the folder's."""
+    from engine.loading.gguf_model import GGUFModel
+
+    tensors = GGUFModel(GGUF).tensors
+    assert {"blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight", "blk.1.ffn_gate_exps.weight", "blk.1.exp_probs_b.bias",
+            "blk.1.ffn_up_shexp.weight"} <= set(tensors) and "blk.1.attn_kv_b.weight" not in tensors
+    hf, gguf = scenario().weights, scenario(source="gguf").weights
+    for name in ("blocks.1.attn.wkv_b", "blocks.1.attn.wq_b", "blocks.1.attn.wkv_a", "blocks.2.mlp.experts.5.w_down",
+                 "blocks.2.mlp.score_bias", "blocks.1.mlp.shared.w_up"):
+        assert np.array_equal(np.asarray(hf[name]), np.asarray(gguf[name])), name
+
+
+def edited_gguf(tmp_path: Path, key: str, kind: int | None, value=None) -> Path:
+    """The fixture with metadata `key` set (kind None: removed)."""
+    import gguf_bytes as gb
+
+    parsed = gb.parse(GGUF.read_bytes())
+    if kind is None:
+        parsed.fields = [field for field in parsed.fields if field[0] != key]
+    else:
+        parsed.set(key, kind, value)
+    path = tmp_path / "edited.gguf"
+    path.write_bytes(gb.serialize(parsed))
+    return path
+
+
+@pytest.mark.parametrize("key, kind, value", [("deepseek2.expert_gating_func", None, None),
+                                              ("deepseek2.expert_gating_func", 4, 1),
+                                              ("deepseek2.rope.scaling.type", 8, "linear"),
+                                              ("deepseek2.expert_group_count", 4, 3),
+                                              ("deepseek2.attention.key_length_mla", 4, 4)])
+def test_an_unsupported_gguf_setting_is_refused_by_its_key(tmp_path, key, kind, value):
+    with pytest.raises(ScenarioError, match=key.replace(".", r"\.")):
+        load_checkpoint(edited_gguf(tmp_path, key, kind, value), ids=IDS)

@@ -3,11 +3,17 @@ transformers' true float64 outputs.
 
     /work/refenv/bin/python tools/make_deepseek_fixtures.py
 
+and tests/fixtures/gguf-deepseek2/model.gguf: that folder as llama.cpp's own converter (convert_hf_to_gguf.py of the
+llama-cpp-python 0.3.36 sdist, CONVERTER below) writes it, in f32: the same numbers, so the same reference.
+The converter does not know this byte-level BPE's pre-tokenizer (it hashes known tokenizers), so it is told
+"qwen2"'s; config.json carries DeepSeek-V3's own `scoring_func` and `topk_method` (the Hub's config.json has them,
+transformers' writer does not), from which the converter writes the sigmoid `expert_gating_func`.
+
 Written with transformers 5.24.0 and torch 2.13.0 (CPU), in the reference environment of make_fixtures.py.
 3 layers: layer 0 dense (`first_k_dense_replace` 1), layers 1 and 2 sparse. MLA: 4 heads, q through a rank-12
 bottleneck (`q_lora_rank`), a latent of 10 (`kv_lora_rank`), no-position parts of 6, rope parts of 4, values of 5,
 RoPE on interleaved pairs (`rope_interleave`, DeepSeek's default) with YaRN (factor 4 over 16 original positions,
-mscale 1 and mscale_all_dim 0.7: both the rotated q/k factor and the softmax's mscale² differ from 1).
+mscale and mscale_all_dim 0.7: the softmax's factor mscale² differs from 1; they are equal, as a GGUF can say them).
 Routing: 8 experts in 2 groups (`n_group`), 1 group kept per token (`topk_group`), 2 experts per token by sigmoid
 score plus a random selection bias (`e_score_correction_bias`), weights normalised (`norm_topk_prob`) and times
 2.5 (`routed_scaling_factor`), one shared expert. The seed is the first from SEED on whose float64 reference every
@@ -30,6 +36,7 @@ counter's count (0), `ops` how many operators it saw.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -45,7 +52,9 @@ NEW_TOKENS = 5
 SEED, MIN_MARGIN = 300, 1e-3
 TOP_K, GROUPS, TOPK_GROUPS = 2, 2, 1
 YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
-        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.7}
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 0.7, "mscale_all_dim": 0.7}
+CONVERTER = Path("/work/llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp")
+HUB_KEYS = {"scoring_func": "sigmoid", "topk_method": "noaux_tc"}
 
 
 def config(vocab_size: int):
@@ -198,16 +207,33 @@ def make() -> None:
     else:
         sys.exit("no seed gave margins of at least MIN_MARGIN")
     tokenizer.save(str(folder / "tokenizer.json"))
+    config_file = folder / "config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | HUB_KEYS, indent=2) + "\n")
     ref["moe_layers"] = np.array([i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")])
     np.savez_compressed(folder / "reference.npz", **ref)
     print(f"deepseek_v3: {int(ref['ops'])} operators dispatched, {int(ref['float32_ops'])} read or wrote float32; "
           f"greedy {ref['greedy_ids'].tolist()}")
 
 
+def convert() -> None:
+    """tests/fixtures/deepseek_v3 through llama.cpp's convert_hf_to_gguf.py, in f32."""
+    sys.path[:0] = [str(CONVERTER), str(CONVERTER / "gguf-py")]
+    from conversion import base
+
+    import convert_hf_to_gguf
+
+    base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "qwen2"
+    out = OUT / "gguf-deepseek2"
+    out.mkdir(exist_ok=True)
+    sys.argv = ["convert_hf_to_gguf.py", str(OUT / "deepseek_v3"), "--outtype", "f32", "--outfile", str(out / "model.gguf")]
+    convert_hf_to_gguf.main()
+
+
 def main() -> None:
     assert counter_sees_float32()
     pure_float64()
     make()
+    convert()
 
 
 if __name__ == "__main__":

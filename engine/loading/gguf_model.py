@@ -1,4 +1,5 @@
-"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2 and gemma3 architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3 and deepseek2 (gguf_deepseek.py)
+architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -23,6 +24,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from engine.layers import gguf_tensors
+from engine.loading import gguf_deepseek
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
@@ -30,7 +32,7 @@ from engine.parameters import format_shape
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA)
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_deepseek.ARCH)
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
                  "ln2_post.w": "post_ffw_norm", **gguf_tensors()}  # the block's norms, then its kinds'
 # values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are
@@ -67,6 +69,8 @@ class GGUFModel:
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise self.error("general.architecture", f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(ARCHITECTURES)})")
+        if arch == gguf_deepseek.ARCH:
+            return gguf_deepseek.spec(self)
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
         kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
         d_head = self._size(f"{arch}.attention.key_length", d // heads)
@@ -172,6 +176,8 @@ class GGUFModel:
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
         """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
+        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
+            return gguf_deepseek.weight(name, spec, get)
         tensor = self.tensor_name(name)
         w = get(tensor)
         kind = tensor.split(".")[-2]
@@ -196,6 +202,8 @@ class GGUFModel:
             return self.tensor_name(name), 0, index[0]
         if name == "embed":
             return "token_embd.weight", index[0], index[1]
+        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
+            return gguf_deepseek.locate(name, index, spec, self.info(self.tensor_name(name)).shape)
         tensor, (row, col) = self.tensor_name(name), index[::-1]
         kind = tensor.split(".")[-2]
         if self.arch == "llama" and kind in ("attn_q", "attn_k"):
@@ -208,6 +216,8 @@ class GGUFModel:
         fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight"}
         if name in fixed:
             return fixed[name]
+        if self.arch == gguf_deepseek.ARCH:
+            return gguf_deepseek.tensor(name)[0]
         _, layer, leaf = name.split(".", 2)
         return f"blk.{layer}.{LAYER_TENSORS[leaf]}.{'bias' if leaf.startswith('attn.b') else 'weight'}"
 

@@ -315,6 +315,8 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) 
     divisors = None
     for key, table in tables:
         kind = table.get("rope_type", table.get("type", "default"))
+        if kind == "yarn" and config.get("model_type") != "deepseek_v3":  # its cos/sin factor: MLA's alone
+            raise ConfigError(file, f"{key}.rope_type", "RoPE scaling type 'yarn' is supported on deepseek_v3 only")
         if kind not in SCALINGS:
             raise ConfigError(file, f"{key}.rope_type", f"RoPE scaling type {kind!r} is not supported "
                               f"(supported: {', '.join(SCALINGS)})")
@@ -575,16 +577,23 @@ def half_split_rope(weight: np.ndarray, leaf: str, spec: ModelSpec) -> np.ndarra
     """DeepSeek rotates interleaved pairs (x0, x1), (x2, x3), … and writes the result half-split: the rope
     columns of `wq`/`wq_b` (each head's last d_rope) and of `wkv_a` (its last d_rope) reordered evens first, then
     odds, make the engine's half-split RoPE give the same rotated rows. Other weights pass as they are."""
+    columns = rope_columns(leaf, spec, weight.shape[1])
+    return weight if columns is None else weight[:, columns]
+
+
+def rope_columns(leaf: str, spec: ModelSpec, width: int) -> np.ndarray | None:
+    """Engine column j of a DeepSeek projection `leaf` is the checkpoint's column `rope_columns(…)[j]` (None: the
+    same column)."""
     mla = spec.mla
     if leaf not in ("wq", "wq_b", "wkv_a"):
-        return weight
+        return None
     order = np.concatenate([np.arange(0, mla.d_rope, 2), np.arange(1, mla.d_rope, 2)])
     starts = ([mla.kv_lora_rank] if leaf == "wkv_a" else
               [h * (mla.d_nope + mla.d_rope) + mla.d_nope for h in range(spec.n_heads)])
-    columns = np.arange(weight.shape[1])
+    columns = np.arange(width)
     for start in starts:
         columns[start:start + mla.d_rope] = start + order
-    return weight[:, columns]
+    return columns
 
 
 def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter, modules: dict = LLAMA_MODULES) -> np.ndarray:

@@ -320,3 +320,16 @@ def edited_gguf(tmp_path: Path, key: str, kind: int | None, value=None) -> Path:
 def test_an_unsupported_gguf_setting_is_refused_by_its_key(tmp_path, key, kind, value):
     with pytest.raises(ScenarioError, match=key.replace(".", r"\.")):
         load_checkpoint(edited_gguf(tmp_path, key, kind, value), ids=IDS)
+
+
+def test_yarns_attention_factor_scales_the_rotated_q_and_k_when_mscale_differs_from_mscale_all_dim(tmp_path):
+    """transformers: cos and sin times mscale(factor, mscale) / mscale(factor, mscale_all_dim), mscale(s, m) =
+    0.1·m·ln s + 1; the fixture's are equal (factor 1), a config with mscale 1 turns q and k by the ratio."""
+    config = json.loads((FOLDER / "config.json").read_text())
+    params = config["rope_parameters"] | {"mscale": 1.0}
+    changed = load_checkpoint(copy_with(tmp_path, rope_parameters=params), ids=IDS, max_new_tokens=1)
+    factor = (0.1 * 1.0 * np.log(4.0) + 1) / (0.1 * 0.7 * np.log(4.0) + 1)
+    assert scenario().model.mla.rope_scale == 1.0 and abs(changed.model.mla.rope_scale - factor) <= 1e-15
+    ours = list(Session(changed, F64).steps())
+    for name in ("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"):
+        assert np.abs(values(ours, name, 0) - factor * values(run()[1], name, 0)).max() <= 1e-14

@@ -1,10 +1,15 @@
-"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE): a router picks the top k of n gated MLPs per token.
+"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE, DeepSeek-V3): a router picks the top k of n gated MLPs
+per token.
 
 Operator by operator: the router's logits (LN(x) · W_router), its scores (a softmax over the experts), the
 top k experts of each token (best first), their scores gathered (and, with `norm_topk`, divided by their
 sum: the weights), each chosen expert's SwiGLU run on the tokens routed to it alone, Qwen2-MoE's shared
 expert (every token) and its sigmoid gate, and the sum: the weighted experts plus the gated shared expert.
 An expert no token chose does not run and yields nothing. Keeps no state between tokens.
+DeepSeek-V3 (MoeSpec.sigmoid): the scores are sigmoid(logits); top k reads the selection scores, scores + the
+selection bias (mlp.score_bias), −∞ outside each token's topk_groups best groups of experts (a group's score: its
+two best selection scores summed, `hook_group_scores`); the weights are the chosen unbiased scores (normalised
+with `norm_topk`) times routed_scale; its shared experts are added ungated.
 
 The top k read the scores operator's values, so an intervention there steers the choice: an ablated
 expert is a score of −∞ (never chosen; the next best takes its place, with its own score as weight). The

@@ -178,6 +178,20 @@ def test_the_absorbed_forms_registry_lists_exactly_the_hooks_it_yields():
     assert listed | (yielded & routed) == yielded
 
 
+@pytest.mark.parametrize("absorbed", [False, True], ids=["naive", "absorbed"])
+def test_every_operator_of_latent_attention_and_its_routing_is_explained_in_both_languages(absorbed):
+    from tinyllm_tui.debugger.frame import hook_key
+    from tinyllm_tui.tui.explanations import texts_of
+
+    _, states = run(absorbed)
+    for state in states:
+        if state.layer is not None:
+            texts = texts_of(hook_key(state))
+            assert texts and len(texts["en"]) == len(texts["zh"]) == 4, state.name
+    keys = {hook_key(s) for s in states if s.name.endswith(("attn.hook_k", "attn.hook_v"))}
+    assert keys == (set() if absorbed else {"hook_k(latent)", "hook_v(latent)"})
+
+
 # -- DeepSeek-V3 routing -----------------------------------------------------------------------------------
 def test_the_weights_are_the_unbiased_scores_of_the_chosen_experts_normalised_and_scaled():
     _, states = run()

@@ -71,6 +71,46 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("本层为每个Token缓存的潜向量行，代替各头的K和V。", "RMSNorm(kv_a[:, :kv_lora_rank])·kv_a_norm；kv_b把它展开成各头的键和值。",
                "缓存的是归一化后的潜向量：展开未归一化的会得到不同的键。", "每个Token缓存增加kv_lora_rank+d_rope个数，而不是2·头数·头宽。"),
     },
+    "hook_q_a_normed": {
+        "en": ("The query's bottleneck, normalised before it widens into the heads.",
+               "RMSNorm over the q_lora_rank features, times q_a_norm's gain; then · W_q_b.",
+               "Its epsilon is DeepSeek's 1e-6 default, not necessarily the config's rms_norm_eps.",
+               "Before the gain each row's root mean square is ≈ 1."),
+        "zh": ("查询的瓶颈，在展开到各头之前先归一化。", "对q_lora_rank个特征做RMSNorm，乘以q_a_norm的增益；然后乘W_q_b。",
+               "其epsilon是DeepSeek默认的1e-6，不一定等于配置中的rms_norm_eps。", "增益前每行的均方根约为1。"),
+    },
+    "hook_rot_q": {
+        "en": ("RoPE turns each head's query by its position, so scores depend on how far apart tokens are.",
+               "Pairs of features rotated by position·θ^(−2i/d) (half-split layout); latent attention turns only "
+               "each head's d_rope part.", "A decode step must turn the new query by its absolute position, "
+               "not by 0.", "Row i equals the unrotated row turned by angle i·θ_j per pair."),
+        "zh": ("RoPE按位置旋转每个头的查询，使分数取决于Token之间的距离。",
+               "特征两两按position·θ^(−2i/d)旋转（半分布局）；潜在注意力只旋转每个头的d_rope部分。",
+               "解码时必须按新查询的绝对位置旋转，而不是按0。", "第i行等于未旋转的行按每对角度i·θ_j旋转。"),
+    },
+    "hook_rot_k": {
+        "en": ("RoPE turns the keys by their positions before they are cached.",
+               "The same rotation as the query's; latent attention has one rope key per token, shared by every head.",
+               "Keys are cached after RoPE: a key cached before it is never turned.",
+               "The cache's newest rows equal these rows."),
+        "zh": ("RoPE在缓存之前按位置旋转键。", "与查询相同的旋转；潜在注意力每个Token只有一个rope键，所有头共享。",
+               "键在RoPE之后缓存：在此之前缓存的键永远不会被旋转。", "缓存最新的行等于这些行。"),
+    },
+    "hook_k(latent)": {
+        "en": ("The naive form: every cached latent row expanded into each head's key.",
+               "K_h = [latent · W_UK_h, rope key]: kv_b's no-position columns of head h, then the shared rope key.",
+               "This recomputes every cached row each step: the absorbed form avoids it.",
+               "Rows = cached tokens; each head's last d_rope columns are the same rope key."),
+        "zh": ("朴素形式：把每个缓存的潜向量行展开成各头的键。", "K_h = [latent·W_UK_h, rope键]：kv_b中头h的无位置列，再接共享的rope键。",
+               "每步都要重算所有缓存行：吸收形式避免了这一点。", "行数=缓存的Token数；每个头最后d_rope列都是同一个rope键。"),
+    },
+    "hook_v(latent)": {
+        "en": ("The naive form: every cached latent row expanded into each head's value.",
+               "V_h = latent · W_UV_h (kv_b's value columns of head h).",
+               "Values carry no rope part: only the keys share the rotated key.", "Rows = cached tokens; width heads·d_v."),
+        "zh": ("朴素形式：把每个缓存的潜向量行展开成各头的值。", "V_h = latent·W_UV_h（kv_b中头h的值列）。",
+               "值没有rope部分：只有键共享旋转后的键。", "行数=缓存的Token数；宽度为头数·d_v。"),
+    },
     "hook_q_absorbed": {
         "en": ("The absorbed form: W_UK folded into the query, so the scores read the latent cache directly.",
                "q̃_h = q_nope_h · W_UK_hᵀ for each head (kv_lora_rank columns per head).",

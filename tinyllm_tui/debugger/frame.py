@@ -433,6 +433,8 @@ def hook_key(state: OpState) -> str:
         hook = "hook_embed(scaled)"
     elif hook == "hook_out" and state.op.hook.module.startswith(("mlp.experts.", "mlp.shared")):  # an expert's output
         hook = "hook_out(expert)"
+    elif hook in ("hook_k", "hook_v") and state.op.inputs and state.op.inputs[0].name.endswith(".cache_latent"):
+        hook = f"{hook}(latent)"  # latent attention's keys and values, expanded from its cache
     return BY_KIND.get((hook, state.kind), hook)
 
 

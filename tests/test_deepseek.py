@@ -236,6 +236,12 @@ def test_a_rope_key_cached_before_rope_is_found_at_the_first_operator_that_reads
     assert (absorbed.name, absorbed.round, absorbed.head) == ("blocks.0.attn.hook_attn_scores", 0, 0)
 
 
+def test_a_k_cache_bug_latent_attention_has_no_place_for_is_refused_not_shown_as_agreeing():
+    result = CliRunner().invoke(app, ["diff", str(FOLDER), "--ids", ",".join(map(str, IDS)), "--max-new-tokens", "2",
+                                      "--inject", "transposed-k"])
+    assert result.exit_code == 2 and "not per-head K" in result.output + (result.stderr or "")
+
+
 def test_w_uk_untransposed_in_the_absorbed_form_is_found_at_the_absorbed_query():
     found = first_differing(True, "absorbed-uk-untransposed")
     assert (found.name, found.round) == ("blocks.0.attn.hook_q_absorbed", 0)
@@ -347,3 +353,23 @@ def test_yarns_attention_factor_scales_the_rotated_q_and_k_when_mscale_differs_f
     ours = list(Session(changed, F64).steps())
     for name in ("blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k"):
         assert np.abs(values(ours, name, 0) - factor * values(run()[1], name, 0)).max() <= 1e-14
+
+
+def test_a_patched_latent_is_what_the_cache_keeps_and_cached_still_equals_full():
+    from engine.interventions import parse_intervention
+
+    patched = replace(scenario(), interventions=(parse_intervention("blocks.0.attn.hook_latent[3,:]=0"),))
+    states = list(Session(patched, F64).steps())
+    latent = to_host(states[-1].caches[0].dump_items()["cache_latent"])
+    assert not latent[3].any() and latent[2].any() and np.abs(latent[3] - REF["latent"][0][3]).max() > 1e-3
+    assert max(d.max_abs for d in diff_scenario(patched, F64)) <= 1e-12
+
+
+def test_the_route_margin_is_read_from_the_selection_scores_top_k_chose_by():
+    from engine.layers.moe_ffn import route
+
+    _, states = run()
+    for i, layer in enumerate(MOE_LAYERS):
+        topk = next(s for s in states if s.name == f"blocks.{layer}.mlp.hook_topk" and s.round == 0)
+        ordered = -np.sort(-REF["selection"][i], axis=-1)
+        assert np.abs(route(topk.op).margins - (ordered[:, 1] - ordered[:, 2])).max() <= 1e-9

@@ -373,3 +373,24 @@ def test_the_route_margin_is_read_from_the_selection_scores_top_k_chose_by():
         topk = next(s for s in states if s.name == f"blocks.{layer}.mlp.hook_topk" and s.round == 0)
         ordered = -np.sort(-REF["selection"][i], axis=-1)
         assert np.abs(route(topk.op).margins - (ordered[:, 1] - ordered[:, 2])).max() <= 1e-9
+
+
+def test_without_q_lora_rank_one_q_projection_reads_the_normed_input_and_both_forms_agree():
+    """DeepSeek-V2-Lite's query (q_lora_rank null: `q_proj`); checked against its own definition, no reference."""
+    found = scenario()
+    rng = np.random.default_rng(0)
+    weights = {name: np.asarray(found.weights[name]) for name in found.weights if ".attn.wq_" not in name
+               and ".attn.q_a_norm" not in name}
+    weights |= {f"blocks.{layer}.attn.wq": rng.normal(0, 0.3, (24, 40)) for layer in range(3)}
+    for absorbed in (False, True):
+        model = replace(found.model, mla=replace(found.model.mla, q_lora_rank=None, absorbed=absorbed))
+        lite = replace(found, model=model, weights=weights)
+        states = list(Session(lite, F64).steps())
+        q, normed = (values(states, f"blocks.1.{name}", 0) for name in ("attn.hook_q", "ln1.hook_out"))
+        assert np.abs(q - normed @ weights["blocks.1.attn.wq"]).max() <= 1e-14
+        assert not any(s.name.endswith((".attn.hook_q_a", ".attn.hook_q_a_normed")) for s in states)
+        assert max(d.max_abs for d in diff_scenario(lite, F64)) <= 1e-12
+        logits = values(states, "unembed.hook_out", 0)
+        if absorbed:
+            assert np.abs(logits - naive_logits).max() <= 1e-12
+        naive_logits = logits

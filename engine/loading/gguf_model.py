@@ -1,5 +1,5 @@
-"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3 and deepseek2 (gguf_deepseek.py)
-architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3, gemma4 (gguf_gemma4) and deepseek2
+(gguf_deepseek.py) architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -23,8 +23,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.layers import gguf_tensors
-from engine.loading import gguf_deepseek
+from engine.layers import gguf_tensors, per_layer_input
+from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
@@ -32,9 +32,10 @@ from engine.parameters import format_shape
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_deepseek.ARCH)
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, gguf_deepseek.ARCH)
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
-                 "ln2_post.w": "post_ffw_norm", **gguf_tensors()}  # the block's norms, then its kinds'
+                 "ln2_post.w": "post_ffw_norm", **gguf_tensors(),
+                 **per_layer_input.GGUF_BLOCK}  # the block's norms, its kinds', Gemma 4's block tail's
 # values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are
 # reused, where at 1 << 20 each chunk's were mapped and faulted in afresh (1.5M page faults for the 0.5B file)
 CHUNK = 1 << 15
@@ -69,6 +70,8 @@ class GGUFModel:
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise self.error("general.architecture", f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(ARCHITECTURES)})")
+        if arch == gguf_gemma4.ARCH:
+            return gguf_gemma4.spec(self)
         if arch == gguf_deepseek.ARCH:
             return gguf_deepseek.spec(self)
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
@@ -186,7 +189,7 @@ class GGUFModel:
             w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
         if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
             w = w - 1
-        return w if w.ndim == 1 or name == "embed" else w.T
+        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
 
     def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> Block | None:
         """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
@@ -213,7 +216,8 @@ class GGUFModel:
         return tensor, row, col
 
     def tensor_name(self, name: str) -> str:
-        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight"}
+        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight",
+                 **{name: f"{tensor}.weight" for name, tensor in per_layer_input.GGUF.items()}}
         if name in fixed:
             return fixed[name]
         if self.arch == gguf_deepseek.ARCH:

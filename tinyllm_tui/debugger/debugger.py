@@ -33,7 +33,7 @@ from engine.session import StaleFrom
 from engine.trace import OpKind, Phase
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
-from engine.interventions import InterventionError, check_intervention, parse_any
+from engine.interventions import InterventionError, check_intervention, parse_any, routed_expert
 from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
@@ -624,7 +624,9 @@ class Debugger:
             self.interventions.discard()
             self._rebuild(None, progress)
             return Refused(Reason.BAD_QUERY, (str(error),))
-        return self._intervened(Change.ADDED, intervention.text)
+        unused = self.session.patcher is not None and intervention in self.session.patcher.unused()
+        return replace(self._intervened(Change.ADDED, intervention.text),
+                       unreached=routed_expert(intervention) if unused else None)
 
     @owning
     def undo_intervention(self, progress: Progress | None = None) -> Result:

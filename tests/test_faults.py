@@ -39,6 +39,7 @@ def test_every_fault_is_described_by_the_catalogues_and_the_engine_words_none():
     assert list(INJECTIONS) == ["chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1",
                                 "padding-unmasked", "positions-not-offset", "rope-off-by-one", "gqa-modulo",
                                 "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor",
+                                "conv-not-shifted", "conv-shifted-twice", "state-not-decayed", "chunk-state-dropped",
                                 "shared-kv-own-cache", "per-layer-previous",
                                 "rope-key-unrotated", "absorbed-uk-untransposed"]
     assert {key.removeprefix("inject.") for key in EN if key.startswith("inject.")} == set(INJECTIONS)
@@ -75,6 +76,10 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.ring_slot(3, 1, 4) == 3
         assert (fault.table_entry(7, [4, 5]) == 5) == (name == "block-table-wrong")
         assert (fault.scale_axis(ScaleAxis.PER_HEAD) is ScaleAxis.PER_TENSOR) == (name == "scale-per-tensor")
+        state, decay = np.ones((1, 2, 2)), np.full((1, 1, 1), 0.5)
+        assert (fault.decayed(xp, state, decay)[0, 0, 0] == 1.0) == (name == "state-not-decayed")
+        assert (fault.carried(xp, state, 1)[0, 0, 0] == 0.0) == (name == "chunk-state-dropped")
+        assert fault.carried(xp, state, 0) is state
         rotated, unrotated = np.ones((3, 4)), np.zeros((3, 4))
         assert (fault.cached_rope_key(xp, rotated, unrotated) is unrotated) == (name == "rope-key-unrotated")
         w_uk = np.arange(6.0).reshape(2, 3)  # kv_lora_rank 2, d_nope 3

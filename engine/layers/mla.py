@@ -36,6 +36,7 @@ HF = {"deepseek": {"q": "self_attn.q_proj", "q_a": "self_attn.q_a_proj", "q_b": 
                    "kv_a": "self_attn.kv_a_proj_with_mqa", "kv_b": "self_attn.kv_b_proj", "o": "self_attn.o_proj",
                    "q_a_norm": "self_attn.q_a_layernorm", "kv_a_norm": "self_attn.kv_a_layernorm"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
+CHECKPOINT_ONLY = True  # its shape (engine.spec.MlaSpec) comes from a DeepSeek checkpoint's config, not a scenario
 # llama.cpp's deepseek2 tensors (engine/loading/gguf_deepseek.py reads them; kv_b from attn_k_b and attn_v_b)
 GGUF = {"attn.wq_a": "attn_q_a", "attn.q_a_norm.w": "attn_q_a_norm", "attn.wq_b": "attn_q_b",
         "attn.wkv_a": "attn_kv_a_mqa", "attn.kv_a_norm.w": "attn_kv_a_norm", "attn.wkv_b": "attn_k_b"}

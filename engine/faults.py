@@ -180,6 +180,8 @@ class TransposedK(Fault):
     def unseen(self, scenario):
         if all(len(r.tokens) < 2 for r in scenario.requests):
             return "every prompt is one token, whose K reads the same either way"
+        if scenario.model.mla is not None:
+            return "latent attention caches latent rows and rope keys, not per-head K"
         return None
 
 
@@ -307,6 +309,32 @@ def _kv_shared(model) -> bool:
     return any(block.kv_source is not None for block in model.blocks)
 
 
+class RopeKeyUnrotated(Fault):
+
+    def cached_rope_key(self, xp, rotated, unrotated):
+        return unrotated
+
+    def unseen(self, scenario):
+        return _no_latent(scenario.model)
+
+
+class AbsorbedUkUntransposed(Fault):
+
+    def absorbed_uk(self, xp, w_uk):
+        # W_UK_h's (kv_lora_rank, d_nope) buffer read as the (d_nope, kv_lora_rank) the product needs: no transpose
+        return xp.reshape(w_uk, (w_uk.shape[1], w_uk.shape[0]))
+
+    def unseen(self, scenario):
+        mla = scenario.model.mla
+        if mla is not None and not mla.absorbed:
+            return "the model's latent attention runs the naive form (--mla absorbed runs the absorbed one)"
+        return _no_latent(scenario.model)
+
+
+def _no_latent(model) -> str | None:
+    return None if model.mla is not None else "the model has no latent attention (DeepSeek's MLA)"
+
+
 def _no_positions(model) -> str | None:
     if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
         return "the model has no position term, so wrong positions change nothing"
@@ -340,5 +368,7 @@ FAULTS: dict[str, Fault] = {
     "chunk-state-dropped": ChunkStateDropped(),
     "shared-kv-own-cache": SharedKvOwnCache(),
     "per-layer-previous": PerLayerPrevious(),
+    "rope-key-unrotated": RopeKeyUnrotated(),
+    "absorbed-uk-untransposed": AbsorbedUkUntransposed(),
 }
 INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

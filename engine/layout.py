@@ -73,7 +73,9 @@ class Passes:
     the decode rule's chunk size splits the prompt)."""
 
     def __init__(self, scenario):
-        self.requests, self.d_head = len(scenario.requests), scenario.model.d_head
+        # latent attention's q, k, v, rope parts and z have heads of different widths: dumped stacked (d_head 0)
+        self.requests = len(scenario.requests)
+        self.d_head = 0 if scenario.model.mla is not None else scenario.model.d_head
         size = scenario.decode.prefill_chunk
         self._chunks = [-(-len(r.tokens) // size) if size else 1 for r in scenario.requests]
 
@@ -135,7 +137,7 @@ def dump_index(name: str, head: int | None, row: int, col: int, d_head: int) -> 
         return (head, row, col)
     if head is not None:  # hook_z of one head
         return (row, head, col)
-    if kind in HEAD_AXIS:
+    if kind in HEAD_AXIS and d_head:
         return (row, col // d_head, col % d_head)
     return (row, col)
 
@@ -146,7 +148,7 @@ def to_dump(name: str, values: np.ndarray, d_head: int) -> np.ndarray:
     kind = suffix(name)
     if kind in CACHES:
         return np.transpose(values.reshape(values.shape[0], -1, d_head), (1, 0, 2))[None]
-    if kind in HEAD_AXIS:
+    if kind in HEAD_AXIS and d_head:
         return values.reshape(values.shape[0], -1, d_head)[None]
     return values[None]
 

@@ -107,6 +107,25 @@ class MoeSpec:
     d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
     bias: bool = False  # gpt-oss: the router and every expert's projections add a bias
     clamp: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU (alpha, limit) in place of SwiGLU
+    shared_gate: bool = True  # the shared expert under its sigmoid gate (Qwen2-MoE); False: added whole (DeepSeek)
+    sigmoid: bool = False  # DeepSeek-V3: scores are sigmoid(logits) (else a softmax), chosen by score + mlp.score_bias
+    groups: int = 1  # DeepSeek-V3's n_group: the experts in this many equal groups ...
+    topk_groups: int = 1  # ... of which each token chooses among the topk_group best (a group: its top-2 sum)
+    routed_scale: float = 1.0  # the chosen weights times this (routed_scaling_factor)
+
+
+@dataclass(frozen=True)
+class MlaSpec:
+    """DeepSeek's multi-head latent attention (engine.layers.mla): each token's keys and values are one latent row
+    of `kv_lora_rank` features (expanded per head by kv_b) plus one rope key of `d_rope` features shared by the
+    heads; the query is a no-position part of `d_nope` features and a rotated part of `d_rope` per head."""
+
+    kv_lora_rank: int
+    d_nope: int  # qk_nope_head_dim
+    d_rope: int  # qk_rope_head_dim (ModelSpec.d_head is d_nope + d_rope, the scores' width)
+    d_v: int  # v_head_dim
+    q_lora_rank: int | None = None  # the query through a low-rank q_a, its norm and q_b (None: one q projection)
+    absorbed: bool = False  # W_UK folded into the query and W_UV after the mix (serving engines); else expanded
 
 
 @dataclass(frozen=True)
@@ -190,6 +209,7 @@ class ModelSpec:
     rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
     moe: MoeSpec | None = None  # the sparse FFN of the layers it names
+    mla: MlaSpec | None = None  # DeepSeek's latent attention, the mixer of the layers whose LayerSpec says "mla"
     deltanet: DeltaNetSpec | None = None  # the shape of the layers whose mixer is gated_deltanet
     attn_gate: bool = False  # Qwen3.5: attention's output times sigmoid(x·W_gate) before W_o (attn.wgate)
     v_norm: bool = False  # Gemma 4: an RMSNorm without gain over each value head
@@ -220,7 +240,8 @@ class ModelSpec:
         window, RoPE base and scaling of its layer type, then the dense FFN, or the sparse one on `moe`'s layers)."""
         if self.layers is not None:
             return self.layers
-        return tuple(LayerSpec(ffn=self._flag_ffn(layer), window=self._flag_window(layer),
+        return tuple(LayerSpec(mixer="attention" if self.mla is None else "mla", ffn=self._flag_ffn(layer),
+                               window=self._flag_window(layer),
                                rope_theta=self._flag_theta(layer), rope_divisors=self._flag_divisors(layer))
                      for layer in range(self.n_layers))
 

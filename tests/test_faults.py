@@ -40,7 +40,8 @@ def test_every_fault_is_described_by_the_catalogues_and_the_engine_words_none():
                                 "padding-unmasked", "positions-not-offset", "rope-off-by-one", "gqa-modulo",
                                 "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor",
                                 "conv-not-shifted", "conv-shifted-twice", "state-not-decayed", "chunk-state-dropped",
-                                "shared-kv-own-cache", "per-layer-previous"]
+                                "shared-kv-own-cache", "per-layer-previous",
+                                "rope-key-unrotated", "absorbed-uk-untransposed"]
     assert {key.removeprefix("inject.") for key in EN if key.startswith("inject.")} == set(INJECTIONS)
     assert all(ZH[f"inject.{name}"] != EN[f"inject.{name}"] for name in INJECTIONS)
     assert not any(hasattr(fault, "description") for fault in FAULTS.values())
@@ -79,6 +80,10 @@ def test_each_fault_changes_only_its_own_point():
         assert (fault.decayed(xp, state, decay)[0, 0, 0] == 1.0) == (name == "state-not-decayed")
         assert (fault.carried(xp, state, 1)[0, 0, 0] == 0.0) == (name == "chunk-state-dropped")
         assert fault.carried(xp, state, 0) is state
+        rotated, unrotated = np.ones((3, 4)), np.zeros((3, 4))
+        assert (fault.cached_rope_key(xp, rotated, unrotated) is unrotated) == (name == "rope-key-unrotated")
+        w_uk = np.arange(6.0).reshape(2, 3)  # kv_lora_rank 2, d_nope 3
+        assert np.array_equal(fault.absorbed_uk(xp, w_uk), w_uk.T) == (name != "absorbed-uk-untransposed")
 
 
 def test_the_forward_pass_keeps_no_per_call_state():

@@ -114,6 +114,7 @@ def test_rotary_dims_reach_the_attention():
 CASES = [  # (old, new, marker on the reported line, path: message)
     ("kv_heads: 2 ", "kv_heads: 3 ", "kv_heads: 3", "model.kv_heads: 3 kv heads do not divide the 4 query heads"),
     ("{mixer: attention}  ", "{mixer: mamba}  ", "mamba", "model.layers[1].mixer: expected one of attention, short_conv, got 'mamba'"),
+    ("{mixer: attention}  ", "{mixer: mla}  ", "mla", "model.layers[1].mixer: expected one of attention, short_conv, got 'mla'"),
     ("{mixer: attention, window: 4}", "{mixer: attention, window: 0}", "window: 0",
      "model.layers[0].window: expected an integer ≥ 1, got 0"),
     ("{mixer: attention, window: 4}", "{mixer: attention, windw: 4}", "windw", "model.layers[0].windw: unknown key (expected one of: ffn, kernel, mixer, rope_theta, window)"),

@@ -143,6 +143,10 @@ class Options:
         show_default=False)] = None
     system: Annotated[Optional[str], typer.Option(
         "--system", help="With --chat: the system message that starts each conversation.", show_default=False)] = None
+    mla: Annotated[Optional[str], typer.Option(
+        "--mla", help="Latent attention (DeepSeek's MLA): 'naive' (expand the latent per head, as transformers; the "
+        "default) or 'absorbed' (W_UK folded into the query, W_UV after the mix, as serving engines).",
+        show_default=False)] = None
     batch: Annotated[bool, typer.Option(
         "--batch", help="Run the requests as one left-padded batch; diff: the batch against each request alone.")] = False
     max_new_tokens: Annotated[Optional[int], typer.Option(
@@ -171,7 +175,7 @@ class Options:
 
 
 MODEL_OPTIONS = ("backend", "dtype", "inject", "sets", "max_memory", "prompt", "ids", "chat", "system",
-                 "max_new_tokens", "batch", "patches", "ablations")
+                 "max_new_tokens", "batch", "patches", "ablations", "mla")
 
 
 def shared(*names: str) -> Callable[[Callable], Callable]:

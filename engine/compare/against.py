@@ -372,6 +372,6 @@ def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> str:
         return f"head {state.head}, query {rows[row]}, key {cols[col]}"
     if state.head is not None:
         return f"position {rows[row]}, head {state.head}, d_head {col}"
-    if kind in HEAD_AXIS:
+    if kind in HEAD_AXIS and d_head:
         return f"position {rows[row]}, head {col // d_head}, d_head {col % d_head}"
     return f"row {rows[row]}, col {cols[col]}"

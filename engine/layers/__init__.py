@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.layers import attention, dense_ffn, gated_deltanet, moe_ffn, per_layer_input, short_conv
+from engine.layers import attention, dense_ffn, gated_deltanet, mla, moe_ffn, per_layer_input, short_conv
 
 MIXERS: dict[str, ModuleType] = {attention.NAME: attention, short_conv.NAME: short_conv,
-                                 gated_deltanet.NAME: gated_deltanet}
+                                 gated_deltanet.NAME: gated_deltanet, mla.NAME: mla}
 FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn, moe_ffn.NAME: moe_ffn}
 ROLES = {"mixer": MIXERS, "ffn": FFNS}
 

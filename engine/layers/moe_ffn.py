@@ -1,4 +1,4 @@
-"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE, gpt-oss): a router picks the top k of n gated MLPs
+"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE, gpt-oss, DeepSeek-V3): a router picks the top k of n gated MLPs
 per token.
 
 Operator by operator: the router's logits (LN(x) · W_router), its scores (a softmax over the experts), the
@@ -6,6 +6,10 @@ top k experts of each token (best first), their scores gathered (and, with `norm
 sum: the weights), each chosen expert's SwiGLU run on the tokens routed to it alone, Qwen2-MoE's shared
 expert (every token) and its sigmoid gate, and the sum: the weighted experts plus the gated shared expert.
 An expert no token chose does not run and yields nothing. Keeps no state between tokens.
+DeepSeek-V3 (MoeSpec.sigmoid): the scores are sigmoid(logits); top k reads the selection scores, scores + the
+selection bias (mlp.score_bias), −∞ outside each token's topk_groups best groups of experts (a group's score: its
+two best selection scores summed, `hook_group_scores`); the weights are the chosen unbiased scores (normalised
+with `norm_topk`) times routed_scale; its shared experts are added ungated.
 
 gpt-oss (MoeSpec.bias, MoeSpec.clamp): the router and each expert's projections add biases, and its experts'
 activation is the clamped SwiGLU (up.clamp(−limit, limit) + 1) · g · sigmoid(alpha · g), g = gate.clamp(max=limit).
@@ -35,14 +39,16 @@ from engine.trace import OpKind
 Array = Any
 NAME, MODULE = "moe", "mlp"
 HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf.py)
-               "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"}}
+               "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"},
+      "deepseek": {"router": "mlp.gate", "experts": "mlp.experts", "shared": "mlp.shared_experts"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
 # llama.cpp's merged tensors: every expert's matrix (or bias) of a projection in one, expert first
 GGUF = {"mlp.router": "ffn_gate_inp", "mlp.b_router": "ffn_gate_inp", **{f"mlp.experts.{w}_{name}": f"ffn_{name}_exps"
                                                                           for w in "wb" for name in ("gate", "up", "down")}}
 SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
-ROUTING = ("hook_router_logits", SCORES, TOPK, "hook_topk_scores", "hook_topk_weights")
+SELECTION = ("hook_selection_scores", "hook_group_scores")  # DeepSeek-V3: what top-k reads instead of the scores
+ROUTING = ("hook_router_logits", SCORES, *SELECTION, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
 SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
 
@@ -64,10 +70,12 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     moe, d, prefix = model.moe, model.d_model, f"blocks.{layer}.mlp"
     f = moe.d_expert
     shapes = {f"{prefix}.router": (d, moe.n_experts)} | ({f"{prefix}.b_router": (moe.n_experts,)} if moe.bias else {})
+    shapes |= {f"{prefix}.score_bias": (moe.n_experts,)} if moe.sigmoid else {}
     for expert in range(moe.n_experts):
         shapes |= _swiglu_shapes(f"{prefix}.experts.{expert}", d, f, moe.bias)
     if moe.d_shared:
-        shapes |= _swiglu_shapes(f"blocks.{layer}.{SHARED}", d, moe.d_shared) | {f"{prefix}.shared_gate": (d, 1)}
+        shapes |= _swiglu_shapes(f"blocks.{layer}.{SHARED}", d, moe.d_shared)
+        shapes |= {f"{prefix}.shared_gate": (d, 1)} if moe.shared_gate else {}
     return shapes
 
 
@@ -76,24 +84,31 @@ def hook_widths(model: ModelSpec) -> dict[str, int]:
     if moe is None:
         return {}
     widths = {"mlp.hook_router_logits": moe.n_experts, f"mlp.{SCORES}": moe.n_experts, f"mlp.{TOPK}": moe.top_k,
-              "mlp.hook_topk_scores": moe.top_k, "mlp.hook_topk_weights": moe.top_k}
+              "mlp.hook_topk_scores": moe.top_k, "mlp.hook_topk_weights": moe.top_k,
+              "mlp.hook_selection_scores": moe.n_experts, "mlp.hook_group_scores": moe.groups}
     shared = [(SHARED, moe.d_shared)] if moe.d_shared else []
     for module, f in [(expert_module(e), moe.d_expert) for e in range(moe.n_experts)] + shared:
         widths |= {f"{module}.hook_pre": f, f"{module}.hook_pre_linear": f, f"{module}.hook_post": f,
                    f"{module}.hook_out": model.d_model}
-    return widths | ({"mlp.hook_shared_gate": 1} if moe.d_shared else {})
+    return widths | ({"mlp.hook_shared_gate": 1} if moe.d_shared and moe.shared_gate else {})
 
 
 def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
     """Every hook the layer may yield; an expert's only when a token is routed to it."""
-    names = ["hook_router_logits", SCORES, TOPK] + (["hook_topk_scores"] if model.moe.norm_topk else [])
+    names = ["hook_router_logits", SCORES, *_selection(model.moe), TOPK]
+    names += ["hook_topk_scores"] if model.moe.norm_topk or model.moe.routed_scale != 1.0 else []
     sites = [HookSite(hook(layer, MODULE, name)) for name in names + ["hook_topk_weights"]]
     sites += [HookSite(hook(layer, expert_module(expert), name), routed=True)
               for expert in range(model.moe.n_experts) for name in EXPERT_HOOKS]
     if model.moe.d_shared:
         sites += [HookSite(hook(layer, SHARED, name)) for name in EXPERT_HOOKS]
-        sites.append(HookSite(hook(layer, MODULE, "hook_shared_gate")))
+        sites += [HookSite(hook(layer, MODULE, "hook_shared_gate"))] if model.moe.shared_gate else []
     return sites
+
+
+def _selection(moe) -> list[str]:
+    """DeepSeek-V3's operators between the scores and top-k: the scores plus the bias, and the groups' scores."""
+    return [] if not moe.sigmoid else ["hook_selection_scores"] + (["hook_group_scores"] if moe.groups > 1 else [])
 
 
 @dataclass(frozen=True)
@@ -144,10 +159,16 @@ class MoeFfn:
         model, hooks, xp = self.model, self.hooks, self.model.xp
         logits = self._linear(hooks["hook_router_logits"], h, h.values, "router", cols="experts")
         yield logits
-        scores = op(hooks[SCORES], ops.softmax(xp, logits.values), OpKind.SOFTMAX, inputs=(logits,), cols="experts")
+        if self.moe.sigmoid:
+            scores = op(hooks[SCORES], ops.sigmoid(xp, logits.values), OpKind.ACTIVATION, inputs=(logits,),
+                        cols="experts")
+        else:
+            scores = op(hooks[SCORES], ops.softmax(xp, logits.values), OpKind.SOFTMAX, inputs=(logits,),
+                        cols="experts")
         yield scores
-        order = xp.argsort(scores.values, axis=1, descending=True, stable=True)[:, :self.moe.top_k]
-        topk = op(hooks[TOPK], xp.astype(order, scores.values.dtype), OpKind.ROUTE, inputs=(scores,), cols="rank")
+        read = (yield from self._selection(scores)) if self.moe.sigmoid else scores
+        order = xp.argsort(read.values, axis=1, descending=True, stable=True)[:, :self.moe.top_k]
+        topk = op(hooks[TOPK], xp.astype(order, scores.values.dtype), OpKind.ROUTE, inputs=(read,), cols="rank")
         yield topk
         chosen = self._chosen(topk.values)
         weights = yield from self._weights(scores, topk, chosen)
@@ -160,21 +181,53 @@ class MoeFfn:
         total, inputs = self._weighted_sum(weights.values, chosen, outputs), (weights, *(r for _, _, r in outputs))
         if self.moe.d_shared:
             shared, gate = yield from self._shared(h, positions)
-            total, inputs = total + gate.values * shared.values, inputs + (shared, gate)
+            if gate is None:
+                total, inputs = total + shared.values, inputs + (shared,)
+            else:
+                total, inputs = total + gate.values * shared.values, inputs + (shared, gate)
         total = op(out, total, OpKind.MIX, inputs=inputs)
         yield total
         return total
 
     def _shared(self, h: Op, positions: list[int]) -> OpStream:
-        """Qwen2-MoE's shared expert over every token, and its gate sigmoid(LN(x) · w_shared_gate), (T, 1)."""
+        """The shared expert over every token, and Qwen2-MoE's gate sigmoid(LN(x) · w_shared_gate), (T, 1) (DeepSeek's
+        shared experts have none: None)."""
         model = self.model
         shared = yield from self._expert(self.shared_hooks, f"blocks.{self.layer}.{SHARED}", h,
                                          np.arange(h.values.shape[0]), positions)
+        if not self.moe.shared_gate:
+            return shared, None
         w = model.param(f"{self.prefix}.shared_gate")
         gate = op(self.shared_gate, ops.sigmoid(model.xp, h.values @ w.values), OpKind.ACTIVATION, inputs=(h, w),
                   cols="scale")
         yield gate
         return shared, gate
+
+    def _selection(self, scores: Op) -> OpStream:
+        """DeepSeek-V3's choice reads the scores plus the selection bias (mlp.score_bias, transformers'
+        e_score_correction_bias: for choosing only, the weights are the scores), and only in the topk_groups groups
+        whose two best biased scores sum highest (n_group, topk_group): the other groups' experts are −∞."""
+        xp, moe = self.model.xp, self.moe
+        bias = self.model.param(f"{self.prefix}.score_bias")
+        biased = scores.values + bias.values
+        if moe.groups == 1:
+            chosen = op(self.hooks["hook_selection_scores"], biased, OpKind.LINEAR, inputs=(scores, bias),
+                        cols="experts")
+            yield chosen
+            return chosen
+        t = biased.shape[0]
+        grouped = xp.reshape(biased, (t, moe.groups, -1))
+        best = xp.sort(grouped, axis=2, descending=True)
+        group = op(self.hooks["hook_group_scores"], best[..., 0] + best[..., 1], OpKind.ROUTE, inputs=(scores, bias),
+                   cols="groups")
+        yield group
+        kept = xp.argsort(group.values, axis=1, descending=True, stable=True)[:, :moe.topk_groups]
+        keep = xp.any(xp.arange(moe.groups)[None, None, :] == kept[:, :, None], axis=1)  # (T, groups)
+        masked = xp.where(keep[:, :, None], grouped, xp.asarray(-xp.inf, dtype=biased.dtype))
+        chosen = op(self.hooks["hook_selection_scores"], xp.reshape(masked, (t, -1)), OpKind.ROUTE,
+                    inputs=(group, scores, bias), cols="experts")
+        yield chosen
+        return chosen
 
     def _chosen(self, values: Array) -> np.ndarray:
         """The experts of each token as whole numbers, best first, as the top-k operator holds them now."""
@@ -190,13 +243,15 @@ class MoeFfn:
         xp, (t, k) = self.model.xp, chosen.shape
         flat = (np.arange(t)[:, None] * self.moe.n_experts + chosen).ravel()
         picked = xp.reshape(xp.take(xp.reshape(scores.values, (-1,)), xp.asarray(flat), axis=0), (t, k))
-        name = "hook_topk_scores" if self.moe.norm_topk else "hook_topk_weights"
+        moe = self.moe
+        name = "hook_topk_scores" if moe.norm_topk or moe.routed_scale != 1.0 else "hook_topk_weights"
         gathered = op(self.hooks[name], picked, OpKind.ROUTE, inputs=(scores, topk), cols="rank")
         yield gathered
-        if not self.moe.norm_topk:
+        if name == "hook_topk_weights":
             return gathered
         values = gathered.values
-        weights = op(self.hooks["hook_topk_weights"], values / xp.sum(values, axis=1, keepdims=True), OpKind.NORM,
+        values = values / xp.sum(values, axis=1, keepdims=True) if moe.norm_topk else values
+        weights = op(self.hooks["hook_topk_weights"], values * moe.routed_scale, OpKind.NORM,
                      inputs=(gathered,), cols="rank")
         yield weights
         return weights
@@ -273,6 +328,26 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("把路由logit变成专家之间可比较的分数。", "对每个Token的所有专家做softmax（按计算精度；transformers会转成float32）。",
                "top-k读取这些分数：被消融的专家在此为−∞，由次优专家替代。", "每行和为1。"),
     },
+    "hook_selection_scores": {
+        "en": ("DeepSeek-V3: what top-k chooses by, the sigmoid scores plus the selection bias.",
+               "scores + score_bias (e_score_correction_bias); with n_group, the experts outside each token's "
+               "topk_group best groups (a group's score: its two best biased scores summed) are −∞.",
+               "The bias only chooses: the weights are the unbiased scores of the chosen experts.",
+               "Top-k's experts are each row's k largest here, not in the router scores."),
+        "zh": ("DeepSeek-V3：top-k依据的分数，即sigmoid分数加上选择偏置。",
+               "scores+score_bias（e_score_correction_bias）；有n_group时，不在该Token最好的topk_group个组内的专家为−∞（组分数：组内最好两个偏置分数之和）。",
+               "偏置只用于选择：权重是被选专家未加偏置的分数。", "top-k的专家是这里每行最大的k个，而不是路由分数中的。"),
+    },
+    "hook_group_scores": {
+        "en": ("DeepSeek-V3's group-limited routing: how good each group of experts is for the token.",
+               "Per group of n_experts / n_group experts: the sum of its two best biased scores; the topk_group "
+               "best groups stay, the others' experts cannot be chosen.",
+               "Two groups whose scores nearly tie flip with rounding, and every expert choice after with them.",
+               "One column per group."),
+        "zh": ("DeepSeek-V3的分组路由：每组专家对该Token有多好。",
+               "每组（n_experts/n_group个专家）：组内最好两个偏置分数之和；保留最好的topk_group个组，其余组的专家不能被选。",
+               "两个组分数几乎相等时，舍入会翻转选择，之后所有专家选择随之改变。", "每组一列。"),
+    },
     "hook_topk": {
         "en": ("Which experts each token goes to: the k best scores, best first.",
                "The indices of each row's k largest scores (ties: the lower index); stored as numbers.",
@@ -290,7 +365,8 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
     },
     "hook_topk_weights": {
         "en": ("How much each chosen expert's output counts.",
-               "With norm_topk_prob: the chosen scores over their sum; without: the chosen scores themselves.",
+               "With norm_topk_prob: the chosen scores over their sum; without: the chosen scores themselves; "
+               "times routed_scaling_factor (DeepSeek-V3).",
                "Qwen3-MoE normalises, Qwen2-MoE and Mixtral-style configs may not: the config decides.",
                "With normalisation each row sums to 1."),
         "zh": ("每个被选中专家的输出占多大比重。", "有norm_topk_prob时：被选分数除以它们的和；否则就是被选分数本身。",

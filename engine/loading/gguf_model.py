@@ -1,5 +1,5 @@
 """GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3, gemma4 (gguf_gemma4), lfm2, qwen35,
-qwen3moe and gpt-oss architectures.
+qwen3moe, gpt-oss and deepseek2 (gguf_deepseek.py) architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -28,18 +28,18 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from engine.layers import gated_deltanet, gguf_tensors, per_layer_input
+from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.loading.document import ScenarioError
-from engine.loading import gguf_gemma4
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
-from engine.loading.yarn import attention_factor, yarn_divisors
+from engine.loading.yarn import mscale, yarn_divisors
 from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
 QWEN35 = "qwen35"
 SPARSE = ("qwen3moe", "gpt-oss")
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35, *SPARSE)
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35, *SPARSE, gguf_deepseek.ARCH)
 OFFSET_NORMS = {*GEMMA, QWEN35}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
 ARCH_TENSORS = {"gpt-oss": {"ln2.w": "post_attention_norm"}}  # where an architecture names a block tensor its own way
 GPT_OSS_SWIGLU = (1.702, 7.0)  # llama.cpp's constants for gpt-oss's clamped SwiGLU (alpha, limit): not in the file
@@ -85,6 +85,8 @@ class GGUFModel:
                              f"(supported: {', '.join(ARCHITECTURES)})")
         if arch == gguf_gemma4.ARCH:
             return gguf_gemma4.spec(self)
+        if arch == gguf_deepseek.ARCH:
+            return gguf_deepseek.spec(self)
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
         layers = self._size(f"{arch}.block_count")
         blocks = self._lfm2_blocks(layers) if arch == "lfm2" else None
@@ -227,7 +229,7 @@ class GGUFModel:
         key = f"{self.arch}.rope.scaling"
         if self.meta.get(f"{key}.type") != "yarn":
             return 1.0
-        return self._number(f"{key}.yarn_attn_factor", 1.0) * attention_factor(self._number(f"{key}.factor", 1.0))
+        return self._number(f"{key}.yarn_attn_factor", 1.0) * mscale(self._number(f"{key}.factor", 1.0))
 
     def _gemma(self, spec: ModelSpec) -> ModelSpec:
         """As llama.cpp runs Gemma 2/3: GeGLU, (1 + w) norms around each sublayer, embeddings times √d,
@@ -294,6 +296,8 @@ class GGUFModel:
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
         """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
+        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
+            return gguf_deepseek.weight(name, spec, get)
         tensor, expert = self.tensor_name(name), expert_of(name)
         w = get(tensor) if expert is None else get(tensor, expert)  # one expert's slice of a merged tensor
         kind = tensor.split(".")[-2]
@@ -340,6 +344,8 @@ class GGUFModel:
             return self.tensor_name(name), 0, index[0]
         if name == "embed":
             return "token_embd.weight", index[0], index[1]
+        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
+            return gguf_deepseek.locate(name, index, spec, self.info(self.tensor_name(name)).shape)
         tensor, (row, col) = self.tensor_name(name), index[::-1]
         kind = tensor.split(".")[-2]
         if self.arch == "llama" and kind in ("attn_q", "attn_k"):
@@ -354,6 +360,8 @@ class GGUFModel:
                  **{name: f"{tensor}.weight" for name, tensor in per_layer_input.GGUF.items()}}
         if name in fixed:
             return fixed[name]
+        if self.arch == gguf_deepseek.ARCH:
+            return gguf_deepseek.tensor(name)[0]
         _, layer, leaf = name.split(".", 2)
         if expert_of(name) is not None:  # mlp.experts.E.w_gate: expert E of the merged ffn_gate_exps
             leaf = f"mlp.experts.{leaf.rsplit('.', 1)[1]}"

@@ -1,11 +1,12 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
-gpt_oss, mistral, phi3, gemma2, gemma3 (text), lfm2 (short-conv and attention layers), gpt2 and bert.
+gpt_oss, mistral, phi3, gemma2, gemma3 (text), lfm2 (short-conv and attention layers), deepseek_v3, gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
 weights are already [in, out] and its fused `c_attn` is split into q | k | v; Phi-3's fused
 `qkv_proj` and `gate_up_proj` are split by rows; Qwen2/3-MoE's experts are read one tensor each, as the Hub
-stores them, or from transformers 5's fused expert tensors).
+stores them, or from transformers 5's fused expert tensors; DeepSeek-V3's rope columns, on interleaved pairs
+(`rope_interleave`), are reordered to the half-split layout, which gives the rotated rows transformers gives).
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_mod
 from engine.loading import hf_gemma4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
-from engine.loading.yarn import attention_factor, yarn_divisors
-from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.loading.yarn import mscale, yarn_divisors
+from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, MlaSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 MOE = ("qwen2_moe", "qwen3_moe")
 GPT_OSS = "gpt_oss"  # sparse too: its router and experts with biases, a clamped SwiGLU, attention sinks, YaRN
 QWEN35 = "qwen3_5_text"
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "gemma2",
-                "gemma3_text", hf_gemma4.ARCH, QWEN35)  # RoPE, RMSNorm, gated MLP
+                "gemma3_text", hf_gemma4.ARCH, QWEN35, "deepseek_v3")  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
@@ -159,6 +160,8 @@ def _llama(config: dict, file: Path) -> ModelSpec:
     )
     if arch in GEMMA:
         return _gemma(config, file, spec)
+    if arch == "deepseek_v3":
+        return _deepseek(config, file, spec)
     if config.get("hidden_act", "silu") != "silu":
         raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
     return _qwen35(config, file, spec) if arch == QWEN35 else spec
@@ -292,6 +295,39 @@ def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
 def _expert_width(config: dict) -> str:
     """The key of each expert's hidden width: gpt-oss has no dense FFN and calls it intermediate_size."""
     return "intermediate_size" if config["model_type"] == GPT_OSS else "moe_intermediate_size"
+
+
+def _deepseek(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
+    """DeepSeek-V3: latent attention (MLA) on every layer, dense FFNs before `first_k_dense_replace`, then
+    DeepSeek's routing (sigmoid scores, the selection bias, group-limited top-k, the scaled weights, ungated
+    shared experts); with YaRN, the rotated q/k times its attention factor and the scores times mscale²."""
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):  # older remote-code configs
+        if config.get(key, supported) != supported:
+            raise ConfigError(file, key, f"only {supported!r} is supported, got {config[key]!r}")
+    if config.get("rope_interleave", True) is not True:  # the weights' rope columns are read as interleaved pairs
+        raise ConfigError(file, "rope_interleave", "only interleaved rope pairs (true, DeepSeek's own) are supported")
+    q_lora = None if config.get("q_lora_rank") is None else get("q_lora_rank")
+    nope, rope, layers = get("qk_nope_head_dim"), get("qk_rope_head_dim"), spec.n_layers
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    scale = (nope + rope) ** -0.5
+    if params.get("rope_type", params.get("type")) == "yarn" and params.get("mscale_all_dim"):
+        scale *= mscale(params["factor"], params["mscale_all_dim"]) ** 2
+    mla = MlaSpec(get("kv_lora_rank"), nope, rope, get("v_head_dim"), q_lora)
+    experts, top_k, groups = get("n_routed_experts"), get("num_experts_per_tok"), get("n_group", 1)
+    if experts % groups:
+        raise ConfigError(file, "n_group", f"{groups} groups do not divide {experts} experts")
+    if get("topk_group", 1) > groups:
+        raise ConfigError(file, "topk_group", f"{config['topk_group']} groups kept, of {groups}")
+    first = config.get("first_k_dense_replace", 0)
+    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= layers:
+        raise ConfigError(file, "first_k_dense_replace", f"expected a layer count in 0..{layers}, got {first!r}")
+    scaling = _positive(config, "routed_scaling_factor", file, 1.0)
+    d_expert = get("moe_intermediate_size")
+    moe = MoeSpec(experts, top_k, d_expert, bool(config.get("norm_topk_prob", True)), tuple(range(first, layers)),
+                  d_expert * config.get("n_shared_experts", 0), shared_gate=False, sigmoid=True, groups=groups,
+                  topk_groups=get("topk_group", 1), routed_scale=scaling)
+    return replace(spec, d_head=nope + rope, kv_heads=None, mla=mla, moe=moe, attn_scale=scale)
 
 
 def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
@@ -430,8 +466,8 @@ def _yarn_scale(read: _Reader) -> float:
     if "attention_factor" in read.table:
         return read("attention_factor")
     if read.table.get("mscale") and read.table.get("mscale_all_dim"):
-        return attention_factor(read("factor"), read("mscale"), read("mscale_all_dim"))
-    return attention_factor(read("factor"))
+        return mscale(read("factor"), read("mscale")) / mscale(read("factor"), read("mscale_all_dim"))
+    return mscale(read("factor"))
 
 
 def _rope_scale(config: dict, file: Path) -> float:
@@ -642,6 +678,8 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
     base = f"layers.{layer}"
     if part.startswith("ln"):
         return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
+    if arch == "deepseek_v3":
+        return _deepseek_block(base, part, leaf, spec, get)
     if leaf in gated_deltanet.HF_RAW:
         found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
         return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
@@ -661,18 +699,57 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
 
 
 EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
+DEEPSEEK_MODULES = hf_modules("deepseek")
 
 
-def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+def _deepseek_block(base: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
+    """MLA's projections (`wq_b` from q_b_proj, `wkv_a` from kv_a_proj_with_mqa, …, their rope columns in the
+    half-split layout) and norms, the dense MLP, the router with its selection bias, the experts and the shared
+    experts."""
+    if part == "attn":
+        if leaf.endswith("_norm.w"):
+            return get(f"{base}.{DEEPSEEK_MODULES[leaf[:-2]]}.weight")
+        return half_split_rope(_linear(get, f"{base}.{DEEPSEEK_MODULES[leaf[1:]]}.weight"), leaf, spec)
+    if leaf == "score_bias":
+        return get(f"{base}.{DEEPSEEK_MODULES['router']}.e_score_correction_bias")
+    if leaf == "router" or leaf.startswith(("experts.", "shared.")):
+        return _moe_weight(base, leaf, spec, get, DEEPSEEK_MODULES)
+    return _linear(get, f"{base}.{LLAMA_MODULES[leaf[1:]]}.weight")
+
+
+def half_split_rope(weight: np.ndarray, leaf: str, spec: ModelSpec) -> np.ndarray:
+    """DeepSeek rotates interleaved pairs (x0, x1), (x2, x3), … and writes the result half-split: the rope
+    columns of `wq`/`wq_b` (each head's last d_rope) and of `wkv_a` (its last d_rope) reordered evens first, then
+    odds, make the engine's half-split RoPE give the same rotated rows. Other weights pass as they are."""
+    columns = rope_columns(leaf, spec, weight.shape[1])
+    return weight if columns is None else weight[:, columns]
+
+
+def rope_columns(leaf: str, spec: ModelSpec, width: int) -> np.ndarray | None:
+    """Engine column j of a DeepSeek projection `leaf` is the checkpoint's column `rope_columns(…)[j]` (None: the
+    same column)."""
+    mla = spec.mla
+    if leaf not in ("wq", "wq_b", "wkv_a"):
+        return None
+    order = np.concatenate([np.arange(0, mla.d_rope, 2), np.arange(1, mla.d_rope, 2)])
+    starts = ([mla.kv_lora_rank] if leaf == "wkv_a" else
+              [h * (mla.d_nope + mla.d_rope) + mla.d_nope for h in range(spec.n_heads)])
+    columns = np.arange(width)
+    for start in starts:
+        columns[start:start + mla.d_rope] = start + order
+    return columns
+
+
+def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter, modules: dict = LLAMA_MODULES) -> np.ndarray:
     """The router (mlp.gate), Qwen2-MoE's shared expert and its gate, and expert E's projections:
     mlp.experts.E.gate_proj.weight … as the Hub stores them, else transformers 5's fused
     mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and mlp.experts.down_proj (E × d × f)."""
     if leaf in ("router", "shared_gate"):
-        return _linear(get, f"{base}.{LLAMA_MODULES[leaf]}.weight")
+        return _linear(get, f"{base}.{modules[leaf]}.weight")
     if leaf.startswith("shared."):
-        return _linear(get, f"{base}.{LLAMA_MODULES['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}.weight")
+        return _linear(get, f"{base}.{modules['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}.weight")
     _, expert, projection = leaf.split(".")
-    experts, e, f = f"{base}.{LLAMA_MODULES['experts']}", int(expert), spec.moe.d_expert
+    experts, e, f = f"{base}.{modules['experts']}", int(expert), spec.moe.d_expert
     try:
         return _linear(get, f"{experts}.{expert}.{EXPERT_PROJECTIONS[projection]}.weight")
     except ScenarioError as missing:

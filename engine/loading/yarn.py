@@ -31,9 +31,7 @@ def yarn_divisors(theta: float, d_head: int, factor: float, original: float, bet
     return tuple(float(d) for d in extrapolation / inv_freq)
 
 
-def attention_factor(factor: float, mscale: float = 1.0, mscale_all_dim: float | None = None) -> float:
-    """What cos and sin are multiplied by: 0.1·mscale·ln(factor) + 1 (DeepSeek: over the same with mscale_all_dim)."""
-    def scaled(m: float) -> float:
-        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-
-    return scaled(mscale) / (1.0 if mscale_all_dim is None else scaled(mscale_all_dim))
+def mscale(factor: float, m: float = 1.0) -> float:
+    """YaRN's magnitude scale 0.1·m·ln(factor) + 1 (1 without scaling): cos and sin are multiplied by mscale(factor)
+    (DeepSeek: mscale(factor, mscale) / mscale(factor, mscale_all_dim), and its scores by mscale(factor, all_dim)²)."""
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0

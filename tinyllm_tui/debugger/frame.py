@@ -330,11 +330,8 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     if not views:  # a state of no rows of its own (a KV-shared layer): its facts say where it reads
         return CacheFrame(layer, len(state.caches), 0, 1, cache.length, 0, cache.fingerprint != fingerprint,
                           differing, (), cache.facts)
-    total = int(views[0].values.shape[1])
-    width = views[0].head_width or total
-    heads = max(total // width, 1)
+    heads = max(_heads(view) for view in views)  # a latent cache's latent is one "head", its K/V expand to many
     head = min(head, heads - 1)
-    part = slice(head * width, (head + 1) * width)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
     # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
     marked = isinstance(cache.facts, (RingFacts, PagedFacts)) or positions != tuple(range(len(positions)))
@@ -345,11 +342,11 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
 
     def matrix(view) -> MatrixFrame:
-        values = to_host(view.values)[:, part if view.head_width else slice(None)]
+        values, at = to_host(view.values)[:, _part(view, head)], min(head, _heads(view) - 1)
         if not view.positional:  # a recurrent state's matrix: its rows are key features, not tokens
             return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"k{i}"),
-                                Labels(values.shape[1], lambda j: f"d{j}"), head=head)
-        return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=head,
+                                Labels(values.shape[1], lambda j: f"d{j}"), head=at)
+        return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=at,
                             newest_first=not ring, new_from=None if marked else new_from,
                             differing=frozenset() if marked else differing)
 
@@ -358,6 +355,18 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     evicted = tuple(p for p in range(cache.seen) if p not in held)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
                       cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted)
+
+
+def _heads(view) -> int:
+    total = int(view.values.shape[1])
+    return max(total // (view.head_width or total or 1), 1)
+
+
+def _part(view, head: int) -> slice:
+    """The columns of `head` in a state view (its last head where it has fewer)."""
+    width = min(view.head_width or int(view.values.shape[1]), int(view.values.shape[1]))
+    head = min(head, _heads(view) - 1)
+    return slice(head * width, (head + 1) * width)
 
 
 def position_label(position: int, timeline) -> str:
@@ -439,6 +448,8 @@ def hook_key(state: OpState) -> str:
         hook = "hook_embed(scaled)"
     elif hook == "hook_out" and state.op.hook.module.startswith(("mlp.experts.", "mlp.shared")):  # an expert's output
         hook = "hook_out(expert)"
+    elif hook in ("hook_k", "hook_v") and state.op.inputs and state.op.inputs[0].name.endswith(".cache_latent"):
+        hook = f"{hook}(latent)"  # latent attention's keys and values, expanded from its cache
     return BY_KIND.get((hook, state.kind), hook)
 
 

@@ -51,6 +51,7 @@ class ModelOptions:
     patches: list[str] | None = None
     ablations: list[str] | None = None
     breakpoints: list[str] | None = None
+    mla: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,8 @@ def check_options(options: ModelOptions):
     Raises OptionError (or BreakpointError, BackendError) for one that cannot be used."""
     if options.inject is not None and options.inject not in INJECTIONS:
         raise OptionError("--inject", f"unknown bug {options.inject!r} (expected one of {', '.join(INJECTIONS)})")
+    if options.mla is not None and options.mla not in MLA_FORMS:
+        raise OptionError("--mla", f"unknown form {options.mla!r} (expected naive or absorbed)")
     for text in options.breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before anything loads
     _max_memory(options.max_memory)
@@ -106,9 +109,24 @@ def load(file: str | Path, options: ModelOptions, report: Report | None = None) 
                               max_new_tokens=options.max_new_tokens, dtype=options.dtype,
                               max_memory=_max_memory(options.max_memory))
     scenario = dataclasses.replace(scenario, batch=True) if options.batch else scenario
+    scenario = with_mla_form(scenario, options.mla)
     scenario = with_interventions(scenario, options.patches, options.ablations)
     _refuse_unknown_operators(scenario, make_backend(options.backend, options.dtype))
     return scenario
+
+
+MLA_FORMS = {"naive": False, "absorbed": True}
+
+
+def with_mla_form(scenario: Scenario, form: str | None) -> Scenario:
+    """The scenario with its latent attention in `form` (--mla): naive or absorbed; None leaves it."""
+    if form is None:
+        return scenario
+    mla = scenario.model.mla
+    if mla is None:
+        raise OptionError("--mla", "the model has no latent attention (DeepSeek's MLA)")
+    model = dataclasses.replace(scenario.model, mla=dataclasses.replace(mla, absorbed=MLA_FORMS[form]))
+    return dataclasses.replace(scenario, model=model)
 
 
 def with_interventions(scenario: Scenario, patches: list[str] | None, ablations: list[str] | None) -> Scenario:

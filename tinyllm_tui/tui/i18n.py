@@ -226,6 +226,9 @@ EN = {
     "inject.chunk-state-dropped": "the chunked delta rule starts every chunk after the first from a zero state",
     "inject.shared-kv-own-cache": "a KV-shared layer reads its own (empty) cache in cached rounds, not its source's",
     "inject.per-layer-previous": "a cached round reads the per-layer input row of the previous token",
+    "inject.rope-key-unrotated": "latent attention caches its shared rope key before RoPE turns it",
+    "inject.absorbed-uk-untransposed": "the absorbed latent attention multiplies the query by W_UK untransposed "
+                                       "(its buffer read as if transposed)",
 }
 
 ZH = {
@@ -407,6 +410,8 @@ ZH = {
     "inject.chunk-state-dropped": "分块delta规则从第二块起每块都从零状态开始",
     "inject.shared-kv-own-cache": "KV共享层在缓存轮次读取自己（空的）缓存，而不是源层的缓存",
     "inject.per-layer-previous": "缓存轮次读取了前一个Token的每层输入行",
+    "inject.rope-key-unrotated": "潜在注意力在RoPE旋转之前就缓存了共享的rope键",
+    "inject.absorbed-uk-untransposed": "吸收形式的潜在注意力用未转置的W_UK乘查询（把其缓冲区当作已转置来读）",
 }
 
 CATALOGUES = {"en": EN, "zh": ZH}

@@ -1,0 +1,138 @@
+"""GGUF files of llama.cpp's `deepseek2` architecture (DeepSeek-V2/V3, Kimi) as its converter writes them.
+
+The converter (conversion/deepseek.py) writes MLA's kv_b_proj split per head into `attn_k_b` ([heads, kv_lora_rank,
+d_nope]: W_UK already transposed, for the absorbed form) and `attn_v_b` ([heads, d_v, kv_lora_rank]), the routed
+experts merged into `ffn_{gate,up,down}_exps` ([experts, out, in]), the selection bias as `exp_probs_b.bias`, the
+shared experts as `ffn_*_shexp`; the rope columns stay on interleaved pairs (llama.cpp's NORM rope), reordered here
+to the half-split layout as for a Hugging Face folder. `head_count_kv` is 1 (MLA read as MQA) and `key_length` the
+latent's width: the heads' own widths are `key_length_mla` and `value_length_mla`. YaRN is read as llama.cpp reads
+it: `yarn_log_multiplier` is 0.1 · mscale_all_dim, and mscale is taken equal to it (the rotated q/k unscaled).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.layers import mla
+from engine.loading.hf import half_split_rope, rope_columns
+from engine.loading.yarn import mscale, yarn_divisors
+from engine.spec import FfnKind, MlaSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
+
+ARCH = "deepseek2"
+SIGMOID = 2  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+ATTENTION = {"wq": "attn_q", "wo": "attn_output", **{name.removeprefix("attn."): found for name, found in mla.GGUF.items()}}
+FFN = {"w_gate": "ffn_gate", "w_up": "ffn_up", "w_down": "ffn_down", "router": "ffn_gate_inp"}
+SHARED = {"w_gate": "ffn_gate_shexp", "w_up": "ffn_up_shexp", "w_down": "ffn_down_shexp"}
+EXPERTS = {"w_gate": "ffn_gate_exps", "w_up": "ffn_up_exps", "w_down": "ffn_down_exps"}
+
+
+def spec(model) -> ModelSpec:
+    """The ModelSpec of a deepseek2 file (`model`: an engine.loading.gguf_model.GGUFModel)."""
+    key = lambda name: f"{ARCH}.{name}"  # noqa: E731
+    size = lambda name, default=None: model._size(key(name), default)  # noqa: E731
+    d, heads, layers = size("embedding_length"), size("attention.head_count"), size("block_count")
+    rope, width = size("rope.dimension_count"), size("attention.key_length_mla")
+    if width <= rope:
+        raise model.error(key("attention.key_length_mla"), f"{width} is not wider than the rope part ({rope})")
+    q_lora = size("attention.q_lora_rank") if key("attention.q_lora_rank") in model.meta else None
+    mla = MlaSpec(size("attention.kv_lora_rank"), width - rope, rope, size("attention.value_length_mla"), q_lora)
+    theta = model._number(key("rope.freq_base"), 10000.0, lowest=1.0)
+    divisors, scale = _yarn(model, theta, rope, width)
+    return ModelSpec(
+        d_model=d, n_layers=layers, n_heads=heads, d_head=width, d_ff=size("feed_forward_length"),
+        norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE, model._epsilon(), affine=True), final_norm=True,
+        ffn=FfnKind.GATED_SILU, positions=Positions.ROPE, max_positions=model._count(key("context_length")),
+        tied_unembed="output.weight" not in model.tensors, rope_theta=theta, rope_factors=divisors,
+        attn_scale=scale, mla=mla, moe=_moe(model, layers))
+
+
+def _yarn(model, theta: float, rope: int, width: int) -> tuple[tuple[float, ...] | None, float]:
+    """RoPE's divisors and the scores' factor: YaRN's frequencies and its mscale², or none of them."""
+    prefix = f"{ARCH}.rope.scaling"
+    kind = model.meta.get(f"{prefix}.type", "none")
+    if kind not in ("none", "yarn"):
+        raise model.error(f"{prefix}.type", f"RoPE scaling {kind!r} is not supported (none, yarn)")
+    if kind == "none":
+        return None, width**-0.5
+    factor = model._number(f"{prefix}.factor", 1.0)
+    log_mul = f"{prefix}.yarn_log_multiplier"  # float32: its shortest decimal is the config's 0.1 · mscale_all_dim
+    all_dim = float(str(np.float32(model._number(log_mul, 1.0)))) / 0.1 if log_mul in model.meta else 0.0
+    scale = width**-0.5 * (mscale(factor, all_dim) ** 2 if all_dim else 1.0)
+    divisors = yarn_divisors(theta, rope, factor, model._size(f"{prefix}.original_context_length"),
+                             model._number(f"{prefix}.yarn_beta_fast", 32.0),
+                             model._number(f"{prefix}.yarn_beta_slow", 1.0), truncate=True)  # as llama.cpp runs it
+    return divisors, scale
+
+
+def _moe(model, layers: int) -> MoeSpec:
+    key = lambda name: f"{ARCH}.{name}"  # noqa: E731
+    gating = model.meta.get(key("expert_gating_func"))
+    if gating != SIGMOID:  # llama.cpp takes a missing one as a softmax, DeepSeek-V3's is a sigmoid
+        raise model.error(key("expert_gating_func"), f"only the sigmoid gating ({SIGMOID}) is supported, got {gating!r}")
+    first = model._count(key("leading_dense_block_count"))
+    if first > layers:
+        raise model.error(key("leading_dense_block_count"), f"{first} dense layers, of {layers}")
+    d_expert = model._size(key("expert_feed_forward_length"))
+    experts, groups = model._size(key("expert_count")), model._size(key("expert_group_count"), 1)
+    if experts % groups:
+        raise model.error(key("expert_group_count"), f"{groups} groups do not divide {experts} experts")
+    norm = model.meta.get(key("expert_weights_norm"), False)
+    return MoeSpec(experts, model._size(key("expert_used_count")), d_expert, bool(norm), tuple(range(first, layers)),
+                   d_expert * model._count(key("expert_shared_count")), shared_gate=False, sigmoid=True,
+                   groups=groups, topk_groups=model._size(key("expert_group_used_count"), 1),
+                   routed_scale=model._number(key("expert_weights_scale"), 1.0))
+
+
+def tensor(name: str) -> tuple[str, int | None]:
+    """The GGUF tensor behind a block parameter (`blocks.L.attn.wq_b`) and, for a routed expert's, its index."""
+    _, layer, part, leaf = name.split(".", 3)
+    blk = f"blk.{layer}"
+    if part == "attn":
+        return f"{blk}.{ATTENTION[leaf]}.weight", None
+    if part.startswith("ln"):
+        return f"{blk}.{'attn_norm' if part == 'ln1' else 'ffn_norm'}.weight", None
+    if leaf == "score_bias":
+        return f"{blk}.exp_probs_b.bias", None
+    if leaf.startswith("experts."):
+        _, expert, projection = leaf.split(".")
+        return f"{blk}.{EXPERTS[projection]}.weight", int(expert)
+    if leaf.startswith("shared."):
+        return f"{blk}.{SHARED[leaf[7:]]}.weight", None
+    return f"{blk}.{FFN[leaf]}.weight", None
+
+
+def weight(name: str, spec: ModelSpec, get) -> np.ndarray:
+    """The engine parameter `name` ([in, out] for matrices) from `get(tensor name)`."""
+    if name.endswith(".attn.wkv_b"):
+        return _kv_b(name.split(".")[1], spec, get)
+    found, expert = tensor(name)
+    w = get(found) if expert is None else get(found)[expert]
+    if w.ndim == 1:
+        return w
+    return half_split_rope(w.T, name.rsplit(".", 1)[-1], spec)
+
+
+def _kv_b(layer: str, spec: ModelSpec, get) -> np.ndarray:
+    """kv_b as the engine keeps it, (kv_lora_rank, heads·(d_nope + d_v)), each head's W_UK then W_UV columns,
+    from the split attn_k_b ([heads, kv_lora_rank, d_nope]) and attn_v_b ([heads, d_v, kv_lora_rank])."""
+    k_b, v_b = get(f"blk.{layer}.attn_k_b.weight"), get(f"blk.{layer}.attn_v_b.weight")
+    heads = [np.concatenate([k_b[h], np.swapaxes(v_b[h], 0, 1)], axis=1) for h in range(spec.n_heads)]
+    return np.concatenate(heads, axis=1)
+
+
+def locate(name: str, index: tuple[int, int], spec: ModelSpec, shape: tuple[int, ...]) -> tuple[str, int, int]:
+    """The tensor, row and column (its rows as a 2-D [rows, in] table) that hold matrix parameter `name` at
+    `index` ([in, out]): a routed expert's rows after the experts before it, rope columns reordered, kv_b's in
+    attn_k_b or attn_v_b. `shape`: the tensor's shape (of attn_k_b for kv_b)."""
+    row, col = index
+    mla, leaf = spec.mla, name.rsplit(".", 1)[-1]
+    if leaf == "wkv_b":
+        head, part = divmod(col, mla.d_nope + mla.d_v)
+        layer = name.split(".")[1]
+        if part < mla.d_nope:  # attn_k_b [heads, kv_lora_rank, d_nope]: W_UK transposed
+            return f"blk.{layer}.attn_k_b.weight", head * mla.kv_lora_rank + row, part
+        return f"blk.{layer}.attn_v_b.weight", head * mla.d_v + part - mla.d_nope, row
+    found, expert = tensor(name)
+    columns = rope_columns(leaf, spec, shape[-2])
+    out = col if columns is None else int(columns[col])
+    return found, out + (expert or 0) * shape[-2], row

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from float64_reference import Float32Counter, counter_sees_float32, eager_attention, rms_norm  # noqa: E402
+from float64_reference import counter_sees_float32, eager_attention, greedy_passes, rms_norm  # noqa: E402
 from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
 NEW_TOKENS = 5
@@ -142,32 +142,20 @@ def load(folder: Path):
 
 def run(model, routers, ids: list[int]) -> dict[str, np.ndarray]:
     """Prefill, then greedy decoding through transformers' own cache, under the float32 counter."""
-    from transformers import DynamicCache
+    def routes_and_latents(cache):
+        seen = [router.seen.pop() for router in routers]
+        return {**{name: np.stack([s[i].numpy() for s in seen])
+                   for i, name in enumerate(("router_logits", "selection", "groups", "topk"))},
+                "latent": np.stack([layer.keys[0, 0].numpy() for layer in cache.layers]),
+                "rope_key": np.stack([layer.values[0, 0].numpy() for layer in cache.layers])}
 
-    captured = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
-             for layer in model.model.layers]
-    cache, feed, passes = DynamicCache(config=model.config), ids, []
-    counter = Float32Counter()
-    with torch.no_grad(), counter:
-        for _ in range(NEW_TOKENS):
-            captured.clear()
-            logits = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
-            seen = [router.seen.pop() for router in routers]
-            passes.append({"logits": logits.numpy(), "layers": np.stack([h[0].numpy() for h in captured]),
-                           **{name: np.stack([s[i].numpy() for s in seen])
-                              for i, name in enumerate(("router_logits", "selection", "groups", "topk"))}})
-            feed = [int(torch.argmax(logits[-1]))]
-    for hook in hooks:
-        hook.remove()
+    passes, counter = greedy_passes(model, ids, NEW_TOKENS, routes_and_latents)
     if counter.float32:
         sys.exit(f"float32 operators remain in the reference: {sorted(set(counter.float32))}")
-    layers = cache.layers
     prefill = passes[0]
     return {"ids": np.array(ids), "greedy_ids": np.array([int(np.argmax(p["logits"][-1])) for p in passes]),
             **{name: prefill[name] for name in ("layers", "logits", "router_logits", "selection", "groups", "topk")},
-            "latent": np.stack([layer.keys[0, 0].numpy() for layer in layers]),
-            "rope_key": np.stack([layer.values[0, 0].numpy() for layer in layers]),
+            "latent": passes[-1]["latent"], "rope_key": passes[-1]["rope_key"],
             **{f"step_{name}": np.stack([p[name][:, -1] if name == "layers" else p[name][..., -1, :] for p in passes])
                for name in ("logits", "layers", "router_logits", "selection", "groups", "topk")},
             "float32_ops": np.array(len(counter.float32)), "ops": np.array(counter.ops)}

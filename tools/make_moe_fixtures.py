@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from float64_reference import (Float32Counter, counter_sees_float32, eager_attention, rebuild_rotary, rms_norm,  # noqa: E402
+from float64_reference import (counter_sees_float32, eager_attention, greedy_passes, rebuild_rotary, rms_norm,  # noqa: E402
                                rotary)
 from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
@@ -185,26 +185,12 @@ def load(arch: str, folder: Path):
 def run(model, routers, ids: list[int]) -> dict[str, np.ndarray]:
     """Prefill, then greedy decoding through transformers' own cache: every pass's logits, layer outputs,
     router logits and chosen experts, under the float32 counter."""
-    from transformers import DynamicCache
+    def routes(cache):
+        seen = [router.seen.pop() for router in routers]
+        return {name: np.stack([s[i].numpy() for s in seen])
+                for i, name in enumerate(("router_logits", "probs", "topk", "router_inputs"))}
 
-    captured = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
-             for layer in model.model.layers]
-    cache, feed, passes = DynamicCache(config=model.config), ids, []
-    counter = Float32Counter()
-    with torch.no_grad(), counter:
-        for _ in range(NEW_TOKENS):
-            captured.clear()
-            logits = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
-            seen = [router.seen.pop() for router in routers]
-            passes.append({"logits": logits.numpy(), "layers": np.stack([h[0].numpy() for h in captured]),
-                           "router_logits": np.stack([s[0].numpy() for s in seen]),
-                           "probs": np.stack([s[1].numpy() for s in seen]),
-                           "topk": np.stack([s[2].numpy() for s in seen]),
-                           "router_inputs": np.stack([s[3].numpy() for s in seen])})
-            feed = [int(torch.argmax(logits[-1]))]
-    for hook in hooks:
-        hook.remove()
+    passes, counter = greedy_passes(model, ids, NEW_TOKENS, routes)
     if counter.float32:
         sys.exit(f"float32 operators remain in the reference: {sorted(set(counter.float32))}")
     prefill = passes[0]

@@ -53,7 +53,7 @@ class CacheView(Vertical):
         if cache is None:
             title.show_text(Text(tr("cache.none", lang)))
             return
-        heading = "cache.where.conv" if layout_kind(cache.layout) == "conv" else "cache.where"  # no heads
+        heading = HEADINGS.get(layout_kind(cache.layout), "cache.where")
         where = Text(tr(heading, lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
                         last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
@@ -84,6 +84,9 @@ class CacheView(Vertical):
                 window.show(cache.views[index], cache.views[index].name)  # the layer and head are in the title above
 
 
+HEADINGS = {"conv": "cache.where.conv",  # a conv window has no heads
+            "recurrent": "cache.where.recurrent"}  # a recurrent state's heads are its value heads, not K/V
+
 def layout_line(cache: CacheFrame, lang: str) -> str:
     """What the layout holds beside its rows ("" for a contiguous cache)."""
     facts, kind = cache.layout, layout_kind(cache.layout)
@@ -95,8 +98,9 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
     if kind == "recurrent":
-        return tr("cache.recurrent", lang, last=facts.last, rows=facts.kernel - 1, kernel=facts.kernel,
-                  stored=size_text(facts.nbytes))
+        fresh = facts.last < 0  # no token has changed it yet
+        return tr("cache.recurrent.fresh" if fresh else "cache.recurrent", lang, last=facts.last,
+                  rows=facts.kernel - 1, kernel=facts.kernel, stored=size_text(facts.nbytes))
     if kind == "conv":
         return tr("cache.conv", lang, rows=facts.kernel - 1, kernel=facts.kernel, size=size_text(facts.nbytes))
     if kind == "quantized":

@@ -313,10 +313,12 @@ async def test_the_cache_view_of_a_kv_shared_layer_says_which_layer_it_reads_and
     from tinyllm_tui.tui.widgets.cache import CacheView
     from tinyllm_tui.tui.widgets.matrix import MatrixWindow
     from tinyllm_tui.tui.widgets.wrapped import Wrapped
+    from tui_helpers import settle
 
     scenario, _, states = fixture()
     app = DebuggerApp(scenario, lang="en")
     async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)  # the first screen's own work done: nothing redraws the view after ours
         app.debugger.goto_step(states[-1].step)
         app.debugger.move_cache(layers=3 - app.debugger.frame.cache.layer)
         view = app.main.query(CacheView).first()

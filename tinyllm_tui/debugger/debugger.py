@@ -34,7 +34,8 @@ from engine.trace import OpKind, Phase
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from engine.interventions import InterventionError, check_intervention, parse_any
-from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
+from tinyllm_tui.debugger.changes import Changed, Changes
+from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, checked, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import Weights
@@ -119,7 +120,8 @@ class Debugger:
         self.against = None if against is None else Against(against[0], scenario, *against[1:])
         self.backend = backend or make_backend()
         self.comparisons = Comparisons(self.backend, self.against, self._compared)
-        self.edits = Weights(scenario, edits)
+        self.changes = Changes(scenario.weights, scenario.interventions)  # edits and interventions: one undo list
+        self.edits = Weights(scenario, self.changes, edits)
         self.breaks = BreakpointSet(breakpoints)  # a text that cannot be understood raises BreakpointError
         self.budget = budget
         self.stale: StaleFrom | None = None
@@ -131,7 +133,6 @@ class Debugger:
         self._publishing = threading.Lock()  # a frame is replaced whole, by one thread at a time
         self._cancel = threading.Event()  # stops a run that owns the generator
         self.inject = inject
-        self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
         self._frame: Frame | None = None  # built once a view subscribes (the TUI; a test reading `frame`)
         self._view: View | None = None
@@ -215,7 +216,7 @@ class Debugger:
     def _new_run(self, step: int, progress: Progress | None) -> Run:
         """A fresh session with the current weights and fault, replayed to `step` (a cancel stops it earlier).
         Built aside: nothing a reader sees changes until the caller publishes it."""
-        scenario = self.interventions.applied_to(with_weights(self.file_scenario, self.weights))
+        scenario = applied_to(with_weights(self.file_scenario, self.weights), self.changes.interventions)
         inject, stale = self.inject, self.stale
         run = Run(scenario, lambda: Session(scenario, self.backend, inject=inject, stale=stale), self.budget)
         self._cancel.clear()
@@ -272,7 +273,7 @@ class Debugger:
             status=StatusFacts(state.step, None if history.total is None else history.total - 1,
                                next(line.short for line in operator_lines((state,), breaks)), self.inject,
                                self.stale is not None, self.unsaved(), len(self.breakpoints), self.hits(state),
-                               tuple(i.text for i in self.interventions.current)),
+                               tuple(i.text for i in self.changes.interventions)),
             hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
         with self._publishing:
             self._view, self._frame, self._pending = view, frame, not ahead
@@ -565,15 +566,25 @@ class Debugger:
 
     @owning
     def undo(self, progress: Progress | None = None) -> Result:
-        if not self.edits.history.undo():
+        """Take back the last change, an edit or an intervention (one undo list), and replay to the same step."""
+        undone = self.changes.undo()
+        if undone is None:
             return Refused(Reason.NOTHING_TO_UNDO)
-        return self._rebuild(Rebuilt(EditKind.UNDONE), progress)
+        return self._changed_back(undone, EditKind.UNDONE, Change.UNDONE, progress)
 
     @owning
     def redo(self, progress: Progress | None = None) -> Result:
-        if not self.edits.history.redo():
+        redone = self.changes.redo()
+        if redone is None:
             return Refused(Reason.NOTHING_TO_REDO)
-        return self._rebuild(Rebuilt(EditKind.REDONE), progress)
+        return self._changed_back(redone, EditKind.REDONE, Change.REDONE, progress)
+
+    def _changed_back(self, change: Changed, edit: EditKind, intervention: Change, progress: Progress | None) -> Result:
+        """After an undo or a redo: the run replayed, and what changed, worded by the view."""
+        if change.edit is not None:
+            return self._rebuild(Rebuilt(edit, change.edit.name), progress)
+        self._rebuild(None, progress)
+        return self._intervened(intervention, change.intervention.text)
 
     @owning
     def recompute(self, progress: Progress | None = None) -> Result:
@@ -585,7 +596,7 @@ class Debugger:
         """A new session with the current weights, replayed to the same step (the caller owns the generator)."""
         state = self.history.current
         self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
-        changed = self.weights is not self.file_scenario.weights or self.interventions.current
+        changed = self.weights is not self.file_scenario.weights or self.changes.interventions
         previous = self.history if changed else None
         run = self._new_run(state.step, progress)
         self.previous = previous
@@ -606,7 +617,7 @@ class Debugger:
     def _drop_intervention(self, error: InterventionError) -> Result:
         """The run stopped where `error.intervention` could not apply: it goes (a change of its own: undo puts
         it back, and a replay past that round drops it again), and the session is rebuilt to the last step reached."""
-        self.interventions.remove(self.interventions.current.index(error.intervention))
+        self.changes.drop(error.intervention)
         self._rebuild(None, None)
         return Refused(Reason.BAD_QUERY, (str(error),))
 
@@ -614,24 +625,18 @@ class Debugger:
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
         """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""
         try:
-            intervention = self.interventions.add(text, self.scenario, self.session.model.hooks)
+            intervention = checked(text, self.scenario, self.session.model.hooks)
         except InterventionError as error:
             return Refused(Reason.BAD_QUERY, (str(error),))
+        self.changes.add(intervention)
         try:
             self._rebuild(None, progress)
             self.history.round_states()  # this round to its end: an operator that refuses it does so now
         except InterventionError as error:  # a row of the wrong width, a request with no such pass, …
-            self.interventions.discard()
+            self.changes.discard()
             self._rebuild(None, progress)
             return Refused(Reason.BAD_QUERY, (str(error),))
         return self._intervened(Change.ADDED, intervention.text)
-
-    @owning
-    def undo_intervention(self, progress: Progress | None = None) -> Result:
-        if not self.interventions.undo():
-            return Refused(Reason.NOTHING_TO_UNDO)
-        self._rebuild(None, progress)
-        return self._intervened(Change.UNDONE)
 
     def _intervened(self, change: Change, text: str = "") -> Intervened:
         """With the round's choice before → after, once the round has chosen: its token's text and probability."""
@@ -646,7 +651,7 @@ class Debugger:
         if path is None and self.file_scenario.document is None:
             return Refused(Reason.NOTHING_TO_SAVE)
         target = path or self.file_scenario.path
-        save_interventions(target, self.interventions.current)
+        save_interventions(target, self.changes.interventions)
         return Saved(str(target))
 
     def unsaved(self) -> int:

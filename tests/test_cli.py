@@ -71,7 +71,9 @@ def test_diff_json_holds_every_measured_number():
     document = json.loads(result.output)
     assert (document["agrees"], document["first_divergence"], document["inject"]) == (True, None, None)
     operators = document["operators"]
-    assert len([o for o in operators if o["phase"] == "decode"]) == 31  # X01's one cached round (test_diff)
+    decode = [o for o in operators if o["phase"] == "decode"]
+    assert len([o for o in decode if not o["state"]]) == 31  # X01's one cached round (test_diff)
+    assert [o["name"] for o in decode if o["state"]] == ["blocks.0.attn.cache_k", "blocks.0.attn.cache_v"]  # its end
     assert all(isinstance(o["max_abs"], float) and 0 <= o["max_abs"] <= 1e-12 and o["agrees"] for o in operators)
     assert [o["max_abs"] for o in operators if o["name"] == "hook_embed"] == [0.0, 0.0, 0.0]  # rows looked up alike
 

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(ROOT / "tools"))
 from fetch_real_models import MINILM, SMOLLM2, cache_dir  # noqa: E402
+from float64_reference import eager_attention, gemma_rms_norm, rms_norm  # noqa: E402
 
 CORPUS = [
     "The cat sat on the mat. The dog sat on the log.",
@@ -59,21 +60,13 @@ def pure_float64() -> None:
 
     for arch, prefix in LLAMA_LIKE.items():
         module = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
-        getattr(module, f"{prefix}RMSNorm").forward = _gemma_rms_norm if arch.startswith("gemma") else _rms_norm
+        getattr(module, f"{prefix}RMSNorm").forward = gemma_rms_norm if arch.startswith("gemma") else rms_norm
         getattr(module, f"{prefix}RotaryEmbedding").forward = _rotary
-        module.eager_attention_forward = _eager_attention(module.repeat_kv)
+        module.eager_attention_forward = eager_attention(module.repeat_kv)
     from transformer_lens.model_bridge.generalized_components import attention  # its softmax is float32 too
 
     softmax = attention.AttentionBridge._masked_softmax
     attention.AttentionBridge._masked_softmax = lambda self, scores, dtype=None: softmax(self, scores, scores.dtype)
-
-
-def _rms_norm(self, x):
-    return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
-
-
-def _gemma_rms_norm(self, x):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
 
 
 def _rotary(self, x, position_ids, layer_type=None):
@@ -102,21 +95,6 @@ def _scaled(params: dict, inv_freq):
     smooth = (old / wavelen - low) / (high - low)
     medium = ~(wavelen < old / high) * ~(wavelen > old / low)
     return torch.where(medium, (1 - smooth) * llama / factor + smooth * llama, llama)
-
-
-def _eager_attention(repeat_kv):
-    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kwargs):
-        key = repeat_kv(key, module.num_key_value_groups)
-        value = repeat_kv(value, module.num_key_value_groups)
-        weights = torch.matmul(query, key.transpose(2, 3)) * (module.head_dim**-0.5 if scaling is None else scaling)
-        if softcap is not None:
-            weights = torch.tanh(weights / softcap) * softcap
-        if attention_mask is not None:
-            weights = weights + attention_mask
-        weights = torch.softmax(weights, dim=-1)
-        return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
-
-    return attention
 
 
 # -- tokenizers -----------------------------------------------------------------------

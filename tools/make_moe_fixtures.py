@@ -31,10 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_fixtures import OUT, PROMPT, _eager_attention, _rms_norm, byte_bpe, randomize  # noqa: E402
+from float64_reference import (Float32Counter, counter_sees_float32, eager_attention, rebuild_rotary, rms_norm,  # noqa: E402
+                               rotary)
+from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
 NEW_TOKENS = 5
 SEED, MIN_MARGIN = 100, 1e-3
@@ -71,47 +72,15 @@ def _router(self, hidden_states):
     return logits, top, indices
 
 
-def _rotary(self, x, position_ids):
-    freqs = position_ids[..., None].to(torch.float64) * self.inv_freq
-    emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-
-
 def pure_float64() -> None:
     import importlib
 
     for arch, prefix in PREFIXES.items():
         module = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
-        getattr(module, f"{prefix}RMSNorm").forward = _rms_norm
-        getattr(module, f"{prefix}RotaryEmbedding").forward = _rotary
+        getattr(module, f"{prefix}RMSNorm").forward = rms_norm
+        getattr(module, f"{prefix}RotaryEmbedding").forward = rotary
         getattr(module, f"{prefix}TopKRouter").forward = _router
-        module.eager_attention_forward = _eager_attention(module.repeat_kv)
-
-
-def rebuild_rotary(model) -> None:
-    """inv_freq in float64 (transformers makes it float32 at init, and from_pretrained keeps that)."""
-    rotary, config = model.model.rotary_emb, model.config
-    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    theirs = rotary.inv_freq
-    ours = 1.0 / config.rope_parameters["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
-    assert torch.allclose(ours.float(), theirs.float(), rtol=1e-6, atol=0)
-    rotary.inv_freq = ours
-
-
-class Float32Counter(TorchDispatchMode):
-    """Counts the operators dispatched, and those whose inputs or outputs hold a float32 tensor."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops, self.float32 = 0, []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.ops += 1
-        tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
-        if any(t.dtype in (torch.float32, torch.float16, torch.bfloat16) for t in tensors):
-            self.float32.append(str(func))
-        return out
+        module.eager_attention_forward = eager_attention(module.repeat_kv)
 
 
 # -- the reference ---------------------------------------------------------------------------------------
@@ -175,13 +144,6 @@ def smallest_margin(ref: dict[str, np.ndarray]) -> float:
         ordered = -np.sort(-scores, axis=-1)
         gaps.append((ordered[..., TOP_K - 1] - ordered[..., TOP_K]).min())
     return float(min(gaps))
-
-
-def counter_sees_float32() -> bool:
-    """The counter itself catches what the patches remove: transformers' own router softmax."""
-    with torch.no_grad(), Float32Counter() as counter:
-        torch.nn.functional.softmax(torch.ones(1, 3, dtype=torch.float64), dtype=torch.float, dim=-1)
-    return bool(counter.float32)
 
 
 def make(arch: str) -> None:

@@ -45,6 +45,7 @@ from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts,
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
                                         timeline_frame, with_breakpoints)
 from tinyllm_tui.debugger.history import HISTORY_BUDGET, History, RoundSummary
+from tinyllm_tui.presentation.cache_layout import RowWords
 from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Diverged, EditKind, EndOfTrace,
                                           Generated, HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt,
                                           Refused, Result, Saved)
@@ -139,11 +140,12 @@ class Debugger:
         self._pending, self._subscribed = False, False
         self._ahead = not (quick_start and isinstance(scenario.weights, LazyWeights))  # for the first frame
 
-    def subscribe(self) -> None:
+    def subscribe(self, words: RowWords | None = None) -> None:
         """From now on every move publishes a frame, starting with one of where the history stands (in the
-        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread)."""
+        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread). `words`: the
+        view's words inside row labels (a ring's slots, a batch's rows)."""
         if not self._subscribed:
-            self._subscribed = True
+            self._subscribed, self._words = True, words or RowWords()
             self._publish(ahead=self._ahead)
 
     @property
@@ -281,7 +283,7 @@ class Debugger:
     def _cache(self, state: OpState, layer: int, head: int):
         """The KV-cache slice shown, with the rows that differ from a --against dump."""
         differing = self.differing_cache_rows(state, layer)
-        return cache_frame(state, self.fingerprint, layer, head, differing)
+        return cache_frame(state, self.fingerprint, layer, head, differing, self._words)
 
     def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
         """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
@@ -293,7 +295,7 @@ class Debugger:
         rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
         stacks = len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1
         if stacks:
-            values, rows, cols = stacked(batch)
+            values, rows, cols = stacked(batch, self._words)
         tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
         matrix = matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
                               verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)

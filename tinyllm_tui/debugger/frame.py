@@ -25,7 +25,7 @@ from engine.labels import resolve_some
 from engine.layers import explanation
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
-from tinyllm_tui.presentation.cache_layout import row_label
+from tinyllm_tui.presentation.cache_layout import RowWords, row_label
 from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
 
 if TYPE_CHECKING:
@@ -318,7 +318,7 @@ def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Seque
 
 
 def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
-                differing: frozenset[int] = frozenset()) -> CacheFrame | None:
+                differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> CacheFrame | None:
     """`state`'s layer state of `layer` through its views (engine.state), the columns of `head`; rows from
     `state.chunk_past` on were added by this chunk (this round, unless the prefill is chunked)."""
     if not state.caches:
@@ -335,7 +335,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     cols = Labels(min(width, total), lambda j: f"d{j}")
     marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
     if marked:
-        rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
+        rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing, words))
     else:
         rows = Labels(len(positions), lambda i: position_label(positions[i], timeline))
     ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end

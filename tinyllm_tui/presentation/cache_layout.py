@@ -8,16 +8,26 @@ their physical block and row in it ("b3.1 +5 · cat").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
 from engine.loading.budget import format_size
 from engine.trace import TokenState
 
-__all__ = ["layout_kind", "row_label", "spans"]
+__all__ = ["RowWords", "layout_kind", "row_label", "spans"]
+
+
+@dataclass(frozen=True)
+class RowWords:
+    """The words inside row labels, given by the view that subscribes to frames (the TUI: its catalogue)."""
+
+    slot: str = "s{slot}"  # a ring's physical slot
+    empty: str = "empty"  # a slot not written yet
+    batch_row: str = "r{request}"  # a batch's row, by its request
 
 
 def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int,
-              differing: frozenset[int] = frozenset()) -> str:
+              differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> str:
     """Row `row` of k/v: ✗ where it differs from a --against dump, + where this chunk added it, its
     position and token, after a ring's slot or a paged row's block."""
     position = cache.row_positions[row]
@@ -25,8 +35,8 @@ def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_f
     token = timeline[position].text if 0 <= position < len(timeline) else "?"  # an injected bug added a row
     text = f"{mark}{position} · {token}"
     if isinstance(cache, RingCache):
-        slot = f"s{row}{'↺' if row == cache.write_position else ' '} "
-        return slot + ("empty" if position < 0 else text)
+        slot = f"{words.slot.format(slot=row)}{'↺' if row == cache.write_position else ' '} "
+        return slot + (words.empty if position < 0 else text)
     if isinstance(cache, PagedCache):
         block, offset = cache.slot_of(position)
         return f"b{block}.{offset} {text}"

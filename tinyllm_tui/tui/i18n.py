@@ -8,7 +8,7 @@ which the tests see. `describe(result, lang)` words a Debugger result (tinyllm_t
 from __future__ import annotations
 
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
-                                          Cancelled, Diverged, EditKind, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
+                                          Cancelled, Diverged, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
                                           Rebuilt, Refused, Result, Saved)
 from tinyllm_tui.debugger.interventions import Intervened
 
@@ -44,6 +44,12 @@ EN = {
     "screen.lens": "reading every residual stream through the unembedding…",
     "lens.title": "Logit lens · request {request} · {where} · ←/→ positions · ↑/↓ rows · Esc: close",
     "glance.title": "Attention at a glance · ←/→ head · ↑/↓ layer · Enter: open it · Esc: close",
+    "glance.layer": "layer {layer} of 0–{last}", "glance.no_pattern": "layer {layer}: no attention pattern in this round yet",
+    "glance.shown": "heads {first}–{last} of {heads} · last {rows} of {queries} queries, {cols} of {keys} keys",
+    "lens.positions": "positions {first}–{last} of the pass's {total} (← →)", "lens.top": "top {k} at position {position}:",
+    "lens.attribution": "direct logit attribution: {token} (id {id}) at position {position}: logit {logit} = terms {terms}"
+                        " + final norm bias {bias}",
+    "lens.more": "  … {count} more",
     "Expert routing": "Expert routing",
     "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · Esc: close",
     "routing.none": "no mixture-of-experts layer in this round",
@@ -151,6 +157,7 @@ EN = {
     "matrix.range": "{label}: min {low} max {high} mean {mean} argmax {argmax}",
     "matrix.no_finite": "{label}: no finite value",
     "where.prefill": "prefill", "where.decode": "decode {round}",
+    "label.slot": "s{slot}", "label.empty": "empty", "label.batch_row": "r{request}",
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
     "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
@@ -180,6 +187,8 @@ EN = {
     "inputs.corner": " (corner {rows}×{cols})", "expect.checking": "Checking the expect: tables…",
     "expect.none": "This scenario has no expect: tables.", "expect.operator": "operator", "expect.agree": "agree",
     "expect.note": "printed in the text",
+    "expect.table": "request {request} {where} {op}{head}{full}", "expect.full": " (full recompute)",
+    "expect.prefill": "prefill", "expect.decode": "decode round {round}", "expect.head": " head {head}",
     "expect.summary": "{passed}/{tables} tables agree fully; {agreeing}/{cells} printed cells agree",
     # the diff dialog
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
@@ -242,6 +251,12 @@ ZH = {
     "screen.lens": "正在把每个残差流经过反嵌入读出…",
     "lens.title": "逻辑透镜 · 请求 {request} · {where} · ←/→ 位置 · ↑/↓ 行 · Esc 关闭",
     "glance.title": "各头一览 · ←/→ 头 · ↑/↓ 层 · Enter 打开 · Esc 关闭",
+    "glance.layer": "第 {layer} 层（0–{last}）", "glance.no_pattern": "第 {layer} 层：本轮还没有注意力权重",
+    "glance.shown": "第 {first}–{last} 头（共 {heads} 个）· 最后 {rows}/{queries} 个查询，{cols}/{keys} 个键",
+    "lens.positions": "位置 {first}–{last}（本次前向共 {total} 个）（← →）", "lens.top": "位置 {position} 的前 {k} 名：",
+    "lens.attribution": "直接逻辑归因：{token}（编号 {id}）位于位置 {position}：逻辑值 {logit} = 各项之和 {terms}"
+                        " + 最终归一化偏置 {bias}",
+    "lens.more": "  … 另有 {count} 项",
     "Expert routing": "专家路由",
     "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · Esc 关闭",
     "routing.none": "本轮没有混合专家层",
@@ -331,6 +346,7 @@ ZH = {
     "matrix.range": "{label}：最小 {low} 最大 {high} 平均 {mean} 最大处 {argmax}",
     "matrix.no_finite": "{label}：没有有限值",
     "where.prefill": "预填充", "where.decode": "解码 {round}",
+    "label.slot": "槽{slot}", "label.empty": "空", "label.batch_row": "请求{request}",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
     "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.current": "来自当前权重",
@@ -353,6 +369,8 @@ ZH = {
     "inputs.none": "此算子不读取任何数组（只由位置计算）。", "inputs.corner": "（左上角 {rows}×{cols}）",
     "expect.checking": "正在核对 expect: 表…", "expect.none": "此场景没有 expect: 表。",
     "expect.operator": "算子", "expect.agree": "一致", "expect.note": "文中所印",
+    "expect.table": "请求 {request} {where} {op}{head}{full}", "expect.full": "（完整重算）",
+    "expect.prefill": "预填充", "expect.decode": "解码第 {round} 轮", "expect.head": " 头 {head}",
     "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",

@@ -641,7 +641,7 @@ class DebuggerScreen(Screen):
         frame = self.debugger.frame
         title = tr("lens.title", self.lang, request=run.request, where=where(frame.phase, run.round, self.lang))
         self.set_status()
-        self.app.push_screen(LensScreen(title, run, rows, attribution, self.debugger.scenario.vocab))
+        self.app.push_screen(LensScreen(title, run, rows, attribution, self.debugger.scenario.vocab, self.lang))
 
     @when_idle
     def action_glance(self) -> None:
@@ -649,7 +649,7 @@ class DebuggerScreen(Screen):
         state, states = debugger.view.state, debugger.view.round_states  # as the last move published them
         screen = GlanceScreen(tr("glance.title", self.lang), state.layer or 0, debugger.scenario.model.n_layers,
                               lambda layer: layer_patterns(states, layer, state.chunk), state.context,
-                              debugger.scenario.vocab)
+                              debugger.scenario.vocab, self.lang)
         self.app.push_screen(screen, lambda chosen: self._open_head(states, state.chunk, chosen))
 
     @when_idle

@@ -254,3 +254,18 @@ def test_set_is_one_unsaved_edit_of_the_debugger_in_the_tui_and_in_run(monkeypat
     assert tui.unsaved() == 1
     assert [r["values"] for r in records] == [
         [[json_number(float(x)) for x in row] for row in to_host(state.values)] for state, _ in tui.trace()]
+
+
+def test_run_builds_no_frame_and_no_history(monkeypatch):
+    """The frame builder is the TUI's (it subscribes): `run` streams its pass once and pays for neither frames
+    nor the history (issue 24: the Debugger built a Frame the CLI never read)."""
+    from tinyllm_tui.debugger import debugger as debugger_module
+    from tinyllm_tui.debugger import frames
+
+    made = []
+    monkeypatch.setattr(frames.FrameBuilder, "publish", lambda self, ahead=True: made.append("frame"))
+    monkeypatch.setattr(debugger_module, "History", lambda *a, **k: made.append("history"))
+    result = invoke("run", str(X01), "--break", "attn.pattern")
+    assert result.exit_code == 0, result.output
+    assert "⚑ breakpoint: attn.pattern" in result.output and "request 0 generated 爱 爱" in result.output
+    assert made == []

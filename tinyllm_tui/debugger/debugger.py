@@ -4,17 +4,18 @@ The TUI and the CLI drive a `Debugger`; it never imports textual, rich or typer,
 nothing: every move returns a typed result (tinyllm_tui.debugger.results) that the views word.
 Exactly one thread owns the engine's generator at a time: every move takes `_owner` (a run in a
 worker holds it until it stops), and a move made meanwhile returns `Refused(Reason.BUSY)` instead
-of touching the generator. After a move its owner builds a `Frame` (tinyllm_tui.debugger.frame)
-and publishes it with one assignment; a replay after an edit builds the new session aside and
-publishes it whole, so a reader never meets a half-changed debugger.
+of touching the generator. After a move its owner has the frame builder (tinyllm_tui.debugger.frames,
+made once a view subscribes) build a `Frame` and publish it with one assignment; a replay after an
+edit builds the new session aside and publishes it whole, so a reader never meets a half-changed
+debugger. Edits and interventions are one undo list (changes.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from functools import cached_property, wraps
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, misnamed
-from engine.compare.against import Against, Report, disagreement
+from engine.compare.against import Against, Report
 from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
@@ -30,7 +31,7 @@ from engine.faults import FAULTS
 from engine.lazy_weights import LazyWeights
 from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, parse_value, with_weights
 from engine.session import StaleFrom
-from engine.trace import OpKind, Phase
+from engine.trace import Phase
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from engine.interventions import InterventionError, check_intervention, parse_any
@@ -39,12 +40,11 @@ from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, c
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import Weights
-from tinyllm_tui.debugger.batch import batch_group, same_operator, stacked
+from tinyllm_tui.debugger.batch import batch_group, same_operator
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
-from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
-                                        follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
-                                        timeline_frame, with_breakpoints)
-from tinyllm_tui.debugger.history import HISTORY_BUDGET, History, RoundSummary
+from tinyllm_tui.debugger.frame import Frame, Labels, MatrixFrame, matrix_frame
+from tinyllm_tui.debugger.frames import FrameBuilder, View
+from tinyllm_tui.debugger.history import HISTORY_BUDGET, History
 from tinyllm_tui.presentation.cache_layout import RowWords
 from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Diverged, EditKind, EndOfTrace,
                                           Generated, HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt,
@@ -52,18 +52,6 @@ from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Div
 
 PROGRESS_EVERY = 200  # steps between progress reports of a long run
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
-
-
-@dataclass(frozen=True)
-class View:
-    """The current operator and its surroundings, for callers that want engine states (the CLI, tests)."""
-
-    state: OpState
-    round_states: tuple[OpState, ...]  # every operator of the current round
-    rounds: tuple[RoundSummary, ...]  # the current request's finished rounds (A.9)
-    breaks: frozenset[int]  # steps of `round_states` where a breakpoint hits
-    total: int | None  # number of steps, once the trace has been run to its end
-    at_end: bool
 
 
 class Run:
@@ -129,42 +117,38 @@ class Debugger:
         self.previous: History | None = None  # the run before the last edit, to show changed cells
         self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
         self.divergences: Report | None = None  # None until the run is compared with the --against dump
-        self.cache_layer, self.cache_head, self.cache_pinned = 0, 0, False  # the KV cache shown
         self._owner = threading.Lock()
-        self._publishing = threading.Lock()  # a frame is replaced whole, by one thread at a time
         self._cancel = threading.Event()  # stops a run that owns the generator
         self.inject = inject
         self._run = self._new_run(0, None)
-        self._frame: Frame | None = None  # built once a view subscribes (the TUI; a test reading `frame`)
-        self._view: View | None = None
-        self._pending, self._subscribed = False, False
+        self._frames: FrameBuilder | None = None  # once a view subscribes (the TUI; a test reading `frame`)
         self._ahead = not (quick_start and isinstance(scenario.weights, LazyWeights))  # for the first frame
 
     def subscribe(self, words: RowWords | None = None) -> None:
         """From now on every move publishes a frame, starting with one of where the history stands (in the
         caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread). `words`: the
         view's words inside row labels (a ring's slots, a batch's rows)."""
-        if not self._subscribed:
-            self._subscribed, self._words = True, words or RowWords()
+        if self._frames is None:
+            self._frames = FrameBuilder(self, words or RowWords())
             self._publish(ahead=self._ahead)
 
     @property
     def frame(self) -> Frame:
         """What the views draw; reading it subscribes."""
         self.subscribe()
-        return self._frame
+        return self._frames.frame
 
     @property
     def view(self) -> View:
         self.subscribe()
-        return self._view
+        return self._frames.view
 
     @property
     def round_pending(self) -> bool:
         """The frame lists only the operators of round 0 computed so far (a quick start): `complete_round` lists
         the rest."""
         self.subscribe()
-        return self._pending
+        return self._frames.pending
 
     # -- what views and callers read -------------------------------------------------------------
     @property
@@ -243,103 +227,22 @@ class Debugger:
 
     def misnamed_breakpoints(self) -> list[tuple[str, str, str | None]]:
         """(breakpoint, name, the nearest operator name or None) for each name no operator has (every round
-        runs the first round's operators)."""
-        states = self.history.round_states()
+        runs the first round's operators): read from a stream of its own, not the history (`run` has none)."""
+        if not self.breakpoints:
+            return []
+        states = list(itertools.takewhile(lambda s: (s.request, s.round) == (0, 0), self.session.steps()))
         return [(b.text, name, near) for b in self.breakpoints for name, near in misnamed(b, states)]
 
     def _publish(self, ahead: bool = True) -> None:
-        """Build the view and the frame of where the history stands (in the owner's thread) and publish them.
-        `ahead` False: the operator list holds the round's operators computed so far, nothing more.
-        Nothing is built before a view subscribes."""
-        if not self._subscribed:
-            return
-        history = self.history
-        state = history.current
-        round_states = tuple(history.round_states(ahead))
-        breaks = frozenset(s.step for s in round_states if self.hits(s))
-        view = View(state, round_states, tuple(history.finished_rounds(state.request)), breaks, history.total,
-                    history.at_end)
-        if not self.cache_pinned:
-            self.cache_layer = follow_layer(state) if follow_layer(state) is not None else self.cache_layer
-        scenario = self.scenario
-        operators = operator_lines(round_states, breaks)
-        if self._frame is not None and self._frame.operators == operators:
-            operators = self._frame.operators  # the same round: the list keeps its lines
-        frame = Frame(
-            step=state.step, phase=Phase(state.phase), request=state.request, round=state.round,
-            matrix=self._matrix(state, batch_group(history.state_at, state)),
-            cache=self._cache(state, self.cache_layer, self.cache_head),
-            operators=operators,
-            timeline=timeline_frame(state, len(scenario.requests), bool(scenario.decode.prefill_chunk), view.rounds,
-                                    self.round_verdicts(), scenario.requests[state.request].chat),
-            status=StatusFacts(state.step, None if history.total is None else history.total - 1,
-                               next(line.short for line in operator_lines((state,), breaks)), self.inject,
-                               self.stale is not None, self.unsaved(), len(self.breakpoints), self.hits(state),
-                               tuple(i.text for i in self.changes.interventions)),
-            hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
-        with self._publishing:
-            self._view, self._frame, self._pending = view, frame, not ahead
-
-    def _cache(self, state: OpState, layer: int, head: int):
-        """The KV-cache slice shown, with the rows that differ from a --against dump."""
-        differing = self.differing_cache_rows(state, layer)
-        return cache_frame(state, self.fingerprint, layer, head, differing, self._words)
-
-    def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
-        """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
-        values = to_host(state.values)
-        earlier = self._earlier(state)
-        before = None if earlier is None else to_host(earlier.values)
-        vocab = self.scenario.vocab
-        verdicts = self._verdicts(state, values, before)
-        rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
-        stacks = len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1
-        if stacks:
-            values, rows, cols = stacked(batch, self._words)
-        tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
-        matrix = matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
-                              verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
-        if earlier is not None:  # its values under its own labels: an edit may have changed the tokens fed
-            return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis),
-                           cols_before=lazy_labels(earlier.output.col_axis))
-        return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
-
-    def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:
-        """Cell by cell: the user's dump (every cell), or the printed cells of an expect: table."""
-        if self.against is not None:
-            key = self.against.passes.key(state)
-            wanted = self.against.aligned(key, state.head, tuple(state.values.shape))
-            if wanted is not None:
-                tolerance = self.against.tolerance(key)
-
-                def agree(shown: np.ndarray) -> np.ndarray:
-                    return ~disagreement(np.asarray(shown, dtype=np.float64), wanted, tolerance)[1]
-
-                return Verdicts(VerdictSource.DUMP, np.ones(values.shape, bool), agree(values),
-                                None if before is None else agree(before), tolerance.describe(), wanted)
-        cells = self.verdicts(state)
-        if not cells:
-            return None
-        judged, agrees = np.zeros(values.shape, bool), np.zeros(values.shape, bool)
-        agrees_before = None if before is None else np.zeros(values.shape, bool)
-        for (i, j), cell in cells.items():
-            judged[i, j] = True
-            agrees[i, j] = replace(cell, computed=float(values[i, j])).agrees
-            if before is not None:
-                agrees_before[i, j] = replace(cell, computed=float(before[i, j])).agrees
-        return Verdicts(VerdictSource.EXPECT, judged, agrees, agrees_before,
-                        f"{next(iter(cells.values())).tolerance:g}")
+        """The frame of where the history stands, once a view has subscribed (in the owner's thread)."""
+        if self._frames is not None:
+            self._frames.publish(ahead)
 
     def _refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""
         self.breaks.forget()
-        if not self._subscribed:
-            return
-        with self._publishing:
-            view = self._view
-            breaks = frozenset(s.step for s in view.round_states if self.hits(s))
-            self._view = replace(view, breaks=breaks)
-            self._frame = with_breakpoints(self._frame, breaks, self.hits(view.state), len(self.breakpoints))
+        if self._frames is not None:
+            self._frames.refresh_breaks()
 
     # -- moving ------------------------------------------------------------------------------------
     @owning
@@ -479,13 +382,7 @@ class Debugger:
         state = self.view.state
         if not state.caches:
             return Refused(Reason.NO_CACHE)
-        self.cache_pinned = self.cache_pinned or bool(layers)
-        self.cache_layer = (min(self.cache_layer, len(state.caches) - 1) + layers) % len(state.caches)
-        heads_shown = self._cache(state, self.cache_layer, 0).heads
-        self.cache_head = (min(self.cache_head, heads_shown - 1) + heads) % heads_shown
-        cache = self._cache(state, self.cache_layer, self.cache_head)
-        with self._publishing:
-            self._frame = replace(self._frame, cache=cache)
+        cache = self._frames.move_cache(state, layers, heads)
         return CacheShown(cache.layer, cache.head)
 
     # -- breakpoints (tinyllm_tui/debugger/breakpoint_set.py; they work while a run is in flight) -----------
@@ -669,10 +566,10 @@ class Debugger:
 
     def before(self, state: OpState) -> np.ndarray | None:
         """`state`'s values before the last edit, when that run had the same operator there."""
-        earlier = self._earlier(state)
+        earlier = self.earlier(state)
         return None if earlier is None else to_host(earlier.values)
 
-    def _earlier(self, state: OpState) -> OpState | None:
+    def earlier(self, state: OpState) -> OpState | None:
         """`state`'s operator in the run before the last edit (None: that run had another there)."""
         earlier = None if self.previous is None else self.previous.state_at(state.step)
         same = earlier is not None and earlier.name == state.name and earlier.values.shape == state.values.shape

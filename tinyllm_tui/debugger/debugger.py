@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Callable, Mapping
 from functools import cached_property, wraps
 from pathlib import Path
@@ -40,7 +39,8 @@ from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, c
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import Weights
-from tinyllm_tui.debugger.batch import batch_group, same_operator
+from tinyllm_tui.debugger import navigation
+from tinyllm_tui.debugger.navigation import Progress
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
 from tinyllm_tui.debugger.frame import Frame, Labels, MatrixFrame, matrix_frame
 from tinyllm_tui.debugger.frames import FrameBuilder, View
@@ -50,7 +50,6 @@ from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Div
                                           Generated, HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt,
                                           Refused, Result, Saved)
 
-PROGRESS_EVERY = 200  # steps between progress reports of a long run
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
 
@@ -69,8 +68,6 @@ class Run:
     def history(self) -> History:
         return History(self.session.steps, budget=self._budget)
 
-
-Progress = Callable[[int], None]
 
 
 def owning(move: Callable[..., Result]) -> Callable[..., Result]:
@@ -206,10 +203,8 @@ class Debugger:
         inject, stale = self.inject, self.stale
         run = Run(scenario, lambda: Session(scenario, self.backend, inject=inject, stale=stale), self.budget)
         self._cancel.clear()
-        while step and run.history.cursor < step and not self._cancel.is_set() and run.history.forward():
-            time.sleep(0)  # as in run_until: keys stay quick
-            if progress is not None and run.history.cursor % PROGRESS_EVERY == 0:
-                progress(run.history.cursor)
+        if step:  # the history is made only when something reads it (`run` never does)
+            navigation.replay(run.history, step, self._cancel, progress)
         return run
 
     def _adopt(self, run: Run) -> None:
@@ -256,21 +251,14 @@ class Debugger:
     def step(self) -> Result:
         """To the next operator: in a batch, to its last row's state, every row having been through it (the rows
         are its matrix's batch axis)."""
-        history, start = self.history, self.history.current
-        moved = history.forward()
-        while moved and same_operator(history.current, start):
-            moved = history.forward()
-        while moved and same_operator(history.state_at(history.cursor + 1), history.current):
-            moved = history.forward()
+        moved = navigation.step(self.history)
         self._publish()
         return Moved(self.frame.step) if moved else self.end_of_trace()
 
     @owning
     def back(self) -> Result:
         """To the previous operator: in a batch, to its last row's state."""
-        history = self.history
-        history.goto(batch_group(history.state_at, history.current)[0].step)
-        moved = history.back()
+        moved = navigation.back(self.history)
         self._publish()
         return Moved(self.frame.step) if moved else Refused(Reason.FIRST_STEP)
 
@@ -279,9 +267,7 @@ class Debugger:
         return self._goto(step)
 
     def _goto(self, step: int) -> Result:
-        start = self.history.cursor
-        if not self.history.goto(step):
-            self.history.goto(start)
+        if not navigation.goto(self.history, step):
             return Refused(Reason.NO_STEP, (step, self.history.last_recorded))
         self._publish()
         return Moved(step)
@@ -290,17 +276,11 @@ class Debugger:
     def run_until(self, stop: Callable[[OpState], bool], progress: Progress | None = None) -> Result:
         """Step forward until `stop(state)`, the end, or a cancel."""
         self._cancel.clear()
-        history, stopped = self.history, None
-        while stopped is None and history.forward():
-            time.sleep(0)  # hand the interpreter to the UI thread now and then: keys stay quick
-            if stop(history.current):
-                stopped = Moved(history.cursor)
-            elif self._cancel.is_set():
-                stopped = Cancelled(history.cursor)
-            elif progress is not None and history.cursor % PROGRESS_EVERY == 0:
-                progress(history.cursor)
+        stopped = navigation.run_until(self.history, stop, self._cancel, progress)
         self._publish()
-        return stopped or self.end_of_trace()
+        if stopped is None:
+            return self.end_of_trace()
+        return Moved(self.history.cursor) if stopped else Cancelled(self.history.cursor)
 
     def continue_(self, progress: Progress | None = None) -> Result:
         result = self.run_until(lambda state: bool(self.hits(state)), progress)
@@ -326,15 +306,8 @@ class Debugger:
             return self._goto(int(text))
         if text == DIVERGED:
             return self._goto_divergence()
-        wanted = matcher(text)
         self._cancel.clear()
-        start = self.history.cursor
-        after, before = (start + 1, None), (0, start)
-        found = self._scan(*(before if backward else after), wanted, backward, progress)
-        wrapped = found is None and not self._cancel.is_set()
-        if wrapped:
-            found = self._scan(*(after if backward else before), wanted, backward, progress)
-        self.history.goto(start if found is None else found)
+        found, wrapped = navigation.search(self.history, matcher(text), backward, self._cancel, progress)
         self._publish()
         if self._cancel.is_set():
             return Cancelled(self.frame.step)
@@ -354,21 +327,6 @@ class Debugger:
             except BreakpointError as error:
                 return Refused(Reason.BAD_QUERY, (str(error),))
         return None
-
-    def _scan(self, first: int, end: int | None, wanted, last: bool, progress: Progress | None) -> int | None:
-        """The first (or last) step in [first, end) whose state is `wanted`."""
-        found = None
-        for state in self.history.states_from(first):
-            time.sleep(0)  # as in run_until: keys stay quick
-            if (end is not None and state.step >= end) or self._cancel.is_set():
-                break
-            if wanted(state):
-                found = state.step
-                if not last:
-                    break
-            if progress is not None and state.step % PROGRESS_EVERY == 0:
-                progress(state.step)
-        return found
 
     def end_of_trace(self) -> EndOfTrace:
         tokens = self.scenario.vocab.tokens

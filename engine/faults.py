@@ -11,6 +11,7 @@ reference path has no branch on a bug's name.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,10 @@ class Fault(FaultPoints):
     def feed(self, phase: Phase, new: list[int], sequence: list[int]) -> list[int]:
         """The tokens a round feeds: `new`, or the whole `sequence` so far."""
         return new
+
+    def per_layer_tokens(self, phase: Phase, current: list[int], fed: list[int]) -> list[int]:
+        """The tokens whose per-layer input rows (Gemma 4) a chunk `current` reads, `fed` before it."""
+        return current
 
     def starting_caches(self, round_: int, caches: list[LayerCache],
                         recompute: Callable[[float], list[LayerCache]]) -> list[LayerCache]:
@@ -212,6 +217,34 @@ class ScalePerTensor(Fault):
         return None
 
 
+class SharedKvOwnCache(Fault):
+    """A KV-shared layer attending over its own cache in a cached round: nothing was written there but the
+    chunk's rows, so it reads the new tokens' keys only."""
+
+    def shared_read(self, read, n_new):
+        if read.cache.seen == n_new:  # a prefill (or a full recompute): the source read only the chunk too
+            return read
+        index = tuple(read.index)[-n_new:]
+        return dataclasses.replace(read, k=read.k[-n_new:, ...], v=read.v[-n_new:, ...], index=index)
+
+    def unseen(self, scenario):
+        return None if _kv_shared(scenario.model) else "the model has no KV-shared layer (num_kv_shared_layers)"
+
+
+class PerLayerPrevious(Fault):
+    """A cached round reading the per-layer input row of the token before each new one."""
+
+    def per_layer_tokens(self, phase, current, fed):
+        return (fed[-1:] + current)[:len(current)]
+
+    def unseen(self, scenario):
+        return None if scenario.model.per_layer_input else "the model has no per-layer inputs"
+
+
+def _kv_shared(model) -> bool:
+    return any(block.kv_source is not None for block in model.blocks)
+
+
 def _no_positions(model) -> str | None:
     if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
         return "the model has no position term, so wrong positions change nothing"
@@ -239,5 +272,7 @@ FAULTS: dict[str, Fault] = {
     "ring-wrong-slot": RingWrongSlot(),
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
+    "shared-kv-own-cache": SharedKvOwnCache(),
+    "per-layer-previous": PerLayerPrevious(),
 }
 INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)

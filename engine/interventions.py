@@ -241,6 +241,16 @@ def _check_route(spec: Intervention, layer: int | None, model) -> None:
         raise InterventionError(f"{spec.text!r}: a route is set to expert numbers 0–{model.moe.n_experts - 1}")
 
 
+def routed_expert(intervention: Intervention) -> tuple[int, int] | None:
+    """(layer, expert) of an intervention on one expert's hooks: it applies only where a token is routed there,
+    which may be a later pass than the first (None for any other hook)."""
+    site = Hook.parse(intervention.hook)
+    prefix = f"{moe_ffn.MODULE}.experts."
+    if site.layer is None or not site.module.startswith(prefix) or not site.module[len(prefix):].isdigit():
+        return None
+    return site.layer, int(site.module[len(prefix):])
+
+
 def check_operator(intervention: Intervention, hooks) -> None:
     """Refuse an intervention that names no operator the model yields (`hooks`: its engine.hooks.HookRegistry),
     e.g. a misspelt hook."""
@@ -294,13 +304,16 @@ class Patcher:
         matching = [i for i in self.by_hook.get(op.name, ()) if i.head == op.head and i.applies(request, round_)]
         original, new = op.values, None
         for intervention in matching:
-            rows = _local(intervention.rows, first, original.shape[0])
-            if rows is None:
+            spans = (_routed(intervention, op.rows) if isinstance(op.rows, tuple)
+                     else [_local(intervention.rows, first, original.shape[0])])
+            spans = [rows for rows in spans if rows is not None]
+            if not spans:
                 continue
             new = self.xp.asarray(original, copy=True) if new is None else new
             try:
                 cols = _columns(intervention, original.shape[1])
-                new[rows, cols] = self._value(intervention, new[rows, cols], (round_, chunk), rows, first)
+                for rows in spans:
+                    new[rows, cols] = self._value(intervention, new[rows, cols], (round_, chunk), rows, first)
             except InterventionError as error:
                 error.intervention = intervention
                 raise
@@ -352,6 +365,18 @@ class Patcher:
                 first = len(state.context) - state.values.shape[0]
                 sources[key][(state.round, state.chunk)] = (first, state.values)
         return sources
+
+
+def _routed(spec: Intervention, positions: tuple[int, ...]) -> list[slice]:
+    """An expert's operator holds the rows of the tokens routed to it (`positions`, not a run of the chunk's):
+    one row each that the intervention's positions cover."""
+    start, stop = spec.rows
+    rows = [slice(i, i + 1) for i, p in enumerate(positions)
+            if (start is None or p >= start) and (stop is None or p < stop)]
+    if rows and spec.action is Action.PATCH:
+        raise InterventionError(f"{spec.text!r}: an expert's rows are the tokens routed to it, which differ between "
+                                "requests: patch its input or the layer's output instead")
+    return rows
 
 
 def _local(span: Span, first: int, count: int) -> slice | None:

@@ -20,6 +20,7 @@ from engine.backend import Backend
 from engine.caches import CacheSpec
 from engine.faults import NO_FAULT, Fault
 from engine.hooks import Hook, HookRegistry, HookSite, Interned
+from engine.layers import per_layer_input
 from engine.layers.attention import StaleCacheError
 from engine.operators import Op, Operand, OpStream, finish, op
 from engine.spec import LayerSpec, ModelSpec, NormKind, NormPlacement, Positions
@@ -41,10 +42,14 @@ class Block:
         hook = model.hook
         post = model.spec.post_norms  # Gemma: a norm follows each sublayer; its output is what the residual adds
         self.resid_pre = hook(layer, "", "hook_resid_pre")
+        # Gemma 4: the per-layer input and the layer scalar follow the FFN (per_layer_input.Tail), whose last
+        # residual is the block's output
+        self.tail = per_layer_input.Tail(model, layer) if per_layer_input.has_tail(model.spec) else None
+        ffn_residual = "hook_resid_post" if self.tail is None else per_layer_input.FFN_RESIDUAL
         self.parts = tuple((sub, kind.MODULE, norm, hook(layer, kind.MODULE, "hook_out") if post
                             else hook(layer, "", f"hook_{kind.MODULE}_out"), hook(layer, "", residual))
                            for sub, kind, norm, residual in ((self.mixer, mixer, "ln1", "hook_resid_mid"),
-                                                             (self.ffn, ffn, "ln2", "hook_resid_post")))
+                                                             (self.ffn, ffn, "ln2", ffn_residual)))
 
 
 class Transformer:
@@ -97,6 +102,7 @@ class Transformer:
         if spec.embed_norm:
             yield HookSite(hook(None, "embed", "hook_sum"))
             yield from self._norm_sites(None, "ln_embed")
+        yield from per_layer_input.hooks(spec, self.hook, self._norm_sites)
         normed, pre = spec.norm.kind != NormKind.NONE, spec.norm.placement == NormPlacement.PRE
         for block in self.blocks:
             yield HookSite(block.resid_pre)
@@ -110,6 +116,8 @@ class Transformer:
                 yield HookSite(residual)
                 if normed and not pre:
                     yield from self._norm_sites(block.layer, norm)
+            if block.tail is not None:
+                yield from per_layer_input.block_hooks(spec, block.layer, self.hook, self._norm_sites)
         if spec.lm_head:
             if spec.final_norm:
                 yield from self._norm_sites(None, "ln_final")
@@ -122,13 +130,14 @@ class Transformer:
         return sites + [HookSite(out or self.hook(layer, module, "hook_out"))] if self.spec.norm.affine else sites
 
     def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache], *,
-                vectors=None, padded_keys: list[bool] | None = None) -> OpStream:
+                vectors=None, padded_keys: list[bool] | None = None, per_layer_ids: list[int] | None = None) -> OpStream:
         """Run `ids` (at absolute `positions`) through every layer, replacing each layer's state in `caches`.
 
         Args:
             vectors: input vectors given instead of embedding rows, (T, D).
             padded_keys: for every key position (cached and new), whether it holds PAD;
                 those keys are −∞ for every query.
+            per_layer_ids: the tokens whose per-layer input rows are read (Gemma 4; None: `ids`).
         Returns the logits, or for an encoder (no lm_head) the last block's output.
         """
         spec, hook = self.spec, self.hook
@@ -141,6 +150,9 @@ class Transformer:
             x = yield from self._add_positions(x, positions)
         if spec.embed_norm:
             x = yield from self.norm(None, "ln_embed", x)
+        per_layer = None
+        if spec.per_layer_input:  # Gemma 4: every layer's input embedding, made once
+            per_layer = yield from per_layer_input.inputs(self, ids if per_layer_ids is None else per_layer_ids, x)
         for block in self.blocks:
             if x.hook is not block.resid_pre:
                 x = op(block.resid_pre, x.values, OpKind.RESIDUAL, inputs=(x,))
@@ -148,6 +160,8 @@ class Transformer:
             for sub, _, norm, out, residual in block.parts:
                 x = yield from self._sublayer(block.layer, x, norm, out, residual,
                                               sub.forward, caches, positions, padded_keys)
+            if block.tail is not None:
+                x = yield from block.tail.forward(x, per_layer)
         if not spec.lm_head:
             return x
         if spec.final_norm:
@@ -243,13 +257,14 @@ class Transformer:
             total = yield from self.norm(layer, norm, total)
         return total
 
-    def norm(self, layer: int | None, module: str, x: Operand, *, heads: int = 1, out: Hook | None = None) -> OpStream:
+    def norm(self, layer: int | None, module: str, x: Operand, *, heads: int = 1, out: Hook | None = None,
+             gain: bool = True) -> OpStream:
         """TransformerLens's three norm hooks: `hook_scale` (each row's divisor), `hook_normalized`
         (the rows divided, before the affine) and, with an affine, `hook_out` (or `out`: after it).
         Its parameters are `module`'s `.w` (and `.b`), under `blocks.L.` in a layer.
 
         heads > 1: each row is that many heads, normalized one by one (Qwen3's q/k norms), and the
-        divisor has a column per head."""
+        divisor has a column per head. gain False: no affine whatever the model's norms have (Gemma 4's v norm)."""
         xp, norm = self.xp, self.spec.norm
         hooks = self._norms.get((layer, module)) or self._norm_hooks(layer, module)
         t = x.values.shape[0]
@@ -260,7 +275,7 @@ class Transformer:
         normalized = rows / xp.reshape(scale.values, (t, heads, 1))
         normalized = op(hooks[1], xp.reshape(normalized, (t, -1)), OpKind.NORM, inputs=(x, scale))
         yield normalized
-        if not norm.affine:
+        if not norm.affine or not gain:
             return normalized
         gain = self.param(hooks[3])
         y = xp.reshape(normalized.values, (t, heads, -1)) * (1.0 + gain.values if norm.weight_offset else gain.values)

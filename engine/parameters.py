@@ -11,6 +11,7 @@ One naming scheme serves the scenario file, the engine, messages and edits:
 from __future__ import annotations
 
 from engine import layers
+from engine.layers import per_layer_input
 from engine.spec import ModelSpec, NormKind, Positions
 
 Shape = tuple[int, ...]
@@ -26,6 +27,8 @@ def parameter_shapes(model: ModelSpec, vocab_size: int) -> dict[str, Shape]:
         shapes["type_embed"] = (model.type_vocab, d)
     if model.embed_norm:
         shapes.update(_norm_shapes(model, "ln_embed"))
+    shapes.update({name: tuple(vocab_size if n == "vocab" else n for n in shape)
+                   for name, shape in per_layer_input.parameter_shapes(model).items()})
     for layer, block in enumerate(model.blocks):  # each kind names its own parameters
         mixer, ffn = layers.block_kinds(block)
         prefix = f"blocks.{layer}"
@@ -37,6 +40,7 @@ def parameter_shapes(model: ModelSpec, vocab_size: int) -> dict[str, Shape]:
         shapes.update(ffn.parameter_shapes(model, layer, block))
         if model.post_norms:
             shapes.update(_norm_shapes(model, f"{prefix}.ln2_post"))
+        shapes.update(per_layer_input.block_shapes(model, layer))
     if model.lm_head and model.final_norm:
         shapes.update(_norm_shapes(model, "ln_final"))
     if model.lm_head and not model.tied_unembed:

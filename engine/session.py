@@ -259,7 +259,8 @@ class _RequestRun:
             positions = [max(0, p - shift) for p in fault.positions(self.phase, len(self.fed), len(self.current))]
             model = self.session.model_for(self.index, self.round)
             stream = model.forward(self.current, positions, self.caches, vectors=self._vectors(start, size),
-                                   padded_keys=self._padded_keys())
+                                   padded_keys=self._padded_keys(),
+                                   per_layer_ids=fault.per_layer_tokens(self.phase, self.current, self.fed))
             logits = yield from self._states(stream)
             self.fed += self.current
             self.current = []

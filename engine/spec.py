@@ -116,7 +116,13 @@ class LayerSpec:
     ffn: str = "dense"
     window: int | None = None  # attention: query i reads keys j > i − window only (None: every earlier key)
     rope_theta: float | None = None  # attention under positions "rope": this layer's base (None: the model's)
-    rope_divisors: tuple[float, ...] | None = None  # what its RoPE frequencies are divided by (None: nothing)
+    rope_divisors: tuple[float, ...] | None = None  # what its RoPE frequencies are divided by (None: nothing;
+    # inf: a frequency that stands still, as Gemma 4's proportional RoPE)
+    d_head: int | None = None  # attention: this layer's head width (None: the model's; Gemma 4's full layers)
+    kv_heads: int | None = None  # attention: this layer's kv heads (None: the model's)
+    k_eq_v: bool = False  # attention: the keys' projection is the values' too (Gemma 4's attention_k_eq_v)
+    kv_source: int | None = None  # attention: a KV-shared layer, reading that earlier layer's K/V (writing none)
+    d_ff: int | None = None  # dense FFN: this layer's width (None: the model's; Gemma 4's double-wide MLP)
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,9 @@ class ModelSpec:
     rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
     moe: MoeSpec | None = None  # the sparse FFN of the layers it names
+    v_norm: bool = False  # Gemma 4: an RMSNorm without gain over each value head
+    per_layer_input: int = 0  # Gemma 4: the width of each layer's input embedding (0: none)
+    layer_scalar: bool = False  # Gemma 4: each block's output times its blocks.L.layer_scalar
 
     @property
     def d_attn(self) -> int:

@@ -38,7 +38,8 @@ def test_every_fault_is_described_by_the_catalogues_and_the_engine_words_none():
     assert SESSION_INJECTIONS is INJECTIONS
     assert list(INJECTIONS) == ["chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1",
                                 "padding-unmasked", "positions-not-offset", "rope-off-by-one", "gqa-modulo",
-                                "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor"]
+                                "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor",
+                                "shared-kv-own-cache", "per-layer-previous"]
     assert {key.removeprefix("inject.") for key in EN if key.startswith("inject.")} == set(INJECTIONS)
     assert all(ZH[f"inject.{name}"] != EN[f"inject.{name}"] for name in INJECTIONS)
     assert not any(hasattr(fault, "description") for fault in FAULTS.values())

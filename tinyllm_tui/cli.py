@@ -327,7 +327,8 @@ def _print_run(debugger: Debugger, trace, printed, as_json: bool, as_jsonl: bool
             print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
         if hits:
             print(f"⚑ breakpoint: {', '.join(hits)}")
-        print(state_text(state, vocab, full) + state_without_text(clean, state, vocab), end="\n\n")
+        print(state_text(state, vocab, full) + state_without_text(clean, state, vocab, trace.route_without(state)),
+              end="\n\n")
     if options.breakpoints and group is None:
         print(f"no operator hits a breakpoint ({', '.join(b.text for b in debugger.breakpoints)})")
     print(request_results(trace.results, vocab))
@@ -367,9 +368,10 @@ def _warn_misnamed(debugger: Debugger) -> None:
 
 
 def _warn_unused(trace) -> None:
-    for text in trace.unused_interventions():
-        print(f"tinyllm-tui: warning: {text!r} changed nothing: no operator of that name, head, "
-              "rows and pass ran", file=sys.stderr)
+    for text, expert in trace.unused_interventions():
+        why = ("no operator of that name, head, rows and pass ran" if expert is None else
+               f"no token at those positions and passes was routed to expert {expert[1]} of layer {expert[0]}")
+        print(f"tinyllm-tui: warning: {text!r} changed nothing: {why}", file=sys.stderr)
 
 
 def _printed(trace, only_hits: bool) -> Iterator[tuple]:
@@ -410,8 +412,10 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
     lossy = debugger.comparisons.exact_cache()
     report = debugger.compare(alone=options.batch)
     diffs = list(report.diffs)
+    requests = len(debugger.scenario.requests)
     if as_json:
-        _print_json({**diff_json(diffs, options.inject), **exact_json(lossy)})
+        flip = {} if report.flip is None else {"first_route_flip": report.flip.document(requests)}
+        _print_json({**diff_json(diffs, options.inject), **exact_json(lossy), **flip})
     else:
         if options.inject:
             print(f"injected bug {options.inject}: {tr(f'inject.{options.inject}', 'en')}")
@@ -419,6 +423,8 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
             print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
             for row in lossy:
                 print(f"  {row.describe()}")
+        if report.flip is not None:
+            print(f"first routing flip against the float64 exact-cache run: {report.flip.text(requests)}")
         for d in diffs:
             print(diff_line(d))
         print(diff_summary(diffs, options.inject, options.batch))

@@ -1,7 +1,7 @@
-"""Write tests/fixtures/qwen3_moe/ and qwen2_moe/: tiny random mixture-of-experts checkpoints and transformers'
-true float64 outputs.
+"""Write tests/fixtures/qwen3_moe/, qwen2_moe/ and qwen3_moe_tie/: tiny random mixture-of-experts checkpoints and
+transformers' true float64 outputs.
 
-    /work/refenv/bin/python tools/make_moe_fixtures.py               # both
+    /work/refenv/bin/python tools/make_moe_fixtures.py               # all three
     /work/refenv/bin/python tools/make_moe_fixtures.py qwen2_moe     # only that one
 
 Written with transformers 5.24.0 and torch 2.13.0 (CPU), in the reference environment of make_fixtures.py.
@@ -17,15 +17,29 @@ and eager attention compute in float32, and the rotary module's inv_freq is a fl
 Each is patched (the rotary modules are rebuilt after from_pretrained), and a dispatch-mode counter proves that
 no operator of the reference passes reads or writes a float32 tensor; the script stops if one does.
 
+qwen3_moe_tie: 2 sparse layers as qwen3_moe's, weights stored in float64, built to have a near tie: from seed
+TIE_SEED on, the first whose reference keeps every margin above 2·MIN_MARGIN; then layer 1's router row of the
+expert that comes (k+1)-th for the token of decode round 2 is moved (orthogonally to every earlier token's router
+input, so no earlier pass changes) until the k-th score less the (k+1)-th is TIE_MARGIN = 2e-8, solved in
+float64; every other margin stays at least MIN_MARGIN. `float32_dump.npz` is transformers' own float32 forward
+(unpatched, in a second process: `make_moe_fixtures.py --float32-dump FOLDER`) fed the reference's greedy tokens:
+per pass `PASS.blocks.L.mlp.hook_router_logits` / `hook_router_scores` / `hook_topk`, `PASS.blocks.L.hook_resid_post`
+and `PASS.unembed.hook_out`, as `check --against` reads them; the script checks that its first routing flip is
+that token (if not, the tie is set the other way round). Run 2026-12-02: seed 301, experts 0 and 1 tie at
+position 21; the float32 dump chooses [6, 1] where the reference chooses [6, 0]. (A tie of 1e-7 flipped in
+transformers' float32 but not in the engine's, whose float32 error there is 5.5e-8.)
+
 reference.npz: `ids`, `greedy_ids`, `moe_layers`; for the prefill `layers` (every layer's output), `logits`,
 `router_logits` (moe layer × token × expert) and `topk` (moe layer × token × k, best first); for each pass
 (the prefill's last row, then every cached decode step through transformers' DynamicCache) `step_logits`,
-`step_layers`, `step_router_logits` and `step_topk`. `float32_ops` is the counter's count (0), `ops` how many
-operators it saw.
+`step_layers`, `step_router_logits` and `step_topk`; `router_inputs` / `step_router_inputs` what each router
+read. `float32_ops` is the counter's count (0), `ops` how many operators it saw; the tie's fixture adds `tie_round`, `tie_layer`, `tie_position`, `tie_experts`,
+`tie_margin` and `seed`.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,7 +82,8 @@ def _router(self, hidden_states):
     top, indices = torch.topk(probs, self.top_k, dim=-1)
     if self.norm_topk_prob:
         top = top / top.sum(dim=-1, keepdim=True)
-    self.seen.append((logits.detach().clone(), probs.detach().clone(), indices.detach().clone()))
+    self.seen.append((logits.detach().clone(), probs.detach().clone(), indices.detach().clone(),
+                      hidden_states.detach().clone()))
     return logits, top, indices
 
 
@@ -118,7 +133,8 @@ def run(model, routers, ids: list[int]) -> dict[str, np.ndarray]:
             passes.append({"logits": logits.numpy(), "layers": np.stack([h[0].numpy() for h in captured]),
                            "router_logits": np.stack([s[0].numpy() for s in seen]),
                            "probs": np.stack([s[1].numpy() for s in seen]),
-                           "topk": np.stack([s[2].numpy() for s in seen])})
+                           "topk": np.stack([s[2].numpy() for s in seen]),
+                           "router_inputs": np.stack([s[3].numpy() for s in seen])})
             feed = [int(torch.argmax(logits[-1]))]
     for hook in hooks:
         hook.remove()
@@ -127,12 +143,13 @@ def run(model, routers, ids: list[int]) -> dict[str, np.ndarray]:
     prefill = passes[0]
     return {"ids": np.array(ids), "greedy_ids": np.array([int(np.argmax(p["logits"][-1])) for p in passes]),
             "layers": prefill["layers"], "logits": prefill["logits"], "router_logits": prefill["router_logits"],
-            "topk": prefill["topk"], "probs": prefill["probs"],
+            "topk": prefill["topk"], "probs": prefill["probs"], "router_inputs": prefill["router_inputs"],
             "step_logits": np.stack([p["logits"][-1] for p in passes]),
             "step_layers": np.stack([p["layers"][:, -1] for p in passes]),
             "step_router_logits": np.stack([p["router_logits"][:, -1] for p in passes]),
             "step_topk": np.stack([p["topk"][:, -1] for p in passes]),
             "step_probs": np.stack([p["probs"][:, -1] for p in passes]),
+            "step_router_inputs": np.stack([p["router_inputs"][:, -1] for p in passes]),
             "float32_ops": np.array(len(counter.float32)), "ops": np.array(counter.ops)}
 
 
@@ -170,14 +187,148 @@ def make(arch: str) -> None:
           f"greedy {ref['greedy_ids'].tolist()}")
 
 
+# -- the near tie -----------------------------------------------------------------------------------------
+TIE, TIE_LAYER, TIE_ROUND, TIE_MARGIN, TIE_SEED = "qwen3_moe_tie", 1, 2, 2e-8, 300
+
+
+def tie_model(vocab_size: int, seed: int):
+    """Two sparse layers, float64 weights (a float32 file could not hold a tie of 1e-7)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.Qwen3MoeConfig(vocab_size=vocab_size, num_hidden_layers=2, head_dim=8, norm_topk_prob=True,
+                                         mlp_only_layers=[], dtype="float64", **SMALL)
+    model = model_class("qwen3_moe")(config).to(torch.float64)
+    randomize(model, seed)
+    return model
+
+
+def set_tie(model, ref: dict[str, np.ndarray], target: float) -> tuple[int, int]:
+    """Moves the router row of the (k+1)-th expert of layer TIE_LAYER's token in pass TIE_ROUND so that the k-th
+    score less the (k+1)-th is `target` (negative: the two change places), solved in float64; the change is
+    orthogonal to every earlier token's router input, so no earlier pass routes or computes otherwise."""
+    h = ref["step_router_inputs"][TIE_ROUND, TIE_LAYER]
+    earlier = np.concatenate([ref["router_inputs"][TIE_LAYER], ref["step_router_inputs"][1:TIE_ROUND, TIE_LAYER]])
+    logits = ref["step_router_logits"][TIE_ROUND, TIE_LAYER]
+    order = np.argsort(-logits)
+    a, b = int(order[TOP_K - 1]), int(order[TOP_K])
+    e = np.exp(logits - logits.max())
+    rest = e.sum() - e[b]
+    alpha = np.log((e[a] - target * rest) / (1 + target)) - np.log(e[b])  # (e_a − x)/(rest + x) = target
+    basis, _ = np.linalg.qr(earlier.T)
+    direction = h - basis @ (basis.T @ h)
+    with torch.no_grad():
+        model.model.layers[TIE_LAYER].mlp.gate.weight[b] += torch.tensor(alpha * direction / (direction @ h))
+    return a, b
+
+
+def margins(ref: dict[str, np.ndarray]) -> np.ndarray:
+    """Per pass, layer and token (each decode pass's one row), the k-th router score less the (k+1)-th."""
+    passes = [ref["probs"]] + [ref["step_probs"][r][:, None] for r in range(1, len(ref["step_probs"]))]
+    ordered = [-np.sort(-p, axis=-1) for p in passes]
+    return [o[..., TOP_K - 1] - o[..., TOP_K] for o in ordered]
+
+
+def first_flip(ref: dict[str, np.ndarray], dump: dict[str, np.ndarray]) -> tuple[int, int, int] | None:
+    """(round, layer, row) of the first token whose chosen experts differ between the reference and the dump."""
+    for round_ in range(len(ref["step_topk"])):
+        pass_ = "prefill" if round_ == 0 else f"decode.{round_}"
+        for i, layer in enumerate(ref["moe_layers"]):
+            ours = ref["topk"][i] if round_ == 0 else ref["step_topk"][round_, i][None]
+            theirs = dump[f"{pass_}.blocks.{layer}.mlp.hook_topk"]
+            for row, (a, b) in enumerate(zip(ours, theirs)):
+                if set(a.tolist()) != set(b.tolist()):
+                    return round_, int(layer), row
+    return None
+
+
+def make_tie() -> None:
+    """A seed whose reference keeps every margin above 2·MIN_MARGIN, then the tie set at one token; the float32
+    dump (transformers' own float32 forward, unpatched, in a process of its own) must flip there first: if it
+    does not, the tie is set the other way round."""
+    tokenizer = byte_bpe(["<|endoftext|>"])
+    folder = OUT / TIE
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    ids = tokenizer.encode(PROMPT).ids
+    for seed in range(TIE_SEED, TIE_SEED + 200):
+        model = tie_model(tokenizer.get_vocab_size(), seed)
+        model.save_pretrained(folder)
+        base = run(*load("qwen3_moe", folder), ids)
+        if smallest_margin(base) >= 2 * MIN_MARGIN:
+            break
+    router = model.model.layers[TIE_LAYER].mlp.gate.weight
+    kept = router.detach().clone()
+    for target in (TIE_MARGIN, -TIE_MARGIN):
+        with torch.no_grad():
+            router.copy_(kept)
+        pair = set_tie(model, base, target)
+        model.save_pretrained(folder)
+        ref = run(*load("qwen3_moe", folder), ids)
+        ref["moe_layers"] = np.array([0, 1])
+        gaps = margins(ref)
+        tie = float(gaps[TIE_ROUND][TIE_LAYER, 0])
+        gaps[TIE_ROUND][TIE_LAYER, 0] = np.inf
+        assert abs(tie - abs(target)) < 1e-12 and min(g.min() for g in gaps) >= MIN_MARGIN, (tie, gaps)
+        ref |= {"tie_round": np.array(TIE_ROUND), "tie_layer": np.array(TIE_LAYER),
+                "tie_position": np.array(len(ids) + TIE_ROUND - 1), "tie_experts": np.array(pair),
+                "tie_margin": np.array(tie), "seed": np.array(seed)}
+        np.savez_compressed(folder / "reference.npz", **ref)
+        subprocess.run([sys.executable, __file__, "--float32-dump", str(folder)], check=True)
+        flip = first_flip(ref, dict(np.load(folder / "float32_dump.npz")))
+        print(f"seed {seed}: tie {target:+.0e} between experts {pair}: float32 first flips at {flip}")
+        if flip == (TIE_ROUND, TIE_LAYER, 0):
+            return
+    sys.exit("the float32 dump does not flip at the tie either way round")
+
+
+def float32_dump(folder: Path) -> None:
+    """transformers' own float32 forward (no patch), fed the float64 reference's greedy tokens: per pass, every
+    sparse layer's router logits, scores and chosen experts, every layer's output and the logits, keyed as
+    `check --against` reads them."""
+    from transformers import DynamicCache
+
+    ref = np.load(folder / "reference.npz")
+    model = model_class("qwen3_moe").from_pretrained(folder, dtype=torch.float32, attn_implementation="eager",
+                                                     experts_implementation="eager").eval()
+    dump, pass_ = {}, "prefill"
+
+    def keep(name):
+        return lambda _m, _i, out: dump.__setitem__(f"{pass_}.{name}", out)
+
+    hooks = []
+    for layer, block in enumerate(model.model.layers):
+        hooks.append(block.register_forward_hook(
+            lambda _m, _i, out, layer=layer: dump.__setitem__(f"{pass_}.blocks.{layer}.hook_resid_post",
+                                                              (out[0] if isinstance(out, tuple) else out)[0])))
+        hooks.append(block.mlp.gate.register_forward_hook(lambda _m, _i, out, layer=layer: dump.update({
+            f"{pass_}.blocks.{layer}.mlp.hook_router_logits": out[0],
+            f"{pass_}.blocks.{layer}.mlp.hook_router_scores": torch.softmax(out[0], dim=-1, dtype=torch.float),
+            f"{pass_}.blocks.{layer}.mlp.hook_topk": out[2]})))
+    cache, feed = DynamicCache(config=model.config), [int(t) for t in ref["ids"]]
+    with torch.no_grad():
+        for round_, token in enumerate(ref["greedy_ids"][:-1].tolist(), 1):
+            dump[f"{pass_}.unembed.hook_out"] = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
+            pass_, feed = f"decode.{round_}", [token]
+        dump[f"{pass_}.unembed.hook_out"] = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
+    for hook in hooks:
+        hook.remove()
+    arrays = {key: value.detach().numpy() for key, value in dump.items()}
+    assert all(a.dtype in (np.float32, np.int64) for a in arrays.values())
+    np.savez_compressed(folder / "float32_dump.npz", **arrays)
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--float32-dump"]:
+        float32_dump(Path(sys.argv[2]))  # before pure_float64: transformers' float32 forward as it is
+        return
     assert counter_sees_float32()
     pure_float64()
-    chosen = sys.argv[1:] or list(PREFIXES)
-    if unknown := set(chosen) - set(PREFIXES):
-        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(PREFIXES)})")
+    chosen = sys.argv[1:] or [*PREFIXES, TIE]
+    if unknown := set(chosen) - {*PREFIXES, TIE}:
+        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(PREFIXES)}, {TIE})")
     for arch in chosen:
-        make(arch)
+        make_tie() if arch == TIE else make(arch)
 
 
 if __name__ == "__main__":

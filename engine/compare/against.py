@@ -311,6 +311,8 @@ class _Meeting:
             cache = state.caches[state.layer]
             for name, values in cache.dump_items().items():
                 self._cache(state, passes.key(state, Hook(state.layer, cache.module, name).text), values)
+        if self.flip is None:  # before the top-k's own key is looked for: scores or logits may stand for it
+            self.flip = route_flip(state, key, self.against.aligned, self.against.dump.side)
         if key not in self.against.dump.arrays:
             if state.head in (None, 0):
                 self.missing[key.name] = self.missing.get(key.name, 0) + 1
@@ -319,8 +321,6 @@ class _Meeting:
         ours = to_host(state.values)
         self.ops.append(self.against.compare(key, state.head, ours,
                                              lambda r, c: _cell_labels(state, r, c, self.against.d_head), state.step))
-        if self.flip is None:
-            self.flip = route_flip(state, key, self.against.aligned)
 
     def _extended(self, key: Key, state: OpState) -> bool:
         """Whether the pass has just extended the operator's layer state (the first operator to see it new)."""

@@ -18,6 +18,7 @@ from engine.loading.document import ScenarioError
 from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
 
 SUFFIXES = (".safetensors", ".npz")
+LLAMA_CPP = "llama.cpp:"  # the path of a dump made by llama.cpp's evaluation of the GGUF file after it
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class Dump:
 
     def get(self, key: Key) -> np.ndarray | None:
         return self.arrays.get(key)
+
+    @property
+    def side(self) -> str:
+        """What a report calls it beside the reference."""
+        return "llama.cpp" if self.path.startswith(LLAMA_CPP) else "dump"
 
     @property
     def passes(self) -> set[tuple[int, str]]:

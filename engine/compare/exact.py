@@ -7,6 +7,7 @@ different choice the two runs no longer compute the same thing, and the report s
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -40,27 +41,29 @@ class RoundError:
 
 def against_exact(scenario: Scenario, backend: Backend | None = None) -> list[RoundError]:
     """The scenario's cache (quantized) beside the same scenario with an exact contiguous cache."""
-    exact = Session(dataclasses.replace(scenario, cache=CacheSpec()), backend).steps()
-    lossy = Session(scenario, backend).steps()
+    exact = _rounds(Session(dataclasses.replace(scenario, cache=CacheSpec()), backend).steps())
+    lossy = _rounds(Session(scenario, backend).steps())
     report, ended = [], set()
-    for states in _rounds(zip(lossy, exact, strict=True)):
-        request = states[0][0].request
+    for lossy_round, exact_round in zip(lossy, exact):
+        request = lossy_round[0].request
         if request not in ended:
-            report.append(_round_error(states, scenario.model.n_layers))
+            report.append(_round_error(_paired(lossy_round, exact_round), scenario.model.n_layers))
             if not report[-1].same_choice:
                 ended.add(request)
     return report
 
 
-def _rounds(pairs) -> Iterator[list[tuple[OpState, OpState]]]:
-    current: list = []
-    for pair in pairs:
-        if current and (pair[0].request, pair[0].round) != (current[0][0].request, current[0][0].round):
-            yield current
-            current = []
-        current.append(pair)
-    if current:
-        yield current
+def _rounds(states) -> Iterator[list[OpState]]:
+    """A run's states round by round."""
+    for _, round_ in itertools.groupby(states, key=lambda s: (s.request, s.round)):
+        yield list(round_)
+
+
+def _paired(lossy: list[OpState], exact: list[OpState]) -> list[tuple[OpState, OpState]]:
+    """One round's operators of both runs, met by name, head and chunk: where a mixture of experts routes a token
+    otherwise, each run has experts the other did not run (those are left out)."""
+    by_key = {(s.name, s.head, s.chunk): s for s in exact}
+    return [(s, by_key[(s.name, s.head, s.chunk)]) for s in lossy if (s.name, s.head, s.chunk) in by_key]
 
 
 def _gap(a: OpState, b: OpState) -> float:

@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.backend import Backend, to_host
 from engine.compare.against import Report, compare_generation
-from engine.compare.dump import Dump
+from engine.compare.dump import LLAMA_CPP, Dump
 from engine.layout import parse_key
 from engine.loading.document import ScenarioError
 from engine.scenario import Scenario
@@ -39,11 +39,14 @@ NAMES = {  # llama.cpp's graph names (before "-L") -> hook names
     "ffn_up": "mlp.hook_pre_linear", "ffn_swiglu": "mlp.hook_post", "ffn_out": "hook_mlp_out",
     "l_out": "hook_resid_post", "norm": "ln_final.hook_normalized", "result_norm": "ln_final.hook_out",
     "result_output": "unembed.hook_out", "kq": "attn.hook_attn_scores", "kq_soft_max": "attn.hook_pattern",
+    # a mixture of experts (a softmax router: qwen3moe): its logits, their softmax and the chosen experts (int32,
+    # [token, k], best first), whose difference from the reference's is the first routing flip
+    "ffn_moe_logits": "mlp.hook_router_logits", "ffn_moe_probs": "mlp.hook_router_scores", "ffn_moe_topk": "mlp.hook_topk",
 }
 CURRENT = {("Qcur", "MUL_MAT"): "attn.hook_q", ("Qcur", "ROPE"): "attn.hook_rot_q",
            ("Kcur", "MUL_MAT"): "attn.hook_k", ("Kcur", "ROPE"): "attn.hook_rot_k", ("Vcur", "MUL_MAT"): "attn.hook_v"}
 CACHE_VIEWS = {"cache_k_l": "attn.cache_k", "cache_v_l": "attn.cache_v"}  # "cache_k_l0 (view) (permuted)"
-GGML_DTYPES = {0: np.float32, 1: np.float16}
+GGML_DTYPES = {0: np.float32, 1: np.float16, 26: np.int32}  # ggml_type: F32, F16, I32
 
 
 class _Head(ctypes.Structure):
@@ -69,8 +72,13 @@ def llama_cpp_dump(path: str | Path, prompt: list[int], fed: list[int], threads:
         run.feed(prompt, 0)
         for round_, token in enumerate(fed, 1):
             run.feed([token], round_)
-        arrays, dtypes = run.collector.arrays, run.collector.dtypes
-    return Dump(f"llama.cpp:{path}", {parse_key(k): a for k, a in arrays.items()},
+        return collected(path, run.collector)
+
+
+def collected(path: str | Path, collector: _Collector) -> Dump:
+    """What a collector kept, as a dump."""
+    arrays, dtypes = collector.arrays, collector.dtypes
+    return Dump(f"{LLAMA_CPP}{path}", {parse_key(k): a for k, a in arrays.items()},
                 {parse_key(k): d for k, d in dtypes.items()})
 
 
@@ -188,7 +196,7 @@ class _Collector:
         """The tensor as a 4-D float32 array (ne3, ne2, ne1, ne0), strides as ggml lays it out, and its dtype."""
         head = ctypes.cast(tensor, ctypes.POINTER(_Head)).contents
         if head.type not in GGML_DTYPES:
-            raise ValueError(f"{self.ggml.ggml_get_name(tensor).decode()}: ggml type {head.type} is not float")
+            raise ValueError(f"{self.ggml.ggml_get_name(tensor).decode()}: ggml type {head.type} is not float or int32")
         size = self.ggml.ggml_nbytes(tensor)
         raw = (ctypes.c_uint8 * size)()
         self.ggml.ggml_backend_tensor_get(tensor, raw, 0, size)

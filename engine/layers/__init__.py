@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.layers import attention, dense_ffn, moe_ffn
+from engine.layers import attention, dense_ffn, moe_ffn, per_layer_input
 
 MIXERS: dict[str, ModuleType] = {attention.NAME: attention}
 FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn, moe_ffn.NAME: moe_ffn}
@@ -80,4 +80,5 @@ def hf_layer_types() -> dict[str, bool]:
 
 def explanation(key: str) -> dict[str, tuple[str, str, str, str]] | None:
     """The kind's texts (per language) of the operator filed under `key` (a hook name's last part)."""
-    return next((module.EXPLANATIONS[key] for module in _every_kind() if key in module.EXPLANATIONS), None)
+    modules = (*_every_kind(), per_layer_input)  # the kinds', then Gemma 4's block tail's
+    return next((module.EXPLANATIONS[key] for module in modules if key in module.EXPLANATIONS), None)

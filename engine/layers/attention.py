@@ -4,6 +4,11 @@ Query, key and value projections (grouped-query: fewer kv heads), optional per-h
 (Qwen3, Gemma 3), RoPE, the cache append, scores (soft-capped: Gemma 2), the pattern, each head's
 mix and its contribution to the residual, summed with the output bias. Its state is the layer's
 K/V cache (engine.caches); its fault points are the mask, the kv head and the cache appended to.
+
+Gemma 4 adds, per layer (engine.spec.LayerSpec): a head width and kv heads of its own (the full layers'),
+keys that are also the values (`k_eq_v`: no wv), an RMSNorm without gain over the values, and KV-shared
+layers (`kv_source`): no k, v of their own; they attend over what their source layer read in the same pass,
+which the source hands them (engine.layers.shared_kv).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 from engine import ops
 from engine.caches import Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
+from engine.layers.shared_kv import SharedKV
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec, Positions
 from engine.trace import OpKind
@@ -157,17 +163,34 @@ class FaultPoints:
         """What shares one quantization scale."""
         return axis
 
+    def shared_read(self, read: Read, n_new: int) -> Read:
+        """What a KV-shared layer attends over: the read its source layer handed it in this pass (whose last
+        `n_new` rows are the chunk's)."""
+        return read
+
 
 class StaleCacheError(RuntimeError):
     """A cache computed with other weights was about to be extended."""
 
 
+def head_dims(model: ModelSpec, block: LayerSpec) -> tuple[int, int]:
+    """A layer's head width and kv heads: its own (Gemma 4's full layers), else the model's."""
+    return block.d_head or model.d_head, block.kv_heads or model.n_kv_heads
+
+
+def projections(block: LayerSpec) -> str:
+    """The projections a layer has: a KV-shared layer only q, keys that are the values no v."""
+    return "q" if block.kv_source is not None else "qk" if block.k_eq_v else "qkv"
+
+
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
-    prefix, d, a = f"blocks.{layer}.attn", model.d_model, model.d_attn
-    widths = {"q": a, "k": model.d_kv, "v": model.d_kv}
+    prefix, d = f"blocks.{layer}.attn", model.d_model
+    dh, kv_heads = head_dims(model, block)
+    a, names = model.n_heads * dh, projections(block)
+    widths = {n: a if n == "q" else kv_heads * dh for n in names}
     shapes = {f"{prefix}.w{n}": (d, width) for n, width in widths.items()}
     if model.qk_norm:
-        shapes.update({f"{prefix}.{n}_norm.w": (model.d_head,) for n in "qk"})
+        shapes.update({f"{prefix}.{n}_norm.w": (dh,) for n in "qk" if n in names})
     shapes[f"{prefix}.wo"] = (a, d)
     shapes.update({f"{prefix}.b{n}": (width,) for n, width in widths.items() if model.has_bias(n)})
     if model.has_bias("o"):
@@ -176,21 +199,32 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
 
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
-    """The columns of this kind's hooks (those the spec alone fixes; scores and patterns have one per key)."""
-    return {"attn.hook_q": model.d_attn, "attn.hook_rot_q": model.d_attn, "attn.hook_k": model.d_kv,
-            "attn.hook_rot_k": model.d_kv, "attn.hook_v": model.d_kv, "attn.hook_z": model.d_head,
-            "attn.hook_result": model.d_model, "attn.hook_concat": model.d_attn}
+    """The columns of this kind's hooks (those the spec alone fixes; scores and patterns have one per key;
+    a width that differs between layers, as Gemma 4's head widths, is left out)."""
+    found: dict[str, set[int]] = {}
+    for block in dict.fromkeys(b for b in model.blocks if b.mixer == NAME):
+        dh, kv_heads = head_dims(model, block)
+        a, kv = model.n_heads * dh, kv_heads * dh
+        widths = {"attn.hook_q": a, "attn.hook_rot_q": a, "attn.hook_k": kv, "attn.hook_rot_k": kv, "attn.hook_v": kv,
+                  "attn.hook_z": dh, "attn.hook_result": model.d_model, "attn.hook_concat": a}
+        for name, width in widths.items():
+            found.setdefault(name, set()).add(width)
+    return {name: widths.pop() for name, widths in found.items() if len(widths) == 1}
 
 
 def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
     """Every hook this kind yields in `layer`, in order (`hook` interns, `norm_sites` lists a norm's hooks)."""
     heads = model.n_heads
-    sites = [HookSite(hook(layer, MODULE, f"hook_{n}")) for n in "qkv"]
+    shared = block.kv_source is not None  # a KV-shared layer computes only its queries: it reads k and v
+    sites = [HookSite(hook(layer, MODULE, f"hook_{n}")) for n in ("q" if shared else "qkv")]
+    turned = "q" if shared else "qk"  # normalized (q/k norms) and rotated
     if model.qk_norm:
-        for n in "qk":
+        for n in turned:
             sites += norm_sites(layer, f"{MODULE}.{n}_norm", out=hook(layer, MODULE, f"hook_{n}_normed"))
+    if model.v_norm and not shared:
+        sites += [HookSite(hook(layer, f"{MODULE}.v_norm", name)) for name in ("hook_scale", "hook_normalized")]
     if model.positions == Positions.ROPE:
-        sites += [HookSite(hook(layer, MODULE, f"hook_rot_{n}")) for n in "qk"]
+        sites += [HookSite(hook(layer, MODULE, f"hook_rot_{n}")) for n in turned]
     per_head = (["hook_attn_scores_uncapped"] if model.attn_softcap else []) + ["hook_attn_scores", "hook_pattern",
                                                                                 "hook_z"]
     sites += [HookSite(hook(layer, MODULE, name), heads) for name in per_head]
@@ -209,28 +243,48 @@ class Attention:
             "hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_q_normed", "hook_k_normed",
             "hook_attn_scores_uncapped", "hook_attn_scores", "hook_pattern", "hook_z", "hook_concat", "hook_result")}
         self.cache_names = tuple(hook(layer, MODULE, name).text for name in ("cache_k", "cache_v"))  # its state's
+        if block.kv_source is not None:  # what it attends over is its source's
+            self.cache_names = tuple(hook(block.kv_source, MODULE, name).text for name in ("cache_k", "cache_v"))
+        self.dh, self.kv_heads = head_dims(self.spec, block)
+        self.readers = tuple(i for i, other in enumerate(self.spec.blocks) if other.kv_source == layer)
 
     def fresh_state(self):
-        spec, model = self.spec, self.model
-        return empty_cache(model.cache, model.xp, spec.d_kv, spec.d_head, model.backend.dtype, model.fingerprint,
-                           self.block.window)
+        model, source = self.model, self.block.kv_source
+        if source is not None:
+            return SharedKV(source, model.fingerprint)
+        return empty_cache(model.cache, model.xp, self.kv_heads * self.dh, self.dh, model.backend.dtype,
+                           model.fingerprint, self.block.window)
 
     def forward(self, h: Op, states: list, positions: list[int], padded_keys: list[bool] | None, out) -> OpStream:
         """`out`: the hook of the summed output (what the residual adds, unless a post-norm follows)."""
         model, spec, layer, hooks, p = self.model, self.spec, self.layer, self.hooks, self.prefix
-        q, k, v = (model.linear(hooks[f"hook_{n}"], h, f"{p}.w{n}", f"{p}.b{n}") for n in "qkv")
+        own = self.block.kv_source is None  # a KV-shared layer (Gemma 4) computes only its queries
+        q = model.linear(hooks["hook_q"], h, f"{p}.wq", f"{p}.bq")
         yield q
-        yield k
-        yield v
+        if own:
+            k = model.linear(hooks["hook_k"], h, f"{p}.wk", f"{p}.bk")
+            yield k
+            v = self._values(h, k)
+            yield v
         if spec.qk_norm:  # Qwen3, Gemma 3: each head's q and k through an RMSNorm of their own
             q = yield from model.norm(layer, "attn.q_norm", q, heads=spec.n_heads, out=hooks["hook_q_normed"])
-            k = yield from model.norm(layer, "attn.k_norm", k, heads=spec.n_kv_heads, out=hooks["hook_k_normed"])
+            if own:
+                k = yield from model.norm(layer, "attn.k_norm", k, heads=self.kv_heads, out=hooks["hook_k_normed"])
+        if own and spec.v_norm:  # Gemma 4: each value head through an RMSNorm without gain
+            v = yield from model.norm(layer, "attn.v_norm", v, heads=self.kv_heads, gain=False)
         if spec.positions == Positions.ROPE:
-            q, k = (self._rope(hooks[f"hook_rot_{n}"], x, positions) for n, x in (("q", q), ("k", k)))
+            q = self._rope(hooks["hook_rot_q"], q, positions)
             yield q
-            yield k
-        read = self._append(model.fault.layer_state(layer, states), k.values, v.values)
-        states[layer] = read.cache
+            if own:
+                k = self._rope(hooks["hook_rot_k"], k, positions)
+                yield k
+        if own:
+            read = self._append(model.fault.layer_state(layer, states), k.values, v.values)
+            states[layer] = read.cache
+            for reader in self.readers:  # the KV-shared layers that attend over this read
+                states[reader] = states[reader].reading(read)
+        else:
+            read = model.fault.shared_read(states[layer].read, q.values.shape[0])
         keys = Operand(self.cache_names[0], read.k, rows=read.columns)
         values = Operand(self.cache_names[1], read.v, rows=read.columns)
         visible = self._mask(read, q.values.shape[0], padded_keys)
@@ -242,7 +296,7 @@ class Attention:
         concat = op(hooks["hook_concat"], model.xp.concat([z.values for z in heads], axis=1), OpKind.CONCAT,
                     inputs=tuple(heads))
         yield concat
-        wo, dh, results = model.param(f"{p}.wo"), spec.d_head, []
+        wo, dh, results = model.param(f"{p}.wo"), self.dh, []
         for head, z in enumerate(heads):  # each head's contribution to the residual, as TransformerLens's hook_result
             result = op(hooks["hook_result"], z.values @ wo.values[head * dh:(head + 1) * dh, :], OpKind.LINEAR,
                         head=head, inputs=(z, wo))
@@ -251,6 +305,11 @@ class Attention:
         total = model.sum(out, results, f"{p}.bo")
         yield total
         return total
+
+    def _values(self, h: Op, k: Op) -> Op:
+        if self.block.k_eq_v:  # Gemma 4's full layers: the keys' projection is the values' too
+            return op(self.hooks["hook_v"], k.values, OpKind.LINEAR, inputs=(k,))
+        return self.model.linear(self.hooks["hook_v"], h, f"{self.prefix}.wv", f"{self.prefix}.bv")
 
     def _mask(self, read: Read, n_new: int, padded_keys: list[bool] | None):
         """Which keys each new query may read: causal order (within a sliding window, sinks
@@ -266,7 +325,7 @@ class Attention:
 
     def _rope(self, hook, x: Op, positions: list[int]) -> Op:
         spec, xp = self.spec, self.model.xp
-        rotated = ops.rope(xp, x.values, xp.asarray(positions), spec.d_head, spec.theta(self.layer),
+        rotated = ops.rope(xp, x.values, xp.asarray(positions), self.dh, spec.theta(self.layer),
                            spec.rope_divisors(self.layer), spec.rope_dims)
         return op(hook, rotated, OpKind.ROPE, inputs=(x,))
 
@@ -275,14 +334,14 @@ class Attention:
         (H, T, S) ×3 and (H, T, dh): one batched call per step instead of one per head (the heads are
         yielded one by one)."""
         xp, spec, fault = self.model.xp, self.spec, self.model.fault
-        dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
+        dh, group = self.dh, spec.n_heads // self.kv_heads
 
         def split(x: Array) -> Array:  # (T, H·dh) -> (H, T, dh)
             return xp.permute_dims(xp.reshape(x, (x.shape[0], -1, dh)), (1, 0, 2))
 
         k, v = split(k), split(v)
         if group > 1:  # grouped-query attention: query head h reads kv head h // group
-            kv = xp.asarray([fault.kv_head(head, group, spec.n_kv_heads) for head in range(spec.n_heads)])
+            kv = xp.asarray([fault.kv_head(head, group, self.kv_heads) for head in range(spec.n_heads)])
             k, v = xp.take(k, kv, axis=0), xp.take(v, kv, axis=0)
         q = split(q)
         if spec.attn_softcap:  # the cap comes before the mask
@@ -297,8 +356,8 @@ class Attention:
     def _head(self, head, q: Operand, keys: Operand, values: Operand, every) -> OpStream:
         """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
         xp, spec, hooks = self.model.xp, self.spec, self.hooks
-        dh, group = spec.d_head, spec.n_heads // spec.n_kv_heads
-        part, kv = slice(head * dh, (head + 1) * dh), self.model.fault.kv_head(head, group, spec.n_kv_heads)
+        dh, group = self.dh, spec.n_heads // self.kv_heads
+        part, kv = slice(head * dh, (head + 1) * dh), self.model.fault.kv_head(head, group, self.kv_heads)
         kv_part, kv_name = slice(kv * dh, (kv + 1) * dh), f"head {kv}" if group == 1 else f"kv head {kv}"
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows=keys.rows)

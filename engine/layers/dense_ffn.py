@@ -27,7 +27,7 @@ GGUF = {"mlp.w_gate": "ffn_gate", "mlp.w_up": "ffn_up", "mlp.w_down": "ffn_down"
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
-    prefix, d, f = f"blocks.{layer}.mlp", model.d_model, model.d_ff
+    prefix, d, f = f"blocks.{layer}.mlp", model.d_model, block.d_ff or model.d_ff
     if FfnKind(model.ffn).gated:
         shapes = {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
         biases = {f"{prefix}.b_gate": (f,), f"{prefix}.b_up": (f,), f"{prefix}.b_down": (d,)}
@@ -38,7 +38,10 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
 
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
-    return {"mlp.hook_pre": model.d_ff, "mlp.hook_post": model.d_ff}
+    """Its hooks' columns where every dense layer has the same width (Gemma 4's KV-shared layers' are double)."""
+    widths = {block.d_ff or model.d_ff for block in model.blocks if block.ffn == NAME}
+    width = widths.pop() if len(widths) == 1 else None
+    return {} if width is None else {"mlp.hook_pre": width, "mlp.hook_post": width}
 
 
 def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:

@@ -1,4 +1,4 @@
-"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2 and gemma3 architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3 and gemma4 (gguf_gemma4) architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -22,17 +22,19 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.layers import gguf_tensors
+from engine.layers import gguf_tensors, per_layer_input
 from engine.loading.document import ScenarioError
+from engine.loading import gguf_gemma4
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA)
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH)
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
-                 "ln2_post.w": "post_ffw_norm", **gguf_tensors()}  # the block's norms, then its kinds'
+                 "ln2_post.w": "post_ffw_norm", **gguf_tensors(),
+                 **per_layer_input.GGUF_BLOCK}  # the block's norms, its kinds', Gemma 4's block tail's
 # values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are
 # reused, where at 1 << 20 each chunk's were mapped and faulted in afresh (1.5M page faults for the 0.5B file)
 CHUNK = 1 << 15
@@ -67,6 +69,8 @@ class GGUFModel:
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
             raise self.error("general.architecture", f"unsupported architecture {arch!r} "
                              f"(supported: {', '.join(ARCHITECTURES)})")
+        if arch == gguf_gemma4.ARCH:
+            return gguf_gemma4.spec(self)
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
         kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
         d_head = self._size(f"{arch}.attention.key_length", d // heads)
@@ -180,7 +184,7 @@ class GGUFModel:
             w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
         if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
             w = w - 1
-        return w if w.ndim == 1 or name == "embed" else w.T
+        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
 
     def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> Block | None:
         """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
@@ -205,7 +209,8 @@ class GGUFModel:
         return tensor, row, col
 
     def tensor_name(self, name: str) -> str:
-        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight"}
+        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight",
+                 **{name: f"{tensor}.weight" for name, tensor in per_layer_input.GGUF.items()}}
         if name in fixed:
             return fixed[name]
         _, layer, leaf = name.split(".", 2)

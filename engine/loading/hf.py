@@ -20,15 +20,16 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from engine.layers import hf_layer_types, hf_modules
+from engine.loading import hf_gemma4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.spec import FfnKind, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 MOE = ("qwen2_moe", "qwen3_moe")
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, "mistral", "phi3", "gemma2",
-                "gemma3_text")  # RoPE, RMSNorm, gated MLP
+                "gemma3_text", hf_gemma4.ARCH)  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
-GEMMA = ("gemma2", "gemma3_text")
+GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
                                        "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
@@ -55,7 +56,13 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
         raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
     if arch in LLAMA_FAMILY:
         _check_held(config, file, *held)
-    spec = (_llama if arch in LLAMA_FAMILY else {"gpt2": _gpt2, "bert": _bert}[arch])(config, file)
+    if arch == hf_gemma4.ARCH:
+        spec = hf_gemma4.read(config, lambda table, key, default=None: _get(table, key, file, default),
+                              lambda key, default: _eps(config, key, file, default),
+                              lambda table, key, default, where: _positive(table, key, file, default, where),
+                              lambda key, message: ConfigError(file, key, message))
+    else:
+        spec = (_llama if arch in LLAMA_FAMILY else {"gpt2": _gpt2, "bert": _bert}[arch])(config, file)
     vocab_size = _get(config, "vocab_size", file)
     for key in ("eos_token_id", "pad_token_id"):
         special = config.get(key)
@@ -448,6 +455,9 @@ FIXED = {  # engine parameter -> tensor, outside the blocks
 def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndarray:
     """The engine parameter `name`, read through `get(hf_name)`."""
     family = "llama" if arch in LLAMA_FAMILY else arch
+    tensor = hf_gemma4.tensor(name) if arch == hf_gemma4.ARCH else None  # its per-layer inputs, layer scalars
+    if tensor is not None:
+        return _linear(get, tensor) if name == "per_layer_proj" or ".w_" in name else get(tensor)
     if name in FIXED[family]:
         return get(FIXED[family][name])
     if name == "unembed":

@@ -201,7 +201,7 @@ def gguf_tokenizer(meta: dict, error) -> Tokenizer:
     `error(key, message)` builds the exception for a key this cannot honour.
     """
     kind = meta.get("tokenizer.ggml.model")
-    builders = {"gpt2": _byte_level, "llama": _sentencepiece}
+    builders = {"gpt2": _byte_level, "llama": _sentencepiece, "gemma4": _gemma_sentencepiece}  # gemma4: BPE, merges
     if not isinstance(kind, str) or kind not in builders:
         raise error("tokenizer.ggml.model", f"unsupported tokenizer {kind!r} (supported: {', '.join(builders)})")
     tokens = _token_texts(meta, error)

@@ -6,6 +6,7 @@ cancelled through `cancel()`, which raises DiffCancelled in it at its next step.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,11 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import Scenario, ScenarioError, Session
-from engine.caches import Quantize
+from engine.backend import make_backend
+from engine.caches import CacheSpec, Quantize
 from engine.compare.against import Against, Report
 from engine.compare.check import check_scenario
 from engine.compare.diff import TOLERANCE, OpDiff, diff_batch, diff_scenario, first_divergence
 from engine.compare.exact import against_exact
+from engine.compare.routes import RouteFlip, flip_between
+from engine.layout import Passes
 from engine.compare.expect import Outcome
 from engine.interventions import InterventionError
 from engine.session import StaleFrom
@@ -89,7 +93,22 @@ class Comparisons:
         inject, diffs = self._now().inject, self.diff(alone)
         first = first_divergence(diffs)
         return DiffReport(tuple(diffs), None if first is None else diffs.index(first), inject,
-                          diffs[0].tolerance if diffs else TOLERANCE)
+                          diffs[0].tolerance if diffs else TOLERANCE, self.route_flip())
+
+    def route_flip(self) -> RouteFlip | None:
+        """A mixture of experts run in another dtype than float64, or over a quantized cache: the first token it
+        routes otherwise than the float64 run over the exact cache (None: no experts, or nothing to compare)."""
+        now = self._now()
+        scenario, lossy = now.scenario, now.scenario.cache.quantize is not Quantize.NONE
+        if scenario.model.moe is None or not (lossy or self.backend.dtype_name != "float64"):
+            return None
+        other = " over the ".join(([f"{self.backend.dtype_name} run"] if self.backend.dtype_name != "float64" else [])
+                                  + ([f"{scenario.cache.quantize} cache"] if lossy else []))
+        exact = Compared(dataclasses.replace(scenario, cache=CacheSpec()) if lossy else scenario, now.inject, now.stale)
+        reference = make_backend(self.backend.name, "float64")
+        with self._counted():
+            return flip_between(self._cancellable(exact.session(reference).steps()),
+                                self._cancellable(now.session(self.backend).steps()), Passes(scenario), other)
 
     def exact_cache(self) -> list:
         """A quantized cache's error against the exact cache, round by round (nothing for an exact cache)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import cached_property, wraps
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from engine.session import StaleFrom
 from engine.trace import Phase
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
-from engine.interventions import InterventionError, check_intervention, parse_any
+from engine.interventions import InterventionError, check_intervention, parse_any, routed_expert
 from tinyllm_tui.debugger.changes import Changed, Changes
 from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, checked, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
@@ -493,7 +494,9 @@ class Debugger:
             self.changes.discard()
             self._rebuild(None, progress)
             return Refused(Reason.BAD_QUERY, (str(error),))
-        return self._intervened(Change.ADDED, intervention.text)
+        unused = self.session.patcher is not None and intervention in self.session.patcher.unused()
+        return replace(self._intervened(Change.ADDED, intervention.text),
+                       unreached=routed_expert(intervention) if unused else None)
 
     def _intervened(self, change: Change, text: str = "") -> Intervened:
         """With the round's choice before → after, once the round has chosen: its token's text and probability."""

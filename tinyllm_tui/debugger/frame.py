@@ -20,6 +20,7 @@ import numpy as np
 from engine import OpState, to_host
 from engine.breakpoints import short_name
 from engine.caches import PagedFacts, QuantizedFacts, RingFacts
+from engine.layers.shared_kv import SharedFacts
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.layers import explanation
@@ -133,7 +134,7 @@ class CacheFrame:
     stale: bool  # computed with other weights than the current ones
     differing: frozenset[int]  # positions whose row in some view differs from a --against dump
     views: tuple[MatrixFrame, ...]  # the state's views (engine.state.StateView), one head's columns: K and V
-    layout: RingFacts | PagedFacts | QuantizedFacts | None = None  # what the layout holds beside its rows
+    layout: RingFacts | PagedFacts | QuantizedFacts | SharedFacts | None = None  # what it holds beside its rows
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
 
 
@@ -326,6 +327,9 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     layer = min(layer, len(state.caches) - 1)
     cache = state.caches[layer]
     views = cache.views()
+    if not views:  # a state of no rows of its own (a KV-shared layer): its facts say where it reads
+        return CacheFrame(layer, len(state.caches), 0, 1, cache.length, 0, cache.fingerprint != fingerprint,
+                          differing, (), cache.facts)
     total = int(views[0].values.shape[1])
     width = views[0].head_width or total
     heads = max(total // width, 1)

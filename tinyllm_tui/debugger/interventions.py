@@ -32,6 +32,7 @@ class Intervened:
     change: Change
     text: str = ""  # the intervention added
     choice: tuple[tuple[str, float], tuple[str, float]] | None = None  # the round's (token text, p) before → after
+    unreached: tuple[int, int] | None = None  # (layer, expert): no token routed there in the passes run so far
 
 
 def checked(text: str, scenario: Scenario, hooks) -> Intervention:

@@ -131,6 +131,7 @@ class DiffReport:
     first: int | None  # index of the first divergence, None when every operator agrees
     inject: str | None
     tolerance: float
+    flip: object | None = None  # engine.compare.routes.RouteFlip: a float32 or quantized-cache run's first routing flip
 
 
 Result = (Moved | HitBreakpoint | EndOfTrace | Cancelled | Refused | Diverged | BreakpointAdded | BreakpointRemoved

@@ -10,16 +10,30 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-from engine import Scenario, Session
+import numpy as np
+
+from engine import Scenario, Session, to_host
 from engine.analysis import decisions, passes
 from engine.breakpoints import Breakpoint
 from engine.compare.dump import save_dump
 from engine.layout import Passes
 from engine.export import ActivationDump, record, requests_record, trace_document
-from engine.trace import OpState
+from engine.interventions import routed_expert
+from engine.layers.moe_ffn import route
+from engine.trace import OpKind, OpState
 from tinyllm_tui.debugger.readings import pass_lens
+
+
+@dataclass(frozen=True)
+class RouteWithout:
+    """What a mixture of experts' top-k chose in the same pass of the run without the scenario's interventions."""
+
+    chosen: np.ndarray | None  # (T, k) each token's experts there; None: that pass fed another token (an earlier
+    #                             pass chose another one without the interventions)
 
 
 class Trace:
@@ -30,6 +44,7 @@ class Trace:
         self.session = Session(scenario, backend, inject=inject)
         self.save = save
         self._dump = None if save is None else ActivationDump(Passes(scenario))
+        self._chose: dict[tuple[int, int], int] = {}  # (request, round) -> the token this run chose
 
     def __iter__(self) -> Iterator[tuple[OpState, tuple[str, ...]]]:
         """Every operator with the breakpoints that hit it (where the TUI's continue stops)."""
@@ -37,6 +52,8 @@ class Trace:
             for state in self.session.steps():
                 if self._dump is not None:
                     self._dump.see(state)
+                if state.kind == OpKind.CHOICE:
+                    self._chose[(state.request, state.round)] = int(to_host(state.values)[0, 0])
                 yield state, tuple(b.text for b in self.breakpoints if b.hits(state))
         finally:
             if self._dump is not None:
@@ -47,9 +64,11 @@ class Trace:
         """What each request generated (complete once the stream has been read to its end)."""
         return self.session.results
 
-    def unused_interventions(self) -> list[str]:
-        """The interventions that changed nothing: no operator of that name, head, rows and pass ran."""
-        return [i.text for i in self.session.patcher.unused()] if self.session.patcher else []
+    def unused_interventions(self) -> list[tuple[str, tuple[int, int] | None]]:
+        """The interventions that changed nothing (no operator of that name, head, rows and pass ran), each with the
+        (layer, expert) it names when it is on one expert's hooks (no token was routed there)."""
+        unused = self.session.patcher.unused() if self.session.patcher else []
+        return [(i.text, routed_expert(i)) for i in unused]
 
     def document(self, states: Iterable[OpState]) -> dict:
         """`states` (read from this trace) as the document `run --json` prints."""
@@ -70,7 +89,28 @@ class Trace:
 
     def clean_decisions(self) -> dict | None:
         """(request, round) -> what each pass chose without the scenario's interventions (None when it has none)."""
+        return None if self._clean is None else self._clean[0]
+
+    def route_without(self, state: OpState) -> RouteWithout | None:
+        """Beside a top-k operator of a run under interventions: what the same pass chose without them."""
+        if self._clean is None or route(state.op) is None:
+            return None
+        decisions, routes = self._clean
+        apart = any(self._chose.get((state.request, r)) != decisions.get((state.request, r), (None,))[0]
+                    for r in range(state.round))
+        return RouteWithout(None if apart else routes.get((state.request, state.round, state.chunk, state.layer)))
+
+    @cached_property
+    def _clean(self) -> tuple[dict, dict] | None:
+        """The run without the interventions, read once: its decisions and each top-k's experts."""
         if not self.scenario.interventions:
             return None
-        clean = dataclasses.replace(self.scenario, interventions=())
-        return decisions(Session(clean, self.backend, inject=self.inject).steps())
+        clean, routes = dataclasses.replace(self.scenario, interventions=()), {}
+
+        def routed(states: Iterable[OpState]) -> Iterator[OpState]:
+            for state in states:
+                if (chosen := route(state.op)) is not None:
+                    routes[(state.request, state.round, state.chunk, state.layer)] = chosen.chosen
+                yield state
+
+        return decisions(routed(Session(clean, self.backend, inject=self.inject).steps())), routes

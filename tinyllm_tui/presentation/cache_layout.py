@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
+from engine.layers.shared_kv import SharedFacts
 from engine.loading.budget import format_size
 from engine.trace import TokenState
 
@@ -55,6 +56,7 @@ def spans(positions: Sequence[int]) -> str:
 
 
 def layout_kind(facts) -> str | None:
-    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized" (None: contiguous)."""
-    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized"}
+    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized", or "shared" (a
+    KV-shared layer's: another layer's cache; None: contiguous)."""
+    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", SharedFacts: "shared"}
     return kinds.get(type(facts))

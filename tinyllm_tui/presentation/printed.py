@@ -36,9 +36,25 @@ def without_text(clean: dict | None, request: int, round_: int, vocab) -> str:
     return f" · without the interventions: {token_text(vocab, [token])} (token id {token}, p {probability:.6f})"
 
 
-def state_without_text(clean: dict | None, state: OpState, vocab) -> str:
-    """`without_text` after a choice; nothing after any other operator."""
+def state_without_text(clean: dict | None, state: OpState, vocab, route=None) -> str:
+    """`without_text` after a choice, `route_without_text` after a top-k (`route`: its RouteWithout); nothing after
+    any other operator."""
+    if route is not None:
+        return route_without_text(route, state)
     return without_text(clean, state.request, state.round, vocab) if state.kind == OpKind.CHOICE else ""
+
+
+def route_without_text(without, state: OpState) -> str:
+    """Under a top-k of a run under interventions: the tokens whose experts differ without them, with those."""
+    if without.chosen is None:
+        return "\nwithout the interventions: this pass fed another token (an earlier pass chose otherwise)"
+    ours = to_host(state.values).astype(int)
+    if without.chosen.shape != ours.shape:
+        return ""
+    differ = [f"{state.output.rows[t]} {without.chosen[t].tolist()}" for t in range(len(ours))
+              if set(ours[t].tolist()) != set(without.chosen[t].tolist())]
+    return "\nwithout the interventions: " + ("; ".join(differ) + " (the other tokens as here)" if differ
+                                                else "the same experts for every token")
 
 
 def diff_line(d: OpDiff) -> str:

@@ -1,5 +1,7 @@
 """A mixture-of-experts layer's routing as text: tokens down, experts across, the chosen cells holding their
-weights, each token's margin (its k-th score less the best one not chosen) and the tokens each expert got.
+weights, each token's margin (its k-th score less the best one not chosen) and the tokens each expert got; and
+the experts at a glance: every sparse layer of the pass down, the tokens each expert got across, and the
+layer's least margin with its token (the counterpart of the attention heads at a glance).
 
 Plain text lines, windowed: the tokens and experts that fit the width and height asked for, from `first_row`
 and `first_expert` on. Shared by the TUI's routing screen and tests.
@@ -49,3 +51,29 @@ def _label(label: str) -> str:
             label = label[:-1]
         label += "…"
     return label + " " * (LABEL - display_width(label))
+
+
+LAYER = 7  # the glance's layer column
+
+
+def glance_lines(routings: list[Routing], *, width: int, height: int, first_row: int = 0,
+                 first_expert: int = 0) -> list[str]:
+    """Every sparse layer's tokens per expert (· for none) and least margin, the window of layers from `first_row`
+    and experts from `first_expert` that fits `width` × `height` (each clamped so that the window is full)."""
+    n_experts, tokens = routings[0].n_experts, len(routings[0].labels)
+    shown = max((width - LAYER - MARGIN - LABEL) // CELL, 1)
+    first_expert = min(max(first_expert, 0), max(n_experts - shown, 0))
+    experts = range(first_expert, min(first_expert + shown, n_experts))
+    rows = max(height - 2, 1)
+    first_row = min(max(first_row, 0), max(len(routings) - rows, 0))
+    lines = [f"{len(routings)} sparse layer{'s' if len(routings) > 1 else ''} · experts {experts.start}–{experts.stop - 1} of {n_experts} · "
+             f"tokens per expert of the pass's {tokens}",
+             f"{'layer':<{LAYER}}" + "".join(f"{f'e{e}':>{CELL}}" for e in experts) + f"{'least margin':>{MARGIN + 3}}"]
+    for routing in routings[first_row:first_row + rows]:
+        counts = routing.counts
+        cells = "".join(f"{int(counts[e]):>{CELL}}" if counts[e] else f"{'·':>{CELL}}" for e in experts)
+        least = int(routing.margins.argmin())
+        margin = routing.margins[least]
+        flag = "⚠" if margin < NEAR_TIE else " "
+        lines.append(f"{routing.layer:<{LAYER}}{cells}{margin:>{MARGIN + 2}.1e}{flag} {_label(routing.labels[least])}")
+    return [line.rstrip()[:width] for line in lines]

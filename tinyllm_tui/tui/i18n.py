@@ -38,6 +38,8 @@ EN = {
     "Save interventions": "Save interventions",
     "result.intervention.added": "intervention {text}", "result.intervention.undone": "undid the change of intervention {text}",
     "result.intervention.redone": "redid the change of intervention {text}",
+    "result.intervention.unreached": " · no token has been routed to expert {expert} of layer {layer} so far: it "
+                                     "applies in the passes that route one there",
     "result.choice": " · chose {before} {p_before} → {after} {p_after}",
     "ask.intervene": "Patch or ablate, as --patch/--ablate take it (e.g. blocks.0.attn head 1):",
     "screen.intervening": "intervening, replaying to this step… (Esc cancels)",
@@ -51,7 +53,8 @@ EN = {
                         " + final norm bias {bias}",
     "lens.more": "  … {count} more",
     "Expert routing": "Expert routing",
-    "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · Esc: close",
+    "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · a: every layer · "
+                     "Esc: close",
     "routing.none": "no mixture-of-experts layer in this round",
     # results of moves
     "result.wrapped": "went to step {step} (wrapped around)", "result.went": "went to step {step}",
@@ -168,6 +171,7 @@ EN = {
     "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
     "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
     "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
+    "cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)",
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
@@ -193,6 +197,8 @@ EN = {
     # the diff dialog
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
     "diff.injected": "injected bug {name}: {description}",
+    "diff.flip": "⚠ first routing flip against the float64 exact-cache run: {where} · layer {layer} · token {token}: "
+                 "reference chose {ours} (margin {margin}), {other} {theirs}",
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
@@ -220,6 +226,8 @@ EN = {
     "inject.ring-wrong-slot": "the ring buffer overwrites the slot after the oldest one when it wraps",
     "inject.block-table-wrong": "a new block's table entry points at the request's previous physical block",
     "inject.scale-per-tensor": "the quantization scale is taken per tensor instead of per head",
+    "inject.shared-kv-own-cache": "a KV-shared layer reads its own (empty) cache in cached rounds, not its source's",
+    "inject.per-layer-previous": "a cached round reads the per-layer input row of the previous token",
 }
 
 ZH = {
@@ -245,6 +253,7 @@ ZH = {
     "Save interventions": "保存干预",
     "result.intervention.added": "干预 {text}", "result.intervention.undone": "已撤销干预 {text} 的改动",
     "result.intervention.redone": "已重做干预 {text} 的改动",
+    "result.intervention.unreached": " · 到目前为止没有Token被路由到第{layer}层的专家{expert}：它将在有Token路由到该专家的轮次生效",
     "result.choice": " · 选择 {before} {p_before} → {after} {p_after}",
     "ask.intervene": "修补或消融（写法同 --patch/--ablate，例如 blocks.0.attn head 1）：",
     "screen.intervening": "正在干预并重放到此步骤…（Esc 取消）",
@@ -258,7 +267,7 @@ ZH = {
                         " + 最终归一化偏置 {bias}",
     "lens.more": "  … 另有 {count} 项",
     "Expert routing": "专家路由",
-    "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · Esc 关闭",
+    "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · a 所有层 · Esc 关闭",
     "routing.none": "本轮没有混合专家层",
     "result.wrapped": "已跳转到步骤 {step}（已从头绕回）", "result.went": "已跳转到步骤 {step}",
     "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",
@@ -354,6 +363,7 @@ ZH = {
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
     "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
+    "cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
     "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",
@@ -374,6 +384,8 @@ ZH = {
     "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",
+    "diff.flip": "⚠ 与float64精确缓存运行相比，首次路由翻转：{where} · 第{layer}层 · Token {token}：参考选择 {ours}"
+                 "（差距 {margin}），{other} 选择 {theirs}",
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
@@ -398,6 +410,8 @@ ZH = {
     "inject.ring-wrong-slot": "环形缓冲区回绕时覆盖了最旧槽位之后的那一个",
     "inject.block-table-wrong": "新块的块表项指向本请求的前一个物理块",
     "inject.scale-per-tensor": "量化缩放按整个张量取，而不是按头",
+    "inject.shared-kv-own-cache": "KV共享层在缓存轮次读取自己（空的）缓存，而不是源层的缓存",
+    "inject.per-layer-previous": "缓存轮次读取了前一个Token的每层输入行",
 }
 
 CATALOGUES = {"en": EN, "zh": ZH}
@@ -459,8 +473,10 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.no_inject", lang)
         case InjectionChanged(name=name):
             return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
-        case Intervened(change=change, text=text, choice=choice):
-            return tr(f"result.intervention.{change}", lang, text=text) + choice_words(choice, lang)
+        case Intervened(change=change, text=text, choice=choice, unreached=unreached):
+            pending = "" if unreached is None else tr("result.intervention.unreached", lang, layer=unreached[0],
+                                                      expert=unreached[1])
+            return tr(f"result.intervention.{change}", lang, text=text) + pending + choice_words(choice, lang)
         case Rebuilt(kind=kind, name=name, count=count):
             return tr(f"result.{kind}", lang, name=name, count=count)
         case Saved(path=path):

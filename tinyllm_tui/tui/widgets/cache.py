@@ -95,10 +95,14 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
     if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
                   stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))
+    if kind == "shared":
+        return tr("cache.shared", lang, source=facts.source)
     return ""
 
 
 def _same(old: CacheFrame, new: CacheFrame) -> bool:
+    if not old.views or not new.views:  # a state with no rows of its own: its title is all there is
+        return False
     first, other = old.views[0].values, new.views[0].values
     return (first.base is other.base and first.base is not None and len(old.views) == len(new.views)
             and (old.layer, old.head, old.length, old.appended, old.stale, old.differing, old.layout, old.evicted)

@@ -38,6 +38,11 @@ def report_summary(report: DiffReport, lang: str) -> Text:
     if report.inject:
         summary.append(tr("diff.injected", lang, name=report.inject, description=tr(f"inject.{report.inject}", lang))
                        + "\n", style="bold yellow")
+    if report.flip is not None:
+        flip = report.flip
+        summary.append(tr("diff.flip", lang, where=flip.key.label(), layer=flip.layer, token=flip.token,
+                          ours=list(flip.ours), theirs=list(flip.theirs), margin=f"{flip.margin:.2e}",
+                          other=flip.other) + "\n", style="bold yellow")
     if report.first is None:
         summary.append(tr("diff.agrees", lang, tolerance=report.tolerance), style="bold green")
     else:

@@ -20,7 +20,7 @@ from textual.widgets import Static
 from tinyllm_tui.presentation.glance import GUTTER, glance_lines, head_width
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 from tinyllm_tui.debugger.readings import Routing
-from tinyllm_tui.presentation.routing import routing_lines
+from tinyllm_tui.presentation.routing import glance_lines as experts_glance, routing_lines
 from tinyllm_tui.tui.i18n import tr
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
@@ -125,17 +125,23 @@ class GlanceScreen(_Window):
 
 class RoutingScreen(_Window):
     """Each token's chosen experts in one mixture-of-experts layer: ↑/↓ the tokens, ←/→ the experts, [ and ] the
-    previous and next sparse layer."""
+    previous and next sparse layer; `a` toggles the experts at a glance (every sparse layer's tokens per expert
+    and least margin; ↑/↓ then move the layers)."""
 
     BINDINGS = [Binding("escape,E,q", "dismiss", "Close"), Binding("left_square_bracket", "layer(-1)", "Layer −"),
-                Binding("right_square_bracket", "layer(1)", "Layer +"), *MOVES]
+                Binding("right_square_bracket", "layer(1)", "Layer +"), Binding("a", "glance", "Every layer"),
+                *MOVES]
 
     def __init__(self, title: str, routings: list[Routing], index: int):
         super().__init__(title)
-        self._routings, self._index = routings, index
+        self._routings, self._index, self.glance = routings, index, False
 
     def action_layer(self, step: int) -> None:
         self._index = min(max(self._index + step, 0), len(self._routings) - 1)
+        self.refresh_body()
+
+    def action_glance(self) -> None:
+        self.glance, self.first_row = not self.glance, 0
         self.refresh_body()
 
     def refresh_body(self) -> None:  # the window is cut by routing_lines: keep the rows as moved
@@ -143,6 +149,11 @@ class RoutingScreen(_Window):
         body.update(Text("\n".join(self.lines(max(body.size.width, 20), max(body.size.height, 4)))))
 
     def lines(self, width: int, height: int) -> list[str]:
+        if self.glance:
+            self.first_row = min(self.first_row, max(len(self._routings) - max(height - 2, 1), 0))
+            self.first_col = min(self.first_col, self._routings[0].n_experts - 1)
+            return experts_glance(self._routings, width=width, height=height, first_row=self.first_row,
+                                  first_expert=self.first_col)
         routing = self._routings[self._index]
         rows = max(height - 3, 1)
         self.first_row = min(self.first_row, max(len(routing.labels) - rows, 0))

@@ -187,12 +187,13 @@ def qwen(path: Path) -> None:
           f"{format_size(base['peak'])})")
 
 
-def run_against_baseline(path: Path, tokens: tuple[int, ...]) -> tuple[dict, dict]:
-    """`run` and the baseline, alternately RUNS times (a shared machine's slow spells fall on both); prints
-    the ratio of their median seconds and returns the median run of each, ours with its highest peak."""
+def run_against_baseline(path: Path, tokens: tuple[int, ...], baseline: str = BASELINE) -> tuple[dict, dict]:
+    """`run` and the baseline (a process's code: the qwen2 one here), alternately RUNS times (a shared machine's
+    slow spells fall on both); prints the ratio of their median seconds and returns the median run of each, ours
+    with its highest peak."""
     ids = ",".join(map(str, tokens))
     commands = {"ours": (RUN, str(path), "--ids", ids, "--max-new-tokens", str(NEW_TOKENS), "--dtype", "float32"),
-                "base": (BASELINE, str(path), ids, str(NEW_TOKENS))}
+                "base": (baseline, str(path), ids, str(NEW_TOKENS))}
     timed: dict[str, list[dict]] = {"ours": [], "base": []}
     for turn in range(RUNS):  # each goes first in turn: a run leaves the next one memory in some state
         for name in ("ours", "base") if turn % 2 == 0 else ("base", "ours"):

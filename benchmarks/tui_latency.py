@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -122,6 +123,7 @@ def x01(repeats: int) -> None:
         starts.append(asyncio.run(start_once(lambda: TimedApp(load_scenario(X01), lang="en"))))
         bare.append(asyncio.run(start_once(BareApp)))
     ratio = statistics.median(starts) / statistics.median(bare)
+    print(f"load average {os.getloadavg()[0]:.1f} (2 shared cores: ratios are of runs interleaved in this process)")
     print(f"X01 start → first screen: median {statistics.median(starts) * 1000:.0f} ms; a bare Textual app "
           f"{statistics.median(bare) * 1000:.0f} ms; ratio {ratio:.2f} (goal ≤ 1.5: {'met' if ratio <= 1.5 else 'NOT met'})")
     for size in [(160, 48), (80, 24)]:

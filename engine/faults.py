@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.caches import Layout, Quantize, ScaleAxis
 from engine.layers import FaultPoints
+from engine.layers.causal_conv import shifted
 from engine.spec import Positions
 from engine.trace import LayerCache, Phase
 
@@ -117,7 +118,10 @@ class NoCacheLayer1(Fault):
         return caches[0] if layer == 1 and caches[1].length > 0 else caches[layer]
 
     def unseen(self, scenario):
-        return "the model has no layer 1" if scenario.model.n_layers < 2 else None
+        blocks = scenario.model.blocks
+        if len(blocks) < 2:
+            return "the model has no layer 1"
+        return None if blocks[0].mixer == blocks[1].mixer else "layers 0 and 1 keep different kinds of state"
 
 
 class PaddingUnmasked(Fault):
@@ -217,6 +221,64 @@ class ScalePerTensor(Fault):
         return None
 
 
+class ConvNotShifted(Fault):
+    def conv_window(self, xp, window, inputs):
+        n = min(int(inputs.shape[0]), int(window.shape[0]))
+        return xp.concat([window[:int(window.shape[0]) - n, ...], inputs[-n:, ...]], axis=0) if n else window
+
+    def unseen(self, scenario):
+        return _no_conv_window(scenario)
+
+
+class ConvShiftedTwice(Fault):
+    def conv_window(self, xp, window, inputs):
+        return shifted(xp, xp.concat([window, xp.zeros_like(inputs)], axis=0), inputs, int(window.shape[0]))
+
+    def unseen(self, scenario):
+        return _no_conv_window(scenario)
+
+
+def _no_conv_window(scenario) -> str | None:
+    """Why a wrong conv window changes nothing: a window of two rows or more must be read by a later round."""
+    kernels = [block.conv_kernel or 0 for block in scenario.model.blocks]
+    if max(kernels, default=0) < 3:
+        return "no layer has a causal conv of 3 taps or more (a window of two earlier inputs)"
+    if max(r.max_new_tokens for r in scenario.requests) < 3:
+        return "no request decodes a second round that reads the window the first one kept (max_new_tokens ≥ 3)"
+    return None
+
+
+class StateNotDecayed(Fault):
+
+    def decayed(self, xp, state, decay):
+        return state
+
+    def unseen(self, scenario):
+        return _no_deltanet(scenario, rounds=2)
+
+
+class ChunkStateDropped(Fault):
+
+    def carried(self, xp, state, chunk):
+        return state * 0.0 if chunk else state
+
+    def unseen(self, scenario):
+        net = scenario.model.deltanet
+        why = _no_deltanet(scenario, rounds=1)
+        if why is None and all(len(r.tokens) <= net.chunk for r in scenario.requests):
+            return f"no prompt is longer than the delta rule's chunk ({net.chunk} tokens)"
+        return why
+
+
+def _no_deltanet(scenario, rounds: int) -> str | None:
+    """Why a Gated DeltaNet bug that shows from round `rounds` − 1 on cannot show."""
+    if not any(block.mixer == "gated_deltanet" for block in scenario.model.blocks):
+        return "the model has no Gated DeltaNet (linear-attention) layer"
+    if all(r.max_new_tokens < rounds for r in scenario.requests):
+        return f"it shows from decode round {rounds - 1} on: generate at least {rounds} tokens"
+    return None
+
+
 class SharedKvOwnCache(Fault):
     """A KV-shared layer attending over its own cache in a cached round: nothing was written there but the
     chunk's rows, so it reads the new tokens' keys only."""
@@ -272,6 +334,10 @@ FAULTS: dict[str, Fault] = {
     "ring-wrong-slot": RingWrongSlot(),
     "block-table-wrong": BlockTableWrong(),
     "scale-per-tensor": ScalePerTensor(),
+    "conv-not-shifted": ConvNotShifted(),
+    "conv-shifted-twice": ConvShiftedTwice(),
+    "state-not-decayed": StateNotDecayed(),
+    "chunk-state-dropped": ChunkStateDropped(),
     "shared-kv-own-cache": SharedKvOwnCache(),
     "per-layer-previous": PerLayerPrevious(),
 }

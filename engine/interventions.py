@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine import layers
-from engine.layers import moe_ffn
+from engine.layers import gated_deltanet, moe_ffn
 from engine.hooks import Hook
 
 Array = Any
@@ -126,7 +126,8 @@ def parse_intervention(text: str) -> Intervention:
 
 
 def parse_ablation(text: str) -> Intervention:
-    """`blocks.L.attn head H` (head H's output zeroed before the output projection: hook_z), or
+    """`blocks.L.attn head H` (head H's output zeroed before the output projection: hook_z; a Gated DeltaNet's
+    `blocks.L.linear_attn head H`: value head H's read of its state, hook_read), or
     `HOOK head H` for another per-head hook, or `blocks.L.mlp expert E` (the score top-k reads −∞ for
     expert E: never chosen, the next best takes its place); ` @prefill`, ` @decode.N`, ` @request.N` as
     for a patch."""
@@ -140,6 +141,7 @@ def parse_ablation(text: str) -> Intervention:
         raise InterventionError(f"{text!r}: expected 'blocks.L.attn head H' or 'blocks.L.mlp expert E'")
     hook = match["hook"]
     hook = f"{hook}.hook_z" if re.fullmatch(r"blocks\.\d+\.attn", hook) else hook
+    hook = f"{hook}.{gated_deltanet.READ}" if re.fullmatch(r"blocks\.\d+\.linear_attn", hook) else hook
     when, request = _where(match["where"], text)
     return Intervention(hook, Action.SET, 0.0, int(match["head"]), when=when, request=request)
 

@@ -50,7 +50,7 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
     if axis.scheme in POSITIONAL:
         prefix = "k" if axis.column else ""
         tokens, context = axis.vocab.tokens, axis.context
-        return tuple(f"{prefix}{p} · {tokens[context[p]] if p < len(context) else '?'}"
+        return tuple(f"{prefix}{p} · {tokens[context[p]] if 0 <= p < len(context) else '?'}"
                      for p in (axis.positions[i] for i in indices))
     if axis.scheme == "vocab":
         return tuple(axis.vocab.label(i) for i in indices)

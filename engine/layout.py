@@ -11,7 +11,10 @@ A key is a TransformerLens hook name prefixed by the pass that computed it:
 A key without a pass (TransformerLens's own `run_with_cache` names) is the first request's prefill.
 Arrays may carry a leading batch axis of 1. Their layouts are TransformerLens's: residual-like
 hooks [pos, d]; hook_q/k/v/z and hook_rot_q/k [pos, head, d_head] (or stacked [pos, head·d_head]);
-hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head].
+hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head];
+conv_state [K − 1, channels] (the last K−1 inputs of a causal conv, oldest first), or transformers' conv
+cache [channels, K] (it keeps K inputs, of which the next step reads the last K−1); a Gated
+DeltaNet's recurrent_state [v_head, d_k, d_v] (or stacked [v_head·d_k, d_v]).
 The engine's own layout is one 2-D matrix per operator (and per head for scores, pattern and z);
 `align` turns a dump's array into it.
 """
@@ -26,6 +29,7 @@ import numpy as np
 PER_HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")  # [head, query, key]
 HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # [pos, head, d_head]
 CACHES = ("cache_k", "cache_v")  # [kv_head, position, d_head]
+CONV_STATES = ("conv_state",)  # [K − 1, channels], or transformers' [channels, K]
 DECODE_RULE = ("filter", "probs", "choice")  # engine.trace.OpKind values of the sample.* operators
 _KEY = re.compile(r"(?:request\.(\d+)\.)?(prefill\.chunk\.\d+|prefill|decode\.\d+)\.(.+)")
 
@@ -89,7 +93,8 @@ def suffix(name: str) -> str:
 
 
 def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The dump's array in the engine's 2-D layout for operator `name` (and `head`), or None."""
+    """The dump's array in the engine's 2-D layout for operator `name` (and `head`), or None; `shape`'s rows may
+    be None (as many as the dump holds)."""
     kind = suffix(name)
     candidates = [theirs] + ([theirs[0]] if theirs.ndim >= 2 and theirs.shape[0] == 1 else [])
     for array in candidates:
@@ -104,9 +109,21 @@ def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...
             array = array[:, head * width:(head + 1) * width]
         elif kind in HEAD_AXIS and array.ndim == 3:
             array = array.reshape(array.shape[0], -1)
-        if tuple(array.shape) == tuple(shape):
+        elif kind == "recurrent_state" and array.ndim == 3:
+            array = array.reshape(-1, array.shape[-1])
+        elif kind in CONV_STATES and array.ndim == 2:
+            array = _conv_rows(array, shape)
+        if tuple(array.shape) == tuple(shape) or shape[0] is None and tuple(array.shape[1:]) == tuple(shape[1:]):
             return array
     return None
+
+
+def _conv_rows(array: np.ndarray, shape: tuple) -> np.ndarray:
+    """A conv state as rows (inputs) of channels: transformers' [channels, K] transposed, its oldest input (no
+    longer read) dropped where the engine's K − 1 rows are asked for."""
+    if array.shape[1] != shape[1] and array.shape[0] == shape[1]:
+        array = array.T
+    return array[1:] if shape[0] is not None and array.shape[0] == shape[0] + 1 else array
 
 
 def dump_index(name: str, head: int | None, row: int, col: int, d_head: int) -> tuple[int, ...]:

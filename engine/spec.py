@@ -62,7 +62,7 @@ class Mode(StrEnum):
 NORM_KINDS = tuple(NormKind)
 NORM_PLACEMENTS = tuple(NormPlacement)
 POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # the terms added to the embedding
-LINEARS = ("q", "k", "v", "o", "mlp")  # what ModelSpec.biases may name
+LINEARS = ("q", "k", "v", "o", "mlp", "conv")  # what ModelSpec.biases may name (conv: a short conv's three)
 FFN_KINDS = tuple(FfnKind)
 DECODE_RULES = tuple(Rule)
 
@@ -108,6 +108,30 @@ class MoeSpec:
 
 
 @dataclass(frozen=True)
+class DeltaNetSpec:
+    """The Gated DeltaNet layers' shape (engine.layers.gated_deltanet; Qwen3.5's linear_attention)."""
+
+    k_heads: int
+    v_heads: int  # a multiple of k_heads: each key head serves v_heads / k_heads value heads
+    d_k: int
+    d_v: int
+    kernel: int  # the causal conv's width (linear_conv_kernel_dim)
+    chunk: int = 64  # tokens per chunk of the chunked form (transformers' and FLA's default)
+
+    @property
+    def d_keys(self) -> int:
+        return self.k_heads * self.d_k
+
+    @property
+    def d_values(self) -> int:
+        return self.v_heads * self.d_v
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.d_keys + self.d_values
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     """One block of the stack: its token mixer and its FFN, each a kind named in engine.layers, with the
     options of those kinds. A stack of mixed blocks is another tuple of these, not a flag."""
@@ -123,6 +147,7 @@ class LayerSpec:
     k_eq_v: bool = False  # attention: the keys' projection is the values' too (Gemma 4's attention_k_eq_v)
     kv_source: int | None = None  # attention: a KV-shared layer, reading that earlier layer's K/V (writing none)
     d_ff: int | None = None  # dense FFN: this layer's width (None: the model's; Gemma 4's double-wide MLP)
+    conv_kernel: int | None = None  # a mixer with a causal conv (short_conv): its taps K (it keeps K − 1 inputs)
 
 
 @dataclass(frozen=True)
@@ -163,6 +188,8 @@ class ModelSpec:
     rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
     moe: MoeSpec | None = None  # the sparse FFN of the layers it names
+    deltanet: DeltaNetSpec | None = None  # the shape of the layers whose mixer is gated_deltanet
+    attn_gate: bool = False  # Qwen3.5: attention's output times sigmoid(x·W_gate) before W_o (attn.wgate)
     v_norm: bool = False  # Gemma 4: an RMSNorm without gain over each value head
     per_layer_input: int = 0  # Gemma 4: the width of each layer's input embedding (0: none)
     layer_scalar: bool = False  # Gemma 4: each block's output times its blocks.L.layer_scalar

@@ -19,11 +19,12 @@ RowsDiffer = Callable[[str, Any, Any], Any]  # (item, ours, theirs) host rows ->
 
 @dataclass(frozen=True, eq=False)
 class StateView:
-    """One named matrix of a state, as a view shows it: its rows are the state's `row_positions`."""
+    """One named matrix of a state, as a view shows it: its rows are the state's `row_positions` (or features)."""
 
     name: str  # "K", "V"
     values: Array  # (rows, cols), in the session's namespace
     head_width: int  # columns per head: a view shows one head at a time (0: the columns are not split)
+    positional: bool = True  # its rows are the state's `row_positions` (False: features, a recurrent state's d_k)
 
 
 class StateDelta(Protocol):
@@ -84,3 +85,21 @@ class LayerState(Protocol):
 def tokens_held(states) -> int:
     """How many tokens the layers' states hold (the timeline's count): the most any layer holds."""
     return max((state.length for state in states), default=0)
+
+
+@dataclass(frozen=True)
+class WholeState:
+    """A state kept whole at a round start: one that is replaced, not appended to (a recurrent state)."""
+
+    state: LayerState
+    whole: bool = True
+
+    @property
+    def nbytes(self) -> int:
+        return self.state.nbytes
+
+    def after(self, earlier: StateDelta) -> WholeState:
+        return self
+
+    def restore(self, earlier: list[StateDelta]) -> LayerState:
+        return self.state

@@ -286,9 +286,18 @@ def newer_scenarios(draw):
 @given(scenario=newer_scenarios())
 def test_cached_rounds_equal_full_recompute_with_every_newer_feature(scenario, backend):
     """Sliding windows, soft caps, q/k norms, post-norms, (1 + w) gains, per-layer RoPE bases, scaled RoPE
-    and chunked prefill: the cached rounds equal the full recompute, on NumPy and array_api_strict."""
+    and chunked prefill: the cached rounds equal the full recompute, on NumPy and array_api_strict.
+    A random model's operators can hold values well above 1, whose round-off alone passes an absolute 1e-12
+    (1.08e-12 was seen): 1e-12 is relative to the operator's largest |value| where that is above 1 (the
+    scenarios keep the absolute 1e-12: test_cache_properties.test_every_scenario_cached_equals_full)."""
     diffs = diff_scenario(scenario, backend)
-    assert diffs and max(d.max_abs for d in diffs) <= 1e-12
+    largest = {state.step: _magnitude(to_host(state.values)) for state in Session(scenario, backend).steps()}
+    assert diffs and all(d.max_abs <= 1e-12 * max(1.0, largest[d.step]) for d in diffs)
+
+
+def _magnitude(values: np.ndarray) -> float:
+    """The largest finite |value| (masked scores are −∞)."""
+    return float(np.abs(values[np.isfinite(values)]).max(initial=0.0))
 
 
 def test_without_layer_types_the_sliding_layers_follow_each_architectures_default(tmp_path):

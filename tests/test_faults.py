@@ -39,6 +39,7 @@ def test_every_fault_is_described_by_the_catalogues_and_the_engine_words_none():
     assert list(INJECTIONS) == ["chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1",
                                 "padding-unmasked", "positions-not-offset", "rope-off-by-one", "gqa-modulo",
                                 "transposed-k", "ring-wrong-slot", "block-table-wrong", "scale-per-tensor",
+                                "conv-not-shifted", "conv-shifted-twice", "state-not-decayed", "chunk-state-dropped",
                                 "shared-kv-own-cache", "per-layer-previous"]
     assert {key.removeprefix("inject.") for key in EN if key.startswith("inject.")} == set(INJECTIONS)
     assert all(ZH[f"inject.{name}"] != EN[f"inject.{name}"] for name in INJECTIONS)
@@ -74,6 +75,10 @@ def test_each_fault_changes_only_its_own_point():
         assert fault.ring_slot(3, 1, 4) == 3
         assert (fault.table_entry(7, [4, 5]) == 5) == (name == "block-table-wrong")
         assert (fault.scale_axis(ScaleAxis.PER_HEAD) is ScaleAxis.PER_TENSOR) == (name == "scale-per-tensor")
+        state, decay = np.ones((1, 2, 2)), np.full((1, 1, 1), 0.5)
+        assert (fault.decayed(xp, state, decay)[0, 0, 0] == 1.0) == (name == "state-not-decayed")
+        assert (fault.carried(xp, state, 1)[0, 0, 0] == 0.0) == (name == "chunk-state-dropped")
+        assert fault.carried(xp, state, 0) is state
 
 
 def test_the_forward_pass_keeps_no_per_call_state():

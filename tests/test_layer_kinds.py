@@ -116,10 +116,10 @@ def test_rotary_dims_reach_the_attention():
 
 CASES = [  # (old, new, marker on the reported line, path: message)
     ("kv_heads: 2 ", "kv_heads: 3 ", "kv_heads: 3", "model.kv_heads: 3 kv heads do not divide the 4 query heads"),
-    ("{mixer: attention}  ", "{mixer: mamba}  ", "mamba", "model.layers[1].mixer: expected one of attention, got 'mamba'"),
+    ("{mixer: attention}  ", "{mixer: mamba}  ", "mamba", "model.layers[1].mixer: expected one of attention, short_conv, got 'mamba'"),
     ("{mixer: attention, window: 4}", "{mixer: attention, window: 0}", "window: 0",
      "model.layers[0].window: expected an integer ≥ 1, got 0"),
-    ("{mixer: attention, window: 4}", "{mixer: attention, windw: 4}", "windw", "model.layers[0].windw: unknown key (expected one of: ffn, mixer, rope_theta, window)"),
+    ("{mixer: attention, window: 4}", "{mixer: attention, windw: 4}", "windw", "model.layers[0].windw: unknown key (expected one of: ffn, kernel, mixer, rope_theta, window)"),
     ("rope: {theta: 10000.0}", "rope: {theta: 10000.0, rotary_dims: 3}", "rotary_dims: 3",
      "model.rope.rotary_dims: expected an even number of features ≤ d_head 2, got 3"),
     ("positions: rope", "positions: learned\n  max_positions: 16", "rope: {theta",

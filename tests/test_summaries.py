@@ -11,7 +11,9 @@ from engine.compare.check import check_scenario
 from engine.compare.diff import OpDiff, diff_scenario
 from engine.trace import Labelled, Phase
 from tinyllm_tui.debugger import Debugger
-from tinyllm_tui.presentation.numbers import text_table
+from engine.labels import Axis
+from engine.spec import Vocab
+from tinyllm_tui.presentation.numbers import format_number, number_texts, text_table
 from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, request_results, shape_text,
                                                 token_text, where)
 from tinyllm_tui.tui.main_screen import matrix_title
@@ -65,3 +67,19 @@ def test_a_printed_table_lines_up_in_terminal_cells_with_cjk_labels():
     assert [line.split()[-3:] for line in corner] == [["f0", "…", "f2"], ["0.200000", "…", "0.700000"],
                                                        ["…", "…", "…"], ["0.600000", "…", "-0.400000"]]
     assert len({cell_len(line) for line in corner}) == 1
+
+
+def test_a_table_writes_every_number_as_format_number_does():
+    """The table's numbers are formatted a block at a time: each must read as format_number writes it alone,
+    signs of rounded zeros, NaN and infinities included."""
+    values = np.array([[1e-9, -1e-9, -0.0, 123456.25], [np.nan, np.inf, -np.inf, -2.5e-7]])
+    for block in (values[:1], values, np.arange(12.0).reshape(3, 4) - 5.5):
+        assert number_texts(block) == [format_number(float(x)) for x in block.ravel()]
+
+
+def test_labels_made_once_still_follow_each_vocabulary():
+    """Two runs whose axes differ only in their vocabulary get each vocabulary's labels."""
+    first, second = Vocab(("a", "b")), Vocab(("x", "y"))
+    for vocab, words in ((first, "a b"), (second, "x y"), (first, "a b")):
+        matrix = Labelled("m", np.zeros((2, 1)), Axis("chunk", 2, 0, (0, 1), vocab), ("f0",))
+        assert [line.split()[-2] for line in text_table(matrix, title="t").splitlines()[2:]] == words.split()

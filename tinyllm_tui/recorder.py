@@ -6,6 +6,7 @@
     rec.prefill()                                   # the prompt's pass
     rec.record("blocks.0.attn.hook_q", q)           # [pos, head, d_head], TransformerLens's names
     rec.record("blocks.0.attn.cache_k", cache_k)    # [kv_head, position, d_head] after the pass
+    rec.record("blocks.1.conv.conv_state", window)  # [K−1, channels], or transformers' [channels, K]
     rec.decode(1)                                   # decode round 1 (the first generated token fed back)
     ...
     rec.save("mine.safetensors")
@@ -90,7 +91,7 @@ def _bfloat16(tensor: Any) -> np.ndarray:
 
 
 def record_hf(model: Any, ids: list[int], max_new_tokens: int = 1, recorder: Recorder | None = None) -> Recorder:
-    """Greedy generation with a transformers causal LM (Llama-like or GPT-2), recording every pass.
+    """Greedy generation with a transformers causal LM (Llama-like, LFM2 or GPT-2), recording every pass.
 
     Forward hooks record what the modules compute under TransformerLens's names; the attention
     pattern comes from `output_attentions` (eager attention) and the KV cache from the model's own

@@ -1,8 +1,8 @@
 """Forward hooks on a transformers causal LM that record a greedy generation (see recorder.record_hf).
 
-Imported only when a model is given, so torch is never a dependency of the project. Two module
-layouts are known: Llama-like (`model.model.layers`: llama, qwen2, mistral) and GPT-2
-(`model.transformer.h`). Every array loses its batch axis of 1.
+Imported only when a model is given, so torch is never a dependency of the project. Three module
+layouts are known: Llama-like (`model.model.layers`: llama, qwen2, mistral), LFM2 (short-conv and attention
+layers) and GPT-2 (`model.transformer.h`). Every array loses its batch axis of 1.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ def generate_recorded(model: Any, ids: list[int], max_new_tokens: int, rec: Reco
                 cache = {} if past is None else {_cache_argument(model): past}
                 out = model(input_ids=tokens, use_cache=True, output_attentions=True, **cache)
                 past = out.cache if hasattr(out, "cache") else out.past_key_values
-                for layer, pattern in enumerate(out.attentions or ()):
+                for layer, pattern in zip(_attention_layers(model), out.attentions or ()):
                     rec.record(f"blocks.{layer}.attn.hook_pattern", pattern[0])
-                for layer, (k, v) in enumerate(_cache_layers(past)):
-                    rec.record(f"blocks.{layer}.attn.cache_k", k[0])
-                    rec.record(f"blocks.{layer}.attn.cache_v", v[0])
+                for layer, (name, state) in enumerate(_cache_layers(past)):
+                    for item, array in state.items():
+                        rec.record(f"blocks.{layer}.{name}.{item}", array[0])
                 tokens = out.logits[:, -1:].argmax(-1)
     finally:
         for handle in handles:
@@ -70,11 +70,19 @@ def _first(args: tuple, kwargs: dict) -> Any:
     return value[0] if isinstance(value, tuple) else value
 
 
-def _cache_layers(past: Any):
-    """Each layer's (keys, values), [batch, kv_head, position, d_head], from a transformers cache."""
-    if hasattr(past, "layers"):  # transformers ≥ 5
-        return [(layer.keys, layer.values) for layer in past.layers]
-    return list(zip(past.key_cache, past.value_cache))
+def _cache_layers(past: Any) -> list[tuple[str, dict[str, Any]]]:
+    """Each layer's module and state items from a transformers cache: keys and values, [batch, kv_head, position,
+    d_head]; an LFM2 conv layer's conv state as transformers keeps it, [batch, channels, K]."""
+    if not hasattr(past, "layers"):  # before transformers 5
+        return [("attn", {"cache_k": k, "cache_v": v}) for k, v in zip(past.key_cache, past.value_cache)]
+    return [("conv", {"conv_state": layer.conv_states[0]}) if hasattr(layer, "conv_states") else
+            ("attn", {"cache_k": layer.keys, "cache_v": layer.values}) for layer in past.layers]
+
+
+def _attention_layers(model: Any) -> list[int]:
+    """The layers with softmax attention, whose patterns `output_attentions` returns in order."""
+    layers = model.transformer.h if hasattr(model, "transformer") else model.model.layers
+    return [i for i, layer in enumerate(layers) if hasattr(layer, "self_attn") or hasattr(layer, "attn")]
 
 
 def hooks(model: Any) -> list[Hook]:
@@ -83,6 +91,8 @@ def hooks(model: Any) -> list[Hook]:
     d_head = getattr(config, "head_dim", None) or config.hidden_size // heads
     if hasattr(model, "transformer"):
         return _gpt2_hooks(model, heads, d_head)
+    if config.model_type == "lfm2":
+        return _lfm2_hooks(model, heads, config.num_key_value_heads, d_head)
     return _llama_hooks(model, heads, getattr(config, "num_key_value_heads", heads), d_head)
 
 
@@ -136,6 +146,33 @@ def _llama_hooks(model: Any, heads: int, kv_heads: int, d_head: int) -> list[Hoo
                   (mlp.down_proj, "post", _output(b + "hook_mlp_out")),
                   (layer, "post", _output(b + "hook_resid_post"))]
     return found + [*_norm("ln_final", base.norm), (model.lm_head, "post", _output("unembed.hook_out"))]
+
+
+def _lfm2_hooks(model: Any, heads: int, kv_heads: int, d_head: int) -> list[Hook]:
+    """LFM2's layers: a short conv (its in_proj, C-gated output and out_proj; its conv runs on the conv module's
+    weight, not as a module call) or GQA attention, then the SwiGLU feed_forward (w1 gate, w3 up, w2 down)."""
+    base = model.model
+    found = [(base.embed_tokens, "post", _output("hook_embed"))]
+    for index, layer in enumerate(base.layers):
+        b, ffn = f"blocks.{index}.", layer.feed_forward
+        found += [(layer, "pre", _input(b + "hook_resid_pre")), *_norm(b + "ln1", layer.operator_norm)]
+        if hasattr(layer, "self_attn"):
+            attn = layer.self_attn
+            found += [(attn.q_proj, "post", _output(b + "attn.hook_q", heads, d_head)),
+                      (attn.k_proj, "post", _output(b + "attn.hook_k", kv_heads, d_head)),
+                      (attn.v_proj, "post", _output(b + "attn.hook_v", kv_heads, d_head)),
+                      (attn.out_proj, "pre", _input(b + "attn.hook_z", heads, d_head)),
+                      (attn.out_proj, "post", _output(b + "hook_attn_out"))]
+        else:
+            conv = layer.conv
+            found += [(conv.in_proj, "post", _output(b + "conv.hook_in")),
+                      (conv.out_proj, "pre", _input(b + "conv.hook_y")),
+                      (conv.out_proj, "post", _output(b + "hook_conv_out"))]
+        found += [(layer.ffn_norm, "pre", _input(b + "hook_resid_mid")), *_norm(b + "ln2", layer.ffn_norm),
+                  (ffn.w1, "post", _output(b + "mlp.hook_pre")), (ffn.w3, "post", _output(b + "mlp.hook_pre_linear")),
+                  (ffn.w2, "pre", _input(b + "mlp.hook_post")), (ffn.w2, "post", _output(b + "hook_mlp_out")),
+                  (layer, "post", _output(b + "hook_resid_post"))]
+    return found + [*_norm("ln_final", base.embedding_norm), (model.lm_head, "post", _output("unembed.hook_out"))]
 
 
 def _gpt2_hooks(model: Any, heads: int, d_head: int) -> list[Hook]:

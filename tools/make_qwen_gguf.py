@@ -34,11 +34,11 @@ def kind(preferred: str, row: int) -> str:
     return preferred if row % 256 == 0 else FALLBACK[preferred]
 
 
-def add_vocabulary(writer: gguf.GGUFWriter) -> None:
+def add_vocabulary(writer: gguf.GGUFWriter, vocab: int = VOCAB) -> None:
     meta = GGUFFile(SOURCE).meta
     tokens = list(meta["tokenizer.ggml.tokens"])
     types = [int(t) for t in meta["tokenizer.ggml.token_type"]]
-    padding = range(len(tokens), VOCAB)
+    padding = range(len(tokens), vocab)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2")
     writer.add_token_list(tokens + [f"[PAD{i}]" for i in padding])

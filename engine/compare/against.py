@@ -25,7 +25,7 @@ from engine.backend import Backend, to_host
 from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
 from engine.hooks import Hook
-from engine.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
+from engine.layout import CACHES, HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
 from engine.labels import resolve_some
 from engine.scenario import Scenario
 from engine.session import Session
@@ -256,7 +256,7 @@ class Against:
             keys[name] = key = self.passes.key(state, Hook(layer, cache.module, name).text)
             found = self.dump.get(key)
             if found is not None:
-                theirs[name] = align(found, name, None, (found.shape[-2], int(ours.shape[1])))
+                theirs[name] = align(found, name, None, (None, int(ours.shape[1])))
         return cache.differing(theirs, lambda name, ours, other: disagreement(ours, other, self.tolerance(keys[name]))[1])
 
 
@@ -310,7 +310,8 @@ class _Meeting:
         if state.layer is not None and state.caches and self._extended(key, state):
             cache = state.caches[state.layer]
             for name, values in cache.dump_items().items():
-                self._cache(state, passes.key(state, Hook(state.layer, cache.module, name).text), values)
+                self._cache(state, passes.key(state, Hook(state.layer, cache.module, name).text), values,
+                            cache.row_positions)
         if self.flip is None:  # before the top-k's own key is looked for: scores or logits may stand for it
             self.flip = route_flip(state, key, self.against.aligned, self.against.dump.side)
         if key not in self.against.dump.arrays:
@@ -331,15 +332,20 @@ class _Meeting:
         self.compared.add(where)
         return True
 
-    def _cache(self, state: OpState, key: Key, values) -> None:
+    def _cache(self, state: OpState, key: Key, values, rows: tuple[int, ...]) -> None:
         if key not in self.against.dump.arrays:
             return
         self.used.add(key)
         ours = to_host(values)
-        positions = state.moment.axis("keys", ours.shape[0], column=False)
-        dh = self.against.d_head
+        positions = state.moment.axis(rows, ours.shape[0], column=False)  # the position each row holds
+        dh, heads, kept = self.against.d_head, suffix(key.name) in CACHES, state.caches[state.layer]
 
         def label(row: int, col: int) -> str:
+            if suffix(key.name) == "recurrent_state":  # a Gated DeltaNet's [v_head·d_k, d_v]
+                d_k = ours.shape[0] // kept.facts.heads
+                return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {kept.facts.last})"
+            if not heads:
+                return f"position {resolve_some(positions, [row])[0]}, channel {col}"
             return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"
 
         self.ops.append(self.against.compare(key, None, ours, label, state.step))

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.layers import attention, dense_ffn, moe_ffn, per_layer_input
+from engine.layers import attention, dense_ffn, gated_deltanet, moe_ffn, per_layer_input, short_conv
 
-MIXERS: dict[str, ModuleType] = {attention.NAME: attention}
+MIXERS: dict[str, ModuleType] = {attention.NAME: attention, short_conv.NAME: short_conv,
+                                 gated_deltanet.NAME: gated_deltanet}
 FFNS: dict[str, ModuleType] = {dense_ffn.NAME: dense_ffn, moe_ffn.NAME: moe_ffn}
 ROLES = {"mixer": MIXERS, "ffn": FFNS}
 
@@ -73,9 +74,16 @@ def hf_modules(family: str) -> dict[str, str]:
     return {part: name for module in _every_kind() for part, name in module.HF.get(family, {}).items()}
 
 
-def hf_layer_types() -> dict[str, bool]:
-    """The `layer_types` of a Hugging Face config that a mixer kind stands for -> whether the layer slides."""
-    return {name: sliding for module in MIXERS.values() for name, sliding in module.HF_LAYER_TYPES.items()}
+def hf_layer_types(mixer: str | None = None) -> dict[str, bool]:
+    """The `layer_types` of a Hugging Face config that a mixer kind (or the one called `mixer`) stands for ->
+    whether the layer slides."""
+    return {name: sliding for kind, module in MIXERS.items() if mixer in (None, kind)
+            for name, sliding in module.HF_LAYER_TYPES.items()}
+
+
+def hf_layer_kinds() -> dict[str, str]:
+    """The `layer_types` of a Hugging Face config -> the mixer kind that stands for it."""
+    return {name: kind for kind, module in MIXERS.items() for name in module.HF_LAYER_TYPES}
 
 
 def explanation(key: str) -> dict[str, tuple[str, str, str, str]] | None:

@@ -28,13 +28,14 @@ NAME, MODULE = "attention", "attn"
 # Hugging Face's module of each projection (w·/b· without the letter) per family, GGUF's tensor (under blk.N),
 # and the config's layer_types this kind stands for (whether the layer slides)
 HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},
+      "lfm2": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.out_proj"},
       "gpt2": {"o": "attn.c_proj"},  # q, k, v: side by side in attn.c_attn
       "bert": {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
                "o": "attention.output.dense"}}
 HF_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
         "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.q_norm.w": "attn_q_norm",
-        "attn.k_norm.w": "attn_k_norm"}
+        "attn.k_norm.w": "attn_k_norm", "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 
 
@@ -125,6 +126,19 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "Concatenation does not sum the heads.", "Width = heads × head width."),
         "zh": ("把各头输出拼回一起。", "头0的列在前，头1在后。", "拼接不是求和。", "宽度=头数×每头宽度。"),
     },
+    "hook_gate": {
+        "en": ("Qwen3.5's output gate: how much of each head's output feature passes to W_o.",
+               "sigmoid(LN(X) · W_gate); W_gate is the second half of each head's rows of the doubled q_proj.",
+               "q_proj's rows alternate per head (query, gate): taking its first half as the query is wrong.",
+               "Every value lies in (0, 1)."),
+        "zh": ("Qwen3.5的输出门：每个头的输出特征有多少传给W_o。", "sigmoid(LN(X)·W_gate)；W_gate是加倍的q_proj中每个头行的后一半。",
+               "q_proj的行按头交替（查询、门）：直接取前一半作查询是错的。", "所有值在(0,1)内。"),
+    },
+    "hook_gated": {
+        "en": ("The heads' outputs after their gate, what W_o reads.", "concat ⊙ sigmoid gate, feature by feature.",
+               "The gate multiplies before o_proj, not after it.", "Zero wherever the gate is near 0."),
+        "zh": ("各头输出经过门控之后，即W_o读取的内容。", "拼接结果逐特征乘以sigmoid门。", "门在o_proj之前相乘，而不是之后。", "门接近0处为0。"),
+    },
     "hook_result": {
         "en": ("What this head alone adds to the residual stream.", "z · Wo's rows for this head.",
                "A head's result is not its z: Wo maps it into the residual's features.",
@@ -191,6 +205,8 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     shapes = {f"{prefix}.w{n}": (d, width) for n, width in widths.items()}
     if model.qk_norm:
         shapes.update({f"{prefix}.{n}_norm.w": (dh,) for n in "qk" if n in names})
+    if model.attn_gate:
+        shapes[f"{prefix}.wgate"] = (d, a)
     shapes[f"{prefix}.wo"] = (a, d)
     shapes.update({f"{prefix}.b{n}": (width,) for n, width in widths.items() if model.has_bias(n)})
     if model.has_bias("o"):
@@ -206,7 +222,8 @@ def hook_widths(model: ModelSpec) -> dict[str, int]:
         dh, kv_heads = head_dims(model, block)
         a, kv = model.n_heads * dh, kv_heads * dh
         widths = {"attn.hook_q": a, "attn.hook_rot_q": a, "attn.hook_k": kv, "attn.hook_rot_k": kv, "attn.hook_v": kv,
-                  "attn.hook_z": dh, "attn.hook_result": model.d_model, "attn.hook_concat": a}
+                  "attn.hook_z": dh, "attn.hook_result": model.d_model, "attn.hook_concat": a, "attn.hook_gate": a,
+                  "attn.hook_gated": a}
         for name, width in widths.items():
             found.setdefault(name, set()).add(width)
     return {name: widths.pop() for name, widths in found.items() if len(widths) == 1}
@@ -218,6 +235,7 @@ def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> l
     shared = block.kv_source is not None  # a KV-shared layer computes only its queries: it reads k and v
     sites = [HookSite(hook(layer, MODULE, f"hook_{n}")) for n in ("q" if shared else "qkv")]
     turned = "q" if shared else "qk"  # normalized (q/k norms) and rotated
+    sites += [HookSite(hook(layer, MODULE, "hook_gate"))] if model.attn_gate else []
     if model.qk_norm:
         for n in turned:
             sites += norm_sites(layer, f"{MODULE}.{n}_norm", out=hook(layer, MODULE, f"hook_{n}_normed"))
@@ -228,7 +246,9 @@ def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> l
     per_head = (["hook_attn_scores_uncapped"] if model.attn_softcap else []) + ["hook_attn_scores", "hook_pattern",
                                                                                 "hook_z"]
     sites += [HookSite(hook(layer, MODULE, name), heads) for name in per_head]
-    sites += [HookSite(hook(layer, MODULE, "hook_concat")), HookSite(hook(layer, MODULE, "hook_result"), heads)]
+    sites += [HookSite(hook(layer, MODULE, "hook_concat"))]
+    sites += [HookSite(hook(layer, MODULE, "hook_gated"))] if model.attn_gate else []
+    sites += [HookSite(hook(layer, MODULE, "hook_result"), heads)]
     return sites
 
 
@@ -241,7 +261,8 @@ class Attention:
         hook = model.hook
         self.hooks = {name: hook(layer, MODULE, name) for name in (
             "hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k", "hook_q_normed", "hook_k_normed",
-            "hook_attn_scores_uncapped", "hook_attn_scores", "hook_pattern", "hook_z", "hook_concat", "hook_result")}
+            "hook_attn_scores_uncapped", "hook_attn_scores", "hook_pattern", "hook_z", "hook_concat", "hook_result",
+            "hook_gate", "hook_gated")}
         self.cache_names = tuple(hook(layer, MODULE, name).text for name in ("cache_k", "cache_v"))  # its state's
         if block.kv_source is not None:  # what it attends over is its source's
             self.cache_names = tuple(hook(block.kv_source, MODULE, name).text for name in ("cache_k", "cache_v"))
@@ -266,6 +287,12 @@ class Attention:
             yield k
             v = self._values(h, k)
             yield v
+        gate = None
+        if spec.attn_gate:  # Qwen3.5: the other half of its q_proj, a sigmoid gate on every head's output
+            wgate = model.param(f"{p}.wgate")
+            gate = op(hooks["hook_gate"], ops.sigmoid(model.xp, h.values @ wgate.values), OpKind.ACTIVATION,
+                      inputs=(h, wgate))
+            yield gate
         if spec.qk_norm:  # Qwen3, Gemma 3: each head's q and k through an RMSNorm of their own
             q = yield from model.norm(layer, "attn.q_norm", q, heads=spec.n_heads, out=hooks["hook_q_normed"])
             if own:
@@ -296,10 +323,14 @@ class Attention:
         concat = op(hooks["hook_concat"], model.xp.concat([z.values for z in heads], axis=1), OpKind.CONCAT,
                     inputs=tuple(heads))
         yield concat
+        if gate is not None:
+            concat = op(hooks["hook_gated"], concat.values * gate.values, OpKind.ACTIVATION, inputs=(concat, gate))
+            yield concat
         wo, dh, results = model.param(f"{p}.wo"), self.dh, []
-        for head, z in enumerate(heads):  # each head's contribution to the residual, as TransformerLens's hook_result
-            result = op(hooks["hook_result"], z.values @ wo.values[head * dh:(head + 1) * dh, :], OpKind.LINEAR,
-                        head=head, inputs=(z, wo))
+        for head in range(spec.n_heads):  # each head's contribution to the residual, as TransformerLens's hook_result
+            z = concat.values[:, head * dh:(head + 1) * dh] if gate is not None else heads[head].values
+            result = op(hooks["hook_result"], z @ wo.values[head * dh:(head + 1) * dh, :], OpKind.LINEAR,
+                        head=head, inputs=(heads[head] if gate is None else concat, wo))
             yield result
             results.append(result)
         total = model.sum(out, results, f"{p}.bo")

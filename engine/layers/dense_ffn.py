@@ -19,6 +19,7 @@ from engine.trace import OpKind
 Array = Any
 NAME, MODULE = "dense", "mlp"
 HF = {"llama": {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"},
+      "lfm2": {"_gate": "feed_forward.w1", "_up": "feed_forward.w3", "_down": "feed_forward.w2"},
       "gpt2": {"_in": "mlp.c_fc", "_out": "mlp.c_proj"},
       "bert": {"_in": "intermediate.dense", "_out": "output.dense"}}
 HF_LAYER_TYPES: dict[str, bool] = {}

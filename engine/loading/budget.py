@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -51,22 +52,27 @@ def _itemsize(dtype: str) -> int:
         return 8
 
 
-def _sizes(spec: ModelSpec, vocab_size: int) -> tuple[list[int], list[int]]:
-    """Element counts of the tensors outside the blocks and of one block's: every block is alike,
-    so nothing here grows with the number of layers a file may claim."""
-    shapes = parameter_shapes(replace(spec, n_layers=1), vocab_size)
-    block = [math.prod(shape) for name, shape in shapes.items() if name.startswith("blocks.")]
-    return [math.prod(shape) for name, shape in shapes.items() if not name.startswith("blocks.")], block
+def _sizes(spec: ModelSpec, vocab_size: int) -> tuple[list[int], list[tuple[list[int], int]]]:
+    """Element counts of the tensors outside the blocks, and of each kind of block with how many layers are of
+    it: a stack of alike blocks (the flags) is counted from one, so nothing here grows with the number of layers a
+    file may claim; a mixed stack (`layers`, a list the file holds) from one block of each kind."""
+    kinds = Counter(spec.layers) if spec.layers is not None else {None: spec.n_layers}
+    rest, blocks = [], []
+    for kind, count in kinds.items():
+        shapes = parameter_shapes(replace(spec, n_layers=1, layers=None if kind is None else (kind,)), vocab_size)
+        rest = [math.prod(shape) for name, shape in shapes.items() if not name.startswith("blocks.")]
+        blocks.append(([math.prod(shape) for name, shape in shapes.items() if name.startswith("blocks.")], count))
+    return rest, blocks
 
 
 def weight_bytes(spec: ModelSpec, vocab_size: int, dtype: str = "float64") -> int:
-    rest, block = _sizes(spec, vocab_size)
-    return (sum(rest) + sum(block) * spec.n_layers) * _itemsize(dtype)
+    rest, blocks = _sizes(spec, vocab_size)
+    return (sum(rest) + sum(sum(block) * count for block, count in blocks)) * _itemsize(dtype)
 
 
 def tensor_count(spec: ModelSpec, vocab_size: int) -> int:
-    rest, block = _sizes(spec, vocab_size)
-    return len(rest) + len(block) * spec.n_layers
+    rest, blocks = _sizes(spec, vocab_size)
+    return len(rest) + sum(len(block) * count for block, count in blocks)
 
 
 def too_many_tensors(spec: ModelSpec, vocab_size: int) -> str:

@@ -1,4 +1,5 @@
-"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3 and gemma4 (gguf_gemma4) architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3, gemma4 (gguf_gemma4), lfm2 and qwen35
+architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -6,7 +7,9 @@ llama.cpp's converter permutes the rows of a llama model's attn_q / attn_k for i
 RoPE; they are permuted back here (as transformers does when it loads a GGUF), so RoPE is the
 half-split rotate_half form again. qwen2, qwen3 and Gemma files are written unpermuted (llama.cpp
 runs them with its NEOX RoPE, the half-split form); llama.cpp stores Gemma's norm gains as 1 + w
-(undone here, as transformers does).
+(undone here, as transformers does). An lfm2 file names its short-conv layers by a key/value head count of 0
+(`attention.head_count_kv` is one count per layer), their taps by `shortconv.l_cache`, and its last norm
+token_embd_norm; its conv kernel is stored (channels, K), squeezed from transformers' (channels, 1, K).
 """
 
 from __future__ import annotations
@@ -22,16 +25,18 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.layers import gguf_tensors, per_layer_input
+from engine.layers import gated_deltanet, gguf_tensors, per_layer_input
 from engine.loading.document import ScenarioError
 from engine.loading import gguf_gemma4
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
-from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH)
+QWEN35 = "qwen35"
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35)
+OFFSET_NORMS = {*GEMMA, QWEN35}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
                  "ln2_post.w": "post_ffw_norm", **gguf_tensors(),
                  **per_layer_input.GGUF_BLOCK}  # the block's norms, its kinds', Gemma 4's block tail's
@@ -72,12 +77,13 @@ class GGUFModel:
         if arch == gguf_gemma4.ARCH:
             return gguf_gemma4.spec(self)
         d, heads = self._size(f"{arch}.embedding_length"), self._size(f"{arch}.attention.head_count")
-        kv_heads = self._size(f"{arch}.attention.head_count_kv", heads)
+        layers = self._size(f"{arch}.block_count")
+        blocks = self._lfm2_blocks(layers) if arch == "lfm2" else None
+        kv_heads = self._lfm2_kv_heads() if arch == "lfm2" else self._size(f"{arch}.attention.head_count_kv", heads)
         d_head = self._size(f"{arch}.attention.key_length", d // heads)
         if (f"{arch}.attention.key_length" not in self.meta and d % heads) or heads % kv_heads:
             raise self.error(f"{arch}.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
                              "heads: the heads must divide the width and the key/value heads the heads")
-        layers = self._size(f"{arch}.block_count")
         self._check_held(layers, d * heads * d_head)
         if f"{arch}.vocab_size" in self.meta:  # llama.cpp counts the tokens instead; a number is all it may be
             self._size(f"{arch}.vocab_size")
@@ -89,9 +95,69 @@ class GGUFModel:
             biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
             kv_heads=kv_heads, rope_theta=self._number(f"{arch}.rope.freq_base", 10000.0, lowest=1.0),
-            qk_norm=arch in ("qwen3", "gemma3"), rope_factors=self._rope_factors(d_head),
+            qk_norm=arch in ("qwen3", "gemma3", "lfm2", QWEN35), rope_factors=self._rope_factors(d_head),
+            layers=blocks,
         )
+        if arch == QWEN35:
+            return self._qwen35(spec)
         return self._gemma(spec) if arch in GEMMA else spec
+
+    def _qwen35(self, spec: ModelSpec) -> ModelSpec:
+        """Qwen3.5 as llama.cpp's converter writes it: Gated DeltaNet layers where `attention.recurrent_layers`
+        says (else all but every `full_attention_interval`-th), gated attention with partial RoPE, (1 + w) norms."""
+        key = f"{QWEN35}.ssm"
+        if self.meta.get(f"{QWEN35}.nextn_predict_layers", 0):
+            raise self.error(f"{QWEN35}.nextn_predict_layers", "multi-token prediction layers are not supported "
+                             "(convert with --no-mtp)")
+        k_heads, v_heads = self._size(f"{key}.group_count"), self._size(f"{key}.time_step_rank")
+        inner = self._size(f"{key}.inner_size")
+        if v_heads % k_heads or inner % v_heads:
+            raise self.error(f"{key}.time_step_rank", f"{v_heads} value heads over {k_heads} key heads and an inner "
+                             f"size of {inner}: the value heads must be a multiple of the key heads and divide it")
+        net = DeltaNetSpec(k_heads, v_heads, self._size(f"{key}.state_size"), inner // v_heads,
+                           self._size(f"{key}.conv_kernel"))
+        recurrent = self.meta.get(f"{QWEN35}.attention.recurrent_layers")
+        if recurrent is None:
+            interval = self._size(f"{QWEN35}.full_attention_interval", 4)
+            recurrent = [(i + 1) % interval != 0 for i in range(spec.n_layers)]
+        recurrent = recurrent.tolist() if isinstance(recurrent, np.ndarray) else recurrent
+        if not isinstance(recurrent, list) or len(recurrent) != spec.n_layers or \
+                not all(isinstance(flag, bool) for flag in recurrent):
+            raise self.error(f"{QWEN35}.attention.recurrent_layers", f"expected {spec.n_layers} true/false, one "
+                             f"per layer, got {recurrent!r}")
+        dims = self._size(f"{QWEN35}.rope.dimension_count", spec.d_head)
+        if dims > spec.d_head or dims % 2:
+            raise self.error(f"{QWEN35}.rope.dimension_count", f"expected an even number ≤ {spec.d_head}, got {dims}")
+        blocks = tuple(LayerSpec(mixer=gated_deltanet.NAME, conv_kernel=net.kernel) if linear else LayerSpec()
+                       for linear in recurrent)
+        return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net,
+                       rope_dims=dims, layers=blocks)
+
+    def _lfm2_kv_heads(self) -> int:
+        """LFM2's one key/value head count of its attention layers (0 on its short-conv layers)."""
+        key = f"{self.arch}.attention.head_count_kv"
+        counts = set(self._layer_counts(key)) - {0}
+        if len(counts) != 1:
+            raise self.error(key, f"expected one key/value head count on the attention layers, got {sorted(counts)}")
+        return counts.pop()
+
+    def _lfm2_blocks(self, layers: int) -> tuple[LayerSpec, ...]:
+        """LFM2's layers: attention where the key/value head count is above 0, else a short conv."""
+        key, counts = f"{self.arch}.attention.head_count_kv", self._layer_counts(f"{self.arch}.attention.head_count_kv")
+        if len(counts) != layers:
+            raise self.error(key, f"expected one count per layer ({layers}), got {len(counts)}")
+        kernel = self._size(f"{self.arch}.shortconv.l_cache")
+        for biased in (name for name in self.tensors if ".shortconv." in name and name.endswith(".bias")):
+            raise self.error(biased, "biases in the short convolutions are not supported")
+        return tuple(LayerSpec(mixer="attention") if count else LayerSpec(mixer="short_conv", conv_kernel=kernel)
+                     for count in counts)
+
+    def _layer_counts(self, key: str) -> list[int]:
+        counts = self._key(key)  # GGUFFile reads an array of integers as one NumPy array
+        counts = counts.tolist() if isinstance(counts, np.ndarray) else [counts]
+        if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 2**31 for c in counts):
+            raise self.error(key, f"expected integers in 0..2^31, got {counts!r}")
+        return counts
 
     def _rope_factors(self, d_head: int) -> tuple[float, ...] | None:
         """What RoPE's frequencies are divided by, as llama.cpp reads it: linear scaling's factor
@@ -182,9 +248,25 @@ class GGUFModel:
         heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
         if self.arch == "llama" and kind in ("attn_q", "attn_k") and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
             w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
-        if self.arch in GEMMA and kind.endswith("norm"):  # llama.cpp stores Gemma's gains as 1 + w
+        if self.arch in OFFSET_NORMS and kind.endswith("norm") and kind != "ssm_norm":  # stored as 1 + w
             w = w - 1
+        if self.arch == QWEN35:
+            w = self._qwen35_weight(name, w, spec)
         return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
+
+    def _qwen35_weight(self, name: str, w: np.ndarray, spec: ModelSpec) -> np.ndarray:
+        """Undo what llama.cpp's converter does to Qwen3.5 ([out, in] as read): A as −exp(A_log), the value heads
+        tiled; attn_q is q_proj, each head's query rows then its gate's."""
+        leaf = name.split(".", 2)[-1]
+        if leaf in ("attn.wq", "attn.wgate") and w.ndim == 2:
+            rows = w.reshape(spec.n_heads, 2, -1, w.shape[-1])
+            w = rows[:, int(leaf == "attn.wgate")].reshape(-1, w.shape[-1])
+        if leaf == "linear_attn.A_log":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                w = np.log(-w)  # −exp(A_log) < 0 always: anything else reads as NaN, refused by the engine's check
+        where = gated_deltanet.GGUF_VALUE_HEADS.get(leaf)
+        return w if where is None or spec.deltanet is None else gated_deltanet.value_heads_grouped(w, spec.deltanet,
+                                                                                                    where)
 
     def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> Block | None:
         """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
@@ -209,12 +291,16 @@ class GGUFModel:
         return tensor, row, col
 
     def tensor_name(self, name: str) -> str:
-        fixed = {"embed": "token_embd.weight", "unembed": "output.weight", "ln_final.w": "output_norm.weight",
+        fixed = {"embed": "token_embd.weight", "unembed": "output.weight",
+                 "ln_final.w": "token_embd_norm.weight" if self.arch == "lfm2" else "output_norm.weight",
                  **{name: f"{tensor}.weight" for name, tensor in per_layer_input.GGUF.items()}}
         if name in fixed:
             return fixed[name]
         _, layer, leaf = name.split(".", 2)
-        return f"blk.{layer}.{LAYER_TENSORS[leaf]}.{'bias' if leaf.startswith('attn.b') else 'weight'}"
+        if self.arch == QWEN35 and leaf == "ln2.w":  # written as the block's post_attention_layernorm
+            return f"blk.{layer}.post_attention_norm.weight"
+        suffix = gated_deltanet.GGUF_SUFFIX.get(leaf, ".bias" if leaf.startswith("attn.b") else ".weight")
+        return f"blk.{layer}.{LAYER_TENSORS[leaf]}{suffix}"
 
     def info(self, name: str) -> TensorInfo:
         """A tensor's entry, refused (naming it) when missing or of a type gguf-py cannot dequantize."""

@@ -1,5 +1,5 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
-mistral, phi3, gemma2, gemma3 (text), gpt2 and bert.
+mistral, phi3, gemma2, gemma3 (text), lfm2 (short-conv and attention layers), gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
@@ -19,16 +19,17 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from engine.layers import hf_layer_types, hf_modules
+from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules
 from engine.loading import hf_gemma4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
-from engine.spec import FfnKind, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 MOE = ("qwen2_moe", "qwen3_moe")
+QWEN35 = "qwen3_5_text"
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, "mistral", "phi3", "gemma2",
-                "gemma3_text", hf_gemma4.ARCH)  # RoPE, RMSNorm, gated MLP
-ARCHITECTURES = (*LLAMA_FAMILY, "gpt2", "bert")
+                "gemma3_text", hf_gemma4.ARCH, QWEN35)  # RoPE, RMSNorm, gated MLP
+ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
@@ -54,7 +55,7 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
-    if arch in LLAMA_FAMILY:
+    if arch in LLAMA_FAMILY or arch == "lfm2":
         _check_held(config, file, *held)
     if arch == hf_gemma4.ARCH:
         spec = hf_gemma4.read(config, lambda table, key, default=None: _get(table, key, file, default),
@@ -62,7 +63,7 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
                               lambda table, key, default, where: _positive(table, key, file, default, where),
                               lambda key, message: ConfigError(file, key, message))
     else:
-        spec = (_llama if arch in LLAMA_FAMILY else {"gpt2": _gpt2, "bert": _bert}[arch])(config, file)
+        spec = (_llama if arch in LLAMA_FAMILY else {"lfm2": _lfm2, "gpt2": _gpt2, "bert": _bert}[arch])(config, file)
     vocab_size = _get(config, "vocab_size", file)
     for key in ("eos_token_id", "pad_token_id"):
         special = config.get(key)
@@ -140,7 +141,8 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         biases = (("q", "k", "v", "o") if config.get("attention_bias") else ()) + (
             ("mlp",) if config.get("mlp_bias") else ())
     window, sliding_layers = _sliding(config, file, layers)
-    theta, divisors = _rope(config, file, head_dim or d // heads, "full_attention" if arch == "gemma3_text" else None)
+    theta, divisors = _rope(config, file, head_dim or d // heads, "full_attention" if arch == "gemma3_text" else None,
+                            partial=arch == QWEN35)
     spec = ModelSpec(
         d_model=d, n_layers=layers, n_heads=heads,
         d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
@@ -149,14 +151,112 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
         kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
-        qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text"), sliding_window=window, sliding_layers=sliding_layers,
+        qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text", QWEN35), sliding_window=window, sliding_layers=sliding_layers,
         moe=_moe(config, file, layers) if arch in MOE else None,
     )
     if arch in GEMMA:
         return _gemma(config, file, spec)
     if config.get("hidden_act", "silu") != "silu":
         raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
-    return spec
+    return _qwen35(config, file, spec) if arch == QWEN35 else spec
+
+
+def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
+    """Qwen3.5: Gated DeltaNet layers (`linear_attention`) among gated full-attention ones, (1 + w) norms,
+    partial RoPE; the layer types from `layer_types` or, as transformers, every `full_attention_interval`-th."""
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    types = config.get("layer_types")
+    if types is None:
+        interval = get("full_attention_interval", 4)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(spec.n_layers)]
+    if not isinstance(types, list) or len(types) != spec.n_layers:
+        raise ConfigError(file, "layer_types", f"expected a list of {spec.n_layers} layer types, got {types!r}")
+    mixers = {"full_attention": "attention", **{kind: gated_deltanet.NAME for kind in gated_deltanet.HF_LAYER_TYPES}}
+    for i, kind in enumerate(types):
+        if kind not in mixers:
+            raise ConfigError(file, f"layer_types[{i}]", f"layer type {kind!r} is not supported "
+                              f"(supported: {', '.join(mixers)})")
+    net = DeltaNetSpec(get("linear_num_key_heads"), get("linear_num_value_heads"), get("linear_key_head_dim"),
+                       get("linear_value_head_dim"), get("linear_conv_kernel_dim", 4))
+    if net.v_heads % net.k_heads:
+        raise ConfigError(file, "linear_num_value_heads", f"{net.v_heads} value heads are not a multiple of "
+                          f"{net.k_heads} key heads")
+    if config.get("attention_bias"):
+        raise ConfigError(file, "attention_bias", "Qwen3.5's attention has no biases")
+    params = config.get("rope_parameters") or {}
+    key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in params else "partial_rotary_factor"
+    factor = _positive(params if "partial_rotary_factor" in params else config, "partial_rotary_factor", file, 0.25)
+    dims = int(spec.d_head * factor)
+    if factor > 1 or dims < 2 or dims % 2:
+        raise ConfigError(file, key, f"{factor} of a {spec.d_head}-wide head is not an even number of features")
+    return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net, rope_dims=dims,
+                   layers=tuple(LayerSpec(mixer=mixers[kind], conv_kernel=net.kernel if kind == "linear_attention"
+                                          else None) for kind in types))
+
+
+def _lfm2(config: dict, file: Path) -> ModelSpec:
+    """LFM2: short-convolution layers (conv_L_cache taps) and GQA attention layers with q/k RMSNorms, each followed
+    by a SwiGLU FFN (w1, w3, w2) whose width follows LFM2's rule; the last norm is named embedding_norm."""
+    get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
+    heads, d, layers = get("num_attention_heads"), get("hidden_size"), get("num_hidden_layers")
+    kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
+    _heads(file, d, heads, kv_heads)
+    if config.get("conv_bias"):
+        raise ConfigError(file, "conv_bias", "biases in the short convolutions are not supported")
+    theta, divisors = _rope(config, file, d // heads)
+    kernel = get("conv_L_cache", 3)
+    kinds = hf_layer_kinds()
+    blocks = tuple(LayerSpec(mixer="attention", rope_divisors=divisors) if kinds[kind] == "attention" else
+                   LayerSpec(mixer=kinds[kind], conv_kernel=kernel) for kind in _lfm2_layer_types(config, file, layers))
+    tied = config.get("tie_word_embeddings", config.get("tie_embedding", True))
+    return ModelSpec(
+        d_model=d, n_layers=layers, n_heads=heads, d_head=d // heads, d_ff=_lfm2_ff(config, file),
+        norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE, _eps(config, "norm_eps", file, 1e-5), affine=True),
+        final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
+        max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0, biases=(),
+        tied_unembed=bool(tied), kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors, qk_norm=True,
+        layers=blocks)
+
+
+def _lfm2_layer_types(config: dict, file: Path, layers: int) -> list[str]:
+    """`layer_types` ("conv", "full_attention"), else `full_attn_idxs` (the attention layers; absent: every layer)."""
+    types = config.get("layer_types")
+    if types is None:
+        full = config.get("full_attn_idxs")
+        full = range(layers) if full is None else full
+        if not isinstance(full, (list, range)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in full):
+            raise ConfigError(file, "full_attn_idxs", f"expected a list of layer numbers, got {full!r}")
+        return ["full_attention" if i in full else "conv" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise ConfigError(file, "layer_types", f"expected a list of {layers} layer types, got {types!r}")
+    for i, kind in enumerate(types):
+        if kind not in ("conv", "full_attention"):
+            raise ConfigError(file, f"layer_types[{i}]", f"layer type {kind!r} is not supported in lfm2 "
+                              "(supported: conv, full_attention)")
+    return types
+
+
+def _lfm2_ff(config: dict, file: Path) -> int:
+    """The FFN's width: block_ff_dim (or intermediate_size), and with block_auto_adjust_ff_dim two thirds of
+    it, times block_ffn_dim_multiplier, rounded up to block_multiple_of (transformers' Lfm2MLP)."""
+    key = "block_ff_dim" if "block_ff_dim" in config else "intermediate_size"
+    width = _get(config, key, file)
+    if not config.get("block_auto_adjust_ff_dim", True):
+        return width
+    width = int(2 * width / 3)
+    multiplier = config.get("block_ffn_dim_multiplier", 1.0)
+    if multiplier is None:
+        return width
+    multiplier = _positive(config, "block_ffn_dim_multiplier", file, 1.0)
+    multiple = _get(config, "block_multiple_of", file, 256)
+    width = int(multiplier * width)
+    return _checked_width(multiple * ((width + multiple - 1) // multiple), file, key)
+
+
+def _checked_width(width: int, file: Path, key: str) -> int:
+    if not 1 <= width <= MAX_SIZE:
+        raise ConfigError(file, key, f"makes an FFN {width} wide")
+    return width
 
 
 def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
@@ -241,7 +341,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
         return window, None
     if not isinstance(types, list) or len(types) != layers:
         raise ConfigError(file, "layer_types", f"expected a list of {layers} attention types, got {types!r}")
-    known = hf_layer_types()  # what each mixer kind stands for: whether it slides
+    known = hf_layer_types("attention")  # what each attention type stands for: whether it slides
     for i, kind in enumerate(types):
         if kind not in known:
             raise ConfigError(file, f"layer_types[{i}]", f"attention type {kind!r} is not supported "
@@ -249,7 +349,8 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     return window, tuple(i for i, kind in enumerate(types) if known[kind])
 
 
-def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) -> tuple[float, tuple | None]:
+def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None,
+          partial: bool = False) -> tuple[float, tuple | None]:
     """theta and the frequency divisors (None: unscaled) from `rope_parameters` (transformers 5; Gemma 3:
     one table per layer type) or the older top-level `rope_theta` / `rope_scaling`. Linear and Llama 3
     scaling are read; any other RoPE scaling type is refused rather than silently ignored."""
@@ -257,7 +358,7 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None) 
     prefix = "rope_parameters"
     if layer_type is not None and isinstance(params, dict) and isinstance(params.get(layer_type), dict):
         params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
-    if config.get("partial_rotary_factor", 1.0) != 1.0:
+    if not partial and config.get("partial_rotary_factor", 1.0) != 1.0:
         raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
     tables = ((prefix, params), ("rope_scaling", config.get("rope_scaling") or {}))
     for key, table in tables:
@@ -446,6 +547,7 @@ Getter = Callable[[str], np.ndarray]
 FIXED = {  # engine parameter -> tensor, outside the blocks
     "llama": {"embed": "embed_tokens.weight", "ln_final.w": "norm.weight"},
     "gpt2": {"embed": "wte.weight", "pos_embed": "wpe.weight", "ln_final.w": "ln_f.weight", "ln_final.b": "ln_f.bias"},
+    "lfm2": {"embed": "embed_tokens.weight", "ln_final.w": "embedding_norm.weight"},
     "bert": {"embed": "embeddings.word_embeddings.weight", "pos_embed": "embeddings.position_embeddings.weight",
              "type_embed": "embeddings.token_type_embeddings.weight", "ln_embed.w": "embeddings.LayerNorm.weight",
              "ln_embed.b": "embeddings.LayerNorm.bias"},
@@ -465,7 +567,7 @@ def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndar
     _, layer, part, leaf = name.split(".", 3)
     if arch == "phi3" and leaf in FUSED:
         return _phi3_fused(layer, leaf, spec, get)
-    block = {"llama": _llama_block, "gpt2": _gpt2_block, "bert": _bert_block}[family]
+    block = {"llama": _llama_block, "lfm2": _lfm2_block, "gpt2": _gpt2_block, "bert": _bert_block}[family]
     return block(layer, part, leaf, spec, get, arch)
 
 
@@ -476,7 +578,10 @@ def _linear(get: Getter, key: str) -> np.ndarray:
 LLAMA_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
 GEMMA_NORMS = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
                "ln2": "pre_feedforward_layernorm", "ln2_post": "post_feedforward_layernorm"}
-LLAMA_MODULES, GPT2_MODULES, BERT_MODULES = (hf_modules(family) for family in ("llama", "gpt2", "bert"))
+LLAMA_MODULES, LFM2_MODULES, GPT2_MODULES, BERT_MODULES = (hf_modules(family)
+                                                           for family in ("llama", "lfm2", "gpt2", "bert"))
+LFM2_NORMS = {"ln1": "operator_norm", "ln2": "ffn_norm", "q_norm.w": "self_attn.q_layernorm",
+              "k_norm.w": "self_attn.k_layernorm"}
 FUSED = {"wq": ("qkv_proj", 0), "wk": ("qkv_proj", 1), "wv": ("qkv_proj", 2),
          "w_gate": ("gate_up_proj", 0), "w_up": ("gate_up_proj", 1)}  # Phi-3: (fused module, which part)
 
@@ -485,6 +590,12 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
     base = f"layers.{layer}"
     if part.startswith("ln"):
         return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
+    if leaf in gated_deltanet.HF_RAW:
+        found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
+        return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
+    if arch == QWEN35 and leaf in ("wq", "wgate"):  # q_proj: each head's query rows, then its gate's
+        rows = get(f"{base}.self_attn.q_proj.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
+        return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
     if leaf in ("q_norm.w", "k_norm.w"):
         return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
     if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):
@@ -525,6 +636,17 @@ def _phi3_fused(layer: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarr
     start = sum(sections[:index])
     mlp = "mlp" if module == "gate_up_proj" else "self_attn"
     return get(f"layers.{layer}.{mlp}.{module}.weight")[start:start + sections[index]].T
+
+
+def _lfm2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
+    base = f"layers.{layer}"
+    norm = LFM2_NORMS.get(part if part.startswith("ln") else leaf)
+    if norm is not None:
+        return get(f"{base}.{norm}.weight")
+    module = LFM2_MODULES[leaf[1:]]
+    if leaf == "w_conv":  # a depthwise Conv1d: (channels, 1, K) -> the taps (K, channels)
+        return get(f"{base}.{module}.weight")[:, 0, :].T
+    return _linear(get, f"{base}.{module}.weight")
 
 
 def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:

@@ -226,7 +226,12 @@ MODEL_KEYS = {
     "kv_heads", "window", "rope",
 }
 ROPE_KEYS = {"theta", "rotary_dims"}
-LAYER_KEYS = {"mixer", "ffn", "window", "rope_theta"}
+LAYER_KEYS = {"mixer", "ffn", "window", "rope_theta", "kernel"}
+
+
+def writable_mixers() -> tuple[str, ...]:
+    """The mixer kinds a scenario file can configure (a Gated DeltaNet's shape comes from a checkpoint's config)."""
+    return tuple(name for name, kind in MIXERS.items() if not getattr(kind, "CHECKPOINT_ONLY", False))
 
 
 NORM_KEYS = {"kind", "placement", "eps", "affine"}
@@ -325,11 +330,12 @@ def _layers(node: Node, positions: Positions, causal: bool) -> dict:
     blocks = []
     for item in node.items():
         item.mapping(LAYER_KEYS)
+        mixer = item.get("mixer").choice(writable_mixers()) if item.has("mixer") else LayerSpec.mixer
         blocks.append(LayerSpec(
-            mixer=item.get("mixer").choice(tuple(MIXERS)) if item.has("mixer") else LayerSpec.mixer,
+            mixer=mixer,
             ffn=item.get("ffn").choice(tuple(FFNS)) if item.has("ffn") else LayerSpec.ffn,
             window=_window_size(item.get("window"), causal) if item.has("window") else None,
-            rope_theta=_layer_theta(item, positions)))
+            rope_theta=_layer_theta(item, positions), conv_kernel=_kernel(item, mixer)))
     if not blocks:
         raise node.error("expected at least one layer")
     windows = {block.window for block in blocks} - {None}
@@ -337,6 +343,16 @@ def _layers(node: Node, positions: Positions, causal: bool) -> dict:
         return {"layers": tuple(blocks)}
     return {"layers": tuple(blocks), "sliding_window": windows.pop(),
             "sliding_layers": tuple(i for i, block in enumerate(blocks) if block.window is not None)}
+
+
+def _kernel(item: Node, mixer: str) -> int | None:
+    """A mixer with a causal conv: its taps (`kernel: 3`), else its kind's default (CONV_KERNEL)."""
+    default = getattr(MIXERS[mixer], "CONV_KERNEL", None)
+    if not item.has("kernel"):
+        return default
+    if default is None:
+        raise item.get("kernel").error(f"a {mixer} layer has no convolution")
+    return item.get("kernel").integer(minimum=1)
 
 
 def _layer_theta(item: Node, positions: Positions) -> float | None:

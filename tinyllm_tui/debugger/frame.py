@@ -336,16 +336,24 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     head = min(head, heads - 1)
     part = slice(head * width, (head + 1) * width)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
-    cols = Labels(min(width, total), lambda j: f"d{j}")
-    marked = isinstance(cache.facts, (RingFacts, PagedFacts))  # their labels carry the marks (rows are not positions)
+    # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
+    marked = isinstance(cache.facts, (RingFacts, PagedFacts)) or positions != tuple(range(len(positions)))
     if marked:
         rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing, words))
     else:
         rows = Labels(len(positions), lambda i: position_label(positions[i], timeline))
     ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
-    matrices = tuple(matrix_frame(view.name, to_host(view.values)[:, part], rows, cols, head=head, newest_first=not ring,
-                                  new_from=None if marked else new_from, differing=frozenset() if marked else differing)
-                     for view in views)
+
+    def matrix(view) -> MatrixFrame:
+        values = to_host(view.values)[:, part if view.head_width else slice(None)]
+        if not view.positional:  # a recurrent state's matrix: its rows are key features, not tokens
+            return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"k{i}"),
+                                Labels(values.shape[1], lambda j: f"d{j}"), head=head)
+        return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=head,
+                            newest_first=not ring, new_from=None if marked else new_from,
+                            differing=frozenset() if marked else differing)
+
+    matrices = tuple(matrix(view) for view in views)
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
@@ -353,7 +361,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
 
 
 def position_label(position: int, timeline) -> str:
-    return f"{position} · {timeline[position].text}" if position < len(timeline) else str(position)
+    return f"{position} · {timeline[position].text}" if 0 <= position < len(timeline) else str(position)
 
 
 def follow_layer(state: OpState) -> int | None:
@@ -419,8 +427,12 @@ BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not t
 
 def hook_key(state: OpState) -> str:
     """What the explanation of the operator is filed under: the hook name's last part, told apart where
-    one hook does different things (given vectors or a scaled table, a norm's output, capped scores)."""
+    one hook does different things (given vectors or a scaled table, a norm's output, capped scores), or
+    `module.hook` where a kind files it so (two kinds with a hook of the same name: conv.hook_conv)."""
     hook = state.op.hook.name
+    qualified = f"{state.op.hook.module}.{hook}"
+    if explanation(qualified) is not None:
+        return qualified
     if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
+from engine.layers.gated_deltanet import RecurrentFacts
+from engine.layers.causal_conv import ConvFacts
 from engine.layers.shared_kv import SharedFacts
 from engine.loading.budget import format_size
 from engine.trace import TokenState
@@ -29,8 +31,8 @@ class RowWords:
 
 def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int,
               differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> str:
-    """Row `row` of k/v: ✗ where it differs from a --against dump, + where this chunk added it, its
-    position and token, after a ring's slot or a paged row's block."""
+    """Row `row` of a state's views: ✗ where it differs from a --against dump, + where this chunk added it, its
+    position and token, after a ring's slot or a paged row's block (`words.empty` where no token is held yet)."""
     position = cache.row_positions[row]
     mark = "✗" if position in differing else "+" if position >= new_from else " "
     token = timeline[position].text if 0 <= position < len(timeline) else "?"  # an injected bug added a row
@@ -38,6 +40,8 @@ def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_f
     if isinstance(cache, RingCache):
         slot = f"{words.slot.format(slot=row)}{'↺' if row == cache.write_position else ' '} "
         return slot + (words.empty if position < 0 else text)
+    if position < 0:  # a conv window before as many tokens as it holds were fed
+        return f" {words.empty}"
     if isinstance(cache, PagedCache):
         block, offset = cache.slot_of(position)
         return f"b{block}.{offset} {text}"
@@ -56,7 +60,9 @@ def spans(positions: Sequence[int]) -> str:
 
 
 def layout_kind(facts) -> str | None:
-    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized", or "shared" (a
-    KV-shared layer's: another layer's cache; None: contiguous)."""
-    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", SharedFacts: "shared"}
+    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized", or a state that
+    is not a K/V cache: "conv" (a causal conv's window), "recurrent" (a Gated DeltaNet's), "shared" (a KV-shared
+    layer's: another layer's cache); None: a contiguous K/V cache."""
+    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", ConvFacts: "conv",
+             RecurrentFacts: "recurrent", SharedFacts: "shared"}
     return kinds.get(type(facts))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from rich.cells import cell_len
 
 from engine import Labelled, to_host
-from engine.labels import resolve_some
+from engine.labels import Axis, resolve_some
 
 DECIMALS = 6
 
@@ -53,28 +55,78 @@ def right_aligned(text: str, width: int = NUMBER_WIDTH) -> str:
     return " " * max(width - display_width(text), 0) + text
 
 
-def _ends(count: int, keep: int) -> list[int | None]:
-    """The first and last `keep` indices of `count`, None standing for the ones left out."""
-    if count <= 2 * keep:
+class _LabelCache:
+    """The labels (and their widths in cells) of an axis's entries, made once for the operators that share them:
+    a round's thousands of operators have the same rows, and `run` prints a table for each."""
+
+    SIZE = 4096
+
+    def __init__(self):
+        self._made: dict[tuple, tuple] = {}
+
+    def get(self, axis: Axis | tuple[str, ...], indices: list[int]) -> tuple[tuple[str, ...], list[int]]:
+        if not isinstance(axis, Axis):
+            labels = resolve_some(axis, indices)
+            return labels, list(map(display_width, labels))
+        key = (*axis[:4], *axis[5:], tuple(indices))  # the vocabulary by identity (a vocabulary's hash reads it all)
+        vocab, labels, widths = self._made.get(key, (None, None, None))
+        if labels is None or vocab is not axis.vocab:
+            if len(self._made) >= self.SIZE:
+                self._made.clear()
+            labels = resolve_some(axis, indices)
+            widths = tuple(map(display_width, labels))
+            self._made[key] = (axis.vocab, labels, widths)
+        return labels, list(widths)
+
+
+some_labels = _LabelCache().get
+
+
+def _shown(count: int, keep: int | None) -> list[int]:
+    """The indices of `count` a table shows: all, or with `keep` its first and last `keep`."""
+    if keep is None or count <= 2 * keep:
         return list(range(count))
-    return [*range(keep), None, *range(count - keep, count)]
+    return [*range(keep), *range(count - keep, count)]
+
+
+def number_texts(block: np.ndarray) -> list[str]:
+    """`format_number` of every entry of `block`, row after row, in one formatting call: `run` prints about
+    fifty of them for every operator, and one call per number was most of its cost."""
+    flat = block.ravel().tolist()
+    text = _SIX * len(flat) % tuple(flat)
+    if "n" in text or "-0.000000" in text:  # nan, inf: their own signs; a negative zero without its sign
+        return [format_number(x) for x in flat]
+    return text.split("\n")[:-1]
+
+
+_SIX = f"%.{DECIMALS}f\n"
 
 
 def text_table(matrix: Labelled, *, title: str, keep: int | None = None) -> str:
     """A labelled matrix as plain text, every number whole whatever the terminal; with `keep`,
     only its first and last `keep` rows and columns, "…" standing for the rest."""
     values = to_host(matrix.values)
-    rows, cols = (_ends(n, keep) if keep else list(range(n)) for n in values.shape)
-    row_labels = iter(resolve_some(matrix.row_axis, [i for i in rows if i is not None]))
-    col_labels = iter(resolve_some(matrix.col_axis, [j for j in cols if j is not None]))
-    table = [["", *("…" if j is None else next(col_labels) for j in cols)]]
-    for i in rows:
-        numbers = ("…" if i is None or j is None else format_number(float(values[i, j])) for j in cols)
-        table.append(["…" if i is None else next(row_labels), *numbers])
-    sizes = [[display_width(text) for text in line] for line in table]
-    widths = [max(column) for column in zip(*sizes)]
-    widths[1:] = [max(NUMBER_WIDTH, width) for width in widths[1:]]
-    lines = [line[0] + " " * (widths[0] - used[0])
-             + "".join(f"  {' ' * (width - size)}{text}" for text, size, width in zip(line[1:], used[1:], widths[1:]))
-             for line, used in zip(table, sizes)]
+    rows, cols = (_shown(n, keep) for n in values.shape)
+    cut_rows, cut_cols = len(rows) < values.shape[0], len(cols) < values.shape[1]
+    texts = number_texts(values.take(rows, 0).take(cols, 1) if cut_rows or cut_cols else values)
+    body = [texts[k * len(cols):(k + 1) * len(cols)] for k in range(len(rows))]
+    labels, label_sizes = some_labels(matrix.row_axis, rows)
+    header, header_sizes = some_labels(matrix.col_axis, cols)
+    labels, header = list(labels), list(header)
+    if cut_cols:
+        for line in [header, header_sizes, *body]:
+            line.insert(keep, "…")
+        header_sizes[keep] = 1
+    if cut_rows:
+        labels.insert(keep, "…")
+        label_sizes.insert(keep, 1)
+        body.insert(keep, ["…"] * len(header))
+    label_width = max(label_sizes, default=0)
+    widths = [max(NUMBER_WIDTH, size, *map(len, column))
+              for size, column in zip(header_sizes, zip(*body) if body else [()] * len(header))]
+    numbers_line = "".join(f"  %{width}s" for width in widths)  # numbers and "…" are one cell a character
+    lines = [" " * label_width + "".join(f"  {' ' * (width - size)}{text}"
+                                         for text, size, width in zip(header, header_sizes, widths))]
+    lines += [label + " " * (label_width - size) + numbers_line % tuple(line)
+              for label, size, line in zip(labels, label_sizes, body)]
     return "\n".join([title, *lines])

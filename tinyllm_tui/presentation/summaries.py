@@ -90,13 +90,15 @@ def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
     """A large matrix in a few lines: shape and range, each end row's argmax, and for
     logits and probabilities the last row's top tokens with their probabilities."""
     values = to_host(matrix.values)
-    finite = values[np.isfinite(values)]
+    flat = values.reshape(-1)
+    ends = (flat.min(initial=np.inf), flat.max(initial=-np.inf))  # both finite: every entry is (no mask to make)
+    finite = flat if np.isfinite(ends).all() else values[np.isfinite(values)]
     lines = [f"shape {shape_text(values.shape)} · min {finite.min(initial=np.inf):.6f} · "
              f"max {finite.max(initial=-np.inf):.6f} · mean {finite.mean() if finite.size else np.nan:.6f}"
              + (f" · {values.size - finite.size} entries not finite" if finite.size < values.size else "")]
     n = values.shape[0]
     rows = sorted({*range(min(ROWS_SUMMARISED, n)), *range(max(n - ROWS_SUMMARISED, 0), n)})
-    best = [int(np.argmax(values[i])) for i in rows]
+    best = values.take(rows, 0).argmax(1).tolist()
     names = zip(resolve_some(matrix.row_axis, rows), resolve_some(matrix.col_axis, best))
     lines.append("argmax per row: " + ", ".join(f"{row} → {col}" for row, col in names))
     if kind in VOCAB_KINDS:

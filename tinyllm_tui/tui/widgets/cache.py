@@ -53,10 +53,12 @@ class CacheView(Vertical):
         if cache is None:
             title.show_text(Text(tr("cache.none", lang)))
             return
-        where = Text(tr("cache.where", lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
+        heading = "cache.where.conv" if layout_kind(cache.layout) == "conv" else "cache.where"  # no heads
+        where = Text(tr(heading, lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
                         last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
-        rows = tr("cache.rows", lang, rows=cache.length, new=cache.appended)
+        fed = layout_kind(cache.layout) == "recurrent"  # a recurrent state counts the tokens fed, it holds no rows of them
+        rows = tr("cache.fed" if fed else "cache.rows", lang, rows=cache.length, new=cache.appended)
         layout = layout_line(cache, lang)
         rows = f"{layout} · {rows}" if layout else rows  # the layout first: a ring's write slot must show
         if cache.stale:  # the warning first: it must survive a narrow panel
@@ -92,6 +94,11 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
     if kind == "paged":
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
+    if kind == "recurrent":
+        return tr("cache.recurrent", lang, last=facts.last, rows=facts.kernel - 1, kernel=facts.kernel,
+                  stored=size_text(facts.nbytes))
+    if kind == "conv":
+        return tr("cache.conv", lang, rows=facts.kernel - 1, kernel=facts.kernel, size=size_text(facts.nbytes))
     if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
                   stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))

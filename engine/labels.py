@@ -12,6 +12,13 @@ from typing import Any, NamedTuple
 
 POSITIONAL = ("chunk", "last", "keys")  # rows/columns that stand for token positions
 UNKNOWN = -1  # a cache row past the context has no token: an injected bug put it there
+SINK = "sink"  # the label of an attention sink's column
+
+
+class WithSink(NamedTuple):
+    """An operator's columns that are its keys (a scheme or their positions) and then the `sink` column."""
+
+    keys: str | tuple[int, ...]
 
 
 class Axis(NamedTuple):
@@ -29,10 +36,12 @@ class Axis(NamedTuple):
     vocab: Any = None  # engine.spec.Vocab
     column: bool = False  # key positions read "k0 · 我" as columns
     at: tuple[int, ...] | None = None  # the positions of the entries when they are not consecutive
+    sink: bool = False  # attention sinks: a last column `sink` after the keys (a logit with no value row)
 
     @property
     def positions(self) -> range | tuple[int, ...]:
-        return range(self.first, self.first + self.count) if self.at is None else self.at
+        """The positions of the entries (a sink column has none)."""
+        return range(self.first, self.first + self.count - self.sink) if self.at is None else self.at
 
     def ids(self) -> tuple[int, ...] | range:
         """What each entry stands for: the token at its position, else its index."""
@@ -48,10 +57,13 @@ def labels(axis: Axis) -> tuple[str, ...]:
 def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
     """The labels of some entries only (a window onto a large matrix)."""
     if axis.scheme in POSITIONAL:
-        prefix = "k" if axis.column else ""
+        prefix, keys = "k" if axis.column else "", axis.positions
         tokens, context = axis.vocab.tokens, axis.context
-        return tuple(f"{prefix}{p} · {tokens[context[p]] if 0 <= p < len(context) else '?'}"
-                     for p in (axis.positions[i] for i in indices))
+
+        def label(p: int) -> str:
+            return f"{prefix}{p} · {tokens[context[p]] if 0 <= p < len(context) else '?'}"
+
+        return tuple(label(keys[i]) if i < len(keys) else SINK for i in indices)
     if axis.scheme == "vocab":
         return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":

@@ -62,16 +62,16 @@ def softmax(xp, x: Array) -> Array:
 
 
 def rope(xp, x: Array, positions: Array, d_head: int, theta: float,
-         divisors: tuple[float, ...] | None = None, dims: int | None = None) -> Array:
+         divisors: tuple[float, ...] | None = None, dims: int | None = None, scale: float = 1.0) -> Array:
     """(T, H·dh) -> (T, H·dh): every head rotated by position·θ^(−2i/dh) (over divisors[i], a scaled RoPE)
     in the half-split layout of Llama's rotate_half (feature i pairs with feature i + dh/2).
 
     dims < dh (partial rotary, as GPT-NeoX and Phi): only each head's first `dims` features turn, with
-    θ^(−2i/dims); the others pass unchanged."""
+    θ^(−2i/dims); the others pass unchanged. `scale` multiplies cos and sin (YaRN's attention factor)."""
     if dims is not None and dims < d_head:
         t = x.shape[0]
         heads = xp.reshape(x, (t, -1, d_head))
-        turned = rope(xp, xp.reshape(heads[..., :dims], (t, -1)), positions, dims, theta, divisors)
+        turned = rope(xp, xp.reshape(heads[..., :dims], (t, -1)), positions, dims, theta, divisors, scale=scale)
         return xp.reshape(xp.concat([xp.reshape(turned, (t, -1, dims)), heads[..., dims:]], axis=-1), (t, -1))
     half, t = d_head // 2, x.shape[0]
     heads = xp.reshape(x, (t, -1, d_head))
@@ -81,7 +81,10 @@ def rope(xp, x: Array, positions: Array, d_head: int, theta: float,
     angle = xp.astype(positions, x.dtype)[:, None] * inv_freq[None, :]
     angle = xp.concat([angle, angle], axis=1)[:, None, :]
     rotated = xp.concat([-heads[..., half:], heads[..., :half]], axis=-1)
-    return xp.reshape(heads * xp.cos(angle) + rotated * xp.sin(angle), (t, -1))
+    cos, sin = xp.cos(angle), xp.sin(angle)
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    return xp.reshape(heads * cos + rotated * sin, (t, -1))
 
 
 def silu(xp, x: Array) -> Array:

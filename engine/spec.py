@@ -105,6 +105,8 @@ class MoeSpec:
     norm_topk: bool = False  # the chosen scores divided by their sum (norm_topk_prob)
     layers: tuple[int, ...] | None = None  # the sparse layers (the others stay dense); None: every layer
     d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
+    bias: bool = False  # gpt-oss: the router and every expert's projections add a bias
+    clamp: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU (alpha, limit) in place of SwiGLU
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,8 @@ class ModelSpec:
     v_norm: bool = False  # Gemma 4: an RMSNorm without gain over each value head
     per_layer_input: int = 0  # Gemma 4: the width of each layer's input embedding (0: none)
     layer_scalar: bool = False  # Gemma 4: each block's output times its blocks.L.layer_scalar
+    attn_sinks: bool = False  # gpt-oss: a learned logit per head (attn.sinks) in every softmax's denominator
+    rope_scale: float = 1.0  # YaRN's attention factor: RoPE's cos and sin are multiplied by it
 
     @property
     def d_attn(self) -> int:

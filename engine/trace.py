@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from engine.caches import LayerCache  # the contiguous layout; re-exported for the caches' readers
-from engine.labels import Axis, resolve
+from engine.labels import Axis, WithSink, resolve
 
 Array = Any
 
@@ -100,6 +100,8 @@ class Moment:
     def axis(self, scheme: str | tuple[int, ...], count: int, column: bool) -> Axis:
         """An operand axis: positional schemes end at the last token of the context; a tuple of
         positions names the key rows a cache holds when they are not 0, 1, … (a ring buffer)."""
+        if isinstance(scheme, WithSink):  # the keys, then one column more
+            return self.axis(scheme.keys, count, column)._replace(sink=True)
         if isinstance(scheme, tuple):
             return Axis("keys", count, 0, self.context, self.vocab, column, at=scheme)
         first = len(self.context) - count if scheme in ("chunk", "last") else 0

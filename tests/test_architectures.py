@@ -228,7 +228,7 @@ def edited_copy(tmp_path: Path, arch: str, edit) -> Path:
     ("gemma2", lambda c: c.update(layer_types=["sliding_attention", "chunked_attention", "full_attention"]),
      "layer_types[1]"),
     ("gemma2", lambda c: c.update(hidden_activation="gelu"), "hidden_activation"),
-    ("gemma3", lambda c: c["rope_parameters"]["full_attention"].update(rope_type="yarn", factor=8.0),
+    ("gemma3", lambda c: c["rope_parameters"]["full_attention"].update(rope_type="longrope", factor=8.0),
      "rope_parameters.full_attention.rope_type"),
     ("gemma3", lambda c: c["rope_parameters"]["full_attention"].update(factor=0), "rope_parameters.full_attention.factor"),
     ("gemma3", lambda c: c["rope_parameters"]["sliding_attention"].update(rope_type="linear", factor=2.0),

@@ -171,7 +171,7 @@ def test_older_top_level_rope_theta_is_read(tmp_path):
 
 @pytest.mark.parametrize("edit, key", [
     (lambda c: c.update(model_type="mamba"), "model_type"),
-    (lambda c: c.update(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "rope_scaling.rope_type"),
+    (lambda c: c.update(rope_scaling={"rope_type": "longrope", "factor": 4.0}), "rope_scaling.rope_type"),
     (lambda c: c["rope_parameters"].update(rope_type="dynamic", factor=2.0), "rope_parameters.rope_type"),
     (lambda c: c.update(hidden_act="gelu"), "hidden_act"),
     (lambda c: c.pop("num_hidden_layers"), "num_hidden_layers"),

@@ -129,7 +129,11 @@ def test_rope_scaling_reads_as_llama_cpp_does(tmp_path):
     freqs = np.linspace(1.0, 8.0, 32, dtype=np.float32)  # llama.cpp's rope_freqs: a divisor per frequency
     llama3 = rewritten(tmp_path, "llama", lambda w: w.add_tensor("rope_freqs.weight", freqs))
     assert load_checkpoint(llama3, prompt="The cat").model.rope_factors == tuple(float(f) for f in freqs)
-    yarn = rewritten(tmp_path, "qwen2", lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN))
-    with pytest.raises(ScenarioError, match="RoPE scaling 'yarn' is not supported") as error:
-        load_checkpoint(yarn, prompt="The cat")
+    longrope = rewritten(tmp_path, "qwen2", lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE))
+    with pytest.raises(ScenarioError, match="RoPE scaling 'longrope' is not supported") as error:
+        load_checkpoint(longrope, prompt="The cat")
     assert error.value.path == "qwen2.rope.scaling.type"
+    yarn = rewritten(tmp_path, "qwen2", lambda w: w.add_rope_scaling_type(gguf.RopeScalingType.YARN))
+    with pytest.raises(ScenarioError) as error:  # YaRN needs the context it was trained on
+        load_checkpoint(yarn, prompt="The cat")
+    assert error.value.path == "qwen2.rope.scaling.original_context_length"

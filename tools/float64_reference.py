@@ -75,3 +75,26 @@ def counter_sees_float32() -> bool:
     with torch.no_grad(), Float32Counter() as counter:
         torch.nn.functional.softmax(torch.ones(1, 3, dtype=torch.float64), dtype=torch.float, dim=-1)
     return bool(counter.float32)
+
+
+def greedy_passes(model, ids: list[int], steps: int, states=lambda cache: {}) -> tuple[list[dict], Float32Counter]:
+    """Prefill, then greedy decoding through transformers' own cache, under the float32 counter: each pass's
+    `logits` and `layers` (every decoder layer's output), plus what `states(cache)` reads of the cache after it."""
+    import numpy as np
+    from transformers import DynamicCache
+
+    captured = []
+    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
+             for layer in model.model.layers]
+    cache, feed, passes = DynamicCache(config=model.config), ids, []
+    counter = Float32Counter()
+    with torch.no_grad(), counter:
+        for _ in range(steps):
+            captured.clear()
+            logits = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
+            passes.append({"logits": logits.numpy(), "layers": np.stack([h[0].numpy() for h in captured]),
+                           **states(cache)})
+            feed = [int(torch.argmax(logits[-1]))]
+    for hook in hooks:
+        hook.remove()
+    return passes, counter

@@ -49,8 +49,8 @@ import torch
 from safetensors.numpy import save_file
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-from float64_reference import (Float32Counter, counter_sees_float32, eager_attention, rebuild_rotary, rms_norm,  # noqa: E402
-                               rotary)
+from float64_reference import (counter_sees_float32, eager_attention, greedy_passes, rebuild_rotary,  # noqa: E402
+                               rms_norm, rotary)
 from make_fixtures import OUT, PROMPT, byte_bpe, randomize  # noqa: E402
 
 from tinyllm_tui import record_hf  # noqa: E402
@@ -100,26 +100,14 @@ def states(cache, conv_layers: list[int], attention_layers: list[int]) -> tuple[
 def run(model, ids: list[int]) -> dict[str, np.ndarray]:
     """Prefill, then greedy decoding through transformers' own cache: every pass's logits, layer outputs and
     the states it leaves, under the float32 counter."""
-    from transformers import DynamicCache
-
     types = model.config.layer_types
     conv_layers = [i for i, kind in enumerate(types) if kind == "conv"]
     attention_layers = [i for i, kind in enumerate(types) if kind != "conv"]
-    captured = []
-    hooks = [layer.register_forward_hook(lambda _m, _i, out: captured.append(out[0] if isinstance(out, tuple) else out))
-             for layer in model.model.layers]
-    cache, feed, passes = DynamicCache(config=model.config), ids, []
-    counter = Float32Counter()
-    with torch.no_grad(), counter:
-        for _ in range(NEW_TOKENS):
-            captured.clear()
-            logits = model(torch.tensor([feed]), cache=cache, use_cache=True).logits[0]
-            conv, keys, values = states(cache, conv_layers, attention_layers)
-            passes.append({"logits": logits.numpy(), "layers": np.stack([h[0].numpy() for h in captured]),
-                           "conv": conv, "keys": keys, "values": values})
-            feed = [int(torch.argmax(logits[-1]))]
-    for hook in hooks:
-        hook.remove()
+
+    def read(cache):
+        return dict(zip(("conv", "keys", "values"), states(cache, conv_layers, attention_layers)))
+
+    passes, counter = greedy_passes(model, ids, NEW_TOKENS, read)
     if counter.float32:
         sys.exit(f"float32 operators remain in the reference: {sorted(set(counter.float32))}")
     prefill = passes[0]

@@ -1,20 +1,25 @@
-"""Write tests/fixtures/qwen3_moe/, qwen2_moe/ and qwen3_moe_tie/: tiny random mixture-of-experts checkpoints and
-transformers' true float64 outputs.
+"""Write tests/fixtures/qwen3_moe/, qwen2_moe/, qwen3_moe_tie/ and gpt_oss/: tiny random mixture-of-experts
+checkpoints and transformers' true float64 outputs.
 
-    /work/refenv/bin/python tools/make_moe_fixtures.py               # all three
-    /work/refenv/bin/python tools/make_moe_fixtures.py qwen2_moe     # only that one
+    /work/refenv/bin/python tools/make_moe_fixtures.py               # all four
+    /work/refenv/bin/python tools/make_moe_fixtures.py gpt_oss       # only that one
 
 Written with transformers 5.24.0 and torch 2.13.0 (CPU), in the reference environment of make_fixtures.py.
 qwen3_moe: 4 layers, layer 2 dense (`mlp_only_layers`), layers 0, 1 and 3 sparse: 8 experts of width 12, 2 per
 token, the chosen weights renormalised (`norm_topk_prob`). qwen2_moe: 3 layers, layer 0 dense, q/k/v biases,
 8 experts of width 12, 2 per token, the chosen scores as weights, and a shared expert of width 20 under its
-sigmoid gate. The seed of each is the first from SEED on whose float64
+sigmoid gate. gpt_oss: 2 layers, layer 0 sliding (a window of 4, shorter than the prompt), layer 1 full, attention
+sinks, q/k/v/o biases, YaRN RoPE (factor 32 over an original context of 4096, beta 32/1, untruncated, as gpt-oss),
+8 experts of width 32 with biases, 2 per token, and the clamped SwiGLU with alpha 1.702 and a limit of 1.5 (gpt-oss:
+7; lower here so that random weights reach the clamp). The seed of each is the first from SEED on whose float64
 reference every token of every pass has a margin of at least MIN_MARGIN between its 2nd and 3rd router score
 (and its router logits): the reference itself never sits on a tie.
 
 transformers' float64 forward is not float64 throughout: the router's softmax is `dtype=torch.float`, RMSNorm
-and eager attention compute in float32, and the rotary module's inv_freq is a float32 buffer made at init.
-Each is patched (the rotary modules are rebuilt after from_pretrained), and a dispatch-mode counter proves that
+and eager attention compute in float32, and the rotary module's inv_freq is a float32 buffer made at init
+(gpt-oss's YaRN table too, and its norms are kept in float32 by `_keep_in_fp32_modules`; its sinks' softmax and
+its router already keep the input's dtype). Each is patched (the rotary modules are rebuilt after
+from_pretrained, gpt-oss's from a float64 YaRN written here), and a dispatch-mode counter proves that
 no operator of the reference passes reads or writes a float32 tensor; the script stops if one does.
 
 qwen3_moe_tie: 2 sparse layers as qwen3_moe's, weights stored in float64, built to have a near tie: from seed
@@ -56,16 +61,26 @@ SEED, MIN_MARGIN = 100, 1e-3
 TOP_K = 2
 
 
+GPT_OSS_ROPE = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": False, "original_max_position_embeddings": 4096}
 SMALL = dict(hidden_size=24, intermediate_size=40, moe_intermediate_size=12, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, num_experts=8,
              num_experts_per_tok=TOP_K, decoder_sparse_step=1, tie_word_embeddings=True, eos_token_id=0)
-PREFIXES = {"qwen3_moe": "Qwen3Moe", "qwen2_moe": "Qwen2Moe"}
+QWEN = {"qwen3_moe": "Qwen3Moe", "qwen2_moe": "Qwen2Moe"}
+PREFIXES = {**QWEN, "gpt_oss": "GptOss"}
 
 
 def config(arch: str, vocab_size: int):
     import transformers
 
+    if arch == "gpt_oss":
+        return transformers.GptOssConfig(
+            vocab_size=vocab_size, num_hidden_layers=2, hidden_size=32, intermediate_size=32, head_dim=8,
+            num_attention_heads=4, num_key_value_heads=2, num_local_experts=8, num_experts_per_tok=TOP_K,
+            sliding_window=4, layer_types=["sliding_attention", "full_attention"], rope_parameters=dict(GPT_OSS_ROPE),
+            max_position_embeddings=131072, rms_norm_eps=1e-5, swiglu_alpha=1.702, swiglu_limit=1.5,
+            tie_word_embeddings=False, eos_token_id=0)
     if arch == "qwen3_moe":
         return transformers.Qwen3MoeConfig(vocab_size=vocab_size, num_hidden_layers=4, head_dim=8, norm_topk_prob=True,
                                            mlp_only_layers=[2], **SMALL)
@@ -87,15 +102,66 @@ def _router(self, hidden_states):
     return logits, top, indices
 
 
+def _recording(forward):
+    """gpt-oss's router as it is (top k of the logits, a softmax over those), keeping what it chose."""
+    def recorded(self, hidden_states):
+        logits, top, indices = forward(self, hidden_states)
+        self.seen.append((logits.detach().clone(), torch.softmax(logits, dim=-1), indices.detach().clone(),
+                          hidden_states.detach().clone()))
+        return logits, top, indices
+
+    return recorded
+
+
+def _gpt_oss_rotary(self, x, position_ids):
+    """GptOssRotaryEmbedding.forward with the positions in float64 (transformers: float32); cos and sin times
+    YaRN's attention factor, half-width (gpt-oss rotates the two halves with one table)."""
+    freqs = position_ids[..., None].to(torch.float64) * self.inv_freq
+    return (freqs.cos() * self.attention_scaling).to(x.dtype), (freqs.sin() * self.attention_scaling).to(x.dtype)
+
+
+def yarn_inv_freq(params: dict, dim: int, truncate: bool) -> torch.Tensor:
+    """YaRN's frequencies (the paper's ramp between beta_fast and beta_slow rotations over the original context),
+    in float64."""
+    import math
+
+    base, factor, old = params["rope_theta"], params["factor"], params["original_max_position_embeddings"]
+
+    def corr(rotations):
+        return dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = corr(params["beta_fast"]), corr(params["beta_slow"])
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    return extrapolation / factor * ramp + extrapolation * (1 - ramp)
+
+
 def pure_float64() -> None:
     import importlib
 
-    for arch, prefix in PREFIXES.items():
+    gpt_oss = importlib.import_module("transformers.models.gpt_oss.modeling_gpt_oss")
+    gpt_oss.GptOssRMSNorm.forward = rms_norm
+    gpt_oss.GptOssRotaryEmbedding.forward = _gpt_oss_rotary
+    gpt_oss.GptOssTopKRouter.forward = _recording(gpt_oss.GptOssTopKRouter.forward)
+    gpt_oss.GptOssPreTrainedModel._keep_in_fp32_modules = []
+    for arch, prefix in QWEN.items():
         module = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
         getattr(module, f"{prefix}RMSNorm").forward = rms_norm
         getattr(module, f"{prefix}RotaryEmbedding").forward = rotary
         getattr(module, f"{prefix}TopKRouter").forward = _router
         module.eager_attention_forward = eager_attention(module.repeat_kv)
+
+
+def rebuild_yarn_rotary(model) -> None:
+    """gpt-oss's inv_freq from the float64 YaRN above (transformers makes it float32 at init), checked against theirs."""
+    rotary_module, config = model.model.rotary_emb, model.config
+    params = config.rope_parameters
+    ours = yarn_inv_freq(params, config.head_dim, params.get("truncate", True))
+    assert torch.allclose(ours.float(), rotary_module.inv_freq.float(), rtol=1e-6, atol=0)
+    rotary_module.inv_freq = ours
 
 
 # -- the reference ---------------------------------------------------------------------------------------
@@ -108,8 +174,9 @@ def model_class(arch: str):
 def load(arch: str, folder: Path):
     model = model_class(arch).from_pretrained(folder, dtype=torch.float64, attn_implementation="eager",
                                               experts_implementation="eager").eval()
-    rebuild_rotary(model)
-    routers = [layer.mlp.gate for layer in model.model.layers if hasattr(layer.mlp, "gate")]
+    (rebuild_yarn_rotary if model.config.rope_parameters["rope_type"] == "yarn" else rebuild_rotary)(model)
+    routers = [getattr(layer.mlp, "gate", None) or getattr(layer.mlp, "router", None) for layer in model.model.layers]
+    routers = [router for router in routers if router is not None]
     for router in routers:
         router.seen = []
     return model, routers
@@ -181,7 +248,8 @@ def make(arch: str) -> None:
     else:
         sys.exit("no seed gave router margins of at least MIN_MARGIN")
     tokenizer.save(str(folder / "tokenizer.json"))
-    ref["moe_layers"] = np.array([i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")])
+    ref["moe_layers"] = np.array([i for i, layer in enumerate(model.model.layers)
+                                  if hasattr(layer.mlp, "gate") or hasattr(layer.mlp, "router")])
     np.savez_compressed(folder / "reference.npz", **ref)
     print(f"{arch}: {int(ref['ops'])} operators dispatched, {int(ref['float32_ops'])} read or wrote float32; "
           f"greedy {ref['greedy_ids'].tolist()}")
@@ -318,17 +386,22 @@ def float32_dump(folder: Path) -> None:
     np.savez_compressed(folder / "float32_dump.npz", **arrays)
 
 
-def main() -> None:
+def make_any(arch: str) -> None:
+    make_tie() if arch == TIE else make(arch)
+
+
+def main(known=(*PREFIXES, TIE), make_one=make_any) -> None:
+    """Make the fixtures named on the command line (of `known`; none named: all), under the float64 patches."""
     if sys.argv[1:2] == ["--float32-dump"]:
         float32_dump(Path(sys.argv[2]))  # before pure_float64: transformers' float32 forward as it is
         return
     assert counter_sees_float32()
     pure_float64()
-    chosen = sys.argv[1:] or [*PREFIXES, TIE]
-    if unknown := set(chosen) - {*PREFIXES, TIE}:
-        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(PREFIXES)}, {TIE})")
+    chosen = sys.argv[1:] or list(known)
+    if unknown := set(chosen) - set(known):
+        sys.exit(f"unknown fixture(s) {', '.join(sorted(unknown))} (known: {', '.join(known)})")
     for arch in chosen:
-        make_tie() if arch == TIE else make(arch)
+        make_one(arch)
 
 
 if __name__ == "__main__":

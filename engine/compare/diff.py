@@ -29,7 +29,7 @@ from engine.backend import Backend, to_host
 from engine.hooks import Hook
 from engine.scenario import Scenario
 from engine.session import Session, StaleFrom
-from engine.labels import POSITIONAL, Axis
+from engine.labels import POSITIONAL, SINK, Axis
 from engine.spec import Mode
 from engine.state import LayerState
 from engine.trace import OpKind, OpState, Phase
@@ -269,7 +269,9 @@ def _column_ids(state: OpState, shift: int) -> Sequence:
     if not isinstance(axis, Axis):  # labels given as strings
         return tuple(axis)
     ids = axis.ids()
-    return ids if isinstance(ids, range) else tuple(zip((p - shift for p in axis.positions), ids))
+    if isinstance(ids, range):
+        return ids
+    return tuple(zip((p - shift for p in axis.positions), ids)) + ((SINK,) if axis.sink else ())
 
 
 def _row_diff(cols: Sequence, row: np.ndarray, expected) -> tuple[float, bool]:

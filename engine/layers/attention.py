@@ -1,7 +1,8 @@
 """The attention token mixer: full or sliding-window softmax attention over a K/V cache.
 
 Query, key and value projections (grouped-query: fewer kv heads), optional per-head q/k RMSNorms
-(Qwen3, Gemma 3), RoPE, the cache append, scores (soft-capped: Gemma 2), the pattern, each head's
+(Qwen3, Gemma 3), RoPE, the cache append, scores (soft-capped: Gemma 2; gpt-oss: a last `sink` column,
+each head's learned logit, which takes probability in the pattern but has no value row), the pattern, each head's
 mix and its contribution to the residual, summed with the output bias. Its state is the layer's
 K/V cache (engine.caches); its fault points are the mask, the kv head and the cache appended to.
 
@@ -18,6 +19,7 @@ from typing import Any
 from engine import ops
 from engine.caches import Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
+from engine.labels import WithSink
 from engine.layers.shared_kv import SharedKV
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec, Positions
@@ -34,8 +36,9 @@ HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_att
                "o": "attention.output.dense"}}
 HF_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
-        "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.q_norm.w": "attn_q_norm",
-        "attn.k_norm.w": "attn_k_norm", "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
+        "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.bo": "attn_output", "attn.q_norm.w": "attn_q_norm",
+        "attn.k_norm.w": "attn_k_norm", "attn.sinks": "attn_sinks",
+        "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 
 
@@ -211,6 +214,8 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     shapes.update({f"{prefix}.b{n}": (width,) for n, width in widths.items() if model.has_bias(n)})
     if model.has_bias("o"):
         shapes[f"{prefix}.bo"] = (d,)
+    if model.attn_sinks:
+        shapes[f"{prefix}.sinks"] = (model.n_heads,)
     return shapes
 
 
@@ -357,7 +362,7 @@ class Attention:
     def _rope(self, hook, x: Op, positions: list[int]) -> Op:
         spec, xp = self.spec, self.model.xp
         rotated = ops.rope(xp, x.values, xp.asarray(positions), self.dh, spec.theta(self.layer),
-                           spec.rope_divisors(self.layer), spec.rope_dims)
+                           spec.rope_divisors(self.layer), spec.rope_dims, spec.rope_scale)
         return op(hook, rotated, OpKind.ROPE, inputs=(x,))
 
     def _heads(self, q: Array, k: Array, v: Array, visible) -> tuple[Array | None, Array, Array, Array]:
@@ -381,8 +386,15 @@ class Attention:
             scores = ops.masked(xp, ops.softcap(xp, raw, spec.attn_softcap), visible)
         else:
             uncapped, scores = None, ops.attention_scores(xp, q, k, visible, spec.attn_scale)
+        if spec.attn_sinks:  # gpt-oss: each head's sink logit is one more column, which no value row follows
+            sinks = self.model.param(f"{self.prefix}.sinks").values
+            scores = xp.concat([scores, xp.broadcast_to(sinks[:, None, None], (*scores.shape[:2], 1))], axis=-1)
         pattern = ops.softmax(xp, scores)
-        return uncapped, scores, pattern, pattern @ v
+        return uncapped, scores, pattern, self._mix(pattern, v)
+
+    def _mix(self, pattern: Array, v: Array) -> Array:
+        """pattern · V; a sink's column takes probability but mixes no value."""
+        return (pattern[..., :-1] if self.spec.attn_sinks else pattern) @ v
 
     def _head(self, head, q: Operand, keys: Operand, values: Operand, every) -> OpStream:
         """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
@@ -394,7 +406,8 @@ class Attention:
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows=keys.rows)
         v_h = Operand(f"{values.name}[{kv_name}]", values.values[:, kv_part], rows=keys.rows)
         uncapped, scores_h, batch_pattern, z_h = (None if x is None else x[head, ...] for x in every)
-        inputs = (q_h, k_h)
+        inputs = (q_h, k_h, self.model.param(f"{self.prefix}.sinks")) if spec.attn_sinks else (q_h, k_h)
+        cols = WithSink(keys.rows) if spec.attn_sinks else keys.rows
         if uncapped is not None:  # Gemma 2: the scores before their soft cap, then cap·tanh(s / cap)
             batch_uncapped = uncapped
             uncapped = op(hooks["hook_attn_scores_uncapped"], uncapped, OpKind.SCORES, head=head, inputs=inputs,
@@ -405,13 +418,13 @@ class Attention:
                 scores_h = ops.masked(xp, ops.softcap(xp, uncapped.values, spec.attn_softcap),
                                       uncapped.values > -xp.inf)
         scores = op(hooks["hook_attn_scores"], scores_h, OpKind.SCORES if uncapped is None else OpKind.SOFTCAP,
-                    head=head, inputs=inputs, cols=keys.rows)
+                    head=head, inputs=inputs, cols=cols)
         yield scores
         # The batch computed every head at once; a value replaced since is followed from there on.
         pattern_h = batch_pattern if scores.values is scores_h else ops.softmax(xp, scores.values)
-        pattern = op(hooks["hook_pattern"], pattern_h, OpKind.SOFTMAX, head=head, inputs=(scores,), cols=keys.rows)
+        pattern = op(hooks["hook_pattern"], pattern_h, OpKind.SOFTMAX, head=head, inputs=(scores,), cols=cols)
         yield pattern
-        z_h = z_h if pattern.values is batch_pattern else pattern.values @ v_h.values
+        z_h = z_h if pattern.values is batch_pattern else self._mix(pattern.values, v_h.values)
         z = op(hooks["hook_z"], z_h, OpKind.MIX, head=head, inputs=(pattern, v_h))
         yield z
         return z

@@ -1,10 +1,16 @@
-"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE): a router picks the top k of n gated MLPs per token.
+"""The sparse mixture-of-experts FFN (Qwen3-MoE, Qwen2-MoE, gpt-oss): a router picks the top k of n gated MLPs
+per token.
 
 Operator by operator: the router's logits (LN(x) · W_router), its scores (a softmax over the experts), the
 top k experts of each token (best first), their scores gathered (and, with `norm_topk`, divided by their
 sum: the weights), each chosen expert's SwiGLU run on the tokens routed to it alone, Qwen2-MoE's shared
 expert (every token) and its sigmoid gate, and the sum: the weighted experts plus the gated shared expert.
 An expert no token chose does not run and yields nothing. Keeps no state between tokens.
+
+gpt-oss (MoeSpec.bias, MoeSpec.clamp): the router and each expert's projections add biases, and its experts'
+activation is the clamped SwiGLU (up.clamp(−limit, limit) + 1) · g · sigmoid(alpha · g), g = gate.clamp(max=limit).
+Its router takes the top k of the logits and a softmax over those k: the same choice and weights as the softmax
+over every expert renormalised over the chosen (norm_topk), which is how it runs here.
 
 The top k read the scores operator's values, so an intervention there steers the choice: an ablated
 expert is a score of −∞ (never chosen; the next best takes its place, with its own score as weight). The
@@ -32,7 +38,9 @@ HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per
                "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
-GGUF: dict[str, str] = {}
+# llama.cpp's merged tensors: every expert's matrix (or bias) of a projection in one, expert first
+GGUF = {"mlp.router": "ffn_gate_inp", "mlp.b_router": "ffn_gate_inp", **{f"mlp.experts.{w}_{name}": f"ffn_{name}_exps"
+                                                                          for w in "wb" for name in ("gate", "up", "down")}}
 SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
 ROUTING = ("hook_router_logits", SCORES, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
@@ -47,16 +55,17 @@ def expert_module(expert: int) -> str:
     return f"{MODULE}.experts.{expert}"
 
 
-def _swiglu_shapes(prefix: str, d: int, f: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
+def _swiglu_shapes(prefix: str, d: int, f: int, bias: bool = False) -> dict[str, tuple[int, ...]]:
+    shapes = {f"{prefix}.w_gate": (d, f), f"{prefix}.w_up": (d, f), f"{prefix}.w_down": (f, d)}
+    return shapes | ({f"{prefix}.b_gate": (f,), f"{prefix}.b_up": (f,), f"{prefix}.b_down": (d,)} if bias else {})
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
     moe, d, prefix = model.moe, model.d_model, f"blocks.{layer}.mlp"
     f = moe.d_expert
-    shapes = {f"{prefix}.router": (d, moe.n_experts)}
+    shapes = {f"{prefix}.router": (d, moe.n_experts)} | ({f"{prefix}.b_router": (moe.n_experts,)} if moe.bias else {})
     for expert in range(moe.n_experts):
-        shapes |= _swiglu_shapes(f"{prefix}.experts.{expert}", d, f)
+        shapes |= _swiglu_shapes(f"{prefix}.experts.{expert}", d, f, moe.bias)
     if moe.d_shared:
         shapes |= _swiglu_shapes(f"blocks.{layer}.{SHARED}", d, moe.d_shared) | {f"{prefix}.shared_gate": (d, 1)}
     return shapes
@@ -133,9 +142,7 @@ class MoeFfn:
 
     def forward(self, h: Op, states: list, positions: list[int], padded_keys, out) -> OpStream:
         model, hooks, xp = self.model, self.hooks, self.model.xp
-        router = model.param(f"{self.prefix}.router")
-        logits = op(hooks["hook_router_logits"], h.values @ router.values, OpKind.LINEAR, inputs=(h, router),
-                    cols="experts")
+        logits = self._linear(hooks["hook_router_logits"], h, h.values, "router", cols="experts")
         yield logits
         scores = op(hooks[SCORES], ops.softmax(xp, logits.values), OpKind.SOFTMAX, inputs=(logits,), cols="experts")
         yield scores
@@ -195,22 +202,40 @@ class MoeFfn:
         return weights
 
     def _expert(self, hooks: dict, p: str, h: Op, rows: np.ndarray, positions: list[int]) -> OpStream:
-        """One expert's SwiGLU (parameters under `p`) over the tokens routed to it; its operators' rows are those
+        """One expert's gated MLP (parameters under `p`) over the tokens routed to it; its operators' rows are those
         tokens' positions."""
-        model, xp = self.model, self.model.xp
+        xp = self.model.xp
         at = tuple(positions[r] for r in rows)
         x = xp.take(h.values, xp.asarray(rows), axis=0)
-        w_gate, w_up, w_down = (model.param(f"{p}.{w}") for w in ("w_gate", "w_up", "w_down"))
-        gate = op(hooks["hook_pre"], x @ w_gate.values, OpKind.LINEAR, inputs=(h, w_gate), rows=at)
+        gate = self._linear(hooks["hook_pre"], h, x, "gate", p, rows=at)
         yield gate
-        up = op(hooks["hook_pre_linear"], x @ w_up.values, OpKind.LINEAR, inputs=(h, w_up), rows=at)
+        up = self._linear(hooks["hook_pre_linear"], h, x, "up", p, rows=at)
         yield up
-        post = op(hooks["hook_post"], ops.silu(xp, gate.values) * up.values, OpKind.ACTIVATION, inputs=(gate, up),
+        post = op(hooks["hook_post"], self._activation(gate.values, up.values), OpKind.ACTIVATION, inputs=(gate, up),
                   rows=at)
         yield post
-        result = op(hooks["hook_out"], post.values @ w_down.values, OpKind.LINEAR, inputs=(post, w_down), rows=at)
+        result = self._linear(hooks["hook_out"], post, post.values, "down", p, rows=at)
         yield result
         return result
+
+    def _linear(self, hook, source: Op, x: Array, name: str, under: str | None = None, **axes) -> Op:
+        """x · w_name (+ b_name where the model has biases) under the expert's prefix `under`, or the router's."""
+        model = self.model
+        w = model.param(f"{under}.w_{name}" if under else f"{self.prefix}.{name}")
+        y, inputs = x @ w.values, (source, w)
+        if self.moe.bias:
+            b = model.param(f"{under or self.prefix}.b_{name}")
+            y, inputs = y + b.values, (source, w, b)
+        return op(hook, y, OpKind.LINEAR, inputs=inputs, **axes)
+
+    def _activation(self, gate: Array, up: Array) -> Array:
+        """SwiGLU, or gpt-oss's clamped variant (MoeSpec.clamp: alpha, limit)."""
+        xp = self.model.xp
+        if self.moe.clamp is None:
+            return ops.silu(xp, gate) * up
+        alpha, limit = self.moe.clamp
+        gate, up = xp.clip(gate, None, limit), xp.clip(up, -limit, limit)
+        return (up + 1) * gate * ops.sigmoid(xp, alpha * gate)
 
     def _weighted_sum(self, weights: Array, chosen: np.ndarray, outputs: list) -> Array:
         """Σ_j weight[t, j] · expert_{chosen[t, j]}(x_t), over the ranks j in order."""

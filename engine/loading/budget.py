@@ -70,6 +70,17 @@ def weight_bytes(spec: ModelSpec, vocab_size: int, dtype: str = "float64") -> in
     return (sum(rest) + sum(sum(block) * count for block, count in blocks)) * _itemsize(dtype)
 
 
+def resident_weight_bytes(spec: ModelSpec, vocab_size: int, dtype: str = "float64") -> int:
+    """The weights a token's pass holds at once: all but the experts it does not use (a sparse layer reads top_k
+    of its n_experts; the others are dequantized only when a token uses them, and dropped past the budget)."""
+    moe = spec.moe
+    if moe is None:
+        return weight_bytes(spec, vocab_size, dtype)
+    sparse = len(moe.layers) if moe.layers is not None else spec.n_layers
+    expert = 3 * spec.d_model * moe.d_expert + (2 * moe.d_expert + spec.d_model if moe.bias else 0)
+    return weight_bytes(spec, vocab_size, dtype) - sparse * (moe.n_experts - moe.top_k) * expert * _itemsize(dtype)
+
+
 def tensor_count(spec: ModelSpec, vocab_size: int) -> int:
     rest, blocks = _sizes(spec, vocab_size)
     return len(rest) + sum(len(block) * count for block, count in blocks)

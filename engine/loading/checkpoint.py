@@ -17,7 +17,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from engine.loading.chat import Chat, Message, find_template, tokenize_chat
-from engine.loading.budget import DEFAULT_BUDGET, format_size, too_many_tensors, weight_bytes
+from engine.loading.budget import DEFAULT_BUDGET, format_size, resident_weight_bytes, too_many_tensors
 from engine.loading.document import ScenarioError, library_text, warn
 from engine.parameters import format_shape, parameter_shapes
 from engine.progress import WEIGHTS, report
@@ -153,7 +153,7 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
     limit, dtype = budget
     if too_many_tensors(spec, vocab_size):
         raise ScenarioError(str(path), None, "layers", too_many_tensors(spec, vocab_size))
-    need = weight_bytes(spec, vocab_size, dtype)
+    need = resident_weight_bytes(spec, vocab_size, dtype)  # a sparse model's experts: only those a token uses
     if need > limit:
         raise ScenarioError(str(path), None, "--max-memory", f"the weights need {format_size(need)} as {dtype}, "
                             f"more than the budget of {format_size(limit)}")
@@ -182,7 +182,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
         warn(str(path), "tokenizer.ggml.tokens", f"{size - distinct} of the {size} tokens repeat another's text")
     special = {"eos": token_id(model.meta, "tokenizer.ggml.eos_token_id", size, model.error), "pad": None}
     as_dtype = DTYPES[budget[1]]
-    tensors = (model.stand_in, lambda name: model.dequantized(name, as_dtype))
+    tensors = (model.stand_in, lambda name, expert=None: model.dequantized(name, as_dtype, expert))
     weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
                        file_identity(path))
     weights.quantisation = Quantisation(model, spec)

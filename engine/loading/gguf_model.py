@@ -1,5 +1,5 @@
-"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3, gemma4 (gguf_gemma4), lfm2 and qwen35
-architectures.
+"""GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3, gemma4 (gguf_gemma4), lfm2, qwen35,
+qwen3moe and gpt-oss architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -10,6 +10,8 @@ runs them with its NEOX RoPE, the half-split form); llama.cpp stores Gemma's nor
 (undone here, as transformers does). An lfm2 file names its short-conv layers by a key/value head count of 0
 (`attention.head_count_kv` is one count per layer), their taps by `shortconv.l_cache`, and its last norm
 token_embd_norm; its conv kernel is stored (channels, K), squeezed from transformers' (channels, 1, K).
+The sparse architectures' experts are merged tensors (ffn_gate_exps … with the expert first, MXFP4 in gpt-oss
+files): an expert's matrices are dequantized only when a token first uses it.
 """
 
 from __future__ import annotations
@@ -31,12 +33,19 @@ from engine.loading import gguf_gemma4
 from engine.loading.gguf_blocks import Block, block_of
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
-from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.loading.yarn import attention_factor, yarn_divisors
+from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
 QWEN35 = "qwen35"
-ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35)
+SPARSE = ("qwen3moe", "gpt-oss")
+ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35, *SPARSE)
 OFFSET_NORMS = {*GEMMA, QWEN35}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
+ARCH_TENSORS = {"gpt-oss": {"ln2.w": "post_attention_norm"}}  # where an architecture names a block tensor its own way
+GPT_OSS_SWIGLU = (1.702, 7.0)  # llama.cpp's constants for gpt-oss's clamped SwiGLU (alpha, limit): not in the file
+UNSUPPORTED = {  # metadata (under the architecture) that would change what the model computes, with the value it
+    "expert_shared_count": 0, "expert_weights_scale": 1.0, "leading_dense_block_count": 0,  # may take here
+    "rope.scaling.yarn_ext_factor": 1.0, "rope.scaling.yarn_log_multiplier": 0.0}
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
                  "ln2_post.w": "post_ffw_norm", **gguf_tensors(),
                  **per_layer_input.GGUF_BLOCK}  # the block's norms, its kinds', Gemma 4's block tail's
@@ -95,12 +104,36 @@ class GGUFModel:
             biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
             kv_heads=kv_heads, rope_theta=self._number(f"{arch}.rope.freq_base", 10000.0, lowest=1.0),
-            qk_norm=arch in ("qwen3", "gemma3", "lfm2", QWEN35), rope_factors=self._rope_factors(d_head),
-            layers=blocks,
+            qk_norm=arch in ("qwen3", "gemma3", "lfm2", QWEN35, "qwen3moe"), rope_factors=self._rope_factors(d_head),
+            rope_scale=self._rope_scale(), layers=blocks,
         )
         if arch == QWEN35:
             return self._qwen35(spec)
+        if arch in SPARSE:
+            return self._sparse(spec)
         return self._gemma(spec) if arch in GEMMA else spec
+
+    def _sparse(self, spec: ModelSpec) -> ModelSpec:
+        """qwen3moe and gpt-oss as llama.cpp runs them: a layer whose file holds a router (ffn_gate_inp) is sparse,
+        its chosen scores renormalised (llama.cpp's norm_w for qwen3moe; gpt-oss's softmax over its top k);
+        gpt-oss adds biases (router, experts, q/k/v/o), attention sinks, the clamped SwiGLU and a sliding window
+        on even layers."""
+        arch = self.arch
+        for key, allowed in UNSUPPORTED.items():
+            if self.meta.get(f"{arch}.{key}", allowed) != allowed:
+                raise self.error(f"{arch}.{key}", f"{self.meta[f'{arch}.{key}']!r} is not supported (only {allowed!r})")
+        experts, used = self._size(f"{arch}.expert_count"), self._size(f"{arch}.expert_used_count")
+        if used > experts:
+            raise self.error(f"{arch}.expert_used_count", f"{used} experts per token, of {experts}")
+        sparse = tuple(i for i in range(spec.n_layers) if f"blk.{i}.ffn_gate_inp.weight" in self.tensors)
+        gpt_oss = arch == "gpt-oss"
+        moe = MoeSpec(experts, used, self._size(f"{arch}.expert_feed_forward_length"), True, sparse, bias=gpt_oss,
+                      clamp=GPT_OSS_SWIGLU if gpt_oss else None)
+        if not gpt_oss:
+            return replace(spec, moe=moe)
+        return replace(spec, moe=moe, biases=("q", "k", "v", "o"), attn_sinks=True,
+                       sliding_window=self._size(f"{arch}.attention.sliding_window"),
+                       sliding_layers=tuple(range(0, spec.n_layers, 2)))
 
     def _qwen35(self, spec: ModelSpec) -> ModelSpec:
         """Qwen3.5 as llama.cpp's converter writes it: Gated DeltaNet layers where `attention.recurrent_layers`
@@ -164,8 +197,10 @@ class GGUFModel:
         (`rope.scaling.type` linear, Gemma 3 4B and up) times the `rope_freqs` tensor (Llama 3.x)."""
         key = f"{self.arch}.rope.scaling"
         kind = self.meta.get(f"{key}.type", "none")
-        if not isinstance(kind, str) or kind not in ("none", "linear"):
-            raise self.error(f"{key}.type", f"RoPE scaling {kind!r} is not supported (none, linear)")
+        if not isinstance(kind, str) or kind not in ("none", "linear", "yarn"):
+            raise self.error(f"{key}.type", f"RoPE scaling {kind!r} is not supported (none, linear, yarn)")
+        if kind == "yarn":
+            return self._yarn(d_head)
         factor = self.meta.get(f"{key}.factor", 1.0) if kind == "linear" else 1.0
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
             raise self.error(f"{key}.factor", f"expected a number > 0, got {factor!r}")
@@ -176,6 +211,23 @@ class GGUFModel:
             raise self.error("rope_freqs.weight", f"expected {d_head // 2} positive numbers (one per RoPE "
                              f"frequency), got shape {format_shape(freqs.shape)}")
         return tuple(float(f) * factor for f in freqs)
+
+    def _yarn(self, d_head: int) -> tuple[float, ...]:
+        """YaRN's divisors as llama.cpp computes them (the ramp's ends always floored and ceiled)."""
+        key = f"{self.arch}.rope.scaling"
+        if "rope_freqs.weight" in self.tensors:
+            raise self.error("rope_freqs.weight", "a frequency tensor beside YaRN scaling is not supported")
+        return yarn_divisors(self._number(f"{self.arch}.rope.freq_base", 10000.0, lowest=1.0), d_head,
+                             self._number(f"{key}.factor", 1.0), self._number(f"{key}.original_context_length", 0.0),
+                             self._number(f"{key}.yarn_beta_fast", 32.0), self._number(f"{key}.yarn_beta_slow", 1.0),
+                             truncate=True)
+
+    def _rope_scale(self) -> float:
+        """YaRN's attention factor as llama.cpp applies it: yarn_attn_factor · (1 + 0.1 ln factor); 1 otherwise."""
+        key = f"{self.arch}.rope.scaling"
+        if self.meta.get(f"{key}.type") != "yarn":
+            return 1.0
+        return self._number(f"{key}.yarn_attn_factor", 1.0) * attention_factor(self._number(f"{key}.factor", 1.0))
 
     def _gemma(self, spec: ModelSpec) -> ModelSpec:
         """As llama.cpp runs Gemma 2/3: GeGLU, (1 + w) norms around each sublayer, embeddings times √d,
@@ -242,8 +294,8 @@ class GGUFModel:
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
         """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
-        tensor = self.tensor_name(name)
-        w = get(tensor)
+        tensor, expert = self.tensor_name(name), expert_of(name)
+        w = get(tensor) if expert is None else get(tensor, expert)  # one expert's slice of a merged tensor
         kind = tensor.split(".")[-2]
         heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
         if self.arch == "llama" and kind in ("attn_q", "attn_k") and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
@@ -278,6 +330,12 @@ class GGUFModel:
     def locate(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> tuple[str, int, int]:
         """The GGUF tensor, row and column that hold engine parameter `name` at `index`: matrices are
         transposed ([in, out] here, [out, in] there), a llama file's q/k rows permuted."""
+        expert = expert_of(name)
+        if expert is not None:  # its rows within the merged tensor's (experts × rows) rows
+            tensor = self.tensor_name(name)
+            if len(index) == 1:
+                return tensor, expert, index[0]
+            return tensor, expert * self.tensors[tensor].shape[1] + index[1], index[0]
         if len(index) == 1:
             return self.tensor_name(name), 0, index[0]
         if name == "embed":
@@ -297,10 +355,14 @@ class GGUFModel:
         if name in fixed:
             return fixed[name]
         _, layer, leaf = name.split(".", 2)
+        if expert_of(name) is not None:  # mlp.experts.E.w_gate: expert E of the merged ffn_gate_exps
+            leaf = f"mlp.experts.{leaf.rsplit('.', 1)[1]}"
         if self.arch == QWEN35 and leaf == "ln2.w":  # written as the block's post_attention_layernorm
             return f"blk.{layer}.post_attention_norm.weight"
-        suffix = gated_deltanet.GGUF_SUFFIX.get(leaf, ".bias" if leaf.startswith("attn.b") else ".weight")
-        return f"blk.{layer}.{LAYER_TENSORS[leaf]}{suffix}"
+        tensor = ARCH_TENSORS.get(self.arch, {}).get(leaf) or LAYER_TENSORS[leaf]
+        bias = leaf.startswith("attn.b") or leaf.rsplit(".", 1)[-1].startswith("b_")  # mlp.b_router, experts' b_gate
+        suffix = gated_deltanet.GGUF_SUFFIX.get(leaf, ".bias" if bias else ".weight")
+        return f"blk.{layer}.{tensor}{suffix}"
 
     def info(self, name: str) -> TensorInfo:
         """A tensor's entry, refused (naming it) when missing or of a type gguf-py cannot dequantize."""
@@ -312,19 +374,31 @@ class GGUFModel:
             raise self.error(name, f"tensor type {info.kind.name} cannot be dequantized by gguf-py ({known})")
         return info
 
-    def stand_in(self, name: str) -> np.ndarray:
-        """A zero-byte array of the tensor's shape: checks shapes without reading any data."""
-        return np.broadcast_to(np.float32(0), self.info(name).shape)
+    def stand_in(self, name: str, expert: int | None = None) -> np.ndarray:
+        """A zero-byte array of the tensor's shape (of one expert's slice of a merged tensor): checks shapes
+        without reading any data."""
+        return np.broadcast_to(np.float32(0), self._shape(name, expert))
 
-    def dequantized(self, name: str, dtype: np.dtype) -> np.ndarray:
-        """The tensor in `dtype`: F32 in float32 stays a view of the map; otherwise gguf-py's dequantization
-        of a chunk of rows at a time, written straight into the result (no whole float32 copy)."""
-        info = self.info(name)
+    def _shape(self, name: str, expert: int | None) -> tuple[int, ...]:
+        shape = self.info(name).shape
+        if expert is None:
+            return shape
+        if len(shape) < 2 or expert >= shape[0]:
+            raise self.error(name, f"expected one slice per expert (at least {expert + 1}), the tensor is "
+                             f"{format_shape(shape)}")
+        return shape[1:]
+
+    def dequantized(self, name: str, dtype: np.dtype, expert: int | None = None) -> np.ndarray:
+        """The tensor (or one expert's slice of a merged tensor: only its bytes are read) in `dtype`: F32 in float32
+        stays a view of the map; otherwise gguf-py's dequantization of a chunk of rows at a time, written straight
+        into the result (no whole float32 copy)."""
+        info, shape = self.info(name), self._shape(name, expert)
         raw = self.file.tensor_bytes(info)
+        raw = raw if expert is None else raw[expert]
         if info.kind is GGMLQuantizationType.F32 and np.dtype(dtype) == np.float32:
-            return raw.view(np.float32).reshape(info.shape)
+            return raw.view(np.float32).reshape(shape)
         rows = raw.reshape(-1, raw.shape[-1])
-        out = np.empty(info.shape, dtype=dtype)
+        out = np.empty(shape, dtype=dtype)
         flat = out.reshape(len(rows), -1)
         step, dequantize_rows = max(1, CHUNK // flat.shape[1]), rows_dequantizer(info.kind)
         for start in range(0, len(rows), step):
@@ -357,6 +431,12 @@ class Quantisation:
     def block(self, name: str, index: tuple[int, ...]) -> Block | None:
         """The quantisation block behind the parameter's value at `index` (None if unquantized)."""
         return self.model.block(name, index, self.spec)
+
+
+def expert_of(name: str) -> int | None:
+    """The expert an engine parameter belongs to (blocks.L.mlp.experts.E.…), or None."""
+    parts = name.split(".")
+    return int(parts[4]) if len(parts) > 5 and parts[2:4] == ["mlp", "experts"] else None
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

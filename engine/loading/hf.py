@@ -1,5 +1,5 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
-mistral, phi3, gemma2, gemma3 (text), lfm2 (short-conv and attention layers), gpt2 and bert.
+gpt_oss, mistral, phi3, gemma2, gemma3 (text), lfm2 (short-conv and attention layers), gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
@@ -23,11 +23,13 @@ from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_mod
 from engine.loading import hf_gemma4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
+from engine.loading.yarn import attention_factor, yarn_divisors
 from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 MOE = ("qwen2_moe", "qwen3_moe")
+GPT_OSS = "gpt_oss"  # sparse too: its router and experts with biases, a clamped SwiGLU, attention sinks, YaRN
 QWEN35 = "qwen3_5_text"
-LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, "mistral", "phi3", "gemma2",
+LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "gemma2",
                 "gemma3_text", hf_gemma4.ARCH, QWEN35)  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
@@ -94,8 +96,8 @@ def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
         raise ConfigError(file, key, f"a {d}×{width} query projection has more numbers than the weight files' "
                           f"{nbytes} bytes hold")
     experts = "num_experts" if "num_experts" in config else "num_local_experts"
-    if config["model_type"] in MOE and config.get(experts):  # one layer's experts alone, before a table per expert
-        count, f = _get(config, experts, file), _get(config, "moe_intermediate_size", file)
+    if config["model_type"] in (*MOE, GPT_OSS) and config.get(experts):  # one layer's experts, before their tables
+        count, f = _get(config, experts, file), _get(config, _expert_width(config), file)
         if 3 * count * f * d > nbytes:
             raise ConfigError(file, experts, f"{count} experts of {3 * f * d} numbers each are more than the weight "
                               f"files' {nbytes} bytes hold")
@@ -152,7 +154,8 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
         kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
         qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text", QWEN35), sliding_window=window, sliding_layers=sliding_layers,
-        moe=_moe(config, file, layers) if arch in MOE else None,
+        moe=_moe(config, file, layers) if arch in (*MOE, GPT_OSS) else None,
+        attn_sinks=arch == GPT_OSS, rope_scale=_rope_scale(config, file),
     )
     if arch in GEMMA:
         return _gemma(config, file, spec)
@@ -270,7 +273,8 @@ def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
     top_k = _get(config, "num_experts_per_tok", file)
     if top_k > experts:
         raise ConfigError(file, "num_experts_per_tok", f"{top_k} experts per token, of {experts}")
-    norm = config.get("norm_topk_prob", False)
+    gpt_oss = config["model_type"] == GPT_OSS  # a softmax over its top k logits: the chosen scores renormalised
+    norm = config.get("norm_topk_prob", gpt_oss)
     if not isinstance(norm, bool):
         raise ConfigError(file, "norm_topk_prob", f"expected true or false, got {norm!r}")
     step = _get(config, "decoder_sparse_step", file, 1)
@@ -279,7 +283,15 @@ def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
         raise ConfigError(file, "mlp_only_layers", f"expected a list of layer numbers, got {dense!r}")
     sparse = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
     shared = _get(config, "shared_expert_intermediate_size", file) if config["model_type"] == "qwen2_moe" else 0
-    return MoeSpec(experts, top_k, _get(config, "moe_intermediate_size", file), norm, sparse, shared)
+    clamp = tuple(_positive(config, key, file, default) for key, default in (("swiglu_alpha", 1.702),
+                                                                             ("swiglu_limit", 7.0)))
+    return MoeSpec(experts, top_k, _get(config, _expert_width(config), file), norm, sparse, shared, bias=gpt_oss,
+                   clamp=clamp if gpt_oss else None)
+
+
+def _expert_width(config: dict) -> str:
+    """The key of each expert's hidden width: gpt-oss has no dense FFN and calls it intermediate_size."""
+    return "intermediate_size" if config["model_type"] == GPT_OSS else "moe_intermediate_size"
 
 
 def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
@@ -375,7 +387,7 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None,
             raise ConfigError(file, f"{key}.rope_type", f"RoPE scaling type {kind!r} is not supported "
                               f"(supported: {', '.join(SCALINGS)})")
         if kind != "default":
-            read = lambda name: _positive(table, name, file, None, f"{key}.")  # noqa: E731
+            read = _Reader(table, file, key)
             if kind == "llama3":
                 _check_band(read("low_freq_factor"), read("high_freq_factor"), file, key)
             divisors = SCALINGS[kind](read, float(theta), d_head)
@@ -389,6 +401,46 @@ def _check_band(low: float, high: float, file: Path, key: str) -> None:
     if high == low:
         warn(str(file), f"{key}.high_freq_factor", f"equals low_freq_factor ({low}): no band of frequencies is "
              "blended, they step from scaled to unscaled")
+
+
+class _Reader:
+    """A RoPE scaling table's numbers (each > 0; `default` where it may be missing) and flags, refused by key."""
+
+    def __init__(self, table: dict, file: Path, key: str):
+        self.table, self.file, self.key = table, file, key
+
+    def __call__(self, name: str, default: float | None = None) -> float:
+        return _positive(self.table, name, self.file, default, f"{self.key}.")
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.table.get(name, default)
+        if not isinstance(value, bool):
+            raise ConfigError(self.file, f"{self.key}.{name}", f"expected true or false, got {value!r}")
+        return value
+
+
+def _yarn_divisors(read: _Reader, theta: float, d_head: int) -> tuple[float, ...]:
+    """YaRN as transformers computes it (its ramp's ends floored and ceiled unless `truncate` is false)."""
+    return yarn_divisors(theta, d_head, read("factor"), read("original_max_position_embeddings"),
+                         read("beta_fast", 32.0), read("beta_slow", 1.0), read.flag("truncate", True))
+
+
+def _yarn_scale(read: _Reader) -> float:
+    """YaRN's attention factor: given, or from factor (DeepSeek: with mscale and mscale_all_dim)."""
+    if "attention_factor" in read.table:
+        return read("attention_factor")
+    if read.table.get("mscale") and read.table.get("mscale_all_dim"):
+        return attention_factor(read("factor"), read("mscale"), read("mscale_all_dim"))
+    return attention_factor(read("factor"))
+
+
+def _rope_scale(config: dict, file: Path) -> float:
+    """What RoPE's cos and sin are multiplied by: YaRN's attention factor, else 1."""
+    for key in ("rope_parameters", "rope_scaling"):
+        table = config.get(key)
+        if isinstance(table, dict) and table.get("rope_type", table.get("type")) == "yarn":
+            return _yarn_scale(_Reader(table, file, key))
+    return 1.0
 
 
 def _linear_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
@@ -410,7 +462,7 @@ def _llama3_divisors(read, theta: float, d_head: int) -> tuple[float, ...]:
     return tuple(float(d) for d in inv_freq / scaled)
 
 
-SCALINGS = {"default": None, "linear": _linear_divisors, "llama3": _llama3_divisors}
+SCALINGS = {"default": None, "linear": _linear_divisors, "llama3": _llama3_divisors, "yarn": _yarn_divisors}
 
 
 def _activation(config: dict, key: str, file: Path, default: str) -> FfnKind:
@@ -598,6 +650,10 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
         return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
     if leaf in ("q_norm.w", "k_norm.w"):
         return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
+    if leaf == "sinks":
+        return get(f"{base}.self_attn.sinks")
+    if arch == GPT_OSS and (leaf in ("router", "b_router") or leaf.startswith("experts.")):
+        return _gpt_oss_moe_weight(base, leaf, get)
     if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):
         return _moe_weight(base, leaf, spec, get)
     module = LLAMA_MODULES[leaf[1:]]
@@ -627,6 +683,21 @@ def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarra
         except ScenarioError:
             raise missing from None
         return (fused[:f] if projection == "w_gate" else fused[f:]).T
+
+
+def _gpt_oss_moe_weight(base: str, leaf: str, get: Getter) -> np.ndarray:
+    """gpt-oss's mlp.router (weight, bias) and its fused experts, stored [in, out]: mlp.experts.gate_up_proj
+    (E × d × 2f, the gate's and the up projection's columns interleaved: gate even, up odd) and its bias (E × 2f),
+    mlp.experts.down_proj (E × f × d) and its bias (E × d)."""
+    if leaf in ("router", "b_router"):
+        return _linear(get, f"{base}.mlp.router.weight") if leaf == "router" else get(f"{base}.mlp.router.bias")
+    _, expert, name = leaf.split(".")
+    kind, projection = name.split("_")  # w_gate -> ("w", "gate")
+    suffix = "" if kind == "w" else "_bias"
+    if projection == "down":
+        return get(f"{base}.mlp.experts.down_proj{suffix}")[int(expert)]
+    fused = get(f"{base}.mlp.experts.gate_up_proj{suffix}")[int(expert)]
+    return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]
 
 
 def _phi3_fused(layer: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:

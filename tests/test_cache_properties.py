@@ -30,11 +30,26 @@ def test_cached_rounds_equal_full_recompute(scenario, backend):
 
 # -- injected bugs ---------------------------------------------------------------------------
 def _trace(session: Session) -> list[tuple]:
-    return [(s.request, s.round, s.name, s.head, to_host(s.values)) for s in session.steps()]
+    """Every operator's output, then after each round every layer's state: its rows by the position they hold."""
+    trace, states = [], list(session.steps())
+    for state, after in zip(states, [*states[1:], None]):
+        trace.append((state.request, state.round, state.name, state.head, to_host(state.values)))
+        if after is None or (after.request, after.round) != (state.request, state.round):
+            trace.extend((state.request, state.round, layer, *_rows_by_position(cache))
+                         for layer, cache in enumerate(state.caches))
+    return trace
+
+
+def _rows_by_position(cache) -> tuple[tuple[int, ...], np.ndarray]:
+    """The positions a layer state holds (empty slots left out), and its items side by side, rows in that order."""
+    order = sorted((position, row) for row, position in enumerate(cache.row_positions) if position >= 0)
+    items = [np.asarray(to_host(item)) for item in cache.dump_items().values()]
+    return tuple(p for p, _ in order), np.concatenate([item[[row for _, row in order]] for item in items], axis=1)
 
 
 def changes_numbers(scenario, bug: str, backend) -> bool:
-    """Whether the bug changes any number of the cached run: found without the diff."""
+    """Whether the bug changes any number of the cached run, its operators' or its layer states': found without
+    the diff."""
     clean, buggy = _trace(Session(scenario, backend)), _trace(Session(scenario, backend, inject=bug))
     if len(clean) != len(buggy):
         return True

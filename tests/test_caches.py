@@ -196,8 +196,20 @@ BUGS = [  # (bug, cache, prompt, expected first divergence), reasoned from what 
 @pytest.mark.parametrize("bug, cache, prompt, expected", BUGS, ids=[b[0] for b in BUGS])
 def test_each_cache_bug_is_caught_at_the_operator_where_it_acts(bug, cache, prompt, expected):
     scenario = llama(prompt, new=3, cache=cache, window=cache.window)
-    first = first_divergence(diff_scenario(scenario, inject=bug))
+    diffs = diff_scenario(scenario, inject=bug)
+    first = first_divergence([d for d in diffs if not d.state])  # the operators
     assert (first.phase, first.round, first.name, first.head) == expected
+    state = first_divergence([d for d in diffs if d.state])  # the layer states at the ends of rounds
+    assert (state.phase, state.round) <= (first.phase, first.round) and state.max_abs > state.tolerance
+
+
+def test_a_ring_written_at_the_wrong_slot_differs_in_its_state_a_round_before_an_operator_reads_it():
+    """The diff compares each layer's state at a round's end through the LayerState protocol: decode 1 wrote
+    position 3 over position 1 instead of 0, so the ring holds 0, 2, 3 where the full recompute's holds 1–3."""
+    scenario = llama(PROMPT[:3], new=3, cache=CacheSpec(Layout.RING, window=4), window=4)
+    first = first_divergence(diff_scenario(scenario, inject="ring-wrong-slot"))
+    assert (first.phase, first.round, first.name, first.state) == ("decode", 1, "blocks.0.attn.cache_k", True)
+    assert first.max_abs == np.inf and first.mismatch == "positions 0, 2, 3, the reference 1–3"
     assert first_divergence(diff_scenario(scenario)) is None
 
 

@@ -71,7 +71,9 @@ def test_diff_json_holds_every_measured_number():
     document = json.loads(result.output)
     assert (document["agrees"], document["first_divergence"], document["inject"]) == (True, None, None)
     operators = document["operators"]
-    assert len([o for o in operators if o["phase"] == "decode"]) == 31  # X01's one cached round (test_diff)
+    decode = [o for o in operators if o["phase"] == "decode"]
+    assert len([o for o in decode if not o["state"]]) == 31  # X01's one cached round (test_diff)
+    assert [o["name"] for o in decode if o["state"]] == ["blocks.0.attn.cache_k", "blocks.0.attn.cache_v"]  # its end
     assert all(isinstance(o["max_abs"], float) and 0 <= o["max_abs"] <= 1e-12 and o["agrees"] for o in operators)
     assert [o["max_abs"] for o in operators if o["name"] == "hook_embed"] == [0.0, 0.0, 0.0]  # rows looked up alike
 
@@ -252,3 +254,18 @@ def test_set_is_one_unsaved_edit_of_the_debugger_in_the_tui_and_in_run(monkeypat
     assert tui.unsaved() == 1
     assert [r["values"] for r in records] == [
         [[json_number(float(x)) for x in row] for row in to_host(state.values)] for state, _ in tui.trace()]
+
+
+def test_run_builds_no_frame_and_no_history(monkeypatch):
+    """The frame builder is the TUI's (it subscribes): `run` streams its pass once and pays for neither frames
+    nor the history (issue 24: the Debugger built a Frame the CLI never read)."""
+    from tinyllm_tui.debugger import debugger as debugger_module
+    from tinyllm_tui.debugger import frames
+
+    made = []
+    monkeypatch.setattr(frames.FrameBuilder, "publish", lambda self, ahead=True: made.append("frame"))
+    monkeypatch.setattr(debugger_module, "History", lambda *a, **k: made.append("history"))
+    result = invoke("run", str(X01), "--break", "attn.pattern")
+    assert result.exit_code == 0, result.output
+    assert "⚑ breakpoint: attn.pattern" in result.output and "request 0 generated 爱 爱" in result.output
+    assert made == []

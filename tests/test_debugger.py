@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import numpy as np
@@ -9,9 +10,10 @@ import pytest
 from conftest import X01
 
 from engine import Session, load_scenario, to_host
-from engine.loading.edits import CellEdit, FillEdit
+from engine.loading.edits import CellEdit, FillEdit, with_weights
 from tinyllm_tui.debugger import autosave, frame
 from tinyllm_tui.debugger.debugger import Debugger
+from tinyllm_tui.debugger.interventions import Change, Intervened
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Cancelled,
                                           EditKind, EndOfTrace, Generated, HitBreakpoint, InjectionChanged, Moved,
                                           Reason, Rebuilt, Refused)
@@ -163,9 +165,55 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     assert np.array_equal(debugger.before(debugger.view.state), before)
     assert np.array_equal(debugger.frame.matrix.before, before) and debugger.frame.matrix.changed.any()
     assert debugger.frame.status.unsaved == 1
-    assert debugger.undo() == Rebuilt(EditKind.UNDONE) and debugger.unsaved() == 0
+    assert debugger.undo() == Rebuilt(EditKind.UNDONE, "blocks.0.attn.wk") and debugger.unsaved() == 0
     assert np.array_equal(to_host(debugger.view.state.values), before)
-    assert debugger.redo() == Rebuilt(EditKind.REDONE) and debugger.unsaved() == 1
+    assert debugger.redo() == Rebuilt(EditKind.REDONE, "blocks.0.attn.wk") and debugger.unsaved() == 1
+
+
+def values_of_a_fresh_session(weights: dict, interventions: tuple, step: int) -> np.ndarray:
+    """What a plain Session with these weights and interventions computes at `step`: the independent answer."""
+    scenario = dataclasses.replace(with_weights(load_scenario(X01), weights), interventions=interventions)
+    return to_host(next(s for s in Session(scenario).steps() if s.step == step).values)
+
+
+def test_edits_and_interventions_share_one_undo_list_taken_back_last_first():
+    """u takes back whichever change came last, an intervention or an edit; ctrl+r brings them again in order;
+    a new change after an undo forgets what was undone. Each state replays what a fresh session computes."""
+    debugger = make()
+    debugger.goto_step(61)  # decode round 1: its choice, after every operator the changes touch
+    original = dict(debugger.weights)
+    edit = CellEdit("blocks.0.attn.wk", (0, 1), 0.5)
+    debugger.apply(edit)
+    edited = dict(debugger.weights)
+    added = debugger.intervene("blocks.0.attn head 1")
+    ablation = debugger.scenario.interventions
+    assert added.change is Change.ADDED and len(ablation) == 1 and debugger.unsaved() == 1
+    states = {"start": (original, ()), "edited": (edited, ()), "both": (edited, ablation)}
+    expected = {name: values_of_a_fresh_session(*state, 60) for name, state in states.items()}  # sample.probs
+    assert not np.array_equal(expected["edited"], expected["both"])
+
+    def shows(name: str) -> bool:
+        weights, interventions = states[name]
+        return (debugger.scenario.interventions == interventions and debugger.unsaved() == (weights is edited)
+                and np.array_equal(to_host(debugger.history.state_at(60).values), expected[name])
+                and debugger.history.cursor == 61)
+
+    assert shows("both")
+    undone = debugger.undo()  # the intervention came last: it goes, the edit stays
+    assert isinstance(undone, Intervened) and (undone.change, undone.text) == (Change.UNDONE, ablation[0].text)
+    assert shows("edited")
+    assert debugger.undo() == Rebuilt(EditKind.UNDONE, "blocks.0.attn.wk") and shows("start")
+    assert debugger.undo() == Refused(Reason.NOTHING_TO_UNDO)
+    assert debugger.redo() == Rebuilt(EditKind.REDONE, "blocks.0.attn.wk") and shows("edited")
+    redone = debugger.redo()
+    assert isinstance(redone, Intervened) and (redone.change, redone.text) == (Change.REDONE, ablation[0].text)
+    assert shows("both") and debugger.redo() == Refused(Reason.NOTHING_TO_REDO)
+    assert debugger.edits.changes.edits == [edit]  # what the autosave keeps: the edits, not the interventions
+    debugger.undo()
+    debugger.undo()
+    debugger.intervene("blocks.0.attn head 1")  # a new change after two undos: the edit cannot be redone
+    assert debugger.redo() == Refused(Reason.NOTHING_TO_REDO) and debugger.unsaved() == 0
+    assert debugger.scenario.interventions == ablation
 
 
 def feature_word(axis: str, index: int | None) -> str:

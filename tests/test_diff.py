@@ -25,7 +25,8 @@ def test_x01_cached_round_equals_full_recompute(backend):
     diffs = diff_scenario(load_scenario(X01), backend)
     decode = [d for d in diffs if d.phase is Phase.DECODE]
     assert {d.round for d in decode} == {1}
-    assert len(decode) == 31  # every operator of the one cached round of 我爱学习 → 爱
+    # every operator of the one cached round of 我爱学习 → 爱, then the one layer's state (its K/V cache) at its end
+    assert len(decode) == 31 + 2 and [d.name for d in decode[-2:]] == ["blocks.0.attn.cache_k", "blocks.0.attn.cache_v"]
     assert max(d.max_abs for d in diffs) <= TOLERANCE
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from engine import Session, load_scenario, to_host
 from engine.compare.diff import TOLERANCE, diff_runs, first_divergence
-from engine.loading.edits import CellEdit, EditError, WeightHistory, apply_edit, parse_set, save, with_weights
+from engine.loading.edits import CellEdit, EditError, apply_edit, parse_set, save, with_weights
 from engine.session import StaleFrom
 from tinyllm_tui.cli import app
 
@@ -68,14 +68,6 @@ def test_set_applies_to_diff_and_run():
     wk = load_scenario(X01).weights["blocks.0.attn.wk"].copy()
     wk[0, 1] = 0.5
     assert np.allclose(record["values"], head0_pattern_by_hand(wk), atol=1e-14)
-
-
-def test_history_undo_redo():
-    original = load_scenario(X01).weights
-    history = WeightHistory(original)
-    history.push(apply_edit(original, CellEdit("embed", (1, 0), 9.0)))
-    assert history.changed_cells() == 1 and history.undo() and history.current is original
-    assert not history.undo() and history.redo() and history.current["embed"][1, 0] == 9.0
 
 
 def test_a_kept_stale_cache_diverges_and_a_recompute_agrees():

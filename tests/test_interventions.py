@@ -281,7 +281,7 @@ def test_an_intervention_that_fails_only_in_a_later_round_is_dropped_there_with_
     stopped_at = debugger.history.current
     assert (stopped_at.request, stopped_at.round) == (0, 1) and debugger.scenario.interventions == ()
     assert isinstance(debugger.continue_(), EndOfTrace)
-    assert debugger.undo_intervention() == refused and debugger.scenario.interventions == ()  # back, and out again
+    assert debugger.undo() == refused and debugger.scenario.interventions == ()  # back, and out again
 
 
 def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy):
@@ -305,8 +305,8 @@ def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy)
     assert isinstance(refused, Refused) and "heads 0–1" in refused.args[0]
     refused = debugger.intervene("blocks.0.hook_resid_psot[0,:]=0")
     assert isinstance(refused, Refused) and "no operator blocks.0.hook_resid_psot" in refused.args[0]
-    assert debugger.undo_intervention().change is Change.UNDONE and debugger.scenario.interventions == ()
-    assert debugger.undo_intervention() == Refused(Reason.NOTHING_TO_UNDO)
+    assert debugger.undo().change is Change.UNDONE and debugger.scenario.interventions == ()
+    assert debugger.undo() == Refused(Reason.NOTHING_TO_UNDO)
     assert debugger.intervene("blocks.0.attn head 1").change is Change.ADDED and len(debugger.scenario.interventions) == 1
     comments = [line for line in x01_copy.read_text(encoding="utf-8").splitlines() if line.lstrip().startswith("#")]
     debugger.save_interventions()
@@ -326,7 +326,7 @@ def test_an_intervention_refused_while_replaying_leaves_the_debugger_as_it_was(x
     refused = debugger.intervene("blocks.0.hook_resid_post=from:1 @request.0")  # request 1 is shorter: met in the run
     assert isinstance(refused, Refused) and "request 1 has no positions 0–2" in refused.args[0]
     assert debugger.scenario.interventions == () and debugger.history.cursor == 20
-    assert np.array_equal(host(debugger.view.state), before) and debugger.undo_intervention() == Refused(Reason.NOTHING_TO_UNDO)
+    assert np.array_equal(host(debugger.view.state), before) and debugger.undo() == Refused(Reason.NOTHING_TO_UNDO)
 
 
 def test_hook_result_is_each_heads_z_through_its_rows_of_wo_and_they_sum_to_attn_out():

@@ -4,6 +4,8 @@ once registered, with nothing else touched."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import toy_kind
@@ -12,9 +14,10 @@ from typer.testing import CliRunner
 
 from engine import Session, load_scenario, load_scenario_text, to_host
 from engine import layers, ops
-from engine.compare.diff import diff_scenario
+from engine.compare.diff import diff_runs, diff_scenario
 from engine.export import ActivationDump
 from engine.layout import Passes
+from engine.session import StaleFrom
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger.debugger import Debugger
 
@@ -216,6 +219,22 @@ def test_a_new_kinds_state_is_shown_dumped_compared_and_travelled_without_touchi
     other = middle.caches[1].differing({"state_sum": to_host(middle.caches[1].total) + 1},
                                        lambda name, a, b: np.abs(a - b) > 0)
     assert same == frozenset() and other == frozenset({middle.caches[1].count - 1})
+
+
+def test_the_diff_compares_a_new_kinds_state_through_its_own_protocol(toy):
+    """Cached against full, the diff reads each layer's state at a round's end as its dump items and the kind's
+    own `differing`: the running sum is one row per round, and a stale cache of layer 0 (kept from the weights
+    before an edit) makes the sum it fed layer 1 differ by exactly what the two runs' sums differ by."""
+    rows = [d for d in diff_scenario(toy) if d.name == "blocks.1.mean.state_sum"]
+    assert [(d.round, d.state, d.agrees) for d in rows] == [(0, True, True), (1, True, True), (2, True, True)]
+    edited = dict(toy.weights)
+    edited["blocks.0.mlp.w_in"] = edited["blocks.0.mlp.w_in"] * 2
+    scenario = dataclasses.replace(toy, weights=edited)
+    stale = list(Session(scenario, stale=StaleFrom(toy.weights, request=0, round=1)).steps())
+    full = list(Session(scenario, mode="full").steps())
+    rows = {d.round: d for d in diff_runs(stale, full) if d.name == "blocks.1.mean.state_sum"}
+    ends = [[s for s in run if s.round == 1][-1].caches[1].total for run in (stale, full)]
+    assert rows[1].max_abs == np.max(np.abs(to_host(ends[0]) - to_host(ends[1]))) > 1e-3 and not rows[1].agrees
 
 
 def test_an_unknown_kind_is_refused_by_the_registry():

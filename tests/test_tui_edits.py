@@ -83,7 +83,7 @@ async def test_an_invalid_entry_is_refused_and_changes_nothing(bad):
         assert isinstance(app.screen, PromptScreen)  # still open, with the text typed kept
         assert "the old value is kept" in str(app.screen.query_one("#prompt-error").render())
         await pilot.press("escape")
-        assert app.debugger.edits.history.changed_cells() == 0
+        assert app.debugger.unsaved() == 0
 
 
 async def test_edit_during_decode_can_keep_a_stale_cache_then_recompute():

@@ -47,9 +47,9 @@ async def test_ablating_a_head_shows_in_the_status_and_the_lens_and_glance_open(
         await settle(pilot)
         assert state(app).name == "blocks.0.attn.hook_z" and np.all(to_host(state(app).values) == 0)
         assert all("•" in row for row in matrix_text(app)[-3:])
-        await pilot.press("P")  # undo the intervention
+        await pilot.press("u")  # undo the intervention: the last change
         await settle(pilot)
-        assert "✂" not in status(app) and "undid the last intervention" in status(app)
+        assert "✂" not in status(app) and "undid the change of intervention blocks.0.attn.hook_z" in status(app)
         assert app.debugger.scenario.interventions == ()
 
 

@@ -7,10 +7,14 @@ import asyncio
 import threading
 import time
 
+from textual.message import Message
+from textual.message_pump import MessagePump
 from textual.screen import Screen
-from tui_helpers import make_app
+from test_tui_edits import grid_cell, open_cell, type_value
+from tui_helpers import make_app, settle
 
 from tinyllm_tui.debugger.results import Moved
+from tinyllm_tui.tui.runner import RunDone, RunProgress
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 
@@ -47,3 +51,35 @@ async def test_a_progress_report_while_the_screen_is_being_removed_reaches_no_wi
         finish.set()
         await pilot.pause(0.1)
         assert app.return_code is None  # no exception ended the app
+
+
+async def test_every_message_a_run_posts_is_data_and_names_its_handler_by_type(monkeypatch):
+    """A run's messages carry values, never a function to call (issue 24: the App ran closures, and a report
+    reached a screen that was not there): a continue, the diff, the lens, and an edit and its undo asked for by
+    the weights browser, whose redraw comes as a message of its own."""
+    posted: list[tuple[object, Message]] = []
+    post = MessagePump.post_message
+
+    def recording(self, message: Message) -> bool:
+        if isinstance(message, (RunDone, RunProgress)):
+            posted.append((self, message))
+        return post(self, message)
+
+    monkeypatch.setattr(MessagePump, "post_message", recording)
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        for key in ("c", "l", "escape", "d", "escape"):
+            await pilot.press(key)
+            await settle(pilot)
+        await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
+        browser = app.screen
+        await type_value(pilot, "0.5")
+        await settle(pilot)
+        await pilot.press("u")
+        await settle(pilot)
+        assert grid_cell(app, 0, 1) == 1.0  # the browser redrew after the undo its message reported
+    carried = [(type(m).__name__, name) for _, m in posted for name, value in vars(m).items() if callable(value)]
+    assert carried == []
+    kinds = {type(message).__name__ for _, message in posted}
+    assert {"LongRunDone", "LensRead", "DiffDone", "RunWorded"} <= kinds, kinds
+    assert [type(m).__name__ for screen, m in posted if screen is browser] == ["RunWorded"] * 2  # edit, undo

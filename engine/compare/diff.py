@@ -5,8 +5,14 @@ Rows are aligned by (request, round, operator, layer, head, absolute position); 
 (−∞ scores, 0 probabilities), so a cache that holds extra or missing rows shows, and a ring
 buffer (which holds only its window) meets the full recompute's masked columns.
 
+At the end of each round every layer's state (engine.state.LayerState: a K/V cache, or any other
+kind's) is compared with the full recompute's through the protocol: its `dump_items`, its own
+`differing` (what "the same" means for it) and its `row_positions`, so a new kind of state is diffed
+without a line here. It reads as one row per item, named as a dump names it (`blocks.0.attn.cache_k`).
+
 A batch run is read request by request; `shift` moves a request's positions back by its left
-padding, so that a batched request lines up with the same request run alone (`diff_batch`).
+padding, so that a batched request lines up with the same request run alone (`diff_batch`); its
+states (every row of the batch at once) are not compared with a request's alone.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.backend import Backend, to_host
+from engine.hooks import Hook
 from engine.scenario import Scenario
 from engine.session import Session, StaleFrom
 from engine.labels import POSITIONAL, SINK, Axis
 from engine.spec import Mode
+from engine.state import LayerState
 from engine.trace import OpKind, OpState, Phase
 
 Reader = Callable[[Iterable[OpState]], Iterable[OpState]]  # how a comparison reads a stream (cancellable)
@@ -52,6 +60,7 @@ class OpDiff:
     max_abs: float  # inf where the runs' rows or key columns do not meet (`mismatch` says how)
     tolerance: float = TOLERANCE
     mismatch: str = ""  # "4×7 at positions 3–6, the reference 4×4 at positions 0–3": nothing to subtract
+    state: bool = False  # a layer's state (one of its dump items) at the end of the round, not an operator
 
     @property
     def agrees(self) -> bool:
@@ -91,7 +100,9 @@ def diff_runs(cached: Iterable[OpState], full: Iterable[OpState], shift: Sequenc
         while current is not None and current[0] < round_key:  # a round only the full run has
             current = next(full_rounds, None)
         reference = _reference(current[1]) if current is not None and current[0] == round_key else {}
-        _compare_round(states, reference, worst, shift[round_key[0]] if shift else 0, relative)
+        last = _compare_round(states, reference, worst, shift[round_key[0]] if shift else 0, relative)
+        if not shift and END in reference:
+            _compare_states(last, reference[END], worst)
     return list(worst.values())
 
 
@@ -99,19 +110,25 @@ def _round_key(state: OpState) -> tuple[int, int]:
     return state.request, state.round
 
 
-def _reference(states: Iterable[OpState]) -> dict[tuple, tuple]:
-    """(operator key, position) -> (column ids, row); operator key -> (positions, shape), to word a mismatch."""
+END = "end"  # the reference's key of its round's last state (whose layer states end the round)
+
+
+def _reference(states: Iterable[OpState]) -> dict:
+    """(operator key, position) -> (column ids, row); operator key -> (positions, shape), to word a mismatch;
+    END -> the round's last state."""
     reference = {}
     for state in states:
         values, cols = to_host(state.values), _column_ids(state, 0)
         for i, position in enumerate(state.positions):
             reference[(*op_key(state), position)] = (cols, values[i])
         reference[op_key(state)] = (state.positions, values.shape)
+        reference[END] = state
     return reference
 
 
 def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, OpDiff], shift: int,
-                   relative: bool) -> None:
+                   relative: bool) -> OpState:
+    """Each operator of one round against the reference's; the round's last state."""
     depth = 0  # blocks the pass has run through
     for state in states:
         values, cols = to_host(state.values), _column_ids(state, shift)
@@ -131,6 +148,51 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
             largest, step, mismatch = worst[key].max_abs, worst[key].step, worst[key].mismatch
         worst[key] = OpDiff(step, state.request, state.phase, state.round, state.name, state.layer, state.head, largest,
                             tolerance, mismatch)
+    return state
+
+
+def _compare_states(last: OpState, reference: OpState, worst: dict[Key, OpDiff]) -> None:
+    """Every layer's state at the end of a round against the reference's, one row per dump item."""
+    for layer, (ours, theirs) in enumerate(zip(last.caches, reference.caches)):
+        for name, (largest, tolerance, mismatch) in _state_gaps(ours, theirs).items():
+            hook = Hook(layer, ours.module, name).text
+            worst[(last.request, last.round, hook, layer, None)] = OpDiff(
+                last.step, last.request, last.phase, last.round, hook, layer, None, largest, tolerance, mismatch, True)
+
+
+def _state_gaps(ours: LayerState, theirs: LayerState) -> dict[str, tuple[float, float, str]]:
+    """Item -> (largest |Δ|, tolerance, mismatch). The state's own `differing` judges its rows; where they
+    hold other positions than the reference's, or differ in a way no value shows (rows only one holds), the
+    states do not meet (|Δ| inf, and the positions each holds)."""
+    mine_items = {name: to_host(item) for name, item in ours.dump_items().items()}
+    items = {name: to_host(item) for name, item in theirs.dump_items().items() if name in mine_items}
+    tolerance = {name: tolerance_for(mine_items[name].dtype) for name in items}
+    gaps = dict.fromkeys(tolerance, 0.0)
+
+    def beyond(name: str, mine, other):
+        delta = _gaps(mine, other)
+        gaps[name] = max(gaps[name], float(np.max(delta, initial=0.0)))
+        return delta > tolerance[name]
+
+    aligned = {name: _aligned(mine_items[name], item, ours.row_positions, theirs.row_positions)
+               for name, item in items.items()}
+    apart = ours.differing(aligned, beyond)
+    mine, other = set(ours.row_positions) - {-1}, set(theirs.row_positions) - {-1}
+    unmet = mine != other or (apart and all(gaps[name] <= tolerance[name] for name in gaps))
+    if not unmet:
+        return {name: (gap, tolerance[name], "") for name, gap in gaps.items()}
+    mismatch = f"positions {_span(sorted(mine))}, the reference {_span(sorted(other))}"
+    return {name: (math.inf, tolerance[name], mismatch) for name in gaps}
+def _aligned(mine: np.ndarray, other: np.ndarray, positions: Sequence[int], theirs: Sequence[int]) -> np.ndarray:
+    """`other`'s rows in the order of the positions `mine`'s rows hold (a ring's slots are filled in another order
+    by a full recompute); a position only `mine` holds gets NaN, an empty slot (−1: what it holds is left from
+    an earlier request) its own row. An item whose rows are not its state's rows is left as it is."""
+    if len(mine) != len(positions) or len(other) != len(theirs):
+        return other
+    index = {position: row for row, position in enumerate(theirs) if position >= 0}
+    missing = np.full(other.shape[1:], np.nan)
+    rows = [other[index[p]] if p in index else mine[i] if p < 0 else missing for i, p in enumerate(positions)]
+    return np.stack(rows) if rows else other[:0]
 
 
 def _positional(state: OpState) -> bool:
@@ -230,7 +292,11 @@ def _row_diff(cols: Sequence, row: np.ndarray, expected) -> tuple[float, bool]:
             return math.inf, True
         a = row[[i for i, _ in shared]]
         b = expected_row[[j for _, j in shared]]
-    same = (a == b) | (np.isnan(a) & np.isnan(b))  # equal infinities subtract to nan
+    return float(np.max(_gaps(a, b), initial=0.0)), False
+
+
+def _gaps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a − b| per cell, 0 where both hold the same value, NaN or infinity (equal infinities subtract to NaN)."""
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
     with np.errstate(invalid="ignore"):
-        gaps = np.where(same, 0.0, np.abs(a - b))
-    return float(np.max(gaps, initial=0.0)), False
+        return np.where(same, 0.0, np.abs(a - b))

@@ -20,12 +20,10 @@ from pathlib import Path
 import numpy as np
 from ruamel.yaml.comments import CommentedSeq
 
-from engine.lazy_weights import changed_names
 from engine.loading.document import parse, round_trip_yaml
 from engine.parameters import name_parts
 from engine.scenario import Scenario
 from engine.loading.weightfile import atomic_write, write_weights
-from engine.undo import UndoList
 
 Weights = dict[str, np.ndarray]
 PLAIN_PATH = re.compile(r"^[\w][\w./-]*$")
@@ -125,33 +123,6 @@ def edit_from_record(record: dict, weights: Weights) -> Edit:
 
 def with_weights(scenario: Scenario, weights: Weights) -> Scenario:
     return dataclasses.replace(scenario, weights=weights)
-
-
-class WeightHistory(UndoList[tuple[Weights, "Edit | None"]]):
-    """Undo/redo over whole weight sets, each with the edit that made it (arrays are shared between entries
-    unless edited)."""
-
-    def __init__(self, original: Weights):
-        super().__init__((original, None))
-
-    @property
-    def current(self) -> Weights:
-        return super().current[0]
-
-    @property
-    def original(self) -> Weights:
-        return self.first[0]
-
-    def push(self, weights: Weights, edit: Edit | None = None) -> None:
-        super().push((weights, edit))
-
-    @property
-    def edits(self) -> list[Edit]:
-        """The edits that lead from the original weights to the current ones."""
-        return [edit for _, edit in self.made if edit is not None]
-
-    def changed_cells(self) -> int:
-        return sum(int(np.sum(self.current[n] != self.original[n])) for n in changed_names(self.current, self.original))
 
 
 # -- saving -----------------------------------------------------------------------------------

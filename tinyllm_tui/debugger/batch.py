@@ -16,6 +16,7 @@ from engine.backend import to_host
 from engine.labels import POSITIONAL, SINK, Axis, resolve_some
 from engine.trace import OpState
 from tinyllm_tui.debugger.frame import Labels, lazy_labels
+from tinyllm_tui.presentation.cache_layout import RowWords
 
 
 def batch_group(state_at: Callable[[int], OpState | None], state: OpState) -> tuple[OpState, ...]:
@@ -41,14 +42,14 @@ def _operator(state: OpState | None) -> tuple | None:
     return None if state is None else (state.name, state.layer, state.head, state.round, state.chunk)
 
 
-def stacked(batch: tuple[OpState, ...]) -> tuple[np.ndarray, Labels, Labels]:
-    """The rows' matrices one under the other: rows "r2 · 11 · cat"; key columns by position alone
-    ("k11"), since each row has its own tokens there."""
+def stacked(batch: tuple[OpState, ...], words: RowWords = RowWords()) -> tuple[np.ndarray, Labels, Labels]:
+    """The rows' matrices one under the other: rows "r2 · 11 · cat" (`words.batch_row`); key columns by position
+    alone ("k11"), since each row has its own tokens there."""
     starts = list(itertools.accumulate((s.values.shape[0] for s in batch), initial=0))
 
     def row(i: int) -> str:
         member = bisect.bisect_right(starts, i) - 1
-        return f"r{batch[member].request} · {resolve_some(batch[member].output.row_axis, [i - starts[member]])[0]}"
+        return f"{words.batch_row.format(request=batch[member].request)} · {resolve_some(batch[member].output.row_axis, [i - starts[member]])[0]}"
 
     axis = batch[0].output.col_axis
     positional = isinstance(axis, Axis) and axis.scheme in POSITIONAL

@@ -4,17 +4,18 @@ The TUI and the CLI drive a `Debugger`; it never imports textual, rich or typer,
 nothing: every move returns a typed result (tinyllm_tui.debugger.results) that the views word.
 Exactly one thread owns the engine's generator at a time: every move takes `_owner` (a run in a
 worker holds it until it stops), and a move made meanwhile returns `Refused(Reason.BUSY)` instead
-of touching the generator. After a move its owner builds a `Frame` (tinyllm_tui.debugger.frame)
-and publishes it with one assignment; a replay after an edit builds the new session aside and
-publishes it whole, so a reader never meets a half-changed debugger.
+of touching the generator. After a move its owner has the frame builder (tinyllm_tui.debugger.frames,
+made once a view subscribes) build a `Frame` and publish it with one assignment; a replay after an
+edit builds the new session aside and publishes it whole, so a reader never meets a half-changed
+debugger. Edits and interventions are one undo list (changes.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property, wraps
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, make_backend, to_host
 from engine.breakpoints import Breakpoint, BreakpointError, misnamed
-from engine.compare.against import Against, Report, disagreement
+from engine.compare.against import Against, Report
 from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
@@ -30,38 +31,27 @@ from engine.faults import FAULTS
 from engine.lazy_weights import LazyWeights
 from engine.loading.edits import CellEdit, Edit, EditError, FillEdit, parse_value, with_weights
 from engine.session import StaleFrom
-from engine.trace import OpKind, Phase
+from engine.trace import Phase
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from engine.interventions import InterventionError, check_intervention, parse_any, routed_expert
-from tinyllm_tui.debugger.interventions import Change, InterventionHistory, Intervened, save_interventions
+from tinyllm_tui.debugger.changes import Changed, Changes
+from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, checked, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import Weights
-from tinyllm_tui.debugger.batch import batch_group, same_operator, stacked
+from tinyllm_tui.debugger import navigation
+from tinyllm_tui.debugger.navigation import Progress
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
-from tinyllm_tui.debugger.frame import (Frame, Labels, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
-                                        follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
-                                        timeline_frame, with_breakpoints)
-from tinyllm_tui.debugger.history import HISTORY_BUDGET, History, RoundSummary
+from tinyllm_tui.debugger.frame import Frame, Labels, MatrixFrame, matrix_frame
+from tinyllm_tui.debugger.frames import FrameBuilder, View
+from tinyllm_tui.debugger.history import HISTORY_BUDGET, History
+from tinyllm_tui.presentation.cache_layout import RowWords
 from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Diverged, EditKind, EndOfTrace,
                                           Generated, HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt,
                                           Refused, Result, Saved)
 
-PROGRESS_EVERY = 200  # steps between progress reports of a long run
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
-
-
-@dataclass(frozen=True)
-class View:
-    """The current operator and its surroundings, for callers that want engine states (the CLI, tests)."""
-
-    state: OpState
-    round_states: tuple[OpState, ...]  # every operator of the current round
-    rounds: tuple[RoundSummary, ...]  # the current request's finished rounds (A.9)
-    breaks: frozenset[int]  # steps of `round_states` where a breakpoint hits
-    total: int | None  # number of steps, once the trace has been run to its end
-    at_end: bool
 
 
 class Run:
@@ -79,8 +69,6 @@ class Run:
     def history(self) -> History:
         return History(self.session.steps, budget=self._budget)
 
-
-Progress = Callable[[int], None]
 
 
 def owning(move: Callable[..., Result]) -> Callable[..., Result]:
@@ -119,49 +107,46 @@ class Debugger:
         self.against = None if against is None else Against(against[0], scenario, *against[1:])
         self.backend = backend or make_backend()
         self.comparisons = Comparisons(self.backend, self.against, self._compared)
-        self.edits = Weights(scenario, edits)
+        self.changes = Changes(scenario.weights, scenario.interventions)  # edits and interventions: one undo list
+        self.edits = Weights(scenario, self.changes, edits)
         self.breaks = BreakpointSet(breakpoints)  # a text that cannot be understood raises BreakpointError
         self.budget = budget
         self.stale: StaleFrom | None = None
         self.previous: History | None = None  # the run before the last edit, to show changed cells
         self.outcomes: tuple[Outcome, ...] | None = None  # None until the expect: tables are checked
         self.divergences: Report | None = None  # None until the run is compared with the --against dump
-        self.cache_layer, self.cache_head, self.cache_pinned = 0, 0, False  # the KV cache shown
         self._owner = threading.Lock()
-        self._publishing = threading.Lock()  # a frame is replaced whole, by one thread at a time
         self._cancel = threading.Event()  # stops a run that owns the generator
         self.inject = inject
-        self.interventions = InterventionHistory(scenario.interventions)
         self._run = self._new_run(0, None)
-        self._frame: Frame | None = None  # built once a view subscribes (the TUI; a test reading `frame`)
-        self._view: View | None = None
-        self._pending, self._subscribed = False, False
+        self._frames: FrameBuilder | None = None  # once a view subscribes (the TUI; a test reading `frame`)
         self._ahead = not (quick_start and isinstance(scenario.weights, LazyWeights))  # for the first frame
 
-    def subscribe(self) -> None:
+    def subscribe(self, words: RowWords | None = None) -> None:
         """From now on every move publishes a frame, starting with one of where the history stands (in the
-        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread)."""
-        if not self._subscribed:
-            self._subscribed = True
+        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread). `words`: the
+        view's words inside row labels (a ring's slots, a batch's rows)."""
+        if self._frames is None:
+            self._frames = FrameBuilder(self, words or RowWords())
             self._publish(ahead=self._ahead)
 
     @property
     def frame(self) -> Frame:
         """What the views draw; reading it subscribes."""
         self.subscribe()
-        return self._frame
+        return self._frames.frame
 
     @property
     def view(self) -> View:
         self.subscribe()
-        return self._view
+        return self._frames.view
 
     @property
     def round_pending(self) -> bool:
         """The frame lists only the operators of round 0 computed so far (a quick start): `complete_round` lists
         the rest."""
         self.subscribe()
-        return self._pending
+        return self._frames.pending
 
     # -- what views and callers read -------------------------------------------------------------
     @property
@@ -215,14 +200,12 @@ class Debugger:
     def _new_run(self, step: int, progress: Progress | None) -> Run:
         """A fresh session with the current weights and fault, replayed to `step` (a cancel stops it earlier).
         Built aside: nothing a reader sees changes until the caller publishes it."""
-        scenario = self.interventions.applied_to(with_weights(self.file_scenario, self.weights))
+        scenario = applied_to(with_weights(self.file_scenario, self.weights), self.changes.interventions)
         inject, stale = self.inject, self.stale
         run = Run(scenario, lambda: Session(scenario, self.backend, inject=inject, stale=stale), self.budget)
         self._cancel.clear()
-        while step and run.history.cursor < step and not self._cancel.is_set() and run.history.forward():
-            time.sleep(0)  # as in run_until: keys stay quick
-            if progress is not None and run.history.cursor % PROGRESS_EVERY == 0:
-                progress(run.history.cursor)
+        if step:  # the history is made only when something reads it (`run` never does)
+            navigation.replay(run.history, step, self._cancel, progress)
         return run
 
     def _adopt(self, run: Run) -> None:
@@ -240,103 +223,22 @@ class Debugger:
 
     def misnamed_breakpoints(self) -> list[tuple[str, str, str | None]]:
         """(breakpoint, name, the nearest operator name or None) for each name no operator has (every round
-        runs the first round's operators)."""
-        states = self.history.round_states()
+        runs the first round's operators): read from a stream of its own, not the history (`run` has none)."""
+        if not self.breakpoints:
+            return []
+        states = list(itertools.takewhile(lambda s: (s.request, s.round) == (0, 0), self.session.steps()))
         return [(b.text, name, near) for b in self.breakpoints for name, near in misnamed(b, states)]
 
     def _publish(self, ahead: bool = True) -> None:
-        """Build the view and the frame of where the history stands (in the owner's thread) and publish them.
-        `ahead` False: the operator list holds the round's operators computed so far, nothing more.
-        Nothing is built before a view subscribes."""
-        if not self._subscribed:
-            return
-        history = self.history
-        state = history.current
-        round_states = tuple(history.round_states(ahead))
-        breaks = frozenset(s.step for s in round_states if self.hits(s))
-        view = View(state, round_states, tuple(history.finished_rounds(state.request)), breaks, history.total,
-                    history.at_end)
-        if not self.cache_pinned:
-            self.cache_layer = follow_layer(state) if follow_layer(state) is not None else self.cache_layer
-        scenario = self.scenario
-        operators = operator_lines(round_states, breaks)
-        if self._frame is not None and self._frame.operators == operators:
-            operators = self._frame.operators  # the same round: the list keeps its lines
-        frame = Frame(
-            step=state.step, phase=Phase(state.phase), request=state.request, round=state.round,
-            matrix=self._matrix(state, batch_group(history.state_at, state)),
-            cache=self._cache(state, self.cache_layer, self.cache_head),
-            operators=operators,
-            timeline=timeline_frame(state, len(scenario.requests), bool(scenario.decode.prefill_chunk), view.rounds,
-                                    self.round_verdicts(), scenario.requests[state.request].chat),
-            status=StatusFacts(state.step, None if history.total is None else history.total - 1,
-                               next(line.short for line in operator_lines((state,), breaks)), self.inject,
-                               self.stale is not None, self.unsaved(), len(self.breakpoints), self.hits(state),
-                               tuple(i.text for i in self.interventions.current)),
-            hook=hook_key(state), inputs=operands(state), outcomes=self.outcomes, at_end=view.at_end)
-        with self._publishing:
-            self._view, self._frame, self._pending = view, frame, not ahead
-
-    def _cache(self, state: OpState, layer: int, head: int):
-        """The KV-cache slice shown, with the rows that differ from a --against dump."""
-        differing = self.differing_cache_rows(state, layer)
-        return cache_frame(state, self.fingerprint, layer, head, differing)
-
-    def _matrix(self, state: OpState, batch: tuple[OpState, ...]) -> MatrixFrame:
-        """The operator's matrix; in a batch (no edit or verdicts to show) every row's, stacked: the batch axis."""
-        values = to_host(state.values)
-        earlier = self._earlier(state)
-        before = None if earlier is None else to_host(earlier.values)
-        vocab = self.scenario.vocab
-        verdicts = self._verdicts(state, values, before)
-        rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
-        stacks = len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1
-        if stacks:
-            values, rows, cols = stacked(batch)
-        tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
-        matrix = matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
-                              verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
-        if earlier is not None:  # its values under its own labels: an edit may have changed the tokens fed
-            return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis),
-                           cols_before=lazy_labels(earlier.output.col_axis))
-        return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
-
-    def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:
-        """Cell by cell: the user's dump (every cell), or the printed cells of an expect: table."""
-        if self.against is not None:
-            key = self.against.passes.key(state)
-            wanted = self.against.aligned(key, state.head, tuple(state.values.shape))
-            if wanted is not None:
-                tolerance = self.against.tolerance(key)
-
-                def agree(shown: np.ndarray) -> np.ndarray:
-                    return ~disagreement(np.asarray(shown, dtype=np.float64), wanted, tolerance)[1]
-
-                return Verdicts(VerdictSource.DUMP, np.ones(values.shape, bool), agree(values),
-                                None if before is None else agree(before), tolerance.describe(), wanted)
-        cells = self.verdicts(state)
-        if not cells:
-            return None
-        judged, agrees = np.zeros(values.shape, bool), np.zeros(values.shape, bool)
-        agrees_before = None if before is None else np.zeros(values.shape, bool)
-        for (i, j), cell in cells.items():
-            judged[i, j] = True
-            agrees[i, j] = replace(cell, computed=float(values[i, j])).agrees
-            if before is not None:
-                agrees_before[i, j] = replace(cell, computed=float(before[i, j])).agrees
-        return Verdicts(VerdictSource.EXPECT, judged, agrees, agrees_before,
-                        f"{next(iter(cells.values())).tolerance:g}")
+        """The frame of where the history stands, once a view has subscribed (in the owner's thread)."""
+        if self._frames is not None:
+            self._frames.publish(ahead)
 
     def _refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""
         self.breaks.forget()
-        if not self._subscribed:
-            return
-        with self._publishing:
-            view = self._view
-            breaks = frozenset(s.step for s in view.round_states if self.hits(s))
-            self._view = replace(view, breaks=breaks)
-            self._frame = with_breakpoints(self._frame, breaks, self.hits(view.state), len(self.breakpoints))
+        if self._frames is not None:
+            self._frames.refresh_breaks()
 
     # -- moving ------------------------------------------------------------------------------------
     @owning
@@ -350,21 +252,14 @@ class Debugger:
     def step(self) -> Result:
         """To the next operator: in a batch, to its last row's state, every row having been through it (the rows
         are its matrix's batch axis)."""
-        history, start = self.history, self.history.current
-        moved = history.forward()
-        while moved and same_operator(history.current, start):
-            moved = history.forward()
-        while moved and same_operator(history.state_at(history.cursor + 1), history.current):
-            moved = history.forward()
+        moved = navigation.step(self.history)
         self._publish()
         return Moved(self.frame.step) if moved else self.end_of_trace()
 
     @owning
     def back(self) -> Result:
         """To the previous operator: in a batch, to its last row's state."""
-        history = self.history
-        history.goto(batch_group(history.state_at, history.current)[0].step)
-        moved = history.back()
+        moved = navigation.back(self.history)
         self._publish()
         return Moved(self.frame.step) if moved else Refused(Reason.FIRST_STEP)
 
@@ -373,9 +268,7 @@ class Debugger:
         return self._goto(step)
 
     def _goto(self, step: int) -> Result:
-        start = self.history.cursor
-        if not self.history.goto(step):
-            self.history.goto(start)
+        if not navigation.goto(self.history, step):
             return Refused(Reason.NO_STEP, (step, self.history.last_recorded))
         self._publish()
         return Moved(step)
@@ -384,17 +277,11 @@ class Debugger:
     def run_until(self, stop: Callable[[OpState], bool], progress: Progress | None = None) -> Result:
         """Step forward until `stop(state)`, the end, or a cancel."""
         self._cancel.clear()
-        history, stopped = self.history, None
-        while stopped is None and history.forward():
-            time.sleep(0)  # hand the interpreter to the UI thread now and then: keys stay quick
-            if stop(history.current):
-                stopped = Moved(history.cursor)
-            elif self._cancel.is_set():
-                stopped = Cancelled(history.cursor)
-            elif progress is not None and history.cursor % PROGRESS_EVERY == 0:
-                progress(history.cursor)
+        stopped = navigation.run_until(self.history, stop, self._cancel, progress)
         self._publish()
-        return stopped or self.end_of_trace()
+        if stopped is None:
+            return self.end_of_trace()
+        return Moved(self.history.cursor) if stopped else Cancelled(self.history.cursor)
 
     def continue_(self, progress: Progress | None = None) -> Result:
         result = self.run_until(lambda state: bool(self.hits(state)), progress)
@@ -420,15 +307,8 @@ class Debugger:
             return self._goto(int(text))
         if text == DIVERGED:
             return self._goto_divergence()
-        wanted = matcher(text)
         self._cancel.clear()
-        start = self.history.cursor
-        after, before = (start + 1, None), (0, start)
-        found = self._scan(*(before if backward else after), wanted, backward, progress)
-        wrapped = found is None and not self._cancel.is_set()
-        if wrapped:
-            found = self._scan(*(after if backward else before), wanted, backward, progress)
-        self.history.goto(start if found is None else found)
+        found, wrapped = navigation.search(self.history, matcher(text), backward, self._cancel, progress)
         self._publish()
         if self._cancel.is_set():
             return Cancelled(self.frame.step)
@@ -449,21 +329,6 @@ class Debugger:
                 return Refused(Reason.BAD_QUERY, (str(error),))
         return None
 
-    def _scan(self, first: int, end: int | None, wanted, last: bool, progress: Progress | None) -> int | None:
-        """The first (or last) step in [first, end) whose state is `wanted`."""
-        found = None
-        for state in self.history.states_from(first):
-            time.sleep(0)  # as in run_until: keys stay quick
-            if (end is not None and state.step >= end) or self._cancel.is_set():
-                break
-            if wanted(state):
-                found = state.step
-                if not last:
-                    break
-            if progress is not None and state.step % PROGRESS_EVERY == 0:
-                progress(state.step)
-        return found
-
     def end_of_trace(self) -> EndOfTrace:
         tokens = self.scenario.vocab.tokens
         return EndOfTrace(tuple(Generated("".join(tokens[t] for t in r.generated),
@@ -476,13 +341,7 @@ class Debugger:
         state = self.view.state
         if not state.caches:
             return Refused(Reason.NO_CACHE)
-        self.cache_pinned = self.cache_pinned or bool(layers)
-        self.cache_layer = (min(self.cache_layer, len(state.caches) - 1) + layers) % len(state.caches)
-        heads_shown = self._cache(state, self.cache_layer, 0).heads
-        self.cache_head = (min(self.cache_head, heads_shown - 1) + heads) % heads_shown
-        cache = self._cache(state, self.cache_layer, self.cache_head)
-        with self._publishing:
-            self._frame = replace(self._frame, cache=cache)
+        cache = self._frames.move_cache(state, layers, heads)
         return CacheShown(cache.layer, cache.head)
 
     # -- breakpoints (tinyllm_tui/debugger/breakpoint_set.py; they work while a run is in flight) -----------
@@ -565,15 +424,25 @@ class Debugger:
 
     @owning
     def undo(self, progress: Progress | None = None) -> Result:
-        if not self.edits.history.undo():
+        """Take back the last change, an edit or an intervention (one undo list), and replay to the same step."""
+        undone = self.changes.undo()
+        if undone is None:
             return Refused(Reason.NOTHING_TO_UNDO)
-        return self._rebuild(Rebuilt(EditKind.UNDONE), progress)
+        return self._changed_back(undone, EditKind.UNDONE, Change.UNDONE, progress)
 
     @owning
     def redo(self, progress: Progress | None = None) -> Result:
-        if not self.edits.history.redo():
+        redone = self.changes.redo()
+        if redone is None:
             return Refused(Reason.NOTHING_TO_REDO)
-        return self._rebuild(Rebuilt(EditKind.REDONE), progress)
+        return self._changed_back(redone, EditKind.REDONE, Change.REDONE, progress)
+
+    def _changed_back(self, change: Changed, edit: EditKind, intervention: Change, progress: Progress | None) -> Result:
+        """After an undo or a redo: the run replayed, and what changed, worded by the view."""
+        if change.edit is not None:
+            return self._rebuild(Rebuilt(edit, change.edit.name), progress)
+        self._rebuild(None, progress)
+        return self._intervened(intervention, change.intervention.text)
 
     @owning
     def recompute(self, progress: Progress | None = None) -> Result:
@@ -585,7 +454,7 @@ class Debugger:
         """A new session with the current weights, replayed to the same step (the caller owns the generator)."""
         state = self.history.current
         self.stale = None if stale_weights is None else StaleFrom(stale_weights, state.request, state.round)
-        changed = self.weights is not self.file_scenario.weights or self.interventions.current
+        changed = self.weights is not self.file_scenario.weights or self.changes.interventions
         previous = self.history if changed else None
         run = self._new_run(state.step, progress)
         self.previous = previous
@@ -606,7 +475,7 @@ class Debugger:
     def _drop_intervention(self, error: InterventionError) -> Result:
         """The run stopped where `error.intervention` could not apply: it goes (a change of its own: undo puts
         it back, and a replay past that round drops it again), and the session is rebuilt to the last step reached."""
-        self.interventions.remove(self.interventions.current.index(error.intervention))
+        self.changes.drop(error.intervention)
         self._rebuild(None, None)
         return Refused(Reason.BAD_QUERY, (str(error),))
 
@@ -614,26 +483,20 @@ class Debugger:
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
         """Add one intervention (`--patch`/`--ablate` text) and replay to the same step; a bad one is refused."""
         try:
-            intervention = self.interventions.add(text, self.scenario, self.session.model.hooks)
+            intervention = checked(text, self.scenario, self.session.model.hooks)
         except InterventionError as error:
             return Refused(Reason.BAD_QUERY, (str(error),))
+        self.changes.add(intervention)
         try:
             self._rebuild(None, progress)
             self.history.round_states()  # this round to its end: an operator that refuses it does so now
         except InterventionError as error:  # a row of the wrong width, a request with no such pass, …
-            self.interventions.discard()
+            self.changes.discard()
             self._rebuild(None, progress)
             return Refused(Reason.BAD_QUERY, (str(error),))
         unused = self.session.patcher is not None and intervention in self.session.patcher.unused()
         return replace(self._intervened(Change.ADDED, intervention.text),
                        unreached=routed_expert(intervention) if unused else None)
-
-    @owning
-    def undo_intervention(self, progress: Progress | None = None) -> Result:
-        if not self.interventions.undo():
-            return Refused(Reason.NOTHING_TO_UNDO)
-        self._rebuild(None, progress)
-        return self._intervened(Change.UNDONE)
 
     def _intervened(self, change: Change, text: str = "") -> Intervened:
         """With the round's choice before → after, once the round has chosen: its token's text and probability."""
@@ -648,7 +511,7 @@ class Debugger:
         if path is None and self.file_scenario.document is None:
             return Refused(Reason.NOTHING_TO_SAVE)
         target = path or self.file_scenario.path
-        save_interventions(target, self.interventions.current)
+        save_interventions(target, self.changes.interventions)
         return Saved(str(target))
 
     def unsaved(self) -> int:
@@ -664,10 +527,10 @@ class Debugger:
 
     def before(self, state: OpState) -> np.ndarray | None:
         """`state`'s values before the last edit, when that run had the same operator there."""
-        earlier = self._earlier(state)
+        earlier = self.earlier(state)
         return None if earlier is None else to_host(earlier.values)
 
-    def _earlier(self, state: OpState) -> OpState | None:
+    def earlier(self, state: OpState) -> OpState | None:
         """`state`'s operator in the run before the last edit (None: that run had another there)."""
         earlier = None if self.previous is None else self.previous.state_at(state.step)
         same = earlier is not None and earlier.name == state.name and earlier.values.shape == state.values.shape

@@ -26,7 +26,7 @@ from engine.labels import resolve_some
 from engine.layers import explanation
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
-from tinyllm_tui.presentation.cache_layout import row_label
+from tinyllm_tui.presentation.cache_layout import RowWords, row_label
 from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
 
 if TYPE_CHECKING:
@@ -319,7 +319,7 @@ def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Seque
 
 
 def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
-                differing: frozenset[int] = frozenset()) -> CacheFrame | None:
+                differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> CacheFrame | None:
     """`state`'s layer state of `layer` through its views (engine.state), the columns of `head`; rows from
     `state.chunk_past` on were added by this chunk (this round, unless the prefill is chunked)."""
     if not state.caches:
@@ -336,7 +336,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
     marked = isinstance(cache.facts, (RingFacts, PagedFacts)) or positions != tuple(range(len(positions)))
     if marked:
-        rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing))
+        rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing, words))
     else:
         rows = Labels(len(positions), lambda i: position_label(positions[i], timeline))
     ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end

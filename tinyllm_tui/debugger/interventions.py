@@ -1,5 +1,6 @@
-"""The interventions a debugging session applies to activations: a list with undo, like weight
-edits, that the Debugger puts into every session it starts, and writes into the scenario's `interventions:`.
+"""The interventions a debugging session applies to activations: one checked before it joins the list
+(tinyllm_tui/debugger/changes.py keeps them with the weight edits, in one undo list), the list put into every
+session the Debugger starts, and written into the scenario's `interventions:`.
 
 No UI imports: the TUI and the CLI show what this holds.
 """
@@ -16,12 +17,12 @@ from engine.interventions import Intervention, check_intervention, check_operato
 from engine.loading.document import round_trip_yaml
 from engine.loading.weightfile import atomic_write
 from engine.scenario import Scenario
-from engine.undo import UndoList
 
 
 class Change(StrEnum):
     ADDED = "added"
-    UNDONE = "undone"
+    UNDONE = "undone"  # an undo took back the adding (or the dropping) of `text`
+    REDONE = "redone"
 
 
 @dataclass(frozen=True)
@@ -34,32 +35,21 @@ class Intervened:
     unreached: tuple[int, int] | None = None  # (layer, expert): no token routed there in the passes run so far
 
 
-class InterventionHistory(UndoList[tuple[Intervention, ...]]):
-    """Every list of interventions the session has had, and which one is current (undo steps back)."""
+def checked(text: str, scenario: Scenario, hooks) -> Intervention:
+    """Parse and check one spec (`--patch` or `--ablate` text); raises InterventionError.
 
-    def __init__(self, initial: Iterable[Intervention] = ()):
-        super().__init__(tuple(initial))
+    Args: hooks: the model's engine.hooks.HookRegistry, which every hook it names must be in."""
+    intervention = parse_any(text)
+    check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
+    check_operator(intervention, hooks)
+    return intervention
 
-    def add(self, text: str, scenario: Scenario, hooks) -> Intervention:
-        """Parse and check one spec (`--patch` or `--ablate` text) and append it; raises InterventionError.
 
-        Args: hooks: the model's engine.hooks.HookRegistry, which every hook it names must be in."""
-        intervention = parse_any(text)
-        check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
-        check_operator(intervention, hooks)
-        self.push((*self.current, intervention))
-        return intervention
-
-    def remove(self, index: int) -> Intervention:
-        removed = self.current[index]
-        self.push(self.current[:index] + self.current[index + 1:])
-        return removed
-
-    def applied_to(self, scenario: Scenario) -> Scenario:
-        """`scenario` with the current interventions in place of its own."""
-        if scenario.interventions == self.current:
-            return scenario
-        return dataclasses.replace(scenario, interventions=self.current)
+def applied_to(scenario: Scenario, interventions: tuple[Intervention, ...]) -> Scenario:
+    """`scenario` with `interventions` in place of its own."""
+    if scenario.interventions == interventions:
+        return scenario
+    return dataclasses.replace(scenario, interventions=interventions)
 
 
 def save_interventions(path: str | Path, interventions: Iterable[Intervention]) -> None:

@@ -1,6 +1,7 @@
-"""The weights a debugging session runs with: the file's, the edits on top of them (undo, redo), how many
-numbers differ from the file, the autosave of unsaved edits, saving, and a GGUF file's quantisation.
-The Debugger replays a session after each change; this part knows nothing of sessions."""
+"""The weights a debugging session runs with: the file's, the edits on top of them (kept, with the
+interventions, in the session's one undo list: changes.py), how many numbers differ from the file, the
+autosave of unsaved edits, saving, and a GGUF file's quantisation. The Debugger replays a session after
+each change; this part knows nothing of sessions."""
 
 from __future__ import annotations
 
@@ -10,34 +11,32 @@ import numpy as np
 
 from engine import Scenario, load_scenario
 from engine.lazy_weights import LazyWeights, changed_names
-from engine.loading.edits import Edit, WeightHistory, apply_edit, save
+from engine.loading.edits import Edit, apply_edit, save
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
+from tinyllm_tui.debugger.changes import Changes
 
 
 class Weights:
-    def __init__(self, scenario: Scenario, edits: list[Edit] = ()):
-        """`edits` (from --set) start as unsaved edits on top of the file's weights."""
-        self._adopt_file(scenario)
+    def __init__(self, scenario: Scenario, changes: Changes, edits: list[Edit] = ()):
+        """`changes` starts from the file's weights; `edits` (from --set) start as unsaved edits on top of them."""
+        self.changes = changes
+        self.file, self.fingerprint = scenario, scenario.fingerprint
         for edit in edits:
-            self.history.push(apply_edit(self.history.current, edit), edit)
+            self.push(apply_edit(self.current, edit), edit)
         self.found: Unsaved | None = autosave.find(scenario.path, self.fingerprint, scenario.weights)
         self._unsaved: tuple[tuple[int, int] | None, int] = (None, 0)
 
-    def _adopt_file(self, scenario: Scenario) -> None:
-        self.file, self.fingerprint = scenario, scenario.fingerprint
-        self.history = WeightHistory(scenario.weights)  # edits are relative to the file
-
     @property
     def current(self) -> dict[str, np.ndarray]:
-        return self.history.current
+        return self.changes.weights
 
     def edited(self, edit: Edit) -> dict[str, np.ndarray]:
         """The current weights with `edit` applied (nothing is changed yet); raises EditError."""
         return apply_edit(self.current, edit, self.file.weights)
 
     def push(self, weights: dict[str, np.ndarray], edit: Edit) -> None:
-        self.history.push(weights, edit)
+        self.changes.edit(weights, edit)
 
     def restore(self, unsaved: Unsaved) -> None:
         """The edits an earlier session left unsaved, on top of the current weights."""
@@ -57,7 +56,7 @@ class Weights:
     def autosave(self) -> None:
         """Keep the unsaved edits beside the scenario; none (back to the file's numbers): nothing to offer later."""
         if self.unsaved():
-            autosave.keep(self.file.path, self.fingerprint, self.history.edits)
+            autosave.keep(self.file.path, self.fingerprint, self.changes.edits)
         else:
             self.drop_autosave()
 
@@ -69,7 +68,9 @@ class Weights:
         the one edits are relative to from now on."""
         written = save(self.file, self.current, path)
         self.drop_autosave()
-        self._adopt_file(load_scenario(written))
+        self.file = load_scenario(written)
+        self.fingerprint = self.file.fingerprint
+        self.changes.start_from(self.file.weights)  # edits are relative to the file
         return written
 
     def original(self, name: str) -> np.ndarray | None:

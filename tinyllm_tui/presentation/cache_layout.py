@@ -8,6 +8,7 @@ their physical block and row in it ("b3.1 +5 · cat").
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
 from engine.layers.gated_deltanet import RecurrentFacts
@@ -16,22 +17,31 @@ from engine.layers.shared_kv import SharedFacts
 from engine.loading.budget import format_size
 from engine.trace import TokenState
 
-__all__ = ["layout_kind", "row_label", "spans"]
+__all__ = ["RowWords", "layout_kind", "row_label", "spans"]
+
+
+@dataclass(frozen=True)
+class RowWords:
+    """The words inside row labels, given by the view that subscribes to frames (the TUI: its catalogue)."""
+
+    slot: str = "s{slot}"  # a ring's physical slot
+    empty: str = "empty"  # a slot not written yet
+    batch_row: str = "r{request}"  # a batch's row, by its request
 
 
 def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int,
-              differing: frozenset[int] = frozenset()) -> str:
+              differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> str:
     """Row `row` of a state's views: ✗ where it differs from a --against dump, + where this chunk added it, its
-    position and token, after a ring's slot or a paged row's block ("empty" where no token is held yet)."""
+    position and token, after a ring's slot or a paged row's block (`words.empty` where no token is held yet)."""
     position = cache.row_positions[row]
     mark = "✗" if position in differing else "+" if position >= new_from else " "
     token = timeline[position].text if 0 <= position < len(timeline) else "?"  # an injected bug added a row
     text = f"{mark}{position} · {token}"
     if isinstance(cache, RingCache):
-        slot = f"s{row}{'↺' if row == cache.write_position else ' '} "
-        return slot + ("empty" if position < 0 else text)
+        slot = f"{words.slot.format(slot=row)}{'↺' if row == cache.write_position else ' '} "
+        return slot + (words.empty if position < 0 else text)
     if position < 0:  # a conv window before as many tokens as it holds were fed
-        return " empty"
+        return f" {words.empty}"
     if isinstance(cache, PagedCache):
         block, offset = cache.slot_of(position)
         return f"b{block}.{offset} {text}"

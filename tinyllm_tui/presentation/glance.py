@@ -35,8 +35,11 @@ def head_width(patterns: list[np.ndarray], keys: list[str], width: int) -> tuple
     return cols, max(cols * cell, 4) + GAP
 
 
+SHOWN = "heads {first}–{last} of {heads} · last {rows} of {queries} queries, {cols} of {keys} keys"  # the CLI's
+
+
 def glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, height: int,
-                 first_head: int = 0, selected: int | None = None) -> list[str]:
+                 first_head: int = 0, selected: int | None = None, shown_words: str = SHOWN) -> list[str]:
     """Heads `first_head`, … of one layer as heat maps, as many as fit in `width` × `height`.
 
     Args:
@@ -44,6 +47,7 @@ def glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, hei
         keys: a one-character label per key position; the queries are the last positions, labelled alike
             in a gutter on the left.
         selected: the head marked with ▸ in its title (the one Enter opens).
+        shown_words: the last line's words (the view's catalogue; fields first, last, heads, rows, queries, cols, keys).
     Returns the lines, each at most `width` characters; the first names the heads shown.
     """
     if not patterns:
@@ -60,6 +64,6 @@ def glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, hei
             f"{''.join(shade(float(p)) * cell for p in patterns[head][-rows + row, -cols:]):<{per}}" for head in shown))
     labels = "".join(left_aligned((label or " ")[:1], cell) for label in keys[count - cols:count])
     lines.append(" " * GUTTER + "".join(left_aligned(labels, per) for _ in shown))
-    lines.append(f"heads {shown.start}–{shown.stop - 1} of {len(patterns)} · last {rows} of {queries} queries, "
-                 f"{cols} of {count} keys")
+    lines.append(shown_words.format(first=shown.start, last=shown.stop - 1, heads=len(patterns), rows=rows,
+                                    queries=queries, cols=cols, keys=count))
     return [fit_cells(line.rstrip(), width) for line in lines]

@@ -9,6 +9,11 @@ from engine.spec import Vocab
 from tinyllm_tui.presentation.numbers import fit_cells, left_aligned
 
 CELL = 14  # a lens cell: a token's text cut to fit, and its probability
+# the words of the tables, as the CLI prints them; the TUI passes its catalogue's (tinyllm_tui.tui.i18n)
+TOP = "top {k} at position {position}:"
+ATTRIBUTION = ("direct logit attribution: {token} (id {id}) at position {position}: "
+               "logit {logit} = terms {terms} + final norm bias {bias}")
+MORE = "  … {count} more"
 
 
 def short_token(vocab: Vocab, token: int, width: int = CELL - 5) -> str:
@@ -28,9 +33,10 @@ def short_hook(hook: str) -> str:
 
 
 def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: Vocab, *,
-               first: int = 0, count: int | None = None) -> list[str]:
+               first: int = 0, count: int | None = None, top: str = TOP) -> list[str]:
     """A layer × position table of each residual stream's most likely token and its probability,
-    then the last position's top-k per layer; `first`, `count`: the window of the pass's positions shown."""
+    then the last position's top-k per layer; `first`, `count`: the window of the pass's positions shown;
+    `top`: the words over the top-k (fields k, position)."""
     total = rows[0].top.shape[0] if rows else 0
     shown = range(first, total if count is None else min(total, first + count))
     label = max((len(short_hook(r.hook)) for r in rows), default=0)
@@ -40,22 +46,24 @@ def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: 
     for row in rows:
         cells = (lens_cell(vocab, int(row.top[i, 0]), float(row.probs[i, 0])) for i in shown)
         lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(cells))
-    lines.append(f"top {rows[0].top.shape[1] if rows else 0} at position {run.first + total - 1}:")
+    lines.append(top.format(k=rows[0].top.shape[1] if rows else 0, position=run.first + total - 1))
     for row in rows:
         cells = (lens_cell(vocab, int(t), float(p)) for t, p in zip(row.top[-1], row.probs[-1]))
         lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(cells))
     return [line.rstrip() for line in lines]
 
 
-def attribution_lines(attribution: Attribution, vocab: Vocab, count: int = 12) -> list[str]:
-    """The largest terms of the chosen token's logit, both ways, and what they sum to."""
+def attribution_lines(attribution: Attribution, vocab: Vocab, count: int = 12, *, title: str = ATTRIBUTION,
+                      more: str = MORE) -> list[str]:
+    """The largest terms of the chosen token's logit, both ways, and what they sum to; `title` and `more`: the
+    words (fields token, id, position, logit, terms, bias; count)."""
     a, total = attribution, sum(value for _, value in attribution.terms)
-    lines = [f"direct logit attribution: {short_token(vocab, a.token, 24)} (id {a.token}) at position {a.position}: "
-             f"logit {a.logit:.6f} = terms {total:.6f} + final norm bias {a.bias_term:.6f}"]
+    lines = [title.format(token=short_token(vocab, a.token, 24), id=a.token, position=a.position,
+                          logit=f"{a.logit:.6f}", terms=f"{total:.6f}", bias=f"{a.bias_term:.6f}")]
     shown = a.terms if len(a.terms) <= count else a.terms[: count // 2] + a.terms[-(count - count // 2):]
     for index, (label, value) in enumerate(shown):
         if len(a.terms) > count and index == count // 2:
-            lines.append(f"  … {len(a.terms) - count} more")
+            lines.append(more.format(count=len(a.terms) - count))
         lines.append(f"  {label:<14} {value:+.6f}")
     return lines
 

@@ -83,7 +83,8 @@ def diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
         "first_divergence": None if first is None else first.step,
         "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
                        "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
-                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": d.mismatch or None} for d in diffs],
+                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": d.mismatch or None,
+                       "state": d.state} for d in diffs],
     }
 
 

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
 from tinyllm_tui.debugger.opening import PREPARING, Loading, Opening, is_reading, open_file
 from tinyllm_tui.presentation.summaries import size_text
 from tinyllm_tui.tui.i18n import tr
-from tinyllm_tui.tui.runner import RunProgress, RunsInBackground
+from tinyllm_tui.tui.runner import RunDone, RunProgress
 
 __all__ = ["Loading", "LoadingScreen", "Opening"]
 
@@ -35,14 +33,11 @@ def stage_text(stage: str, done: int, total: int, lang: str) -> str:
     return tr("loading.tensors", lang, done=done, total=total)
 
 
-class LoadingScreen(RunsInBackground, Screen):
+class LoadingScreen(Screen):
     BINDINGS = [Binding("escape", "cancel", "Cancel loading", show=False)]
 
-    @dataclass
-    class Loaded(Message):
-        """The load is over: `result` is the Debugger, or the exception that ended it."""
-
-        result: object
+    class Loaded(RunDone):
+        """The load is over: `result` is the Debugger, or the exception that ended it (it bubbles to the app)."""
 
     def __init__(self, loading: Loading, prepare: Callable[[Opening], object], lang: str = "en"):
         super().__init__()
@@ -60,10 +55,7 @@ class LoadingScreen(RunsInBackground, Screen):
         def work(report):
             return open_file(self.loading, self.prepare, lambda *progress: report(progress), self.cancelled)
 
-        self.app.runner.start(self, work, self._loaded)
-
-    def _loaded(self, result: object) -> None:
-        self.post_message(self.Loaded(result))
+        self.app.runner.start(self, work, self.Loaded)
 
     def on_run_progress(self, message: RunProgress) -> None:
         stage, done, total = message.progress

@@ -35,7 +35,7 @@ from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook, round_ro
 from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
-from tinyllm_tui.tui.runner import RunDone, RunProgress, RunsInBackground
+from tinyllm_tui.tui.runner import RunDone, RunProgress, RunWorded
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
 DEFAULT_SPEED = 3
@@ -61,6 +61,34 @@ def matrix_title(frame: Frame, lang: str) -> str:
               where=where(frame.phase, frame.round, lang))
 
 
+class MoveDone(RunDone):
+    """A quick move (step, back, go to, cache page) is done."""
+
+
+class RoundListed(RunDone):
+    """The operators of round 0 are all listed (after a quick start)."""
+
+
+class LongRunDone(RunDone):
+    """A run that replays or computes ahead (continue, search, an edit, undo, the injected bug) is done."""
+
+
+class Played(RunDone):
+    """One step of play is done."""
+
+
+class DiffDone(RunDone):
+    """The diff against a full recompute is done (or cancelled)."""
+
+
+class WentFromDiff(RunDone):
+    """The go-to chosen in the diff dialog is done."""
+
+
+class LensRead(RunDone):
+    """The logit lens of the round is read."""
+
+
 def when_idle(action: Callable[..., None]) -> Callable[..., None]:
     """A key that opens a screen on the Debugger's state: pressed while a quick move is in flight (or a
     checkpoint's first round is being listed) it waits its turn, and the keys queued after it are dropped,
@@ -81,7 +109,7 @@ def when_idle(action: Callable[..., None]) -> Callable[..., None]:
     return guarded
 
 
-class DebuggerScreen(RunsInBackground, Screen):
+class DebuggerScreen(Screen):
     # the footer shows these in order and drops what does not fit: help and quit come early
     BINDINGS = [
         Binding("n,right,f10", "step", "Step"),
@@ -104,8 +132,8 @@ class DebuggerScreen(RunsInBackground, Screen):
         Binding("k", "panel('cache')", "KV cache", show=False),
         Binding("i", "panel('inputs')", "Inputs", show=False),
         Binding("a", "panel('expect')", "Expectations", show=False),
-        Binding("u", "undo", "Undo edit", show=False),
-        Binding("ctrl+r", "redo", "Redo edit", show=False),
+        Binding("u", "undo", "Undo", show=False),  # the last edit or intervention: one undo list
+        Binding("ctrl+r", "redo", "Redo", show=False),
         Binding("v", "before_after", "Before/after edit", show=False),
         Binding("r", "recompute", "Recompute stale cache", show=False),
         Binding("ctrl+s", "app.save", "Save weights", show=False),
@@ -115,7 +143,6 @@ class DebuggerScreen(RunsInBackground, Screen):
         Binding("A", "glance", "Heads at a glance", show=False),
         Binding("E", "routing", "Expert routing", show=False),
         Binding("p", "intervene", "Patch/ablate…", show=False),
-        Binding("P", "undo_intervention", "Undo intervention", show=False),
         Binding("W", "save_interventions", "Save interventions", show=False),
         Binding("t", "sorted_columns", "Top-k sorted", show=False),
         Binding("T", "pieces", "Pieces", show=False),
@@ -141,7 +168,7 @@ class DebuggerScreen(RunsInBackground, Screen):
         self._dropped = 0  # keys pressed while the queue was full, said once it has drained
         self.said: Result | None = None  # the last result worded on the status line
         self.pieces = False  # generated text as its tokens' pieces instead of decoded
-        self._tell = None  # the other screen's method that gets the result of the run in flight
+        self._asker: Screen | None = None  # the other screen that asked for the run in flight
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -179,7 +206,7 @@ class DebuggerScreen(RunsInBackground, Screen):
         self.show(tr("screen.listing" if pending else "screen.start", self.lang))
         if pending:  # after a paint
             self.call_after_refresh(self.runner.start, self, lambda report: self.debugger.complete_round(),
-                                    self._round_listed, quick=True)
+                                    RoundListed, quick=True)
 
     def on_unmount(self) -> None:
         """However the app ends, no run or comparison thread outlives it."""
@@ -272,19 +299,20 @@ class DebuggerScreen(RunsInBackground, Screen):
             if not self._queue(lambda: self.move(move, *args)):
                 self._refuse()
             return
-        self.runner.start(self, lambda report: move(*args), self._moved, quick=True)
+        self.runner.start(self, lambda report: move(*args), MoveDone, quick=True)
 
-    def _moved(self, result: Result) -> None:
+    def on_move_done(self, message: MoveDone) -> None:
+        result = message.result
         if isinstance(result, BaseException):
             raise result
         self.say(result)
         self._next_queued()
 
-    def _round_listed(self, result: Result) -> None:
+    def on_round_listed(self, message: RoundListed) -> None:
         """The first round's operators are all listed: the frame is redrawn, the status line keeps its words
         (unless they were only saying that the round was being computed)."""
-        if isinstance(result, BaseException):
-            raise result
+        if isinstance(message.result, BaseException):
+            raise message.result
         listing = self.message == tr("screen.listing", self.lang)
         self.show(tr("screen.start", self.lang) if listing else self.message)
         self._next_queued()
@@ -310,21 +338,22 @@ class DebuggerScreen(RunsInBackground, Screen):
                                                                        queue=QUEUED)])))
 
 
-    def in_background(self, status: str, move, *args, then=None, **options) -> bool:
+    def in_background(self, status: str, move, *args, asker: Screen | None = None, **options) -> bool:
         """Run a Debugger move that replays or computes ahead in the app's runner; False if refused.
 
-        Args: status: what the status line says meanwhile (in words). then: a method of another screen that
-        asked (the weights browser over this one), posted the result once this screen has worded it.
+        Args: status: what the status line says meanwhile (in words). asker: another screen that asked (the
+        weights browser over this one), posted a RunWorded once this screen has worded the result.
         Asked while a quick move is in flight, it waits its turn (True)."""
-        if self.runner.running and self._queue(lambda: self.in_background(status, move, *args, then=then, **options)):
+        if self.runner.running and self._queue(lambda: self.in_background(status, move, *args, asker=asker,
+                                                                            **options)):
             return True
 
         def work(report):
             return move(*args, progress=report, **options)
 
-        started = self.runner.start(self, work, self.run_done)
+        started = self.runner.start(self, work, LongRunDone)
         if started:
-            self._tell = then
+            self._asker = asker
             self.set_status(status)
         else:
             self._refuse()
@@ -340,15 +369,16 @@ class DebuggerScreen(RunsInBackground, Screen):
             bar.display = True
             bar.update(total=self.debugger.frame.status.last, progress=step)  # total unknown at first: a pulse
 
-    def run_done(self, result: object) -> None:
+    def on_long_run_done(self, message: LongRunDone) -> None:
+        result = message.result
         bars = self.query(ProgressBar)
         if not bars:  # a run cancelled as the app closes: its widgets are gone, nothing to show it on
             return
         self.refusal = ""
         bars.first().display = False
-        tell, self._tell = self._tell, None
-        if tell is not None:  # a message: dropped if that screen has closed meanwhile
-            tell.__self__.post_message(RunDone(result, tell))
+        asker, self._asker = self._asker, None
+        if asker is not None:  # a message: dropped if that screen has closed meanwhile
+            asker.post_message(RunWorded(result))
         if isinstance(result, BaseException):
             raise result
         self.say(result)
@@ -393,9 +423,10 @@ class DebuggerScreen(RunsInBackground, Screen):
 
     def _play_tick(self) -> None:
         if not self.runner.running:  # a tick that finds a move in flight waits for the next
-            self.runner.start(self, lambda report: self.debugger.play_step(), self._played, quick=True)
+            self.runner.start(self, lambda report: self.debugger.play_step(), Played, quick=True)
 
-    def _played(self, result: Result) -> None:
+    def on_played(self, message: Played) -> None:
+        result = message.result
         busy = isinstance(result, Refused) and result.reason is Reason.BUSY
         if self.player is None or busy or isinstance(result, Moved):  # paused meanwhile, or on it goes
             self.show()
@@ -525,12 +556,13 @@ class DebuggerScreen(RunsInBackground, Screen):
 
     # -- comparisons -------------------------------------------------------------------------------------------
     def action_diff(self) -> None:
-        if self.runner.start(self, lambda report: self.debugger.compare(), self._show_diff):
+        if self.runner.start(self, lambda report: self.debugger.compare(), DiffDone):
             self.set_status(tr("screen.diffing", self.lang))
         else:
             self._refuse()
 
-    def _show_diff(self, report) -> None:
+    def on_diff_done(self, message: DiffDone) -> None:
+        report = message.result
         if isinstance(report, DiffCancelled):
             self.set_status(tr("screen.diff_cancelled", self.lang))
             return
@@ -539,14 +571,15 @@ class DebuggerScreen(RunsInBackground, Screen):
 
     def _after_diff(self, step: int | None) -> None:
         if step is not None:
-            self.runner.start(self, lambda report: self.debugger.goto_step(step), self._went_from_diff, quick=True)
+            self.runner.start(self, lambda report: self.debugger.goto_step(step), WentFromDiff, quick=True)
 
-    def _went_from_diff(self, result: Result) -> None:
+    def on_went_from_diff(self, message: WentFromDiff) -> None:
+        result = message.result
         self.show(tr("diff.from", self.lang, step=result.step) if isinstance(result, Moved)
                   else describe(result, self.lang))
 
-    def action_cycle_injection(self, then=None) -> None:
-        self.in_background(tr("screen.injecting", self.lang), self.debugger.cycle_injection, then=then)
+    def action_cycle_injection(self, asker: Screen | None = None) -> None:
+        self.in_background(tr("screen.injecting", self.lang), self.debugger.cycle_injection, asker=asker)
 
     # -- edits ----------------------------------------------------------------------------------------------
     @when_idle
@@ -555,15 +588,15 @@ class DebuggerScreen(RunsInBackground, Screen):
 
         self.app.push_screen(WeightsScreen(self.debugger, self.lang))
 
-    def action_undo(self, then=None) -> None:
-        """The same in the weights browser, which passes `then` to redraw itself."""
-        self.in_background(tr("screen.undoing", self.lang), self.debugger.undo, then=then)
+    def action_undo(self, asker: Screen | None = None) -> None:
+        """The same in the weights browser, which names itself as the asker, to redraw once it is worded."""
+        self.in_background(tr("screen.undoing", self.lang), self.debugger.undo, asker=asker)
 
-    def action_redo(self, then=None) -> None:
-        self.in_background(tr("screen.redoing", self.lang), self.debugger.redo, then=then)
+    def action_redo(self, asker: Screen | None = None) -> None:
+        self.in_background(tr("screen.redoing", self.lang), self.debugger.redo, asker=asker)
 
-    def action_recompute(self, then=None) -> None:
-        self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute, then=then)
+    def action_recompute(self, asker: Screen | None = None) -> None:
+        self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute, asker=asker)
 
     # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
     @when_idle
@@ -580,9 +613,6 @@ class DebuggerScreen(RunsInBackground, Screen):
         self.in_background(tr("screen.intervening", self.lang), self.debugger.intervene, text)
         return None
 
-    def action_undo_intervention(self) -> None:
-        self.in_background(tr("screen.undoing", self.lang), self.debugger.undo_intervention)
-
     def action_save_interventions(self) -> None:
         """Into the scenario file's interventions: (a checkpoint opened directly has no file for them)."""
         result = self.debugger.save_interventions()
@@ -595,12 +625,13 @@ class DebuggerScreen(RunsInBackground, Screen):
         def read(report):  # in the runner: the lens unembeds every residual stream of the round
             return debugger.lens()
 
-        if self.runner.start(self, read, self._show_lens):
+        if self.runner.start(self, read, LensRead):
             self.set_status(tr("screen.lens", self.lang))
         else:
             self._refuse()
 
-    def _show_lens(self, reading) -> None:
+    def on_lens_read(self, message: LensRead) -> None:
+        reading = message.result
         if isinstance(reading, BaseException):
             raise reading
         if isinstance(reading, Refused):  # no lens for this model, or the expect: check held the generator a moment
@@ -610,7 +641,7 @@ class DebuggerScreen(RunsInBackground, Screen):
         frame = self.debugger.frame
         title = tr("lens.title", self.lang, request=run.request, where=where(frame.phase, run.round, self.lang))
         self.set_status()
-        self.app.push_screen(LensScreen(title, run, rows, attribution, self.debugger.scenario.vocab))
+        self.app.push_screen(LensScreen(title, run, rows, attribution, self.debugger.scenario.vocab, self.lang))
 
     @when_idle
     def action_glance(self) -> None:
@@ -618,7 +649,7 @@ class DebuggerScreen(RunsInBackground, Screen):
         state, states = debugger.view.state, debugger.view.round_states  # as the last move published them
         screen = GlanceScreen(tr("glance.title", self.lang), state.layer or 0, debugger.scenario.model.n_layers,
                               lambda layer: layer_patterns(states, layer, state.chunk), state.context,
-                              debugger.scenario.vocab)
+                              debugger.scenario.vocab, self.lang)
         self.app.push_screen(screen, lambda chosen: self._open_head(states, state.chunk, chosen))
 
     @when_idle

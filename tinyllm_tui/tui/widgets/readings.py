@@ -21,6 +21,7 @@ from tinyllm_tui.presentation.glance import GUTTER, glance_lines, head_width
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 from tinyllm_tui.debugger.readings import Routing
 from tinyllm_tui.presentation.routing import glance_lines as experts_glance, routing_lines
+from tinyllm_tui.tui.i18n import tr
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
          Binding("up", "move(-1, 0)", "↑", show=False), Binding("down", "move(1, 0)", "↓", show=False)]
@@ -29,9 +30,9 @@ MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "mo
 class _Window(ModalScreen):
     """A title line and a body cut to the screen; `first_row`/`first_col` move with the arrows."""
 
-    def __init__(self, title: str):
+    def __init__(self, title: str, lang: str = "en"):
         super().__init__()
-        self._title, self.first_row, self.first_col = title, 0, 0
+        self._title, self.lang, self.first_row, self.first_col = title, lang, 0, 0
 
     def compose(self) -> ComposeResult:
         with Vertical(id="readings"):
@@ -64,9 +65,9 @@ class LensScreen(_Window):
 
     BINDINGS = [Binding("escape,l,q", "dismiss", "Close"), *MOVES]
 
-    def __init__(self, title: str, run, rows: list, attribution, vocab):
+    def __init__(self, title: str, run, rows: list, attribution, vocab, lang: str = "en"):
         """`run`, `rows`, `attribution`: what the Debugger's lens read (tinyllm_tui.debugger.readings.round_lens)."""
-        super().__init__(title)
+        super().__init__(title, lang)
         self._run, self._rows, self._attribution, self._vocab = run, rows, attribution, vocab
 
     def lines(self, width: int, height: int) -> list[str]:
@@ -74,10 +75,15 @@ class LensScreen(_Window):
         count = max((width - label) // (CELL + 1), 1)
         total = self._rows[0].top.shape[0] if self._rows else 0
         self.first_col = min(self.first_col, max(total - count, 0))
-        lines = lens_lines(self._rows, self._run, self._run.context, self._vocab, first=self.first_col, count=count)
-        lines.insert(0, f"positions {self._run.first + self.first_col}–"
-                        f"{self._run.first + min(self.first_col + count, total) - 1} of the pass's {total} (← →)")
-        return lines + ([""] + attribution_lines(self._attribution, self._vocab) if self._attribution else [])
+        lang, first = self.lang, self._run.first
+        lines = lens_lines(self._rows, self._run, self._run.context, self._vocab, first=self.first_col, count=count,
+                           top=tr("lens.top", lang))
+        lines.insert(0, tr("lens.positions", lang, first=first + self.first_col,
+                           last=first + min(self.first_col + count, total) - 1, total=total))
+        if self._attribution is None:
+            return lines
+        return lines + [""] + attribution_lines(self._attribution, self._vocab, title=tr("lens.attribution", lang),
+                                                more=tr("lens.more", lang))
 
 
 class GlanceScreen(_Window):
@@ -87,8 +93,8 @@ class GlanceScreen(_Window):
     BINDINGS = [Binding("escape,A,q", "dismiss(None)", "Close"), Binding("enter", "open", "Open"), *MOVES]
 
     def __init__(self, title: str, layer: int, layers: int, patterns: Callable[[int], list[np.ndarray]],
-                 context: tuple[int, ...], vocab):
-        super().__init__(title)
+                 context: tuple[int, ...], vocab, lang: str = "en"):
+        super().__init__(title, lang)
         self.first_row, self._layers, self._patterns = layer, layers, patterns
         self._keys = [vocab.tokens[token].strip()[:1] or "␣" for token in context]  # a key's first visible character
 
@@ -105,12 +111,13 @@ class GlanceScreen(_Window):
     def lines(self, width: int, height: int) -> list[str]:
         patterns = self._patterns(self.first_row)
         if not patterns:
-            return [f"layer {self.first_row}: no attention pattern in this round yet"]
+            return [tr("glance.no_pattern", self.lang, layer=self.first_row)]
         self.first_col = min(self.first_col, len(patterns) - 1)
         fit = max((width - GUTTER) // head_width(patterns, self._keys, width)[1], 1)  # as glance_lines lays them out
         first_head = max(self.first_col - fit + 1, 0)
-        return [f"layer {self.first_row} of 0–{self._layers - 1}"] + glance_lines(
-            patterns, self._keys, width=width, height=height - 1, first_head=first_head, selected=self.first_col)
+        return [tr("glance.layer", self.lang, layer=self.first_row, last=self._layers - 1)] + glance_lines(
+            patterns, self._keys, width=width, height=height - 1, first_head=first_head, selected=self.first_col,
+            shown_words=tr("glance.shown", self.lang))
 
     def action_open(self) -> None:
         self.dismiss((self.first_row, self.first_col))

@@ -156,7 +156,7 @@ class Timeline(Widget):
         lines.append(tr("timeline.batch", lang, count=len(rows)) + shown, style="dim")
         for row in rows[first : first + room]:
             stop = f" ⏹ {row.stop}" if row.stop else ""
-            head = f"{'▸' if row.request == data.request else ' '} r{row.request} {tr('timeline.pad', lang)} {row.pad}{stop}  "
+            head = f"{'▸' if row.request == data.request else ' '} {tr('label.batch_row', lang, request=row.request)} {tr('timeline.pad', lang)} {row.pad}{stop}  "
             lines.append("\n" + head, style="bold" if row.request == data.request else "")
             lines.append_text(token_window(row, width - cell_len(head)))
         return lines

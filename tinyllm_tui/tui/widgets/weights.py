@@ -17,7 +17,7 @@ from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.results import Refused
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import describe, tr
-from tinyllm_tui.tui.runner import RunsInBackground
+from tinyllm_tui.tui.runner import RunWorded
 from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
 from tinyllm_tui.tui.widgets.linelist import LineList
@@ -44,7 +44,7 @@ class CursorMatrix(MatrixWindow, can_focus=True):
         self.cursor = (max(0, min(row + rows, n_rows - 1)), max(0, min(col + cols, n_cols - 1)))
 
 
-class WeightsScreen(RunsInBackground, Screen):
+class WeightsScreen(Screen):
     # the footer drops what does not fit: Save and Back come first
     BINDINGS = [
         Binding("e,enter", "edit", "Edit cell"),
@@ -138,7 +138,7 @@ class WeightsScreen(RunsInBackground, Screen):
         def apply(keep_stale: bool) -> None:
             main = self.app.main
             if main.in_background(tr("screen.applying", self.lang, name=edit.name), self.debugger.apply, edit,
-                                  keep_stale=keep_stale, then=self._edited):
+                                  keep_stale=keep_stale, asker=self):
                 self.refresh_matrix(tr("screen.applying", self.lang, name=edit.name))
 
         if not self.debugger.edit_asks_about_the_cache():
@@ -148,15 +148,15 @@ class WeightsScreen(RunsInBackground, Screen):
         choice = ChoiceScreen(tr("ask.stale", self.lang), answers, "r", lambda answer: apply(answer == "k"), self.lang)
         self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
 
-    def _edited(self, result) -> None:
+    def on_run_worded(self, message: RunWorded) -> None:
         """A move of the runner is done and the main screen has worded it: this screen redraws."""
         self.refresh_matrix(self.app.main.message)
 
     def action_undo(self) -> None:
-        self.app.main.action_undo(then=self._edited)
+        self.app.main.action_undo(asker=self)
 
     def action_redo(self) -> None:
-        self.app.main.action_redo(then=self._edited)
+        self.app.main.action_redo(asker=self)
 
     def action_reset(self) -> None:
         self._apply(self.debugger.fill_edit(self.selected, "file"))

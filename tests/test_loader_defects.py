@@ -352,3 +352,36 @@ def test_a_llama_query_of_three_dimensions_is_refused_by_its_shape(tmp_path):
     width = gb.parse(TINY.read_bytes()).get("llama.embedding_length")
     assert refused(path) == (f"{path}: blocks.0.attn.wq: expected {width}×{width} (engine layout [in, out]), the "
                              f"checkpoint gives {width}×{width}×1")
+
+
+# -- found by the fuzzer once the 2026 architectures joined its sources --------------------------------------------
+def test_a_deepseek2_block_count_of_2_to_the_31_is_refused_before_anything_is_made_per_layer(tmp_path):
+    """deepseek2's own spec reader skipped the depth check the other GGUF architectures make: a MemoryError."""
+    deep = gguf(tmp_path, lambda g: g.set("deepseek2.block_count", 4, 2**31),
+                FIXTURES / "gguf-deepseek2" / "model.gguf")
+    peak = peak_bytes(lambda: pytest.raises(ScenarioError, load_checkpoint, deep, ids=[1]))
+    assert peak < 8 << 20
+    assert refused(deep).startswith(f"{deep}: deepseek2.block_count: {2**31} layers, but the file's tensor table lists")
+
+
+def test_a_qwen35_tensor_whose_tiled_value_heads_cannot_be_undone_is_refused_naming_it(tmp_path):
+    """The converter's tiled value heads are put back by reshaping; a tensor of another shape made that reshape
+    raise, reported as an internal error."""
+    def shrink(g):
+        tensor = next(t for t in g.tensors if t.name == "blk.0.ssm_alpha.weight")
+        tensor.dims = [tensor.dims[0], 1]  # one value head's row where there are several
+
+    edited = gguf(tmp_path, shrink, FIXTURES / "gguf-qwen3_5" / "qwen35-q8_0.gguf")
+    said = refused(edited)
+    assert said.startswith(f"{edited}: blocks.0.linear_attn.w_a: expected ") and "cannot be laid out" in said, said
+
+
+def test_a_deepseek_v3_config_without_head_dim_turns_the_rope_part_by_its_own_width(tmp_path):
+    """transformers takes DeepSeek-V3's rotary width from qk_rope_head_dim; the loader took RoPE's frequencies from
+    head_dim (else hidden/heads), and without it the run broke mid-pass (2 frequencies broadcast against 3)."""
+    source = FIXTURES / "deepseek_v3"
+    dropped = folder(tmp_path, "deepseek_v3", config=lambda c: c.pop("head_dim"))
+    ours, theirs = (load_checkpoint(path, ids=[1, 2, 3]) for path in (dropped, source))
+    assert (ours.model.rope_theta, ours.model.rope_factors) == (theirs.model.rope_theta, theirs.model.rope_factors)
+    result = CliRunner().invoke(app, ["run", str(dropped), "--ids", "1,2,3"])
+    assert result.exit_code == 0, result.output

@@ -159,7 +159,11 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
                             f"more than the budget of {format_size(limit)}")
     shapes = parameter_shapes(spec, vocab_size)
     for done, (name, shape) in enumerate(shapes.items(), 1):
-        probe = weight(name, stand_in)
+        try:
+            probe = weight(name, stand_in)
+        except ValueError as error:  # a file layout undone by reshaping (llama.cpp's tiled heads) on a wrong shape
+            raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]); "
+                                f"the checkpoint's tensor cannot be laid out as that ({error})") from None
         if not np.issubdtype(probe.dtype, np.floating):
             raise ScenarioError(str(path), None, name, f"expected floating-point numbers, the checkpoint gives "
                                 f"{probe.dtype}")

@@ -32,6 +32,7 @@ def spec(model) -> ModelSpec:
     size = lambda name, default=None: model._size(key(name), default)  # noqa: E731
     d, heads, layers = size("embedding_length"), size("attention.head_count"), size("block_count")
     rope, width = size("rope.dimension_count"), size("attention.key_length_mla")
+    model._check_held(layers, heads * width)  # before anything is made per layer or per frequency
     if width <= rope:
         raise model.error(key("attention.key_length_mla"), f"{width} is not wider than the rope part ({rope})")
     q_lora = size("attention.q_lora_rank") if key("attention.q_lora_rank") in model.meta else None

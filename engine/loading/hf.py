@@ -327,7 +327,9 @@ def _deepseek(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     moe = MoeSpec(experts, top_k, d_expert, bool(config.get("norm_topk_prob", True)), tuple(range(first, layers)),
                   d_expert * config.get("n_shared_experts", 0), shared_gate=False, sigmoid=True, groups=groups,
                   topk_groups=get("topk_group", 1), routed_scale=scaling)
-    return replace(spec, d_head=nope + rope, kv_heads=None, mla=mla, moe=moe, attn_scale=scale)
+    theta, divisors = _rope(config, file, rope)  # the rotary part's own frequencies, whatever head_dim says
+    return replace(spec, d_head=nope + rope, kv_heads=None, mla=mla, moe=moe, attn_scale=scale, rope_theta=theta,
+                   rope_factors=divisors)
 
 
 def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:

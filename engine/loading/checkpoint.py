@@ -161,6 +161,8 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
     for done, (name, shape) in enumerate(shapes.items(), 1):
         try:
             probe = weight(name, stand_in)
+        except ScenarioError:  # already located (a missing tensor, an unreadable type)
+            raise
         except ValueError as error:  # a file layout undone by reshaping (llama.cpp's tiled heads) on a wrong shape
             raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]); "
                                 f"the checkpoint's tensor cannot be laid out as that ({error})") from None

@@ -20,8 +20,7 @@ import gguf
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gguf_blocks import random_blocks  # noqa: E402
-from make_qwen_gguf import add_vocabulary  # noqa: E402
+from make_qwen_gguf import add_vocabulary, write_tensors  # noqa: E402
 
 ARCH = "qwen35"
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, ROPE_DIMS, FFN, VOCAB = 24, 1024, 8, 2, 256, 64, 3584, 248_320
@@ -86,16 +85,7 @@ def main(path: Path) -> None:
     writer.add_array(f"{ARCH}.attention.recurrent_layers", RECURRENT)
     writer.add_uint32(f"{ARCH}.full_attention_interval", 4)
     add_vocabulary(writer, VOCAB)
-    for name, shape, type_name in tensors():
-        if type_name == "F32":
-            writer.add_tensor(name, f32_values(name, shape, rng).astype(np.float32))
-        else:
-            data = random_blocks(type_name, shape, 1 / np.sqrt(shape[1]), rng)
-            writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_tensors(writer, tensors(), f32_values, rng)
 
 
 if __name__ == "__main__":

@@ -80,10 +80,20 @@ def main(path: Path) -> None:
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_vocab_size(VOCAB)
     add_vocabulary(writer)
-    for name, shape, type_name in tensors(rng):
+    write_tensors(writer, tensors(rng), _f32_values, rng)
+
+
+def _f32_values(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    center = 1.0 if name.endswith("norm.weight") else 0.0  # norm gains near 1
+    return center + 0.1 * rng.normal(size=shape)
+
+
+def write_tensors(writer: gguf.GGUFWriter, tensors, f32_values, rng: np.random.Generator) -> None:
+    """Each (name, shape, type) of `tensors`: float32 from `f32_values(name, shape, rng)`, else random blocks of that
+    quantisation type; then the file."""
+    for name, shape, type_name in tensors:
         if type_name == "F32":
-            center = 1.0 if name.endswith("norm.weight") else 0.0
-            writer.add_tensor(name, (center + 0.1 * rng.normal(size=shape)).astype(np.float32))
+            writer.add_tensor(name, f32_values(name, shape, rng).astype(np.float32))
         else:
             data = random_blocks(type_name, shape, 1 / np.sqrt(shape[1]), rng)
             writer.add_tensor(name, data, raw_dtype=gguf.GGMLQuantizationType[type_name])

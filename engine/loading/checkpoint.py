@@ -198,6 +198,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
 def _hf(folder: Path, budget: tuple[int, str]):
     tensors = hf.Tensors(folder)
     arch, spec, config = hf.read_spec(folder, tensors.held())
+    tensors.packed.check(spec)
     tokenizer = _hf_tokenizer(folder / "tokenizer.json")
     identity = ";".join(file_identity(file) for file in sorted(set(tensors.files.values())))
     weights = _checked(folder, spec, config["vocab_size"], lambda name, get: hf.engine_weight(arch, spec, name, get),

@@ -91,11 +91,14 @@ def _bfloat16(tensor: Any) -> np.ndarray:
 
 
 def record_hf(model: Any, ids: list[int], max_new_tokens: int = 1, recorder: Recorder | None = None) -> Recorder:
-    """Greedy generation with a transformers causal LM (Llama-like, LFM2 or GPT-2), recording every pass.
+    """Greedy generation with a transformers causal LM, recording every pass: GPT-2, Llama-like (Llama, Qwen2/3,
+    Mistral), LFM2, Qwen3.5 (Gated DeltaNet and gated attention), Gemma 4 (per-layer inputs, KV-shared layers),
+    DeepSeek-V3 (latent attention, routing), Qwen3-MoE, gpt-oss.
 
     Forward hooks record what the modules compute under TransformerLens's names; the attention
-    pattern comes from `output_attentions` (eager attention) and the KV cache from the model's own
-    cache after each pass. Run the model in the dtype you want to compare (`model.double()`)."""
+    pattern comes from `output_attentions` (eager attention) and every layer's state from the model's own
+    cache after each pass (README: the dump keys). Run the model in the dtype you want to compare
+    (`model.double()`)."""
     from tinyllm_tui.recorder_hf import generate_recorded  # torch only once a model is given
 
     return generate_recorded(model, ids, max_new_tokens, recorder or Recorder())

@@ -1,8 +1,11 @@
 """Forward hooks on a transformers causal LM that record a greedy generation (see recorder.record_hf).
 
-Imported only when a model is given, so torch is never a dependency of the project. Three module
-layouts are known: Llama-like (`model.model.layers`: llama, qwen2, mistral), LFM2 (short-conv and attention
-layers) and GPT-2 (`model.transformer.h`). Every array loses its batch axis of 1.
+Imported only when a model is given, so torch is never a dependency of the project. Two module layouts are
+known: GPT-2 (`model.transformer.h`) and the decoders under `model.model.layers` (Llama, Qwen, Mistral, LFM2,
+Qwen3.5, Gemma 4, DeepSeek-V3, Qwen3-MoE, gpt-oss). A decoder layer's pieces are found by what it holds: its
+token mixer (`self_attn`, with `kv_a_proj_with_mqa` for latent attention; `linear_attn`: a Gated DeltaNet;
+`conv`: LFM2's short conv), its FFN (`mlp` / `feed_forward`: dense, or a router and experts), Gemma's norms
+after each sublayer and its per-layer input. Every array loses its batch axis of 1.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ Hook = tuple[Any, str, Callable]  # module, "pre" | "post", what to record from 
 
 def generate_recorded(model: Any, ids: list[int], max_new_tokens: int, rec: Recorder) -> Recorder:
     handles = [_register(module, when, lambda x, y, fn=fn: fn(rec, x, y)) for module, when, fn in hooks(model)]
+    attention, sinks, latent = _attention_layers(model)
     try:
         with torch.no_grad():
             tokens, past = torch.tensor([ids]), None
@@ -39,16 +43,29 @@ def generate_recorded(model: Any, ids: list[int], max_new_tokens: int, rec: Reco
                 cache = {} if past is None else {_cache_argument(model): past}
                 out = model(input_ids=tokens, use_cache=True, output_attentions=True, **cache)
                 past = out.cache if hasattr(out, "cache") else out.past_key_values
-                for layer, pattern in zip(_attention_layers(model), out.attentions or ()):
-                    rec.record(f"blocks.{layer}.attn.hook_pattern", pattern[0])
-                for layer, (name, state) in enumerate(_cache_layers(past)):
+                seen = len(ids) + round_  # the keys every query of this pass may read
+                for layer, pattern in zip(attention, out.attentions or ()):
+                    rec.record(f"blocks.{layer}.attn.hook_pattern", _whole_pattern(pattern[0], seen, layer in sinks))
+                for layer, (name, state) in enumerate(_cache_layers(past, latent)):
                     for item, array in state.items():
-                        rec.record(f"blocks.{layer}.{name}.{item}", array[0])
+                        if item not in CACHES or array.shape[-2] == seen:  # a sliding cache drops its oldest rows
+                            rec.record(f"blocks.{layer}.{name}.{item}", array)
                 tokens = out.logits[:, -1:].argmax(-1)
     finally:
         for handle in handles:
             handle.remove()
     return rec
+
+
+CACHES = ("cache_k", "cache_v")
+
+
+def _whole_pattern(pattern, seen: int, sink: bool):
+    """A pattern over every key so far: a sliding layer's decode reads only its window (the keys before it get
+    probability 0, as in the engine's masked row), and gpt-oss's sink column (dropped by transformers, whose
+    softmax included it) is what the row's probabilities leave: 1 − their sum."""
+    pattern = torch.nn.functional.pad(pattern, (seen - pattern.shape[-1], 0))
+    return torch.cat([pattern, 1 - pattern.sum(-1, keepdim=True)], -1) if sink else pattern
 
 
 def _cache_argument(model: Any) -> str:
@@ -58,53 +75,97 @@ def _cache_argument(model: Any) -> str:
 
 def _register(module: Any, when: str, record: Callable[[Any, Any], None]):
     if when == "pre":
-        return module.register_forward_pre_hook(
-            lambda m, args, kwargs: record(_first(args, kwargs), None), with_kwargs=True)
-    return module.register_forward_hook(lambda m, args, kwargs, out: record(_first(args, kwargs), _first((out,), {})),
-                                        with_kwargs=True)
+        return module.register_forward_pre_hook(lambda m, args, kwargs: record(_Inputs(args, kwargs), None),
+                                                with_kwargs=True)
+    return module.register_forward_hook(
+        lambda m, args, kwargs, out: record(_Inputs(args, kwargs), out if isinstance(out, tuple) else (out,)),
+        with_kwargs=True)
 
 
-def _first(args: tuple, kwargs: dict) -> Any:
-    """The hidden states a module was called with (or returned: a decoder layer may return a tuple)."""
-    value = args[0] if args else kwargs["hidden_states"]
-    return value[0] if isinstance(value, tuple) else value
+class _Inputs(tuple):
+    """A module's positional inputs (the hidden states first, passed by name or not), its keyword inputs beside."""
+
+    def __new__(cls, args: tuple, kwargs: dict):
+        inputs = super().__new__(cls, args if args else (kwargs.get("hidden_states"),))
+        inputs.kwargs = kwargs
+        return inputs
 
 
-def _cache_layers(past: Any) -> list[tuple[str, dict[str, Any]]]:
-    """Each layer's module and state items from a transformers cache: keys and values, [batch, kv_head, position,
-    d_head]; an LFM2 conv layer's conv state as transformers keeps it, [batch, channels, K]."""
+def _cache_layers(past: Any, latent: set[int]) -> list[tuple[str, dict[str, Any]]]:
+    """Each layer's module and state items from a transformers cache, without the batch axis: keys and values
+    [kv_head, position, d_head]; a Gated DeltaNet's recurrent state [v_head, d_k, d_v] and its conv cache, or an
+    LFM2 conv layer's, as transformers keeps it [channels, K]; a latent-attention layer's latent rows and rope
+    keys (held as its keys and values, [1, position, width]) [position, width]; nothing for a KV-shared layer."""
     if not hasattr(past, "layers"):  # before transformers 5
-        return [("attn", {"cache_k": k, "cache_v": v}) for k, v in zip(past.key_cache, past.value_cache)]
-    return [("conv", {"conv_state": layer.conv_states[0]}) if hasattr(layer, "conv_states") else
-            ("attn", {"cache_k": layer.keys, "cache_v": layer.values}) for layer in past.layers]
+        return [("attn", {"cache_k": k[0], "cache_v": v[0]}) for k, v in zip(past.key_cache, past.value_cache)]
+    return [_layer_state(layer, i in latent) for i, layer in enumerate(past.layers)]
 
 
-def _attention_layers(model: Any) -> list[int]:
-    """The layers with softmax attention, whose patterns `output_attentions` returns in order."""
+def _layer_state(layer: Any, latent: bool) -> tuple[str, dict[str, Any]]:
+    recurrent, conv = _state(layer, "recurrent_states"), _state(layer, "conv_states")
+    if recurrent is not None:
+        return "linear_attn", {"recurrent_state": recurrent[0], "conv_state": conv[0]}
+    if conv is not None:
+        return "conv", {"conv_state": conv[0]}
+    if getattr(layer, "keys", None) is None:  # a KV-shared layer's placeholder
+        return "attn", {}
+    if latent:
+        return "attn", {"cache_latent": layer.keys[0, 0], "cache_rope_key": layer.values[0, 0]}
+    return "attn", {"cache_k": layer.keys[0], "cache_v": layer.values[0]}
+
+
+def _state(layer: Any, name: str):
+    """A linear-attention cache layer's first state of that kind (they are kept by state index), or None."""
+    return (getattr(layer, name, None) or {}).get(0)
+
+
+def _attention_layers(model: Any) -> tuple[list[int], set[int], set[int]]:
+    """The layers with softmax attention, whose patterns `output_attentions` returns in order; those of them
+    with attention sinks, and those with latent attention."""
     layers = model.transformer.h if hasattr(model, "transformer") else model.model.layers
-    return [i for i, layer in enumerate(layers) if hasattr(layer, "self_attn") or hasattr(layer, "attn")]
+    found = [(i, getattr(layer, "self_attn", None) or getattr(layer, "attn", None)) for i, layer in enumerate(layers)]
+    found = [(i, attn) for i, attn in found if attn is not None]
+    return ([i for i, _ in found], {i for i, attn in found if hasattr(attn, "sinks")},
+            {i for i, attn in found if hasattr(attn, "kv_a_proj_with_mqa")})
 
 
 def hooks(model: Any) -> list[Hook]:
     config = model.config
-    heads = config.num_attention_heads
-    d_head = getattr(config, "head_dim", None) or config.hidden_size // heads
     if hasattr(model, "transformer"):
-        return _gpt2_hooks(model, heads, d_head)
-    if config.model_type == "lfm2":
-        return _lfm2_hooks(model, heads, config.num_key_value_heads, d_head)
-    return _llama_hooks(model, heads, getattr(config, "num_key_value_heads", heads), d_head)
+        heads = config.num_attention_heads
+        return _gpt2_hooks(model, heads, getattr(config, "head_dim", None) or config.hidden_size // heads)
+    base = model.model
+    found = [(base.embed_tokens, "post", _output("hook_embed")), *_per_layer_embedding_hooks(base)]
+    for index, layer in enumerate(base.layers):
+        found += _block_hooks(f"blocks.{index}.", layer, config)
+    final = getattr(base, "norm", None) or base.embedding_norm  # LFM2 names its final norm embedding_norm
+    return found + [*_norm("ln_final", final), (model.lm_head, "post", _output("unembed.hook_out"))]
 
 
-def _output(name: str, heads: int = 0, d_head: int = 0) -> Callable:
+# -- what a hook records ---------------------------------------------------------------------------------
+def _output(name: str, heads: int = 0, d_head: int = 0, index: int = 0) -> Callable:
     def record(rec: Recorder, x, y) -> None:
-        rec.record(name, _split(y[0], heads, d_head))
+        rec.record(name, _split(y[index][0], heads, d_head))
     return record
 
 
 def _input(name: str, heads: int = 0, d_head: int = 0) -> Callable:
     def record(rec: Recorder, x, y) -> None:
-        rec.record(name, _split(x[0], heads, d_head))
+        rec.record(name, _split(x[0][0], heads, d_head))
+    return record
+
+
+def _argument(name: str, position: int, keyword: str) -> Callable:
+    """A module's input other than the hidden states, passed at `position` or by name."""
+    def record(rec: Recorder, x, y) -> None:
+        rec.record(name, (x[position] if len(x) > position else x.kwargs[keyword])[0])
+    return record
+
+
+def _flat_output(name: str, index: int = 0) -> Callable:
+    """A module that sees the tokens flattened ([tokens, width], a router's): its output as it is."""
+    def record(rec: Recorder, x, y) -> None:
+        rec.record(name, y[index])
     return record
 
 
@@ -112,67 +173,181 @@ def _split(x, heads: int, d_head: int):
     return x.reshape(x.shape[0], heads, d_head) if heads else x
 
 
-def _norm(prefix: str, module: Any) -> list[Hook]:
+def _norm(prefix: str, module: Any, out: str | None = None) -> list[Hook]:
     """TransformerLens's three names of a norm: hook_scale (the divisor), hook_normalized (before the
-    affine) and hook_out (after it). A LayerNorm centres first; an RMSNorm does not."""
+    affine) and hook_out (after it; `out`: the name the engine gives it, "" for none). A LayerNorm centres
+    first; an RMSNorm does not. A norm over each head ([pos, head, d_head]) records a scale per head: [pos, head]."""
     centred = isinstance(module, torch.nn.LayerNorm)
     eps = getattr(module, "variance_epsilon", None) or getattr(module, "eps")
 
     def record(rec: Recorder, x, y) -> None:
-        x = x[0] - x[0].mean(-1, keepdim=True) if centred else x[0]
+        x = x[0][0] - x[0][0].mean(-1, keepdim=True) if centred else x[0][0]
         scale = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
-        rec.record(f"{prefix}.hook_scale", scale)
-        rec.record(f"{prefix}.hook_normalized", x / scale)
-        rec.record(f"{prefix}.hook_out", y[0])
+        rows = x.shape[0]
+        rec.record(f"{prefix}.hook_scale", scale.reshape(rows, -1))
+        rec.record(f"{prefix}.hook_normalized", (x / scale).reshape(rows, -1))
+        if out != "":
+            rec.record(out or f"{prefix}.hook_out", y[0][0].reshape(rows, -1))
     return [(module, "post", record)]
 
 
-def _llama_hooks(model: Any, heads: int, kv_heads: int, d_head: int) -> list[Hook]:
-    base = model.model
-    found = [(base.embed_tokens, "post", _output("hook_embed"))]
-    for index, layer in enumerate(base.layers):
-        b, attn, mlp = f"blocks.{index}.", layer.self_attn, layer.mlp
-        found += [(layer, "pre", _input(b + "hook_resid_pre")), *_norm(b + "ln1", layer.input_layernorm),
-                  (attn.q_proj, "post", _output(b + "attn.hook_q", heads, d_head)),
-                  (attn.k_proj, "post", _output(b + "attn.hook_k", kv_heads, d_head)),
-                  (attn.v_proj, "post", _output(b + "attn.hook_v", kv_heads, d_head)),
-                  (attn.o_proj, "pre", _input(b + "attn.hook_z", heads, d_head)),
-                  (attn.o_proj, "post", _output(b + "hook_attn_out")),
-                  (layer.post_attention_layernorm, "pre", _input(b + "hook_resid_mid")),
-                  *_norm(b + "ln2", layer.post_attention_layernorm),
-                  (mlp.gate_proj, "post", _output(b + "mlp.hook_pre")),
-                  (mlp.up_proj, "post", _output(b + "mlp.hook_pre_linear")),
-                  (mlp.down_proj, "pre", _input(b + "mlp.hook_post")),
-                  (mlp.down_proj, "post", _output(b + "hook_mlp_out")),
-                  (layer, "post", _output(b + "hook_resid_post"))]
-    return found + [*_norm("ln_final", base.norm), (model.lm_head, "post", _output("unembed.hook_out"))]
+# -- a decoder layer ---------------------------------------------------------------------------------------
+def _block_hooks(b: str, layer: Any, config: Any) -> list[Hook]:
+    sandwich = hasattr(layer, "pre_feedforward_layernorm")  # Gemma: a norm after each sublayer too
+    found = [(layer, "pre", _input(b + "hook_resid_pre")),
+             *_norm(b + "ln1", getattr(layer, "input_layernorm", None) or layer.operator_norm)]
+    found += _mixer_hooks(b, layer, config, sandwich)
+    if sandwich:
+        found += [*_norm(b + "ln1_post", layer.post_attention_layernorm, b + "hook_attn_out"),
+                  (layer.pre_feedforward_layernorm, "pre", _input(b + "hook_resid_mid")),
+                  *_norm(b + "ln2", layer.pre_feedforward_layernorm),
+                  *_norm(b + "ln2_post", layer.post_feedforward_layernorm, b + "hook_mlp_out")]
+    else:
+        ln2 = getattr(layer, "post_attention_layernorm", None) or layer.ffn_norm
+        found += [(ln2, "pre", _input(b + "hook_resid_mid")), *_norm(b + "ln2", ln2)]
+    ffn = getattr(layer, "mlp", None) or layer.feed_forward
+    found += _ffn_hooks(b, ffn, b + ("mlp.hook_out" if sandwich else "hook_mlp_out"))
+    if getattr(layer, "per_layer_input_gate", None) is not None:
+        found += _per_layer_input_hooks(b, layer)
+    return found + [(layer, "post", _output(b + "hook_resid_post"))]
 
 
-def _lfm2_hooks(model: Any, heads: int, kv_heads: int, d_head: int) -> list[Hook]:
-    """LFM2's layers: a short conv (its in_proj, C-gated output and out_proj; its conv runs on the conv module's
-    weight, not as a module call) or GQA attention, then the SwiGLU feed_forward (w1 gate, w3 up, w2 down)."""
-    base = model.model
-    found = [(base.embed_tokens, "post", _output("hook_embed"))]
-    for index, layer in enumerate(base.layers):
-        b, ffn = f"blocks.{index}.", layer.feed_forward
-        found += [(layer, "pre", _input(b + "hook_resid_pre")), *_norm(b + "ln1", layer.operator_norm)]
-        if hasattr(layer, "self_attn"):
-            attn = layer.self_attn
-            found += [(attn.q_proj, "post", _output(b + "attn.hook_q", heads, d_head)),
-                      (attn.k_proj, "post", _output(b + "attn.hook_k", kv_heads, d_head)),
-                      (attn.v_proj, "post", _output(b + "attn.hook_v", kv_heads, d_head)),
-                      (attn.out_proj, "pre", _input(b + "attn.hook_z", heads, d_head)),
-                      (attn.out_proj, "post", _output(b + "hook_attn_out"))]
-        else:
-            conv = layer.conv
-            found += [(conv.in_proj, "post", _output(b + "conv.hook_in")),
-                      (conv.out_proj, "pre", _input(b + "conv.hook_y")),
-                      (conv.out_proj, "post", _output(b + "hook_conv_out"))]
-        found += [(layer.ffn_norm, "pre", _input(b + "hook_resid_mid")), *_norm(b + "ln2", layer.ffn_norm),
-                  (ffn.w1, "post", _output(b + "mlp.hook_pre")), (ffn.w3, "post", _output(b + "mlp.hook_pre_linear")),
-                  (ffn.w2, "pre", _input(b + "mlp.hook_post")), (ffn.w2, "post", _output(b + "hook_mlp_out")),
-                  (layer, "post", _output(b + "hook_resid_post"))]
-    return found + [*_norm("ln_final", base.embedding_norm), (model.lm_head, "post", _output("unembed.hook_out"))]
+def _mixer_hooks(b: str, layer: Any, config: Any, sandwich: bool) -> list[Hook]:
+    if hasattr(layer, "linear_attn"):
+        return _deltanet_hooks(b, layer.linear_attn)
+    if hasattr(layer, "conv"):
+        conv = layer.conv
+        return [(conv.in_proj, "post", _output(b + "conv.hook_in")), (conv.out_proj, "pre", _input(b + "conv.hook_y")),
+                (conv.out_proj, "post", _output(b + "hook_conv_out"))]
+    attn = layer.self_attn
+    if hasattr(attn, "kv_a_proj_with_mqa"):
+        return _latent_attention_hooks(b, attn)
+    return _attention_hooks(b, attn, config, b + ("attn.hook_out" if sandwich else "hook_attn_out"))
+
+
+def _attention_hooks(b: str, attn: Any, config: Any, out: str) -> list[Hook]:
+    """Softmax attention: q, k, v per head, the q/k (and v) norms where the model has them, the mix into o_proj.
+    A q_proj twice as wide (Qwen3.5) holds each head's query and its output gate side by side; then what
+    o_proj reads is the gated mix (`hook_gated`), not hook_z."""
+    heads = config.num_attention_heads
+    dh = getattr(attn, "head_dim", None) or config.hidden_size // heads
+    kv = attn.k_proj.out_features // dh if hasattr(attn, "k_proj") else 0  # 0: a KV-shared layer (Gemma 4)
+    gated = attn.q_proj.out_features == 2 * heads * dh
+    o_proj = getattr(attn, "o_proj", None) or attn.out_proj
+    found = [(attn.q_proj, "post", _gated_query(b + "attn.", heads, dh) if gated else
+              _output(b + "attn.hook_q", heads, dh))]
+    if kv:
+        found += [(attn.k_proj, "post", _output(b + "attn.hook_k", kv, dh))]
+    if getattr(attn, "v_proj", None) is not None:
+        found += [(attn.v_proj, "post", _output(b + "attn.hook_v", kv, dh))]
+    for name in ("q", "k"):  # Qwen3 and Gemma call them q_norm / k_norm, LFM2 q_layernorm / k_layernorm
+        norm = getattr(attn, f"{name}_norm", None) or getattr(attn, f"{name}_layernorm", None)
+        if norm is not None:
+            found += _norm(f"{b}attn.{name}_norm", norm, f"{b}attn.hook_{name}_normed")
+    if getattr(attn, "v_norm", None) is not None:
+        found += _norm(b + "attn.v_norm", attn.v_norm, "")  # Gemma 4's, without gain: its output is hook_normalized
+    mixed = _input(b + "attn.hook_gated") if gated else _input(b + "attn.hook_z", heads, dh)
+    return found + [(o_proj, "pre", mixed), (o_proj, "post", _output(out))]
+
+
+def _gated_query(prefix: str, heads: int, dh: int) -> Callable:
+    """Qwen3.5's q_proj: per head [query | gate]; the gate goes through a sigmoid before it multiplies the mix."""
+    def record(rec: Recorder, x, y) -> None:
+        both = y[0][0].reshape(y[0].shape[1], heads, 2 * dh)
+        rec.record(prefix + "hook_q", both[..., :dh])
+        rec.record(prefix + "hook_gate", torch.sigmoid(both[..., dh:]).reshape(both.shape[0], -1))
+    return record
+
+
+def _latent_attention_hooks(b: str, attn: Any) -> list[Hook]:
+    """DeepSeek's MLA: the query (through its low-rank pair where q_lora_rank is set), the compressed latent with
+    the rope key (kv_a_proj_with_mqa), the latent's norm, and the mix of every head into o_proj. Its heads'
+    widths differ, so q is recorded stacked [pos, head·width]. With `rope_interleave` (DeepSeek's own) the rope
+    columns of q and kv_a are on interleaved pairs, which RoPE writes half-split: they are recorded half-split
+    (evens, then odds), as the engine and transformers' cache hold the rotated rope key."""
+    p, nope, rope = b + "attn.", attn.qk_nope_head_dim, attn.qk_rope_head_dim
+    interleaved = getattr(attn.config, "rope_interleave", False)
+    q_starts = [h * (nope + rope) + nope for h in range(attn.num_heads)]
+    query = _rope_half_split(p + "hook_q", q_starts if interleaved else [], rope)
+    found = [(attn.kv_a_proj_with_mqa, "post", _rope_half_split(p + "hook_kv_a", [attn.kv_lora_rank] * interleaved,
+                                                                rope)),
+             *_norm(p + "kv_a_norm", attn.kv_a_layernorm, p + "hook_latent"),
+             (attn.o_proj, "pre", _input(p + "hook_concat")), (attn.o_proj, "post", _output(b + "hook_attn_out"))]
+    if attn.q_proj is not None:
+        return [(attn.q_proj, "post", query), *found]
+    return [(attn.q_a_proj, "post", _output(p + "hook_q_a")),
+            *_norm(p + "q_a_norm", attn.q_a_layernorm, p + "hook_q_a_normed"), (attn.q_b_proj, "post", query), *found]
+
+
+def _rope_half_split(name: str, starts: list[int], rope: int) -> Callable:
+    """A projection's output with the `rope` columns from each of `starts` reordered evens first, then odds."""
+    order = [*range(0, rope, 2), *range(1, rope, 2)]
+
+    def record(rec: Recorder, x, y) -> None:
+        out = y[0][0].clone()
+        for start in starts:
+            out[:, start:start + rope] = y[0][0][:, [start + i for i in order]]
+        rec.record(name, out)
+    return record
+
+
+def _deltanet_hooks(b: str, net: Any) -> list[Hook]:
+    """Qwen3.5's Gated DeltaNet: its four input projections, what the delta rule read for each value head (the
+    gated norm's input, [pos·v_head, d_v] as transformers flattens it), the gated norm and out_proj. The conv
+    and the rule themselves are functions, not modules: their results are seen in the state after the pass."""
+    p = b + "linear_attn."
+
+    def reads(rec: Recorder, x, y) -> None:
+        rec.record(p + "hook_read", x[0].reshape(-1, net.num_v_heads, net.head_v_dim))
+
+    return [*[(getattr(net, f"in_proj_{name}"), "post", _output(p + hook)) for name, hook in
+              (("qkv", "hook_qkv"), ("z", "hook_in_z"), ("b", "hook_in_b"), ("a", "hook_in_a"))],
+            (net.norm, "pre", reads), (net.out_proj, "pre", _input(p + "hook_gated_norm")),
+            (net.out_proj, "post", _output(b + "hook_linear_attn_out"))]
+
+
+# -- the FFN -----------------------------------------------------------------------------------------------
+def _ffn_hooks(b: str, ffn: Any, out: str) -> list[Hook]:
+    router = getattr(ffn, "router", None) or getattr(ffn, "gate", None)
+    if router is None or not hasattr(ffn, "experts"):
+        return _dense_hooks(b + "mlp.", ffn, out)
+    found = [(router, "post", _flat_output(b + "mlp.hook_router_logits")),
+             (router, "post", _flat_output(b + "mlp.hook_topk", 2)), (ffn, "post", _output(b + "hook_mlp_out"))]
+    shared = getattr(ffn, "shared_experts", None)  # DeepSeek's, ungated
+    return found + (_dense_hooks(b + "mlp.shared.", shared, b + "mlp.shared.hook_out") if shared is not None else [])
+
+
+def _dense_hooks(p: str, ffn: Any, out: str) -> list[Hook]:
+    """A gated MLP: gate (hook_pre), up (hook_pre_linear), what down reads (hook_post), down's output (`out`)."""
+    gate, up, down = (ffn.gate_proj, ffn.up_proj, ffn.down_proj) if hasattr(ffn, "gate_proj") else (ffn.w1, ffn.w3,
+                                                                                                      ffn.w2)
+    return [(gate, "post", _output(p + "hook_pre")), (up, "post", _output(p + "hook_pre_linear")),
+            (down, "pre", _input(p + "hook_post")), (down, "post", _output(out))]
+
+
+# -- Gemma 4's per-layer inputs -----------------------------------------------------------------------------
+def _per_layer_embedding_hooks(base: Any) -> list[Hook]:
+    """The packed per-layer table's rows, the residual's projection (scaled, before its norm) and that norm."""
+    table = getattr(base, "embed_tokens_per_layer", None)
+    if table is None:
+        return []
+
+    def projected(rec: Recorder, x, y) -> None:
+        rec.record("hook_per_layer_proj", x[0][0].reshape(x[0].shape[1], -1))
+
+    norm = base.per_layer_projection_norm
+    return [(table, "post", _output("hook_per_layer_embed")), (norm, "pre", projected), *_norm("ln_per_layer", norm)]
+
+
+def _per_layer_input_hooks(b: str, layer: Any) -> list[Hook]:
+    """What a Gemma 4 layer adds after its FFN: its slice of the per-layer inputs, gated by the residual,
+    projected back and normed."""
+    return [(layer, "pre", _argument(b + "hook_per_layer_input", 1, "per_layer_input")),
+            (layer.per_layer_input_gate, "pre", _input(b + "hook_resid_post_mlp")),
+            (layer.per_layer_input_gate, "post", _output(b + "hook_per_layer_gate")),
+            (layer.per_layer_projection, "pre", _input(b + "hook_per_layer_gated")),
+            (layer.per_layer_projection, "post", _output(b + "hook_per_layer_projected")),
+            *_norm(b + "ln3_post", layer.post_per_layer_input_norm, b + "hook_per_layer_out")]
 
 
 def _gpt2_hooks(model: Any, heads: int, d_head: int) -> list[Hook]:
@@ -195,6 +370,6 @@ def _gpt2_hooks(model: Any, heads: int, d_head: int) -> list[Hook]:
 def _qkv(prefix: str, heads: int, d_head: int) -> Callable:
     """GPT-2's fused c_attn: q | k | v along the features."""
     def record(rec: Recorder, x, y) -> None:
-        for name, part in zip("qkv", y[0].split(heads * d_head, dim=-1)):
+        for name, part in zip("qkv", y[0][0].split(heads * d_head, dim=-1)):
             rec.record(f"{prefix}hook_{name}", _split(part, heads, d_head))
     return record

@@ -25,9 +25,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 GGUF_SOURCES = ["tiny-gguf/tiny.gguf", "gguf-mixed-llama/mixed.gguf", "gguf-gemma3/gemma3.gguf",
                 "gguf-mixed-qwen2/mixed.gguf", "gguf-qwen3_5/qwen35-q8_0.gguf", "gguf-lfm2/lfm2.q8_0.gguf",
                 "gguf-gemma4/gemma4-q8_0.gguf", "gguf-deepseek2/model.gguf", "gguf-gpt-oss/model.gguf",
-                "gguf-qwen3moe/model.gguf"]
+                "gguf-qwen3moe/model.gguf", "gguf-qwen3_5_moe/qwen35moe-q8_0.gguf"]
 HF_SOURCES = ["llama", "llama3", "qwen2", "gpt2", "bert", "gemma3", "phi3", "qwen3_5", "lfm2", "gemma4", "deepseek_v3",
-              "gpt_oss", "qwen3_moe", "gpt_oss_mxfp4"]
+              "gpt_oss", "qwen3_moe", "gpt_oss_mxfp4", "qwen3_5_moe"]
 OPTIONS = [["--ids", "1,2"], ["--prompt", "The cat sat"], ["--ids", "0,299"], ["--prompt", "naïve\ncafé 我"]]
 COMMON = ["--max-new-tokens", "2", "--max-memory", "256M"]
 

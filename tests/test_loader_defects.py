@@ -376,6 +376,18 @@ def test_a_qwen35_tensor_whose_tiled_value_heads_cannot_be_undone_is_refused_nam
     assert said.startswith(f"{edited}: blocks.0.linear_attn.w_a: expected ") and "cannot be laid out" in said, said
 
 
+@pytest.mark.parametrize("source", ["gguf-qwen3_5/qwen35-q8_0.gguf", "gguf-qwen3_5_moe/qwen35moe-q8_0.gguf"])
+def test_a_qwen35_per_head_tensor_of_no_dimensions_is_refused_naming_it(tmp_path, source):
+    """Found once qwen35moe joined the fuzzer's sources (qwen35 files had it too): a 0-d ssm_a made putting its
+    value heads back raise an IndexError, reported as an internal error."""
+    def scalar(g):
+        next(t for t in g.tensors if t.name == "blk.1.ssm_a").dims = []
+
+    edited = gguf(tmp_path, scalar, FIXTURES / source)
+    said = refused(edited)
+    assert said.startswith(f"{edited}: blocks.1.linear_attn.A_log: expected 4 ") and "cannot be laid out" in said, said
+
+
 def test_a_deepseek_v3_config_without_head_dim_turns_the_rope_part_by_its_own_width(tmp_path):
     """transformers takes DeepSeek-V3's rotary width from qk_rope_head_dim; the loader took RoPE's frequencies from
     head_dim (else hidden/heads), and without it the run broke mid-pass (2 frequencies broadcast against 3)."""

@@ -37,6 +37,7 @@ is checked against the original weights (≤ 1e-6: the converter's float32 round
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -120,12 +121,15 @@ def _as_float64(function):
     return types.FunctionType(original.__code__, namespace, original.__name__, original.__defaults__)
 
 
-def pure_float64() -> None:
-    from transformers.models.qwen3_5 import modeling_qwen3_5 as module
+def pure_float64(module=None, prefix: str = "Qwen3_5") -> None:
+    """The patches on transformers' Qwen3.5 modelling module (or on `module`, whose classes are named `prefix`…, as
+    make_qwen35moe_fixtures.py's Qwen3_5Moe ones: the same layers)."""
+    if module is None:
+        from transformers.models.qwen3_5 import modeling_qwen3_5 as module
 
-    module.Qwen3_5RMSNorm.forward = gemma_rms_norm  # x / rms(x) · (1 + w), as Gemma's
-    module.Qwen3_5RMSNormGated.forward = _gated_norm
-    module.Qwen3_5TextRotaryEmbedding.forward = _rotary
+    getattr(module, f"{prefix}RMSNorm").forward = gemma_rms_norm  # x / rms(x) · (1 + w), as Gemma's
+    getattr(module, f"{prefix}RMSNormGated").forward = _gated_norm
+    getattr(module, f"{prefix}TextRotaryEmbedding").forward = _rotary
     module.eager_attention_forward = eager_attention(module.repeat_kv)
     module.torch_chunk_gated_delta_rule = functools.partial(_as_float64(module.torch_chunk_gated_delta_rule),
                                                             chunk_size=CHUNK)
@@ -200,8 +204,9 @@ VALUE_HEADS = {"attn_qkv": "v rows", "ssm_conv1d": "v rows", "attn_gate": "rows"
                "ssm_beta": "rows", "ssm_a": "rows", "ssm_dt": "rows", "ssm_out": "columns"}
 
 
-def hf_tensors_of(path: Path, config) -> dict[str, torch.Tensor]:
-    """The GGUF's tensors dequantized by gguf-py, as the Hugging Face tensors they were converted from (float64)."""
+def hf_tensors_of(path: Path, config, names: dict[str, str] = HF_OF_GGUF) -> dict[str, torch.Tensor]:
+    """The GGUF's tensors dequantized by gguf-py, as the Hugging Face tensors they were converted from (float64);
+    `names`: each block tensor's Hugging Face module."""
     import gguf
     from gguf.quants import dequantize
 
@@ -224,21 +229,34 @@ def hf_tensors_of(path: Path, config) -> dict[str, torch.Tensor]:
         if kind == "ssm_conv1d":
             w = w[:, None, :]
         suffix = "" if kind in ("ssm_a", "ssm_dt") else ".weight"
-        found[f"model.layers.{layer}.{HF_OF_GGUF[kind]}{suffix}"] = w
+        found[f"model.layers.{layer}.{names[kind]}{suffix}"] = w
     return {name: torch.tensor(np.ascontiguousarray(w)) for name, w in found.items()}
 
 
 def gguf_reference(path: Path, folder: Path, ids: list[int], original: dict | None = None) -> dict[str, np.ndarray]:
     """transformers' float64 run of the GGUF's dequantized weights (`original`: the weights they must be close to)."""
     import transformers
+
+    with rebuilt_folder(path, transformers.Qwen3_5TextConfig.from_pretrained(folder), hf_tensors_of, original) as rebuilt:
+        model = transformers.Qwen3_5ForCausalLM.from_pretrained(rebuilt, dtype=torch.float64,
+                                                                attn_implementation="eager").eval()
+        rebuild_rotary(model)
+        return run(model, ids)
+
+
+@contextlib.contextmanager
+def rebuilt_folder(path: Path, config, tensors_of, original: dict | None):
+    """A Hugging Face folder of `config` and the GGUF's tensors as `tensors_of(path, config)` gives them (checked
+    against `original` where given), for as long as the block runs."""
     from safetensors.torch import save_file
 
     import gguf
 
-    config = transformers.Qwen3_5TextConfig.from_pretrained(folder)
     # the file's ε is float32 (1e-6 reads 9.99999997e-07), and the gated norm's inputs are small enough to see it
-    config.rms_norm_eps = float(gguf.GGUFReader(path).fields["qwen35.attention.layer_norm_rms_epsilon"].contents())
-    tensors = hf_tensors_of(path, config)
+    fields = gguf.GGUFReader(path).fields
+    arch = fields["general.architecture"].contents()
+    config.rms_norm_eps = float(fields[f"{arch}.attention.layer_norm_rms_epsilon"].contents())
+    tensors = tensors_of(path, config)
     if original is not None:
         assert set(tensors) == set(original), set(tensors) ^ set(original)
         worst = max(float((tensors[k] - original[k].to(torch.float64)).abs().max()) for k in tensors)
@@ -246,10 +264,7 @@ def gguf_reference(path: Path, folder: Path, ids: list[int], original: dict | No
     with tempfile.TemporaryDirectory() as rebuilt:
         (Path(rebuilt) / "config.json").write_text(json.dumps(config.to_dict()))
         save_file(tensors, Path(rebuilt) / "model.safetensors")
-        model = transformers.Qwen3_5ForCausalLM.from_pretrained(rebuilt, dtype=torch.float64,
-                                                                attn_implementation="eager").eval()
-        rebuild_rotary(model)
-        return run(model, ids)
+        yield rebuilt
 
 
 def make_gguf(folder: Path, ids: list[int]) -> None:

@@ -226,6 +226,8 @@ def value_heads_grouped(w: np.ndarray, net, where: str) -> np.ndarray:
     group = net.v_heads // net.k_heads
     if group == 1:
         return w
+    if w.ndim == 0:  # a ValueError, as a reshape of any other wrong shape: the loader names the tensor
+        raise ValueError("a tensor of no dimensions holds no value heads")
     if where == "columns":
         return value_heads_grouped(w.T, net, "rows").T
     if where == "v rows":

@@ -1,5 +1,5 @@
 """GGUF files (llama.cpp's format) of the llama, qwen2, qwen3, gemma2, gemma3, gemma4 (gguf_gemma4), lfm2, qwen35,
-qwen3moe, gpt-oss and deepseek2 (gguf_deepseek.py) architectures.
+qwen35moe, qwen3moe, gpt-oss and deepseek2 (gguf_deepseek.py) architectures.
 
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
@@ -37,10 +37,11 @@ from engine.loading.yarn import mscale, yarn_divisors
 from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
-QWEN35 = "qwen35"
-SPARSE = ("qwen3moe", "gpt-oss")
+QWEN35, QWEN35_MOE = "qwen35", "qwen35moe"  # Qwen3.5's layers; the second's FFNs sparse, with a shared expert
+QWEN35S = (QWEN35, QWEN35_MOE)
+SPARSE = ("qwen3moe", "gpt-oss", QWEN35_MOE)
 ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35, *SPARSE, gguf_deepseek.ARCH)
-OFFSET_NORMS = {*GEMMA, QWEN35}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
+OFFSET_NORMS = {*GEMMA, *QWEN35S}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
 ARCH_TENSORS = {"gpt-oss": {"ln2.w": "post_attention_norm"}}  # where an architecture names a block tensor its own way
 GPT_OSS_SWIGLU = (1.702, 7.0)  # llama.cpp's constants for gpt-oss's clamped SwiGLU (alpha, limit): not in the file
 UNSUPPORTED = {  # metadata (under the architecture) that would change what the model computes, with the value it
@@ -99,27 +100,28 @@ class GGUFModel:
         if f"{arch}.vocab_size" in self.meta:  # llama.cpp counts the tokens instead; a number is all it may be
             self._size(f"{arch}.vocab_size")
         spec = ModelSpec(
-            d_model=d, n_layers=layers, n_heads=heads, d_head=d_head, d_ff=self._size(f"{arch}.feed_forward_length"),
+            d_model=d, n_layers=layers, n_heads=heads, d_head=d_head,
+            d_ff=self._size(f"{arch}.{'expert_' if arch == QWEN35_MOE else ''}feed_forward_length"),  # (no dense FFN)
             norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE, self._epsilon(), affine=True),
             final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
             max_positions=self._count(f"{arch}.context_length"), bias=False,
             biases=("q", "k", "v") if arch == "qwen2" else (),
             tied_unembed="output.weight" not in self.tensors,
             kv_heads=kv_heads, rope_theta=self._number(f"{arch}.rope.freq_base", 10000.0, lowest=1.0),
-            qk_norm=arch in ("qwen3", "gemma3", "lfm2", QWEN35, "qwen3moe"), rope_factors=self._rope_factors(d_head),
+            qk_norm=arch in ("qwen3", "gemma3", "lfm2", *QWEN35S, "qwen3moe"), rope_factors=self._rope_factors(d_head),
             rope_scale=self._rope_scale(), layers=blocks,
         )
-        if arch == QWEN35:
+        spec = self._sparse(spec) if arch in SPARSE else spec
+        if arch in QWEN35S:
             return self._qwen35(spec)
-        if arch in SPARSE:
-            return self._sparse(spec)
         return self._gemma(spec) if arch in GEMMA else spec
 
     def _sparse(self, spec: ModelSpec) -> ModelSpec:
-        """qwen3moe and gpt-oss as llama.cpp runs them: a layer whose file holds a router (ffn_gate_inp) is sparse,
-        its chosen scores renormalised (llama.cpp's norm_w for qwen3moe; gpt-oss's softmax over its top k);
-        gpt-oss adds biases (router, experts, q/k/v/o), attention sinks, the clamped SwiGLU and a sliding window
-        on even layers."""
+        """qwen3moe, qwen35moe and gpt-oss as llama.cpp runs them: a layer whose file holds a router (ffn_gate_inp) is
+        sparse, its chosen scores renormalised (llama.cpp's norm_w for qwen3moe and qwen35moe; gpt-oss's softmax over
+        its top k); qwen35moe adds a shared expert (ffn_*_shexp, `expert_shared_feed_forward_length` wide) under its
+        sigmoid gate (ffn_gate_inp_shexp); gpt-oss adds biases (router, experts, q/k/v/o), attention sinks, the clamped
+        SwiGLU and a sliding window on even layers."""
         arch = self.arch
         for key, allowed in UNSUPPORTED.items():
             if self.meta.get(f"{arch}.{key}", allowed) != allowed:
@@ -129,7 +131,9 @@ class GGUFModel:
             raise self.error(f"{arch}.expert_used_count", f"{used} experts per token, of {experts}")
         sparse = tuple(i for i in range(spec.n_layers) if f"blk.{i}.ffn_gate_inp.weight" in self.tensors)
         gpt_oss = arch == "gpt-oss"
-        moe = MoeSpec(experts, used, self._size(f"{arch}.expert_feed_forward_length"), True, sparse, bias=gpt_oss,
+        shared = f"{arch}.expert_shared_feed_forward_length"
+        moe = MoeSpec(experts, used, self._size(f"{arch}.expert_feed_forward_length"), True, sparse,
+                      self._size(shared) if arch == QWEN35_MOE and shared in self.meta else 0, bias=gpt_oss,
                       clamp=GPT_OSS_SWIGLU if gpt_oss else None)
         if not gpt_oss:
             return replace(spec, moe=moe)
@@ -140,9 +144,10 @@ class GGUFModel:
     def _qwen35(self, spec: ModelSpec) -> ModelSpec:
         """Qwen3.5 as llama.cpp's converter writes it: Gated DeltaNet layers where `attention.recurrent_layers`
         says (else all but every `full_attention_interval`-th), gated attention with partial RoPE, (1 + w) norms."""
-        key = f"{QWEN35}.ssm"
-        if self.meta.get(f"{QWEN35}.nextn_predict_layers", 0):
-            raise self.error(f"{QWEN35}.nextn_predict_layers", "multi-token prediction layers are not supported "
+        arch = self.arch
+        key = f"{arch}.ssm"
+        if self.meta.get(f"{arch}.nextn_predict_layers", 0):
+            raise self.error(f"{arch}.nextn_predict_layers", "multi-token prediction layers are not supported "
                              "(convert with --no-mtp)")
         k_heads, v_heads = self._size(f"{key}.group_count"), self._size(f"{key}.time_step_rank")
         inner = self._size(f"{key}.inner_size")
@@ -151,20 +156,20 @@ class GGUFModel:
                              f"size of {inner}: the value heads must be a multiple of the key heads and divide it")
         net = DeltaNetSpec(k_heads, v_heads, self._size(f"{key}.state_size"), inner // v_heads,
                            self._size(f"{key}.conv_kernel"))
-        recurrent = self.meta.get(f"{QWEN35}.attention.recurrent_layers")
+        recurrent = self.meta.get(f"{arch}.attention.recurrent_layers")
         if recurrent is None:
-            interval = self._size(f"{QWEN35}.full_attention_interval", 4)
+            interval = self._size(f"{arch}.full_attention_interval", 4)
             recurrent = [(i + 1) % interval != 0 for i in range(spec.n_layers)]
         recurrent = recurrent.tolist() if isinstance(recurrent, np.ndarray) else recurrent
         if not isinstance(recurrent, list) or len(recurrent) != spec.n_layers or \
                 not all(isinstance(flag, bool) for flag in recurrent):
-            raise self.error(f"{QWEN35}.attention.recurrent_layers", f"expected {spec.n_layers} true/false, one "
+            raise self.error(f"{arch}.attention.recurrent_layers", f"expected {spec.n_layers} true/false, one "
                              f"per layer, got {recurrent!r}")
-        dims = self._size(f"{QWEN35}.rope.dimension_count", spec.d_head)
+        dims = self._size(f"{arch}.rope.dimension_count", spec.d_head)
         if dims > spec.d_head or dims % 2:
-            raise self.error(f"{QWEN35}.rope.dimension_count", f"expected an even number ≤ {spec.d_head}, got {dims}")
-        blocks = tuple(LayerSpec(mixer=gated_deltanet.NAME, conv_kernel=net.kernel) if linear else LayerSpec()
-                       for linear in recurrent)
+            raise self.error(f"{arch}.rope.dimension_count", f"expected an even number ≤ {spec.d_head}, got {dims}")
+        blocks = tuple(LayerSpec(mixer=gated_deltanet.NAME, ffn=block.ffn, conv_kernel=net.kernel) if linear else
+                       LayerSpec(ffn=block.ffn) for linear, block in zip(recurrent, spec.blocks))
         return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net,
                        rope_dims=dims, layers=blocks)
 
@@ -306,7 +311,7 @@ class GGUFModel:
             w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
         if self.arch in OFFSET_NORMS and kind.endswith("norm") and kind != "ssm_norm":  # stored as 1 + w
             w = w - 1
-        if self.arch == QWEN35:
+        if self.arch in QWEN35S:
             w = self._qwen35_weight(name, w, spec)
         return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
 
@@ -365,7 +370,7 @@ class GGUFModel:
         _, layer, leaf = name.split(".", 2)
         if expert_of(name) is not None:  # mlp.experts.E.w_gate: expert E of the merged ffn_gate_exps
             leaf = f"mlp.experts.{leaf.rsplit('.', 1)[1]}"
-        if self.arch == QWEN35 and leaf == "ln2.w":  # written as the block's post_attention_layernorm
+        if self.arch in QWEN35S and leaf == "ln2.w":  # written as the block's post_attention_layernorm
             return f"blk.{layer}.post_attention_norm.weight"
         tensor = ARCH_TENSORS.get(self.arch, {}).get(leaf) or LAYER_TENSORS[leaf]
         bias = leaf.startswith("attn.b") or leaf.rsplit(".", 1)[-1].startswith("b_")  # mlp.b_router, experts' b_gate

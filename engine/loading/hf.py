@@ -1,5 +1,6 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
-gpt_oss, mistral, phi3, gemma2, gemma3 (text), lfm2 (short-conv and attention layers), deepseek_v3, gpt2 and bert.
+gpt_oss, mistral, phi3, gemma2, gemma3 (text), gemma4 (text), qwen3_5 and qwen3_5_moe (text: Gated DeltaNet and gated
+attention layers; the second with sparse FFNs), lfm2 (short-conv and attention layers), deepseek_v3, gpt2 and bert.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
@@ -29,9 +30,10 @@ from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, MlaSpec, ModelSpec, Mo
 
 MOE = ("qwen2_moe", "qwen3_moe")
 GPT_OSS = "gpt_oss"  # sparse too: its router and experts with biases, a clamped SwiGLU, attention sinks, YaRN
-QWEN35 = "qwen3_5_text"
+QWEN35, QWEN35_MOE = "qwen3_5_text", "qwen3_5_moe_text"  # the second: Qwen3.5's layers, every FFN sparse
+QWEN35S = (QWEN35, QWEN35_MOE)
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "gemma2",
-                "gemma3_text", hf_gemma4.ARCH, QWEN35, "deepseek_v3")  # RoPE, RMSNorm, gated MLP
+                "gemma3_text", hf_gemma4.ARCH, *QWEN35S, "deepseek_v3")  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
@@ -99,7 +101,7 @@ def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
         raise ConfigError(file, key, f"a {d}×{width} query projection has more numbers than the weight files' "
                           f"{nbytes} bytes hold")
     experts = "num_experts" if "num_experts" in config else "num_local_experts"
-    if config["model_type"] in (*MOE, GPT_OSS) and config.get(experts):  # one layer's experts, before their tables
+    if config["model_type"] in (*MOE, GPT_OSS, QWEN35_MOE) and config.get(experts):  # one layer's experts, before their tables
         count, f = _get(config, experts, file), _get(config, _expert_width(config), file)
         if 3 * count * f * d > nbytes:
             raise ConfigError(file, experts, f"{count} experts of {3 * f * d} numbers each are more than the weight "
@@ -147,17 +149,17 @@ def _llama(config: dict, file: Path) -> ModelSpec:
             ("mlp",) if config.get("mlp_bias") else ())
     window, sliding_layers = _sliding(config, file, layers)
     theta, divisors = _rope(config, file, head_dim or d // heads, "full_attention" if arch == "gemma3_text" else None,
-                            partial=arch == QWEN35)
+                            partial=arch in QWEN35S)
     spec = ModelSpec(
-        d_model=d, n_layers=layers, n_heads=heads,
-        d_head=head_dim or d // heads, d_ff=get("intermediate_size"),
+        d_model=d, n_layers=layers, n_heads=heads, d_head=head_dim or d // heads,
+        d_ff=get("moe_intermediate_size" if arch == QWEN35_MOE else "intermediate_size"),  # (it has no dense FFN)
         norm=NormSpec(NormKind.RMSNORM, NormPlacement.PRE, _eps(config, "rms_norm_eps", file, 1e-6), affine=True),
         final_norm=True, ffn=FfnKind.GATED_SILU, positions=Positions.ROPE,
         max_positions=get("max_position_embeddings") if "max_position_embeddings" in config else 0,
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
         kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
-        qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text", QWEN35), sliding_window=window, sliding_layers=sliding_layers,
-        moe=_moe(config, file, layers) if arch in (*MOE, GPT_OSS) else None,
+        qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text", *QWEN35S), sliding_window=window,
+        sliding_layers=sliding_layers, moe=_moe(config, file, layers) if arch in (*MOE, GPT_OSS, QWEN35_MOE) else None,
         attn_sinks=arch == GPT_OSS, rope_scale=_rope_scale(config, file),
     )
     if arch in GEMMA:
@@ -166,7 +168,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         return _deepseek(config, file, spec)
     if config.get("hidden_act", "silu") != "silu":
         raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
-    return _qwen35(config, file, spec) if arch == QWEN35 else spec
+    return _qwen35(config, file, spec) if arch in QWEN35S else spec
 
 
 def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
@@ -198,8 +200,9 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     if factor > 1 or dims < 2 or dims % 2:
         raise ConfigError(file, key, f"{factor} of a {spec.d_head}-wide head is not an even number of features")
     return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net, rope_dims=dims,
-                   layers=tuple(LayerSpec(mixer=mixers[kind], conv_kernel=net.kernel if kind == "linear_attention"
-                                          else None) for kind in types))
+                   layers=tuple(LayerSpec(mixer=mixers[kind], ffn=block.ffn, conv_kernel=net.kernel
+                                          if kind == "linear_attention" else None)
+                                for kind, block in zip(types, spec.blocks)))  # (the FFNs: dense, or on moe's layers)
 
 
 def _lfm2(config: dict, file: Path) -> ModelSpec:
@@ -270,7 +273,9 @@ def _checked_width(width: int, file: Path, key: str) -> int:
 def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
     """Qwen2/3-MoE's sparse FFN: on layer i unless i is in `mlp_only_layers` or (i + 1) is not a multiple of
     `decoder_sparse_step` (transformers' rule); no experts at all is a dense model. Qwen2-MoE adds a shared
-    expert (`shared_expert_intermediate_size`)."""
+    expert (`shared_expert_intermediate_size`). Qwen3.5 MoE has one too, and its router always renormalises the
+    chosen scores on every layer (transformers 5's config has no norm_topk_prob, mlp_only_layers or
+    decoder_sparse_step: written there, they change nothing, so they are not read)."""
     key = "num_experts" if "num_experts" in config else "num_local_experts"  # transformers 5 writes the second
     if config.get(key) == 0:
         return None
@@ -278,20 +283,25 @@ def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
     top_k = _get(config, "num_experts_per_tok", file)
     if top_k > experts:
         raise ConfigError(file, "num_experts_per_tok", f"{top_k} experts per token, of {experts}")
-    gpt_oss = config["model_type"] == GPT_OSS  # a softmax over its top k logits: the chosen scores renormalised
-    norm = config.get("norm_topk_prob", gpt_oss)
+    arch = config["model_type"]
+    gpt_oss = arch == GPT_OSS  # a softmax over its top k logits: the chosen scores renormalised
+    norm = True if arch == QWEN35_MOE else config.get("norm_topk_prob", gpt_oss)
     if not isinstance(norm, bool):
         raise ConfigError(file, "norm_topk_prob", f"expected true or false, got {norm!r}")
-    step = _get(config, "decoder_sparse_step", file, 1)
-    dense = config.get("mlp_only_layers") or []
-    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
-        raise ConfigError(file, "mlp_only_layers", f"expected a list of layer numbers, got {dense!r}")
-    sparse = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
-    shared = _get(config, "shared_expert_intermediate_size", file) if config["model_type"] == "qwen2_moe" else 0
+    sparse = tuple(range(layers)) if arch == QWEN35_MOE else _sparse_layers(config, file, layers)
+    shared = _get(config, "shared_expert_intermediate_size", file) if arch in ("qwen2_moe", QWEN35_MOE) else 0
     clamp = tuple(_positive(config, key, file, default) for key, default in (("swiglu_alpha", 1.702),
                                                                              ("swiglu_limit", 7.0)))
     return MoeSpec(experts, top_k, _get(config, _expert_width(config), file), norm, sparse, shared, bias=gpt_oss,
                    clamp=clamp if gpt_oss else None)
+
+
+def _sparse_layers(config: dict, file: Path, layers: int) -> tuple[int, ...]:
+    step = _get(config, "decoder_sparse_step", file, 1)
+    dense = config.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
+        raise ConfigError(file, "mlp_only_layers", f"expected a list of layer numbers, got {dense!r}")
+    return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
 
 
 def _expert_width(config: dict) -> str:
@@ -707,7 +717,7 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
     if leaf in gated_deltanet.HF_RAW:
         found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
         return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
-    if arch == QWEN35 and leaf in ("wq", "wgate"):  # q_proj: each head's query rows, then its gate's
+    if arch in QWEN35S and leaf in ("wq", "wgate"):  # q_proj: each head's query rows, then its gate's
         rows = get(f"{base}.self_attn.q_proj.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
         return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
     if leaf in ("q_norm.w", "k_norm.w"):

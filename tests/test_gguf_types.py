@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType as T
 
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_file import GGUFFile
-from engine.loading import gguf_model
+from engine.loading import gguf_blocks
 from engine.loading.gguf_model import GGUFModel, dequantizable
 
 SHAPE = (3, 512)  # 512: a whole number of blocks of every type
@@ -63,7 +63,7 @@ def test_the_table_matches_gguf_pys_reader(every_type):
 @pytest.mark.parametrize("rows_at_a_time", [None, 1])
 def test_each_type_reads_as_gguf_py_dequantizes_it(every_type, kind, dtype, rows_at_a_time, monkeypatch):
     if rows_at_a_time:  # the tensor read in several chunks of rows
-        monkeypatch.setattr(gguf_model, "CHUNK", rows_at_a_time * SHAPE[1])
+        monkeypatch.setattr(gguf_blocks, "CHUNK", rows_at_a_time * SHAPE[1])
     read = GGUFModel(every_type).dequantized(kind.name, dtype)
     expected = gguf.quants.dequantize(raw_bytes(kind), kind)
     assert read.dtype == dtype and read.shape == SHAPE

@@ -10,8 +10,11 @@ dequantized values only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
+import gguf.quants
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
@@ -147,3 +150,29 @@ def block_of(name: str, kind: GGMLQuantizationType, rows: np.ndarray, row: int, 
         return block
     fields, codes, scale, offset, sub = decode(raw)
     return Block(name, kind.name, row, number * size, col % size, values, fields, codes, scale, offset, sub)
+
+
+# values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are
+# reused, where at 1 << 20 each chunk's were mapped and faulted in afresh (1.5M page faults for the 0.5B file)
+CHUNK = 1 << 15
+
+
+def dequantize_into(rows: np.ndarray, kind: GGMLQuantizationType, out: np.ndarray) -> np.ndarray:
+    """gguf-py's dequantization of uint8 `rows` of `kind`, a chunk of rows at a time, written into `out` (as many
+    values as the rows hold, in their order; also the Hugging Face folders' MXFP4 experts, repacked: hf_mxfp4.py)."""
+    flat = out.reshape(len(rows), -1)
+    step, dequantize_rows = max(1, CHUNK // flat.shape[1]), rows_dequantizer(kind)
+    for start in range(0, len(rows), step):
+        flat[start:start + step] = dequantize_rows(rows[start:start + step])
+    return out
+
+
+def rows_dequantizer(kind: GGMLQuantizationType) -> Callable[[np.ndarray], np.ndarray]:
+    """gguf-py's dequantization of whole uint8 rows of `kind`. Its `dequantize` cuts every call into
+    groups of 16 rows and copies them together; its per-type `dequantize_rows` on a chunk of rows gives
+    the same values at about half the cost (the 0.5B GGUF: 1.2 s against 2.3 s)."""
+    quant = getattr(gguf.quants, kind.name, None)
+    if quant is None or not hasattr(quant, "dequantize_rows"):  # F32 and F16, which dequantize views or casts
+        return partial(dequantize, qtype=kind)
+    quant.init_grid()  # the IQ types' lookup tables, built once
+    return quant.dequantize_rows

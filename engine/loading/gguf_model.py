@@ -19,10 +19,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 
-import gguf.quants
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
@@ -30,7 +29,7 @@ from gguf.quants import dequantize
 from engine.layers import gated_deltanet, gguf_tensors, per_layer_input
 from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.loading.document import ScenarioError
-from engine.loading.gguf_blocks import Block, block_of
+from engine.loading.gguf_blocks import Block, block_of, dequantize_into
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
 from engine.loading.yarn import mscale, yarn_divisors
@@ -50,9 +49,6 @@ UNSUPPORTED = {  # metadata (under the architecture) that would change what the 
 LAYER_TENSORS = {"ln1.w": "attn_norm", "ln2.w": "ffn_norm", "ln1_post.w": "post_attention_norm",
                  "ln2_post.w": "post_ffw_norm", **gguf_tensors(),
                  **per_layer_input.GGUF_BLOCK}  # the block's norms, its kinds', Gemma 4's block tail's
-# values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are
-# reused, where at 1 << 20 each chunk's were mapped and faulted in afresh (1.5M page faults for the 0.5B file)
-CHUNK = 1 << 15
 Getter = Callable[[str], np.ndarray]
 
 
@@ -411,27 +407,6 @@ class GGUFModel:
         if info.kind is GGMLQuantizationType.F32 and np.dtype(dtype) == np.float32:
             return raw.view(np.float32).reshape(shape)
         return dequantize_into(raw.reshape(-1, raw.shape[-1]), info.kind, np.empty(shape, dtype=dtype))
-
-
-def dequantize_into(rows: np.ndarray, kind: GGMLQuantizationType, out: np.ndarray) -> np.ndarray:
-    """gguf-py's dequantization of uint8 `rows` of `kind`, a chunk of rows at a time, written into `out` (as many
-    values as the rows hold, in their order; also the Hugging Face folders' MXFP4 experts, repacked: hf_mxfp4.py)."""
-    flat = out.reshape(len(rows), -1)
-    step, dequantize_rows = max(1, CHUNK // flat.shape[1]), rows_dequantizer(kind)
-    for start in range(0, len(rows), step):
-        flat[start:start + step] = dequantize_rows(rows[start:start + step])
-    return out
-
-
-def rows_dequantizer(kind: GGMLQuantizationType) -> Callable[[np.ndarray], np.ndarray]:
-    """gguf-py's dequantization of whole uint8 rows of `kind`. Its `dequantize` cuts every call into
-    groups of 16 rows and copies them together; its per-type `dequantize_rows` on a chunk of rows gives
-    the same values at about half the cost (the 0.5B GGUF: 1.2 s against 2.3 s)."""
-    quant = getattr(gguf.quants, kind.name, None)
-    if quant is None or not hasattr(quant, "dequantize_rows"):  # F32 and F16, which dequantize views or casts
-        return partial(dequantize, qtype=kind)
-    quant.init_grid()  # the IQ types' lookup tables, built once
-    return quant.dequantize_rows
 
 
 @dataclass(frozen=True)

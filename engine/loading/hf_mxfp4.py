@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType
 
 from engine.loading.document import ScenarioError
 from engine.parameters import format_shape
@@ -60,7 +59,9 @@ class Packed:
 
     def load(self, key: str, expert: int | None) -> np.ndarray:
         """One expert's (or every expert's) matrix, dequantized to float32 (MXFP4 values are exact in it)."""
-        from engine.loading.gguf_model import dequantize_into  # (gguf_model → gguf_deepseek → hf imports this module)
+        from gguf import GGMLQuantizationType  # here: opening a scenario file loads no checkpoint library
+
+        from engine.loading.gguf_blocks import dequantize_into
 
         if self._last is not None and self._last[0] == (key, expert):
             return self._last[1]

@@ -3,8 +3,12 @@ integer codes beside the dequantized values around the asked-for one (shared by 
 
 from __future__ import annotations
 
-from engine.loading.gguf_blocks import Block
+from typing import TYPE_CHECKING
+
 from tinyllm_tui.presentation.numbers import format_number
+
+if TYPE_CHECKING:  # a type only: the TUI's start loads no checkpoint library
+    from engine.loading.gguf_blocks import Block
 
 SHOWN = 8  # values of the block shown around the cursor's: a block holds up to 256
 

@@ -13,7 +13,9 @@ with the float64 reference as closely as the engine's own float32 run does, over
 with the same experts chosen for every token: that checks every conversion (q/k rows back from llama.cpp's pairs
 where the converter permuted them — llama — and left alone where it did not — Qwen, gpt-oss —, the q/k norms, the
 transposed V cache, the scores' scale, causal and sliding mask, gpt-oss's sink column, the biases, the experts'
-weights). The quantized files themselves drift from their first quantized matrix product on."""
+weights). The quantized files themselves drift from their first quantized matrix product on, choosing the same
+experts; a router row made a near copy of another (a tie of ~1e-9) is where llama.cpp's float32 first routes
+otherwise, and the report names that token."""
 
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (an o
 import gguf  # noqa: E402
 
 from engine import Session, make_backend, to_host  # noqa: E402
-from engine.compare.llama_cpp import compare_with_llama_cpp  # noqa: E402
-from engine.layout import Passes  # noqa: E402
+from engine.compare.llama_cpp import compare_with_llama_cpp, llama_cpp_dump  # noqa: E402
+from engine.layout import Passes, parse_key  # noqa: E402
 from engine.loading import open_model  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -46,8 +48,8 @@ MOE = {"blocks.1.mlp.hook_router_logits", "blocks.1.mlp.hook_topk", "blocks.1.ml
 CACHED = {"hook_rot_k": "cache_k", "hook_v": "cache_v"}  # what each cache holds
 
 
-def float32_copy(source: Path, target: Path) -> Path:
-    """The same GGUF (metadata copied field by field) with every tensor dequantized to float32."""
+def float32_copy(source: Path, target: Path, change=lambda name, values: values) -> Path:
+    """The same GGUF (metadata copied field by field) with every tensor dequantized to float32 (and `change`d)."""
     reader = gguf.GGUFReader(str(source))
     writer = gguf.GGUFWriter(str(target), reader.fields["general.architecture"].contents())
     for name, field in reader.fields.items():
@@ -56,7 +58,7 @@ def float32_copy(source: Path, target: Path) -> Path:
                                  sub_type=field.types[1] if len(field.types) > 1 else None)
     for tensor in reader.tensors:
         values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
-        writer.add_tensor(tensor.name, np.ascontiguousarray(values, dtype=np.float32))
+        writer.add_tensor(tensor.name, change(tensor.name, np.array(values, dtype=np.float32)))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -122,6 +124,34 @@ def test_llama_cpp_chooses_the_same_experts_for_every_token_of_every_pass(arch, 
         chosen = [op for op in report.ops if op.key.name.endswith("hook_topk")]
         assert report.flip is None and len(chosen) == 3 * len({op.key.name for op in chosen}) >= 6
         assert all(op.agrees and op.max_abs == 0 and op.dtype == "int32" for op in chosen)
+
+
+def tied(name: str, values: np.ndarray) -> np.ndarray:
+    """Layer 1's router row of expert 1 made expert 0's, its first weight one float32 step up: every token's two
+    logits differ by that step times one input, ~1e-9, which float64 resolves and float32 sums cannot."""
+    if name == "blk.1.ffn_gate_inp.weight":
+        values[1] = values[0]
+        values[1, 0] = np.nextafter(values[0, 0], np.float32(np.inf))
+    return values
+
+
+def test_a_near_tie_in_the_router_is_reported_as_llama_cpps_first_routing_flip(tmp_path):
+    path = float32_copy(FILES["qwen3moe"], tmp_path / "tie.gguf", tied)
+    scenario = open_model(path, ids=IDS, max_new_tokens=3)
+    report = compare_with_llama_cpp(scenario, path, float32_cache=True)
+    session = Session(scenario, make_backend("numpy", "float64"))
+    passes = Passes(scenario)
+    ours = {passes.key(s).pass_: to_host(s.values) for s in session.steps() if s.name == "blocks.1.mlp.hook_topk"}
+    dump = llama_cpp_dump(path, IDS, list(session.results[0].generated[:-1]), float32_cache=True)
+    differ = [(pass_, t) for pass_ in ("prefill", "decode.1", "decode.2") for t in range(len(ours[pass_]))
+              if set(ours[pass_][t]) != set(dump.get(parse_key(f"{pass_}.blocks.1.mlp.hook_topk"))[t].tolist())]
+    flip = report.flip
+    assert differ and (flip.key.pass_, flip.layer) == (differ[0][0], 1)  # the first token chosen otherwise
+    round_ = int(flip.key.pass_.split(".")[1]) if flip.key.pass_ != "prefill" else 0
+    position = differ[0][1] + (len(IDS) + round_ - 1 if round_ else 0)
+    assert int(flip.token.split(" · ")[0]) == position
+    assert set(flip.ours) ^ set(flip.theirs) == {0, 1} and 0 < flip.margin < 1e-8 and flip.other == "llama.cpp"
+    assert report.lines()[1].startswith(f"first routing flip: {flip.key.pass_} · layer 1 · token {position}")
 
 
 def test_the_quantized_gguf_drifts_from_its_first_quantized_matrix_product():

@@ -464,8 +464,9 @@ def _yarn_divisors(read: _Reader, theta: float, d_head: int) -> tuple[float, ...
 
 
 def _yarn_scale(read: _Reader) -> float:
-    """YaRN's attention factor: given, or from factor (DeepSeek: with mscale and mscale_all_dim)."""
-    if "attention_factor" in read.table:
+    """YaRN's attention factor: given, or (missing or null, as transformers reads it) from factor (DeepSeek: with
+    mscale and mscale_all_dim)."""
+    if read.table.get("attention_factor") is not None:
         return read("attention_factor")
     if read.table.get("mscale") and read.table.get("mscale_all_dim"):
         return mscale(read("factor"), read("mscale")) / mscale(read("factor"), read("mscale_all_dim"))

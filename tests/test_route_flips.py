@@ -169,8 +169,8 @@ class _Ggml:
     def ggml_get_name(self, tensor):
         return self.tensors[tensor][0].encode()
 
-    def ggml_op_desc(self, tensor):
-        return b"NONE"
+    def ggml_op_desc(self, tensor):  # the operator that made it, as llama.cpp's graph has it
+        return b"SOFT_MAX" if self.tensors[tensor][0].startswith("ffn_moe_probs") else b"NONE"
 
     def ggml_nbytes(self, tensor):
         _, head, _ = self.tensors[tensor]
@@ -184,10 +184,10 @@ def test_llama_cpps_ffn_moe_topk_tensors_give_its_choices_and_name_the_first_fli
     """llama-cpp-python is not installed here (building it needs llama.cpp's C++ build): the collector that
     `check --against-llama-cpp` runs is fed constructed graph tensors instead — transformers' float32 router
     logits, softmax and chosen experts (int32, a view of the argsort's first k columns) as `ffn_moe_*-L`."""
-    from engine.compare.llama_cpp import _Collector, collected
+    from engine.compare.llama_cpp import Geometry, _Collector, collected
 
     ggml, dump = _Ggml(), np.load(DUMP)
-    collector = _Collector(ggml, 4, 2, 8)
+    collector = _Collector(ggml, Geometry(4, 2, 8, pairs=False))
     past = 0
     for round_ in range(len(REF["greedy_ids"])):
         pass_ = "prefill" if round_ == 0 else f"decode.{round_}"

@@ -43,6 +43,9 @@ CONVERT = """
 import sys
 import conversion.base as base
 base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+def no_sentencepiece(self):  # what Qwen2's set_vocab meets without a tokenizer.model (refenv has no sentencepiece)
+    raise FileNotFoundError("tokenizer.model")
+base.TextModel._set_vocab_sentencepiece = no_sentencepiece
 import convert_hf_to_gguf
 sys.argv = ["convert_hf_to_gguf.py", sys.argv[1], "--outtype", "f32", "--outfile", sys.argv[2]]
 convert_hf_to_gguf.main()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine.causes import CausedError
 from engine.backend import to_host
 from engine.layers.moe_ffn import route
 from engine.trace import OpKind, OpState
@@ -33,8 +34,15 @@ FIELDS = ("phase", "round", "request", "layer", "head")
 MASKED_KINDS = ("scores", "filter")  # −∞ there is a mask, not an overflow
 
 
-class BreakpointError(ValueError):
+class BreakpointError(CausedError):
     """A breakpoint text that cannot be understood."""
+
+    TEXTS = {"breakpoint.empty": "breakpoint {text!r}: empty condition",
+             "breakpoint.expert": "breakpoint {text!r}: {value!r} is not an expert's number",
+             "breakpoint.field": "breakpoint {text!r}: unknown field {field!r} (expected {fields})",
+             "breakpoint.part": "breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({kinds}), "
+                                "a field=value, nan, inf, abs>N, expert=E or route_margin<N",
+             "breakpoint.number": "breakpoint {text!r}: {value!r} is not a number"}
 
 
 Condition = Callable[[OpState], bool]
@@ -53,7 +61,7 @@ class Breakpoint:
 def parse_breakpoint(text: str) -> Breakpoint:
     parts = [part.strip() for part in text.split("&")]
     if not all(parts):
-        raise BreakpointError(f"breakpoint {text!r}: empty condition")
+        raise BreakpointError("breakpoint.empty", text=text)
     names = tuple(part for part in parts if _is_name(part))
     return Breakpoint(text, tuple(_condition(part, text) for part in parts), names)
 
@@ -74,7 +82,7 @@ def misnamed(breakpoint: Breakpoint, operators: Iterable[OpState]) -> list[tuple
 def _condition(part: str, text: str) -> Condition:
     if match := re.fullmatch(r"expert=(.*)", part):
         if not match.group(1).isdigit():
-            raise BreakpointError(f"breakpoint {text!r}: {match.group(1)!r} is not an expert's number")
+            raise BreakpointError("breakpoint.expert", text=text, value=match.group(1))
         expert = int(match.group(1))
         return lambda s: (chosen := route(s.op)) is not None and bool((chosen.chosen == expert).any())
     if match := re.fullmatch(r"route_margin<(.+)", part):
@@ -83,7 +91,7 @@ def _condition(part: str, text: str) -> Condition:
     if match := re.fullmatch(r"(\w+)=(\w+)", part):
         field, value = match.groups()
         if field not in FIELDS:
-            raise BreakpointError(f"breakpoint {text!r}: unknown field {field!r} (expected {', '.join(FIELDS)})")
+            raise BreakpointError("breakpoint.field", text=text, field=field, fields=", ".join(FIELDS))
         return lambda s: str(getattr(s, field)) == value
     if match := re.fullmatch(r"abs>(.+)", part):
         threshold = _number(match.group(1), text)
@@ -96,17 +104,14 @@ def _condition(part: str, text: str) -> Condition:
         return lambda s: s.kind == part
     if _is_name(part):
         return lambda s: name_matches(s, part)
-    raise BreakpointError(
-        f"breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({', '.join(KINDS)}), "
-        f"a field=value, nan, inf, abs>N, expert=E or route_margin<N"
-    )
+    raise BreakpointError("breakpoint.part", text=text, part=part, kinds=", ".join(KINDS))
 
 
 def _number(text: str, breakpoint: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise BreakpointError(f"breakpoint {breakpoint!r}: {text!r} is not a number") from None
+        raise BreakpointError("breakpoint.number", text=breakpoint, value=text) from None
 
 
 def short_name(state: OpState) -> str:

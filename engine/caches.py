@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-import ml_dtypes
 import numpy as np
 from array_api_compat import array_namespace
 
@@ -464,6 +463,8 @@ def quantize(x: np.ndarray, kind: Quantize, axis: ScaleAxis, head_width: int) ->
     if kind is Quantize.INT8:
         codes = np.clip(np.rint(scaled), -127, 127).astype(np.int8)
     else:
+        import ml_dtypes  # only a float8 cache needs it: not loaded with every session
+
         codes = scaled.astype(ml_dtypes.float8_e4m3fn if kind is Quantize.FLOAT8_E4M3 else ml_dtypes.float8_e5m2)
     t = x.shape[0]
     scale = np.broadcast_to(scale, (*groups.shape[:2], 1)).reshape(groups.shape[0], -1)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from engine.causes import CausedError
 from engine import layers
 from engine.layers import gated_deltanet, moe_ffn
 from engine.hooks import Hook
@@ -39,13 +40,38 @@ _ABLATION = re.compile(r"^(?P<hook>[A-Za-z_][\w.]*?)\s+head\s+(?P<head>\d+)(?P<w
 _EXPERT = re.compile(r"^blocks\.(?P<layer>\d+)\.mlp\s+expert\s+(?P<expert>\d+)(?P<where>(?:\s+@\S+)*)\s*$")
 
 
-class InterventionError(ValueError):
+class InterventionError(CausedError):
     """A malformed or impossible intervention; the message names it and what is wrong.
 
     `intervention` is the one that failed, when it failed while a run applied it (it may fit every round
     but a later one: a row of the wrong width for a longer cache, a request with no such pass)."""
 
     intervention: Intervention | None = None
+    TEXTS = {"intervention.syntax": "{text!r}: expected HOOK[ROWS,COLS]=VALUE, e.g. 'blocks.0.hook_resid_post[2,:]=0'",
+             "intervention.ablation": "{text!r}: expected 'blocks.L.attn head H' or 'blocks.L.mlp expert E'",
+             "intervention.empty_span": "{text!r}: the {what}s {span} are empty",
+             "intervention.index": "{text!r}: expected {what} as a whole number ≥ 0 or ':', got {value!r}",
+             "intervention.number": "{text!r}: expected a number, [numbers] or from:REQUEST, got {value!r}",
+             "intervention.row_end": "{text!r}: a row of numbers ends with ']'",
+             "intervention.where": "{text!r}: expected @prefill, @decode.N or @request.N, got {word!r}",
+             "intervention.layers": "{text!r}: the model has layers 0–{last}",
+             "intervention.name_head": "{text!r}: {hook} has one operator per head: name it, e.g. '{hook} head 0'",
+             "intervention.not_per_head": "{text!r}: {hook} is not a per-head hook ({hooks} are)",
+             "intervention.heads": "{text!r}: the model has heads 0–{last}",
+             "intervention.requests": "{text!r}: {name} {index}: the scenario has requests 0–{last}",
+             "intervention.no_experts": "{text!r}: layer {layer}'s FFN has no experts (the sparse layers are {sparse})",
+             "intervention.no_sparse": "{text!r}: layer {layer}'s FFN has no experts (the model has none)",
+             "intervention.route": "{text!r}: a route is set to expert numbers 0–{last}",
+             "intervention.no_operator": "{text!r}: no operator {hook} runs in this model",
+             "intervention.no_operator.near": "{text!r}: no operator {hook} runs in this model "
+                                              "(the model has {near}, …)",
+             "intervention.row_width": "{text!r}: {count} numbers for {columns} columns",
+             "intervention.patch_rows": "{text!r}: request {request} has no positions {first}–{last} at {at}",
+             "intervention.patch_shape": "{text!r}: request {request}'s value is {theirs} at {at}, this one {ours}",
+             "intervention.patch_pass": "{text!r}: request {request} has no {at} (chunk {chunk}) to patch from",
+             "intervention.expert_patch": "{text!r}: an expert's rows are the tokens routed to it, which differ "
+                                          "between requests: patch its input or the layer's output instead",
+             "intervention.columns": "{text!r}: {hook} has columns 0–{last}"}
 
 
 class Action(StrEnum):
@@ -108,7 +134,7 @@ def parse_intervention(text: str) -> Intervention:
     ` @request.N`; VALUE is a number, `[n, n, …]` or `from:REQUEST`."""
     match = _SPEC.match(text.strip())
     if not match:
-        raise InterventionError(f"{text!r}: expected HOOK[ROWS,COLS]=VALUE, e.g. 'blocks.0.hook_resid_post[2,:]=0'")
+        raise InterventionError("intervention.syntax", text=text)
     hook, value, op = match["hook"], match["value"].strip(), match["op"]
     rows = _span(match["rows"], text, "row") if match["rows"] is not None else (None, None)
     cols = _span(match["cols"], text, "column") if match["cols"] is not None else (None, None)
@@ -138,7 +164,7 @@ def parse_ablation(text: str) -> Intervention:
                             cols=(column, column + 1), when=when, request=request)
     match = _ABLATION.match(text.strip())
     if not match:
-        raise InterventionError(f"{text!r}: expected 'blocks.L.attn head H' or 'blocks.L.mlp expert E'")
+        raise InterventionError("intervention.ablation", text=text)
     hook = match["hook"]
     hook = f"{hook}.hook_z" if re.fullmatch(r"blocks\.\d+\.attn", hook) else hook
     hook = f"{hook}.{gated_deltanet.READ}" if re.fullmatch(r"blocks\.\d+\.linear_attn", hook) else hook
@@ -160,7 +186,7 @@ def _span(text: str, spec: str, what: str) -> Span:
         start, stop = (part.strip() for part in text.split(":", 1))
         span = (_index(start, spec, what) if start else None, _index(stop, spec, what) if stop else None)
         if None not in span and span[1] <= span[0]:
-            raise InterventionError(f"{spec!r}: the {what}s {text} are empty")
+            raise InterventionError("intervention.empty_span", text=spec, what=what, span=text)
         return span
     index = _index(text, spec, what)
     return index, index + 1
@@ -168,7 +194,7 @@ def _span(text: str, spec: str, what: str) -> Span:
 
 def _index(text: str, spec: str, what: str) -> int:
     if not text.strip().isdigit():
-        raise InterventionError(f"{spec!r}: expected {what} as a whole number ≥ 0 or ':', got {text.strip()!r}")
+        raise InterventionError("intervention.index", text=spec, what=what, value=text.strip())
     return int(text)
 
 
@@ -176,12 +202,12 @@ def _number(text: str, spec: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise InterventionError(f"{spec!r}: expected a number, [numbers] or from:REQUEST, got {text!r}") from None
+        raise InterventionError("intervention.number", text=spec, value=text) from None
 
 
 def _row(text: str, spec: str) -> tuple[float, ...]:
     if not text.endswith("]"):
-        raise InterventionError(f"{spec!r}: a row of numbers ends with ']'")
+        raise InterventionError("intervention.row_end", text=spec)
     return tuple(_number(part, spec) for part in text[1:-1].split(",") if part.strip())
 
 
@@ -193,7 +219,7 @@ def _where(text: str, spec: str) -> tuple[str | None, int | None]:
         elif re.fullmatch(r"@request\.\d+", word):
             request = int(word.split(".")[1])
         else:
-            raise InterventionError(f"{spec!r}: expected @prefill, @decode.N or @request.N, got {word!r}")
+            raise InterventionError("intervention.where", text=spec, word=word)
     return when, request
 
 
@@ -214,33 +240,35 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
         _check_width(spec, width)
     site = Hook.parse(spec.hook)
     if site.layer is not None and site.layer >= model.n_layers:
-        raise InterventionError(f"{text!r}: the model has layers 0–{model.n_layers - 1}")
+        raise InterventionError("intervention.layers", text=text, last=model.n_layers - 1)
     if site.module == moe_ffn.MODULE and site.name in moe_ffn.ROUTING:
         _check_route(spec, site.layer, model)
     head_hooks = layers.per_head_hooks()
     per_head = site.name in head_hooks
     if per_head and spec.head is None:
-        raise InterventionError(f"{text!r}: {spec.hook} has one operator per head: name it, e.g. '{spec.hook} head 0'")
+        raise InterventionError("intervention.name_head", text=text, hook=spec.hook)
     if not per_head and spec.head is not None:
-        raise InterventionError(f"{text!r}: {spec.hook} is not a per-head hook ({', '.join(head_hooks)} are)")
+        raise InterventionError("intervention.not_per_head", text=text, hook=spec.hook, hooks=", ".join(head_hooks))
     if spec.head is not None and spec.head >= model.n_heads:
-        raise InterventionError(f"{text!r}: the model has heads 0–{model.n_heads - 1}")
+        raise InterventionError("intervention.heads", text=text, last=model.n_heads - 1)
     for index, name in ((spec.request, "request"), (spec.value if spec.action is Action.PATCH else None, "from:")):
         if index is not None and index >= requests:
-            raise InterventionError(f"{text!r}: {name} {index}: the scenario has requests 0–{requests - 1}")
+            raise InterventionError("intervention.requests", text=text, name=name, index=index, last=requests - 1)
 
 
 def _check_route(spec: Intervention, layer: int | None, model) -> None:
     """A mixture of experts' routing hooks exist on its sparse layers only, and a forced route names experts."""
     sparse = [i for i, block in enumerate(model.blocks) if block.ffn == moe_ffn.NAME]
     if layer not in sparse:
-        where = f"the sparse layers are {', '.join(map(str, sparse))}" if sparse else "the model has none"
-        raise InterventionError(f"{spec.text!r}: layer {layer}'s FFN has no experts ({where})")
+        if not sparse:
+            raise InterventionError("intervention.no_sparse", text=spec.text, layer=layer)
+        raise InterventionError("intervention.no_experts", text=spec.text, layer=layer,
+                                sparse=", ".join(map(str, sparse)))
     if Hook.parse(spec.hook).name != moe_ffn.TOPK or spec.action is Action.PATCH:
         return
     values = spec.value if isinstance(spec.value, tuple) else (spec.value,)
     if spec.action is Action.SCALE or not all(v == int(v) and 0 <= v < model.moe.n_experts for v in values):
-        raise InterventionError(f"{spec.text!r}: a route is set to expert numbers 0–{model.moe.n_experts - 1}")
+        raise InterventionError("intervention.route", text=spec.text, last=model.moe.n_experts - 1)
 
 
 def routed_expert(intervention: Intervention) -> tuple[int, int] | None:
@@ -259,8 +287,10 @@ def check_operator(intervention: Intervention, hooks) -> None:
     wanted = Hook.parse(intervention.hook)
     if wanted.at(intervention.head) not in hooks:
         near = sorted({site.hook.text for site in hooks if site.hook.name == wanted.name})
-        hint = f" (the model has {near[0]}, …)" if near else ""
-        raise InterventionError(f"{intervention.text!r}: no operator {intervention.hook} runs in this model{hint}")
+        if near:
+            raise InterventionError("intervention.no_operator.near", text=intervention.text, hook=intervention.hook,
+                                    near=near[0])
+        raise InterventionError("intervention.no_operator", text=intervention.text, hook=intervention.hook)
 
 
 def _check_width(spec: Intervention, width: int) -> None:
@@ -271,7 +301,7 @@ def _check_width(spec: Intervention, width: int) -> None:
 
 def _check_row(spec: Intervention, columns: int) -> None:
     if len(spec.value) != columns:
-        raise InterventionError(f"{spec.text!r}: {len(spec.value)} numbers for {columns} columns")
+        raise InterventionError("intervention.row_width", text=spec.text, count=len(spec.value), columns=columns)
 
 
 # -- applying --------------------------------------------------------------------------------------
@@ -337,12 +367,13 @@ class Patcher:
         source_first, values = self._source(spec, at)
         start, stop = first + rows.start - source_first, first + rows.stop - source_first
         if start < 0 or stop > values.shape[0]:
-            raise InterventionError(f"{spec.text!r}: request {spec.value} has no positions {first + rows.start}–"
-                                    f"{first + rows.stop - 1} at {pass_name(at[0])}")
+            raise InterventionError("intervention.patch_rows", text=spec.text, request=spec.value,
+                                    first=first + rows.start, last=first + rows.stop - 1, at=pass_name(at[0]))
         patch = values[start:stop, _columns(spec, values.shape[1])]
         if patch.shape != current.shape:
-            raise InterventionError(f"{spec.text!r}: request {spec.value}'s value is {patch.shape[0]}×{patch.shape[1]} "
-                                    f"at {pass_name(at[0])}, this one {current.shape[0]}×{current.shape[1]}")
+            raise InterventionError("intervention.patch_shape", text=spec.text, request=spec.value,
+                                    theirs=f"{patch.shape[0]}×{patch.shape[1]}", at=pass_name(at[0]),
+                                    ours=f"{current.shape[0]}×{current.shape[1]}")
         return patch
 
     def _source(self, spec: Intervention, at: tuple[int, int]) -> tuple[int, Array]:
@@ -350,8 +381,8 @@ class Patcher:
             self._sources = self._record()
         passes = self._sources.get((spec.value, spec.hook, spec.head), {})
         if at not in passes:
-            raise InterventionError(f"{spec.text!r}: request {spec.value} has no {pass_name(at[0])} "
-                                    f"(chunk {at[1]}) to patch from")
+            raise InterventionError("intervention.patch_pass", text=spec.text, request=spec.value,
+                                    at=pass_name(at[0]), chunk=at[1])
         return passes[at]
 
     def _record(self) -> Sources:
@@ -376,8 +407,7 @@ def _routed(spec: Intervention, positions: tuple[int, ...]) -> list[slice]:
     rows = [slice(i, i + 1) for i, p in enumerate(positions)
             if (start is None or p >= start) and (stop is None or p < stop)]
     if rows and spec.action is Action.PATCH:
-        raise InterventionError(f"{spec.text!r}: an expert's rows are the tokens routed to it, which differ between "
-                                "requests: patch its input or the layer's output instead")
+        raise InterventionError("intervention.expert_patch", text=spec.text)
     return rows
 
 
@@ -391,5 +421,5 @@ def _local(span: Span, first: int, count: int) -> slice | None:
 def _columns(spec: Intervention, count: int) -> slice:
     start, stop = spec.cols
     if (start or 0) >= count or (stop is not None and stop > count):
-        raise InterventionError(f"{spec.text!r}: {spec.hook} has columns 0–{count - 1}")
+        raise InterventionError("intervention.columns", text=spec.text, hook=spec.hook, last=count - 1)
     return slice(start, stop)

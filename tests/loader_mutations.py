@@ -4,7 +4,7 @@ the format has structure, drawn from a seeded generator (`mutant(seed, index)` i
 GGUF: metadata (nested arrays, alignments, claimed counts, values of every type and absurd ones, dropped
 keys, special ids, hostile names, duplicates), the tensor table (types, dims, offsets) and bytes (cut, flipped),
 through tests/gguf_bytes.py. safetensors: header entries, names, offsets, length prefix, duplicate keys.
-Hugging Face folders: config.json values and text, tokenizer.json (no [UNK], a post-processor naming a
+Hugging Face folders (one of them sharded, with MXFP4 experts): config.json values and text, tokenizer.json (no [UNK], a post-processor naming a
 missing token, merges out of the vocabulary, broken regexes), a shard index that lies.
 """
 
@@ -27,7 +27,7 @@ GGUF_SOURCES = ["tiny-gguf/tiny.gguf", "gguf-mixed-llama/mixed.gguf", "gguf-gemm
                 "gguf-gemma4/gemma4-q8_0.gguf", "gguf-deepseek2/model.gguf", "gguf-gpt-oss/model.gguf",
                 "gguf-qwen3moe/model.gguf"]
 HF_SOURCES = ["llama", "llama3", "qwen2", "gpt2", "bert", "gemma3", "phi3", "qwen3_5", "lfm2", "gemma4", "deepseek_v3",
-              "gpt_oss", "qwen3_moe"]
+              "gpt_oss", "qwen3_moe", "gpt_oss_mxfp4"]
 OPTIONS = [["--ids", "1,2"], ["--prompt", "The cat sat"], ["--ids", "0,299"], ["--prompt", "naïve\ncafé 我"]]
 COMMON = ["--max-new-tokens", "2", "--max-memory", "256M"]
 
@@ -307,7 +307,12 @@ def safetensors_mutant(rng: random.Random, index: int) -> Mutant:
     def build(folder: Path) -> Path:
         target = folder / name
         shutil.copytree(FIXTURES / name, target, ignore=shutil.ignore_patterns("*.npz"))
-        header, body = read_header((target / "model.safetensors").read_bytes())
+        file = target / "model.safetensors"
+        if not file.exists():  # a sharded folder (gpt_oss_mxfp4): one of its shards
+            index = json.loads((target / "model.safetensors.index.json").read_text())
+            file = target / rng.choice(sorted(set(index["weight_map"].values())))
+            edits.append(f"shard {file.name}")
+        header, body = read_header(file.read_bytes())
         for kind in kinds:
             if kind in SAFETENSORS_EDITS:
                 said, body = SAFETENSORS_EDITS[kind](rng, header, body)
@@ -327,7 +332,7 @@ def safetensors_mutant(rng: random.Random, index: int) -> Mutant:
         if "st_length" in kinds:
             length = rng.choice([0, length + 1, length - 1, 2**40, 2**63, 2**64 - 1, 7])
             edits.append(f"st_length: {length}")
-        (target / "model.safetensors").write_bytes(struct.pack("<Q", length) + text + body)
+        file.write_bytes(struct.pack("<Q", length) + text + body)
         return target
 
     return Mutant(index, "safetensors", edits, build, rng.choice(OPTIONS) + COMMON)

@@ -269,6 +269,67 @@ def test_checkpoint_tensors_truncated_missing_or_misshapen(tmp_path):
     cli_refuses(folder, f"{folder}: ln_final.w: ", "expected floating-point numbers, the checkpoint gives int64")
 
 
+MXFP4_SHARD = "model-00002-of-00002.safetensors"  # gpt_oss_mxfp4's layer 1
+MXFP4_DOWN = "model.layers.1.mlp.experts.down_proj"
+
+
+def rewrite_safetensors(file: Path, change) -> None:
+    """The file with its tensors as {name: (dtype, shape, bytes)} passed through `change` (bfloat16 kept as bytes)."""
+    data = file.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    metadata = header.pop("__metadata__", None)
+    tensors = change({name: (entry["dtype"], entry["shape"], data[8 + length:][slice(*entry["data_offsets"])])
+                      for name, entry in header.items()})
+    entries, offset = {"__metadata__": metadata} if metadata else {}, 0
+    for name, (dtype, shape, raw) in tensors.items():
+        entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(entries).encode()
+    file.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(raw for _, _, raw in tensors.values()))
+
+
+MXFP4_CASES = {  # a change to layer 1's down_proj tensors -> (the tensor named, what the message says)
+    "blocks misshapen": (lambda t: t | {f"{MXFP4_DOWN}_blocks": ("U8", [8, 64, 1, 16],
+                                                                 t[f"{MXFP4_DOWN}_blocks"][2][::2])},
+                         f"{MXFP4_DOWN}_blocks", "expected U8 8×64×2×16 (experts × rows × blocks of 32 values × 16 "
+                         "bytes), got U8 8×64×1×16"),
+    "blocks not bytes": (lambda t: t | {f"{MXFP4_DOWN}_blocks": ("I8", *t[f"{MXFP4_DOWN}_blocks"][1:])},
+                         f"{MXFP4_DOWN}_blocks", "expected U8 8×64×2×16"),
+    "scales missing": (lambda t: {n: v for n, v in t.items() if n != f"{MXFP4_DOWN}_scales"},
+                       f"{MXFP4_DOWN}_scales", "missing from the checkpoint: MXFP4 blocks need their scales"),
+    "scales misshapen": (lambda t: t | {f"{MXFP4_DOWN}_scales": ("U8", [8, 64, 1], t[f"{MXFP4_DOWN}_scales"][2][::2])},
+                         f"{MXFP4_DOWN}_scales", "expected U8 8×64×2 (experts × rows × blocks: one scale byte each)"),
+}
+
+
+@pytest.mark.parametrize("case", MXFP4_CASES)
+def test_gpt_oss_mxfp4_experts_misshapen_or_without_scales_name_the_file_and_tensor(tmp_path, case):
+    change, tensor, fragment = MXFP4_CASES[case]
+    folder = hf_copy(tmp_path, "gpt_oss_mxfp4")
+    index = folder / "model.safetensors.index.json"
+    if case == "scales missing":
+        document = json.loads(index.read_text())
+        del document["weight_map"][f"{MXFP4_DOWN}_scales"]
+        index.write_text(json.dumps(document))
+    rewrite_safetensors(folder / MXFP4_SHARD, change)
+    cli_refuses(folder, f"{folder / MXFP4_SHARD}: {tensor}: ", fragment)
+
+
+@pytest.mark.parametrize("method", ["gptq", "fp8", None])
+def test_a_quantization_other_than_gpt_oss_mxfp4_is_refused_by_its_key(tmp_path, method):
+    folder = hf_copy(tmp_path, "gpt_oss_mxfp4")
+    edit_config(folder, quantization_config={"quant_method": method})
+    fragment = f"{method!r} checkpoints are not read" if method else "expected a quantization method"
+    cli_refuses(folder, f"{folder / 'config.json'}: quantization_config.quant_method: ", fragment)
+
+
+def test_mxfp4_is_refused_outside_gpt_oss(tmp_path):
+    folder = hf_copy(tmp_path, "llama")
+    edit_config(folder, quantization_config={"quant_method": "mxfp4"})
+    cli_refuses(folder, f"{folder / 'config.json'}: quantization_config.quant_method: ", "only gpt-oss's mxfp4 experts")
+
+
 def gguf_copy(tmp_path: Path) -> tuple[Path, bytearray]:
     data = bytearray((FIXTURES / "tiny-gguf" / "tiny.gguf").read_bytes())
     return tmp_path / "bad.gguf", data

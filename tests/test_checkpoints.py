@@ -13,7 +13,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engine import ScenarioError, Session, make_backend, to_host
-from engine.loading.checkpoint import is_checkpoint, load_checkpoint
+from engine.loading.checkpoint import load_checkpoint
+from engine.loading.file_kinds import is_checkpoint
 from engine.loading.tokenizer import PieceTexts, make_vocab
 from engine.compare.diff import diff_scenario
 

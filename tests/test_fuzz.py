@@ -3,8 +3,8 @@
 Scenarios (every shipped one) are parsed, mutated as a tree (keys deleted or duplicated,
 values replaced by other types, lists resized, random scalars) and dumped back with PyYAML;
 safetensors files get mutated JSON headers and length prefixes; the tiny Hugging Face
-fixtures get mutated config.json values. CI runs a few thousand examples; `-m fuzz_long`
-(with FUZZ_EXAMPLES=20000) runs many more by hand.
+fixtures get mutated config.json values. CI runs a fixed seeded sample (every scenario with every kind of
+edit); `-m fuzz_long` (with FUZZ_EXAMPLES=20000) runs many more by hand.
 """
 
 from __future__ import annotations
@@ -77,16 +77,33 @@ def _at(tree, path):
     return tree
 
 
+TREE_EDITS = ["replace", "delete", "duplicate", "resize", "add_key", "wrap"]
+
+
+def _applies(action: str, tree, path, value) -> bool:
+    """Whether `action` changes anything at `path` (the branches of `mutated`)."""
+    if action == "resize":
+        return isinstance(value, list)
+    if action == "add_key":
+        return isinstance(value, dict)
+    if action == "duplicate":
+        return bool(path) and isinstance(_at(tree, path[:-1]), list)
+    return bool(path)
+
+
 @st.composite
-def mutated(draw, tree):
-    """A deep copy of `tree` with one to three random edits."""
+def mutated(draw, tree, first: str | None = None):
+    """A deep copy of `tree` with one to three random edits; with `first`, the first edit is that one, made
+    where it applies."""
     tree = json.loads(json.dumps(tree, ensure_ascii=False, allow_nan=True))
-    for _ in range(draw(st.integers(1, 3))):
+    for n in range(draw(st.integers(1, 3))):
         places = list(_containers(tree))
         if draw(st.integers(0, 9)) != 7:  # (hypothesis draws 0 far more often than 1 in 10)
             places = [(p, v) for p, v in places if not _is_cell(p, tree)]
+        action = first if n == 0 and first else draw(st.sampled_from(TREE_EDITS))
+        if n == 0 and first:
+            places = [(p, v) for p, v in places if _applies(first, tree, p, v)] or places
         path, value = draw(st.sampled_from(places))
-        action = draw(st.sampled_from(["replace", "delete", "duplicate", "resize", "add_key", "wrap"]))
         parent = _at(tree, path[:-1]) if path else None
         if action == "replace" and path:
             parent[path[-1]] = draw(SCALARS | st.just([]) | st.just({}) | st.lists(SCALARS, max_size=3))
@@ -137,13 +154,17 @@ RAW_TOKENS = st.sampled_from([
 ])
 
 
+TEXT_EDITS = ["drop", "double", "cut", "char", "token"]
+
+
 @st.composite
-def mutated_text(draw):
-    """Text-level edits: a line dropped, doubled or cut, a character replaced."""
-    text = (SCENARIOS / draw(st.sampled_from(sorted(SCENARIO_TREES)))).read_text(encoding="utf-8")
+def mutated_text(draw, name: str | None = None, action: str | None = None):
+    """Text-level edits: a line dropped, doubled or cut, a character replaced (`name`, `action`: drawn
+    when not given)."""
+    text = (SCENARIOS / (name or draw(st.sampled_from(sorted(SCENARIO_TREES))))).read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
     i = draw(st.integers(0, len(lines) - 1))
-    action = draw(st.sampled_from(["drop", "double", "cut", "char", "token"]))
+    action = action or draw(st.sampled_from(TEXT_EDITS))
     if action == "token":  # a plain scalar or YAML construct the tree mutations cannot write
         words = list(re.finditer(r"[^\s,\[\]{}]+", lines[i])) or [re.match("", lines[i])]
         word = draw(st.sampled_from(words))
@@ -160,16 +181,22 @@ def mutated_text(draw):
     return "".join(lines)
 
 
-@_examples(1600)
-@given(mutated_scenario())
-def test_mutated_scenario_loads_or_is_refused(text):
-    _load_or_refuse(text)
+# CI's sample: every shipped scenario with every kind of edit, a few seeded examples each (the tree edits'
+# first edit is that kind, where it applies); the many-example runs are the fuzz_long tests, by hand.
+@pytest.mark.parametrize("edit", TREE_EDITS)
+@pytest.mark.parametrize("name", sorted(SCENARIO_TREES))
+@_examples(16)
+@given(data=st.data())
+def test_mutated_scenario_loads_or_is_refused(name, edit, data):
+    _load_or_refuse(_dump(data.draw(mutated(SCENARIO_TREES[name], first=edit))))
 
 
-@_examples(600)
-@given(mutated_text())
-def test_mutated_scenario_text_loads_or_is_refused(text):
-    _load_or_refuse(text, run=True)
+@pytest.mark.parametrize("edit", TEXT_EDITS)
+@pytest.mark.parametrize("name", sorted(SCENARIO_TREES))
+@_examples(6)
+@given(data=st.data())
+def test_mutated_scenario_text_loads_or_is_refused(name, edit, data):
+    _load_or_refuse(data.draw(mutated_text(name, edit)), run=True)
 
 
 @_long

@@ -179,6 +179,12 @@ def test_yarns_ramp_and_attention_factor_are_read_as_the_paper_gives_them(tmp_pa
     assert scenario.model.rope_scale == pytest.approx(0.1 * math.log(32) + 1, abs=1e-15)
 
 
+@pytest.mark.parametrize("given, expected", [(None, 0.1 * math.log(32) + 1), (1.25, 1.25)])
+def test_yarns_attention_factor_when_null_is_computed_from_factor_as_transformers_does(tmp_path, given, expected):
+    folder = edited_config(tmp_path, **{"rope_parameters.attention_factor": given})
+    assert load_checkpoint(folder, ids=[1, 2]).model.rope_scale == pytest.approx(expected, abs=1e-15)
+
+
 @pytest.mark.parametrize("key, value", [("rope_parameters.truncate", "no"), ("rope_parameters.beta_fast", -1),
                                         ("swiglu_limit", 0), ("swiglu_alpha", "x"), ("num_local_experts", 0.5)])
 def test_a_bad_gpt_oss_setting_is_refused_naming_its_key(tmp_path, key, value):

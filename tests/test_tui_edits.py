@@ -215,3 +215,26 @@ async def test_edits_survive_a_crash_and_are_offered_on_the_next_start(tmp_path,
     app = make_app(path)
     async with app.run_test(size=(160, 48)) as pilot:
         assert not isinstance(app.screen, ChoiceScreen)  # nothing left to offer
+
+
+async def test_the_weights_screen_asks_the_main_screen_by_messages(monkeypatch):
+    """An edit, undo and redo made in the weights browser are typed messages the main screen handles (the
+    browser never reaches for `app.main`); the main screen words each result, and the browser shows those words."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        main, asked = app.screen, []
+        post = main.post_message
+        monkeypatch.setattr(main, "post_message", lambda message: asked.append(type(message).__name__) or post(message))
+        monkeypatch.setattr(type(app), "main", property(lambda _: pytest.fail("the weights screen used app.main")))
+        await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
+        await type_value(pilot, "0.5")
+        await settle(pilot)
+        applied = main.message
+        assert "blocks.0.attn.wk" in applied and applied in screen_text(app)  # the main screen's words, shown here
+        await pilot.press("u")
+        await settle(pilot)
+        assert app.debugger.weights["blocks.0.attn.wk"][0, 1] == 1.0 and main.message in screen_text(app)
+        await pilot.press("ctrl+r")
+        await settle(pilot)
+        assert app.debugger.weights["blocks.0.attn.wk"][0, 1] == 0.5
+        assert [name for name in asked if name.endswith("Asked")] == ["EditAsked", "UndoAsked", "RedoAsked"]

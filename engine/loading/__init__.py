@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.loading.chat import Message
-from engine.loading.checkpoint import is_checkpoint, load_checkpoint
 from engine.loading.document import ScenarioError
+from engine.loading.file_kinds import SCENARIO_SUFFIXES, is_checkpoint
 from engine.loading.scenario_file import load_scenario, load_scenario_text
 from engine.scenario import Scenario
-
-SCENARIO_SUFFIXES = (".yaml", ".yml")
+from engine.spec import Message
 
 __all__ = ["Scenario", "ScenarioError", "is_checkpoint", "load_checkpoint", "load_scenario", "load_scenario_text",
            "open_model"]
@@ -25,6 +23,8 @@ def open_model(path: str | Path, *, prompt: str | list[str] | None = None,
     """A checkpoint or a scenario file, whichever `path` is: the one entry the CLI needs. A folder is
     taken for a checkpoint (one without config.json is refused as such), unless it is named like a scenario."""
     if is_checkpoint(path) or (Path(path).is_dir() and Path(path).suffix not in SCENARIO_SUFFIXES):
+        from engine.loading.checkpoint import load_checkpoint
+
         return load_checkpoint(path, prompt=prompt, ids=ids, chat=chat, max_new_tokens=max_new_tokens or 1,
                                dtype=dtype, max_memory=max_memory)
     options = (("--prompt", prompt), ("--ids", ids), ("--chat", chat), ("--max-new-tokens", max_new_tokens))
@@ -33,3 +33,13 @@ def open_model(path: str | Path, *, prompt: str | list[str] | None = None,
             raise ScenarioError(str(path), None, option, "only a checkpoint (a .gguf file or a folder with "
                                 "config.json) takes it; a scenario file states its own requests")
     return load_scenario(path, dtype=dtype, max_memory=max_memory)
+
+
+def __getattr__(name: str):
+    """`load_checkpoint`, imported on first use: the checkpoint readers' libraries (gguf, jinja2, the Hugging
+    Face tables) load only when a checkpoint is opened, not with every scenario file."""
+    if name == "load_checkpoint":
+        from engine.loading.checkpoint import load_checkpoint
+
+        return load_checkpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

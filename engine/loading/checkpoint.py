@@ -32,19 +32,13 @@ from engine.lazy_weights import LazyWeights, WeightCache
 from engine.loading.tokenizer import (TokenizerError, encode, gguf_tokenizer, make_vocab, numbered_vocab, token_id,
                                      tokenizer_errors)
 
-__all__ = ["is_checkpoint", "load_checkpoint"]
+__all__ = ["load_checkpoint"]
 
 DTYPES = {"float64": np.float64, "float32": np.float32}
 Getter = Callable[[str], np.ndarray]  # a checkpoint's tensor by its own name
 Weight = Callable[[str, Getter], np.ndarray]  # (engine parameter name, tensor getter) -> its array
 RowsGetter = Callable[[np.ndarray], Getter]  # row indices -> a getter of those rows of a checkpoint's tensor
 ROW_TABLES = frozenset({"embed", "per_layer_embed"})  # read by token id: a pass needs only its tokens' rows
-
-
-def is_checkpoint(path: str | Path) -> bool:
-    """A .gguf file, a folder with config.json, or that config.json itself."""
-    path = Path(path)
-    return path.suffix == ".gguf" or (path.is_dir() and (path / "config.json").exists()) or path.name == "config.json"
 
 
 def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
@@ -204,6 +198,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
 def _hf(folder: Path, budget: tuple[int, str]):
     tensors = hf.Tensors(folder)
     arch, spec, config = hf.read_spec(folder, tensors.held())
+    tensors.packed.check(spec)
     tokenizer = _hf_tokenizer(folder / "tokenizer.json")
     identity = ";".join(file_identity(file) for file in sorted(set(tensors.files.values())))
     weights = _checked(folder, spec, config["vocab_size"], lambda name, get: hf.engine_weight(arch, spec, name, get),

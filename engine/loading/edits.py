@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from ruamel.yaml.comments import CommentedSeq
 
+from engine.causes import CausedError
 from engine.loading.document import parse, round_trip_yaml
 from engine.parameters import name_parts
 from engine.scenario import Scenario
@@ -30,8 +31,17 @@ PLAIN_PATH = re.compile(r"^[\w][\w./-]*$")
 SET_SYNTAX = re.compile(r"^\s*([\w.]+)\[\s*(\d+)\s*(?:,\s*(\d+)\s*)?\]\s*=\s*(.+?)\s*$")
 
 
-class EditError(ValueError):
+class EditError(CausedError):
     """An edit that cannot be applied: unknown name, index out of range, not a finite number."""
+
+    TEXTS = {"edit.number": "expected a number, got {text!r}",
+             "edit.finite": "expected a finite number, got {text!r}",
+             "edit.syntax": "--set {text!r}: expected NAME[ROW,COL]=VALUE, e.g. blocks.0.attn.wk[0,1]=0.5",
+             "edit.in_set": "--set {text!r}: {cause}",
+             "edit.unknown": "unknown parameter {name!r} (this model has: {names})",
+             "edit.index": "index {index} is outside {name}, which is {shape}",
+             "edit.square": "{fill} needs a square matrix; {name} is {shape}",
+             "edit.record": "not an edit of this model: {record}"}
 
 
 @dataclass(frozen=True)
@@ -45,9 +55,9 @@ def parse_value(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise EditError(f"expected a number, got {text!r}") from None
+        raise EditError("edit.number", text=text) from None
     if not math.isfinite(value):
-        raise EditError(f"expected a finite number, got {text!r}")
+        raise EditError("edit.finite", text=text)
     return value
 
 
@@ -55,21 +65,21 @@ def parse_set(text: str, weights: Weights) -> CellEdit:
     """Parse and check `NAME[ROW,COL]=VALUE` (or `NAME[I]=VALUE` for a vector) against `weights`."""
     match = SET_SYNTAX.match(text)
     if not match:
-        raise EditError(f"--set {text!r}: expected NAME[ROW,COL]=VALUE, e.g. blocks.0.attn.wk[0,1]=0.5")
+        raise EditError("edit.syntax", text=text)
     name, row, col, value = match.groups()
     index = (int(row),) if col is None else (int(row), int(col))
     try:
         return check_edit(CellEdit(name, index, parse_value(value)), weights)
     except EditError as error:
-        raise EditError(f"--set {text!r}: {error}") from None
+        raise EditError("edit.in_set", text=text, cause=error.cause) from None
 
 
 def check_edit(edit: CellEdit, weights: Weights) -> CellEdit:
     if edit.name not in weights:
-        raise EditError(f"unknown parameter {edit.name!r} (this model has: {', '.join(weights)})")
+        raise EditError("edit.unknown", name=edit.name, names=", ".join(weights))
     shape = weights[edit.name].shape
     if len(edit.index) != len(shape) or any(not 0 <= i < n for i, n in zip(edit.index, shape)):
-        raise EditError(f"index {list(edit.index)} is outside {edit.name}, which is {'×'.join(map(str, shape))}")
+        raise EditError("edit.index", index=list(edit.index), name=edit.name, shape="×".join(map(str, shape)))
     return edit
 
 
@@ -100,7 +110,7 @@ def apply_edit(weights: Weights, edit: Edit, file_weights: Weights | None = None
         array = np.zeros(old.shape)
     else:
         if old.ndim != 2 or old.shape[0] != old.shape[1]:
-            raise EditError(f"{edit.fill} needs a square matrix; {edit.name} is {'×'.join(map(str, old.shape))}")
+            raise EditError("edit.square", fill=edit.fill, name=edit.name, shape="×".join(map(str, old.shape)))
         array = np.eye(old.shape[0]) * (edit.scale if edit.fill == "scale" else 1.0)
     return weights | {edit.name: array}
 
@@ -117,7 +127,7 @@ def edit_from_record(record: dict, weights: Weights) -> Edit:
         return check_edit(CellEdit(fields["name"], tuple(fields["index"]), parse_value(str(fields["value"]))), weights)
     edit = FillEdit(**fields)
     if edit.name not in weights or edit.fill not in FILLS:
-        raise EditError(f"not an edit of this model: {record}")
+        raise EditError("edit.record", record=record)
     return edit
 
 

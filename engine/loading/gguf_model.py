@@ -408,13 +408,17 @@ class GGUFModel:
             raw, shape = raw[ids.reshape(-1)], (*ids.shape, *shape[1:])
         if info.kind is GGMLQuantizationType.F32 and np.dtype(dtype) == np.float32:
             return raw.view(np.float32).reshape(shape)
-        rows = raw.reshape(-1, raw.shape[-1])
-        out = np.empty(shape, dtype=dtype)
-        flat = out.reshape(len(rows), -1)
-        step, dequantize_rows = max(1, CHUNK // flat.shape[1]), rows_dequantizer(info.kind)
-        for start in range(0, len(rows), step):
-            flat[start:start + step] = dequantize_rows(rows[start:start + step])
-        return out
+        return dequantize_into(raw.reshape(-1, raw.shape[-1]), info.kind, np.empty(shape, dtype=dtype))
+
+
+def dequantize_into(rows: np.ndarray, kind: GGMLQuantizationType, out: np.ndarray) -> np.ndarray:
+    """gguf-py's dequantization of uint8 `rows` of `kind`, a chunk of rows at a time, written into `out` (as many
+    values as the rows hold, in their order; also the Hugging Face folders' MXFP4 experts, repacked: hf_mxfp4.py)."""
+    flat = out.reshape(len(rows), -1)
+    step, dequantize_rows = max(1, CHUNK // flat.shape[1]), rows_dequantizer(kind)
+    for start in range(0, len(rows), step):
+        flat[start:start + step] = dequantize_rows(rows[start:start + step])
+    return out
 
 
 def rows_dequantizer(kind: GGMLQuantizationType) -> Callable[[np.ndarray], np.ndarray]:

@@ -21,7 +21,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules
-from engine.loading import hf_gemma4
+from engine.loading import hf_gemma4, hf_mxfp4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.loading.yarn import mscale, yarn_divisors
@@ -37,6 +37,7 @@ GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
                                        "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
+RAW_DTYPES = SAFETENSORS_DTYPES | {"U8": "u1"}  # what `load` maps (uint8: MXFP4's blocks and scales)
 MAX_SIZE = 2**31  # a width, depth or count beyond this is a corrupt config, not a model
 ACTIVATIONS = {"gelu": FfnKind.GELU, "gelu_new": FfnKind.GELU_TANH, "gelu_pytorch_tanh": FfnKind.GELU_TANH,
                "relu": FfnKind.RELU, "tanh": FfnKind.TANH}
@@ -58,6 +59,7 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
+    hf_mxfp4.check_config(config, file)
     if arch in LLAMA_FAMILY or arch == "lfm2":
         _check_held(config, file, *held)
     if arch == hf_gemma4.ARCH:
@@ -464,8 +466,9 @@ def _yarn_divisors(read: _Reader, theta: float, d_head: int) -> tuple[float, ...
 
 
 def _yarn_scale(read: _Reader) -> float:
-    """YaRN's attention factor: given, or from factor (DeepSeek: with mscale and mscale_all_dim)."""
-    if "attention_factor" in read.table:
+    """YaRN's attention factor: given, or (missing or null, as transformers reads it) from factor (DeepSeek: with
+    mscale and mscale_all_dim)."""
+    if read.table.get("attention_factor") is not None:
         return read("attention_factor")
     if read.table.get("mscale") and read.table.get("mscale_all_dim"):
         return mscale(read("factor"), read("mscale")) / mscale(read("factor"), read("mscale_all_dim"))
@@ -581,10 +584,12 @@ class Tensors:
     """A folder's tensors by name, whatever prefix its files give them (`model.`, `transformer.`,
     `bert.` or none). Each file's header is checked by `safetensors` and its data memory-mapped:
     `load(key)` is a read-only view of the map (bfloat16 widened to float32), `stand_in(key)` a
-    zero-byte array of the tensor's shape and dtype, for checking shapes without reading."""
+    zero-byte array of the tensor's shape and dtype, for checking shapes without reading; gpt-oss's
+    MXFP4 experts (`key_blocks`, `key_scales`) read as `key`, one expert dequantized at a time (hf_mxfp4.py)."""
 
     def __init__(self, folder: Path):
         self.folder, self.files = folder, tensor_files(folder)
+        self.packed = hf_mxfp4.Packed(self)  # gpt-oss's MXFP4 experts
         self._headers = {file: _header(file) for file in set(self.files.values())}
         for name, file in self.files.items():
             if name not in self._headers[file][1]:
@@ -595,27 +600,44 @@ class Tensors:
         """How many tensors the files hold, and how many bytes of data."""
         return len(self.files), sum(file.stat().st_size - start for file, (start, _) in self._headers.items())
 
-    def _entry(self, key: str) -> tuple[Path, str, dict]:
+    def find(self, key: str) -> tuple[Path, str, dict] | None:
+        """The file holding `key`, its name there (with the files' prefix) and its header entry; None if none does."""
         for prefix in PREFIXES:
             name = prefix + key
             if name in self.files:
                 file = self.files[name]
                 return file, name, self._headers[file][1][name]
-        raise ScenarioError(str(self.folder), None, key, "tensor missing from the checkpoint")
+        return None
 
-    def stand_in(self, key: str) -> np.ndarray:
+    def _entry(self, key: str) -> tuple[Path, str, dict]:
+        found = self.find(key)
+        if found is None:
+            raise ScenarioError(str(self.folder), None, key, "tensor missing from the checkpoint")
+        return found
+
+    def stand_in(self, key: str, expert: int | None = None) -> np.ndarray:
+        """(`expert`: that expert's slice of a tensor whose first axis is the experts; an MXFP4 pair reads as one.)"""
+        if self.packed.holds(key):
+            return np.broadcast_to(np.float32(0), self.packed.shape(key, expert))
         file, name, entry = self._entry(key)
         dtype = STAND_IN_DTYPES.get(entry["dtype"])
         if dtype is None:
             raise ScenarioError(str(file), None, name, f"expected floating-point numbers, got {entry['dtype']}")
-        return np.broadcast_to(np.zeros((), dtype), entry["shape"])
+        whole = np.broadcast_to(np.zeros((), dtype), entry["shape"])
+        return whole if expert is None else whole[expert]
 
-    def load(self, key: str) -> np.ndarray:
+    def load(self, key: str, expert: int | None = None) -> np.ndarray:
+        if self.packed.holds(key):
+            return self.packed.load(key, expert)
+        whole = self._load(key)
+        return whole if expert is None else whole[expert]
+
+    def _load(self, key: str) -> np.ndarray:
         file, name, entry = self._entry(key)
         start = self._headers[file][0]
         begin, end = (start + offset for offset in entry["data_offsets"])
         data = np.memmap(file, dtype=np.uint8, mode="r", offset=begin, shape=(end - begin,))
-        array = np.asarray(data).view(SAFETENSORS_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+        array = np.asarray(data).view(RAW_DTYPES[entry["dtype"]]).reshape(entry["shape"])
         return widen_bf16(array) if entry["dtype"] == "BF16" else array
 
 
@@ -631,7 +653,7 @@ def _header(file: Path) -> tuple[int, dict]:
     return safetensors_header(file)
 
 
-Getter = Callable[[str], np.ndarray]
+Getter = Callable[..., np.ndarray]  # (tensor name[, expert]) -> its array (an expert: that slice of the experts)
 
 
 FIXED = {  # engine parameter -> tensor, outside the blocks
@@ -767,15 +789,15 @@ def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter, modules: dic
 def _gpt_oss_moe_weight(base: str, leaf: str, get: Getter) -> np.ndarray:
     """gpt-oss's mlp.router (weight, bias) and its fused experts, stored [in, out]: mlp.experts.gate_up_proj
     (E × d × 2f, the gate's and the up projection's columns interleaved: gate even, up odd) and its bias (E × 2f),
-    mlp.experts.down_proj (E × f × d) and its bias (E × d)."""
+    mlp.experts.down_proj (E × f × d) and its bias (E × d); the Hub's checkpoints store both matrices as MXFP4."""
     if leaf in ("router", "b_router"):
         return _linear(get, f"{base}.mlp.router.weight") if leaf == "router" else get(f"{base}.mlp.router.bias")
     _, expert, name = leaf.split(".")
     kind, projection = name.split("_")  # w_gate -> ("w", "gate")
     suffix = "" if kind == "w" else "_bias"
     if projection == "down":
-        return get(f"{base}.mlp.experts.down_proj{suffix}")[int(expert)]
-    fused = get(f"{base}.mlp.experts.gate_up_proj{suffix}")[int(expert)]
+        return get(f"{base}.mlp.experts.down_proj{suffix}", int(expert))
+    fused = get(f"{base}.mlp.experts.gate_up_proj{suffix}", int(expert))  # MXFP4: only this expert is dequantized
     return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]
 
 

@@ -19,8 +19,7 @@ from yaml.nodes import SequenceNode
 
 from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.interventions import Intervention, InterventionError, check_intervention, parse_any
-from engine.loading.chat import Chat, Message, find_template, tokenize_chat
-from engine.loading.checkpoint import is_checkpoint, load_checkpoint
+from engine.loading.file_kinds import is_checkpoint
 from engine.loading.budget import DEFAULT_BUDGET, check_budget
 from engine.loading.document import Node, ScenarioError, parse, read_text
 from engine.compare.expect import Expectation, parse_expectations
@@ -28,9 +27,11 @@ from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
 from engine.progress import WEIGHTS, report
 from engine.layers import FFNS, MIXERS
 from engine.spec import (
+    Chat,
     DecodeRule,
     FfnKind,
     LayerSpec,
+    Message,
     ModelSpec,
     NormKind,
     NormPlacement,
@@ -149,6 +150,8 @@ def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenari
         raise node.error(f"no checkpoint {str(path)!r}")
     if not is_checkpoint(path):
         raise node.error(f"{str(path)!r} is not a checkpoint: expected a .gguf file or a folder with config.json")
+    from engine.loading.checkpoint import load_checkpoint  # its readers load only for a checkpoint
+
     base = load_checkpoint(path, ids=[0], dtype=dtype, max_memory=max_memory)  # the requests come from this file
     return base, _encoder(Path(base.path))
 
@@ -171,6 +174,8 @@ class Encoder:
 
     def chat(self, messages: list[Message]) -> Chat:
         """The conversation through the checkpoint's own chat template (engine.loading.chat)."""
+        from engine.loading.chat import find_template, tokenize_chat  # jinja2 loads only for a chat
+
         return tokenize_chat(find_template(self.path), self._tokenizer, messages)
 
     @cached_property

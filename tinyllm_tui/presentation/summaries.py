@@ -5,6 +5,7 @@ Requests are numbered from 0; tokens are shown as text, never as float ids.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -91,10 +92,13 @@ def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
     logits and probabilities the last row's top tokens with their probabilities."""
     values = to_host(matrix.values)
     flat = values.reshape(-1)
-    ends = (flat.min(initial=np.inf), flat.max(initial=-np.inf))  # both finite: every entry is (no mask to make)
-    finite = flat if np.isfinite(ends).all() else values[np.isfinite(values)]
-    lines = [f"shape {shape_text(values.shape)} · min {finite.min(initial=np.inf):.6f} · "
-             f"max {finite.max(initial=-np.inf):.6f} · mean {finite.mean() if finite.size else np.nan:.6f}"
+    low, high = flat.min(initial=np.inf), flat.max(initial=-np.inf)  # both finite: every entry is (no mask to make)
+    finite = flat
+    if not (math.isfinite(low) and math.isfinite(high)):
+        finite = values[np.isfinite(values)]
+        low, high = finite.min(initial=np.inf), finite.max(initial=-np.inf)
+    lines = [f"shape {shape_text(values.shape)} · min {low:.6f} · "
+             f"max {high:.6f} · mean {finite.mean() if finite.size else np.nan:.6f}"
              + (f" · {values.size - finite.size} entries not finite" if finite.size < values.size else "")]
     n = values.shape[0]
     rows = sorted({*range(min(ROWS_SUMMARISED, n)), *range(max(n - ROWS_SUMMARISED, 0), n)})

@@ -35,6 +35,7 @@ from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook, round_ro
 from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
+from tinyllm_tui.tui.widgets.weights import WeightsScreen
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunWorded
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
@@ -377,11 +378,11 @@ class DebuggerScreen(Screen):
         self.refusal = ""
         bars.first().display = False
         asker, self._asker = self._asker, None
-        if asker is not None:  # a message: dropped if that screen has closed meanwhile
-            asker.post_message(RunWorded(result))
         if isinstance(result, BaseException):
             raise result
         self.say(result)
+        if asker is not None:  # a message: dropped if that screen has closed meanwhile
+            asker.post_message(RunWorded(result, self.message))
         self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
         self._next_queued()  # a run started from the queue: what was queued after it
 
@@ -578,25 +579,39 @@ class DebuggerScreen(Screen):
         self.show(tr("diff.from", self.lang, step=result.step) if isinstance(result, Moved)
                   else describe(result, self.lang))
 
-    def action_cycle_injection(self, asker: Screen | None = None) -> None:
-        self.in_background(tr("screen.injecting", self.lang), self.debugger.cycle_injection, asker=asker)
+    def action_cycle_injection(self) -> None:
+        self.in_background(tr("screen.injecting", self.lang), self.debugger.cycle_injection)
 
     # -- edits ----------------------------------------------------------------------------------------------
     @when_idle
     def action_weights(self) -> None:
-        from tinyllm_tui.tui.widgets.weights import WeightsScreen
+        self.app.push_screen(WeightsScreen(self.debugger, self, self.lang))
 
-        self.app.push_screen(WeightsScreen(self.debugger, self.lang))
+    def action_undo(self, asker: Screen | None = None) -> bool:
+        """`asker`: another screen that asked (the weights browser), posted a RunWorded once it is worded."""
+        return self.in_background(tr("screen.undoing", self.lang), self.debugger.undo, asker=asker)
 
-    def action_undo(self, asker: Screen | None = None) -> None:
-        """The same in the weights browser, which names itself as the asker, to redraw once it is worded."""
-        self.in_background(tr("screen.undoing", self.lang), self.debugger.undo, asker=asker)
+    def action_redo(self, asker: Screen | None = None) -> bool:
+        return self.in_background(tr("screen.redoing", self.lang), self.debugger.redo, asker=asker)
 
-    def action_redo(self, asker: Screen | None = None) -> None:
-        self.in_background(tr("screen.redoing", self.lang), self.debugger.redo, asker=asker)
+    def action_recompute(self) -> None:
+        self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute)
 
-    def action_recompute(self, asker: Screen | None = None) -> None:
-        self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute, asker=asker)
+    def on_weights_screen_edit_asked(self, message: WeightsScreen.EditAsked) -> None:
+        edit = message.edit
+        self._for(message, self.in_background(tr("screen.applying", self.lang, name=edit.name), self.debugger.apply,
+                                              edit, keep_stale=message.keep_stale, asker=message.asker))
+
+    def on_weights_screen_undo_asked(self, message: WeightsScreen.UndoAsked) -> None:
+        self._for(message, self.action_undo(asker=message.asker))
+
+    def on_weights_screen_redo_asked(self, message: WeightsScreen.RedoAsked) -> None:
+        self._for(message, self.action_redo(asker=message.asker))
+
+    def _for(self, message: WeightsScreen.Asked, started: bool) -> None:
+        """A refused ask is worded back at once (a started one when its run is done)."""
+        if not started:
+            message.asker.post_message(RunWorded(None, self.message))
 
     # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
     @when_idle

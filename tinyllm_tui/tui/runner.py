@@ -66,5 +66,9 @@ class Runner:
 
 
 class RunWorded(RunDone):
-    """A run another screen started for this one (the main screen, under the weights browser) is over, and that
-    screen has worded its result."""
+    """A run another screen started for this one (the main screen, under the weights browser) is over, or was
+    refused, and that screen has worded its result: `text` is what its status line says."""
+
+    def __init__(self, result: object, text: str = "") -> None:
+        super().__init__(result)
+        self.text = text

@@ -1,7 +1,8 @@
 """The weights browser: every parameter by name and shape, a cell cursor in a windowed grid, live edits.
 
 Edits, undo and redo are the main screen's: the same Debugger moves through the same runner, so
-they mean the same on both screens; this screen only redraws itself when they are done.
+they mean the same on both screens. This screen asks for them with typed messages posted to the screen
+that opened it (`opener`), and redraws itself when that screen posts back a RunWorded.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.message_pump import MessagePump
 from textual.screen import Screen
 from textual.widgets import Static
 
@@ -60,9 +63,30 @@ class WeightsScreen(Screen):
         Binding("S", "app.save_as", "Save as"),
     ]
 
-    def __init__(self, debugger: Debugger, lang: str = "en"):
+    class Asked(Message):
+        """A move this screen asks its opener to run for it; the opener posts `asker` a RunWorded when done."""
+
+        def __init__(self, asker: WeightsScreen) -> None:
+            super().__init__()
+            self.asker = asker
+
+    class EditAsked(Asked):
+        """Apply `edit` (keeping the stale cache if `keep_stale`)."""
+
+        def __init__(self, asker: WeightsScreen, edit, keep_stale: bool) -> None:
+            super().__init__(asker)
+            self.edit, self.keep_stale = edit, keep_stale
+
+    class UndoAsked(Asked):
+        """Undo the last edit or intervention."""
+
+    class RedoAsked(Asked):
+        """Redo what was undone last."""
+
+    def __init__(self, debugger: Debugger, opener: MessagePump, lang: str = "en"):
+        """`opener`: the screen that runs edits, undo and redo (it handles this screen's `Asked` messages)."""
         super().__init__()
-        self.debugger, self.lang = debugger, lang
+        self.debugger, self.opener, self.lang = debugger, opener, lang
         self._bindings = translated_bindings(self._bindings, lang)
         self.selected = next(iter(debugger.weights))
 
@@ -136,10 +160,8 @@ class WeightsScreen(Screen):
         """Apply an edit; while decoding, ask first whether to keep the stale cache."""
 
         def apply(keep_stale: bool) -> None:
-            main = self.app.main
-            if main.in_background(tr("screen.applying", self.lang, name=edit.name), self.debugger.apply, edit,
-                                  keep_stale=keep_stale, asker=self):
-                self.refresh_matrix(tr("screen.applying", self.lang, name=edit.name))
+            self.opener.post_message(self.EditAsked(self, edit, keep_stale))
+            self.refresh_matrix(tr("screen.applying", self.lang, name=edit.name))
 
         if not self.debugger.edit_asks_about_the_cache():
             apply(False)
@@ -149,14 +171,14 @@ class WeightsScreen(Screen):
         self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
 
     def on_run_worded(self, message: RunWorded) -> None:
-        """A move of the runner is done and the main screen has worded it: this screen redraws."""
-        self.refresh_matrix(self.app.main.message)
+        """A move asked for is done (or refused) and the opener has worded it: this screen redraws."""
+        self.refresh_matrix(message.text)
 
     def action_undo(self) -> None:
-        self.app.main.action_undo(asker=self)
+        self.opener.post_message(self.UndoAsked(self))
 
     def action_redo(self) -> None:
-        self.app.main.action_redo(asker=self)
+        self.opener.post_message(self.RedoAsked(self))
 
     def action_reset(self) -> None:
         self._apply(self.debugger.fill_edit(self.selected, "file"))

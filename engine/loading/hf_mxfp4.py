@@ -1,0 +1,112 @@
+"""gpt-oss's experts as openai/gpt-oss-20b and -120b ship them: MXFP4 in safetensors, said by config.json's
+`quantization_config: {quant_method: mxfp4, ...}`.
+
+A layer's `mlp.experts.gate_up_proj` and `mlp.experts.down_proj` are each two uint8 tensors: `…_blocks` (experts ×
+rows × blocks × 16 bytes) and `…_scales` (experts × rows × blocks). A row is one output feature (gate_up: the gate's
+and the up projection's interleaved, gate first); its blocks run along the inputs, 32 FP4 e2m1 values each, two per
+byte, the even value in the low nibble, and one e8m0 scale byte per block, 2^(byte − 127). transformers dequantizes
+them (`convert_moe_packed_tensors`) to its parameter layout, experts × in × out, which is what a key reads as here.
+
+An expert is dequantized only when asked for (a token first uses it): its bytes are repacked into ggml's block_mxfp4
+(the scale byte, then value j in the low nibble and j + 16 in the high one, as llama.cpp's converter repacks them for
+a GGUF file) and decoded by the GGUF path's MXFP4 dequantization (gguf-py), so both formats share one decoder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType
+
+from engine.loading.document import ScenarioError
+from engine.parameters import format_shape
+from engine.spec import ModelSpec
+
+BLOCK, PACKED = 32, 16  # values per block, bytes of values per block
+PROJECTIONS = ("gate_up_proj", "down_proj")
+
+
+def check_config(config: dict, file: Path) -> None:
+    """A quantized checkpoint is read only as gpt-oss with MXFP4 experts: anything else is refused by its key."""
+    table = config.get("quantization_config")
+    if table is None:
+        return
+    method = table.get("quant_method") if isinstance(table, dict) else None
+    if not isinstance(table, dict) or not isinstance(method, str):
+        raise ScenarioError(str(file), None, "quantization_config.quant_method", f"expected a quantization method, got "
+                            f"{table!r}")
+    if method != "mxfp4" or config.get("model_type") != "gpt_oss":
+        raise ScenarioError(str(file), None, "quantization_config.quant_method", f"{method!r} checkpoints are not "
+                            "read (only gpt-oss's mxfp4 experts are; a GGUF file takes llama.cpp's quantizations)")
+
+
+class Packed:
+    """A folder's MXFP4 expert tensors, read through `tensors` (engine.loading.hf.Tensors: `find(key)`, `load(key)`).
+    The last expert dequantized is kept: its gate and up projections are one tensor, asked for twice in a row."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+        self._last: tuple[tuple[str, int | None], np.ndarray] | None = None
+
+    def holds(self, key: str) -> bool:
+        """Whether `key` is stored as MXFP4: no tensor of that name, its `_blocks` instead."""
+        return self.tensors.find(key) is None and self.tensors.find(f"{key}_blocks") is not None
+
+    def shape(self, key: str, expert: int | None) -> tuple[int, ...]:
+        """What `load(key, expert)` gives: (experts ×) inputs × rows."""
+        experts, rows, blocks, _ = self.tensors.find(f"{key}_blocks")[2]["shape"]
+        return (blocks * BLOCK, rows) if expert is not None else (experts, blocks * BLOCK, rows)
+
+    def load(self, key: str, expert: int | None) -> np.ndarray:
+        """One expert's (or every expert's) matrix, dequantized to float32 (MXFP4 values are exact in it)."""
+        from engine.loading.gguf_model import dequantize_into  # (gguf_model → gguf_deepseek → hf imports this module)
+
+        if self._last is not None and self._last[0] == (key, expert):
+            return self._last[1]
+        blocks, scales = (self.tensors.load(f"{key}{suffix}") for suffix in ("_blocks", "_scales"))
+        if expert is not None:  # a view: only this expert's bytes are read from the map
+            blocks, scales = blocks[expert], scales[expert]
+        rows = ggml_blocks(blocks, scales)
+        out = dequantize_into(rows.reshape(-1, rows.shape[-2] * rows.shape[-1]), GGMLQuantizationType.MXFP4,
+                              np.empty((*blocks.shape[:-2], blocks.shape[-2] * BLOCK), np.float32))
+        self._last = ((key, expert), np.swapaxes(out, -1, -2))
+        return self._last[1]
+
+    def check(self, spec: ModelSpec) -> None:
+        """Every sparse layer's MXFP4 blocks and scales: uint8, of the shapes the config gives, each with the other."""
+        moe = spec.moe
+        if moe is None:
+            return
+        for layer in moe.layers if moe.layers is not None else range(spec.n_layers):
+            for projection, rows, inputs in (("gate_up_proj", 2 * moe.d_expert, spec.d_model),
+                                             ("down_proj", spec.d_model, moe.d_expert)):
+                key = f"layers.{layer}.mlp.experts.{projection}"
+                if self.holds(key):
+                    self._check_pair(key, (moe.n_experts, rows), inputs)
+
+    def _check_pair(self, key: str, leading: tuple[int, int], inputs: int) -> None:
+        file, name, entry = self.tensors.find(f"{key}_blocks")
+        if inputs % BLOCK:
+            raise ScenarioError(str(file), None, name, f"rows of {inputs} inputs cannot be MXFP4 blocks of {BLOCK} "
+                                "values")
+        expected = (*leading, inputs // BLOCK)
+        _expect(file, name, entry, (*expected, PACKED), f"experts × rows × blocks of {BLOCK} values × {PACKED} bytes")
+        scales = self.tensors.find(f"{key}_scales")
+        if scales is None:
+            raise ScenarioError(str(file), None, f"{name[:-len('_blocks')]}_scales", "missing from the checkpoint: "
+                                "MXFP4 blocks need their scales")
+        _expect(*scales, expected, "experts × rows × blocks: one scale byte each")
+
+
+def _expect(file: Path, name: str, entry: dict, shape: tuple[int, ...], meaning: str) -> None:
+    if entry["dtype"] != "U8" or tuple(entry["shape"]) != shape:
+        raise ScenarioError(str(file), None, name, f"expected U8 {format_shape(shape)} ({meaning}), got "
+                            f"{entry['dtype']} {format_shape(entry['shape'])}")
+
+
+def ggml_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """Hugging Face MXFP4 (… × 16 bytes: value 2j low, 2j + 1 high; the scales beside them) as ggml's block_mxfp4
+    (… × 17 bytes: the scale, then value j low and j + 16 high)."""
+    values = np.stack([blocks & 0xF, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], BLOCK)
+    return np.concatenate([scales[..., None], values[..., :PACKED] | values[..., PACKED:] << 4], axis=-1)

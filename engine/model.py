@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from engine import layers, ops
 from engine.backend import Backend
 from engine.caches import CacheSpec
@@ -22,6 +24,7 @@ from engine.faults import NO_FAULT, Fault
 from engine.hooks import Hook, HookRegistry, HookSite, Interned
 from engine.layers import per_layer_input
 from engine.layers.attention import StaleCacheError
+from engine.lazy_weights import LazyWeights, RowTable
 from engine.operators import Op, Operand, OpStream, finish, op
 from engine.spec import LayerSpec, ModelSpec, NormKind, NormPlacement, Positions
 from engine.trace import LayerCache, OpKind
@@ -67,6 +70,7 @@ class Transformer:
         # One Operand per weight, made when first read and shared by every operator that reads it:
         # a kept history then holds fewer objects for Python's garbage collector to walk.
         self._params: dict[str, Operand] = {}
+        self._tables: dict[str, Operand] = {}  # tables read by token id, as operators' inputs (`table_rows`)
         self.fault, self.cache = fault, cache
         self.allow_stale = allow_stale or fault.keeps_stale_cache
         self.hook = Interned()
@@ -80,6 +84,18 @@ class Transformer:
             operand = Operand(name, self.backend.asarray(self.weights[name]), rows="in", cols="out")
             self._params[name] = operand
         return operand
+
+    def table_rows(self, name: str, ids: list[int]) -> tuple[Operand, Array]:
+        """Rows `ids` of a table read by token id, and the table as the operator's input. A checkpoint's
+        weights give those rows alone (a GGUF dequantizes just them): the table is read whole only by what
+        needs all of it (a tied head's logits)."""
+        if not isinstance(self.weights, LazyWeights):
+            table = self.param(name)
+            return table, self.xp.take(table.values, self.xp.asarray(ids), axis=0)
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = Operand(name, RowTable(self.weights, name), rows="in", cols="out")
+        return table, self.backend.asarray(self.weights.rows(name, np.asarray(ids, dtype=np.int64)))
 
     def empty_caches(self) -> list[LayerCache]:
         """Every layer's state before the first token: its mixer's (a K/V cache for attention)."""
@@ -186,8 +202,7 @@ class Transformer:
 
     def _embed(self, ids: list[int]) -> Op:
         """The embedding rows of `ids`; Gemma's times √d_model (TransformerLens's hook_embed is the scaled rows)."""
-        embed, hook = self.param("embed"), self.hook(None, "", "hook_embed")
-        rows = self.xp.take(embed.values, self.xp.asarray(ids), axis=0)
+        (embed, rows), hook = self.table_rows("embed", ids), self.hook(None, "", "hook_embed")
         if self.spec.embed_scale == 1.0:
             return op(hook, rows, OpKind.EMBED, inputs=(embed,))
         scale = Operand("embed_scale", self.backend.asarray([[self.spec.embed_scale]]), rows="in", cols="out")

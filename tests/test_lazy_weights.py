@@ -78,8 +78,8 @@ def test_opening_a_checkpoint_reads_no_tensor_and_the_fingerprint_needs_none():
     assert scenario.weights.cache.kept() == []
     fingerprint = scenario.fingerprint
     assert scenario.weights.cache.kept() == []
-    Session(scenario).steps().__next__()  # the first operator embeds: only the embedding is read
-    assert scenario.weights.cache.kept() == ["embed"]
+    Session(scenario).steps().__next__()  # the first operator embeds: only the prompt's rows are read, not kept
+    assert scenario.weights.cache.kept() == []
     edited = apply_edit(scenario.weights, CellEdit("blocks.0.attn.wq", (0, 0), 0.5))
     assert with_weights(scenario, edited).fingerprint != fingerprint
 
@@ -114,3 +114,26 @@ def test_embedding_rows_past_the_tokenizer_read_as_unused(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     vocab = load_checkpoint(folder, prompt="The cat").vocab
     assert len(vocab) == config["vocab_size"] and vocab.tokens[-1] == f"<unused {config['vocab_size'] - 1}>"
+
+
+def test_the_first_step_of_a_gguf_dequantizes_only_the_prompts_embedding_rows(monkeypatch):
+    """A 248 320-token table took 21 s to dequantize whole for a 5-token prompt's first screen."""
+    from engine import make_backend
+    from engine.loading.gguf_model import GGUFModel
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    read: list[tuple[str, object]] = []
+    whole = GGUFModel.dequantized
+
+    def spy(self, name, dtype, expert=None, ids=None):
+        read.append((name, None if ids is None else ids.tolist()))
+        return whole(self, name, dtype, expert) if ids is None else whole(self, name, dtype, expert, ids)
+
+    monkeypatch.setattr(GGUFModel, "dequantized", spy)
+    scenario = load_checkpoint(FIXTURES / "gguf-qwen3_5" / "qwen35-q8_0.gguf", ids=[5, 3, 5], max_new_tokens=2)
+    debugger = Debugger(scenario, make_backend("numpy", "float64"), quick_start=True)
+    assert debugger.frame.step == 0 and debugger.frame.inputs[0].shape == scenario.weights.shapes["embed"]
+    table = [ids for name, ids in read if name == "token_embd.weight"]
+    assert table == [[5, 3, 5], [0, 1, 2, 3]]  # the prompt's rows, then the inputs panel's corner; never all rows
+    embedded = debugger.history.current.values
+    assert np.array_equal(embedded, scenario.weights["embed"][[5, 3, 5]])  # the same numbers as the whole table's

@@ -71,10 +71,10 @@ def has_tail(model: ModelSpec) -> bool:
 
 def inputs(model, ids: list[int], embedded: Op) -> OpStream:
     """Every layer's input embedding for the chunk, (T, layers × p): the pass's once (`model`: the Transformer)."""
-    xp, spec, hook = model.xp, model.spec, model.hook
+    spec, hook = model.spec, model.hook
     p, layers = spec.per_layer_input, spec.n_layers
-    table = model.param("per_layer_embed")
-    rows = xp.take(table.values, xp.asarray(ids), axis=0) * p**0.5
+    table, rows = model.table_rows("per_layer_embed", ids)
+    rows = rows * p**0.5
     identity = op(hook(None, "", "hook_per_layer_embed"), rows, OpKind.EMBED, inputs=(table,))
     yield identity
     w = model.param("per_layer_proj")

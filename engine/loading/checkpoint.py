@@ -37,6 +37,8 @@ __all__ = ["load_checkpoint"]
 DTYPES = {"float64": np.float64, "float32": np.float32}
 Getter = Callable[[str], np.ndarray]  # a checkpoint's tensor by its own name
 Weight = Callable[[str, Getter], np.ndarray]  # (engine parameter name, tensor getter) -> its array
+RowsGetter = Callable[[np.ndarray], Getter]  # row indices -> a getter of those rows of a checkpoint's tensor
+ROW_TABLES = frozenset({"embed", "per_layer_embed"})  # read by token id: a pass needs only its tokens' rows
 
 
 def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
@@ -140,9 +142,10 @@ def _chats(path: Path, tokenizer: Tokenizer | None, size: int, conversations: li
 
 
 def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tensors: tuple[Getter, Getter],
-             budget: tuple[int, str], identity: str) -> LazyWeights:
+             budget: tuple[int, str], identity: str, rows: RowsGetter | None = None) -> LazyWeights:
     """Every parameter the spec needs, its shape checked now through `weight(name, stand_in)` on
-    zero-byte stand-ins (nothing is read), each read through `weight(name, load)` on first use."""
+    zero-byte stand-ins (nothing is read), each read through `weight(name, load)` on first use; the tables read
+    by token id (ROW_TABLES) give some rows alone through `weight(name, rows(ids))` where `rows` is given."""
     stand_in, load = tensors
     limit, dtype = budget
     if too_many_tensors(spec, vocab_size):
@@ -168,7 +171,9 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
                                 f"the checkpoint gives {format_shape(probe.shape)}")
         report(WEIGHTS, done, len(shapes))
     as_dtype = DTYPES[dtype]
-    cache = WeightCache(lambda name: np.asarray(weight(name, load), dtype=as_dtype), limit)
+    read_rows = None if rows is None else lambda name, ids: np.asarray(weight(name, rows(ids)), dtype=as_dtype)
+    cache = WeightCache(lambda name: np.asarray(weight(name, load), dtype=as_dtype), limit, read_rows,
+                        ROW_TABLES & shapes.keys())
     return LazyWeights(shapes, cache, identity)
 
 
@@ -183,8 +188,9 @@ def _gguf(path: Path, budget: tuple[int, str]):
     special = {"eos": token_id(model.meta, "tokenizer.ggml.eos_token_id", size, model.error), "pad": None}
     as_dtype = DTYPES[budget[1]]
     tensors = (model.stand_in, lambda name, expert=None: model.dequantized(name, as_dtype, expert))
+    rows = lambda ids: lambda name: model.dequantized(name, as_dtype, ids=ids)  # noqa: E731
     weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
-                       file_identity(path))
+                       file_identity(path), rows)
     weights.quantisation = Quantisation(model, spec)
     return spec, weights, tokenizer, special
 

@@ -397,13 +397,16 @@ class GGUFModel:
                              f"{format_shape(shape)}")
         return shape[1:]
 
-    def dequantized(self, name: str, dtype: np.dtype, expert: int | None = None) -> np.ndarray:
-        """The tensor (or one expert's slice of a merged tensor: only its bytes are read) in `dtype`: F32 in float32
-        stays a view of the map; otherwise gguf-py's dequantization of a chunk of rows at a time, written straight
-        into the result (no whole float32 copy)."""
+    def dequantized(self, name: str, dtype: np.dtype, expert: int | None = None,
+                    ids: np.ndarray | None = None) -> np.ndarray:
+        """The tensor (or one expert's slice of a merged tensor, or the matrix's rows `ids`: only their bytes are read;
+        a block never spans two rows) in `dtype`: F32 in float32 stays a view of the map; otherwise gguf-py's
+        dequantization of a chunk of rows at a time, written straight into the result (no whole float32 copy)."""
         info, shape = self.info(name), self._shape(name, expert)
         raw = self.file.tensor_bytes(info)
         raw = raw if expert is None else raw[expert]
+        if ids is not None:  # row indices of a matrix, of any shape (a batch's)
+            raw, shape = raw[ids.reshape(-1)], (*ids.shape, *shape[1:])
         if info.kind is GGMLQuantizationType.F32 and np.dtype(dtype) == np.float32:
             return raw.view(np.float32).reshape(shape)
         return dequantize_into(raw.reshape(-1, raw.shape[-1]), info.kind, np.empty(shape, dtype=dtype))

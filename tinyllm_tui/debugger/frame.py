@@ -421,10 +421,9 @@ def timeline_tokens(timeline) -> tuple[tuple[tuple[int, str, Status], ...], int]
 
 def operands(state: OpState) -> tuple[OperandCorner, ...]:
     def corner(operand) -> OperandCorner:
-        values = to_host(operand.values)
-        values = values[None, :] if values.ndim == 1 else values
-        rows = tuple(resolve_some(operand.row_axis, range(min(values.shape[0], CORNER))))
-        return OperandCorner(operand.name, tuple(values.shape), rows, values[:CORNER, :CORNER])
+        shape = tuple(operand.values.shape)  # 2-D (trace.labelled); only the corner is read, not a whole table
+        rows = tuple(resolve_some(operand.row_axis, range(min(shape[0], CORNER))))
+        return OperandCorner(operand.name, shape, rows, to_host(operand.values[:CORNER, :CORNER]))
 
     return tuple(corner(operand) for operand in state.inputs)
 

@@ -32,6 +32,7 @@ MOE = ("qwen2_moe", "qwen3_moe")
 GPT_OSS = "gpt_oss"  # sparse too: its router and experts with biases, a clamped SwiGLU, attention sinks, YaRN
 QWEN35, QWEN35_MOE = "qwen3_5_text", "qwen3_5_moe_text"  # the second: Qwen3.5's layers, every FFN sparse
 QWEN35S = (QWEN35, QWEN35_MOE)
+SPARSE = (*MOE, GPT_OSS, QWEN35_MOE)  # the architectures whose FFNs may be experts
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "gemma2",
                 "gemma3_text", hf_gemma4.ARCH, *QWEN35S, "deepseek_v3")  # RoPE, RMSNorm, gated MLP
 ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
@@ -101,7 +102,7 @@ def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
         raise ConfigError(file, key, f"a {d}×{width} query projection has more numbers than the weight files' "
                           f"{nbytes} bytes hold")
     experts = "num_experts" if "num_experts" in config else "num_local_experts"
-    if config["model_type"] in (*MOE, GPT_OSS, QWEN35_MOE) and config.get(experts):  # one layer's experts, before their tables
+    if config["model_type"] in SPARSE and config.get(experts):  # one layer's experts, before their tables
         count, f = _get(config, experts, file), _get(config, _expert_width(config), file)
         if 3 * count * f * d > nbytes:
             raise ConfigError(file, experts, f"{count} experts of {3 * f * d} numbers each are more than the weight "
@@ -159,7 +160,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
         biases=biases, tied_unembed=bool(config.get("tie_word_embeddings", arch in GEMMA)),
         kv_heads=kv_heads, rope_theta=theta, rope_factors=divisors,
         qk_norm=arch in ("qwen3", "qwen3_moe", "gemma3_text", *QWEN35S), sliding_window=window,
-        sliding_layers=sliding_layers, moe=_moe(config, file, layers) if arch in (*MOE, GPT_OSS, QWEN35_MOE) else None,
+        sliding_layers=sliding_layers, moe=_moe(config, file, layers) if arch in SPARSE else None,
         attn_sinks=arch == GPT_OSS, rope_scale=_rope_scale(config, file),
     )
     if arch in GEMMA:

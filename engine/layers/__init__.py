@@ -64,6 +64,12 @@ def _every_kind():
     return (module for kinds in ROLES.values() for module in kinds.values())
 
 
+def bugs() -> tuple[type, ...]:
+    """Every kind's bugs (its BUGS: classes, each overriding one of its fault points; engine.faults makes each a
+    Fault named after it)."""
+    return tuple(dict.fromkeys(bug for module in _every_kind() for bug in getattr(module, "BUGS", ())))
+
+
 def gguf_tensors() -> dict[str, str]:
     """Every kind's parameter (within a block, `attn.wq`) -> its GGUF tensor under `blk.N`."""
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}

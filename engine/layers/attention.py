@@ -17,9 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from engine import ops
-from engine.caches import Read, ScaleAxis, empty_cache, ring_slot
+from engine.caches import Layout, Quantize, Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
 from engine.labels import WithSink
+from engine.layers import shared_kv
 from engine.layers.shared_kv import SharedKV
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec, Positions
@@ -184,6 +185,77 @@ class FaultPoints:
         """What a KV-shared layer attends over: the read its source layer handed it in this pass (whose last
         `n_new` rows are the chunk's)."""
         return read
+
+
+# The bugs that change one of its fault points (engine.faults makes each a Fault named after its class, ChunkMask:
+# chunk-mask; `unseen`: why it would change no number of a scenario, None where it shows).
+class ChunkMask:
+    def mask(self, xp, visible, n_new, n_keys):
+        return None if visible is None else xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
+
+
+class GqaModulo:
+    def kv_head(self, head, group, kv_heads):
+        return head % kv_heads
+
+    def unseen(self, scenario):
+        model = scenario.model
+        if model.n_kv_heads < 2 or model.n_kv_heads == model.n_heads:
+            return "the model needs grouped-query attention with at least two kv heads"
+        return None
+
+
+class TransposedK:
+    def stored_k(self, xp, k, head_width):
+        t = k.shape[0]
+        heads = xp.permute_dims(xp.reshape(k, (t, -1, head_width)), (1, 2, 0))  # (H, dh, T)
+        return xp.reshape(xp.permute_dims(xp.reshape(heads, (-1, t, head_width)), (1, 0, 2)), (t, -1))
+
+    def unseen(self, scenario):
+        if all(len(r.tokens) < 2 for r in scenario.requests):
+            return "every prompt is one token, whose K reads the same either way"
+        if not any(block.mixer == NAME for block in scenario.model.blocks):
+            return "no layer caches per-head K (latent attention caches latent rows and rope keys)"
+        return None
+
+
+class RingWrongSlot:
+    def ring_slot(self, index, sinks, size):
+        wrapped = index >= sinks + size
+        return super().ring_slot(index + wrapped, sinks, size)
+
+    def unseen(self, scenario):
+        cache, model, requests = scenario.cache, scenario.model, scenario.requests
+        windows = [w for w in map(model.window, range(model.n_layers)) if w is not None]
+        lengths = [len(r.tokens) for r in requests]
+        padding = max(lengths) - min(lengths) if scenario.batch else 0  # a batch's longest left padding
+        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in requests) + padding
+        if cache.layout is not Layout.RING or not windows or longest <= cache.sinks + min(windows):
+            return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
+        return None
+
+
+class BlockTableWrong:
+    def table_entry(self, physical, table):
+        return table[-1] if table else physical
+
+    def unseen(self, scenario):
+        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests)
+        cache = scenario.cache
+        if cache.layout is not Layout.PAGED or cache.quantize is not Quantize.NONE or longest <= cache.block_size:
+            return "no request fills a second block of a paged cache (cache: {layout: paged})"
+        return None
+
+
+class ScalePerTensor:
+    def scale_axis(self, axis):
+        return ScaleAxis.PER_TENSOR
+
+    def unseen(self, scenario):
+        return "the cache is not quantized (cache: {quantize: int8})" if scenario.cache.quantize is Quantize.NONE else None
+
+
+BUGS = (ChunkMask, GqaModulo, TransposedK, RingWrongSlot, BlockTableWrong, ScalePerTensor, *shared_kv.BUGS)
 
 
 class StaleCacheError(RuntimeError):

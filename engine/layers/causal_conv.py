@@ -52,6 +52,36 @@ class ConvFaultPoints:
         return shifted(xp, window, inputs)
 
 
+class ConvNotShifted:
+    def conv_window(self, xp, window, inputs):
+        n = min(int(inputs.shape[0]), int(window.shape[0]))
+        return xp.concat([window[:int(window.shape[0]) - n, ...], inputs[-n:, ...]], axis=0) if n else window
+
+    def unseen(self, scenario):
+        return _no_window(scenario)
+
+
+class ConvShiftedTwice:
+    def conv_window(self, xp, window, inputs):
+        return shifted(xp, xp.concat([window, xp.zeros_like(inputs)], axis=0), inputs, int(window.shape[0]))
+
+    def unseen(self, scenario):
+        return _no_window(scenario)
+
+
+def _no_window(scenario) -> str | None:
+    """Why a wrong conv window changes nothing: a window of two rows or more must be read by a later round."""
+    kernels = [block.conv_kernel or 0 for block in scenario.model.blocks]
+    if max(kernels, default=0) < 3:
+        return "no layer has a causal conv of 3 taps or more (a window of two earlier inputs)"
+    if max(r.max_new_tokens for r in scenario.requests) < 3:
+        return "no request decodes a second round that reads the window the first one kept (max_new_tokens ≥ 3)"
+    return None
+
+
+BUGS = (ConvNotShifted, ConvShiftedTwice)  # a kind with a causal conv offers them among its own
+
+
 @dataclass(frozen=True)
 class ConvFacts:
     """What a view shows of a conv window beside its rows: the conv's taps and the bytes it keeps (the same

@@ -146,6 +146,38 @@ class FaultPoints(causal_conv.ConvFaultPoints):
         return state
 
 
+class StateNotDecayed:
+    def decayed(self, xp, state, decay):
+        return state
+
+    def unseen(self, scenario):
+        return _no_layer(scenario, rounds=2)
+
+
+class ChunkStateDropped:
+    def carried(self, xp, state, chunk):
+        return state * 0.0 if chunk else state
+
+    def unseen(self, scenario):
+        net = scenario.model.deltanet
+        why = _no_layer(scenario, rounds=1)
+        if why is None and all(len(r.tokens) <= net.chunk for r in scenario.requests):
+            return f"no prompt is longer than the delta rule's chunk ({net.chunk} tokens)"
+        return why
+
+
+def _no_layer(scenario, rounds: int) -> str | None:
+    """Why a bug of its that shows from round `rounds` − 1 on cannot show."""
+    if not any(block.mixer == NAME for block in scenario.model.blocks):
+        return "the model has no Gated DeltaNet (linear-attention) layer"
+    if all(r.max_new_tokens < rounds for r in scenario.requests):
+        return f"it shows from decode round {rounds - 1} on: generate at least {rounds} tokens"
+    return None
+
+
+BUGS = (*causal_conv.BUGS, StateNotDecayed, ChunkStateDropped)
+
+
 @dataclass(frozen=True)
 class RecurrentFacts:
     """What a view shows of a recurrent state beside its matrices."""

@@ -144,6 +144,33 @@ class FaultPoints:
         return xp.matrix_transpose(w_uk)
 
 
+class RopeKeyUnrotated:
+    def cached_rope_key(self, xp, rotated, unrotated):
+        return unrotated
+
+    def unseen(self, scenario):
+        return _no_layer(scenario.model)
+
+
+class AbsorbedUkUntransposed:
+    def absorbed_uk(self, xp, w_uk):
+        # W_UK_h's (kv_lora_rank, d_nope) buffer read as the (d_nope, kv_lora_rank) the product needs: no transpose
+        return xp.reshape(w_uk, (w_uk.shape[1], w_uk.shape[0]))
+
+    def unseen(self, scenario):
+        mla = scenario.model.mla
+        if mla is not None and not mla.absorbed:
+            return "the model's latent attention runs the naive form (--mla absorbed runs the absorbed one)"
+        return _no_layer(scenario.model)
+
+
+def _no_layer(model) -> str | None:
+    return None if model.mla is not None else "the model has no latent attention (DeepSeek's MLA)"
+
+
+BUGS = (RopeKeyUnrotated, AbsorbedUkUntransposed)
+
+
 @dataclass(frozen=True, eq=False)
 class LatentCache(LayerCache):
     """One MLA layer's cache, an engine.state.LayerState: `k` holds the latent rows (S, kv_lora_rank), `v` the

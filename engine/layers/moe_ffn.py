@@ -142,6 +142,9 @@ class FaultPoints:
     """It has none: nothing it computes is kept, so no cache bug can reach it."""
 
 
+BUGS: tuple[type, ...] = ()
+
+
 class MoeFfn:
     """One layer's sparse FFN: its router, experts and hooks resolved once."""
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.hooks import HookSite
 from engine.layers.attention import StaleCacheError
+from engine.layers import causal_conv
 from engine.layers.causal_conv import ConvFaultPoints, ConvWindow, convolve
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec
@@ -33,6 +34,9 @@ HOOKS = ("hook_in", *PARTS, "hook_bx", "hook_conv", "hook_y")
 
 class FaultPoints(ConvFaultPoints):
     """Where an injected bug may change it: how the conv window moves (engine.layers.causal_conv)."""
+
+
+BUGS = causal_conv.BUGS
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:

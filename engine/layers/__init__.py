@@ -70,6 +70,53 @@ def bugs() -> tuple[type, ...]:
     return tuple(dict.fromkeys(bug for module in _every_kind() for bug in getattr(module, "BUGS", ())))
 
 
+def route(operator):
+    """The choice a routing operator (an engine.operators.Op) holds, read by its kind (its module's `route`: an
+    engine.layers.moe_ffn.Route); None for any other operator."""
+    return next((found for module in _every_kind() if hasattr(module, "route")
+                 and (found := module.route(operator)) is not None), None)
+
+
+def route_hooks() -> frozenset[tuple[str, str]]:
+    """(module, name) of the operators a run's routing is kept as, to compare another run's with (ROUTE_HOOKS)."""
+    return frozenset(hook for module in _every_kind() for hook in getattr(module, "ROUTE_HOOKS", ()))
+
+
+def breakpoint_conditions() -> tuple:
+    """Every kind's breakpoint conditions (its BREAKPOINTS: regex, form, (how its value reads, the refusal's code),
+    the condition made of the value)."""
+    return tuple(condition for module in _every_kind() for condition in getattr(module, "BREAKPOINTS", ()))
+
+
+def texts(prefix: str) -> dict[str, str]:
+    """Every kind's English sentences (its TEXTS) of the codes that start with `prefix` (`breakpoint.`), for the
+    CausedError of the module that raises them."""
+    return {code: text for module in _every_kind() for code, text in getattr(module, "TEXTS", {}).items()
+            if code.startswith(prefix)}
+
+
+def ablated_hooks() -> dict[str, str]:
+    """A kind's module -> the per-head hook `blocks.L.<module> head H` ablates (its ABLATES: attention's hook_z)."""
+    return {module.MODULE: module.ABLATES for module in _every_kind() if hasattr(module, "ABLATES")}
+
+
+def ablations() -> tuple:
+    """Every kind's own ablation forms (its ABLATIONS: regex, form, what it sets)."""
+    return tuple(form for module in _every_kind() for form in getattr(module, "ABLATIONS", ()))
+
+
+def intervention_refusals(hook, action: str, values: tuple, model) -> list[tuple[str, dict]]:
+    """Why the kinds of `hook`'s module refuse an intervention there (their `intervention_refusal`)."""
+    return [refusal for module in _every_kind() if module.MODULE == hook.module and hasattr(module, "intervention_refusal")
+            and (refusal := module.intervention_refusal(hook, action, values, model)) is not None]
+
+
+def routed_expert(hook) -> int | None:
+    """The routed part (an expert) whose hooks `hook` is one of, by its kind's `routed_expert`; None for another."""
+    return next((found for module in _every_kind() if hasattr(module, "routed_expert")
+                 and (found := module.routed_expert(hook)) is not None), None)
+
+
 def gguf_tensors() -> dict[str, str]:
     """Every kind's parameter (within a block, `attn.wq`) -> its GGUF tensor under `blk.N`."""
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}

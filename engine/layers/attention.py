@@ -41,6 +41,7 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
         "attn.k_norm.w": "attn_k_norm", "attn.sinks": "attn_sinks",
         "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
+ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
 
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the

@@ -17,6 +17,15 @@ Array = Any
 RowsDiffer = Callable[[str, Any, Any], Any]  # (item, ours, theirs) host rows -> booleans: beyond the tolerance
 
 
+class Size(int):
+    """A count of bytes among the facts a state's line is worded with (`words()`), which a view shows as a size."""
+
+
+# A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files their heading and
+# line under ("ring", "recurrent"; the catalogue's cache.where.<layout>); `fed` (True: the state counts the tokens
+# fed and holds no rows of them); `words()`, the catalogue key and facts of the line beside its rows.
+
+
 @dataclass(frozen=True, eq=False)
 class StateView:
     """One named matrix of a state, as a view shows it: its rows are the state's `row_positions` (or features)."""

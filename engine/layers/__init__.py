@@ -139,6 +139,13 @@ def hf_layer_kinds() -> dict[str, str]:
     return {name: kind for kind, module in MIXERS.items() for name in module.HF_LAYER_TYPES}
 
 
+def explanation_key(operator) -> str | None:
+    """What a kind files the explanation of `operator` under where its hook name alone does not tell (its module's
+    `explanation_key`: an expert's output, latent attention's expanded keys); None: the hook name."""
+    return next((key for module in _every_kind() if hasattr(module, "explanation_key")
+                 and (key := module.explanation_key(operator)) is not None), None)
+
+
 def explanation(key: str) -> dict[str, tuple[str, str, str, str]] | None:
     """The kind's texts (per language) of the operator filed under `key` (a hook name's last part)."""
     modules = (*_every_kind(), per_layer_input)  # the kinds', then Gemma 4's block tail's

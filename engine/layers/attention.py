@@ -188,6 +188,12 @@ class FaultPoints:
         return read
 
 
+def explanation_key(operator) -> str | None:
+    """Gemma 2's capped scores: filed apart from the scores."""
+    hook = operator.hook
+    return "hook_attn_scores(softcap)" if hook.name == "hook_attn_scores" and operator.kind == OpKind.SOFTCAP else None
+
+
 # The bugs that change one of its fault points (engine.faults makes each a Fault named after its class, ChunkMask:
 # chunk-mask; `unseen`: why it would change no number of a scenario, None where it shows).
 class ChunkMask:
@@ -216,7 +222,7 @@ class TransposedK:
         if all(len(r.tokens) < 2 for r in scenario.requests):
             return "every prompt is one token, whose K reads the same either way"
         if not any(block.mixer == NAME for block in scenario.model.blocks):
-            return "no layer caches per-head K (latent attention caches latent rows and rope keys)"
+            return "no layer caches K rows (latent attention caches latent rows and rope keys, not per-head K)"
         return None
 
 

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from array_api_compat import array_namespace
 
 from engine.backend import to_host
 from engine.caches import array_bytes
-from engine.state import StateView
+from engine.state import Size, StateView
 
 Array = Any
 DUMP_ITEM = "conv_state"  # blocks.L.<module>.conv_state: (K−1, C), oldest input first, rows before the first token 0
@@ -89,6 +89,10 @@ class ConvFacts:
 
     kernel: int
     nbytes: int
+    layout: ClassVar[str] = "conv"  # a conv window has no heads (engine.state: how views word facts)
+
+    def words(self) -> tuple[str, dict]:
+        return "cache.conv", {"rows": self.kernel - 1, "kernel": self.kernel, "size": Size(self.nbytes)}
 
 
 @dataclass(frozen=True, eq=False)

@@ -29,7 +29,7 @@ from engine.hooks import HookSite
 from engine.layers import causal_conv
 from engine.operators import Op, OpStream, op
 from engine.spec import LayerSpec, ModelSpec
-from engine.state import StateView, WholeState
+from engine.state import Size, StateView, WholeState
 from engine.trace import OpKind
 
 Array = Any
@@ -187,6 +187,12 @@ class RecurrentFacts:
     heads: int  # value heads, each a d_k × d_v matrix
     kernel: int  # the conv's K: its window holds K−1 inputs
     nbytes: int  # what it stores, the same at every length
+    layout: ClassVar[str] = "recurrent"  # its heads are its value heads, not K/V (engine.state: how views word facts)
+    fed: ClassVar[bool] = True  # it counts the tokens fed, it holds no rows of them
+
+    def words(self) -> tuple[str, dict]:
+        facts = {"last": self.last, "rows": self.kernel - 1, "kernel": self.kernel, "stored": Size(self.nbytes)}
+        return ("cache.recurrent.fresh" if self.last < 0 else "cache.recurrent"), facts  # fresh: no token changed it
 
 
 @dataclass(frozen=True, eq=False)

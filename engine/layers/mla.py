@@ -144,6 +144,12 @@ class FaultPoints:
         return xp.matrix_transpose(w_uk)
 
 
+def explanation_key(operator) -> str | None:
+    """Its keys and values, expanded from its latent cache: filed apart from attention's."""
+    name, inputs = operator.hook.name, operator.inputs
+    return f"{name}(latent)" if name in ("hook_k", "hook_v") and inputs and inputs[0].name.endswith(".cache_latent") else None
+
+
 class RopeKeyUnrotated:
     def cached_rope_key(self, xp, rotated, unrotated):
         return unrotated

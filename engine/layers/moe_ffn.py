@@ -144,6 +144,14 @@ def route(operator) -> Route | None:
     return Route(to_host(operator.values).astype(np.int64), to_host(operator.inputs[0].values))
 
 
+def explanation_key(operator) -> str | None:
+    """An expert's (or the shared expert's) output, and the experts' weighted sum: filed apart from a dense FFN's."""
+    hook = operator.hook
+    if hook.name == "hook_out" and hook.module.startswith((f"{MODULE}.experts.", SHARED)):
+        return "hook_out(expert)"
+    return "hook_mlp_out(experts)" if hook.name == "hook_mlp_out" and operator.kind == OpKind.MIX else None
+
+
 ROUTE_HOOKS = ((MODULE, TOPK), (MODULE, SCORES))  # what a run's routing is kept as, to compare another run with
 
 

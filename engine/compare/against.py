@@ -341,9 +341,8 @@ class _Meeting:
         dh, heads, kept = self.against.d_head, suffix(key.name) in CACHES, state.caches[state.layer]
 
         def label(row: int, col: int) -> str:
-            if suffix(key.name) == "recurrent_state":  # a Gated DeltaNet's [v_head·d_k, d_v]
-                d_k = ours.shape[0] // kept.facts.heads
-                return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {kept.facts.last})"
+            if (own := getattr(kept, "cell", None)) and (text := own(suffix(key.name), row, col)) is not None:
+                return text  # a kind's state names its own items' cells (a recurrent state's value heads)
             if not heads:
                 return f"position {resolve_some(positions, [row])[0]}, channel {col}"
             return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"

@@ -117,6 +117,17 @@ def routed_expert(hook) -> int | None:
                  and (found := module.routed_expert(hook)) is not None), None)
 
 
+def dump_layouts() -> dict:
+    """A kind's state item (`conv_state`) -> how a dump's array of it becomes the engine's rows: (array, shape) ->
+    array (its module's DUMP_LAYOUTS)."""
+    return {item: align for module in _every_kind() for item, align in getattr(module, "DUMP_LAYOUTS", {}).items()}
+
+
+def routes(model) -> bool:
+    """Whether a block of `model` (an engine.spec.ModelSpec) chooses a route (a kind with `route`: experts)."""
+    return any(hasattr(kind, "route") for block in dict.fromkeys(model.blocks) for kind in block_kinds(block))
+
+
 def gguf_tensors() -> dict[str, str]:
     """Every kind's parameter (within a block, `attn.wq`) -> its GGUF tensor under `blk.N`."""
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}

@@ -36,6 +36,19 @@ Array = Any
 DUMP_ITEM = "conv_state"  # blocks.L.<module>.conv_state: (K−1, C), oldest input first, rows before the first token 0
 
 
+def _dumped_rows(array, shape: tuple):
+    """A dumped conv state as rows (inputs) of channels: transformers' [channels, K] transposed, its oldest input (no
+    longer read) dropped where the engine's K − 1 rows are asked for."""
+    if array.ndim != 2:
+        return array
+    if array.shape[1] != shape[1] and array.shape[0] == shape[1]:
+        array = array.T
+    return array[1:] if shape[0] is not None and array.shape[0] == shape[0] + 1 else array
+
+
+DUMP_LAYOUTS = {DUMP_ITEM: _dumped_rows}  # engine.layout: [K − 1, channels], or transformers' [channels, K]
+
+
 def shifted(xp, window: Array, inputs: Array, keep: int | None = None) -> Array:
     """The last `keep` (the window's K−1) rows of the window followed by the chunk's inputs: the window after
     the chunk."""

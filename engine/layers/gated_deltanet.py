@@ -52,6 +52,9 @@ GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_h
     "linear_attn.A_log": "rows", "linear_attn.dt_bias": "rows", "linear_attn.conv.w": "v rows",
     "linear_attn.w_out": "columns"}  # one operator per value head: what an intervention names a head of
 RECURRENT = "recurrent_state"  # its dump item beside the window's conv_state
+# engine.layout: [v_head, d_k, d_v] (or stacked [v_head·d_k, d_v]) as the engine's stacked rows
+DUMP_LAYOUTS = {**causal_conv.DUMP_LAYOUTS, RECURRENT: lambda array, shape: array.reshape(-1, array.shape[-1])
+                if array.ndim == 3 else array}
 EPS_L2 = 1e-6  # the L2 norm's ε (FLA's and transformers' l2norm), not the config's rms_norm_eps
 
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
@@ -243,6 +246,13 @@ class DeltaState:
         oldest input first."""
         xp, (heads, d_k, d_v) = array_namespace(self.recurrent), self.recurrent.shape
         return {"recurrent_state": xp.reshape(self.recurrent, (heads * d_k, d_v)), **self.window.dump_items()}
+
+    def cell(self, item: str, row: int, col: int) -> str | None:
+        """A cell of one of its dump items as a comparison names it (None: the window's, named as rows of channels)."""
+        if item != RECURRENT:
+            return None
+        d_k = int(self.recurrent.shape[1])  # its rows: [v_head·d_k, d_v]
+        return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {self.seen - 1})"
 
     def differing(self, theirs, beyond) -> frozenset[int]:
         """The conv window's rows that differ (the window's own rule), and the position of the token that last

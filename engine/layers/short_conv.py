@@ -37,6 +37,7 @@ class FaultPoints(ConvFaultPoints):
 
 
 BUGS = causal_conv.BUGS
+DUMP_LAYOUTS = causal_conv.DUMP_LAYOUTS
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:

@@ -17,6 +17,10 @@ Array = Any
 RowsDiffer = Callable[[str, Any, Any], Any]  # (item, ours, theirs) host rows -> booleans: beyond the tolerance
 
 
+class StaleCacheError(RuntimeError):
+    """A state computed with other weights was about to be extended."""
+
+
 class Size(int):
     """A count of bytes among the facts a state's line is worded with (`words()`), which a view shows as a size."""
 

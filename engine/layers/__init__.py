@@ -128,6 +128,17 @@ def routes(model) -> bool:
     return any(hasattr(kind, "route") for block in dict.fromkeys(model.blocks) for kind in block_kinds(block))
 
 
+def forms() -> dict[str, tuple[str, ...]]:
+    """A kind's name -> the forms of the same function its option (`--NAME`) picks between (its module's FORMS)."""
+    return {module.NAME: tuple(module.FORMS) for module in _every_kind() if hasattr(module, "FORMS")}
+
+
+def in_form(model, name: str, form: str):
+    """`model` (an engine.spec.ModelSpec) with its layers of the kind `name` in `form` (the kind's `in_form`:
+    ValueError where the model has none)."""
+    return next(module for module in _every_kind() if module.NAME == name).in_form(model, form)
+
+
 def gguf_tensors() -> dict[str, str]:
     """Every kind's parameter (within a block, `attn.wq`) -> its GGUF tensor under `blk.N`."""
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}

@@ -24,6 +24,7 @@ from engine.layers import shared_kv
 from engine.layers.shared_kv import SharedKV
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec, Positions
+from engine.state import StaleCacheError
 from engine.trace import OpKind
 
 Array = Any
@@ -263,10 +264,6 @@ class ScalePerTensor:
 
 
 BUGS = (ChunkMask, GqaModulo, TransposedK, RingWrongSlot, BlockTableWrong, ScalePerTensor, *shared_kv.BUGS)
-
-
-class StaleCacheError(RuntimeError):
-    """A cache computed with other weights was about to be extended."""
 
 
 def head_dims(model: ModelSpec, block: LayerSpec) -> tuple[int, int]:

@@ -145,6 +145,16 @@ class FaultPoints:
         return xp.matrix_transpose(w_uk)
 
 
+FORMS = {"naive": False, "absorbed": True}  # what its option (--mla) picks: the latent expanded per head, or absorbed
+
+
+def in_form(model: ModelSpec, form: str) -> ModelSpec:
+    """`model` with its latent attention in `form` (one of FORMS); ValueError where it has none."""
+    if model.mla is None:
+        raise ValueError("the model has no latent attention (DeepSeek's MLA)")
+    return dataclasses.replace(model, mla=dataclasses.replace(model.mla, absorbed=FORMS[form]))
+
+
 def explanation_key(operator) -> str | None:
     """Its keys and values, expanded from its latent cache: filed apart from attention's."""
     name, inputs = operator.hook.name, operator.inputs

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from engine.hooks import HookSite
-from engine.layers.attention import StaleCacheError
 from engine.layers import causal_conv
 from engine.layers.causal_conv import ConvFaultPoints, ConvWindow, convolve
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec
+from engine.state import StaleCacheError
 from engine.trace import OpKind
 
 Array = Any

@@ -28,7 +28,7 @@ from engine.backend import to_host
 from engine.hooks import HookSite
 from engine.layers import causal_conv
 from engine.operators import Op, OpStream, op
-from engine.spec import LayerSpec, ModelSpec
+from engine.spec import KindOptions, LayerSpec, ModelSpec
 from engine.state import Size, StateView, WholeState
 from engine.trace import OpKind
 
@@ -135,6 +135,33 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("每个值头的读出先归一化，再由SiLU(z)门控。", "每个值头RMSNorm(o)·w·SiLU(z)。",
                "这里增益就是w，不像块的归一化那样是1+w。", "z很负时接近0。")},
 }
+
+
+@dataclass(frozen=True)
+class DeltaNetSpec(KindOptions):
+    """Its layers' shape (ModelSpec.deltanet; Qwen3.5's linear_attention layers, which a checkpoint lists)."""
+
+    ROLE: ClassVar[str] = "mixer"
+    KIND: ClassVar[str] = NAME
+
+    k_heads: int
+    v_heads: int  # a multiple of k_heads: each key head serves v_heads / k_heads value heads
+    d_k: int
+    d_v: int
+    kernel: int  # the causal conv's width (linear_conv_kernel_dim)
+    chunk: int = 64  # tokens per chunk of the chunked form (transformers' and FLA's default)
+
+    @property
+    def d_keys(self) -> int:
+        return self.k_heads * self.d_k
+
+    @property
+    def d_values(self) -> int:
+        return self.v_heads * self.d_v
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.d_keys + self.d_values
 
 
 class FaultPoints(causal_conv.ConvFaultPoints):

@@ -26,7 +26,7 @@ from engine.caches import LayerCache, Read
 from engine.hooks import HookSite
 from engine.layers.attention import Attention
 from engine.operators import Op, Operand, OpStream, op
-from engine.spec import LayerSpec, ModelSpec
+from engine.spec import KindOptions, LayerSpec, ModelSpec
 from engine.state import StateView
 from engine.trace import OpKind
 
@@ -130,6 +130,25 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
                "这里W_UV在混合之后，朴素形式在之前：结果相同。", "宽度=kv_lora_rank。"),
     },
 }
+
+
+@dataclass(frozen=True)
+class MlaSpec(KindOptions):
+    """Its model-wide options (ModelSpec.mla; every layer's mixer): each token's keys and values are one latent row
+    of `kv_lora_rank` features (expanded per head by kv_b) plus one rope key of `d_rope` features shared by the
+    heads; the query is a no-position part of `d_nope` features and a rotated part of `d_rope` per head."""
+
+    kv_lora_rank: int
+    d_nope: int  # qk_nope_head_dim
+    d_rope: int  # qk_rope_head_dim (ModelSpec.d_head is d_nope + d_rope, the scores' width)
+    d_v: int  # v_head_dim
+    q_lora_rank: int | None = None  # the query through a low-rank q_a, its norm and q_b (None: one q projection)
+    absorbed: bool = False  # W_UK folded into the query and W_UV after the mix (serving engines); else expanded
+    ROLE: ClassVar[str] = "mixer"
+    KIND: ClassVar[str] = NAME
+
+    def covers(self, layer: int) -> bool:
+        return True
 
 
 class FaultPoints:

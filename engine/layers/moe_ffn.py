@@ -34,7 +34,7 @@ from engine import ops
 from engine.backend import to_host
 from engine.hooks import HookSite
 from engine.operators import Op, OpStream, op
-from engine.spec import LayerSpec, ModelSpec
+from engine.spec import KindOptions, LayerSpec, ModelSpec
 from engine.trace import OpKind
 
 Array = Any
@@ -54,6 +54,32 @@ SELECTION = ("hook_selection_scores", "hook_group_scores")  # DeepSeek-V3: what 
 ROUTING = ("hook_router_logits", SCORES, *SELECTION, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
 SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
+
+
+@dataclass(frozen=True)
+class MoeSpec(KindOptions):
+    """Its model-wide options (ModelSpec.moe): a router scores `n_experts` gated MLPs for each token and the `top_k`
+    best run, their outputs summed with the chosen scores as weights."""
+
+    ROLE: ClassVar[str] = "ffn"
+    KIND: ClassVar[str] = NAME
+
+    n_experts: int
+    top_k: int
+    d_expert: int  # each expert's hidden width (Qwen3-MoE: moe_intermediate_size)
+    norm_topk: bool = False  # the chosen scores divided by their sum (norm_topk_prob)
+    layers: tuple[int, ...] | None = None  # the sparse layers (the others stay dense); None: every layer
+    d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
+    bias: bool = False  # gpt-oss: the router and every expert's projections add a bias
+    clamp: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU (alpha, limit) in place of SwiGLU
+    shared_gate: bool = True  # the shared expert under its sigmoid gate (Qwen2-MoE); False: added whole (DeepSeek)
+    sigmoid: bool = False  # DeepSeek-V3: scores are sigmoid(logits) (else a softmax), chosen by score + mlp.score_bias
+    groups: int = 1  # DeepSeek-V3's n_group: the experts in this many equal groups ...
+    topk_groups: int = 1  # ... of which each token chooses among the topk_group best (a group: its top-2 sum)
+    routed_scale: float = 1.0  # the chosen weights times this (routed_scaling_factor)
+
+    def covers(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
 
 
 class RouteError(ValueError):

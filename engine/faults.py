@@ -12,7 +12,8 @@ answers correctly; each bug overrides one answer. The reference path has no bran
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from engine import layers
@@ -29,6 +30,14 @@ class Fault(FaultPoints):
     (engine.layers.FaultPoints: the attention's mask, kv heads and K/V cache layouts)."""
 
     keeps_stale_cache = False  # may a cache computed with other weights be extended?
+
+    def __getattr__(self, name: str):
+        """A fault point of a kind registered after this module was read (as a test registers one): the correct
+        answer its module's FaultPoints gives."""
+        points = None if name.startswith("__") else next((p for p in layers.fault_points() if hasattr(p, name)), None)
+        if points is None:
+            raise AttributeError(name)
+        return getattr(points, name).__get__(self)
 
     def positions(self, phase: Phase, first: int, count: int) -> list[int]:
         """The absolute positions of a chunk whose first token sits at `first`."""
@@ -185,13 +194,40 @@ LISTED = ("chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no
           "absorbed-uk-untransposed")
 
 
-def faults() -> dict[str, Fault]:
-    """Every bug by its name (its class's: ChunkMask is chunk-mask): the session's, and each layer kind's (its
-    module's BUGS: a class overriding one of its fault points, and `unseen`), made a Fault."""
-    made = (*SESSION_BUGS, *(type(bug.__name__, (bug, Fault), {}) for bug in layers.bugs()))
+@cache
+def _faults(kinds: tuple[type, ...]) -> dict[str, Fault]:
+    made = (*SESSION_BUGS, *(type(bug.__name__, (bug, Fault), {}) for bug in kinds))
     found = {re.sub(r"(?<!^)(?=[A-Z])", "-", bug.__name__).lower(): bug for bug in made}
     return {name: found[name]() for name in dict.fromkeys((*LISTED, *found)) if name in found}
 
 
-FAULTS: dict[str, Fault] = faults()
-INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)
+class Faults(Mapping[str, Fault]):
+    """Every bug by its name (its class's: ChunkMask is chunk-mask): the session's, and each layer kind's (its
+    module's BUGS: a class overriding one of its fault points, and `unseen`), made a Fault; read from the registry
+    as it is now (one Fault per bug while it stays)."""
+
+    def _now(self) -> dict[str, Fault]:
+        return _faults(layers.bugs())
+
+    def __getitem__(self, name: str) -> Fault:
+        return self._now()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+
+class Names(Sequence[str]):
+    """The names --inject takes, in their listing order; what each does is the views' to say (their catalogues)."""
+
+    def __getitem__(self, index):
+        return tuple(FAULTS)[index]
+
+    def __len__(self) -> int:
+        return len(FAULTS)
+
+
+FAULTS = Faults()
+INJECTIONS = Names()

@@ -24,7 +24,12 @@ ROLES = {"mixer": MIXERS, "ffn": FFNS}
 
 
 FaultPoints = type("FaultPoints", tuple(dict.fromkeys(module.FaultPoints for kinds in ROLES.values()
-                                                    for module in kinds.values())), {})
+                                                    for module in kinds.values())), {})  # the kinds of the lines above
+
+
+def fault_points() -> tuple[type, ...]:
+    """Every kind's FaultPoints, as the registry holds them now (engine.faults.Fault asks a kind registered later)."""
+    return tuple(dict.fromkeys(module.FaultPoints for module in _every_kind()))
 
 
 class UnknownKind(ValueError):

@@ -244,12 +244,14 @@ def test_an_unknown_kind_is_refused_by_the_registry():
 
 async def test_the_cache_view_shows_as_many_windows_as_a_state_has_views(toy):
     """A view-only matter: the running mean's one view fills one window and hides the other; a state with
-    three views gets a third window."""
+    three views gets a third window. Its facts say it counts the tokens fed (one row, not one per token): the
+    title says so."""
     from dataclasses import replace
 
     from tinyllm_tui.tui.app import DebuggerApp
     from tinyllm_tui.tui.widgets.cache import CacheView
     from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+    from tinyllm_tui.tui.widgets.wrapped import Wrapped
 
     app = DebuggerApp(toy, lang="en")
     async with app.run_test(size=(160, 48)) as pilot:
@@ -258,6 +260,7 @@ async def test_the_cache_view_shows_as_many_windows_as_a_state_has_views(toy):
         view = app.main.query(CacheView).first()
         view.show(app.debugger.frame.cache)
         await pilot.pause()
+        assert "5 tokens fed, 1 new (+)" in view.query_one(".cache-title", Wrapped)._text.plain
         shown = [w for w in view.query(MatrixWindow) if w.display]
         assert len(shown) == 1 and "sum · 1×4" in "\n".join(getattr(line, "plain", None) or line.text for line in shown[0]._lines())
         cache = app.debugger.frame.cache
@@ -294,19 +297,3 @@ def test_a_new_kinds_breakpoint_condition_is_its_module_alone(toy):
         parse_breakpoint("mean_count>x")
     with pytest.raises(BreakpointError, match="abs>N, mean_count>N, expert=E or route_margin<N"):
         parse_breakpoint("mean_count<3")
-
-
-async def test_the_cache_view_words_a_new_kinds_state_by_its_facts(toy):
-    """The toy's facts say it counts the tokens fed (it holds one row, not one per token): the title says so."""
-    from tinyllm_tui.tui.app import DebuggerApp
-    from tinyllm_tui.tui.widgets.cache import CacheView
-    from tinyllm_tui.tui.widgets.wrapped import Wrapped
-
-    app = DebuggerApp(toy, lang="en")
-    async with app.run_test(size=(160, 48)) as pilot:
-        app.debugger.goto_step(len(list(Session(toy).steps())) - 1)
-        app.debugger.move_cache(layers=1 - app.debugger.frame.cache.layer)
-        view = app.main.query(CacheView).first()
-        view.show(app.debugger.frame.cache)
-        await pilot.pause()
-        assert "5 tokens fed, 1 new (+)" in view.query_one(".cache-title", Wrapped)._text.plain

@@ -8,7 +8,12 @@ hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_s
 `hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
 (its modules in Hugging Face checkpoints, per family), `HF_LAYER_TYPES` (the config's `layer_types` it
 stands for), `FaultPoints` (where an injected bug may change what it does, with the correct answers) and
-`EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Adding a kind is its module and one line below.
+`EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
+them: `BUGS` (the bugs of its fault points), `BREAKPOINTS`, `ABLATES` / `ABLATIONS`, `intervention_refusal`,
+`routed_expert`, `route` / `ROUTE_HOOKS` (a choice an operator holds), `DUMP_LAYOUTS`, `STACKED_HEADS`,
+`explanation_key`, `FORMS` / `in_form`, `TEXTS` (the functions below read each; docs/architecture.md lists
+them). Generic code reads a kind only through these functions, never by its name (tests/test_kind_names.py).
+Adding a kind is its module and one line below.
 """
 
 from __future__ import annotations

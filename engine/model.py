@@ -27,7 +27,8 @@ from engine.layers.attention import StaleCacheError
 from engine.lazy_weights import LazyWeights, RowTable
 from engine.operators import Op, Operand, OpStream, finish, op
 from engine.spec import LayerSpec, ModelSpec, NormKind, NormPlacement, Positions
-from engine.trace import LayerCache, OpKind
+from engine.state import LayerState
+from engine.trace import OpKind
 
 __all__ = ["HEAD", "Block", "Op", "OpStream", "Operand", "StaleCacheError", "Transformer"]
 Array = Any
@@ -97,7 +98,7 @@ class Transformer:
             table = self._tables[name] = Operand(name, RowTable(self.weights, name), rows="in", cols="out")
         return table, self.backend.asarray(self.weights.rows(name, np.asarray(ids, dtype=np.int64)))
 
-    def empty_caches(self) -> list[LayerCache]:
+    def empty_caches(self) -> list[LayerState]:
         """Every layer's state before the first token: its mixer's (a K/V cache for attention)."""
         return [block.mixer.fresh_state() for block in self.blocks]
 
@@ -145,7 +146,7 @@ class Transformer:
         sites = [HookSite(self.hook(layer, module, name)) for name in ("hook_scale", "hook_normalized")]
         return sites + [HookSite(out or self.hook(layer, module, "hook_out"))] if self.spec.norm.affine else sites
 
-    def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache], *,
+    def forward(self, ids: list[int], positions: list[int], caches: list[LayerState], *,
                 vectors=None, padded_keys: list[bool] | None = None, per_layer_ids: list[int] | None = None) -> OpStream:
         """Run `ids` (at absolute `positions`) through every layer, replacing each layer's state in `caches`.
 

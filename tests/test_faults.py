@@ -13,11 +13,11 @@ from conftest import ROOT, X01
 from typer.testing import CliRunner
 
 from engine import Session, load_scenario, make_backend
-from engine.caches import ScaleAxis
+from engine.caches import LayerCache, ScaleAxis
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.model import Transformer
 from engine.session import INJECTIONS as SESSION_INJECTIONS
-from engine.trace import LayerCache, Phase
+from engine.trace import Phase
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger.debugger import Debugger
 

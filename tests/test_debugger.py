@@ -162,7 +162,7 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5))
     assert debugger.view.state.step == 8 and debugger.unsaved() == 1
     assert not np.array_equal(to_host(debugger.view.state.values), before)
-    assert np.array_equal(debugger.before(debugger.view.state), before)
+    assert np.array_equal(to_host(debugger.earlier(debugger.view.state).values), before)
     assert np.array_equal(debugger.frame.matrix.before, before) and debugger.frame.matrix.changed.any()
     assert debugger.frame.status.unsaved == 1
     assert debugger.undo() == Rebuilt(EditKind.UNDONE, "blocks.0.attn.wk") and debugger.unsaved() == 0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import Backend, OpState, Scenario, Session, make_backend, to_host
+from engine import Backend, OpState, Scenario, Session, make_backend
 from engine.breakpoints import Breakpoint, BreakpointError, misnamed
 from engine.compare.against import Against, Report
 from engine.compare.diff import OpDiff
@@ -524,11 +524,6 @@ class Debugger:
         written = self.edits.save(path)
         self._publish()
         return Saved(str(written))
-
-    def before(self, state: OpState) -> np.ndarray | None:
-        """`state`'s values before the last edit, when that run had the same operator there."""
-        earlier = self.earlier(state)
-        return None if earlier is None else to_host(earlier.values)
 
     def earlier(self, state: OpState) -> OpState | None:
         """`state`'s operator in the run before the last edit (None: that run had another there)."""

@@ -39,7 +39,7 @@ from tinyllm_tui.debugger.changes import Changed, Changes
 from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, checked, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
-from tinyllm_tui.debugger.weights import Weights
+from tinyllm_tui.debugger.weights import WeightEdits
 from tinyllm_tui.debugger import navigation
 from tinyllm_tui.debugger.navigation import Progress
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
@@ -108,7 +108,7 @@ class Debugger:
         self.backend = backend or make_backend()
         self.comparisons = Comparisons(self.backend, self.against, self._compared)
         self.changes = Changes(scenario.weights, scenario.interventions)  # edits and interventions: one undo list
-        self.edits = Weights(scenario, self.changes, edits)
+        self.edits = WeightEdits(scenario, self.changes, edits)
         self.breaks = BreakpointSet(breakpoints)  # a text that cannot be understood raises BreakpointError
         self.budget = budget
         self.stale: StaleFrom | None = None

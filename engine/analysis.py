@@ -199,12 +199,12 @@ def _terms(model: Transformer, run: Pass, row: int) -> Iterator[tuple[str, np.nd
     yield "embed", run.get(Hook(0, "", "hook_resid_pre").text)[row]
     for block in model.blocks:
         layer = block.layer
-        for _, module, _, out, _ in block.parts:
-            heads = Hook(layer, module, HEAD_RESULT).text
+        for part in block.parts:
+            heads = Hook(layer, part.module, HEAD_RESULT).text
             if (heads, 0) not in run.values:
-                yield f"L{layer}.{module}", run.get(out.text)[row]
+                yield f"L{layer}.{part.module}", run.get(part.added.text)[row]
                 continue
             for head in range(model.spec.n_heads):
                 yield f"L{layer}.H{head}", run.get(heads, head)[row]
-            if f"blocks.{layer}.{module}.bo" in model.weights:
-                yield f"L{layer}.{module}_bias", _weight(model, f"blocks.{layer}.{module}.bo")
+            if f"blocks.{layer}.{part.module}.bo" in model.weights:
+                yield f"L{layer}.{part.module}_bias", _weight(model, f"blocks.{layer}.{part.module}.bo")

@@ -24,7 +24,6 @@ import numpy as np
 from engine import Backend, OpState, Scenario, Session, make_backend
 from engine.breakpoints import Breakpoint, BreakpointError, misnamed
 from engine.compare.against import Against, Report
-from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
@@ -567,13 +566,10 @@ class Debugger:
     def _compared(self) -> Compared:
         return Compared(self.scenario, self.inject, self.stale)
 
-    def diff(self, alone: bool = False) -> list[OpDiff]:
-        """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
-        its requests as one batch against each request run alone. Raises DiffCancelled on `cancel()`."""
-        return self.comparisons.diff(alone)
-
     def compare(self, alone: bool = False) -> DiffReport:
-        """`diff()` with where it first diverges (raises DiffCancelled as diff does)."""
+        """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
+        its requests as one batch against each request run alone, with where it first diverges. Raises
+        DiffCancelled on `cancel()`."""
         return self.comparisons.compare(alone)
 
     def compare_against(self) -> Report | None:

@@ -39,10 +39,13 @@ def loud_residual_batch() -> Scenario:
 def test_a_batch_meets_each_request_alone_within_a_tolerance_that_follows_magnitude_and_depth():
     """Defect 3: every token identical, yet an absolute 1e-12 called round-off at 3e4 a divergence."""
     diffs = diff_batch(loud_residual_batch())
-    moved = [d for d in diffs if d.max_abs > 1e-12]
-    assert moved  # the batch does move numbers by more than an absolute 1e-12 ...
-    assert first_divergence(diffs) is None  # ... each within its rounding steps
-    assert all(1e-12 < d.tolerance < 1e-8 for d in moved)  # rounding steps of values up to ~1e5, not a blanket
+    # how far the batch's other summation order moves a number depends on the BLAS (past 1e-12 with some, 3e-14
+    # with others): what holds everywhere is that each operator's tolerance is its own rounding steps
+    assert first_divergence(diffs) is None
+    loud = [d for d in diffs if d.tolerance > 1e-12]
+    assert len(loud) > len(diffs) / 2  # rounding steps of values up to ~1e5, not an absolute 1e-12 ...
+    assert all(d.tolerance < 1e-8 for d in loud)  # ... nor a blanket
+    assert all(d.max_abs <= d.tolerance for d in diffs)
     choices = [d for d in diffs if d.name == "sample.hook_choice"]
     assert choices and all(d.tolerance == 1e-12 for d in choices)  # token ids must be equal
 

@@ -8,10 +8,11 @@ from engine.loading.document import ScenarioError
 from engine.loading import load_scenario, load_scenario_text
 from engine.scenario import Scenario
 from engine.session import Session
-from engine.trace import LayerCache, Labelled, OpState, RequestResult, Status, TokenState
+from engine.state import LayerState
+from engine.trace import Labelled, OpState, RequestResult, Status, TokenState
 
 __all__ = [
-    "Backend", "BackendError", "LayerCache", "Labelled", "OpState", "RequestResult", "Scenario",
+    "Backend", "BackendError", "LayerState", "Labelled", "OpState", "RequestResult", "Scenario",
     "ScenarioError", "Session", "Status", "TokenState", "load_scenario", "load_scenario_text",
     "make_backend", "to_host",
 ]

@@ -22,7 +22,7 @@ from engine.trace import OpState
 
 Array = Any
 RESIDUALS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
-_WANTED_IN_BLOCK = {("", name) for name in RESIDUALS} | {("attn", "hook_result"), ("", "hook_mlp_out")}
+HEAD_RESULT = "hook_result"  # a mixer's per-head contribution to the residual (attention's, latent attention's)
 _WANTED = {"ln_final.hook_scale", "unembed.hook_out", "sample.hook_probs", "sample.hook_choice"}
 Key = tuple[str, int | None]  # (hook name, head)
 
@@ -67,7 +67,9 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
 
 
 def _wanted(hook: Hook) -> bool:
-    return (hook.module, hook.name) in _WANTED_IN_BLOCK if hook.in_block else hook.text in _WANTED
+    """Outside a block, the final scale, logits and choice; in a block, what the residual stream is made of: the
+    residuals and each sublayer's output (the block's own hooks) and the heads' results."""
+    return (not hook.module or hook.name == HEAD_RESULT) if hook.in_block else hook.text in _WANTED
 
 
 def decisions(states: Iterable[OpState]) -> dict[tuple[int, int], tuple[int, float]]:
@@ -147,7 +149,8 @@ class Attribution:
     position: int
     logit: float
     bias_term: float
-    terms: tuple[tuple[str, float], ...]  # (embed | L{l}.H{h} | L{l}.attn_bias | L{l}.mlp, contribution), largest first
+    # (embed | L{l}.H{h} | L{l}.attn_bias | L{l}.<sublayer>: mlp, conv, linear_attn, contribution), largest first
+    terms: tuple[tuple[str, float], ...]
 
 
 def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attribution:
@@ -191,11 +194,17 @@ def _centre(vector: np.ndarray, centred: bool) -> np.ndarray:
 
 
 def _terms(model: Transformer, run: Pass, row: int) -> Iterator[tuple[str, np.ndarray]]:
-    """The residual stream at `row` as a sum: the embedding, every head's result, attention biases, MLPs."""
+    """The residual stream at `row` as a sum: the embedding, then each block's sublayers: a mixer with per-head
+    results (attention) as its heads and its output bias, any other (a conv, a linear attention, the FFN) whole."""
     yield "embed", run.get(Hook(0, "", "hook_resid_pre").text)[row]
-    for layer in range(model.spec.n_layers):
-        for head in range(model.spec.n_heads):
-            yield f"L{layer}.H{head}", run.get(Hook(layer, "attn", "hook_result").text, head)[row]
-        if f"blocks.{layer}.attn.bo" in model.weights:
-            yield f"L{layer}.attn_bias", _weight(model, f"blocks.{layer}.attn.bo")
-        yield f"L{layer}.mlp", run.get(Hook(layer, "", "hook_mlp_out").text)[row]
+    for block in model.blocks:
+        layer = block.layer
+        for part in block.parts:
+            heads = Hook(layer, part.module, HEAD_RESULT).text
+            if (heads, 0) not in run.values:
+                yield f"L{layer}.{part.module}", run.get(part.added.text)[row]
+                continue
+            for head in range(model.spec.n_heads):
+                yield f"L{layer}.H{head}", run.get(heads, head)[row]
+            if f"blocks.{layer}.{part.module}.bo" in model.weights:
+                yield f"L{layer}.{part.module}_bias", _weight(model, f"blocks.{layer}.{part.module}.bo")

@@ -13,7 +13,7 @@ so the rest of the pass, and the KV cache rows it appends, follow the replacemen
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,12 +26,24 @@ from engine.layers import per_layer_input
 from engine.lazy_weights import LazyWeights, RowTable
 from engine.operators import Op, Operand, OpStream, finish, op
 from engine.spec import LayerSpec, ModelSpec, NormKind, NormPlacement, Positions
-from engine.state import StaleCacheError
-from engine.trace import LayerCache, OpKind
+from engine.state import LayerState, StaleCacheError
+from engine.trace import OpKind
 
 __all__ = ["HEAD", "Block", "Op", "OpStream", "Operand", "StaleCacheError", "Transformer"]
 Array = Any
 HEAD = "(head)"  # the key of the head's operand among the parameters' (no parameter is named so)
+
+
+class Part(NamedTuple):
+    """A sublayer of a block (its mixer or its FFN) with the norms and hooks around it."""
+
+    sub: Any  # the kind's Layer
+    module: str  # its part of the hook and parameter names (the kind's MODULE)
+    norm: str  # the norm before it (after it with post-LN): ln1, ln2
+    post_norm: str  # Gemma's norm of its output: ln1_post, ln2_post
+    out: Hook  # its body's output: the kind's hook_out under post-norms, else `added`
+    added: Hook  # what the residual adds (TransformerLens: hook_attn_out, hook_mlp_out)
+    residual: Hook  # the sum
 
 
 class Block:
@@ -49,10 +61,15 @@ class Block:
         # residual is the block's output
         self.tail = per_layer_input.Tail(model, layer) if per_layer_input.has_tail(model.spec) else None
         ffn_residual = "hook_resid_post" if self.tail is None else per_layer_input.FFN_RESIDUAL
-        self.parts = tuple((sub, kind.MODULE, norm, hook(layer, kind.MODULE, "hook_out") if post
-                            else hook(layer, "", f"hook_{kind.MODULE}_out"), hook(layer, "", residual))
+        self.parts = tuple(_part(hook, layer, sub, kind.MODULE, norm, residual, post)
                            for sub, kind, norm, residual in ((self.mixer, mixer, "ln1", "hook_resid_mid"),
                                                              (self.ffn, ffn, "ln2", ffn_residual)))
+
+
+def _part(hook: Interned, layer: int, sub, module: str, norm: str, residual: str, post: bool) -> Part:
+    added = hook(layer, "", f"hook_{module}_out")
+    return Part(sub, module, norm, f"{norm}_post", hook(layer, module, "hook_out") if post else added, added,
+                hook(layer, "", residual))
 
 
 class Transformer:
@@ -97,7 +114,7 @@ class Transformer:
             table = self._tables[name] = Operand(name, RowTable(self.weights, name), rows="in", cols="out")
         return table, self.backend.asarray(self.weights.rows(name, np.asarray(ids, dtype=np.int64)))
 
-    def empty_caches(self) -> list[LayerCache]:
+    def empty_caches(self) -> list[LayerState]:
         """Every layer's state before the first token: its mixer's (a K/V cache for attention)."""
         return [block.mixer.fresh_state() for block in self.blocks]
 
@@ -122,16 +139,16 @@ class Transformer:
         normed, pre = spec.norm.kind != NormKind.NONE, spec.norm.placement == NormPlacement.PRE
         for block in self.blocks:
             yield HookSite(block.resid_pre)
-            for kind, (_, module, norm, out, residual) in zip(block.kinds, block.parts):
+            for kind, part in zip(block.kinds, block.parts):
                 if normed and pre:
-                    yield from self._norm_sites(block.layer, norm)
+                    yield from self._norm_sites(block.layer, part.norm)
                 yield from kind.hooks(spec, block.layer, block.spec, self.hook, self._norm_sites)
-                yield HookSite(out)
+                yield HookSite(part.out)
                 if spec.post_norms:
-                    yield from self._norm_sites(block.layer, f"{norm}_post", hook(block.layer, "", f"hook_{module}_out"))
-                yield HookSite(residual)
+                    yield from self._norm_sites(block.layer, part.post_norm, part.added)
+                yield HookSite(part.residual)
                 if normed and not pre:
-                    yield from self._norm_sites(block.layer, norm)
+                    yield from self._norm_sites(block.layer, part.norm)
             if block.tail is not None:
                 yield from per_layer_input.block_hooks(spec, block.layer, self.hook, self._norm_sites)
         if spec.lm_head:
@@ -145,7 +162,7 @@ class Transformer:
         sites = [HookSite(self.hook(layer, module, name)) for name in ("hook_scale", "hook_normalized")]
         return sites + [HookSite(out or self.hook(layer, module, "hook_out"))] if self.spec.norm.affine else sites
 
-    def forward(self, ids: list[int], positions: list[int], caches: list[LayerCache], *,
+    def forward(self, ids: list[int], positions: list[int], caches: list[LayerState], *,
                 vectors=None, padded_keys: list[bool] | None = None, per_layer_ids: list[int] | None = None) -> OpStream:
         """Run `ids` (at absolute `positions`) through every layer, replacing each layer's state in `caches`.
 
@@ -173,9 +190,8 @@ class Transformer:
             if x.hook is not block.resid_pre:
                 x = op(block.resid_pre, x.values, OpKind.RESIDUAL, inputs=(x,))
                 yield x
-            for sub, _, norm, out, residual in block.parts:
-                x = yield from self._sublayer(block.layer, x, norm, out, residual,
-                                              sub.forward, caches, positions, padded_keys)
+            for part in block.parts:
+                x = yield from self._sublayer(block.layer, x, part, caches, positions, padded_keys)
             if block.tail is not None:
                 x = yield from block.tail.forward(x, per_layer)
         if not spec.lm_head:
@@ -253,7 +269,7 @@ class Transformer:
         return resid
 
     # -- the pieces every kind is made of ------------------------------------------------------------
-    def _sublayer(self, layer: int, x: Op, norm: str, out: Hook, residual: Hook, body, *args) -> OpStream:
+    def _sublayer(self, layer: int, x: Op, part: Part, *args) -> OpStream:
         """x + body(LN(x)) with pre-LN; LN(x + body(x)) with post-LN (the original Transformer);
         x + LN_post(body(LN(x))) with Gemma's post-norms (TransformerLens: hook_attn_out / hook_mlp_out
         are what the residual adds)."""
@@ -261,15 +277,14 @@ class Transformer:
         normed, pre = spec.norm.kind != NormKind.NONE, spec.norm.placement == NormPlacement.PRE
         h = x
         if normed and pre:
-            h = yield from self.norm(layer, norm, x)
-        result = yield from body(h, *args, out)
+            h = yield from self.norm(layer, part.norm, x)
+        result = yield from part.sub.forward(h, *args, part.out)
         if spec.post_norms:
-            result = yield from self.norm(layer, f"{norm}_post", result,
-                                          out=self.hook(layer, "", f"hook_{out.module}_out"))
-        total = op(residual, x.values + result.values, OpKind.RESIDUAL, inputs=(x, result))
+            result = yield from self.norm(layer, part.post_norm, result, out=part.added)
+        total = op(part.residual, x.values + result.values, OpKind.RESIDUAL, inputs=(x, result))
         yield total
         if normed and not pre:
-            total = yield from self.norm(layer, norm, total)
+            total = yield from self.norm(layer, part.norm, total)
         return total
 
     def norm(self, layer: int | None, module: str, x: Operand, *, heads: int = 1, out: Hook | None = None,

@@ -8,8 +8,8 @@ reference the cached run is diffed against.
 Before each round of each request runs its first operator, the session can hand out
 a `RoundStart`: everything needed to run on from there. `steps(resume=start)` yields
 exactly the states (step numbers, values bit for bit) a run from scratch yields from
-`start.step` on. A round start holds its KV caches by reference: a LayerCache is never
-changed in place (a layer's append makes a new one by concatenation).
+`start.step` on. A round start holds its layers' states by reference: a LayerState is never
+changed in place (extending one makes a new one).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from engine.interventions import Patcher
 from engine.model import Op, OpStream, Transformer
 from engine.scenario import Scenario
 from engine.spec import Mode, Request
-from engine.trace import BatchRow, LayerCache, Moment, OpKind, OpState, Phase, RequestResult
+from engine.state import LayerState
+from engine.trace import BatchRow, Moment, OpKind, OpState, Phase, RequestResult
 
 __all__ = ["INJECTIONS", "Mode", "RoundStart", "Session", "StaleFrom"]  # INJECTIONS: the faults' names, from engine.faults
 
@@ -52,7 +53,7 @@ class RoundStart:
     request: int
     round: int
     results: tuple[RequestResult, ...]  # of the requests finished before this one
-    caches: tuple[LayerCache, ...]
+    caches: tuple[LayerState, ...]
     fed: tuple[int, ...]
     generated: tuple[int, ...]
     rng: dict  # the request's sampling Generator: its bit_generator.state
@@ -183,7 +184,7 @@ class _RequestRun:
     """One request's prefill and decode rounds, and the context each OpState reports."""
 
     def __init__(self, session: Session, index: int, request: Request, counter: _Counter,
-                 on_round: OnRound | None = None, previous: list[LayerCache] | None = None, pad: int = 0):
+                 on_round: OnRound | None = None, previous: list[LayerState] | None = None, pad: int = 0):
         """previous: the caches the request before left (a paged pool goes on); pad: left padding."""
         self.session, self.index, self.request, self.counter = session, index, request, counter
         self.on_round = on_round

@@ -11,8 +11,9 @@ from enum import Enum, StrEnum
 from functools import cached_property
 from typing import Any
 
-from engine.caches import LayerCache  # the contiguous layout; re-exported for the caches' readers
+from engine.caches import LayerCache  # the contiguous K/V layout; engine.faults reads it from here
 from engine.labels import Axis, WithSink, resolve
+from engine.state import LayerState
 
 Array = Any
 
@@ -151,7 +152,7 @@ class OpState:
     chunk: int  # prefill chunk index (0 when unchunked and in decode)
     op: Any  # the engine.model.Op: name, kind, layer, head, values, the operands it read
     moment: Moment
-    caches: tuple[LayerCache, ...]
+    caches: tuple[LayerState, ...]  # every layer's, whatever its kind keeps (a K/V cache, a conv window, …)
     past: int  # tokens fed before this round: a layer state's rows holding positions at or after it are new
     stop: str | None = None  # "eos" | "end_of_turn" | "max_new_tokens" on the op that ends a request
     original: Array | None = None  # what the operator computed, when an intervention replaced its values

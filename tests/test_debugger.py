@@ -162,7 +162,7 @@ def test_an_edit_replays_to_the_same_step_and_keeps_the_values_before_it(referen
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5))
     assert debugger.view.state.step == 8 and debugger.unsaved() == 1
     assert not np.array_equal(to_host(debugger.view.state.values), before)
-    assert np.array_equal(debugger.before(debugger.view.state), before)
+    assert np.array_equal(to_host(debugger.earlier(debugger.view.state).values), before)
     assert np.array_equal(debugger.frame.matrix.before, before) and debugger.frame.matrix.changed.any()
     assert debugger.frame.status.unsaved == 1
     assert debugger.undo() == Rebuilt(EditKind.UNDONE, "blocks.0.attn.wk") and debugger.unsaved() == 0
@@ -245,9 +245,9 @@ def test_keeping_a_stale_cache_shows_in_the_diff_and_recompute_heals_it():
     assert debugger.edit_asks_about_the_cache()
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5), keep_stale=True)
     assert debugger.stale is not None
-    assert any(not d.agrees for d in debugger.diff())
+    assert any(not d.agrees for d in debugger.compare().diffs)
     assert debugger.recompute() == Rebuilt(EditKind.RECOMPUTED) and debugger.stale is None
-    assert all(d.agrees for d in debugger.diff())
+    assert all(d.agrees for d in debugger.compare().diffs)
 
 
 def test_cycling_the_injected_fault_replays_to_the_same_step():
@@ -288,7 +288,7 @@ def test_a_diff_in_another_thread_is_cancelled_by_cancel():
 
     def diff():
         try:
-            outcome["diffs"] = debugger.diff()
+            outcome["diffs"] = debugger.compare().diffs
         except DiffCancelled:
             outcome["cancelled"] = True
 

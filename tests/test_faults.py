@@ -13,11 +13,11 @@ from conftest import ROOT, X01
 from typer.testing import CliRunner
 
 from engine import Session, load_scenario, make_backend
-from engine.caches import ScaleAxis
+from engine.caches import LayerCache, ScaleAxis
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.model import Transformer
 from engine.session import INJECTIONS as SESSION_INJECTIONS
-from engine.trace import LayerCache, Phase
+from engine.trace import Phase
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger.debugger import Debugger
 
@@ -28,7 +28,7 @@ def test_the_reference_path_never_branches_on_a_bug_name():
     for path in [ENGINE / "model.py", ENGINE / "session.py", *(ENGINE / "layers").glob("*.py")]:
         source = path.read_text()
         assert not re.search(r"\b(bug|inject)\s*==", source), path.name
-        assert not any(f'"{bug}"' in source for bug in FAULTS), name
+        assert not any(f'"{bug}"' in source for bug in FAULTS), path.name
 
 
 def test_every_fault_is_described_by_the_catalogues_and_the_engine_words_none():

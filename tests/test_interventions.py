@@ -300,7 +300,7 @@ def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy)
     assert debugger.scenario.interventions == (parse_ablation("blocks.0.attn head 1"),)
     assert debugger.frame.status.interventions == ("blocks.0.attn.hook_z head 1=0",)
     z = next(s for s in debugger.history.round_states() if s.name == "blocks.0.attn.hook_z" and s.head == 1)
-    assert np.all(host(z) == 0) and debugger.before(z) is not None and np.any(debugger.before(z) != 0)
+    assert np.all(host(z) == 0) and debugger.earlier(z) is not None and np.any(host(debugger.earlier(z)) != 0)
     refused = debugger.intervene("blocks.0.attn head 4")
     assert isinstance(refused, Refused) and "heads 0–1" in refused.args[0]
     refused = debugger.intervene("blocks.0.hook_resid_psot[0,:]=0")

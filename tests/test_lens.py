@@ -74,6 +74,33 @@ def test_direct_logit_attribution_sums_to_the_logit_less_the_norm_bias(traced):
         assert a.bias_term != 0.0
 
 
+@pytest.mark.parametrize("fixture, kinds", [("lfm2", ["conv", "attn", "conv"]),
+                                             ("qwen3_5", ["linear_attn", "linear_attn", "attn"])])
+def test_direct_logit_attribution_of_a_mixed_stack_counts_each_block_by_what_it_holds(fixture, kinds):
+    """A block whose mixer is no attention (LFM2's short conv, Qwen3.5's Gated DeltaNet) adds its output whole:
+    the terms still sum to the logit the model computed (it raised KeyError on blocks.0.attn.hook_result)."""
+    scenario = open_model(FIXTURES / fixture, ids=[1, 2, 3], max_new_tokens=2)
+    states = list(Session(scenario).steps())
+    logits = {(s.request, s.round): to_host(s.values) for s in states if s.name == "unembed.hook_out"}
+    session = Session(scenario)
+    heads = scenario.model.n_heads
+    for run in passes(iter(states)):
+        a = attribution(session.model, run)
+        assert a.logit == logits[(run.request, run.round)][-1, a.token]
+        assert abs(sum(value for _, value in a.terms) + a.bias_term - a.logit) <= 1e-9
+        expected = ["embed"]
+        for layer, kind in enumerate(kinds):
+            expected += [f"L{layer}.H{h}" for h in range(heads)] if kind == "attn" else [f"L{layer}.{kind}"]
+            expected.append(f"L{layer}.mlp")
+        assert sorted(label for label, _ in a.terms) == sorted(expected)
+
+
+def test_run_lens_on_a_mixed_stack_prints_the_attribution():
+    result = invoke("run", FIXTURES / "lfm2", "--ids", "1,2,3", "--lens")
+    assert result.exit_code == 0, result.output
+    assert "  L0.conv " in result.output and "  L1.H0 " in result.output
+
+
 def test_an_ablated_head_attributes_nothing():
     scenario = open_model(FIXTURES / "llama", prompt="The cat sat", max_new_tokens=1)
     scenario = with_interventions(scenario, None, ["blocks.1.attn head 2"])

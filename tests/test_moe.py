@@ -306,7 +306,8 @@ def reference_margins(layer: int) -> list[np.ndarray]:
 
 def test_a_route_margin_breakpoint_joined_with_a_layer_stops_where_the_reference_nearly_ties():
     margins = reference_margins(3)
-    threshold = float(np.median([m.min() for m in margins]))
+    lowest = sorted(m.min() for m in margins)  # halfway between two passes' least margins, not on one: the engine's
+    threshold = float(lowest[1] + lowest[2]) / 2  # own margin there differs from transformers' by round-off (2.6e-16)
     breakpoint = parse_breakpoint(f"layer=3 & route_margin<{threshold!r}")
     hits = [(s.round, s.name) for s in STATES if breakpoint.hits(s)]
     expected = [(r, "blocks.3.mlp.hook_topk") for r, m in enumerate(margins) if (m < threshold).any()]

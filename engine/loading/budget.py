@@ -94,23 +94,6 @@ def too_many_tensors(spec: ModelSpec, vocab_size: int) -> str:
     return f"{spec.n_layers} layers make {count} weight tensors, more than the {MAX_TENSORS} this opens"
 
 
-def cache_bytes(spec: ModelSpec, dtype: str, n_tokens: int) -> int:
-    """K and V of every layer for `n_tokens` positions."""
-    return 2 * spec.n_layers * n_tokens * spec.d_attn * _itemsize(dtype)
-
-
-def step_bytes(spec: ModelSpec, vocab_size: int, dtype: str, n_tokens: int) -> int:
-    """The largest operator output a step records: logits, FFN activations or attention scores."""
-    widths = (vocab_size if spec.lm_head else 0, spec.d_ff, spec.d_model, spec.d_attn, n_tokens)
-    return n_tokens * max(widths) * _itemsize(dtype)
-
-
-def estimate(spec: ModelSpec, vocab_size: int, dtype: str, n_tokens: int) -> int:
-    """Bytes for the weights, one request's KV cache and the largest step's output."""
-    return (weight_bytes(spec, vocab_size, dtype) + cache_bytes(spec, dtype, n_tokens)
-            + step_bytes(spec, vocab_size, dtype, n_tokens))
-
-
 def check_budget(node: Node, spec: ModelSpec, vocab_size: int, dtype: str, budget: int) -> None:
     """Refuse, at the `model:` section, a model whose weights alone exceed the budget."""
     if too_many_tensors(spec, vocab_size):

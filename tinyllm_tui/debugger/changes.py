@@ -8,12 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from engine.interventions import Intervention
-from engine.loading.edits import Edit
-
-Weights = dict[str, np.ndarray]
+from engine.loading.edits import Edit, Weights
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine import Backend, OpState, Scenario, Session, make_backend, to_host
+from engine import Backend, OpState, Scenario, Session, make_backend
 from engine.breakpoints import Breakpoint, BreakpointError, misnamed
 from engine.compare.against import Against, Report
-from engine.compare.diff import OpDiff
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
 from engine.faults import FAULTS
@@ -39,7 +38,7 @@ from tinyllm_tui.debugger.changes import Changed, Changes
 from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, checked, save_interventions
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
-from tinyllm_tui.debugger.weights import Weights
+from tinyllm_tui.debugger.weights import WeightEdits
 from tinyllm_tui.debugger import navigation
 from tinyllm_tui.debugger.navigation import Progress
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
@@ -108,7 +107,7 @@ class Debugger:
         self.backend = backend or make_backend()
         self.comparisons = Comparisons(self.backend, self.against, self._compared)
         self.changes = Changes(scenario.weights, scenario.interventions)  # edits and interventions: one undo list
-        self.edits = Weights(scenario, self.changes, edits)
+        self.edits = WeightEdits(scenario, self.changes, edits)
         self.breaks = BreakpointSet(breakpoints)  # a text that cannot be understood raises BreakpointError
         self.budget = budget
         self.stale: StaleFrom | None = None
@@ -525,11 +524,6 @@ class Debugger:
         self._publish()
         return Saved(str(written))
 
-    def before(self, state: OpState) -> np.ndarray | None:
-        """`state`'s values before the last edit, when that run had the same operator there."""
-        earlier = self.earlier(state)
-        return None if earlier is None else to_host(earlier.values)
-
     def earlier(self, state: OpState) -> OpState | None:
         """`state`'s operator in the run before the last edit (None: that run had another there)."""
         earlier = None if self.previous is None else self.previous.state_at(state.step)
@@ -572,13 +566,10 @@ class Debugger:
     def _compared(self) -> Compared:
         return Compared(self.scenario, self.inject, self.stale)
 
-    def diff(self, alone: bool = False) -> list[OpDiff]:
-        """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
-        its requests as one batch against each request run alone. Raises DiffCancelled on `cancel()`."""
-        return self.comparisons.diff(alone)
-
     def compare(self, alone: bool = False) -> DiffReport:
-        """`diff()` with where it first diverges (raises DiffCancelled as diff does)."""
+        """The run being debugged (fault and stale cache included) against a full recompute, or (`alone`)
+        its requests as one batch against each request run alone, with where it first diverges. Raises
+        DiffCancelled on `cancel()`."""
         return self.comparisons.compare(alone)
 
     def compare_against(self) -> Report | None:

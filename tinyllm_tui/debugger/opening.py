@@ -22,13 +22,12 @@ from engine.interventions import check_intervention, check_operator, parse_ablat
 from engine.loading import open_model
 from engine.loading.budget import DEFAULT_BUDGET, parse_size, weight_bytes
 from engine.loading.edits import Edit, parse_set
-from engine.progress import READING, LoadCancelled, listening
+from engine.progress import READING, Listener, LoadCancelled, listening
 from engine.session import INJECTIONS
 from tinyllm_tui.debugger.errors import OptionError
 
 PREPARING = "preparing"  # the Debugger's first state: no count to show
 HISTORY_FLOOR = 256 * 2**20  # the TUI keeps at least this much history, however large the weights
-Report = Callable[[str, int, int], None]  # (stage, done, total)
 
 __all__ = ["HISTORY_FLOOR", "Loading", "ModelOptions", "Opening", "PREPARING", "is_reading", "open_file",
            "load", "opening", "check_options", "prepare_process", "fault_names"]
@@ -101,7 +100,7 @@ def check_options(options: ModelOptions):
     return make_backend(options.backend, options.dtype)
 
 
-def load(file: str | Path, options: ModelOptions, report: Report | None = None) -> Scenario:
+def load(file: str | Path, options: ModelOptions, report: Listener | None = None) -> Scenario:
     """A scenario file or a checkpoint (with --prompt/--ids/--max-new-tokens), with --patch and --ablate after the
     scenario's own interventions, as one batch with --batch. A misspelt hook is refused before anything shows.
     `report(stage, done, total)` hears how far reading has got (`is_reading(stage)`: bytes of YAML)."""
@@ -190,7 +189,7 @@ def _max_memory(text: str | None) -> int | None:
         raise OptionError("--max-memory", str(error)) from None
 
 
-def open_file(loading: Loading, prepare: Callable[[Opening], object], report: Report,
+def open_file(loading: Loading, prepare: Callable[[Opening], object], report: Listener,
               cancelled: threading.Event):
     """The prepared Debugger; raises LoadCancelled at the report after `cancelled` was set (or at the end)."""
 

@@ -17,7 +17,7 @@ from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.changes import Changes
 
 
-class Weights:
+class WeightEdits:
     def __init__(self, scenario: Scenario, changes: Changes, edits: list[Edit] = ()):
         """`changes` starts from the file's weights; `edits` (from --set) start as unsaved edits on top of them."""
         self.changes = changes

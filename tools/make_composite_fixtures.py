@@ -1,0 +1,130 @@
+"""Write tests/fixtures/qwen3_5-composite/, qwen3_5_moe-composite/ and gemma4-composite/: tiny random checkpoints laid
+out as the Hub's are, and transformers' true float64 outputs of each.
+
+    /work/refenv/bin/python tools/make_composite_fixtures.py
+
+Written with transformers 5.24.0 and torch 2.13.0 (CPU), in the reference environment of make_fixtures.py. The Hub
+ships Qwen3.5 (dense and MoE) and Gemma 4 as Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration
+and Gemma4ForConditionalGeneration: config.json's `model_type` is the composite's (qwen3_5, qwen3_5_moe, gemma4),
+the language model's settings sit under `text_config` beside a `vision_config`, and the tensors are named
+`model.language_model.*`, `model.visual.*` (Gemma 4: `model.vision_tower.*`, `model.embed_vision.*`) and
+`lm_head.weight` when it is not tied. Each fixture here is that class's save_pretrained, with a one-layer vision
+tower of width 16 (random, never run: the prompts are text) and as its language model the text fixture of the same
+family (tests/fixtures/qwen3_5, qwen3_5_moe, gemma4: their configs and weights, from make_qwen35_fixtures.py,
+make_qwen35moe_fixtures.py, make_gemma4_fixtures.py; the MoE one keeps the seed whose router margins are ≥ 1e-3).
+The dense Qwen3.5 composite is untied (the big Hub sizes are): its lm_head is a new random matrix, so its
+`tie_word_embeddings` is false at the top, where the composite reads it, and in text_config. The other two tie.
+
+The reference is the composite's own forward (transformers computes the positions: Qwen3.5's mrope rows, equal for
+text), with each text script's float64 patches on its modelling module and its float32 buffers rebuilt on the
+language model; those scripts' `run` reads the passes through `TextView` (the language model's layers and config,
+the composite called). Each reference.npz holds the arrays of that family's text reference (ids, greedy_ids,
+layers, logits, step_logits, step_layers, and the family's states or routes), `float32_ops` (0) included.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_gemma4_fixtures as gemma4  # noqa: E402
+import make_qwen35_fixtures as qwen35  # noqa: E402
+import make_qwen35moe_fixtures as qwen35moe  # noqa: E402
+from float64_reference import counter_sees_float32  # noqa: E402
+from make_fixtures import OUT, randomize  # noqa: E402
+
+SEED = 26
+QWEN_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, patch_size=4, temporal_patch_size=2,
+                   spatial_merge_size=2, out_hidden_size=32, num_position_embeddings=16)
+GEMMA_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    num_key_value_heads=2, head_dim=8, patch_size=4, position_embedding_size=16, pooling_kernel_size=2)
+
+
+class TextView:
+    """A composite as the text scripts' reference code sees a causal LM: `model` is its language model (its
+    `layers`, `rotary_emb`, embeddings), `config` its text config; a call runs the whole composite."""
+
+    def __init__(self, composite):
+        self.composite, self.model, self.config = composite, composite.model.language_model, composite.config.text_config
+
+    def __call__(self, *args, **kwargs):
+        return self.composite(*args, **kwargs)
+
+
+def _seen(view: TextView) -> None:
+    """make_qwen35moe_fixtures.load's: each router keeps what it saw, for the routes."""
+    qwen35.rebuild_rotary(view)
+    for layer in view.model.layers:
+        layer.mlp.gate.seen = []
+
+
+@dataclass(frozen=True)
+class Family:
+    text: str  # the text fixture: its folder under tests/fixtures and its class's prefix in transformers
+    prefix: str
+    vision: dict
+    tied: bool
+    prepare: object  # what its script does to a loaded model before the reference passes
+    run: object
+
+
+FAMILIES = {
+    "qwen3_5": Family("qwen3_5", "Qwen3_5", QWEN_VISION, False, qwen35.rebuild_rotary, qwen35.run),
+    "qwen3_5_moe": Family("qwen3_5_moe", "Qwen3_5Moe", QWEN_VISION, True, _seen, qwen35moe.run),
+    "gemma4": Family("gemma4", "Gemma4", GEMMA_VISION, True, gemma4.rebuild_float32_buffers, gemma4.run),
+}
+
+
+def composite_of(family: Family, seed: int):
+    """The composite class's model: the text fixture as its language model, a random vision tower (and lm_head)."""
+    import transformers
+
+    text = getattr(transformers, f"{family.prefix}ForCausalLM").from_pretrained(OUT / family.text, dtype=torch.float32)
+    text_config = text.config.to_dict() | {"tie_word_embeddings": family.tied}
+    config = getattr(transformers, f"{family.prefix}Config")(text_config=text_config, vision_config=family.vision,
+                                                             tie_word_embeddings=family.tied)
+    model = getattr(transformers, f"{family.prefix}ForConditionalGeneration")(config)
+    randomize(model, seed)  # every parameter, the language model's then overwritten with the text fixture's
+    model.model.language_model.load_state_dict(text.model.state_dict())
+    if family.tied:
+        model.tie_weights()
+    else:
+        assert not torch.equal(model.lm_head.weight, model.model.language_model.embed_tokens.weight)
+    return model
+
+
+def reference(family: Family, folder: Path, ids: list[int]) -> dict[str, np.ndarray]:
+    import transformers
+
+    cls = getattr(transformers, f"{family.prefix}ForConditionalGeneration")
+    extra = {"experts_implementation": "eager"} if family.text == "qwen3_5_moe" else {}
+    view = TextView(cls.from_pretrained(folder, dtype=torch.float64, attn_implementation="eager", **extra).eval())
+    family.prepare(view)
+    return family.run(view, ids)
+
+
+def main() -> None:
+    assert counter_sees_float32()
+    qwen35.pure_float64()
+    qwen35moe.pure_float64()
+    gemma4.pure_float64()
+    for name, family in FAMILIES.items():
+        ids = np.load(OUT / family.text / "reference.npz")["ids"].tolist()  # the text fixture's prompt
+        folder = OUT / f"{name}-composite"
+        folder.mkdir(parents=True, exist_ok=True)
+        composite_of(family, SEED).save_pretrained(folder)
+        shutil.copy(OUT / family.text / "tokenizer.json", folder)
+        ref = reference(family, folder, ids)
+        np.savez_compressed(folder / "reference.npz", **ref)
+        print(f"{folder.name}: {len(ids)} prompt tokens, {int(ref['ops'])} operators dispatched, "
+              f"{int(ref['float32_ops'])} read or wrote float32; greedy {ref['greedy_ids'].tolist()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -51,7 +51,8 @@ class TextView:
     `layers`, `rotary_emb`, embeddings), `config` its text config; a call runs the whole composite."""
 
     def __init__(self, composite):
-        self.composite, self.model, self.config = composite, composite.model.language_model, composite.config.text_config
+        self.composite, self.model = composite, composite.model.language_model
+        self.config = composite.config.text_config
 
     def __call__(self, *args, **kwargs):
         return self.composite(*args, **kwargs)

@@ -1,6 +1,7 @@
 """The Hub's composite checkpoints (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration,
-Gemma4ForConditionalGeneration: the text model's settings under `text_config`, its tensors under
-`model.language_model.`, a vision tower beside) open as their text model (tools/make_composite_fixtures.py):
+Gemma4ForConditionalGeneration, Gemma3ForConditionalGeneration: the text model's settings under `text_config`, its
+tensors under `model.language_model.` (Gemma 3: `language_model.model.`), a vision tower beside) open as their text
+model (tools/make_composite_fixtures.py):
 against the composite's own float64 forward in transformers, every pass's logits, every layer, the recurrent states
 and routes where the family has them, greedy ids; cached equal to the full recompute."""
 
@@ -18,7 +19,7 @@ from engine.compare.diff import diff_scenario
 from engine.loading.checkpoint import load_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FAMILIES = ("qwen3_5", "qwen3_5_moe", "gemma4")
+FAMILIES = ("qwen3_5", "qwen3_5_moe", "gemma4", "gemma3")
 FLOAT64 = make_backend("numpy", "float64")
 
 

@@ -1,5 +1,5 @@
-"""Write tests/fixtures/qwen3_5-composite/, qwen3_5_moe-composite/ and gemma4-composite/: tiny random checkpoints laid
-out as the Hub's are, and transformers' true float64 outputs of each.
+"""Write tests/fixtures/qwen3_5-composite/, qwen3_5_moe-composite/, gemma4-composite/ and gemma3-composite/: tiny random
+checkpoints laid out as the Hub's are, and transformers' true float64 outputs of each.
 
     /work/refenv/bin/python tools/make_composite_fixtures.py
 
@@ -8,17 +8,20 @@ ships Qwen3.5 (dense and MoE) and Gemma 4 as Qwen3_5ForConditionalGeneration, Qw
 and Gemma4ForConditionalGeneration: config.json's `model_type` is the composite's (qwen3_5, qwen3_5_moe, gemma4),
 the language model's settings sit under `text_config` beside a `vision_config`, and the tensors are named
 `model.language_model.*`, `model.visual.*` (Gemma 4: `model.vision_tower.*`, `model.embed_vision.*`) and
-`lm_head.weight` when it is not tied. Each fixture here is that class's save_pretrained, with a one-layer vision
-tower of width 16 (random, never run: the prompts are text) and as its language model the text fixture of the same
-family (tests/fixtures/qwen3_5, qwen3_5_moe, gemma4: their configs and weights, from make_qwen35_fixtures.py,
-make_qwen35moe_fixtures.py, make_gemma4_fixtures.py; the MoE one keeps the seed whose router margins are ≥ 1e-3).
+`lm_head.weight` when it is not tied; Gemma 3's (Gemma3ForConditionalGeneration, `gemma3`) keep llava's older names,
+`language_model.model.*`, `vision_tower.*`, `multi_modal_projector.*`, which transformers 5 still writes for it.
+Each fixture here is that class's save_pretrained, with a one-layer vision tower of width 16 (random, never run: the prompts are text) and as its language model the text fixture of the same
+family (tests/fixtures/qwen3_5, qwen3_5_moe, gemma4, gemma3: their configs and weights, from make_qwen35_fixtures.py,
+make_qwen35moe_fixtures.py, make_gemma4_fixtures.py, make_fixtures.py; the MoE one keeps the seed whose router
+margins are ≥ 1e-3).
 The dense Qwen3.5 composite is untied (the big Hub sizes are): its lm_head is a new random matrix, so its
-`tie_word_embeddings` is false at the top, where the composite reads it, and in text_config. The other two tie.
+`tie_word_embeddings` is false at the top, where the composite reads it, and in text_config. The others tie.
 
 The reference is the composite's own forward (transformers computes the positions: Qwen3.5's mrope rows, equal for
 text), with each text script's float64 patches on its modelling module and its float32 buffers rebuilt on the
 language model; those scripts' `run` reads the passes through `TextView` (the language model's layers and config,
-the composite called). Each reference.npz holds the arrays of that family's text reference (ids, greedy_ids,
+the composite called). Gemma 3's is make_fixtures.py's (the sequence recomputed at each greedy step), here under
+float64_reference's counter too. Each reference.npz holds the arrays of that family's text reference (ids, greedy_ids,
 layers, logits, step_logits, step_layers, and the family's states or routes), `float32_ops` (0) included.
 """
 
@@ -36,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_gemma4_fixtures as gemma4  # noqa: E402
 import make_qwen35_fixtures as qwen35  # noqa: E402
 import make_qwen35moe_fixtures as qwen35moe  # noqa: E402
-from float64_reference import counter_sees_float32  # noqa: E402
+import make_fixtures  # noqa: E402
+from float64_reference import Float32Counter, counter_sees_float32  # noqa: E402
 from make_fixtures import OUT, randomize  # noqa: E402
 
 SEED = 26
@@ -44,6 +48,8 @@ QWEN_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, p
                    spatial_merge_size=2, out_hidden_size=32, num_position_embeddings=16)
 GEMMA_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                     num_key_value_heads=2, head_dim=8, patch_size=4, position_embedding_size=16, pooling_kernel_size=2)
+SIGLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
+              patch_size=4)  # Gemma 3's tower: 4 × 4 patches pooled to mm_tokens_per_image 4
 
 
 class TextView:
@@ -58,6 +64,26 @@ class TextView:
         return self.composite(*args, **kwargs)
 
 
+def _recomputed(view: TextView, ids: list[int]) -> dict[str, np.ndarray]:
+    """make_fixtures.py's reference of Gemma 3 (the whole sequence run again at each greedy step: step_logits,
+    step_layers), under the float32 counter."""
+    with Float32Counter() as counter:
+        ref = make_fixtures.recomputed(view, ids, make_fixtures.NEW_TOKENS)
+    if counter.float32:
+        sys.exit(f"float32 operators remain in the reference: {sorted(set(counter.float32))}")
+    return ref | {"float32_ops": np.array(len(counter.float32)), "ops": np.array(counter.ops)}
+
+
+def _gemma3_buffers(view: TextView) -> None:
+    """Gemma 3's float32 buffers in the composite's language model: the embedding scale (√d rounded) made again in
+    float64, and each layer type's inv_freq widened (make_fixtures._rotary computes its own in float64 and only
+    checks it against them)."""
+    embed, rotary = view.model.embed_tokens, view.model.rotary_emb
+    embed.embed_scale = torch.tensor(embed.scalar_embed_scale, dtype=torch.float64)
+    for layer_type in view.config.rope_parameters:
+        setattr(rotary, f"{layer_type}_inv_freq", getattr(rotary, f"{layer_type}_inv_freq").to(torch.float64))
+
+
 def _seen(view: TextView) -> None:
     """make_qwen35moe_fixtures.load's: each router keeps what it saw, for the routes."""
     qwen35.rebuild_rotary(view)
@@ -69,16 +95,19 @@ def _seen(view: TextView) -> None:
 class Family:
     text: str  # the text fixture: its folder under tests/fixtures and its class's prefix in transformers
     prefix: str
-    vision: dict
+    towers: dict  # the composite config's settings besides its text_config
     tied: bool
     prepare: object  # what its script does to a loaded model before the reference passes
     run: object
 
 
 FAMILIES = {
-    "qwen3_5": Family("qwen3_5", "Qwen3_5", QWEN_VISION, False, qwen35.rebuild_rotary, qwen35.run),
-    "qwen3_5_moe": Family("qwen3_5_moe", "Qwen3_5Moe", QWEN_VISION, True, _seen, qwen35moe.run),
-    "gemma4": Family("gemma4", "Gemma4", GEMMA_VISION, True, gemma4.rebuild_float32_buffers, gemma4.run),
+    "qwen3_5": Family("qwen3_5", "Qwen3_5", {"vision_config": QWEN_VISION}, False, qwen35.rebuild_rotary, qwen35.run),
+    "qwen3_5_moe": Family("qwen3_5_moe", "Qwen3_5Moe", {"vision_config": QWEN_VISION}, True, _seen, qwen35moe.run),
+    "gemma4": Family("gemma4", "Gemma4", {"vision_config": GEMMA_VISION}, True, gemma4.rebuild_float32_buffers,
+                     gemma4.run),
+    "gemma3": Family("gemma3", "Gemma3", {"vision_config": SIGLIP, "mm_tokens_per_image": 4}, True,
+                     _gemma3_buffers, _recomputed),
 }
 
 
@@ -88,8 +117,8 @@ def composite_of(family: Family, seed: int):
 
     text = getattr(transformers, f"{family.prefix}ForCausalLM").from_pretrained(OUT / family.text, dtype=torch.float32)
     text_config = text.config.to_dict() | {"tie_word_embeddings": family.tied}
-    config = getattr(transformers, f"{family.prefix}Config")(text_config=text_config, vision_config=family.vision,
-                                                             tie_word_embeddings=family.tied)
+    config = getattr(transformers, f"{family.prefix}Config")(text_config=text_config, tie_word_embeddings=family.tied,
+                                                             **family.towers)
     model = getattr(transformers, f"{family.prefix}ForConditionalGeneration")(config)
     randomize(model, seed)  # every parameter, the language model's then overwritten with the text fixture's
     model.model.language_model.load_state_dict(text.model.state_dict())
@@ -115,6 +144,7 @@ def main() -> None:
     qwen35.pure_float64()
     qwen35moe.pure_float64()
     gemma4.pure_float64()
+    make_fixtures.pure_float64_module("gemma3")
     for name, family in FAMILIES.items():
         ids = np.load(OUT / family.text / "reference.npz")["ids"].tolist()  # the text fixture's prompt
         folder = OUT / f"{name}-composite"

@@ -1,9 +1,9 @@
 """The Hub's composite checkpoints (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration,
-Gemma4ForConditionalGeneration, Gemma3ForConditionalGeneration: the text model's settings under `text_config`, its
-tensors under `model.language_model.` (Gemma 3: `language_model.model.`), a vision tower beside) open as their text
-model (tools/make_composite_fixtures.py):
-against the composite's own float64 forward in transformers, every pass's logits, every layer, the recurrent states
-and routes where the family has them, greedy ids; cached equal to the full recompute."""
+Gemma4ForConditionalGeneration, Gemma3ForConditionalGeneration, Lfm2VlForConditionalGeneration: the text model's
+settings under `text_config`, its tensors under `model.language_model.` (Gemma 3: `language_model.model.`), a vision
+tower beside) open as their text model (tools/make_composite_fixtures.py): against the composite's own float64
+forward in transformers, every pass's logits, every layer, the recurrent states and routes where the family has
+them, greedy ids; cached equal to the full recompute."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from engine.compare.diff import diff_scenario
 from engine.loading.checkpoint import load_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FAMILIES = ("qwen3_5", "qwen3_5_moe", "gemma4", "gemma3")
+FAMILIES = ("qwen3_5", "qwen3_5_moe", "gemma4", "gemma3", "lfm2_vl")
+TEXT = {"lfm2_vl": "lfm2"}  # the text fixture of each, where its name is not the family's
 FLOAT64 = make_backend("numpy", "float64")
 
 
@@ -58,7 +59,7 @@ def test_the_composite_opens_as_the_text_model_of_its_text_config(family):
     """The same model as the family's text fixture (its language model's weights): Qwen3.5 dense untied, its own
     lm_head read; the others tied, as the composite's top-level tie_word_embeddings says."""
     composite = load_checkpoint(FIXTURES / f"{family}-composite", ids=[1], max_new_tokens=1)
-    text = load_checkpoint(FIXTURES / family, ids=[1], max_new_tokens=1).model
+    text = load_checkpoint(FIXTURES / TEXT.get(family, family), ids=[1], max_new_tokens=1).model
     assert composite.model == dataclasses.replace(text, tied_unembed=family != "qwen3_5")
     assert "unembed" in composite.weights if family == "qwen3_5" else "unembed" not in composite.weights
 

@@ -429,3 +429,13 @@ def test_a_composite_missing_a_tensor_of_its_language_model_is_refused_naming_it
     del tensors[tensor]
     save_file(tensors, edited / "model.safetensors")
     assert refused(edited) == f"{edited}: {tensor}: tensor missing from the checkpoint"
+
+
+@pytest.mark.parametrize("family, edit", [
+    ("qwen3_5_moe", lambda c: c.update(tie_word_embeddings=False)),  # text_config still says true
+    ("lfm2_vl", lambda c: c.update(tie_embedding=False)),  # LFM2-VL's older key, over tie_word_embeddings: true
+])
+def test_a_composites_head_is_tied_or_not_by_its_top_level_setting(tmp_path, family, edit):
+    """As transformers ties the composite's lm_head: untied, the tied fixtures lack their head."""
+    edited = folder(tmp_path, f"{family}-composite", config=edit)
+    assert refused(edited) == f"{edited}: lm_head.weight: tensor missing from the checkpoint"

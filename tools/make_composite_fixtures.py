@@ -1,5 +1,5 @@
-"""Write tests/fixtures/qwen3_5-composite/, qwen3_5_moe-composite/, gemma4-composite/ and gemma3-composite/: tiny random
-checkpoints laid out as the Hub's are, and transformers' true float64 outputs of each.
+"""Write tests/fixtures/qwen3_5-composite/, qwen3_5_moe-composite/, gemma4-composite/, gemma3-composite/ and
+lfm2_vl-composite/: tiny random checkpoints laid out as the Hub's are, and transformers' true float64 outputs of each.
 
     /work/refenv/bin/python tools/make_composite_fixtures.py
 
@@ -9,11 +9,12 @@ and Gemma4ForConditionalGeneration: config.json's `model_type` is the composite'
 the language model's settings sit under `text_config` beside a `vision_config`, and the tensors are named
 `model.language_model.*`, `model.visual.*` (Gemma 4: `model.vision_tower.*`, `model.embed_vision.*`) and
 `lm_head.weight` when it is not tied; Gemma 3's (Gemma3ForConditionalGeneration, `gemma3`) keep llava's older names,
-`language_model.model.*`, `vision_tower.*`, `multi_modal_projector.*`, which transformers 5 still writes for it.
+`language_model.model.*`, `vision_tower.*`, `multi_modal_projector.*`, which transformers 5 still writes for it;
+LFM2-VL's (Lfm2VlForConditionalGeneration, `lfm2_vl`) `model.language_model.*` beside a SigLIP2 tower.
 Each fixture here is that class's save_pretrained, with a one-layer vision tower of width 16 (random, never run: the prompts are text) and as its language model the text fixture of the same
-family (tests/fixtures/qwen3_5, qwen3_5_moe, gemma4, gemma3: their configs and weights, from make_qwen35_fixtures.py,
-make_qwen35moe_fixtures.py, make_gemma4_fixtures.py, make_fixtures.py; the MoE one keeps the seed whose router
-margins are ≥ 1e-3).
+family (tests/fixtures/qwen3_5, qwen3_5_moe, gemma4, gemma3, lfm2: their configs and weights, from
+make_qwen35_fixtures.py, make_qwen35moe_fixtures.py, make_gemma4_fixtures.py, make_fixtures.py, make_lfm2_fixtures.py;
+the MoE one keeps the seed whose router margins are ≥ 1e-3).
 The dense Qwen3.5 composite is untied (the big Hub sizes are): its lm_head is a new random matrix, so its
 `tie_word_embeddings` is false at the top, where the composite reads it, and in text_config. The others tie.
 
@@ -40,6 +41,8 @@ import make_gemma4_fixtures as gemma4  # noqa: E402
 import make_qwen35_fixtures as qwen35  # noqa: E402
 import make_qwen35moe_fixtures as qwen35moe  # noqa: E402
 import make_fixtures  # noqa: E402
+import make_lfm2_fixtures as lfm2  # noqa: E402
+import float64_reference  # noqa: E402
 from float64_reference import Float32Counter, counter_sees_float32  # noqa: E402
 from make_fixtures import OUT, randomize  # noqa: E402
 
@@ -50,6 +53,8 @@ GEMMA_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, n
                     num_key_value_heads=2, head_dim=8, patch_size=4, position_embedding_size=16, pooling_kernel_size=2)
 SIGLIP = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=16,
               patch_size=4)  # Gemma 3's tower: 4 × 4 patches pooled to mm_tokens_per_image 4
+SIGLIP2 = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, patch_size=4,
+               num_patches=16)  # LFM2-VL's
 
 
 class TextView:
@@ -108,6 +113,8 @@ FAMILIES = {
                      gemma4.run),
     "gemma3": Family("gemma3", "Gemma3", {"vision_config": SIGLIP, "mm_tokens_per_image": 4}, True,
                      _gemma3_buffers, _recomputed),
+    "lfm2_vl": Family("lfm2", "Lfm2Vl", {"vision_config": SIGLIP2, "projector_hidden_size": 16}, True,
+                      float64_reference.rebuild_rotary, lfm2.run),
 }
 
 
@@ -115,7 +122,8 @@ def composite_of(family: Family, seed: int):
     """The composite class's model: the text fixture as its language model, a random vision tower (and lm_head)."""
     import transformers
 
-    text = getattr(transformers, f"{family.prefix}ForCausalLM").from_pretrained(OUT / family.text, dtype=torch.float32)
+    causal = family.prefix.removesuffix("Vl")  # LFM2-VL's text model is Lfm2ForCausalLM
+    text = getattr(transformers, f"{causal}ForCausalLM").from_pretrained(OUT / family.text, dtype=torch.float32)
     text_config = text.config.to_dict() | {"tie_word_embeddings": family.tied}
     config = getattr(transformers, f"{family.prefix}Config")(text_config=text_config, tie_word_embeddings=family.tied,
                                                              **family.towers)
@@ -145,9 +153,10 @@ def main() -> None:
     qwen35moe.pure_float64()
     gemma4.pure_float64()
     make_fixtures.pure_float64_module("gemma3")
+    lfm2.pure_float64()
     for name, family in FAMILIES.items():
         ids = np.load(OUT / family.text / "reference.npz")["ids"].tolist()  # the text fixture's prompt
-        folder = OUT / f"{name}-composite"
+        folder = OUT / f"{name}-composite"  # the composite's model_type
         folder.mkdir(parents=True, exist_ok=True)
         composite_of(family, SEED).save_pretrained(folder)
         shutil.copy(OUT / family.text / "tokenizer.json", folder)

@@ -1,8 +1,9 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
 gpt_oss, mistral, phi3, gemma2, gemma3 (text), gemma4 (text), qwen3_5 and qwen3_5_moe (text: Gated DeltaNet and gated
 attention layers; the second with sparse FFNs), lfm2 (short-conv and attention layers), deepseek_v3, gpt2 and bert;
-and the Hub's composites of four (qwen3_5, qwen3_5_moe, gemma4, gemma3: *ForConditionalGeneration, the text model
-under `text_config` and `model.language_model.`, Gemma 3's under `language_model.model.`), read as their text model.
+and the Hub's composites of five (qwen3_5, qwen3_5_moe, gemma4, gemma3, lfm2_vl: *ForConditionalGeneration, the text
+model under `text_config` and `model.language_model.`, Gemma 3's under `language_model.model.`), read as their text
+model.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
@@ -45,7 +46,7 @@ LANGUAGE_MODELS = ("model.language_model.", "language_model.model.")
 # a Hub composite (…ForConditionalGeneration) -> its text_config's model_type, and transformers' default of its
 # tie_word_embeddings (read at the top, not in text_config: the composite's lm_head is tied or not by it)
 COMPOSITES = {"qwen3_5": (QWEN35, False), "qwen3_5_moe": (QWEN35_MOE, False),
-              hf_gemma4.COMPOSITE: (hf_gemma4.ARCH, True), "gemma3": ("gemma3_text", True)}
+              hf_gemma4.COMPOSITE: (hf_gemma4.ARCH, True), "gemma3": ("gemma3_text", True), "lfm2_vl": ("lfm2", True)}
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
                                        "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
 RAW_DTYPES = SAFETENSORS_DTYPES | {"U8": "u1"}  # what `load` maps (uint8: MXFP4's blocks and scales)
@@ -89,7 +90,8 @@ def text_model(config: dict, file: Path) -> dict:
     if text.get("model_type", kind) != kind:
         raise ConfigError(file, "text_config.model_type", f"expected {kind!r} in a {config['model_type']} checkpoint, "
                           f"got {text['model_type']!r}")
-    return {**text, "model_type": kind, "tie_word_embeddings": config.get("tie_word_embeddings", tied)}
+    tied = config.get("tie_embedding", config.get("tie_word_embeddings", tied))  # (LFM2-VL's older key wins)
+    return {**text, "model_type": kind, "tie_word_embeddings": tied}
 
 
 def _read_spec(file: Path, config: dict, held: tuple[int, int]) -> tuple[str, ModelSpec, dict]:

@@ -1,6 +1,7 @@
 """The Hub's composite checkpoints (Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration,
-Gemma4ForConditionalGeneration, Gemma3ForConditionalGeneration, Lfm2VlForConditionalGeneration: the text model's
-settings under `text_config`, its tensors under `model.language_model.` (Gemma 3: `language_model.model.`), a vision
+Gemma4ForConditionalGeneration, Gemma3ForConditionalGeneration, Lfm2VlForConditionalGeneration,
+Mistral3ForConditionalGeneration: the text model's settings under `text_config`, its tensors under
+`model.language_model.` (Gemma 3, Mistral 3: `language_model.model.`, the head `language_model.lm_head`), a vision
 tower beside) open as their text model (tools/make_composite_fixtures.py): against the composite's own float64
 forward in transformers, every pass's logits, every layer, the recurrent states and routes where the family has
 them, greedy ids; cached equal to the full recompute."""
@@ -19,8 +20,9 @@ from engine.compare.diff import diff_scenario
 from engine.loading.checkpoint import load_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
-FAMILIES = ("qwen3_5", "qwen3_5_moe", "gemma4", "gemma3", "lfm2_vl")
-TEXT = {"lfm2_vl": "lfm2"}  # the text fixture of each, where its name is not the family's
+FAMILIES = ("qwen3_5", "qwen3_5_moe", "gemma4", "gemma3", "lfm2_vl", "mistral3")
+TEXT = {"lfm2_vl": "lfm2", "mistral3": "mistral"}  # the text fixture of each, where its name is not the family's
+UNTIED = ("qwen3_5", "mistral3")  # their fixtures' heads are their own (random) matrices
 FLOAT64 = make_backend("numpy", "float64")
 
 
@@ -56,12 +58,13 @@ def logits(states, round_: int) -> np.ndarray:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_the_composite_opens_as_the_text_model_of_its_text_config(family):
-    """The same model as the family's text fixture (its language model's weights): Qwen3.5 dense untied, its own
-    lm_head read; the others tied, as the composite's top-level tie_word_embeddings says."""
+    """The same model as the family's text fixture (its language model's weights): Qwen3.5 dense and Mistral 3
+    untied, their own lm_head read; the others tied, as the composite's top-level tie_word_embeddings says."""
     composite = load_checkpoint(FIXTURES / f"{family}-composite", ids=[1], max_new_tokens=1)
     text = load_checkpoint(FIXTURES / TEXT.get(family, family), ids=[1], max_new_tokens=1).model
-    assert composite.model == dataclasses.replace(text, tied_unembed=family != "qwen3_5")
-    assert "unembed" in composite.weights if family == "qwen3_5" else "unembed" not in composite.weights
+    untied = family in UNTIED
+    assert composite.model == dataclasses.replace(text, tied_unembed=not untied)
+    assert ("unembed" in composite.weights) == untied
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -419,7 +419,8 @@ def test_a_composite_config_is_refused_at_its_text_config_key(tmp_path, family, 
     ("qwen3_5_moe", "model.language_model.layers.1.mlp.experts.2.up_proj.weight"),
     ("gemma4", "model.language_model.embed_tokens_per_layer.weight"),
     ("qwen3_5", "lm_head.weight"),  # untied: the composite's own head, outside its language model
-    ("gemma3", "language_model.model.layers.2.self_attn.k_norm.weight"),  # the older nesting
+    ("gemma3", "language_model.model.layers.2.self_attn.k_norm.weight"),  # llava's older nesting
+    ("mistral3", "language_model.lm_head.weight"),  # and its head
 ])
 def test_a_composite_missing_a_tensor_of_its_language_model_is_refused_naming_it(tmp_path, family, tensor):
     from safetensors.numpy import load_file

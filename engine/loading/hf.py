@@ -1,9 +1,9 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
 gpt_oss, mistral, phi3, gemma2, gemma3 (text), gemma4 (text), qwen3_5 and qwen3_5_moe (text: Gated DeltaNet and gated
 attention layers; the second with sparse FFNs), lfm2 (short-conv and attention layers), deepseek_v3, gpt2 and bert;
-and the Hub's composites of five (qwen3_5, qwen3_5_moe, gemma4, gemma3, lfm2_vl: *ForConditionalGeneration, the text
-model under `text_config` and `model.language_model.`, Gemma 3's under `language_model.model.`), read as their text
-model.
+and the Hub's composites of six (qwen3_5, qwen3_5_moe, gemma4, gemma3, lfm2_vl, mistral3: *ForConditionalGeneration,
+the text model under `text_config` and `model.language_model.`, Gemma 3's and Mistral 3's under llava's
+`language_model.model.`), read as their text model.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
@@ -41,12 +41,14 @@ LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "ge
 ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
-# a composite's text model: transformers 5's nesting, and the older one that it still writes for Gemma 3 (llava's)
-LANGUAGE_MODELS = ("model.language_model.", "language_model.model.")
+# a composite's text model -> where its lm_head is: transformers 5's nesting, and llava's older one, which it still
+# writes for Gemma 3 and Mistral 3
+LANGUAGE_MODELS = {"model.language_model.": "", "language_model.model.": "language_model."}
 # a Hub composite (…ForConditionalGeneration) -> its text_config's model_type, and transformers' default of its
 # tie_word_embeddings (read at the top, not in text_config: the composite's lm_head is tied or not by it)
 COMPOSITES = {"qwen3_5": (QWEN35, False), "qwen3_5_moe": (QWEN35_MOE, False),
-              hf_gemma4.COMPOSITE: (hf_gemma4.ARCH, True), "gemma3": ("gemma3_text", True), "lfm2_vl": ("lfm2", True)}
+              hf_gemma4.COMPOSITE: (hf_gemma4.ARCH, True), "gemma3": ("gemma3_text", True), "lfm2_vl": ("lfm2", True),
+              "mistral3": ("mistral", True)}
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
                                        "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
 RAW_DTYPES = SAFETENSORS_DTYPES | {"U8": "u1"}  # what `load` maps (uint8: MXFP4's blocks and scales)
@@ -639,7 +641,8 @@ class Tensors:
     def __init__(self, folder: Path):
         self.folder, self.files = folder, tensor_files(folder)
         nested = [prefix for prefix in LANGUAGE_MODELS if any(name.startswith(prefix) for name in self.files)]
-        self.prefixes = (nested[0], "") if nested else PREFIXES
+        self.nested = nested[0] if nested else None  # a composite's language model
+        self.prefixes = (self.nested, LANGUAGE_MODELS[self.nested]) if nested else PREFIXES
         self.packed = hf_mxfp4.Packed(self)  # gpt-oss's MXFP4 experts
         self._headers = {file: _header(file) for file in set(self.files.values())}
         for name, file in self.files.items():
@@ -663,9 +666,14 @@ class Tensors:
     def _entry(self, key: str) -> tuple[Path, str, dict]:
         found = self.find(key)
         if found is None:
-            where = key if key == "lm_head.weight" else self.prefixes[0] + key  # (a composite's: in its text model)
-            raise ScenarioError(str(self.folder), None, where, "tensor missing from the checkpoint")
+            raise ScenarioError(str(self.folder), None, self._expected(key), "tensor missing from the checkpoint")
         return found
+
+    def _expected(self, key: str) -> str:
+        """Where `key` was looked for: a composite's language model (its lm_head beside it), else as it is named."""
+        if self.nested is None:
+            return key
+        return (LANGUAGE_MODELS[self.nested] if key == "lm_head.weight" else self.nested) + key
 
     def stand_in(self, key: str, expert: int | None = None) -> np.ndarray:
         """(`expert`: that expert's slice of a tensor whose first axis is the experts; an MXFP4 pair reads as one.)"""

@@ -30,10 +30,11 @@ def reference(family: str) -> dict[str, np.ndarray]:
     return dict(np.load(FIXTURES / f"{family}-composite" / "reference.npz"))
 
 
-def scenario(family: str):
-    """The composite checkpoint (with the reference's delta-rule chunk, shorter than the prompt, where it has one)."""
+def scenario(family: str, folder: Path | None = None):
+    """The composite checkpoint (or `folder`, an edited copy) with the reference's delta-rule chunk, shorter than the
+    prompt, where it has one."""
     ref = reference(family)
-    found = load_checkpoint(FIXTURES / f"{family}-composite", ids=ref["ids"].tolist(),
+    found = load_checkpoint(folder or FIXTURES / f"{family}-composite", ids=ref["ids"].tolist(),
                             max_new_tokens=len(ref["greedy_ids"]))
     if "chunk" not in ref:
         return found
@@ -111,3 +112,25 @@ def test_the_cached_decode_equals_the_full_recompute(family):
     diffs = diff_scenario(scenario(family), FLOAT64)
     assert {d.round for d in diffs} == set(range(len(reference(family)["greedy_ids"])))
     assert max(d.max_abs for d in diffs) <= 1e-12
+
+
+def test_the_hubs_extras_beside_the_text_model_change_nothing(tmp_path):
+    """What Qwen3.5's Hub checkpoints carry besides the text model: multi-token-prediction tensors (`mtp.*`, which
+    transformers' composite skips on loading) and their settings, mrope's sections in rope_parameters (equal
+    position rows for text); the same logits as without them."""
+    import json
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "hub"
+    shutil.copytree(FIXTURES / "qwen3_5-composite", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"] |= {"mtp_num_hidden_layers": 1, "mtp_use_dedicated_embeddings": False}
+    config["text_config"]["rope_parameters"] |= {"mrope_interleaved": True, "mrope_section": [1, 1, 0]}
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = load_file(folder / "model.safetensors")
+    tensors["mtp.fc.weight"] = np.ones((32, 64), np.float32)
+    save_file(tensors, folder / "model.safetensors")
+    states = list(Session(scenario("qwen3_5", folder), FLOAT64).steps())
+    assert np.abs(logits(states, 0) - reference("qwen3_5")["logits"]).max() <= 1e-9

@@ -73,7 +73,7 @@ class WeightCache:
 
 class LazyWeights(Mapping):
     """`quantisation`, for a GGUF file, tells each parameter's tensor type and the block behind a value
-    (engine.loading.gguf_model.Quantisation); None otherwise."""
+    (engine.loading.gguf_model.Quantisation; a folder with MXFP4 experts: hf_mxfp4.Quantisation); None otherwise."""
 
     def __init__(self, shapes: dict[str, Shape], cache: WeightCache, identity: str,
                  edited: dict[str, np.ndarray] | None = None, quantisation: Any = None):

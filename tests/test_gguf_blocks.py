@@ -18,7 +18,7 @@ from engine.loading.gguf_blocks import DECODERS, block_of
 FIXTURES = Path(__file__).parent / "fixtures"
 SHAPE = (4, 512)
 CODE_RANGES = {"Q4_0": (-8, 7), "Q4_1": (0, 15), "Q5_0": (-16, 15), "Q5_1": (0, 31), "Q8_0": (-128, 127),
-               "Q2_K": (0, 3), "Q3_K": (-4, 3), "Q4_K": (0, 15), "Q5_K": (0, 31), "Q6_K": (-32, 31)}
+               "Q2_K": (0, 3), "Q3_K": (-4, 3), "Q4_K": (0, 15), "Q5_K": (0, 31), "Q6_K": (-32, 31), "MXFP4": (-12, 12)}
 CELLS = [(0, 0), (1, 37), (2, 300), (3, 511)]
 
 
@@ -112,3 +112,22 @@ async def test_the_weights_browser_shows_the_block_under_the_cursor():
         assert "Q8_0 block at token_embd.weight[1, 0–31]" in text
         value = format_number(float(scenario.weights["embed"][1, 2]))
         assert "value 2: " in text and f"= {value}" in text
+
+
+@pytest.mark.parametrize("fixture", ["gguf-gpt-oss/model.gguf", "gpt_oss_mxfp4"])
+def test_an_mxfp4_experts_block_holds_the_very_value_the_engine_uses(fixture):
+    """gpt-oss's experts, MXFP4 in a GGUF file or in a Hugging Face folder (repacked as ggml's blocks): the block of
+    every corner of each expert matrix holds the engine's value as its e8m0 scale times its code."""
+    scenario = load_checkpoint(FIXTURES / fixture, ids=[1, 2])
+    quantisation, seen = scenario.weights.quantisation, set()
+    for name in (f"blocks.{layer}.mlp.experts.{e}.{w}" for layer in (0, 1) for e in (0, 5) for w in
+                 ("w_gate", "w_up", "w_down")):
+        shape = scenario.weights.shapes[name]
+        assert quantisation.kind(name) == "MXFP4"
+        for index in [(0, 0), (shape[0] - 1, shape[1] - 1), (shape[0] // 3, shape[1] // 2 + 1)]:
+            block = quantisation.block(name, index)
+            i, value = block.index, float(scenario.weights[name][index])
+            assert block.values[i] == value and block.scale[i] * block.codes[i] == value, (name, index)
+            assert block.fields["d"] == 2.0 ** (block.fields["e8m0"] - 128)
+            seen.update(block.codes.tolist())
+    assert seen <= set(range(-12, 13)) and len(seen) > 8

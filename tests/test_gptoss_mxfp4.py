@@ -104,3 +104,47 @@ def test_only_the_experts_a_token_uses_are_dequantized_one_expert_at_a_time(monk
     assert {(int(key.split(".")[1]), expert) for key, expert in asked} == used and len(used) == 4
     # one expert's bytes each time, gate_up_proj once for both its gate and up projections, down_proj once
     assert sorted(decoded) == sorted([(128, 2, 16), (64, 2, 16)] * len(used))
+
+
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]  # the OCP MX spec's FP4 magnitudes; the nibble's high bit is the sign
+
+
+def decoded(byte_row: np.ndarray, scale: int) -> tuple[list[int], np.ndarray]:
+    """One Hugging Face MXFP4 block (16 bytes, value 2k in byte k's low nibble, 2k + 1 in its high one; one e8m0
+    scale byte, 2^(scale − 127)) decoded from the spec: each value's FP4 number doubled (ggml's integer code), and
+    the values."""
+    nibbles = [n for byte in byte_row.tolist() for n in (byte & 0xF, byte >> 4)]
+    fp4 = [(-1 if n & 8 else 1) * E2M1[n & 7] for n in nibbles]
+    return [int(2 * v) for v in fp4], np.array(fp4) * 2.0 ** (scale - 127)
+
+
+async def test_the_weights_browser_shows_an_mxfp4_experts_block_under_the_cursor_as_for_a_gguf_file():
+    """blocks.0.mlp.experts.1.w_up[37, 5]: gate_up_proj's row 2·5 + 1 of expert 1 (row 128 + 11 of the experts'
+    rows), input 37, the 6th value of its second block; the title names MXFP4, the block shows its e8m0 scale byte,
+    each value's code and the values, as decoded here from the file's bytes."""
+    from tui_helpers import screen_text, settle
+
+    from tinyllm_tui.presentation.numbers import format_number
+    from tinyllm_tui.tui.app import DebuggerApp
+
+    scenario = load_checkpoint(FOLDER, ids=[1, 2])
+    name, (row, col) = "blocks.0.mlp.experts.1.w_up", (37, 5)
+    blocks, scales = (raw(f"model.layers.0.mlp.experts.gate_up_proj_{part}") for part in ("blocks", "scales"))
+    scale = int(scales[1, 11, 1])
+    codes, values = decoded(blocks[1, 11, 1], scale)
+    assert values[5] == scenario.weights[name][row, col] and len(set(codes)) > 4
+    app = DebuggerApp(scenario, lang="en")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("w", "tab", *["down"] * list(scenario.weights).index(name), "enter")
+        await pilot.press(*["down"] * row, *["right"] * col)
+        await pilot.pause()
+        text = screen_text(app)
+    d = 2.0 ** (scale - 128)
+    assert f"{name} · MXFP4" in text
+    assert (f"MXFP4 block at model.layers.0.mlp.experts.gate_up_proj_blocks[139, 32–63] · e8m0 {scale} · d {d:.6g}"
+            in text)
+    assert f"value 5: {d:.6g} × code {codes[5]} + 0 = {format_number(values[5])}" in text
+    assert "codes   " + " ".join(f"[{c}]" if k == 5 else str(c) for k, c in enumerate(codes[1:9], 1)) in text
+    assert "values  " + " ".join(f"[{format_number(v)}]" if k == 5 else format_number(v)
+                                 for k, v in enumerate(values[1:9], 1)) in text

@@ -397,3 +397,46 @@ def test_a_deepseek_v3_config_without_head_dim_turns_the_rope_part_by_its_own_wi
     assert (ours.model.rope_theta, ours.model.rope_factors) == (theirs.model.rope_theta, theirs.model.rope_factors)
     result = CliRunner().invoke(app, ["run", str(dropped), "--ids", "1,2,3"])
     assert result.exit_code == 0, result.output
+
+
+# -- the Hub's composite checkpoints (…ForConditionalGeneration) --------------------------------------------------
+@pytest.mark.parametrize("family, edit, said", [
+    ("qwen3_5", lambda c: c.pop("text_config"), "text_config: missing: a qwen3_5 checkpoint's language model"),
+    ("gemma4", lambda c: c.update(text_config=[]), "text_config: expected a JSON object of the language model's "
+                                                   "settings, got []"),
+    ("qwen3_5_moe", lambda c: c["text_config"].update(model_type="qwen3_moe"),
+     "text_config.model_type: expected 'qwen3_5_moe_text' in a qwen3_5_moe checkpoint, got 'qwen3_moe'"),
+    ("qwen3_5", lambda c: c["text_config"].pop("hidden_size"), "text_config.hidden_size: missing"),
+    ("gemma4", lambda c: c["text_config"]["rope_parameters"].pop("full_attention"),
+     "text_config.rope_parameters.full_attention: expected a JSON object, got None"),
+])
+def test_a_composite_config_is_refused_at_its_text_config_key(tmp_path, family, edit, said):
+    edited = folder(tmp_path, f"{family}-composite", config=edit)
+    assert refused(edited).startswith(f"{edited / 'config.json'}: {said}")
+
+
+@pytest.mark.parametrize("family, tensor", [
+    ("qwen3_5_moe", "model.language_model.layers.1.mlp.experts.2.up_proj.weight"),
+    ("gemma4", "model.language_model.embed_tokens_per_layer.weight"),
+    ("qwen3_5", "lm_head.weight"),  # untied: the composite's own head, outside its language model
+    ("gemma3", "language_model.model.layers.2.self_attn.k_norm.weight"),  # llava's older nesting
+    ("mistral3", "language_model.lm_head.weight"),  # and its head
+])
+def test_a_composite_missing_a_tensor_of_its_language_model_is_refused_naming_it(tmp_path, family, tensor):
+    from safetensors.numpy import load_file
+
+    edited = folder(tmp_path, f"{family}-composite")
+    tensors = load_file(edited / "model.safetensors")
+    del tensors[tensor]
+    save_file(tensors, edited / "model.safetensors")
+    assert refused(edited) == f"{edited}: {tensor}: tensor missing from the checkpoint"
+
+
+@pytest.mark.parametrize("family, edit", [
+    ("qwen3_5_moe", lambda c: c.update(tie_word_embeddings=False)),  # text_config still says true
+    ("lfm2_vl", lambda c: c.update(tie_embedding=False)),  # LFM2-VL's older key, over tie_word_embeddings: true
+])
+def test_a_composites_head_is_tied_or_not_by_its_top_level_setting(tmp_path, family, edit):
+    """As transformers ties the composite's lm_head: untied, the tied fixtures lack their head."""
+    edited = folder(tmp_path, f"{family}-composite", config=edit)
+    assert refused(edited) == f"{edited}: lm_head.weight: tensor missing from the checkpoint"

@@ -103,6 +103,17 @@ def test_weights_browser(snap_compare):
     assert snap_compare(make_app(), terminal_size=(160, 48), run_before=keys_then_settle(*WK_CELL))
 
 
+def test_weights_browser_on_an_mxfp4_expert(snap_compare):
+    """gpt-oss as the Hub ships it: expert 1's up projection, cell [5, 3], its MXFP4 block below the grid."""
+    from conftest import ROOT
+
+    from engine.loading.checkpoint import load_checkpoint
+
+    app = still(DebuggerApp(load_checkpoint(ROOT / "tests" / "fixtures" / "gpt_oss_mxfp4", ids=[1, 2]), lang="en"))
+    keys = ["w", "tab", *["down"] * 21, "enter", *["down"] * 5, *["right"] * 3]  # blocks.0.mlp.experts.1.w_up
+    assert snap_compare(app, terminal_size=(160, 48), run_before=keys_then_settle(*keys))
+
+
 def test_inline_editor(snap_compare):
     assert snap_compare(make_app(), terminal_size=(160, 48), run_before=keys_then_settle(*WK_CELL, "e", *"0.5"))
 

@@ -56,17 +56,22 @@ LLAMA_LIKE = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mistral": "
 
 
 def pure_float64() -> None:
-    import importlib
-
-    for arch, prefix in LLAMA_LIKE.items():
-        module = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
-        getattr(module, f"{prefix}RMSNorm").forward = gemma_rms_norm if arch.startswith("gemma") else rms_norm
-        getattr(module, f"{prefix}RotaryEmbedding").forward = _rotary
-        module.eager_attention_forward = eager_attention(module.repeat_kv)
+    for arch in LLAMA_LIKE:
+        pure_float64_module(arch)
     from transformer_lens.model_bridge.generalized_components import attention  # its softmax is float32 too
 
     softmax = attention.AttentionBridge._masked_softmax
     attention.AttentionBridge._masked_softmax = lambda self, scores, dtype=None: softmax(self, scores, scores.dtype)
+
+
+def pure_float64_module(arch: str) -> None:
+    """One architecture's modelling module: its RMSNorm, rotary module and eager attention in the input's dtype."""
+    import importlib
+
+    module, prefix = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}"), LLAMA_LIKE[arch]
+    getattr(module, f"{prefix}RMSNorm").forward = gemma_rms_norm if arch.startswith("gemma") else rms_norm
+    getattr(module, f"{prefix}RotaryEmbedding").forward = _rotary
+    module.eager_attention_forward = eager_attention(module.repeat_kv)
 
 
 def _rotary(self, x, position_ids, layer_type=None):

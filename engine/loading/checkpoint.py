@@ -23,7 +23,7 @@ from engine.parameters import format_shape, parameter_shapes
 from engine.progress import WEIGHTS, report
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, Positions, Request
-from engine.loading import hf
+from engine.loading import hf, hf_mxfp4
 from engine.loading.gguf_checks import gguf_damage
 from engine.loading.gguf_file import LayoutError
 from engine.loading.gguf_model import GGUFModel, Quantisation
@@ -203,6 +203,8 @@ def _hf(folder: Path, budget: tuple[int, str]):
     identity = ";".join(file_identity(file) for file in sorted(set(tensors.files.values())))
     weights = _checked(folder, spec, config["vocab_size"], lambda name, get: hf.engine_weight(arch, spec, name, get),
                        (tensors.stand_in, tensors.load), budget, identity)
+    if tensors.packed.stored():  # gpt-oss's MXFP4 experts: their blocks in the weights browser, as a GGUF file's
+        weights.quantisation = hf_mxfp4.Quantisation(tensors.packed)
     special = {"eos": _single(config.get("eos_token_id")) if spec.lm_head else None,
                "pad": None if spec.lm_head else _single(config.get("pad_token_id"))}
     return spec, weights, tokenizer, special

@@ -4,8 +4,10 @@ Every value of a decoded block is `scale · code + offset`: `code` is the intege
 (already shifted where the type centres it: Q4_0 stores q and means q − 8), `scale` the product of
 the block's float16 `d` and the value's sub-block scale, `offset` the block's min (Q4_1, Q5_1) or
 −dmin times the sub-block min (K-quants). Layouts are llama.cpp's (ggml-quants.c); the tests check
-every decoded type against gguf-py's dequantization. Other types (IQ*, TQ*, MXFP4…) show their
-dequantized values only.
+every decoded type against gguf-py's dequantization. MXFP4 (gpt-oss's experts, in a GGUF file or repacked from a
+Hugging Face folder: hf_mxfp4.py) fits the same sum: its e8m0 byte `e` gives the scale 2^(e − 128) and each FP4
+e2m1 value is a code of ggml's doubled table (−12…12), so scale · code is the value. Other types (IQ*, TQ*…) show
+their dequantized values only.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from gguf.quants import dequantize
 class Block:
     tensor: str  # the GGUF tensor's name
     kind: str  # its type, e.g. "Q4_K"
-    row: int  # in the GGUF tensor ([out, in] for a matrix)
+    row: int  # in the tensor ([out, in] for a matrix; merged experts: expert · rows + row)
     start: int  # the block's first column in that row
     index: int  # the asked-for value's place in the block
     values: np.ndarray  # the block dequantized (gguf-py)
-    fields: dict[str, float]  # the block's own numbers: d, dmin (or m)
+    fields: dict[str, float]  # the block's own numbers: d, dmin (or m); MXFP4: its e8m0 byte, d
     codes: np.ndarray | None = None  # one integer per value; None for a type not decoded here
     scale: np.ndarray | None = None  # per value
     offset: np.ndarray | None = None  # per value
@@ -127,11 +129,22 @@ def q6_k(raw: np.ndarray):
     return {"d": d}, codes, d * scales[sub], np.zeros(256), sub
 
 
+MXFP4_CODES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12])  # e2m1, doubled (ggml's kvalues)
+
+
+def mxfp4(raw: np.ndarray):
+    """ggml's block_mxfp4: the e8m0 scale byte, then value j in the low nibble and j + 16 in the high one; ggml
+    halves the scale (2^(e − 128)) against its doubled codes."""
+    e = int(raw[0])
+    d = float(np.ldexp(1.0, e - 128))
+    return {"e8m0": e, "d": d}, MXFP4_CODES[nibbles(raw[1:17])], np.full(32, d), np.zeros(32), None
+
+
 DECODERS = {
     "Q4_0": lambda raw: legacy(raw, "Q4_0"), "Q4_1": lambda raw: legacy(raw, "Q4_1"),
     "Q5_0": lambda raw: legacy(raw, "Q5_0"), "Q5_1": lambda raw: legacy(raw, "Q5_1"),
     "Q8_0": lambda raw: legacy(raw, "Q8_0"), "Q2_K": q2_k, "Q3_K": q3_k,
-    "Q4_K": lambda raw: q45_k(raw, False), "Q5_K": lambda raw: q45_k(raw, True), "Q6_K": q6_k,
+    "Q4_K": lambda raw: q45_k(raw, False), "Q5_K": lambda raw: q45_k(raw, True), "Q6_K": q6_k, "MXFP4": mxfp4,
 }
 PLAIN = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16, GGMLQuantizationType.F64)
 

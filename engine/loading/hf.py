@@ -1,6 +1,9 @@
 """Hugging Face folders (config.json, safetensors, tokenizer.json) of llama, qwen2, qwen3, qwen2_moe, qwen3_moe,
 gpt_oss, mistral, phi3, gemma2, gemma3 (text), gemma4 (text), qwen3_5 and qwen3_5_moe (text: Gated DeltaNet and gated
-attention layers; the second with sparse FFNs), lfm2 (short-conv and attention layers), deepseek_v3, gpt2 and bert.
+attention layers; the second with sparse FFNs), lfm2 (short-conv and attention layers), deepseek_v3, gpt2 and bert;
+and the Hub's composites of six (qwen3_5, qwen3_5_moe, gemma4, gemma3, lfm2_vl, mistral3: *ForConditionalGeneration,
+the text model under `text_config` and `model.language_model.`, Gemma 3's and Mistral 3's under llava's
+`language_model.model.`), read as their text model.
 
 config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
@@ -41,6 +44,14 @@ LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "ge
 ARCHITECTURES = (*LLAMA_FAMILY, "lfm2", "gpt2", "bert")
 GEMMA = ("gemma2", "gemma3_text", hf_gemma4.ARCH)
 PREFIXES = ("", "model.", "transformer.", "bert.")
+# a composite's text model -> where its lm_head is: transformers 5's nesting, and llava's older one, which it still
+# writes for Gemma 3 and Mistral 3
+LANGUAGE_MODELS = {"model.language_model.": "", "language_model.model.": "language_model."}
+# a Hub composite (…ForConditionalGeneration) -> its text_config's model_type, and transformers' default of its
+# tie_word_embeddings (read at the top, not in text_config: the composite's lm_head is tied or not by it)
+COMPOSITES = {"qwen3_5": (QWEN35, False), "qwen3_5_moe": (QWEN35_MOE, False),
+              hf_gemma4.COMPOSITE: (hf_gemma4.ARCH, True), "gemma3": ("gemma3_text", True), "lfm2_vl": ("lfm2", True),
+              "mistral3": ("mistral", True)}
 STAND_IN_DTYPES = SAFETENSORS_DTYPES | {"BF16": "<f4", "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1",
                                        "U8": "u1", "BOOL": "?"}  # what a tensor reads as (only floats pass)
 RAW_DTYPES = SAFETENSORS_DTYPES | {"U8": "u1"}  # what `load` maps (uint8: MXFP4's blocks and scales)
@@ -62,9 +73,37 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
     config = read_json(file)
     if not isinstance(config, dict):
         raise ConfigError(file, "", "expected a JSON object of settings")
+    if config.get("model_type") in COMPOSITES:
+        text = text_model(config, file)
+        try:
+            return _read_spec(file, text, held)
+        except ConfigError as error:  # located in the text model's settings
+            raise ConfigError(file, f"text_config.{error.path}".rstrip("."), error.message) from None
+    return _read_spec(file, config, held)
+
+
+def text_model(config: dict, file: Path) -> dict:
+    """A composite's text model: its `text_config` with the top level's `tie_word_embeddings` (the lm_head is the
+    composite's); the vision (and audio) towers are not read."""
+    kind, tied = COMPOSITES[config["model_type"]]
+    text = config.get("text_config")
+    if "text_config" not in config:
+        raise ConfigError(file, "text_config", f"missing: a {config['model_type']} checkpoint's language model is "
+                          "described there")
+    if not isinstance(text, dict):
+        raise ConfigError(file, "text_config", f"expected a JSON object of the language model's settings, got {text!r}")
+    if text.get("model_type", kind) != kind:
+        raise ConfigError(file, "text_config.model_type", f"expected {kind!r} in a {config['model_type']} checkpoint, "
+                          f"got {text['model_type']!r}")
+    tied = config.get("tie_embedding", config.get("tie_word_embeddings", tied))  # (LFM2-VL's older key wins)
+    return {**text, "model_type": kind, "tie_word_embeddings": tied}
+
+
+def _read_spec(file: Path, config: dict, held: tuple[int, int]) -> tuple[str, ModelSpec, dict]:
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: {', '.join(ARCHITECTURES)})")
+        raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: "
+                          f"{', '.join((*ARCHITECTURES, *COMPOSITES))})")
     hf_mxfp4.check_config(config, file)
     if arch in LLAMA_FAMILY or arch == "lfm2":
         _check_held(config, file, *held)
@@ -596,13 +635,17 @@ def _shards(index: Path) -> dict[str, Path]:
 
 class Tensors:
     """A folder's tensors by name, whatever prefix its files give them (`model.`, `transformer.`,
-    `bert.` or none). Each file's header is checked by `safetensors` and its data memory-mapped:
+    `bert.` or none; a composite's text model under `model.language_model.`, its lm_head outside, the rest, such
+    as a vision tower, never read). Each file's header is checked by `safetensors` and its data memory-mapped:
     `load(key)` is a read-only view of the map (bfloat16 widened to float32), `stand_in(key)` a
     zero-byte array of the tensor's shape and dtype, for checking shapes without reading; gpt-oss's
     MXFP4 experts (`key_blocks`, `key_scales`) read as `key`, one expert dequantized at a time (hf_mxfp4.py)."""
 
     def __init__(self, folder: Path):
         self.folder, self.files = folder, tensor_files(folder)
+        nested = [prefix for prefix in LANGUAGE_MODELS if any(name.startswith(prefix) for name in self.files)]
+        self.nested = nested[0] if nested else None  # a composite's language model
+        self.prefixes = (self.nested, LANGUAGE_MODELS[self.nested]) if nested else PREFIXES
         self.packed = hf_mxfp4.Packed(self)  # gpt-oss's MXFP4 experts
         self._headers = {file: _header(file) for file in set(self.files.values())}
         for name, file in self.files.items():
@@ -616,7 +659,7 @@ class Tensors:
 
     def find(self, key: str) -> tuple[Path, str, dict] | None:
         """The file holding `key`, its name there (with the files' prefix) and its header entry; None if none does."""
-        for prefix in PREFIXES:
+        for prefix in self.prefixes:
             name = prefix + key
             if name in self.files:
                 file = self.files[name]
@@ -626,8 +669,14 @@ class Tensors:
     def _entry(self, key: str) -> tuple[Path, str, dict]:
         found = self.find(key)
         if found is None:
-            raise ScenarioError(str(self.folder), None, key, "tensor missing from the checkpoint")
+            raise ScenarioError(str(self.folder), None, self._expected(key), "tensor missing from the checkpoint")
         return found
+
+    def _expected(self, key: str) -> str:
+        """Where `key` was looked for: a composite's language model (its lm_head beside it), else as it is named."""
+        if self.nested is None:
+            return key
+        return (LANGUAGE_MODELS[self.nested] if key == "lm_head.weight" else self.nested) + key
 
     def stand_in(self, key: str, expert: int | None = None) -> np.ndarray:
         """(`expert`: that expert's slice of a tensor whose first axis is the experts; an MXFP4 pair reads as one.)"""

@@ -19,7 +19,7 @@ from pathlib import Path
 from engine.layers import per_layer_input
 from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
-ARCH = "gemma4_text"
+ARCH, COMPOSITE = "gemma4_text", "gemma4"  # the second: Gemma4ForConditionalGeneration, the Hub's
 SLIDING, FULL = "sliding_attention", "full_attention"
 ROPE_TYPES = ("default", "proportional")
 

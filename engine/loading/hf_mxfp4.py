@@ -9,11 +9,14 @@ them (`convert_moe_packed_tensors`) to its parameter layout, experts × in × ou
 
 An expert is dequantized only when asked for (a token first uses it): its bytes are repacked into ggml's block_mxfp4
 (the scale byte, then value j in the low nibble and j + 16 in the high one, as llama.cpp's converter repacks them for
-a GGUF file) and decoded by the GGUF path's MXFP4 dequantization (gguf-py), so both formats share one decoder.
+a GGUF file) and decoded by the GGUF path's MXFP4 dequantization (gguf-py), so both formats share one decoder; the
+weights browser's block under the cursor (`Quantisation`) is repacked the same way, one row, and read by the GGUF
+path's block reader (gguf_blocks.block_of).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +77,22 @@ class Packed:
         self._last = ((key, expert), np.swapaxes(out, -1, -2))
         return self._last[1]
 
+    def stored(self) -> bool:
+        """Whether the folder holds any MXFP4 pair."""
+        return any(name.endswith("_blocks") for name in self.tensors.files)
+
+    def block(self, key: str, expert: int, row: int, column: int):
+        """The MXFP4 block (gguf_blocks.Block) holding `key`'s value of `expert` at output `row`, input `column`:
+        that row's bytes only, repacked as ggml's."""
+        from gguf import GGMLQuantizationType  # here: opening a scenario file loads no checkpoint library
+
+        from engine.loading.gguf_blocks import block_of
+
+        _, name, entry = self.tensors.find(f"{key}_blocks")
+        blocks, scales = (self.tensors.load(f"{key}{suffix}")[expert, row] for suffix in ("_blocks", "_scales"))
+        found = block_of(name, GGMLQuantizationType.MXFP4, ggml_blocks(blocks, scales).reshape(1, -1), 0, column)
+        return replace(found, row=expert * entry["shape"][1] + row)
+
     def check(self, spec: ModelSpec) -> None:
         """Every sparse layer's MXFP4 blocks and scales: uint8, of the shapes the config gives, each with the other."""
         moe = spec.moe
@@ -98,6 +117,33 @@ class Packed:
             raise ScenarioError(str(file), None, f"{name[:-len('_blocks')]}_scales", "missing from the checkpoint: "
                                 "MXFP4 blocks need their scales")
         _expect(*scales, expected, "experts × rows × blocks: one scale byte each")
+
+
+class Quantisation:
+    """How a folder with MXFP4 experts stores each engine parameter (LazyWeights.quantisation, as a GGUF file's
+    gguf_model.Quantisation): an expert's w_gate, w_up (the even and odd rows of gate_up_proj) and w_down are MXFP4,
+    every other parameter unquantized (None)."""
+
+    def __init__(self, packed: Packed):
+        self.packed = packed
+
+    def kind(self, name: str) -> str | None:
+        return "MXFP4" if self._locate(name, (0, 0)) is not None else None
+
+    def block(self, name: str, index: tuple[int, ...]):
+        found = self._locate(name, index)
+        return None if found is None else self.packed.block(*found)
+
+    def _locate(self, name: str, index: tuple[int, ...]) -> tuple[str, int, int, int] | None:
+        """(key, expert, row, column) of parameter `name`'s value at `index` ([in, out]) in an MXFP4 pair, or None."""
+        parts = name.split(".")  # blocks.L.mlp.experts.E.w_gate
+        if len(parts) != 6 or parts[2:4] != ["mlp", "experts"] or parts[5] not in ("w_gate", "w_up", "w_down"):
+            return None
+        key = f"layers.{parts[1]}.mlp.experts.{'down_proj' if parts[5] == 'w_down' else 'gate_up_proj'}"
+        if len(index) != 2 or not self.packed.holds(key):
+            return None
+        column, out = index
+        return key, int(parts[4]), out if parts[5] == "w_down" else 2 * out + (parts[5] == "w_up"), column
 
 
 def _expect(file: Path, name: str, entry: dict, shape: tuple[int, ...], meaning: str) -> None:

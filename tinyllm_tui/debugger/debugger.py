@@ -536,7 +536,7 @@ class Debugger:
                                   if any(o.name.removesuffix(".T") == name for o in s.inputs)))
 
     def weight_kind(self, name: str) -> str | None:
-        """Parameter `name`'s GGUF tensor type (Q4_K, …), or None."""
+        """Parameter `name`'s GGUF tensor type (Q4_K, …; a folder's MXFP4 experts: MXFP4), or None."""
         quantisation = self.edits.quantisation()
         return None if quantisation is None else quantisation.kind(name)
 

@@ -1,5 +1,6 @@
-"""A GGUF weight's quantisation block as lines of text: its type and scales, and a window of its
-integer codes beside the dequantized values around the asked-for one (shared by CLI and TUI)."""
+"""A quantized weight's block (a GGUF file's, or a Hugging Face folder's MXFP4 experts') as lines of text: its type
+and scales, and a window of its integer codes beside the dequantized values around the asked-for one (shared by CLI
+and TUI)."""
 
 from __future__ import annotations
 

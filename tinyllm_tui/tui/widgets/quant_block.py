@@ -1,6 +1,6 @@
-"""Beside the weights browser's grid: the quantisation block under the cursor of a GGUF checkpoint
-(its type, d/dmin, and a window of integer codes beside the dequantized values); hidden for weights
-that are stored unquantized or come from another kind of file."""
+"""Beside the weights browser's grid: the quantisation block under the cursor of a GGUF checkpoint, or of a
+Hugging Face folder's MXFP4 experts (its type, d/dmin or the e8m0 scale byte, and a window of integer codes beside
+the dequantized values); hidden for weights that are stored unquantized or come from another kind of file."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ class WeightsScreen(Screen):
         self.refresh_matrix()
 
     def show_block(self) -> None:
-        """A GGUF checkpoint's quantisation block under the cursor."""
+        """A GGUF checkpoint's (or MXFP4 experts') quantisation block under the cursor."""
         self.query_one(QuantBlock).show(self.debugger.weight_block(self.selected, self._cell_index()))
 
     def on_screen_resume(self) -> None:

@@ -8,6 +8,11 @@ is timed from the Debugger's construction to its last printed line (to /dev/null
 after loading, in three forms: every operator's table (the default), `--jsonl` (every operator's record),
 and `--break unembed.hook_out` (the stream read whole, the breakpoints judged at every operator, one table printed):
 the last is what the Debugger's pass itself costs over the bare stream.
+
+Each figure is given in wall and in CPU seconds (every thread of the process). On 2 shared cores the wall time
+mostly measures the wait for a core, and BLAS's threads wait the longest (at load 10 a bare stream of 0.5 CPU
+seconds takes several wall seconds), so the wall ratio shrinks as the load grows; the CPU ratio is steadier.
+With OPENBLAS_NUM_THREADS=1 the CPU seconds hold no BLAS thread spinning while it waits for the other.
 """
 
 from __future__ import annotations
@@ -29,27 +34,27 @@ PROMPT = "The capital of France is"
 GOAL = 1.2
 
 
-def bare(scenario, backend) -> float:
-    start = time.perf_counter()
+def bare(scenario, backend) -> tuple[float, float]:
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in Session(scenario, backend).steps():
         pass
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 GOAL_FORM = "tables"  # the command as typed; --jsonl writes every number of every operator, as much text as it asks
 FORMS = {"tables": ((), False), "--jsonl": ((), True), "--break unembed.hook_out": (("unembed.hook_out",), False)}
 
 
-def run(scenario, backend, form: str) -> float:
+def run(scenario, backend, form: str) -> tuple[float, float]:
     """The `run` command after loading: the Debugger, its trace, what it prints."""
     breakpoints, jsonl = FORMS[form]
     options = cli.Options(breakpoints=list(breakpoints) or None)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     debugger = cli.Debugger(scenario, backend, breakpoints=breakpoints)
     trace = debugger.trace()
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
         cli._print_run(debugger, trace, cli._printed(trace, bool(breakpoints)), False, jsonl, False, options)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def main() -> None:
@@ -67,13 +72,15 @@ def main() -> None:
         times["bare"].append(bare(scenario, backend))
         for form in FORMS:
             times[form].append(run(scenario, backend, form))
-    stream = statistics.median(times["bare"])
+    stream, stream_cpu = (statistics.median(t[i] for t in times["bare"]) for i in (0, 1))
     print(f"{args.model.name}, {args.new_tokens} new tokens, medians of {args.repeats} (load average "
-          f"{os.getloadavg()[0]:.1f}): bare stream {stream:.2f} s")
+          f"{os.getloadavg()[0]:.1f}): bare stream {stream:.2f} s, CPU {stream_cpu:.2f} s")
     for form in FORMS:
-        ratio = statistics.median(times[form]) / stream
+        wall, cpu = (statistics.median(t[i] for t in times[form]) for i in (0, 1))
+        ratio = wall / stream
         verdict = f"goal ≤ {GOAL}×: {'met' if ratio <= GOAL else 'NOT met'}" if form == GOAL_FORM else "no goal"
-        print(f"  run {form}: {statistics.median(times[form]):.2f} s, {ratio:.2f}× the bare stream ({verdict})")
+        print(f"  run {form}: {wall:.2f} s, {ratio:.2f}× the bare stream ({verdict}); CPU {cpu:.2f} s, "
+              f"{cpu / stream_cpu:.2f}×")
 
 
 if __name__ == "__main__":

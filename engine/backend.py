@@ -12,7 +12,9 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace, is_cupy_array
+from array_api_compat import array_namespace, is_cupy_array, is_numpy_array
+
+from engine import numpy_namespace
 
 BACKENDS = ("numpy", "cupy", "array_api_strict")
 DTYPES = ("float64", "float32")
@@ -64,10 +66,18 @@ def make_backend(name: str = "numpy", dtype: str = "float64") -> Backend:
         module = __import__(name)
     except ImportError as error:
         raise BackendError(f"backend {name!r} is not installed ({error})") from None
-    xp = array_namespace(module.asarray([0.0]))
+    xp = namespace(module.asarray([0.0]))
     if name == "cupy":
         _require_gpu(module)
     return Backend(name=name, xp=xp, dtype_name=dtype)
+
+
+def namespace(*arrays: Any) -> ModuleType:
+    """The array API namespace `arrays` belong to: NumPy's own for NumPy arrays (engine.numpy_namespace),
+    else array_api_compat's choice (its CuPy wrapper, array_api_strict itself)."""
+    if arrays and all(is_numpy_array(a) for a in arrays):
+        return numpy_namespace
+    return array_namespace(*arrays)
 
 
 def _require_gpu(cupy: ModuleType) -> None:

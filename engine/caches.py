@@ -26,10 +26,9 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 import numpy as np
-from array_api_compat import array_namespace
 
 from engine import ops
-from engine.backend import to_host
+from engine.backend import namespace, to_host
 from engine.state import LayerState, StateView
 
 Array = Any
@@ -195,7 +194,7 @@ class LayerCache:
         of it; a layout that does not only append rows (ring, paged, quantized) is kept whole as it is."""
         if not self.appends_rows:
             return RowsDelta(self.k, self.v, True, self)
-        xp = array_namespace(self.k)  # copies: a view would keep the whole newer cache alive
+        xp = namespace(self.k)  # copies: a view would keep the whole newer cache alive
         empty = dataclasses.replace(self, k=xp.asarray(self.k[:0, ...], copy=True),
                                     v=xp.asarray(self.v[:0, ...], copy=True))
         n = 0 if older is None else older.length
@@ -221,14 +220,14 @@ class RowsDelta:
     def after(self, earlier: RowsDelta) -> RowsDelta:
         if self.whole:
             return self
-        xp = array_namespace(self.k)
+        xp = namespace(self.k)
         return RowsDelta(xp.concat([earlier.k, self.k], axis=0), xp.concat([earlier.v, self.v], axis=0),
                          earlier.whole, self.empty)
 
     def restore(self, earlier: list[RowsDelta]) -> LayerCache:
         if not self.empty.appends_rows:
             return self.empty
-        xp = array_namespace(self.k)
+        xp = namespace(self.k)
         parts = [*earlier, self]
         return dataclasses.replace(self.empty, k=xp.concat([p.k for p in parts], axis=0),
                                    v=xp.concat([p.v for p in parts], axis=0))
@@ -236,7 +235,7 @@ class RowsDelta:
 
 def _same(a: Array, b: Array) -> bool:
     """Bit for bit, as far as floats go: equal, and −0.0 is not 0.0 (NaN is never the same)."""
-    xp = array_namespace(a)
+    xp = namespace(a)
     return a.shape == b.shape and bool(xp.all(a == b)) and bool(xp.all(xp.signbit(a) == xp.signbit(b)))
 
 
@@ -244,7 +243,7 @@ def array_bytes(array: Array) -> int:
     """An array's bytes in any namespace (array_api_strict's arrays have no `nbytes`)."""
     if hasattr(array, "nbytes"):
         return int(array.nbytes)
-    xp = array_namespace(array)
+    xp = namespace(array)
     kind = xp.finfo if xp.isdtype(array.dtype, "real floating") else xp.iinfo
     return math.prod(array.shape) * kind(array.dtype).bits // 8
 

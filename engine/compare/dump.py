@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors import safe_open
 
 from engine.layout import Key, parse_key
 from engine.loading.document import ScenarioError
@@ -72,6 +71,8 @@ def _read_npz(path: Path) -> dict[str, tuple[np.ndarray, str]]:
 
 
 def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
+    from safetensors import safe_open  # loads only for a .safetensors dump
+
     named = {}
     with safe_open(str(path), framework="numpy") as file:
         for key in file.keys():

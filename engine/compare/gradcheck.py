@@ -10,10 +10,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from array_api_compat import array_namespace
 
 from engine import ops
-from engine.backend import to_host
+from engine.backend import namespace, to_host
 from engine.scenario import Scenario
 from engine.session import Session
 
@@ -32,12 +31,12 @@ class GradCheck:
 
 
 def head_output(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray) -> np.ndarray:
-    xp = array_namespace(q)
+    xp = namespace(q)
     return ops.softmax(xp, ops.attention_scores(xp, q, k, visible)) @ v
 
 
 def analytic_grad_q(q, k, v, visible, upstream) -> np.ndarray:
-    xp = array_namespace(q)
+    xp = namespace(q)
     pattern = ops.softmax(xp, ops.attention_scores(xp, q, k, visible))
     d_pattern = upstream @ v.T
     d_scores = pattern * (d_pattern - np.sum(d_pattern * pattern, axis=-1, keepdims=True))

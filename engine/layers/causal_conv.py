@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from array_api_compat import array_namespace
 
-from engine.backend import to_host
+from engine.backend import namespace, to_host
 from engine.caches import array_bytes
 from engine.state import Size, StateView
 
@@ -154,7 +153,7 @@ class ConvWindow:
         return ConvFacts(int(self.rows.shape[0]) + 1, self.nbytes)
 
     def fresh(self, fingerprint: str) -> ConvWindow:
-        return dataclasses.replace(self, rows=array_namespace(self.rows).zeros_like(self.rows), fed=0,
+        return dataclasses.replace(self, rows=namespace(self.rows).zeros_like(self.rows), fed=0,
                                    fingerprint=fingerprint)
 
     def extend(self, xp, inputs: Array, fault: ConvFaultPoints, padded: list[bool] | None = None) -> ConvRead:

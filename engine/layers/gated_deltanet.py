@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from array_api_compat import array_namespace
 
 from engine import ops
-from engine.backend import to_host
+from engine.backend import namespace, to_host
 from engine.hooks import HookSite
 from engine.layers import causal_conv
 from engine.operators import Op, OpStream, op
@@ -261,7 +260,7 @@ class DeltaState:
 
     def views(self) -> tuple[StateView, ...]:
         """Every value head's state side by side, (d_k, v_heads·d_v) shown a head at a time; then the conv window."""
-        xp, (heads, d_k, d_v) = array_namespace(self.recurrent), self.recurrent.shape
+        xp, (heads, d_k, d_v) = namespace(self.recurrent), self.recurrent.shape
         side = xp.reshape(xp.permute_dims(self.recurrent, (1, 0, 2)), (d_k, heads * d_v))
         return StateView("S", side, d_v, positional=False), *self.window.views()
 
@@ -271,7 +270,7 @@ class DeltaState:
     def dump_items(self) -> dict[str, Array]:
         """`recurrent_state` (v_heads·d_k, d_v): head h's row i is row h·d_k + i; `conv_state` (K−1, channels),
         oldest input first."""
-        xp, (heads, d_k, d_v) = array_namespace(self.recurrent), self.recurrent.shape
+        xp, (heads, d_k, d_v) = namespace(self.recurrent), self.recurrent.shape
         return {"recurrent_state": xp.reshape(self.recurrent, (heads * d_k, d_v)), **self.window.dump_items()}
 
     def cell(self, item: str, row: int, col: int) -> str | None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from engine import ops
+from engine.backend import namespace
 from engine.caches import LayerCache, Read
 from engine.hooks import HookSite
 from engine.layers.attention import Attention
@@ -224,7 +225,7 @@ class LatentCache(LayerCache):
 
     def expanded(self) -> tuple[Array, Array]:
         """The per-head K and V its rows expand to (`expand`)."""
-        return expand(_namespace(self.k), self.k, self.v, self.kv_b, self.d_nope, self.d_v)
+        return expand(namespace(self.k), self.k, self.v, self.kv_b, self.d_nope, self.d_v)
 
     def views(self) -> tuple[StateView, ...]:
         keys, values = self.expanded()  # made only when a view is shown
@@ -243,12 +244,6 @@ def expand(xp, latent: Array, rope_key: Array, kv_b: Array, d_nope: int, d_v: in
     rope = xp.broadcast_to(rope_key[:, None, :], (s, heads, rope_key.shape[1]))
     keys = xp.concat([kv[..., :d_nope], rope], axis=-1)
     return xp.reshape(keys, (s, heads * keys.shape[2])), xp.reshape(kv[..., d_nope:], (s, heads * d_v))
-
-
-def _namespace(array):
-    from array_api_compat import array_namespace
-
-    return array_namespace(array)
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:

@@ -19,14 +19,16 @@ import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
-from ruamel.yaml import YAML
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from engine.progress import READING, report
+
+if TYPE_CHECKING:
+    from ruamel.yaml import YAML
 
 
 MAX_PATH_CHARS, MAX_MESSAGE_CHARS = 200, 800  # a name or message a file makes longer is cut
@@ -75,8 +77,10 @@ def round_trip_yaml() -> YAML:
     """The YAML reader/writer that keeps comments, key order and quoting.
 
     The indentation is the scenarios' own (`key:` then `  - [row]`), so a file written
-    back differs from the one read only where values changed.
+    back differs from the one read only where values changed (ruamel loads here: reading a file never needs it).
     """
+    from ruamel.yaml import YAML
+
     yaml_rt = YAML()
     yaml_rt.preserve_quotes = True
     yaml_rt.indent(mapping=2, sequence=4, offset=2)

@@ -16,15 +16,18 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ruamel.yaml.comments import CommentedSeq
 
 from engine.causes import CausedError
 from engine.loading.document import parse, round_trip_yaml
 from engine.parameters import name_parts
 from engine.scenario import Scenario
 from engine.loading.weightfile import atomic_write, write_weights
+
+if TYPE_CHECKING:
+    from ruamel.yaml.comments import CommentedSeq
 
 Weights = dict[str, np.ndarray]
 PLAIN_PATH = re.compile(r"^[\w][\w./-]*$")
@@ -215,6 +218,8 @@ def _set_number(node, index: tuple[int, ...], value: float) -> None:
 
 
 def _flow_rows(array: np.ndarray) -> CommentedSeq:
+    from ruamel.yaml.comments import CommentedSeq  # ruamel loads only to save edits
+
     def flow(values) -> CommentedSeq:
         seq = CommentedSeq(float(x) for x in values)
         seq.fa.set_flow_style()

@@ -41,7 +41,6 @@ from engine.spec import (
     Rule,
     Vocab,
 )
-from engine.loading.tokenizer import TokenizerError, encode
 from engine.loading.weightfile import read_weights
 from engine.loading.cache_options import cache_options
 from engine.caches import CacheSpec
@@ -170,6 +169,8 @@ class Encoder:
         self.path = path
 
     def encode(self, text: str) -> tuple[int, ...]:
+        from engine.loading.tokenizer import encode  # tokenizers loads only for a checkpoint's text
+
         return encode(self._tokenizer, text)
 
     def chat(self, messages: list[Message]) -> Chat:
@@ -534,6 +535,8 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
         if encoder is None:
             raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH; a folder's tokenizer.json); "
                              "list tokens or ids instead")
+        from engine.loading.tokenizer import TokenizerError
+
         try:
             return encoder.encode(node.text())
         except TokenizerError as error:

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save_file
 
 from engine.loading.document import ScenarioError, library_text
 from engine.parameters import Shape, format_shape
@@ -88,6 +86,8 @@ def _check_shape(path: Path, name: str, shape: Shape, expected: Shape) -> None:
 
 
 def _read_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError, safe_open  # loads only for a .safetensors file (the X01 start has none)
+
     try:
         with safe_open(str(path), framework="numpy") as file:  # validates the header and the offsets
             names = list(file.keys())
@@ -235,6 +235,8 @@ def write_weights(weights: dict[str, np.ndarray], path: Path) -> Path:
         raise ScenarioError(str(path), None, "", f"a weight file's name ends in {' or '.join(SUFFIXES)}")
     arrays = {name: np.ascontiguousarray(array) for name, array in weights.items()}
     if path.suffix == ".safetensors":
+        from safetensors.numpy import save_file
+
         return atomic_write(path, lambda temporary: save_file(arrays, str(temporary)))
     return atomic_write(path, lambda temporary: np.savez(temporary, **arrays))
 

@@ -26,7 +26,7 @@ class ExplanationPanel(TextLines):
     _wrapped: tuple = (None, 0, [])  # (frame, width, lines)
 
     def _lines(self) -> list[Text]:
-        width = max(self.size.width, 1)
+        width = max(self.line_size.width, 1)
         if self._wrapped[0] is not self.frame or self._wrapped[1] != width:
             lines = []
             for heading, text in explain(self.frame, self.lang) if self.frame is not None else ():

@@ -11,7 +11,6 @@ the ones it drew before: Textual redraws every dirty line, and a tall panel is m
 
 from __future__ import annotations
 
-from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
@@ -33,8 +32,6 @@ class TextLines(Widget):
     _painted = 0  # lines drawn at the last refresh of the content
     _texts: list[Text | Strip] | None = None
     _texts_width = 0
-    _base: Style | None = None  # the widget's style (a walk up its ancestors), kept until the styles change
-
     _pass_size: Size | None = None  # the content size during a render pass
 
     @property
@@ -54,10 +51,6 @@ class TextLines(Widget):
         """How many lines the next refresh draws, if a subclass can tell cheaply."""
         return None
 
-    def notify_style_update(self) -> None:
-        self._base = None
-        super().notify_style_update()
-
     def refresh(self, *regions, **options) -> Widget:
         self._texts = None
         content = not regions and not options.get("layout") and not options.get("recompose")  # reactives repaint so
@@ -70,9 +63,7 @@ class TextLines(Widget):
         return super().refresh(Region(0, 0, self.outer_size.width, top + max(dirty, 1)))
 
     def render_line(self, y: int) -> Strip:
-        if self._base is None:
-            self._base = self.rich_style
-        width, base = self.line_size.width, self._base
+        width, base = self.line_size.width, self.visual_style.rich_style  # Textual keeps it until the styles change
         line = self.text_line(y)
         if line is None:
             return Strip.blank(width, base)

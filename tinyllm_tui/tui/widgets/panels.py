@@ -51,7 +51,7 @@ class ExplanationPanel(TextLines):
         return min(len(self._lines()), self.size.height) if self.size.height else None
 
     def text_lines(self) -> list[Text]:
-        return [line.copy() for line in self._lines()]
+        return self._lines()  # drawn, never changed: no copies
 
 
 class InputsPanel(Widget):

@@ -14,14 +14,14 @@ from functools import wraps
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import ProgressBar, TabbedContent, TabPane
+from textual.widgets import ProgressBar, TabbedContent
 
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
 from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
 from tinyllm_tui.tui.i18n import describe, tr, where
+from tinyllm_tui.tui.widgets.blank import Column, Pane, Row, Tabs
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
@@ -177,20 +177,20 @@ class DebuggerScreen(Screen):
         scenario = self.debugger.scenario
         chat = not scenario.batch and any(request.chat for request in scenario.requests)  # a line for the chat
         yield Timeline(id="timeline", classes="-batch" if scenario.batch else "-chat" if chat else None)
-        with Horizontal(id="body"):
+        with Row(id="body"):
             yield OperatorList(id="operators")
-            with Vertical(id="right"):
-                with Horizontal(id="top"):
+            with Column(id="right"):
+                with Row(id="top"):
                     yield MatrixWindow(id="matrix")
                     yield CacheView(id="side-cache")
-                with TabbedContent(initial="explain", id="panels"):
-                    with TabPane(tr("panel.explain", self.lang), id="explain"):
+                with Tabs(initial="explain", id="panels"):
+                    with Pane(tr("panel.explain", self.lang), id="explain"):
                         yield ExplanationPanel()
-                    with TabPane(tr("panel.cache", self.lang), id="cache"):
+                    with Pane(tr("panel.cache", self.lang), id="cache"):
                         yield CacheView(id="tab-cache")
-                    with TabPane(tr("panel.inputs", self.lang), id="inputs"):
+                    with Pane(tr("panel.inputs", self.lang), id="inputs"):
                         yield InputsPanel()
-                    with TabPane(tr("panel.expect", self.lang), id="expect"):
+                    with Pane(tr("panel.expect", self.lang), id="expect"):
                         yield ExpectPanel()
         yield KeyFooter()
 

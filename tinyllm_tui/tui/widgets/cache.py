@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Container, Vertical
+from textual.containers import Vertical
 
 from tinyllm_tui.debugger.frame import CacheFrame
 from tinyllm_tui.presentation.cache_layout import counts_fed, layout_kind, layout_words, spans
 from tinyllm_tui.presentation.summaries import size_text
 from tinyllm_tui.tui.i18n import EN, tr
+from tinyllm_tui.tui.widgets.blank import Box
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.wrapped import Wrapped
 
@@ -31,7 +32,7 @@ class CacheView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Wrapped(lines=2, most=4, classes="cache-title")  # where, then what it holds: wrapped, never cut
-        with Container(classes="cache-pair"):  # K above V beside the matrix, K beside V in a tab
+        with Box(classes="cache-pair"):  # K above V beside the matrix, K beside V in a tab
             yield MatrixWindow(classes="cache-k")
             yield MatrixWindow(classes="cache-v")
 
@@ -72,7 +73,7 @@ class CacheView(Vertical):
             extra = [MatrixWindow() for _ in range(len(cache.views) - len(windows))]
             for window in extra:
                 window.lang = lang
-            self.query_one(".cache-pair", Container).mount(*extra)
+            self.query_one(".cache-pair", Box).mount(*extra)
             windows += extra
         self._windows = windows
         for index, window in enumerate(windows):

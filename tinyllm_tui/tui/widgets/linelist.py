@@ -74,7 +74,7 @@ class LineList(TextLines, can_focus=True):
 
     def _scroll_to_highlight(self) -> int:
         """Keep the highlighted line in view, with one line of context; the first line shown."""
-        height = self.size.height
+        height = self.line_size.height
         if self.highlighted is not None:
             if self.highlighted < self._top + 1:
                 self._top = max(self.highlighted - 1, 0)
@@ -84,15 +84,16 @@ class LineList(TextLines, can_focus=True):
         return self._top
 
     def text_lines(self) -> list[Text]:
-        return [self.text_line(y) for y in range(min(self.size.height, len(self.lines)))]
+        return [self.text_line(y) for y in range(min(self.line_size.height, len(self.lines)))]
 
     def text_line(self, y: int) -> Text | None:
         """Made alone: a step repaints the two lines its highlight moved between, not the whole list."""
+        size = self.line_size
         index = self._scroll_to_highlight() + y
-        if y >= self.size.height or index >= len(self.lines):
+        if y >= size.height or index >= len(self.lines):
             return None
         line = self.lines[index][1].copy()
-        line.truncate(max(self.size.width, 1), overflow="ellipsis")
+        line.truncate(max(size.width, 1), overflow="ellipsis")
         if index == self.highlighted:
             line.stylize("reverse" if self.has_focus else "bold reverse dim")
         return line

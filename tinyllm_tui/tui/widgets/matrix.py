@@ -65,6 +65,7 @@ class MatrixWindow(TextLines):
     SUMMARY = True  # a line about the last position when its row does not fit
     title = ""
     lang = "en"
+    _shape: tuple | None = None  # (matrix, (size, first row), its window's shape): see _window_shape
 
     def show(self, matrix: MatrixFrame, title: str) -> None:
         self.title = title
@@ -91,25 +92,37 @@ class MatrixWindow(TextLines):
         return len(columns) if columns is not None else self.matrix.values.shape[1]
 
     def _label_width(self) -> int:
-        rows = self.matrix.rows
-        sample = [self._row_label(i) for i in range(self.row_offset, min(self.row_offset + self._row_count(), len(rows)))]
-        return min(max((cell_len(label) for label in sample), default=4) + 1, max(self.size.width // 3, 6))
+        return self._window_shape()[0]
 
     def _title_lines(self) -> int:
         """Up to three title lines (what, which part and marks, the last position's summary when its row
         does not fit), fewer in a short panel: the second line, which says where the window is, goes last."""
-        wide = self.SUMMARY and self.matrix is not None and self._col_count() < self.matrix.values.shape[1]
-        lines = TITLE_LINES + 1 if wide else TITLE_LINES
-        if self.size.height >= 2 * lines + 2:
-            return lines
-        return 2 if self.size.height >= 5 else 1
+        return self._window_shape()[2]
 
-    def _row_count(self) -> int:
-        title = TITLE_LINES + 1 if self.size.height >= 2 * TITLE_LINES + 4 else (2 if self.size.height >= 5 else 1)
-        return max(self.size.height - title - 1, 1)
+    def _row_count(self, height: int | None = None) -> int:
+        height = self.line_size.height if height is None else height
+        title = TITLE_LINES + 1 if height >= 2 * TITLE_LINES + 4 else (2 if height >= 5 else 1)
+        return max(height - title - 1, 1)
 
     def _col_count(self) -> int:
-        return max((self.size.width - self._label_width()) // CELL_WIDTH, 1)
+        return self._window_shape()[1]
+
+    def _window_shape(self) -> tuple[int, int, int]:
+        """(label width, columns shown, title lines), worked out once per matrix, first row and size: a refresh
+        asks for them several times, and each look at the widget's size walks up to its screen."""
+        size, matrix = self.line_size, self.matrix
+        key = (size, self.row_offset)
+        if self._shape is not None and self._shape[0] is matrix and self._shape[1] == key:
+            return self._shape[2]
+        rows = range(self.row_offset, min(self.row_offset + self._row_count(size.height), len(matrix.rows)))
+        labels = min(max((cell_len(self._row_label(i)) for i in rows), default=4) + 1, max(size.width // 3, 6))
+        cols = max((size.width - labels) // CELL_WIDTH, 1)
+        wide = self.SUMMARY and cols < matrix.values.shape[1]
+        lines = TITLE_LINES + 1 if wide else TITLE_LINES
+        if size.height < 2 * lines + 2:
+            lines = 2 if size.height >= 5 else 1
+        self._shape = (matrix, key, (labels, cols, lines))
+        return self._shape[2]
 
     def window(self) -> tuple[range, range]:
         """The rows and the positions among the columns shown (in `_columns` order when sorted)."""

@@ -40,7 +40,8 @@ class OperatorList(LineList):
             self.lines = list_lines(frame.operators, self.lang)
         if frame.step != getattr(self, "_current", None):
             self._current = frame.step
-            self.highlight(frame.step)
+            with self.prevent(self.Highlighted):  # the screen moved it: nobody is told (a message up to the app)
+                self.highlight(frame.step)
 
 
 __all__ = ["Group", "OperatorList", "list_lines"]

@@ -24,21 +24,34 @@ class ExplanationPanel(TextLines):
     frame: reactive[Frame | None] = reactive(None, always_update=True)
     lang = "en"
     _wrapped: tuple = (None, 0, [])  # (frame, width, lines)
+    KEPT = 256  # paragraphs kept wrapped: an operator's texts are the same in every layer
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._paragraphs: dict[tuple[str, str, int], list[Text]] = {}
 
     def _lines(self) -> list[Text]:
-        width = max(self.size.width, 1)
+        width = max(self.line_size.width, 1)
         if self._wrapped[0] is not self.frame or self._wrapped[1] != width:
             lines = []
             for heading, text in explain(self.frame, self.lang) if self.frame is not None else ():
-                lines.extend(Text.assemble((f"{heading}: ", "bold cyan"), text).wrap(self.app.console, width))
+                lines.extend(self._paragraph(heading, text, width))
             self._wrapped = (self.frame, width, lines)
         return self._wrapped[2]
+
+    def _paragraph(self, heading: str, text: str, width: int) -> list[Text]:
+        key = (heading, text, width)
+        if key not in self._paragraphs:
+            if len(self._paragraphs) >= self.KEPT:
+                self._paragraphs.clear()
+            self._paragraphs[key] = Text.assemble((f"{heading}: ", "bold cyan"), text).wrap(self.app.console, width)
+        return self._paragraphs[key]
 
     def line_count(self) -> int | None:
         return min(len(self._lines()), self.size.height) if self.size.height else None
 
     def text_lines(self) -> list[Text]:
-        return [line.copy() for line in self._lines()]
+        return self._lines()  # drawn, never changed: no copies
 
 
 class InputsPanel(Widget):

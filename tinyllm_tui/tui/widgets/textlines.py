@@ -11,9 +11,8 @@ the ones it drew before: Textual redraws every dirty line, and a tall panel is m
 
 from __future__ import annotations
 
-from rich.style import Style
 from rich.text import Text
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -25,21 +24,35 @@ class TextLines(Widget):
 
     def text_line(self, y: int) -> Text | Strip | None:
         """Line `y` of `text_lines()` (made once per refresh), None below the last."""
-        if self._texts is None or self._texts_width != self.size.width:
-            self._texts, self._texts_width = self.text_lines(), self.size.width
+        width = self.line_size.width
+        if self._texts is None or self._texts_width != width:
+            self._texts, self._texts_width = self.text_lines(), width
         return self._texts[y] if y < len(self._texts) else None
 
     _painted = 0  # lines drawn at the last refresh of the content
     _texts: list[Text | Strip] | None = None
     _texts_width = 0
-    _base: Style | None = None  # the widget's style, looked up once per refresh
+    _pass_size: Size | None = None  # the content size during a render pass
+
+    @property
+    def line_size(self) -> Size:
+        """The content size, looked up once per render pass: each look walks up to the screen, and a pass
+        asks for it at every line."""
+        return self._pass_size or self.size
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._pass_size = self.size
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_size = None
 
     def line_count(self) -> int | None:
         """How many lines the next refresh draws, if a subclass can tell cheaply."""
         return None
 
     def refresh(self, *regions, **options) -> Widget:
-        self._texts = self._base = None
+        self._texts = None
         content = not regions and not options.get("layout") and not options.get("recompose")  # reactives repaint so
         count = self.line_count() if content and self.is_mounted else None
         if count is None:
@@ -50,9 +63,7 @@ class TextLines(Widget):
         return super().refresh(Region(0, 0, self.outer_size.width, top + max(dirty, 1)))
 
     def render_line(self, y: int) -> Strip:
-        if self._base is None:
-            self._base = self.rich_style
-        width, base = self.size.width, self._base
+        width, base = self.line_size.width, self.visual_style.rich_style  # Textual keeps it until the styles change
         line = self.text_line(y)
         if line is None:
             return Strip.blank(width, base)

@@ -37,13 +37,6 @@ MASKED_KINDS = ("scores", "filter")  # −∞ there is a mask, not an overflow
 class BreakpointError(CausedError):
     """A breakpoint text that cannot be understood."""
 
-    TEXTS = {"breakpoint.empty": "breakpoint {text!r}: empty condition",
-             "breakpoint.expert": "breakpoint {text!r}: {value!r} is not an expert's number",
-             "breakpoint.field": "breakpoint {text!r}: unknown field {field!r} (expected {fields})",
-             "breakpoint.part": "breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({kinds}), "
-                                "a field=value, nan, inf, abs>N, expert=E or route_margin<N",
-             "breakpoint.number": "breakpoint {text!r}: {value!r} is not a number"}
-
 
 Condition = Callable[[OpState], bool]
 

@@ -1,35 +1,54 @@
-"""Why an input is refused, as data: a code and its facts, which a view words from its own catalogue (the
-TUI's tinyllm_tui/tui/i18n.py, en and zh: the engine words nothing the TUI shows).
+"""Why an input is refused, as data: a code and its facts, which a front end words from its catalogue
+(tinyllm_tui/tui/i18n.py, en and zh; the CLI prints its English). The engine words nothing.
 
-An error that carries one (`CausedError`) still reads as the English sentence the CLI prints: each error
-class's TEXTS give that sentence per code, formatted with the facts.
+`CODES` lists every code an engine error may carry: a code raised but not listed here is a bug (KeyError),
+and the catalogue's tests check that each one listed has its words in every language.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+
+CODES = frozenset({
+    # breakpoints (engine/breakpoints.py)
+    "breakpoint.empty", "breakpoint.expert", "breakpoint.field", "breakpoint.part", "breakpoint.number",
+    # weight edits (engine/loading/edits.py)
+    "edit.number", "edit.finite", "edit.syntax", "edit.in_set", "edit.unknown", "edit.index", "edit.square",
+    "edit.record",
+    # interventions (engine/interventions.py)
+    "intervention.syntax", "intervention.ablation", "intervention.empty_span", "intervention.index",
+    "intervention.number", "intervention.row_end", "intervention.where", "intervention.layers",
+    "intervention.name_head", "intervention.not_per_head", "intervention.heads", "intervention.requests",
+    "intervention.no_experts", "intervention.no_sparse", "intervention.route", "intervention.no_operator",
+    "intervention.no_operator.near", "intervention.row_width", "intervention.patch_rows",
+    "intervention.patch_shape", "intervention.patch_pass", "intervention.expert_patch", "intervention.columns",
+    # the parts a fact may name (a Cause as a fact): which span, which index of an intervention
+    "part.row", "part.column", "part.request", "part.from",
+    # readings of the residual stream (engine/analysis.py)
+    "analysis.encoder", "analysis.post_norm", "analysis.block_norm",
+})
 
 
 @dataclass(frozen=True)
 class Cause:
-    """`code` names the case (`breakpoint.field`), `facts` its parts (a fact may be a Cause itself);
-    `english` is the CLI's sentence."""
+    """`code` names the case (`breakpoint.field`), `facts` its parts (a fact may be a Cause itself)."""
 
     code: str
     facts: Mapping[str, object] = field(default_factory=dict)
-    english: str = ""
+
+    def __post_init__(self):
+        if self.code not in CODES:
+            raise KeyError(f"no cause {self.code!r} in engine.causes.CODES")
 
     def __str__(self) -> str:
-        return self.english
+        """The code and its facts, not a sentence: a front end words it (tinyllm_tui.tui.i18n.cause_words)."""
+        return f"{self.code}({', '.join(f'{name}={value!r}' for name, value in self.facts.items())})"
 
 
 class CausedError(ValueError):
-    """A refused input whose message is its `cause` in English (`str(error)`)."""
-
-    TEXTS: ClassVar[Mapping[str, str]] = {}  # code -> the English sentence, with {fact} fields
+    """A refused input: `cause` says what, as a code and facts; `str(error)` is that cause, unworded."""
 
     def __init__(self, code: str, **facts):
-        self.cause = Cause(code, facts, self.TEXTS[code].format(**facts))
-        super().__init__(self.cause.english)
+        self.cause = Cause(code, facts)
+        super().__init__(str(self.cause))

@@ -11,6 +11,7 @@ from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, Br
                                           Cancelled, Diverged, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
                                           Rebuilt, Refused, Result, Saved)
 from tinyllm_tui.debugger.interventions import Intervened
+from tinyllm_tui.tui import i18n_causes
 
 EN = {
     # bindings (the footer and the help screen)
@@ -297,7 +298,7 @@ ZH = {
     "refused.busy": "忙：正在运行（Esc 或 ctrl+c 取消）", "refused.first_step": "已经是第一步",
     "refused.no_step": "没有步骤 {0}：运行共有步骤 0–{1}", "refused.no_match": "没有算子匹配 {0!r}",
     "refused.empty_search": "请输入步骤编号、算子名称、类型或条件",
-    "refused.bad_query": "无法理解的条件：{0}", "refused.already_set": "断点 {0} 已存在",
+    "refused.bad_query": "{0}", "refused.already_set": "断点 {0} 已存在",
     "refused.no_breakpoint": "没有断点 {0}", "refused.nothing_to_undo": "没有可撤销的修改",
     "refused.nothing_to_redo": "没有可重做的修改", "refused.not_stale": "缓存没有过期",
     "refused.unchanged": "{0} 没有变化", "refused.bad_edit": "{0}；保留原值",
@@ -439,6 +440,10 @@ ZH = {
     "inject.absorbed-uk-untransposed": "吸收形式的潜在注意力用未转置的W_UK乘查询（把其缓冲区当作已转置来读）",
 }
 
+# -- the engine's causes (engine/causes.py), worded in tinyllm_tui/tui/i18n_causes.py: `cause.CODE` ------------
+EN |= {f"cause.{code}": text for code, text in i18n_causes.EN.items()}
+ZH |= {f"cause.{code}": text for code, text in i18n_causes.ZH.items()}
+
 CATALOGUES = {"en": EN, "zh": ZH}
 
 
@@ -450,6 +455,16 @@ def tr(key: str, lang: str, /, *args, **facts) -> str:
         key = f"{key}.one"
     text = catalogue.get(key) or EN[key]
     return text.format(*args, **facts) if args or facts else text
+
+
+def cause_words(cause, lang: str) -> str:
+    """An engine cause (engine.causes.Cause: a code and its facts) in words; a fact that is a cause is worded too."""
+    return tr(f"cause.{cause.code}", lang, **{name: words(value, lang) for name, value in cause.facts.items()})
+
+
+def words(fact, lang: str):
+    """A fact as a catalogue says it: a cause in words, anything else as it is (a number, a name, a text)."""
+    return cause_words(fact, lang) if hasattr(fact, "code") and hasattr(fact, "facts") else fact
 
 
 def where(phase: str, round_: int, lang: str) -> str:
@@ -487,7 +502,7 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
         case Cancelled(step=step):
             return tr("result.cancelled", lang, step=step)
         case Refused(reason=reason, args=args):
-            return tr(f"refused.{reason}", lang, *args)
+            return tr(f"refused.{reason}", lang, *(words(arg, lang) for arg in args))
         case BreakpointAdded(text=text):
             return tr("result.breakpoint_added", lang, text=text)
         case BreakpointRemoved(text=text):

@@ -21,7 +21,7 @@ from textual.widgets import ProgressBar, TabbedContent, TabPane
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
 from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
-from tinyllm_tui.tui.i18n import describe, tr, where
+from tinyllm_tui.tui.i18n import cause_words, describe, tr, where
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
@@ -624,7 +624,7 @@ class DebuggerScreen(Screen):
         """A malformed spec is refused in the prompt; a good one replays in the runner."""
         problem = self.debugger.intervention_problem(text)
         if problem:
-            return problem
+            return cause_words(problem, self.lang)
         self.in_background(tr("screen.intervening", self.lang), self.debugger.intervene, text)
         return None
 

@@ -1,17 +1,25 @@
 """The Chinese TUI words every view from the catalogue: the lens, the heads at a glance, the expect: panel
-and the row labels the frame builder makes (a ring's slots, a batch's rows) carry no English (issue 24)."""
+and the row labels the frame builder makes (a ring's slots, a batch's rows) carry no English; every cause the
+engine refuses an input with (engine/causes.py) has its words in both languages (issue 24)."""
 
 from __future__ import annotations
 
+import ast
 import re
+import string
 
-from conftest import X01
+import pytest
+from conftest import ROOT, SCENARIOS, X01
 
-from engine import load_scenario, load_scenario_text
+from engine import ScenarioError, load_scenario, load_scenario_text
+from engine.breakpoints import BreakpointError
+from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
+from tinyllm_tui.debugger.errors import bad_input
 from tinyllm_tui.debugger.readings import layer_patterns
 from tinyllm_tui.presentation.cache_layout import RowWords
-from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui import i18n_causes
+from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, describe, tr
 from tinyllm_tui.tui.widgets.panels import expectation_words
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
 
@@ -49,6 +57,7 @@ def test_an_expect_table_is_named_in_chinese():
     assert expectation_words(outcome.expectation, "en") == outcome.expectation.describe()  # the CLI's words
 
 
+ENCODER = SCENARIOS / "encoder004.yaml"
 RING_BATCH = X01.read_text(encoding="utf-8").replace("\ndecode:", "\ncache: {layout: ring, window: 2}\nbatch: true\ndecode:")
 
 
@@ -63,3 +72,87 @@ def test_the_frames_row_labels_take_the_subscribers_words():
     labels = list(cache.rows)
     assert labels[0].startswith("槽0") and any(label.endswith("空") for label in labels), labels
     assert not any(ENGLISH.search(label) for label in labels + [matrix.rows[0]])
+
+
+# -- the engine's causes: a code and facts, worded by the catalogue in each language -------------------------------
+def fields(text: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+CODE = re.compile(r"[a-z_]+(\.[a-z_]+)+")  # `breakpoint.field`: a code, not a sentence
+
+
+def raised_causes() -> list[tuple[str, str, set[str]]]:
+    """(where, code, the facts it is raised with) for every cause the engine builds: `SomeError("code", fact=…)`
+    or `Cause("code", …)` with a code as its first argument, read from the syntax trees of engine/."""
+    found = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str) and isinstance(node.func, ast.Name)
+                    and (node.func.id == "Cause" or node.func.id.endswith("Error"))
+                    and CODE.fullmatch(node.args[0].value)):
+                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value,
+                              {keyword.arg for keyword in node.keywords}))
+    return found
+
+
+def test_every_cause_the_engine_has_is_worded_in_english_and_chinese():
+    for code in sorted(CODES):
+        assert f"cause.{code}" in EN and f"cause.{code}" in ZH, code  # not the fallback: each language its own
+    assert set(i18n_causes.EN) == set(i18n_causes.ZH) == CODES  # no wording of a code the engine no longer has
+
+
+def test_each_wording_names_exactly_the_facts_its_cause_is_raised_with():
+    raised = raised_causes()
+    assert {code for _, code, _ in raised} == CODES  # every code is raised somewhere, none is left unlisted
+    for where, code, facts in raised:
+        for lang in ("en", "zh"):
+            assert fields(CATALOGUES[lang][f"cause.{code}"]) == facts, (where, code, lang)
+
+
+def test_an_error_class_refuses_a_code_that_has_no_words():
+    with pytest.raises(KeyError, match="breakpoint.nonsense"):
+        BreakpointError("breakpoint.nonsense", text="x")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_wording_formats_its_facts(lang):
+    """Each code's words with its facts filled in (a nested cause worded too): nothing of `{…}` is left over."""
+    for code in sorted(CODES):
+        text = CATALOGUES[lang][f"cause.{code}"]
+        facts = {name: Cause("part.row") if name in ("what", "name", "cause") else f"<{name}>" for name in fields(text)}
+        worded = cause_words(Cause(code, facts), lang)
+        assert "{" not in worded and "}" not in worded and all(f"<{name}>" in worded for name in facts
+                                                               if name not in ("what", "name", "cause")), (code, worded)
+
+
+def test_a_bad_breakpoint_edit_and_intervention_refused_by_the_debugger_read_in_chinese():
+    """Real bad inputs through the Debugger, as the zh status line words them: the zh sentence, with its facts."""
+    debugger = Debugger(load_scenario(X01))
+    said = describe(debugger.add_breakpoint("lyer=2"), "zh")
+    assert said == "断点 'lyer=2'：未知字段 'lyer'（应为 phase, round, request, layer, head 之一）"
+    said = describe(debugger.apply(debugger.cell_edit("blocks.0.attn.wq", (99, 0), 1.0)), "zh")
+    assert said == "下标 [99, 0] 超出了 blocks.0.attn.wq 的范围，它的形状是 4×4；保留原值"
+    said = describe(debugger.intervene("blocks.9.hook_resid_post=0"), "zh")
+    assert said == "'blocks.9.hook_resid_post=0'：模型的层为 0–0"
+    assert describe(debugger.intervene("blocks.0.hook_resid_post[3:1,:]=0"), "zh").endswith("：行 3:1 是空的")
+    assert cause_words(debugger.intervention_problem("blocks.0.attn.hook_z head 7=0"), "zh").endswith("：模型的头为 0–1")
+    assert describe(debugger.search("abs>x"), "zh") == "断点 'abs>x'：'x' 不是数"
+    assert ENGLISH.findall(describe(debugger.parse_value("abc"), "zh")) == []
+
+
+def test_the_lens_of_an_encoder_is_refused_in_chinese():
+    debugger = Debugger(load_scenario(ENCODER))
+    assert describe(debugger.lens(), "zh") == "没有逻辑透镜：模型是编码器：它没有可用来读出残差流的反嵌入"
+    assert describe(debugger.lens(), "en") == ("no logit lens: the model is an encoder: it has no unembedding to read "
+                                               "the residual stream through")  # the CLI's words, from one catalogue
+
+
+def test_a_bad_breakpoint_in_a_file_is_located_and_worded_by_the_front_end():
+    text = X01.read_text(encoding="utf-8") + "\nbreakpoints:\n  - abs>x\n"
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "x.yaml")
+    line = text.count("\n", 0, text.index("abs>x")) + 1
+    assert bad_input(caught.value, lambda cause: cause_words(cause, "zh")) == f"x.yaml:{line}: breakpoints[0]: 断点 'abs>x'：'x' 不是数"
+    assert bad_input(caught.value, lambda cause: cause_words(cause, "en")).endswith("breakpoint 'abs>x': 'x' is not a number")

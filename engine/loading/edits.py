@@ -90,7 +90,10 @@ Edit = CellEdit | FillEdit
 
 
 def apply_edit(weights: Weights, edit: Edit, file_weights: Weights | None = None) -> Weights:
-    """A new weights dict; only the edited array is new. `file_weights` serves the "file" fill."""
+    """A new weights dict; only the edited array is new. `file_weights` serves the "file" fill. Raises EditError
+    for a parameter the model lacks or a cell outside it (a negative index too: it must not wrap around)."""
+    if isinstance(edit, CellEdit):
+        check_edit(edit, weights)
     old = weights[edit.name]
     if isinstance(edit, CellEdit):
         array = old.copy()

@@ -25,6 +25,8 @@ CODES = frozenset({
     "intervention.patch_shape", "intervention.patch_pass", "intervention.expert_patch", "intervention.columns",
     # the parts a fact may name (a Cause as a fact): which span, which index of an intervention
     "part.row", "part.column", "part.request", "part.from",
+    # how a run's rows fail to meet the reference's in a diff (engine/compare/diff.py: OpDiff.mismatch)
+    "diff.none", "diff.unmasked", "diff.shape", "diff.positions",
     # readings of the residual stream (engine/analysis.py)
     "analysis.encoder", "analysis.post_norm", "analysis.block_norm",
 })

@@ -18,8 +18,10 @@ from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
 from tinyllm_tui.debugger.readings import layer_patterns
 from tinyllm_tui.presentation.cache_layout import RowWords
+from tinyllm_tui.presentation.summaries import diff_summary
 from tinyllm_tui.tui import i18n_causes
 from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, describe, tr
+from tinyllm_tui.tui.widgets.diffview import diff_line, report_summary
 from tinyllm_tui.tui.widgets.panels import expectation_words
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
 
@@ -82,9 +84,10 @@ def fields(text: str) -> set[str]:
 CODE = re.compile(r"[a-z_]+(\.[a-z_]+)+")  # `breakpoint.field`: a code, not a sentence
 
 
-def raised_causes() -> list[tuple[str, str, set[str]]]:
+def raised_causes() -> list[tuple[str, str, set[str] | None]]:
     """(where, code, the facts it is raised with) for every cause the engine builds: `SomeError("code", fact=…)`
-    or `Cause("code", …)` with a code as its first argument, read from the syntax trees of engine/."""
+    or `Cause("code", …)` with a code as its first argument, read from the syntax trees of engine/; the facts are
+    None where a mapping built elsewhere holds them (`Cause("diff.none", mine)`)."""
     found = []
     for path in sorted((ROOT / "engine").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -92,8 +95,8 @@ def raised_causes() -> list[tuple[str, str, set[str]]]:
                     and isinstance(node.args[0].value, str) and isinstance(node.func, ast.Name)
                     and (node.func.id == "Cause" or node.func.id.endswith("Error"))
                     and CODE.fullmatch(node.args[0].value)):
-                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value,
-                              {keyword.arg for keyword in node.keywords}))
+                facts = None if len(node.args) > 1 else {keyword.arg for keyword in node.keywords}
+                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value, facts))
     return found
 
 
@@ -101,12 +104,14 @@ def test_every_cause_the_engine_has_is_worded_in_english_and_chinese():
     for code in sorted(CODES):
         assert f"cause.{code}" in EN and f"cause.{code}" in ZH, code  # not the fallback: each language its own
     assert set(i18n_causes.EN) == set(i18n_causes.ZH) == CODES  # no wording of a code the engine no longer has
+    for code in CODES:  # both languages name the same facts
+        assert fields(i18n_causes.EN[code]) == fields(i18n_causes.ZH[code]), code
 
 
 def test_each_wording_names_exactly_the_facts_its_cause_is_raised_with():
     raised = raised_causes()
     assert {code for _, code, _ in raised} == CODES  # every code is raised somewhere, none is left unlisted
-    for where, code, facts in raised:
+    for where, code, facts in (found for found in raised if found[2] is not None):
         for lang in ("en", "zh"):
             assert fields(CATALOGUES[lang][f"cause.{code}"]) == facts, (where, code, lang)
 
@@ -156,3 +161,18 @@ def test_a_bad_breakpoint_in_a_file_is_located_and_worded_by_the_front_end():
     line = text.count("\n", 0, text.index("abs>x")) + 1
     assert bad_input(caught.value, lambda cause: cause_words(cause, "zh")) == f"x.yaml:{line}: breakpoints[0]: 断点 'abs>x'：'x' 不是数"
     assert bad_input(caught.value, lambda cause: cause_words(cause, "en")).endswith("breakpoint 'abs>x': 'x' is not a number")
+
+
+def test_the_diff_says_how_rows_fail_to_meet_in_chinese():
+    """duplicate-append feeds decode round 1 the whole sequence: 4 rows at positions 3–6 against the reference's
+    4 at 0–3 (the prompt is 4 tokens; x01's d_model is 4), worded from the catalogue, not the engine."""
+    report = Debugger(load_scenario(X01), inject="duplicate-append").compare()
+    first = report.diffs[report.first]
+    assert first.mismatch == Cause("diff.shape", {"shape": "4×4", "positions": "3–6", "their_shape": "4×4",
+                                                  "theirs": "0–3"})
+    line = diff_line(first, True, "zh").plain
+    assert "位置 3–6 上的 4×4，参考运行为位置 0–3 上的 4×4" in line and "形状" in line and "shape" not in line
+    summary = report_summary(report, "zh").plain
+    assert "第一次出现差异：请求 0 解码 第 1 轮 hook_embed（位置 3–6 上的 4×4" in summary
+    assert diff_summary(report.diffs, None) == ("✗ first divergence: request 0 decode round 1 hook_embed (4×4 at "
+                                                "positions 3–6, the reference 4×4 at positions 0–3)")  # the CLI's

@@ -9,7 +9,7 @@ from engine.compare.expect import Outcome
 from engine.export import json_number, json_text
 from engine.trace import OpKind, OpState
 from tinyllm_tui.presentation.numbers import text_table
-from tinyllm_tui.presentation.summaries import matrix_summary, token_text, where
+from tinyllm_tui.presentation.summaries import diff_measured, matrix_summary, token_text, where
 
 BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
 CORNER = 4  # a summarised matrix shows its first and last 4 rows and columns
@@ -61,7 +61,7 @@ def diff_line(d: OpDiff) -> str:
     """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
-    measured = d.mismatch or f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})"
+    measured = f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})" if d.mismatch is None else diff_measured(d)
     return f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  {measured}"
 
 
@@ -83,7 +83,7 @@ def diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
         "first_divergence": None if first is None else first.step,
         "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
                        "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
-                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": d.mismatch or None,
+                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": None if d.mismatch is None else diff_measured(d),
                        "state": d.state} for d in diffs],
     }
 

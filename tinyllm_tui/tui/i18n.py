@@ -211,6 +211,7 @@ EN = {
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
     "diff.at": "request {request} {phase} round {round} {name}{head} ({measured})", "diff.head": " head {head}",
+    "diff.shape": "shape",
     "phase.prefill": "prefill", "phase.decode": "decode",
     # the weights browser
     "weights.in": "in {index}", "weights.out": "out {index}", "weights.value": "value",
@@ -409,7 +410,7 @@ ZH = {
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
-    "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（{measured}）", "diff.head": " 头 {head}",
+    "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（{measured}）", "diff.head": " 头 {head}", "diff.shape": "形状",
     "phase.prefill": "预填充", "phase.decode": "解码",
     "weights.in": "输入 {index}", "weights.out": "输出 {index}", "weights.value": "值",
     "weights.read_by": "读取者：{readers}", "weights.no_reader": "本轮没有算子读取",

@@ -23,8 +23,12 @@ CODES = frozenset({
     "intervention.no_experts", "intervention.no_sparse", "intervention.route", "intervention.no_operator",
     "intervention.no_operator.near", "intervention.row_width", "intervention.patch_rows",
     "intervention.patch_shape", "intervention.patch_pass", "intervention.expert_patch", "intervention.columns",
-    # the parts a fact may name (a Cause as a fact): which span, which index of an intervention
-    "part.row", "part.column", "part.request", "part.from",
+    # an expect: table that cannot be compared (engine/compare/expect.py), and which operator a table is about
+    "expect.no_operator", "expect.rows", "expect.columns", "expect.table",
+    # the parts a fact may name (a Cause as a fact): which span, which index of an intervention; which pass and
+    # head a table names, or none
+    "part.row", "part.column", "part.request", "part.from", "part.prefill", "part.decode", "part.head", "part.full",
+    "part.none",
     # how a run's rows fail to meet the reference's in a diff (engine/compare/diff.py: OpDiff.mismatch)
     "diff.none", "diff.unmasked", "diff.shape", "diff.positions",
     # readings of the residual stream (engine/analysis.py)

@@ -5,6 +5,7 @@ engine refuses an input with (engine/causes.py) has its words in both languages 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 import string
 
@@ -18,11 +19,11 @@ from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
 from tinyllm_tui.debugger.readings import layer_patterns
 from tinyllm_tui.presentation.cache_layout import RowWords
+from tinyllm_tui.presentation.printed import outcome_lines
 from tinyllm_tui.presentation.summaries import diff_summary
 from tinyllm_tui.tui import i18n_causes
 from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, describe, tr
 from tinyllm_tui.tui.widgets.diffview import diff_line, report_summary
-from tinyllm_tui.tui.widgets.panels import expectation_words
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
 
 ENGLISH = re.compile(r"\b(positions?|of|top|direct|logit|attribution|terms|final|bias|more|layer|heads|last|"
@@ -54,9 +55,25 @@ def test_the_lens_and_the_glance_speak_chinese():
 
 def test_an_expect_table_is_named_in_chinese():
     outcome = next(o for o in at_the_first_choice().check_expectations(load_scenario(X01)) if o.expectation.head == 0)
-    words = expectation_words(outcome.expectation, "zh")
+    words = cause_words(outcome.expectation.title, "zh")
     assert words.startswith("请求 0 预填充 blocks.0.attn.") and words.endswith(" 头 0") and ENGLISH.findall(words) == []
-    assert expectation_words(outcome.expectation, "en") == outcome.expectation.describe()  # the CLI's words
+    assert cause_words(outcome.expectation.title, "en") == f"request 0 prefill {outcome.expectation.op} head 0"
+
+
+def test_a_table_that_cannot_be_compared_says_why_in_chinese():
+    """A table naming an operator the trace lacks, and one with more columns than its operator (x01's d_model is
+    4): the panel's words in zh, with the facts; the CLI's English from the same catalogue."""
+    scenario = load_scenario(X01)
+    table = next(e for e in scenario.expect if e.head == 0)
+    missing = dataclasses.replace(table, op="blocks.0.attn.hook_nothing")
+    wide = dataclasses.replace(table, op="blocks.0.hook_resid_post", head=None, cols=tuple(range(6)),
+                               printed=tuple(row * 6 for row in ((0.0,),) * len(table.printed)))
+    outcomes = at_the_first_choice().check_expectations(dataclasses.replace(scenario, expect=(missing, wide)))
+    said = [cause_words(outcome.problem, "zh") for outcome in outcomes]
+    assert said[0] == "运行中没有算子 请求 0 预填充 blocks.0.attn.hook_nothing 头 0"
+    assert said[1] == "算子有 4 列，表中是 6 列"
+    assert ("head 0: no operator request 0 prefill blocks.0.attn.hook_nothing head 0 in the trace"
+            in outcome_lines(outcomes[0])[0])
 
 
 ENCODER = SCENARIOS / "encoder004.yaml"

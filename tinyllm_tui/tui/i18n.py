@@ -199,8 +199,6 @@ EN = {
     "inputs.corner": " (corner {rows}×{cols})", "expect.checking": "Checking the expect: tables…",
     "expect.none": "This scenario has no expect: tables.", "expect.operator": "operator", "expect.agree": "agree",
     "expect.note": "printed in the text",
-    "expect.table": "request {request} {where} {op}{head}{full}", "expect.full": " (full recompute)",
-    "expect.prefill": "prefill", "expect.decode": "decode round {round}", "expect.head": " head {head}",
     "expect.summary": "{passed}/{tables} tables agree fully; {agreeing}/{cells} printed cells agree",
     # the diff dialog
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
@@ -400,8 +398,6 @@ ZH = {
     "inputs.none": "此算子不读取任何数组（只由位置计算）。", "inputs.corner": "（左上角 {rows}×{cols}）",
     "expect.checking": "正在核对 expect: 表…", "expect.none": "此场景没有 expect: 表。",
     "expect.operator": "算子", "expect.agree": "一致", "expect.note": "文中所印",
-    "expect.table": "请求 {request} {where} {op}{head}{full}", "expect.full": "（完整重算）",
-    "expect.prefill": "预填充", "expect.decode": "解码第 {round} 轮", "expect.head": " 头 {head}",
     "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",

@@ -9,6 +9,7 @@ import dataclasses
 import re
 import string
 
+import numpy as np
 import pytest
 from conftest import ROOT, SCENARIOS, X01
 
@@ -17,14 +18,16 @@ from engine.breakpoints import BreakpointError
 from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
-from tinyllm_tui.debugger.readings import layer_patterns
+from tinyllm_tui.debugger.readings import Routing, layer_patterns
 from tinyllm_tui.presentation.cache_layout import RowWords
+from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
+from tinyllm_tui.presentation.routing import CELL, LABEL, MARGIN
 from tinyllm_tui.presentation.summaries import diff_summary
 from tinyllm_tui.tui import i18n_causes
 from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, describe, tr
 from tinyllm_tui.tui.widgets.diffview import diff_line, report_summary
-from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
+from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
 
 ENGLISH = re.compile(r"\b(positions?|of|top|direct|logit|attribution|terms|final|bias|more|layer|heads|last|"
                      r"queries|keys|request|prefill|decode|head|empty)\b")
@@ -193,3 +196,21 @@ def test_the_diff_says_how_rows_fail_to_meet_in_chinese():
     assert "第一次出现差异：请求 0 解码 第 1 轮 hook_embed（位置 3–6 上的 4×4" in summary
     assert diff_summary(report.diffs, None) == ("✗ first divergence: request 0 decode round 1 hook_embed (4×4 at "
                                                 "positions 3–6, the reference 4×4 at positions 0–3)")  # the CLI's
+
+
+def test_the_routing_view_and_its_glance_speak_chinese():
+    """The routing of a made-up sparse layer (3 tokens, 2 of 8 experts each) in the zh routing screen's words: the
+    title line's facts, the column heads aligned by display cells (a CJK character takes two)."""
+    routing = Routing(5, (10, 11, 12), ("10 · a", "11 · b", "12 · c"), np.array([[7, 2], [0, 1], [3, 4]]),
+                      np.array([[0.75, 0.25], [0.5, 0.5], [0.9, 0.1]]), np.array([0.1, 2e-4, 0.3]), 8)
+    screen = RoutingScreen("", [routing], 0, "zh")
+    lines = screen.lines(70, 8)
+    assert lines[0] == "第 5 层 · 位置 10–12（共 3 个）· 专家 0–7（共 8 个）"
+    assert lines[1].endswith("e7      差距") and display_width(lines[1]) == LABEL + 8 * CELL + MARGIN
+    assert lines[-1].split() == ["Token数", "1", "1", "1", "1", "1", "0", "0", "1"]
+    screen.glance = True  # as `a` sets it (the screen is not mounted here)
+    glance = screen.lines(90, 8)
+    assert glance[0] == "1 个稀疏层 · 专家 0–7（共 8 个）· 每个专家分到的Token数（本次前向共 3 个）"
+    assert glance[1].startswith("层" + " " * 9 + "e0")  # the layer column is 7 cells, "层" two of them and glance[1].endswith("最小差距")
+    assert not any(ENGLISH.search(line) or re.search(r"\b(margin|tokens|sparse|experts)\b", line)
+                   for line in lines + glance)

@@ -57,6 +57,13 @@ EN = {
     "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · a: every layer · "
                      "Esc: close",
     "routing.none": "no mixture-of-experts layer in this round",
+    "routing.where": "layer {layer} · positions {first}–{last} of {tokens} · experts {first_expert}–{last_expert} of "
+                     "{experts}",
+    "routing.margin": "margin", "routing.tokens": "tokens", "routing.layer": "layer", "routing.least": "least margin",
+    "routing.glance": "{count} sparse layers · experts {first}–{last} of {experts} · tokens per expert of the pass's "
+                      "{tokens}",
+    "routing.glance.one": "{count} sparse layer · experts {first}–{last} of {experts} · tokens per expert of the "
+                          "pass's {tokens}",
     # results of moves
     "result.wrapped": "went to step {step} (wrapped around)", "result.went": "went to step {step}",
     "result.end": "end of trace · {results}", "result.generated": "request {request} generated {text} ({stop})",
@@ -283,6 +290,11 @@ ZH = {
     "Expert routing": "专家路由",
     "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · a 所有层 · Esc 关闭",
     "routing.none": "本轮没有混合专家层",
+    "routing.where": "第 {layer} 层 · 位置 {first}–{last}（共 {tokens} 个）· 专家 {first_expert}–{last_expert}（共 "
+                     "{experts} 个）",
+    "routing.margin": "差距", "routing.tokens": "Token数", "routing.layer": "层", "routing.least": "最小差距",
+    "routing.glance": "{count} 个稀疏层 · 专家 {first}–{last}（共 {experts} 个）· 每个专家分到的Token数（本次前向共 "
+                      "{tokens} 个）",
     "result.wrapped": "已跳转到步骤 {step}（已从头绕回）", "result.went": "已跳转到步骤 {step}",
     "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",
     "result.nothing": "请求 {request} 没有生成内容（{stop}）",

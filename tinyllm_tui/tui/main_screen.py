@@ -677,7 +677,7 @@ class DebuggerScreen(Screen):
             return
         layer = state.layer or 0
         index = next((i for i, routing in enumerate(routings) if routing.layer >= layer), len(routings) - 1)
-        self.app.push_screen(RoutingScreen(tr("routing.title", self.lang), routings, index))
+        self.app.push_screen(RoutingScreen(tr("routing.title", self.lang), routings, index, self.lang))
 
     def _open_head(self, states, chunk: int, chosen: tuple[int, int] | None) -> None:
         """Enter on a head at a glance: its pattern becomes the current matrix."""

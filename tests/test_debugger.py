@@ -17,7 +17,7 @@ from tinyllm_tui.debugger.interventions import Change, Intervened
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Cancelled,
                                           EditKind, EndOfTrace, Generated, HitBreakpoint, InjectionChanged, Moved,
                                           Reason, Rebuilt, Refused)
-from tinyllm_tui.tui.i18n import describe
+from tinyllm_tui.tui.result_words import describe
 
 PATTERN = "blocks.0.attn.hook_pattern"
 

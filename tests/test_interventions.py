@@ -23,7 +23,7 @@ from engine.interventions import InterventionError, check_intervention, parse_ab
 from engine.loading import open_model
 from engine.session import Session
 from engine.spec import FfnKind, NormKind, Positions
-from tinyllm_tui.tui.i18n import describe
+from tinyllm_tui.tui.result_words import describe
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SMOLLM2 = Path.home() / ".cache" / "tinyllm-tui" / "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -17,7 +17,8 @@ from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.readings import round_lens
 from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Moved, Reason, Refused
-from tinyllm_tui.tui.i18n import cause_words, describe
+from tinyllm_tui.tui.i18n import cause_words
+from tinyllm_tui.tui.result_words import describe
 
 ENCODER = ROOT / "scenarios" / "encoder004.yaml"
 

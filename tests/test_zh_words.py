@@ -25,7 +25,8 @@ from tinyllm_tui.presentation.printed import outcome_lines
 from tinyllm_tui.presentation.routing import CELL, LABEL, MARGIN
 from tinyllm_tui.presentation.summaries import diff_summary
 from tinyllm_tui.tui import i18n_causes
-from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, describe, tr
+from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, tr
+from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.widgets.diffview import diff_line, report_summary
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
 

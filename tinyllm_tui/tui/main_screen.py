@@ -21,7 +21,8 @@ from textual.widgets import ProgressBar, TabbedContent, TabPane
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
 from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
-from tinyllm_tui.tui.i18n import cause_words, describe, tr, where
+from tinyllm_tui.tui.i18n import cause_words, tr, where
+from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen

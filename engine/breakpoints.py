@@ -10,8 +10,8 @@ A breakpoint is one or more conditions joined by `&`, each one of:
   `nan`                         any NaN in the output
   `inf`                         any ±∞ in the output, except the −∞ that masking puts into scores
   `abs>5`                       max |x| of the output above a threshold
-  `expert=3`                    a mixture of experts' top-k where a token is routed to expert 3
-  `route_margin<1e-3`           a top-k where a token's k-th score is within 1e-3 of the next one (a near tie)
+and each layer kind's own (its module's BREAKPOINTS: the MoE FFN's `expert=3`, a token routed to expert 3, and
+`route_margin<1e-3`, a near tie between a token's k-th score and the next).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 
 from engine.causes import CausedError
 from engine.backend import to_host
-from engine.layers.moe_ffn import route
+from engine import layers
 from engine.trace import OpKind, OpState
 
 KINDS = tuple(kind.value for kind in OpKind)
@@ -73,14 +73,12 @@ def misnamed(breakpoint: Breakpoint, operators: Iterable[OpState]) -> list[tuple
 
 
 def _condition(part: str, text: str) -> Condition:
-    if match := re.fullmatch(r"expert=(.*)", part):
-        if not match.group(1).isdigit():
-            raise BreakpointError("breakpoint.expert", text=text, value=match.group(1))
-        expert = int(match.group(1))
-        return lambda s: (chosen := route(s.op)) is not None and bool((chosen.chosen == expert).any())
-    if match := re.fullmatch(r"route_margin<(.+)", part):
-        margin = _number(match.group(1), text)
-        return lambda s: (chosen := route(s.op)) is not None and bool((chosen.margins < margin).any())
+    for pattern, _, (reads, refusal), condition in layers.breakpoint_conditions():
+        if match := re.fullmatch(pattern, part):
+            value = match.group(1)
+            if not (value.isdigit() if reads == "index" else _is_number(value)):
+                raise BreakpointError(refusal, text=text, value=value)
+            return condition(int(value) if reads == "index" else float(value))
     if match := re.fullmatch(r"(\w+)=(\w+)", part):
         field, value = match.groups()
         if field not in FIELDS:
@@ -97,14 +95,23 @@ def _condition(part: str, text: str) -> Condition:
         return lambda s: s.kind == part
     if _is_name(part):
         return lambda s: name_matches(s, part)
-    raise BreakpointError("breakpoint.part", text=text, part=part, kinds=", ".join(KINDS))
+    forms = ["nan", "inf", "abs>N", *(form for _, form, _, _ in layers.breakpoint_conditions())]
+    raise BreakpointError("breakpoint.part", text=text, part=part, kinds=", ".join(KINDS), others=", ".join(forms[:-1]),
+                          last=forms[-1])
 
 
 def _number(text: str, breakpoint: str) -> float:
+    if not _is_number(text):
+        raise BreakpointError("breakpoint.number", text=breakpoint, value=text)
+    return float(text)
+
+
+def _is_number(text: str) -> bool:
     try:
-        return float(text)
+        float(text)
     except ValueError:
-        raise BreakpointError("breakpoint.number", text=breakpoint, value=text) from None
+        return False
+    return True
 
 
 def short_name(state: OpState) -> str:

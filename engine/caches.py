@@ -92,6 +92,7 @@ class Read:
 class RingFacts:
     """What a cache view shows of a ring buffer."""
 
+    layout: ClassVar[str] = "ring"
     window: int
     sinks: int
     write: int  # the slot the next token goes to
@@ -102,6 +103,7 @@ class RingFacts:
 class PagedFacts:
     """What a cache view shows of a paged cache: the block table and which blocks are shared."""
 
+    layout: ClassVar[str] = "paged"
     block_size: int
     table: tuple[int, ...]  # logical block -> physical block
     shared: tuple[bool, ...]  # per table entry: another request's table points at it too
@@ -110,6 +112,7 @@ class PagedFacts:
 
 @dataclass(frozen=True)
 class QuantizedFacts:
+    layout: ClassVar[str] = "quantized"
     quantize: Quantize
     scale: ScaleAxis
     nbytes: int  # codes and scales, what the cache really stores

@@ -1,8 +1,9 @@
 """Why an input is refused, as data: a code and its facts, which a front end words from its catalogue
-(tinyllm_tui/tui/i18n.py, en and zh; the CLI prints its English). The engine words nothing.
+(tinyllm_tui/tui/i18n.py, en and zh; the CLI prints its English). The stack's numerics word nothing.
 
-`CODES` lists every code an engine error may carry: a code raised but not listed here is a bug (KeyError),
-and the catalogue's tests check that each one listed has its words in every language.
+`CODES` lists the stack's own codes, whose words the catalogue holds; a layer kind words its own codes in its
+module (its CAUSES, en and zh: `breakpoint.expert` is the sparse FFN's), and a Cause of one carries them. A code
+neither lists is a bug (KeyError), and the catalogue's tests check that each has its words in every language.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from engine import layers
+
 CODES = frozenset({
     # breakpoints (engine/breakpoints.py)
-    "breakpoint.empty", "breakpoint.expert", "breakpoint.field", "breakpoint.part", "breakpoint.number",
+    "breakpoint.empty", "breakpoint.field", "breakpoint.part", "breakpoint.number",
     # weight edits (engine/loading/edits.py)
     "edit.number", "edit.finite", "edit.syntax", "edit.in_set", "edit.unknown", "edit.index", "edit.square",
     "edit.record",
@@ -20,7 +23,7 @@ CODES = frozenset({
     "intervention.syntax", "intervention.ablation", "intervention.empty_span", "intervention.index",
     "intervention.number", "intervention.row_end", "intervention.where", "intervention.layers",
     "intervention.name_head", "intervention.not_per_head", "intervention.heads", "intervention.requests",
-    "intervention.no_experts", "intervention.no_sparse", "intervention.route", "intervention.no_operator",
+    "intervention.no_operator",
     "intervention.no_operator.near", "intervention.row_width", "intervention.patch_rows",
     "intervention.patch_shape", "intervention.patch_pass", "intervention.expert_patch", "intervention.columns",
     # an expect: table that cannot be compared (engine/compare/expect.py), and which operator a table is about
@@ -38,14 +41,16 @@ CODES = frozenset({
 
 @dataclass(frozen=True)
 class Cause:
-    """`code` names the case (`breakpoint.field`), `facts` its parts (a fact may be a Cause itself)."""
+    """`code` names the case (`breakpoint.field`), `facts` its parts (a fact may be a Cause itself); `words`, for a
+    layer kind's code, its kind's words per language (engine.layers.cause_words), which the catalogue lacks."""
 
     code: str
     facts: Mapping[str, object] = field(default_factory=dict)
+    words: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
-        if self.code not in CODES:
-            raise KeyError(f"no cause {self.code!r} in engine.causes.CODES")
+        if self.code not in CODES and not self.words:
+            raise KeyError(f"no cause {self.code!r}: neither in engine.causes.CODES nor a layer kind's CAUSES")
 
     def __str__(self) -> str:
         """The code and its facts, not a sentence: a front end words it (tinyllm_tui.tui.i18n.cause_words)."""
@@ -56,5 +61,5 @@ class CausedError(ValueError):
     """A refused input: `cause` says what, as a code and facts; `str(error)` is that cause, unworded."""
 
     def __init__(self, code: str, **facts):
-        self.cause = Cause(code, facts)
+        self.cause = Cause(code, facts, {} if code in CODES else layers.cause_words(code))
         super().__init__(str(self.cause))

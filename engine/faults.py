@@ -5,19 +5,19 @@ feeds, which states a round starts from and which state a layer extends; which p
 masked and how far padding shifts positions (batches). Each layer kind adds the points of its
 own (engine.layers: the attention's which keys a query may read, which kv head a query head
 reads; how K rows are stored, which ring slot and which physical block a row goes to, and what
-shares a quantization scale). The base class answers correctly; each bug overrides one answer. The
-reference path has no branch on a bug's name.
+shares a quantization scale), and the bugs that change them (its module's BUGS). The base class
+answers correctly; each bug overrides one answer. The reference path has no branch on a bug's name.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cache
 from typing import Any
 
-from engine.caches import Layout, Quantize, ScaleAxis
+from engine import layers
 from engine.layers import FaultPoints
-from engine.layers.causal_conv import shifted
 from engine.spec import Positions
 from engine.trace import LayerCache, Phase
 
@@ -30,6 +30,14 @@ class Fault(FaultPoints):
     (engine.layers.FaultPoints: the attention's mask, kv heads and K/V cache layouts)."""
 
     keeps_stale_cache = False  # may a cache computed with other weights be extended?
+
+    def __getattr__(self, name: str):
+        """A fault point of a kind registered after this module was read (as a test registers one): the correct
+        answer its module's FaultPoints gives."""
+        points = None if name.startswith("__") else next((p for p in layers.fault_points() if hasattr(p, name)), None)
+        if points is None:
+            raise AttributeError(name)
+        return getattr(points, name).__get__(self)
 
     def positions(self, phase: Phase, first: int, count: int) -> list[int]:
         """The absolute positions of a chunk whose first token sits at `first`."""
@@ -82,12 +90,6 @@ class Fault(FaultPoints):
             if fed > model.max_positions:
                 return f"it would feed position {fed - 1}, past the model's {model.max_positions} learned positions"
         return None
-
-
-class ChunkMask(Fault):
-
-    def mask(self, xp, visible, n_new, n_keys):
-        return None if visible is None else xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
 
 
 class PositionReset(Fault):
@@ -158,143 +160,6 @@ class RopeOffByOne(Fault):
         return _no_positions(scenario.model)
 
 
-class GqaModulo(Fault):
-
-    def kv_head(self, head, group, kv_heads):
-        return head % kv_heads
-
-    def unseen(self, scenario):
-        model = scenario.model
-        if model.n_kv_heads < 2 or model.n_kv_heads == model.n_heads:
-            return "the model needs grouped-query attention with at least two kv heads"
-        return None
-
-
-class TransposedK(Fault):
-
-    def stored_k(self, xp, k, head_width):
-        t = k.shape[0]
-        heads = xp.permute_dims(xp.reshape(k, (t, -1, head_width)), (1, 2, 0))  # (H, dh, T)
-        return xp.reshape(xp.permute_dims(xp.reshape(heads, (-1, t, head_width)), (1, 0, 2)), (t, -1))
-
-    def unseen(self, scenario):
-        if all(len(r.tokens) < 2 for r in scenario.requests):
-            return "every prompt is one token, whose K reads the same either way"
-        if scenario.model.mla is not None:
-            return "latent attention caches latent rows and rope keys, not per-head K"
-        return None
-
-
-class RingWrongSlot(Fault):
-
-    def ring_slot(self, index, sinks, size):
-        wrapped = index >= sinks + size
-        return super().ring_slot(index + wrapped, sinks, size)
-
-    def unseen(self, scenario):
-        cache, model = scenario.cache, scenario.model
-        windows = [w for w in map(model.window, range(model.n_layers)) if w is not None]
-        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests) + max(_padding(scenario), default=0)
-        if cache.layout is not Layout.RING or not windows or longest <= cache.sinks + min(windows):
-            return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
-        return None
-
-
-class BlockTableWrong(Fault):
-
-    def table_entry(self, physical, table):
-        return table[-1] if table else physical
-
-    def unseen(self, scenario):
-        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests)
-        if scenario.cache.layout is not Layout.PAGED or scenario.cache.quantize is not Quantize.NONE or longest <= scenario.cache.block_size:
-            return "no request fills a second block of a paged cache (cache: {layout: paged})"
-        return None
-
-
-class ScalePerTensor(Fault):
-
-    def scale_axis(self, axis):
-        return ScaleAxis.PER_TENSOR
-
-    def unseen(self, scenario):
-        if scenario.cache.quantize is Quantize.NONE:
-            return "the cache is not quantized (cache: {quantize: int8})"
-        return None
-
-
-class ConvNotShifted(Fault):
-    def conv_window(self, xp, window, inputs):
-        n = min(int(inputs.shape[0]), int(window.shape[0]))
-        return xp.concat([window[:int(window.shape[0]) - n, ...], inputs[-n:, ...]], axis=0) if n else window
-
-    def unseen(self, scenario):
-        return _no_conv_window(scenario)
-
-
-class ConvShiftedTwice(Fault):
-    def conv_window(self, xp, window, inputs):
-        return shifted(xp, xp.concat([window, xp.zeros_like(inputs)], axis=0), inputs, int(window.shape[0]))
-
-    def unseen(self, scenario):
-        return _no_conv_window(scenario)
-
-
-def _no_conv_window(scenario) -> str | None:
-    """Why a wrong conv window changes nothing: a window of two rows or more must be read by a later round."""
-    kernels = [block.conv_kernel or 0 for block in scenario.model.blocks]
-    if max(kernels, default=0) < 3:
-        return "no layer has a causal conv of 3 taps or more (a window of two earlier inputs)"
-    if max(r.max_new_tokens for r in scenario.requests) < 3:
-        return "no request decodes a second round that reads the window the first one kept (max_new_tokens ≥ 3)"
-    return None
-
-
-class StateNotDecayed(Fault):
-
-    def decayed(self, xp, state, decay):
-        return state
-
-    def unseen(self, scenario):
-        return _no_deltanet(scenario, rounds=2)
-
-
-class ChunkStateDropped(Fault):
-
-    def carried(self, xp, state, chunk):
-        return state * 0.0 if chunk else state
-
-    def unseen(self, scenario):
-        net = scenario.model.deltanet
-        why = _no_deltanet(scenario, rounds=1)
-        if why is None and all(len(r.tokens) <= net.chunk for r in scenario.requests):
-            return f"no prompt is longer than the delta rule's chunk ({net.chunk} tokens)"
-        return why
-
-
-def _no_deltanet(scenario, rounds: int) -> str | None:
-    """Why a Gated DeltaNet bug that shows from round `rounds` − 1 on cannot show."""
-    if not any(block.mixer == "gated_deltanet" for block in scenario.model.blocks):
-        return "the model has no Gated DeltaNet (linear-attention) layer"
-    if all(r.max_new_tokens < rounds for r in scenario.requests):
-        return f"it shows from decode round {rounds - 1} on: generate at least {rounds} tokens"
-    return None
-
-
-class SharedKvOwnCache(Fault):
-    """A KV-shared layer attending over its own cache in a cached round: nothing was written there but the
-    chunk's rows, so it reads the new tokens' keys only."""
-
-    def shared_read(self, read, n_new):
-        if read.cache.seen == n_new:  # a prefill (or a full recompute): the source read only the chunk too
-            return read
-        index = tuple(read.index)[-n_new:]
-        return dataclasses.replace(read, k=read.k[-n_new:, ...], v=read.v[-n_new:, ...], index=index)
-
-    def unseen(self, scenario):
-        return None if _kv_shared(scenario.model) else "the model has no KV-shared layer (num_kv_shared_layers)"
-
-
 class PerLayerPrevious(Fault):
     """A cached round reading the per-layer input row of the token before each new one."""
 
@@ -303,36 +168,6 @@ class PerLayerPrevious(Fault):
 
     def unseen(self, scenario):
         return None if scenario.model.per_layer_input else "the model has no per-layer inputs"
-
-
-def _kv_shared(model) -> bool:
-    return any(block.kv_source is not None for block in model.blocks)
-
-
-class RopeKeyUnrotated(Fault):
-
-    def cached_rope_key(self, xp, rotated, unrotated):
-        return unrotated
-
-    def unseen(self, scenario):
-        return _no_latent(scenario.model)
-
-
-class AbsorbedUkUntransposed(Fault):
-
-    def absorbed_uk(self, xp, w_uk):
-        # W_UK_h's (kv_lora_rank, d_nope) buffer read as the (d_nope, kv_lora_rank) the product needs: no transpose
-        return xp.reshape(w_uk, (w_uk.shape[1], w_uk.shape[0]))
-
-    def unseen(self, scenario):
-        mla = scenario.model.mla
-        if mla is not None and not mla.absorbed:
-            return "the model's latent attention runs the naive form (--mla absorbed runs the absorbed one)"
-        return _no_latent(scenario.model)
-
-
-def _no_latent(model) -> str | None:
-    return None if model.mla is not None else "the model has no latent attention (DeepSeek's MLA)"
 
 
 def _no_positions(model) -> str | None:
@@ -348,27 +183,51 @@ def _padding(scenario) -> tuple[int, ...]:
 
 
 NO_FAULT = Fault()
-FAULTS: dict[str, Fault] = {
-    "chunk-mask": ChunkMask(),
-    "position-reset": PositionReset(),
-    "duplicate-append": DuplicateAppend(),
-    "stale-cache": StaleCache(),
-    "no-cache-layer1": NoCacheLayer1(),
-    "padding-unmasked": PaddingUnmasked(),
-    "positions-not-offset": PositionsNotOffset(),
-    "rope-off-by-one": RopeOffByOne(),
-    "gqa-modulo": GqaModulo(),
-    "transposed-k": TransposedK(),
-    "ring-wrong-slot": RingWrongSlot(),
-    "block-table-wrong": BlockTableWrong(),
-    "scale-per-tensor": ScalePerTensor(),
-    "conv-not-shifted": ConvNotShifted(),
-    "conv-shifted-twice": ConvShiftedTwice(),
-    "state-not-decayed": StateNotDecayed(),
-    "chunk-state-dropped": ChunkStateDropped(),
-    "shared-kv-own-cache": SharedKvOwnCache(),
-    "per-layer-previous": PerLayerPrevious(),
-    "rope-key-unrotated": RopeKeyUnrotated(),
-    "absorbed-uk-untransposed": AbsorbedUkUntransposed(),
-}
-INJECTIONS = tuple(FAULTS)  # the names --inject takes; what each does is the views' to say (their catalogues)
+SESSION_BUGS = (PositionReset, DuplicateAppend, StaleCache, NoCacheLayer1, PaddingUnmasked, PositionsNotOffset,
+                RopeOffByOne, PerLayerPrevious)
+# the order --inject and the TUI's cycle list them in: the 003 walkthrough's (A.9-A.11), then in the order they
+# came; a kind's bug not named here follows, in the registry's order
+LISTED = ("chunk-mask", "position-reset", "duplicate-append", "stale-cache", "no-cache-layer1", "padding-unmasked",
+          "positions-not-offset", "rope-off-by-one", "gqa-modulo", "transposed-k", "ring-wrong-slot",
+          "block-table-wrong", "scale-per-tensor", "conv-not-shifted", "conv-shifted-twice", "state-not-decayed",
+          "chunk-state-dropped", "shared-kv-own-cache", "per-layer-previous", "rope-key-unrotated",
+          "absorbed-uk-untransposed")
+
+
+@cache
+def _faults(kinds: tuple[type, ...]) -> dict[str, Fault]:
+    made = (*SESSION_BUGS, *(type(bug.__name__, (bug, Fault), {}) for bug in kinds))
+    found = {re.sub(r"(?<!^)(?=[A-Z])", "-", bug.__name__).lower(): bug for bug in made}
+    return {name: found[name]() for name in dict.fromkeys((*LISTED, *found)) if name in found}
+
+
+class Faults(Mapping[str, Fault]):
+    """Every bug by its name (its class's: ChunkMask is chunk-mask): the session's, and each layer kind's (its
+    module's BUGS: a class overriding one of its fault points, and `unseen`), made a Fault; read from the registry
+    as it is now (one Fault per bug while it stays)."""
+
+    def _now(self) -> dict[str, Fault]:
+        return _faults(layers.bugs())
+
+    def __getitem__(self, name: str) -> Fault:
+        return self._now()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+
+class Names(Sequence[str]):
+    """The names --inject takes, in their listing order; what each does is the views' to say (their catalogues)."""
+
+    def __getitem__(self, index):
+        return tuple(FAULTS)[index]
+
+    def __len__(self) -> int:
+        return len(FAULTS)
+
+
+FAULTS = Faults()
+INJECTIONS = Names()

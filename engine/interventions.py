@@ -19,7 +19,6 @@ The forward pass never branches on an intervention: the session hands each opera
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -28,7 +27,6 @@ from typing import Any
 
 from engine.causes import Cause, CausedError
 from engine import layers
-from engine.layers import gated_deltanet, moe_ffn
 from engine.hooks import Hook
 
 Array = Any
@@ -36,8 +34,8 @@ Span = tuple[int | None, int | None]  # [start, stop) like a slice; (None, None)
 _SPEC = re.compile(r"""^(?P<hook>[A-Za-z_][\w.]*?)(?:\s+head\s+(?P<head>\d+))?\s*
                        (?:\[(?P<rows>[^,\]]*),(?P<cols>[^\]]*)\])?\s*(?P<op>\*=|=)\s*
                        (?P<value>.*?)(?P<where>(?:\s+@\S+)*)\s*$""", re.VERBOSE)
-_ABLATION = re.compile(r"^(?P<hook>[A-Za-z_][\w.]*?)\s+head\s+(?P<head>\d+)(?P<where>(?:\s+@\S+)*)\s*$")
-_EXPERT = re.compile(r"^blocks\.(?P<layer>\d+)\.mlp\s+expert\s+(?P<expert>\d+)(?P<where>(?:\s+@\S+)*)\s*$")
+_WHERE = r"(?P<where>(?:\s+@\S+)*)\s*$"
+_ABLATION = re.compile(r"^(?P<hook>[A-Za-z_][\w.]*?)\s+head\s+(?P<head>\d+)" + _WHERE)
 
 
 class InterventionError(CausedError):
@@ -127,29 +125,36 @@ def parse_intervention(text: str) -> Intervention:
 
 
 def parse_ablation(text: str) -> Intervention:
-    """`blocks.L.attn head H` (head H's output zeroed before the output projection: hook_z; a Gated DeltaNet's
-    `blocks.L.linear_attn head H`: value head H's read of its state, hook_read), or
-    `HOOK head H` for another per-head hook, or `blocks.L.mlp expert E` (the score top-k reads −∞ for
-    expert E: never chosen, the next best takes its place); ` @prefill`, ` @decode.N`, ` @request.N` as
-    for a patch."""
-    if expert := _EXPERT.match(text.strip()):
-        when, request = _where(expert["where"], text)
-        column = int(expert["expert"])
-        return Intervention(f"blocks.{expert['layer']}.mlp.{moe_ffn.SCORES}", Action.SET, -math.inf,
-                            cols=(column, column + 1), when=when, request=request)
+    """`blocks.L.attn head H` (a layer kind's module and a head: the per-head hook its kind ablates, ABLATES: head
+    H's output zeroed before the output projection, hook_z; a Gated DeltaNet's `blocks.L.linear_attn head H`:
+    value head H's read of its state), or `HOOK head H` for another per-head hook, or a kind's own form (its
+    ABLATIONS: `blocks.L.mlp expert E`, the score top-k reads −∞ for expert E: never chosen, the next best takes
+    its place); ` @prefill`, ` @decode.N`, ` @request.N` as for a patch."""
+    for match, make in _kind_ablation(text):
+        hook, value, cols = make(match)
+        when, request = _where(match["where"], text)
+        return Intervention(hook, Action.SET, value, cols=cols, when=when, request=request)
     match = _ABLATION.match(text.strip())
     if not match:
-        raise InterventionError("intervention.ablation", text=text)
+        forms = [*(f"'blocks.L.{module} head H'" for module in layers.ablated_hooks()),
+                 *(f"'{form}'" for _, form, _ in layers.ablations())]
+        raise InterventionError("intervention.ablation", text=text, forms=", ".join(forms[:-1]), last=forms[-1])
     hook = match["hook"]
-    hook = f"{hook}.hook_z" if re.fullmatch(r"blocks\.\d+\.attn", hook) else hook
-    hook = f"{hook}.{gated_deltanet.READ}" if re.fullmatch(r"blocks\.\d+\.linear_attn", hook) else hook
+    module = re.fullmatch(r"blocks\.\d+\.(\w+)", hook)
+    hook = f"{hook}.{layers.ablated_hooks()[module[1]]}" if module and module[1] in layers.ablated_hooks() else hook
     when, request = _where(match["where"], text)
     return Intervention(hook, Action.SET, 0.0, int(match["head"]), when=when, request=request)
 
 
+def _kind_ablation(text: str):
+    """(match, what it sets) of the layer kinds' own ablation forms that `text` is written in."""
+    return [(match, make) for pattern, _, make in layers.ablations()
+            if (match := re.match(f"^{pattern}{_WHERE}", text.strip()))]
+
+
 def parse_any(text: str) -> Intervention:
     """An ablation ('blocks.L.attn head H') or any other intervention spec."""
-    ablation = _ABLATION.match(text.strip()) or _EXPERT.match(text.strip())
+    ablation = _ABLATION.match(text.strip()) or _kind_ablation(text)
     return parse_ablation(text) if ablation else parse_intervention(text)
 
 
@@ -216,8 +221,9 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
     site = Hook.parse(spec.hook)
     if site.layer is not None and site.layer >= model.n_layers:
         raise InterventionError("intervention.layers", text=text, last=model.n_layers - 1)
-    if site.module == moe_ffn.MODULE and site.name in moe_ffn.ROUTING:
-        _check_route(spec, site.layer, model)
+    for refusal in layers.intervention_refusals(site, spec.action, _values(spec), model):
+        code, facts = refusal
+        raise InterventionError(code, text=text, **facts)
     head_hooks = layers.per_head_hooks()
     per_head = site.name in head_hooks
     if per_head and spec.head is None:
@@ -232,29 +238,16 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
             raise InterventionError("intervention.requests", text=text, name=name, index=index, last=requests - 1)
 
 
-def _check_route(spec: Intervention, layer: int | None, model) -> None:
-    """A mixture of experts' routing hooks exist on its sparse layers only, and a forced route names experts."""
-    sparse = [i for i, block in enumerate(model.blocks) if block.ffn == moe_ffn.NAME]
-    if layer not in sparse:
-        if not sparse:
-            raise InterventionError("intervention.no_sparse", text=spec.text, layer=layer)
-        raise InterventionError("intervention.no_experts", text=spec.text, layer=layer,
-                                sparse=", ".join(map(str, sparse)))
-    if Hook.parse(spec.hook).name != moe_ffn.TOPK or spec.action is Action.PATCH:
-        return
-    values = spec.value if isinstance(spec.value, tuple) else (spec.value,)
-    if spec.action is Action.SCALE or not all(v == int(v) and 0 <= v < model.moe.n_experts for v in values):
-        raise InterventionError("intervention.route", text=spec.text, last=model.moe.n_experts - 1)
+def _values(spec: Intervention) -> tuple:
+    return spec.value if isinstance(spec.value, tuple) else (spec.value,)
 
 
 def routed_expert(intervention: Intervention) -> tuple[int, int] | None:
-    """(layer, expert) of an intervention on one expert's hooks: it applies only where a token is routed there,
-    which may be a later pass than the first (None for any other hook)."""
+    """(layer, expert) of an intervention on one expert's hooks (its kind's `routed_expert`): it applies only where a
+    token is routed there, which may be a later pass than the first (None for any other hook)."""
     site = Hook.parse(intervention.hook)
-    prefix = f"{moe_ffn.MODULE}.experts."
-    if site.layer is None or not site.module.startswith(prefix) or not site.module[len(prefix):].isdigit():
-        return None
-    return site.layer, int(site.module[len(prefix):])
+    expert = layers.routed_expert(site) if site.layer is not None else None
+    return None if expert is None else (site.layer, expert)
 
 
 def check_operator(intervention: Intervention, hooks) -> None:

@@ -12,10 +12,8 @@ A key without a pass (TransformerLens's own `run_with_cache` names) is the first
 Arrays may carry a leading batch axis of 1. Their layouts are TransformerLens's: residual-like
 hooks [pos, d]; hook_q/k/v/z and hook_rot_q/k [pos, head, d_head] (or stacked [pos, head·d_head]);
 hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head];
-conv_state [K − 1, channels] (the last K−1 inputs of a causal conv, oldest first), or transformers' conv
-cache [channels, K] (it keeps K inputs, of which the next step reads the last K−1); a Gated
-DeltaNet's recurrent_state [v_head, d_k, d_v] (or stacked [v_head·d_k, d_v]).
-The engine's own layout is one 2-D matrix per operator (and per head for scores, pattern and z);
+a layer kind's own state items as its module's DUMP_LAYOUTS take them (a causal conv's conv_state, a Gated
+DeltaNet's recurrent_state). The engine's own layout is one 2-D matrix per operator (and per head for scores, pattern and z);
 `align` turns a dump's array into it.
 """
 
@@ -26,10 +24,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from engine import layers
+
 PER_HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")  # [head, query, key]
 HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # [pos, head, d_head]
 CACHES = ("cache_k", "cache_v")  # [kv_head, position, d_head]
-CONV_STATES = ("conv_state",)  # [K − 1, channels], or transformers' [channels, K]
 DECODE_RULE = ("filter", "probs", "choice")  # engine.trace.OpKind values of the sample.* operators
 _KEY = re.compile(r"(?:request\.(\d+)\.)?(prefill\.chunk\.\d+|prefill|decode\.\d+)\.(.+)")
 
@@ -73,9 +72,12 @@ class Passes:
     the decode rule's chunk size splits the prompt)."""
 
     def __init__(self, scenario):
-        # latent attention's q, k, v, rope parts and z have heads of different widths: dumped stacked (d_head 0)
+        # a kind whose q, k, v and z have heads of different widths (STACKED_HEADS: latent attention's rope parts)
+        # dumps them stacked (d_head 0)
         self.requests = len(scenario.requests)
-        self.d_head = 0 if scenario.model.mla is not None else scenario.model.d_head
+        stacked = any(getattr(kind, "STACKED_HEADS", False) for block in scenario.model.blocks
+                      for kind in layers.block_kinds(block))
+        self.d_head = 0 if stacked else scenario.model.d_head
         size = scenario.decode.prefill_chunk
         self._chunks = [-(-len(r.tokens) // size) if size else 1 for r in scenario.requests]
 
@@ -99,6 +101,7 @@ def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...
     be None (as many as the dump holds)."""
     kind = suffix(name)
     candidates = [theirs] + ([theirs[0]] if theirs.ndim >= 2 and theirs.shape[0] == 1 else [])
+    state_item = layers.dump_layouts().get(kind)  # a kind's state item in a layout of its own
     for array in candidates:
         if kind in CACHES and array.ndim == 3:  # [kv_head, position, d_head] -> [position, kv_head·d_head]
             array = np.transpose(array, (1, 0, 2)).reshape(array.shape[1], -1)
@@ -111,21 +114,11 @@ def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...
             array = array[:, head * width:(head + 1) * width]
         elif kind in HEAD_AXIS and array.ndim == 3:
             array = array.reshape(array.shape[0], -1)
-        elif kind == "recurrent_state" and array.ndim == 3:
-            array = array.reshape(-1, array.shape[-1])
-        elif kind in CONV_STATES and array.ndim == 2:
-            array = _conv_rows(array, shape)
+        elif state_item is not None:
+            array = state_item(array, shape)
         if tuple(array.shape) == tuple(shape) or shape[0] is None and tuple(array.shape[1:]) == tuple(shape[1:]):
             return array
     return None
-
-
-def _conv_rows(array: np.ndarray, shape: tuple) -> np.ndarray:
-    """A conv state as rows (inputs) of channels: transformers' [channels, K] transposed, its oldest input (no
-    longer read) dropped where the engine's K − 1 rows are asked for."""
-    if array.shape[1] != shape[1] and array.shape[0] == shape[1]:
-        array = array.T
-    return array[1:] if shape[0] is not None and array.shape[0] == shape[0] + 1 else array
 
 
 def dump_index(name: str, head: int | None, row: int, col: int, d_head: int) -> tuple[int, ...]:

@@ -23,10 +23,10 @@ from engine.caches import CacheSpec
 from engine.faults import NO_FAULT, Fault
 from engine.hooks import Hook, HookRegistry, HookSite, Interned
 from engine.layers import per_layer_input
-from engine.layers.attention import StaleCacheError
 from engine.lazy_weights import LazyWeights, RowTable
 from engine.operators import Op, Operand, OpStream, finish, op
 from engine.spec import LayerSpec, ModelSpec, NormKind, NormPlacement, Positions
+from engine.state import StaleCacheError
 from engine.trace import LayerCache, OpKind
 
 __all__ = ["HEAD", "Block", "Op", "OpStream", "Operand", "StaleCacheError", "Transformer"]

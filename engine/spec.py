@@ -6,11 +6,12 @@ and checkpoints (parsing each kind once) and checks them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 
 class NormKind(StrEnum):
@@ -94,62 +95,17 @@ class NormSpec:
     weight_offset: bool = False  # Gemma: the stored gain w is applied as (1 + w)
 
 
-@dataclass(frozen=True)
-class MoeSpec:
-    """A sparse mixture-of-experts FFN (engine.layers.moe_ffn): a router scores `n_experts` gated MLPs for each
-    token and the `top_k` best run, their outputs summed with the chosen scores as weights."""
+class KindOptions:
+    """A layer kind's model-wide options (a frozen dataclass in its module, engine.layers): the kind they are for
+    (`ROLE`, `KIND`: engine.layers' names) and which layers the flags make that kind (`covers`)."""
 
-    n_experts: int
-    top_k: int
-    d_expert: int  # each expert's hidden width (Qwen3-MoE: moe_intermediate_size)
-    norm_topk: bool = False  # the chosen scores divided by their sum (norm_topk_prob)
-    layers: tuple[int, ...] | None = None  # the sparse layers (the others stay dense); None: every layer
-    d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
-    bias: bool = False  # gpt-oss: the router and every expert's projections add a bias
-    clamp: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU (alpha, limit) in place of SwiGLU
-    shared_gate: bool = True  # the shared expert under its sigmoid gate (Qwen2-MoE); False: added whole (DeepSeek)
-    sigmoid: bool = False  # DeepSeek-V3: scores are sigmoid(logits) (else a softmax), chosen by score + mlp.score_bias
-    groups: int = 1  # DeepSeek-V3's n_group: the experts in this many equal groups ...
-    topk_groups: int = 1  # ... of which each token chooses among the topk_group best (a group: its top-2 sum)
-    routed_scale: float = 1.0  # the chosen weights times this (routed_scaling_factor)
+    ROLE: ClassVar[str]
+    KIND: ClassVar[str]
 
-
-@dataclass(frozen=True)
-class MlaSpec:
-    """DeepSeek's multi-head latent attention (engine.layers.mla): each token's keys and values are one latent row
-    of `kv_lora_rank` features (expanded per head by kv_b) plus one rope key of `d_rope` features shared by the
-    heads; the query is a no-position part of `d_nope` features and a rotated part of `d_rope` per head."""
-
-    kv_lora_rank: int
-    d_nope: int  # qk_nope_head_dim
-    d_rope: int  # qk_rope_head_dim (ModelSpec.d_head is d_nope + d_rope, the scores' width)
-    d_v: int  # v_head_dim
-    q_lora_rank: int | None = None  # the query through a low-rank q_a, its norm and q_b (None: one q projection)
-    absorbed: bool = False  # W_UK folded into the query and W_UV after the mix (serving engines); else expanded
-
-
-@dataclass(frozen=True)
-class DeltaNetSpec:
-    """The Gated DeltaNet layers' shape (engine.layers.gated_deltanet; Qwen3.5's linear_attention)."""
-
-    k_heads: int
-    v_heads: int  # a multiple of k_heads: each key head serves v_heads / k_heads value heads
-    d_k: int
-    d_v: int
-    kernel: int  # the causal conv's width (linear_conv_kernel_dim)
-    chunk: int = 64  # tokens per chunk of the chunked form (transformers' and FLA's default)
-
-    @property
-    def d_keys(self) -> int:
-        return self.k_heads * self.d_k
-
-    @property
-    def d_values(self) -> int:
-        return self.v_heads * self.d_v
-
-    @property
-    def conv_dim(self) -> int:
-        return 2 * self.d_keys + self.d_values
+    def covers(self, layer: int) -> bool:
+        """Whether `layer` is of this kind where a model lists no `layers` (by default none: those of its kind come
+        listed)."""
+        return False
 
 
 @dataclass(frozen=True)
@@ -208,9 +164,11 @@ class ModelSpec:
     # rope_theta (linear scaling: all the factor; Llama 3: by wavelength), as llama.cpp's rope_freqs tensor
     rope_dims: int | None = None  # partial rotary: the features of each head RoPE turns (None: all d_head)
     layers: tuple[LayerSpec, ...] | None = None  # each block's kinds (a scenario's `layers:`); None: from the flags
-    moe: MoeSpec | None = None  # the sparse FFN of the layers it names
-    mla: MlaSpec | None = None  # DeepSeek's latent attention, the mixer of the layers whose LayerSpec says "mla"
-    deltanet: DeltaNetSpec | None = None  # the shape of the layers whose mixer is gated_deltanet
+    # a layer kind's model-wide options, its module's (engine.layers: the sparse FFN's, latent attention's, the Gated
+    # DeltaNet's shape); one that `covers` a layer makes it that kind where `layers` is None
+    moe: KindOptions | None = None
+    mla: KindOptions | None = None
+    deltanet: KindOptions | None = None
     attn_gate: bool = False  # Qwen3.5: attention's output times sigmoid(x·W_gate) before W_o (attn.wgate)
     v_norm: bool = False  # Gemma 4: an RMSNorm without gain over each value head
     per_layer_input: int = 0  # Gemma 4: the width of each layer's input embedding (0: none)
@@ -236,11 +194,12 @@ class ModelSpec:
 
     @cached_property
     def blocks(self) -> tuple[LayerSpec, ...]:
-        """Every block's kinds: the scenario's `layers:`, else what a checkpoint's flags say (attention, with the
-        window, RoPE base and scaling of its layer type, then the dense FFN, or the sparse one on `moe`'s layers)."""
+        """Every block's kinds: the scenario's `layers:`, else what a checkpoint's flags say (LayerSpec's default
+        kinds, or those whose model-wide options cover the layer; the window, RoPE base and scaling of its layer
+        type)."""
         if self.layers is not None:
             return self.layers
-        return tuple(LayerSpec(mixer="attention" if self.mla is None else "mla", ffn=self._flag_ffn(layer),
+        return tuple(LayerSpec(mixer=self._flag_kind("mixer", layer), ffn=self._flag_kind("ffn", layer),
                                window=self._flag_window(layer),
                                rope_theta=self._flag_theta(layer), rope_divisors=self._flag_divisors(layer))
                      for layer in range(self.n_layers))
@@ -258,9 +217,12 @@ class ModelSpec:
         """What `layer`'s RoPE frequencies are divided by (None: nothing); Gemma 3 scales its global layers only."""
         return self.blocks[layer].rope_divisors
 
-    def _flag_ffn(self, layer: int) -> str:
-        moe = self.moe
-        return "moe" if moe is not None and (moe.layers is None or layer in moe.layers) else "dense"
+    def _flag_kind(self, role: str, layer: int) -> str:
+        """The kind (`role`: "mixer" or "ffn") of `layer` by the flags: the first kind options covering it, else
+        LayerSpec's default."""
+        options = (getattr(self, field.name) for field in dataclasses.fields(self))
+        return next((found.KIND for found in options if isinstance(found, KindOptions) and found.ROLE == role
+                     and found.covers(layer)), getattr(LayerSpec, role))
 
     def _flag_window(self, layer: int) -> int | None:
         if self.sliding_window is None or (self.sliding_layers is not None and layer not in self.sliding_layers):

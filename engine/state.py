@@ -17,6 +17,19 @@ Array = Any
 RowsDiffer = Callable[[str, Any, Any], Any]  # (item, ours, theirs) host rows -> booleans: beyond the tolerance
 
 
+class StaleCacheError(RuntimeError):
+    """A state computed with other weights was about to be extended."""
+
+
+class Size(int):
+    """A count of bytes among the facts a state's line is worded with (`words()`), which a view shows as a size."""
+
+
+# A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files their heading and
+# line under ("ring", "recurrent"; the catalogue's cache.where.<layout>); `fed` (True: the state counts the tokens
+# fed and holds no rows of them); `words()`, the catalogue key and facts of the line beside its rows.
+
+
 @dataclass(frozen=True, eq=False)
 class StateView:
     """One named matrix of a state, as a view shows it: its rows are the state's `row_positions` (or features)."""
@@ -80,6 +93,9 @@ class LayerState(Protocol):
     def differing(self, theirs: Mapping[str, Any], beyond: RowsDiffer) -> frozenset[int]:
         """The positions whose rows differ from another run's dump items `theirs` (aligned to ours, host
         arrays; a missing item is not compared): what "the same" means for this state."""
+
+    # optional: `cell(item, row, col) -> str | None`, a cell of one of its dump items as a comparison names it
+    # (None, or absent: as rows of positions and channels)
 
 
 def tokens_held(states) -> int:

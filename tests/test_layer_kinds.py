@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import toy_kind
 from conftest import SCENARIOS
+from said import refused
 from typer.testing import CliRunner
 
 from engine import Session, load_scenario, load_scenario_text, to_host
@@ -244,12 +245,14 @@ def test_an_unknown_kind_is_refused_by_the_registry():
 
 async def test_the_cache_view_shows_as_many_windows_as_a_state_has_views(toy):
     """A view-only matter: the running mean's one view fills one window and hides the other; a state with
-    three views gets a third window."""
+    three views gets a third window. Its facts say it counts the tokens fed (one row, not one per token): the
+    title says so."""
     from dataclasses import replace
 
     from tinyllm_tui.tui.app import DebuggerApp
     from tinyllm_tui.tui.widgets.cache import CacheView
     from tinyllm_tui.tui.widgets.matrix import MatrixWindow
+    from tinyllm_tui.tui.widgets.wrapped import Wrapped
 
     app = DebuggerApp(toy, lang="en")
     async with app.run_test(size=(160, 48)) as pilot:
@@ -258,9 +261,40 @@ async def test_the_cache_view_shows_as_many_windows_as_a_state_has_views(toy):
         view = app.main.query(CacheView).first()
         view.show(app.debugger.frame.cache)
         await pilot.pause()
+        assert "5 tokens fed, 1 new (+)" in view.query_one(".cache-title", Wrapped)._text.plain
         shown = [w for w in view.query(MatrixWindow) if w.display]
         assert len(shown) == 1 and "sum · 1×4" in "\n".join(getattr(line, "plain", None) or line.text for line in shown[0]._lines())
         cache = app.debugger.frame.cache
         view.show(replace(cache, views=cache.views * 3))
         await pilot.pause()
         assert len([w for w in view.query(MatrixWindow) if w.display]) == 3
+
+
+def test_a_new_kinds_fault_point_and_its_bug_are_its_module_alone(toy, monkeypatch):
+    """The toy's bug (sum-forgotten: its kept sum is the chunk's last row) is offered once the kind is registered,
+    asked at the toy's own fault point, and found by the diff where it acts: the prefill's kept sum, short of the
+    first two rows' sum (the full run keeps h0 + h1 + h2, the bug h2)."""
+    from engine.compare.diff import first_divergence
+    from engine.faults import FAULTS, INJECTIONS
+
+    assert INJECTIONS[-1] == "sum-forgotten" and FAULTS["sum-forgotten"].cannot_run(toy) is None
+    first = first_divergence(diff_scenario(toy, inject="sum-forgotten"))
+    h = to_host(next(s for s in Session(toy).steps() if s.name == "blocks.1.ln1.hook_normalized").values)
+    assert (first.round, first.name) == (0, "blocks.1.mean.state_sum")
+    assert abs(first.max_abs - np.max(np.abs(h[0] + h[1]))) <= 1e-12
+    monkeypatch.delitem(layers.MIXERS, toy_kind.NAME)
+    assert "sum-forgotten" not in INJECTIONS  # the registry as it is now
+
+
+def test_a_new_kinds_breakpoint_condition_is_its_module_alone(toy):
+    """`mean_count>3` (the toy's): the prompt's 3 tokens, then one token a round: the running mean counts 4 and 5
+    tokens in decode rounds 1 and 2 only."""
+    from engine.breakpoints import BreakpointError, parse_breakpoint
+
+    breakpoint = parse_breakpoint("mean_count>3 & layer=1")
+    hits = [(s.round, s.name) for s in Session(toy).steps() if breakpoint.hits(s)]
+    assert hits == [(1, "blocks.1.mean.hook_running_mean"), (2, "blocks.1.mean.hook_running_mean")]
+    with refused(BreakpointError, "'x' is not a number"):
+        parse_breakpoint("mean_count>x")
+    with refused(BreakpointError, "abs>N, mean_count>N, expert=E or route_margin<N"):
+        parse_breakpoint("mean_count<3")

@@ -9,8 +9,8 @@ import numpy as np
 from conftest import ROOT, X01
 from typer.testing import CliRunner
 
-from engine import load_scenario
-from engine.compare.diff import diff_batch, first_divergence
+from engine import load_scenario, to_host
+from engine.compare.diff import alone, diff_batch, first_divergence
 from engine.parameters import parameter_shapes
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
@@ -39,11 +39,15 @@ def loud_residual_batch() -> Scenario:
 
 def test_a_batch_meets_each_request_alone_within_a_tolerance_that_follows_magnitude_and_depth():
     """Defect 3: every token identical, yet an absolute 1e-12 called round-off at 3e4 a divergence."""
-    diffs = diff_batch(loud_residual_batch())
-    moved = [d for d in diffs if d.max_abs > 1e-12]
-    assert moved  # the batch does move numbers by more than an absolute 1e-12 ...
-    assert first_divergence(diffs) is None  # ... each within its rounding steps
-    assert all(1e-12 < d.tolerance < 1e-8 for d in moved)  # rounding steps of values up to ~1e5, not a blanket
+    scenario = loud_residual_batch()
+    diffs = diff_batch(scenario)
+    # Whether a batch moves a number at all depends on the machine's BLAS; what must hold everywhere is that
+    # one rounding step of the loudest values is accepted, which an absolute 1e-12 is not.
+    loudest = max(float(np.abs(values[np.isfinite(values)]).max(initial=0.0))
+                  for values in (to_host(s.values) for s in alone(scenario).steps()))
+    assert np.spacing(loudest) > 1e-12
+    assert first_divergence(diffs) is None
+    assert np.spacing(loudest) < max(d.tolerance for d in diffs) < 1e-8  # rounding steps of ~3e4, not a blanket
     choices = [d for d in diffs if d.name == "sample.hook_choice"]
     assert choices and all(d.tolerance == 1e-12 for d in choices)  # token ids must be equal
 

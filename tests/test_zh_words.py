@@ -15,6 +15,7 @@ from conftest import ROOT, SCENARIOS, X01
 
 from engine import ScenarioError, load_scenario, load_scenario_text
 from engine.breakpoints import BreakpointError
+from engine import layers
 from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
@@ -102,22 +103,43 @@ def fields(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
-CODE = re.compile(r"[a-z_]+(\.[a-z_]+)+")  # `breakpoint.field`: a code, not a sentence
+CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part)(\.[a-z_]+)+")  # a cause's code
 
 
-def raised_causes() -> list[tuple[str, str, set[str] | None]]:
-    """(where, code, the facts it is raised with) for every cause the engine builds: `SomeError("code", fact=…)`
-    or `Cause("code", …)` with a code as its first argument, read from the syntax trees of engine/; the facts are
-    None where a mapping built elsewhere holds them (`Cause("diff.none", mine)`)."""
+def kinds_words() -> dict[str, dict[str, str]]:
+    """Code -> language -> words, of every layer kind's own causes (their modules' CAUSES)."""
+    found: dict[str, dict[str, str]] = {}
+    for module in layers._every_kind():
+        for lang, words in getattr(module, "CAUSES", {}).items():
+            for code, text in words.items():
+                found.setdefault(code, {})[lang] = text
+    return found
+
+
+def wording(code: str, lang: str) -> str:
+    """The words of `code` in `lang`: the catalogue's, or its kind's (never the English fallback)."""
+    return kinds_words()[code][lang] if code in kinds_words() else CATALOGUES[lang][f"cause.{code}"]
+
+
+def named_codes() -> set[str]:
+    """Every code engine/ names: as the first argument of `SomeError("code", …)` / `Cause("code", …)`, or as data
+    a kind hands on (its breakpoint conditions' refusals, its intervention refusals), read from the syntax trees."""
+    return {node.value for path in (ROOT / "engine").rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CODE.fullmatch(node.value)}
+
+
+def raised_causes() -> list[tuple[str, str, set[str]]]:
+    """(where, code, the facts it is raised with) for every `SomeError("code", fact=…)` and `Cause("code", …)` whose
+    facts are written at the call (not `Cause("diff.none", mine)`, a mapping built before)."""
     found = []
     for path in sorted((ROOT / "engine").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.args[0].value, str) and isinstance(node.func, ast.Name)
-                    and (node.func.id == "Cause" or node.func.id.endswith("Error"))
-                    and CODE.fullmatch(node.args[0].value)):
-                facts = None if len(node.args) > 1 else {keyword.arg for keyword in node.keywords}
-                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value, facts))
+            if (isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.func, ast.Name) and (node.func.id == "Cause" or node.func.id.endswith("Error"))
+                    and isinstance(node.args[0].value, str) and CODE.fullmatch(node.args[0].value)):
+                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value,
+                              {keyword.arg for keyword in node.keywords}))
     return found
 
 
@@ -125,16 +147,21 @@ def test_every_cause_the_engine_has_is_worded_in_english_and_chinese():
     for code in sorted(CODES):
         assert f"cause.{code}" in EN and f"cause.{code}" in ZH, code  # not the fallback: each language its own
     assert set(i18n_causes.EN) == set(i18n_causes.ZH) == CODES  # no wording of a code the engine no longer has
-    for code in CODES:  # both languages name the same facts
-        assert fields(i18n_causes.EN[code]) == fields(i18n_causes.ZH[code]), code
+    kinds = kinds_words()
+    assert kinds and not set(kinds) & CODES  # a kind's code is worded in its module only
+    for code, words in kinds.items():
+        assert set(words) == {"en", "zh"}, code
+    for code in CODES | set(kinds):  # both languages name the same facts
+        assert fields(wording(code, "en")) == fields(wording(code, "zh")), code
+    assert named_codes() == CODES | set(kinds)  # every code named in engine/ is worded; every worded code is used
 
 
 def test_each_wording_names_exactly_the_facts_its_cause_is_raised_with():
     raised = raised_causes()
-    assert {code for _, code, _ in raised} == CODES  # every code is raised somewhere, none is left unlisted
-    for where, code, facts in (found for found in raised if found[2] is not None):
+    assert len(raised) > 30
+    for where, code, facts in raised:
         for lang in ("en", "zh"):
-            assert fields(CATALOGUES[lang][f"cause.{code}"]) == facts, (where, code, lang)
+            assert fields(wording(code, lang)) == facts, (where, code, lang)
 
 
 def test_an_error_class_refuses_a_code_that_has_no_words():
@@ -145,10 +172,11 @@ def test_an_error_class_refuses_a_code_that_has_no_words():
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_every_wording_formats_its_facts(lang):
     """Each code's words with its facts filled in (a nested cause worded too): nothing of `{…}` is left over."""
-    for code in sorted(CODES):
-        text = CATALOGUES[lang][f"cause.{code}"]
+    kinds = kinds_words()
+    for code in sorted(CODES | set(kinds)):
+        text = wording(code, lang)
         facts = {name: Cause("part.row") if name in ("what", "name", "cause") else f"<{name}>" for name in fields(text)}
-        worded = cause_words(Cause(code, facts), lang)
+        worded = cause_words(Cause(code, facts, kinds.get(code, {})), lang)
         assert "{" not in worded and "}" not in worded and all(f"<{name}>" in worded for name in facts
                                                                if name not in ("what", "name", "cause")), (code, worded)
 
@@ -215,3 +243,10 @@ def test_the_routing_view_and_its_glance_speak_chinese():
     assert glance[1].startswith("层" + " " * 9 + "e0")  # the layer column is 7 cells, "层" two of them and glance[1].endswith("最小差距")
     assert not any(ENGLISH.search(line) or re.search(r"\b(margin|tokens|sparse|experts)\b", line)
                    for line in lines + glance)
+
+
+def test_a_kinds_own_cause_reaches_the_chinese_status_line_in_its_modules_words():
+    """`expert=x` is refused by the sparse FFN's breakpoint condition: its words come from engine/layers/moe_ffn.py
+    (CAUSES), carried by the cause, in the language the view asks for."""
+    said = describe(Debugger(load_scenario(X01)).add_breakpoint("expert=x"), "zh")
+    assert said == "断点 'expert=x'：'x' 不是专家编号"

@@ -1,8 +1,9 @@
 """A layer kind written for the tests, registered at test time: a token mixer that mixes by a running mean.
 
 y_t = g ⊙ mean(h_0 … h_t): its state is one row, the sum of every token fed so far, and the count; no K/V,
-no positions. It proves a new kind (operators, parameter, hooks, state, views, dump, compare, time travel)
-is this one module plus one registry line (`MIXERS["mean"] = toy_kind`), nothing else touched.
+no positions. It proves a new kind (operators, parameter, hooks, state, views, dump, compare, time travel, a
+fault point and the bug that changes it, a breakpoint condition, how the cache view words its state) is this
+one module plus one registry line (`MIXERS["mean"] = toy_kind`), nothing else touched.
 """
 
 from __future__ import annotations
@@ -28,7 +29,41 @@ EXPLANATIONS = {"hook_running_mean": {
 
 
 class FaultPoints:
-    """None: no bug is injected into it."""
+    """Where an injected bug may change it: the sum it keeps for the next round (the correct answer here)."""
+
+    def kept_sum(self, total, last):
+        """The sum kept after a chunk: `total`, of every token so far (`last`: the chunk's last token's row)."""
+        return total
+
+
+class SumForgotten:
+    """The bug (sum-forgotten): the state keeps the chunk's last row for its sum, not the sum of every row."""
+
+    def kept_sum(self, total, last):
+        return last
+
+    def unseen(self, scenario):
+        return None if any(len(r.tokens) > 1 for r in scenario.requests) else "every prompt is one token"
+
+
+BUGS = (SumForgotten,)
+
+
+def _counted_over(count: int):
+    return lambda state: state.op.hook.name == "hook_running_mean" and state.caches[state.layer].count > count
+
+
+# `mean_count>N`: a running mean over more than N tokens
+BREAKPOINTS = ((r"mean_count>(.+)", "mean_count>N", ("index", "breakpoint.number"), _counted_over),)
+
+
+@dataclass(frozen=True)
+class Counted:
+    """What the cache view shows beside its one row: it counts the tokens fed (it holds no row of each)."""
+
+    count: int
+    layout: ClassVar[str] = "mean"
+    fed: ClassVar[bool] = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,8 +92,8 @@ class RunningSum:
         return (self.count - 1,)  # the one row stands for the last token fed
 
     @property
-    def facts(self):
-        return None
+    def facts(self) -> Counted:
+        return Counted(self.count)
 
     def fresh(self, fingerprint: str) -> RunningSum:
         return dataclasses.replace(self, total=self.total * 0.0, count=0, fingerprint=fingerprint)
@@ -122,7 +157,8 @@ class Layer:
         for t in range(h.values.shape[0]):  # one token at a time: a cached round adds what a full one does
             total, count = total + h.values[t:t + 1, :], count + 1
             rows.append(total / count)
-        states[self.layer] = RunningSum(total, count, state.fingerprint)
+        kept = self.model.fault.kept_sum(total, h.values[-1:, :])
+        states[self.layer] = RunningSum(kept, count, state.fingerprint)
         mean = op(self.hook, xp.concat(rows, axis=0), OpKind.MIX, inputs=(h,))
         yield mean
         gain = self.model.param(f"blocks.{self.layer}.mean.g")

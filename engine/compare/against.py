@@ -24,7 +24,8 @@ import numpy as np
 from engine.backend import Backend, to_host
 from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
-from engine.hooks import Hook
+from engine import layers
+from engine.hooks import Hook, HookError
 from engine.layout import CACHES, HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
 from engine.labels import resolve_some
 from engine.scenario import Scenario
@@ -341,9 +342,8 @@ class _Meeting:
         dh, heads, kept = self.against.d_head, suffix(key.name) in CACHES, state.caches[state.layer]
 
         def label(row: int, col: int) -> str:
-            if suffix(key.name) == "recurrent_state":  # a Gated DeltaNet's [v_head·d_k, d_v]
-                d_k = ours.shape[0] // kept.facts.heads
-                return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {kept.facts.last})"
+            if (own := getattr(kept, "cell", None)) and (text := own(suffix(key.name), row, col)) is not None:
+                return text  # a kind's state names its own items' cells (a recurrent state's value heads)
             if not heads:
                 return f"position {resolve_some(positions, [row])[0]}, channel {col}"
             return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"
@@ -361,8 +361,16 @@ class _Meeting:
 
 
 def _bridge(name: str) -> bool:
-    """A TransformerLens bridge key; an expert's hook_out that the run did not route to is the engine's own."""
-    return (suffix(name) in BRIDGE_SUFFIXES and ".mlp.experts." not in name) or name == "hook_unembed"
+    """A TransformerLens bridge key; a routed part's hook_out that the run did not route to (an expert's: its kind's
+    `routed_expert`) is the engine's own."""
+    return (suffix(name) in BRIDGE_SUFFIXES and not _routed(name)) or name == "hook_unembed"
+
+
+def _routed(name: str) -> bool:
+    try:
+        return layers.routed_expert(Hook.parse(name)) is not None
+    except HookError:  # not a hook's name: no routed part's
+        return False
 
 
 def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> str:

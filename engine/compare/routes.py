@@ -17,10 +17,8 @@ import numpy as np
 from engine.backend import to_host
 from engine.layout import Key, Passes
 from engine.hooks import Hook
-from engine.layers.moe_ffn import MODULE, SCORES, TOPK, route
+from engine.layers import route, route_hooks
 from engine.trace import OpKind, OpState
-
-LOGITS = "hook_router_logits"  # a dump without top-k or scores: its choices are the k best of these
 
 
 @dataclass(frozen=True)
@@ -65,9 +63,9 @@ def route_flip(state: OpState, key: Key, aligned, other: str = "dump") -> RouteF
     def dumped(name: str, shape: tuple[int, ...]):
         return aligned(Key(key.request, key.pass_, Hook(hook.layer, hook.module, name).text), None, shape)
 
-    their_scores = dumped(SCORES, chosen.scores.shape)
+    their_scores = dumped(chosen.SCORES, chosen.scores.shape)
     theirs = _their_choice(aligned(key, None, chosen.chosen.shape), their_scores,
-                           dumped(LOGITS, chosen.scores.shape), chosen.chosen.shape[1])
+                           dumped(chosen.LOGITS, chosen.scores.shape), chosen.chosen.shape[1])
     if theirs is None:
         return None
     rows = [t for t in range(len(theirs)) if set(theirs[t].tolist()) != set(chosen.chosen[t].tolist())]
@@ -115,10 +113,10 @@ def flip_between(reference: Iterable[OpState], run: Iterable[OpState], passes: P
 
 def _routing(states: Iterable[OpState], passes: Passes) -> tuple[dict[Key, np.ndarray], dict]:
     """A run's top-k choices and the scores they read, keyed as a dump keys them, and its token per round."""
-    arrays, choices = {}, {}
+    arrays, choices, kept = {}, {}, route_hooks()
     for state in states:
         if state.kind == OpKind.CHOICE:
             choices[(state.request, state.round)] = to_host(state.values).tolist()
-        elif state.op.hook.name in (TOPK, SCORES) and state.op.hook.module == MODULE:
+        elif (state.op.hook.module, state.op.hook.name) in kept:
             arrays[passes.key(state)] = np.asarray(to_host(state.values), dtype=np.float64)
     return arrays, choices

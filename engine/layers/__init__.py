@@ -8,7 +8,12 @@ hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_s
 `hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
 (its modules in Hugging Face checkpoints, per family), `HF_LAYER_TYPES` (the config's `layer_types` it
 stands for), `FaultPoints` (where an injected bug may change what it does, with the correct answers) and
-`EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Adding a kind is its module and one line below.
+`EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
+them: `BUGS` (the bugs of its fault points), `BREAKPOINTS`, `ABLATES` / `ABLATIONS`, `intervention_refusal`,
+`routed_expert`, `route` / `ROUTE_HOOKS` (a choice an operator holds), `DUMP_LAYOUTS`, `STACKED_HEADS`,
+`explanation_key`, `FORMS` / `in_form`, `CAUSES` (the functions below read each; docs/architecture.md lists
+them). Generic code reads a kind only through these functions, never by its name (tests/test_kind_names.py).
+Adding a kind is its module and one line below.
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ ROLES = {"mixer": MIXERS, "ffn": FFNS}
 
 
 FaultPoints = type("FaultPoints", tuple(dict.fromkeys(module.FaultPoints for kinds in ROLES.values()
-                                                    for module in kinds.values())), {})
+                                                    for module in kinds.values())), {})  # the kinds of the lines above
+
+
+def fault_points() -> tuple[type, ...]:
+    """Every kind's FaultPoints, as the registry holds them now (engine.faults.Fault asks a kind registered later)."""
+    return tuple(dict.fromkeys(module.FaultPoints for module in _every_kind()))
 
 
 class UnknownKind(ValueError):
@@ -64,6 +74,81 @@ def _every_kind():
     return (module for kinds in ROLES.values() for module in kinds.values())
 
 
+def bugs() -> tuple[type, ...]:
+    """Every kind's bugs (its BUGS: classes, each overriding one of its fault points; engine.faults makes each a
+    Fault named after it)."""
+    return tuple(dict.fromkeys(bug for module in _every_kind() for bug in getattr(module, "BUGS", ())))
+
+
+def route(operator):
+    """The choice a routing operator (an engine.operators.Op) holds, read by its kind (its module's `route`: an
+    engine.layers.moe_ffn.Route); None for any other operator."""
+    return next((found for module in _every_kind() if hasattr(module, "route")
+                 and (found := module.route(operator)) is not None), None)
+
+
+def route_hooks() -> frozenset[tuple[str, str]]:
+    """(module, name) of the operators a run's routing is kept as, to compare another run's with (ROUTE_HOOKS)."""
+    return frozenset(hook for module in _every_kind() for hook in getattr(module, "ROUTE_HOOKS", ()))
+
+
+def breakpoint_conditions() -> tuple:
+    """Every kind's breakpoint conditions (its BREAKPOINTS: regex, form, (how its value reads, the refusal's code),
+    the condition made of the value)."""
+    return tuple(condition for module in _every_kind() for condition in getattr(module, "BREAKPOINTS", ()))
+
+
+def cause_words(code: str) -> dict[str, str]:
+    """Language -> the words of the cause `code`, where a kind owns it (its CAUSES: `breakpoint.expert`); {} for
+    one of the stack's own, which the views' catalogues word (engine.causes)."""
+    return {lang: words[code] for module in _every_kind() for lang, words in getattr(module, "CAUSES", {}).items()
+            if code in words}
+
+
+def ablated_hooks() -> dict[str, str]:
+    """A kind's module -> the per-head hook `blocks.L.<module> head H` ablates (its ABLATES: attention's hook_z)."""
+    return {module.MODULE: module.ABLATES for module in _every_kind() if hasattr(module, "ABLATES")}
+
+
+def ablations() -> tuple:
+    """Every kind's own ablation forms (its ABLATIONS: regex, form, what it sets)."""
+    return tuple(form for module in _every_kind() for form in getattr(module, "ABLATIONS", ()))
+
+
+def intervention_refusals(hook, action: str, values: tuple, model) -> list[tuple[str, dict]]:
+    """Why the kinds of `hook`'s module refuse an intervention there (their `intervention_refusal`)."""
+    return [refusal for module in _every_kind() if module.MODULE == hook.module and hasattr(module, "intervention_refusal")
+            and (refusal := module.intervention_refusal(hook, action, values, model)) is not None]
+
+
+def routed_expert(hook) -> int | None:
+    """The routed part (an expert) whose hooks `hook` is one of, by its kind's `routed_expert`; None for another."""
+    return next((found for module in _every_kind() if hasattr(module, "routed_expert")
+                 and (found := module.routed_expert(hook)) is not None), None)
+
+
+def dump_layouts() -> dict:
+    """A kind's state item (`conv_state`) -> how a dump's array of it becomes the engine's rows: (array, shape) ->
+    array (its module's DUMP_LAYOUTS)."""
+    return {item: align for module in _every_kind() for item, align in getattr(module, "DUMP_LAYOUTS", {}).items()}
+
+
+def routes(model) -> bool:
+    """Whether a block of `model` (an engine.spec.ModelSpec) chooses a route (a kind with `route`: experts)."""
+    return any(hasattr(kind, "route") for block in dict.fromkeys(model.blocks) for kind in block_kinds(block))
+
+
+def forms() -> dict[str, tuple[str, ...]]:
+    """A kind's name -> the forms of the same function its option (`--NAME`) picks between (its module's FORMS)."""
+    return {module.NAME: tuple(module.FORMS) for module in _every_kind() if hasattr(module, "FORMS")}
+
+
+def in_form(model, name: str, form: str):
+    """`model` (an engine.spec.ModelSpec) with its layers of the kind `name` in `form` (the kind's `in_form`:
+    ValueError where the model has none)."""
+    return next(module for module in _every_kind() if module.NAME == name).in_form(model, form)
+
+
 def gguf_tensors() -> dict[str, str]:
     """Every kind's parameter (within a block, `attn.wq`) -> its GGUF tensor under `blk.N`."""
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}
@@ -84,6 +169,13 @@ def hf_layer_types(mixer: str | None = None) -> dict[str, bool]:
 def hf_layer_kinds() -> dict[str, str]:
     """The `layer_types` of a Hugging Face config -> the mixer kind that stands for it."""
     return {name: kind for kind, module in MIXERS.items() for name in module.HF_LAYER_TYPES}
+
+
+def explanation_key(operator) -> str | None:
+    """What a kind files the explanation of `operator` under where its hook name alone does not tell (its module's
+    `explanation_key`: an expert's output, latent attention's expanded keys); None: the hook name."""
+    return next((key for module in _every_kind() if hasattr(module, "explanation_key")
+                 and (key := module.explanation_key(operator)) is not None), None)
 
 
 def explanation(key: str) -> dict[str, tuple[str, str, str, str]] | None:

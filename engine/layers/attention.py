@@ -17,12 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from engine import ops
-from engine.caches import Read, ScaleAxis, empty_cache, ring_slot
+from engine.caches import Layout, Quantize, Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
 from engine.labels import WithSink
+from engine.layers import shared_kv
 from engine.layers.shared_kv import SharedKV
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec, Positions
+from engine.state import StaleCacheError
 from engine.trace import OpKind
 
 Array = Any
@@ -40,6 +42,7 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
         "attn.k_norm.w": "attn_k_norm", "attn.sinks": "attn_sinks",
         "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
+ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
 
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
@@ -186,8 +189,81 @@ class FaultPoints:
         return read
 
 
-class StaleCacheError(RuntimeError):
-    """A cache computed with other weights was about to be extended."""
+def explanation_key(operator) -> str | None:
+    """Gemma 2's capped scores: filed apart from the scores."""
+    hook = operator.hook
+    return "hook_attn_scores(softcap)" if hook.name == "hook_attn_scores" and operator.kind == OpKind.SOFTCAP else None
+
+
+# The bugs that change one of its fault points (engine.faults makes each a Fault named after its class, ChunkMask:
+# chunk-mask; `unseen`: why it would change no number of a scenario, None where it shows).
+class ChunkMask:
+    def mask(self, xp, visible, n_new, n_keys):
+        return None if visible is None else xp.tril(xp.ones((n_new, n_keys), dtype=xp.bool))
+
+
+class GqaModulo:
+    def kv_head(self, head, group, kv_heads):
+        return head % kv_heads
+
+    def unseen(self, scenario):
+        model = scenario.model
+        if model.n_kv_heads < 2 or model.n_kv_heads == model.n_heads:
+            return "the model needs grouped-query attention with at least two kv heads"
+        return None
+
+
+class TransposedK:
+    def stored_k(self, xp, k, head_width):
+        t = k.shape[0]
+        heads = xp.permute_dims(xp.reshape(k, (t, -1, head_width)), (1, 2, 0))  # (H, dh, T)
+        return xp.reshape(xp.permute_dims(xp.reshape(heads, (-1, t, head_width)), (1, 0, 2)), (t, -1))
+
+    def unseen(self, scenario):
+        if all(len(r.tokens) < 2 for r in scenario.requests):
+            return "every prompt is one token, whose K reads the same either way"
+        if not any(block.mixer == NAME for block in scenario.model.blocks):
+            return "no layer caches K rows (latent attention caches latent rows and rope keys, not per-head K)"
+        return None
+
+
+class RingWrongSlot:
+    def ring_slot(self, index, sinks, size):
+        wrapped = index >= sinks + size
+        return super().ring_slot(index + wrapped, sinks, size)
+
+    def unseen(self, scenario):
+        cache, model, requests = scenario.cache, scenario.model, scenario.requests
+        windows = [w for w in map(model.window, range(model.n_layers)) if w is not None]
+        lengths = [len(r.tokens) for r in requests]
+        padding = max(lengths) - min(lengths) if scenario.batch else 0  # a batch's longest left padding
+        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in requests) + padding
+        if cache.layout is not Layout.RING or not windows or longest <= cache.sinks + min(windows):
+            return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
+        return None
+
+
+class BlockTableWrong:
+    def table_entry(self, physical, table):
+        return table[-1] if table else physical
+
+    def unseen(self, scenario):
+        longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests)
+        cache = scenario.cache
+        if cache.layout is not Layout.PAGED or cache.quantize is not Quantize.NONE or longest <= cache.block_size:
+            return "no request fills a second block of a paged cache (cache: {layout: paged})"
+        return None
+
+
+class ScalePerTensor:
+    def scale_axis(self, axis):
+        return ScaleAxis.PER_TENSOR
+
+    def unseen(self, scenario):
+        return "the cache is not quantized (cache: {quantize: int8})" if scenario.cache.quantize is Quantize.NONE else None
+
+
+BUGS = (ChunkMask, GqaModulo, TransposedK, RingWrongSlot, BlockTableWrong, ScalePerTensor, *shared_kv.BUGS)
 
 
 def head_dims(model: ModelSpec, block: LayerSpec) -> tuple[int, int]:

@@ -23,17 +23,30 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from array_api_compat import array_namespace
 
 from engine.backend import to_host
 from engine.caches import array_bytes
-from engine.state import StateView
+from engine.state import Size, StateView
 
 Array = Any
 DUMP_ITEM = "conv_state"  # blocks.L.<module>.conv_state: (K−1, C), oldest input first, rows before the first token 0
+
+
+def _dumped_rows(array, shape: tuple):
+    """A dumped conv state as rows (inputs) of channels: transformers' [channels, K] transposed, its oldest input (no
+    longer read) dropped where the engine's K − 1 rows are asked for."""
+    if array.ndim != 2:
+        return array
+    if array.shape[1] != shape[1] and array.shape[0] == shape[1]:
+        array = array.T
+    return array[1:] if shape[0] is not None and array.shape[0] == shape[0] + 1 else array
+
+
+DUMP_LAYOUTS = {DUMP_ITEM: _dumped_rows}  # engine.layout: [K − 1, channels], or transformers' [channels, K]
 
 
 def shifted(xp, window: Array, inputs: Array, keep: int | None = None) -> Array:
@@ -52,6 +65,36 @@ class ConvFaultPoints:
         return shifted(xp, window, inputs)
 
 
+class ConvNotShifted:
+    def conv_window(self, xp, window, inputs):
+        n = min(int(inputs.shape[0]), int(window.shape[0]))
+        return xp.concat([window[:int(window.shape[0]) - n, ...], inputs[-n:, ...]], axis=0) if n else window
+
+    def unseen(self, scenario):
+        return _no_window(scenario)
+
+
+class ConvShiftedTwice:
+    def conv_window(self, xp, window, inputs):
+        return shifted(xp, xp.concat([window, xp.zeros_like(inputs)], axis=0), inputs, int(window.shape[0]))
+
+    def unseen(self, scenario):
+        return _no_window(scenario)
+
+
+def _no_window(scenario) -> str | None:
+    """Why a wrong conv window changes nothing: a window of two rows or more must be read by a later round."""
+    kernels = [block.conv_kernel or 0 for block in scenario.model.blocks]
+    if max(kernels, default=0) < 3:
+        return "no layer has a causal conv of 3 taps or more (a window of two earlier inputs)"
+    if max(r.max_new_tokens for r in scenario.requests) < 3:
+        return "no request decodes a second round that reads the window the first one kept (max_new_tokens ≥ 3)"
+    return None
+
+
+BUGS = (ConvNotShifted, ConvShiftedTwice)  # a kind with a causal conv offers them among its own
+
+
 @dataclass(frozen=True)
 class ConvFacts:
     """What a view shows of a conv window beside its rows: the conv's taps and the bytes it keeps (the same
@@ -59,6 +102,10 @@ class ConvFacts:
 
     kernel: int
     nbytes: int
+    layout: ClassVar[str] = "conv"  # a conv window has no heads (engine.state: how views word facts)
+
+    def words(self) -> tuple[str, dict]:
+        return "cache.conv", {"rows": self.kernel - 1, "kernel": self.kernel, "size": Size(self.nbytes)}
 
 
 @dataclass(frozen=True, eq=False)

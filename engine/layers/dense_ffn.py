@@ -87,6 +87,9 @@ class FaultPoints:
     """It has none: nothing it computes is kept, so no cache bug can reach it."""
 
 
+BUGS: tuple[type, ...] = ()
+
+
 class DenseFfn:
     def __init__(self, model, layer: int, block: LayerSpec):
         self.model, self.layer, self.spec = model, layer, model.spec

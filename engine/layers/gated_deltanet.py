@@ -28,8 +28,8 @@ from engine.backend import to_host
 from engine.hooks import HookSite
 from engine.layers import causal_conv
 from engine.operators import Op, OpStream, op
-from engine.spec import LayerSpec, ModelSpec
-from engine.state import StateView, WholeState
+from engine.spec import KindOptions, LayerSpec, ModelSpec
+from engine.state import Size, StateView, WholeState
 from engine.trace import OpKind
 
 Array = Any
@@ -45,12 +45,16 @@ GGUF = {"linear_attn.w_qkv": "attn_qkv", "linear_attn.w_z": "attn_gate", "linear
 CHECKPOINT_ONLY = True  # its shape (engine.spec.DeltaNetSpec) comes from a checkpoint's config, not a scenario file
 READ = "hook_read"  # a value head's read of its state: what `blocks.L.linear_attn head H` ablates
 PER_HEAD = ("hook_state", READ)
+ABLATES = READ
 GGUF_SUFFIX = {"linear_attn.A_log": "", "linear_attn.dt_bias": ".bias"}  # the others: .weight
 GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_heads_grouped): where they lie
     "linear_attn.w_qkv": "v rows", "linear_attn.w_z": "rows", "linear_attn.w_b": "rows", "linear_attn.w_a": "rows",
     "linear_attn.A_log": "rows", "linear_attn.dt_bias": "rows", "linear_attn.conv.w": "v rows",
     "linear_attn.w_out": "columns"}  # one operator per value head: what an intervention names a head of
 RECURRENT = "recurrent_state"  # its dump item beside the window's conv_state
+# engine.layout: [v_head, d_k, d_v] (or stacked [v_head·d_k, d_v]) as the engine's stacked rows
+DUMP_LAYOUTS = {**causal_conv.DUMP_LAYOUTS, RECURRENT: lambda array, shape: array.reshape(-1, array.shape[-1])
+                if array.ndim == 3 else array}
 EPS_L2 = 1e-6  # the L2 norm's ε (FLA's and transformers' l2norm), not the config's rms_norm_eps
 
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
@@ -133,6 +137,33 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
 }
 
 
+@dataclass(frozen=True)
+class DeltaNetSpec(KindOptions):
+    """Its layers' shape (ModelSpec.deltanet; Qwen3.5's linear_attention layers, which a checkpoint lists)."""
+
+    ROLE: ClassVar[str] = "mixer"
+    KIND: ClassVar[str] = NAME
+
+    k_heads: int
+    v_heads: int  # a multiple of k_heads: each key head serves v_heads / k_heads value heads
+    d_k: int
+    d_v: int
+    kernel: int  # the causal conv's width (linear_conv_kernel_dim)
+    chunk: int = 64  # tokens per chunk of the chunked form (transformers' and FLA's default)
+
+    @property
+    def d_keys(self) -> int:
+        return self.k_heads * self.d_k
+
+    @property
+    def d_values(self) -> int:
+        return self.v_heads * self.d_v
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.d_keys + self.d_values
+
+
 class FaultPoints(causal_conv.ConvFaultPoints):
     """Where an injected bug (engine.faults) may change what the Gated DeltaNet does (its conv window's, and
     these); these are the correct answers."""
@@ -146,6 +177,38 @@ class FaultPoints(causal_conv.ConvFaultPoints):
         return state
 
 
+class StateNotDecayed:
+    def decayed(self, xp, state, decay):
+        return state
+
+    def unseen(self, scenario):
+        return _no_layer(scenario, rounds=2)
+
+
+class ChunkStateDropped:
+    def carried(self, xp, state, chunk):
+        return state * 0.0 if chunk else state
+
+    def unseen(self, scenario):
+        net = scenario.model.deltanet
+        why = _no_layer(scenario, rounds=1)
+        if why is None and all(len(r.tokens) <= net.chunk for r in scenario.requests):
+            return f"no prompt is longer than the delta rule's chunk ({net.chunk} tokens)"
+        return why
+
+
+def _no_layer(scenario, rounds: int) -> str | None:
+    """Why a bug of its that shows from round `rounds` − 1 on cannot show."""
+    if not any(block.mixer == NAME for block in scenario.model.blocks):
+        return "the model has no Gated DeltaNet (linear-attention) layer"
+    if all(r.max_new_tokens < rounds for r in scenario.requests):
+        return f"it shows from decode round {rounds - 1} on: generate at least {rounds} tokens"
+    return None
+
+
+BUGS = (*causal_conv.BUGS, StateNotDecayed, ChunkStateDropped)
+
+
 @dataclass(frozen=True)
 class RecurrentFacts:
     """What a view shows of a recurrent state beside its matrices."""
@@ -154,6 +217,12 @@ class RecurrentFacts:
     heads: int  # value heads, each a d_k × d_v matrix
     kernel: int  # the conv's K: its window holds K−1 inputs
     nbytes: int  # what it stores, the same at every length
+    layout: ClassVar[str] = "recurrent"  # its heads are its value heads, not K/V (engine.state: how views word facts)
+    fed: ClassVar[bool] = True  # it counts the tokens fed, it holds no rows of them
+
+    def words(self) -> tuple[str, dict]:
+        facts = {"last": self.last, "rows": self.kernel - 1, "kernel": self.kernel, "stored": Size(self.nbytes)}
+        return ("cache.recurrent.fresh" if self.last < 0 else "cache.recurrent"), facts  # fresh: no token changed it
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,6 +273,13 @@ class DeltaState:
         oldest input first."""
         xp, (heads, d_k, d_v) = array_namespace(self.recurrent), self.recurrent.shape
         return {"recurrent_state": xp.reshape(self.recurrent, (heads * d_k, d_v)), **self.window.dump_items()}
+
+    def cell(self, item: str, row: int, col: int) -> str | None:
+        """A cell of one of its dump items as a comparison names it (None: the window's, named as rows of channels)."""
+        if item != RECURRENT:
+            return None
+        d_k = int(self.recurrent.shape[1])  # its rows: [v_head·d_k, d_v]
+        return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {self.seen - 1})"
 
     def differing(self, theirs, beyond) -> frozenset[int]:
         """The conv window's rows that differ (the window's own rule), and the position of the token that last

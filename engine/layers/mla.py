@@ -26,7 +26,7 @@ from engine.caches import LayerCache, Read
 from engine.hooks import HookSite
 from engine.layers.attention import Attention
 from engine.operators import Op, Operand, OpStream, op
-from engine.spec import LayerSpec, ModelSpec
+from engine.spec import KindOptions, LayerSpec, ModelSpec
 from engine.state import StateView
 from engine.trace import OpKind
 
@@ -41,6 +41,7 @@ CHECKPOINT_ONLY = True  # its shape (engine.spec.MlaSpec) comes from a DeepSeek 
 GGUF = {"attn.wq_a": "attn_q_a", "attn.q_a_norm.w": "attn_q_a_norm", "attn.wq_b": "attn_q_b",
         "attn.wkv_a": "attn_kv_a_mqa", "attn.kv_a_norm.w": "attn_kv_a_norm", "attn.wkv_b": "attn_k_b"}
 PER_HEAD = ("hook_z_latent",)  # with the attention's scores, pattern, z and result
+STACKED_HEADS = True  # its q, k, v, rope parts and z have heads of different widths: dumped stacked
 PROJECTIONS = ("hook_q_a", "hook_q", "hook_kv_a")
 
 
@@ -131,6 +132,25 @@ EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
 }
 
 
+@dataclass(frozen=True)
+class MlaSpec(KindOptions):
+    """Its model-wide options (ModelSpec.mla; every layer's mixer): each token's keys and values are one latent row
+    of `kv_lora_rank` features (expanded per head by kv_b) plus one rope key of `d_rope` features shared by the
+    heads; the query is a no-position part of `d_nope` features and a rotated part of `d_rope` per head."""
+
+    kv_lora_rank: int
+    d_nope: int  # qk_nope_head_dim
+    d_rope: int  # qk_rope_head_dim (ModelSpec.d_head is d_nope + d_rope, the scores' width)
+    d_v: int  # v_head_dim
+    q_lora_rank: int | None = None  # the query through a low-rank q_a, its norm and q_b (None: one q projection)
+    absorbed: bool = False  # W_UK folded into the query and W_UV after the mix (serving engines); else expanded
+    ROLE: ClassVar[str] = "mixer"
+    KIND: ClassVar[str] = NAME
+
+    def covers(self, layer: int) -> bool:
+        return True
+
+
 class FaultPoints:
     """Where an injected bug may change what latent attention does; these are the correct answers."""
 
@@ -142,6 +162,49 @@ class FaultPoints:
         """The (d_nope, kv_lora_rank) matrix the absorbed form multiplies a head's q_nope by: W_UK_h transposed
         (w_uk is W_UK_h, kv_lora_rank × d_nope, as the engine stores kv_b)."""
         return xp.matrix_transpose(w_uk)
+
+
+FORMS = {"naive": False, "absorbed": True}  # what its option (--mla) picks: the latent expanded per head, or absorbed
+
+
+def in_form(model: ModelSpec, form: str) -> ModelSpec:
+    """`model` with its latent attention in `form` (one of FORMS); ValueError where it has none."""
+    if model.mla is None:
+        raise ValueError("the model has no latent attention (DeepSeek's MLA)")
+    return dataclasses.replace(model, mla=dataclasses.replace(model.mla, absorbed=FORMS[form]))
+
+
+def explanation_key(operator) -> str | None:
+    """Its keys and values, expanded from its latent cache: filed apart from attention's."""
+    name, inputs = operator.hook.name, operator.inputs
+    return f"{name}(latent)" if name in ("hook_k", "hook_v") and inputs and inputs[0].name.endswith(".cache_latent") else None
+
+
+class RopeKeyUnrotated:
+    def cached_rope_key(self, xp, rotated, unrotated):
+        return unrotated
+
+    def unseen(self, scenario):
+        return _no_layer(scenario.model)
+
+
+class AbsorbedUkUntransposed:
+    def absorbed_uk(self, xp, w_uk):
+        # W_UK_h's (kv_lora_rank, d_nope) buffer read as the (d_nope, kv_lora_rank) the product needs: no transpose
+        return xp.reshape(w_uk, (w_uk.shape[1], w_uk.shape[0]))
+
+    def unseen(self, scenario):
+        mla = scenario.model.mla
+        if mla is not None and not mla.absorbed:
+            return "the model's latent attention runs the naive form (--mla absorbed runs the absorbed one)"
+        return _no_layer(scenario.model)
+
+
+def _no_layer(model) -> str | None:
+    return None if model.mla is not None else "the model has no latent attention (DeepSeek's MLA)"
+
+
+BUGS = (RopeKeyUnrotated, AbsorbedUkUntransposed)
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,9 +23,10 @@ chosen ids are read back from the top-k operator, so a route may be forced there
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from engine import ops
 from engine.backend import to_host
 from engine.hooks import HookSite
 from engine.operators import Op, OpStream, op
-from engine.spec import LayerSpec, ModelSpec
+from engine.spec import KindOptions, LayerSpec, ModelSpec
 from engine.trace import OpKind
 
 Array = Any
@@ -53,6 +54,32 @@ SELECTION = ("hook_selection_scores", "hook_group_scores")  # DeepSeek-V3: what 
 ROUTING = ("hook_router_logits", SCORES, *SELECTION, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
 SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
+
+
+@dataclass(frozen=True)
+class MoeSpec(KindOptions):
+    """Its model-wide options (ModelSpec.moe): a router scores `n_experts` gated MLPs for each token and the `top_k`
+    best run, their outputs summed with the chosen scores as weights."""
+
+    ROLE: ClassVar[str] = "ffn"
+    KIND: ClassVar[str] = NAME
+
+    n_experts: int
+    top_k: int
+    d_expert: int  # each expert's hidden width (Qwen3-MoE: moe_intermediate_size)
+    norm_topk: bool = False  # the chosen scores divided by their sum (norm_topk_prob)
+    layers: tuple[int, ...] | None = None  # the sparse layers (the others stay dense); None: every layer
+    d_shared: int = 0  # Qwen2-MoE: a shared expert of this width runs on every token, times sigmoid(x·w_gate)
+    bias: bool = False  # gpt-oss: the router and every expert's projections add a bias
+    clamp: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU (alpha, limit) in place of SwiGLU
+    shared_gate: bool = True  # the shared expert under its sigmoid gate (Qwen2-MoE); False: added whole (DeepSeek)
+    sigmoid: bool = False  # DeepSeek-V3: scores are sigmoid(logits) (else a softmax), chosen by score + mlp.score_bias
+    groups: int = 1  # DeepSeek-V3's n_group: the experts in this many equal groups ...
+    topk_groups: int = 1  # ... of which each token chooses among the topk_group best (a group: its top-2 sum)
+    routed_scale: float = 1.0  # the chosen weights times this (routed_scaling_factor)
+
+    def covers(self, layer: int) -> bool:
+        return self.layers is None or layer in self.layers
 
 
 class RouteError(ValueError):
@@ -115,10 +142,15 @@ def _selection(moe) -> list[str]:
 
 @dataclass(frozen=True)
 class Route:
-    """One pass's choice at one layer, as its top-k operator holds it (host arrays)."""
+    """One pass's choice at one layer, as its top-k operator holds it (host arrays), and the hooks of its module
+    that a comparison reads (engine.compare.routes): the scores it chose by, the router's logits (a dump
+    without the choice or scores: its choice is their k best) and the chosen experts' weights."""
 
     chosen: np.ndarray  # (T, k): each token's experts, best first
     scores: np.ndarray  # (T, n_experts): what top-k read
+    SCORES: ClassVar[str] = SCORES
+    LOGITS: ClassVar[str] = "hook_router_logits"
+    WEIGHTS: ClassVar[str] = "hook_topk_weights"
 
     @cached_property
     def margins(self) -> np.ndarray:
@@ -138,8 +170,80 @@ def route(operator) -> Route | None:
     return Route(to_host(operator.values).astype(np.int64), to_host(operator.inputs[0].values))
 
 
+def explanation_key(operator) -> str | None:
+    """An expert's (or the shared expert's) output, and the experts' weighted sum: filed apart from a dense FFN's."""
+    hook = operator.hook
+    if hook.name == "hook_out" and hook.module.startswith((f"{MODULE}.experts.", SHARED)):
+        return "hook_out(expert)"
+    return "hook_mlp_out(experts)" if hook.name == "hook_mlp_out" and operator.kind == OpKind.MIX else None
+
+
+ROUTE_HOOKS = ((MODULE, TOPK), (MODULE, SCORES))  # what a run's routing is kept as, to compare another run with
+
+
+def _routed_to(expert: int):
+    return lambda state: (chosen := route(state.op)) is not None and bool((chosen.chosen == expert).any())
+
+
+def _near_tie(margin: float):
+    return lambda state: (chosen := route(state.op)) is not None and bool((chosen.margins < margin).any())
+
+
+# its breakpoint conditions (engine.breakpoints): a regex, its form as a message names it, how its value is read
+# ("index": a whole number ≥ 0, "number") with the code of the message refusing another, the condition it makes
+BREAKPOINTS = ((r"expert=(.*)", "expert=E", ("index", "breakpoint.expert"), _routed_to),
+               (r"route_margin<(.+)", "route_margin<N", ("number", "breakpoint.number"), _near_tie))
+
+
+def _ablated(match) -> tuple[str, float, tuple[int, int]]:
+    expert = int(match["expert"])  # the score top-k reads, −∞: never chosen, the next best takes its place
+    return f"blocks.{match['layer']}.{MODULE}.{SCORES}", -math.inf, (expert, expert + 1)
+
+
+# its ablation (engine.interventions): a regex of the words before ` @…`, its form, what it sets (hook, value, columns)
+ABLATIONS = ((rf"blocks\.(?P<layer>\d+)\.{MODULE}\s+expert\s+(?P<expert>\d+)", f"blocks.L.{MODULE} expert E", _ablated),)
+
+
+def intervention_refusal(hook, action: str, values: tuple, model) -> tuple[str, dict] | None:
+    """Why an intervention on `hook` (an engine.hooks.Hook of its module) cannot apply to `model`, as the code and
+    facts of the refusal (None: it can): its routing hooks exist on its sparse layers only, and a forced route
+    (`action` "set") names experts."""
+    if hook.name not in ROUTING:
+        return None
+    sparse = [i for i, block in enumerate(model.blocks) if block.ffn == NAME]
+    if hook.layer not in sparse:
+        return ("intervention.no_experts", {"layer": hook.layer, "sparse": ", ".join(map(str, sparse))}) if sparse \
+            else ("intervention.no_sparse", {"layer": hook.layer})
+    n = model.moe.n_experts
+    if hook.name == TOPK and action != "patch" and (action != "set" or not all(v == int(v) and 0 <= v < n for v in values)):
+        return "intervention.route", {"last": n - 1}
+    return None
+
+
+def routed_expert(hook) -> int | None:
+    """The expert whose hooks `hook` (an engine.hooks.Hook) is one of (None for another)."""
+    prefix = f"{MODULE}.experts."
+    number = hook.module[len(prefix):] if hook.module.startswith(prefix) else ""
+    return int(number) if number.isdigit() else None
+
+
+# the words of its causes (engine.causes: a code and facts), per language; the English is the CLI's
+CAUSES = {"en": {"breakpoint.expert": "breakpoint {text!r}: {value!r} is not an expert's number",
+                 "intervention.no_experts": "{text!r}: layer {layer}'s FFN has no experts (the sparse layers are "
+                                            "{sparse})",
+                 "intervention.no_sparse": "{text!r}: layer {layer}'s FFN has no experts (the model has none)",
+                 "intervention.route": "{text!r}: a route is set to expert numbers 0–{last}"},
+          "zh": {"breakpoint.expert": "断点 {text!r}：{value!r} 不是专家编号",
+                 "intervention.no_experts": "{text!r}：第 {layer} 层的前馈网络没有专家（稀疏层为 {sparse}）",
+                 "intervention.no_sparse": "{text!r}：第 {layer} 层的前馈网络没有专家（模型没有稀疏层）",
+                 "intervention.route": "{text!r}：路由只能设为专家编号 0–{last}"}}
+
+
 class FaultPoints:
     """It has none: nothing it computes is kept, so no cache bug can reach it."""
+
+
+BUGS: tuple[type, ...] = ()
 
 
 class MoeFfn:

@@ -20,6 +20,10 @@ class SharedFacts:
     """What a cache view shows of a KV-shared layer: the layer whose cache it reads."""
 
     source: int
+    layout: ClassVar[str] = "shared"  # engine.state: how views word facts
+
+    def words(self) -> tuple[str, dict]:
+        return "cache.shared", {"source": self.source}
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,3 +88,21 @@ class Nothing:
 
     def restore(self, earlier) -> SharedKV:
         return self.state
+
+
+class SharedKvOwnCache:
+    """A KV-shared layer attending over its own cache in a cached round: nothing was written there but the
+    chunk's rows, so it reads the new tokens' keys only (a bug of attention's `shared_read` point)."""
+
+    def shared_read(self, read, n_new):
+        if read.cache.seen == n_new:  # a prefill (or a full recompute): the source read only the chunk too
+            return read
+        index = tuple(read.index)[-n_new:]
+        return dataclasses.replace(read, k=read.k[-n_new:, ...], v=read.v[-n_new:, ...], index=index)
+
+    def unseen(self, scenario):
+        shared = any(block.kv_source is not None for block in scenario.model.blocks)
+        return None if shared else "the model has no KV-shared layer (num_kv_shared_layers)"
+
+
+BUGS = (SharedKvOwnCache,)

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from engine.hooks import HookSite
-from engine.layers.attention import StaleCacheError
+from engine.layers import causal_conv
 from engine.layers.causal_conv import ConvFaultPoints, ConvWindow, convolve
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import LayerSpec, ModelSpec
+from engine.state import StaleCacheError
 from engine.trace import OpKind
 
 Array = Any
@@ -33,6 +34,10 @@ HOOKS = ("hook_in", *PARTS, "hook_bx", "hook_conv", "hook_y")
 
 class FaultPoints(ConvFaultPoints):
     """Where an injected bug may change it: how the conv window moves (engine.layers.causal_conv)."""
+
+
+BUGS = causal_conv.BUGS
+DUMP_LAYOUTS = causal_conv.DUMP_LAYOUTS
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:

@@ -16,7 +16,9 @@ import numpy as np
 from engine.layers import mla
 from engine.loading.hf import half_split_rope, rope_columns
 from engine.loading.yarn import mscale, yarn_divisors
-from engine.spec import FfnKind, MlaSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.layers.mla import MlaSpec
+from engine.layers.moe_ffn import MoeSpec
+from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 ARCH = "deepseek2"
 SIGMOID = 2  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID

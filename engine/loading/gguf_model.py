@@ -33,7 +33,9 @@ from engine.loading.gguf_blocks import Block, block_of, dequantize_into
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
 from engine.loading.yarn import mscale, yarn_divisors
-from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.layers.gated_deltanet import DeltaNetSpec
+from engine.layers.moe_ffn import MoeSpec
+from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 GEMMA = ("gemma2", "gemma3")
 QWEN35, QWEN35_MOE = "qwen35", "qwen35moe"  # Qwen3.5's layers; the second's FFNs sparse, with a shared expert

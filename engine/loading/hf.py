@@ -26,7 +26,10 @@ from engine.loading import hf_gemma4, hf_mxfp4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.loading.yarn import mscale, yarn_divisors
-from engine.spec import DeltaNetSpec, FfnKind, LayerSpec, MlaSpec, ModelSpec, MoeSpec, NormKind, NormPlacement, NormSpec, Positions
+from engine.layers.gated_deltanet import DeltaNetSpec
+from engine.layers.mla import MlaSpec
+from engine.layers.moe_ffn import MoeSpec
+from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 MOE = ("qwen2_moe", "qwen3_moe")
 GPT_OSS = "gpt_oss"  # sparse too: its router and experts with biases, a clamped SwiGLU, attention sinks, YaRN

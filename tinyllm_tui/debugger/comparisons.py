@@ -25,6 +25,7 @@ from engine.compare.routes import RouteFlip, flip_between
 from engine.layout import Passes
 from engine.compare.expect import Outcome
 from engine.interventions import InterventionError
+from engine.layers import routes
 from engine.session import StaleFrom
 from engine.trace import OpState
 from tinyllm_tui.debugger.results import DiffReport
@@ -100,7 +101,7 @@ class Comparisons:
         routes otherwise than the float64 run over the exact cache (None: no experts, or nothing to compare)."""
         now = self._now()
         scenario, lossy = now.scenario, now.scenario.cache.quantize is not Quantize.NONE
-        if scenario.model.moe is None or not (lossy or self.backend.dtype_name != "float64"):
+        if not routes(scenario.model) or not (lossy or self.backend.dtype_name != "float64"):
             return None
         other = " over the ".join(([f"{self.backend.dtype_name} run"] if self.backend.dtype_name != "float64" else [])
                                   + ([f"{scenario.cache.quantize} cache"] if lossy else []))

@@ -19,11 +19,10 @@ import numpy as np
 
 from engine import OpState, to_host
 from engine.breakpoints import short_name
-from engine.caches import PagedFacts, QuantizedFacts, RingFacts
-from engine.layers.shared_kv import SharedFacts
+from engine.caches import PagedFacts, RingFacts
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
-from engine.layers import explanation
+from engine.layers import explanation, explanation_key
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.presentation.cache_layout import RowWords, row_label
@@ -134,7 +133,7 @@ class CacheFrame:
     stale: bool  # computed with other weights than the current ones
     differing: frozenset[int]  # positions whose row in some view differs from a --against dump
     views: tuple[MatrixFrame, ...]  # the state's views (engine.state.StateView), one head's columns: K and V
-    layout: RingFacts | PagedFacts | QuantizedFacts | SharedFacts | None = None  # what it holds beside its rows
+    layout: object = None  # what it holds beside its rows: its state's facts (engine.state), None for nothing
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
 
 
@@ -330,7 +329,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     if not views:  # a state of no rows of its own (a KV-shared layer): its facts say where it reads
         return CacheFrame(layer, len(state.caches), 0, 1, cache.length, 0, cache.fingerprint != fingerprint,
                           differing, (), cache.facts)
-    heads = max(_heads(view) for view in views)  # a latent cache's latent is one "head", its K/V expand to many
+    heads = max(_heads(view) for view in views)  # views may differ in heads: the most of them
     head = min(head, heads - 1)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
     # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
@@ -343,7 +342,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
 
     def matrix(view) -> MatrixFrame:
         values, at = to_host(view.values)[:, _part(view, head)], min(head, _heads(view) - 1)
-        if not view.positional:  # a recurrent state's matrix: its rows are key features, not tokens
+        if not view.positional:  # its rows are features (a recurrent state's key features), not tokens
             return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"k{i}"),
                                 Labels(values.shape[1], lambda j: f"d{j}"), head=at)
         return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=at,
@@ -428,15 +427,14 @@ def operands(state: OpState) -> tuple[OperandCorner, ...]:
     return tuple(corner(operand) for operand in state.inputs)
 
 
-BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out",  # a norm's output, not the logits
-           ("hook_attn_scores", OpKind.SOFTCAP): "hook_attn_scores(softcap)",  # Gemma 2's capped scores
-           ("hook_mlp_out", OpKind.MIX): "hook_mlp_out(experts)"}  # a mixture of experts' weighted sum
+BY_KIND = {("hook_out", OpKind.NORM): "norm.hook_out"}  # a norm's output, not the logits
 
 
 def hook_key(state: OpState) -> str:
     """What the explanation of the operator is filed under: the hook name's last part, told apart where
-    one hook does different things (given vectors or a scaled table, a norm's output, capped scores), or
-    `module.hook` where a kind files it so (two kinds with a hook of the same name: conv.hook_conv)."""
+    one hook does different things (given vectors or a scaled table, a norm's output; a layer kind's own, its
+    `explanation_key`: capped scores, an expert's output), or `module.hook` where a kind files it so (two kinds
+    with a hook of the same name: conv.hook_conv)."""
     hook = state.op.hook.name
     qualified = f"{state.op.hook.module}.{hook}"
     if explanation(qualified) is not None:
@@ -445,10 +443,8 @@ def hook_key(state: OpState) -> str:
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale
         hook = "hook_embed(scaled)"
-    elif hook == "hook_out" and state.op.hook.module.startswith(("mlp.experts.", "mlp.shared")):  # an expert's output
-        hook = "hook_out(expert)"
-    elif hook in ("hook_k", "hook_v") and state.op.inputs and state.op.inputs[0].name.endswith(".cache_latent"):
-        hook = f"{hook}(latent)"  # latent attention's keys and values, expanded from its cache
+    elif (key := explanation_key(state.op)) is not None:
+        hook = key
     return BY_KIND.get((hook, state.kind), hook)
 
 

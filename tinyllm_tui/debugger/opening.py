@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import Scenario, Session, make_backend
+from engine import layers
 from engine.breakpoints import parse_breakpoint
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
@@ -51,7 +52,7 @@ class ModelOptions:
     patches: list[str] | None = None
     ablations: list[str] | None = None
     breakpoints: list[str] | None = None
-    mla: str | None = None
+    mla: str | None = None  # a layer kind's form (engine.layers.forms): its option is declared here and in the CLI
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,9 @@ def check_options(options: ModelOptions):
     Raises OptionError (or BreakpointError, BackendError) for one that cannot be used."""
     if options.inject is not None and options.inject not in INJECTIONS:
         raise OptionError("--inject", f"unknown bug {options.inject!r} (expected one of {', '.join(INJECTIONS)})")
-    if options.mla is not None and options.mla not in MLA_FORMS:
-        raise OptionError("--mla", f"unknown form {options.mla!r} (expected naive or absorbed)")
+    for name, form in _forms(options).items():
+        if form not in layers.forms()[name]:
+            raise OptionError(f"--{name}", f"unknown form {form!r} (expected {' or '.join(layers.forms()[name])})")
     for text in options.breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before anything loads
     _max_memory(options.max_memory)
@@ -109,23 +111,26 @@ def load(file: str | Path, options: ModelOptions, report: Report | None = None) 
                               max_new_tokens=options.max_new_tokens, dtype=options.dtype,
                               max_memory=_max_memory(options.max_memory))
     scenario = dataclasses.replace(scenario, batch=True) if options.batch else scenario
-    scenario = with_mla_form(scenario, options.mla)
+    scenario = with_forms(scenario, _forms(options))
     scenario = with_interventions(scenario, options.patches, options.ablations)
     _refuse_unknown_operators(scenario, make_backend(options.backend, options.dtype))
     return scenario
 
 
-MLA_FORMS = {"naive": False, "absorbed": True}
+def _forms(options: ModelOptions) -> dict[str, str]:
+    """The forms the options pick, by layer kind: a kind with forms (engine.layers.forms) has an option named after
+    it (`--mla`), a field of ModelOptions."""
+    return {name: form for name in layers.forms() if (form := getattr(options, name, None)) is not None}
 
 
-def with_mla_form(scenario: Scenario, form: str | None) -> Scenario:
-    """The scenario with its latent attention in `form` (--mla): naive or absorbed; None leaves it."""
-    if form is None:
-        return scenario
-    mla = scenario.model.mla
-    if mla is None:
-        raise OptionError("--mla", "the model has no latent attention (DeepSeek's MLA)")
-    model = dataclasses.replace(scenario.model, mla=dataclasses.replace(mla, absorbed=MLA_FORMS[form]))
+def with_forms(scenario: Scenario, forms: dict[str, str]) -> Scenario:
+    """The scenario with the layers of each kind in `forms` in its form (`--mla absorbed`)."""
+    model = scenario.model
+    for name, form in forms.items():
+        try:
+            model = layers.in_form(model, name, form)
+        except ValueError as error:
+            raise OptionError(f"--{name}", str(error)) from None
     return dataclasses.replace(scenario, model=model)
 
 

@@ -14,7 +14,7 @@ from engine.analysis import AnalysisError, Attribution, LensRow, Pass, attributi
 from engine.backend import to_host
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
-from engine.layers.moe_ffn import route
+from engine.layers import route
 from engine.model import Transformer
 from engine.trace import OpState
 from tinyllm_tui.debugger.results import Reason, Refused
@@ -75,10 +75,10 @@ def round_routing(states: Iterable[OpState], chunk: int = 0) -> list[Routing]:
     for state in states:
         if state.chunk != chunk:
             continue
-        if state.op.hook.name == "hook_topk_weights":
-            weights[state.layer] = to_host(state.values)
-        elif (chosen := route(state.op)) is not None:
+        if (chosen := route(state.op)) is not None:
             found.append((state, chosen))
+        elif found and state.op.hook.name == found[-1][1].WEIGHTS:  # the chosen experts' weights, after top-k
+            weights[state.layer] = to_host(state.values)
     return [Routing(state.layer, state.positions, state.output.rows, chosen.chosen, weights[state.layer],
                     chosen.margins, chosen.scores.shape[1]) for state, chosen in found if state.layer in weights]
 

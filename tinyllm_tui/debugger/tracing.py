@@ -23,7 +23,7 @@ from engine.compare.dump import save_dump
 from engine.layout import Passes
 from engine.export import ActivationDump, record, requests_record, trace_document
 from engine.interventions import routed_expert
-from engine.layers.moe_ffn import route
+from engine.layers import route
 from engine.trace import OpKind, OpState
 from tinyllm_tui.debugger.readings import pass_lens
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.caches import LayerCache, PagedCache, PagedFacts, QuantizedFacts, RingCache, RingFacts
-from engine.layers.gated_deltanet import RecurrentFacts
-from engine.layers.causal_conv import ConvFacts
-from engine.layers.shared_kv import SharedFacts
+from engine.caches import LayerCache, PagedCache, RingCache
 from engine.loading.budget import format_size
+from engine.state import Size
 from engine.trace import TokenState
 
-__all__ = ["RowWords", "layout_kind", "row_label", "spans"]
+__all__ = ["RowWords", "counts_fed", "layout_kind", "layout_words", "row_label", "spans"]
 
 
 @dataclass(frozen=True)
@@ -60,9 +58,21 @@ def spans(positions: Sequence[int]) -> str:
 
 
 def layout_kind(facts) -> str | None:
-    """Which serving layout a cache frame's `layout` facts describe: "ring", "paged", "quantized", or a state that
-    is not a K/V cache: "conv" (a causal conv's window), "recurrent" (a Gated DeltaNet's), "shared" (a KV-shared
-    layer's: another layer's cache); None: a contiguous K/V cache."""
-    kinds = {RingFacts: "ring", PagedFacts: "paged", QuantizedFacts: "quantized", ConvFacts: "conv",
-             RecurrentFacts: "recurrent", SharedFacts: "shared"}
-    return kinds.get(type(facts))
+    """The word a cache frame's `layout` facts are filed under (their `layout`, engine.state): a serving layout
+    ("ring", "paged", "quantized") or a layer kind's state that is not a K/V cache ("conv", "recurrent",
+    "shared"); None: a contiguous K/V cache."""
+    return getattr(facts, "layout", None)
+
+
+def counts_fed(facts) -> bool:
+    """Whether the state counts the tokens fed through it, holding no rows of them (a recurrent state)."""
+    return bool(getattr(facts, "fed", False))
+
+
+def layout_words(facts) -> tuple[str, dict] | None:
+    """The catalogue key and facts of the line a layer kind's state is worded with beside its rows (its facts'
+    `words()`), byte counts as sizes; None where its facts have none."""
+    if not hasattr(facts, "words"):
+        return None
+    key, found = facts.words()
+    return key, {name: format_size(value) if isinstance(value, Size) else value for name, value in found.items()}

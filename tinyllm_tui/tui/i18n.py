@@ -465,8 +465,12 @@ def tr(key: str, lang: str, /, *args, **facts) -> str:
 
 
 def cause_words(cause, lang: str) -> str:
-    """An engine cause (engine.causes.Cause: a code and its facts) in words; a fact that is a cause is worded too."""
-    return tr(f"cause.{cause.code}", lang, **{name: words(value, lang) for name, value in cause.facts.items()})
+    """An engine cause (engine.causes.Cause: a code and its facts) in words, the catalogue's or, for a layer kind's
+    code, the words its kind gave it (English where it has none in `lang`); a fact that is a cause is worded too."""
+    facts = {name: words(value, lang) for name, value in cause.facts.items()}
+    if cause.words:
+        return (cause.words.get(lang) or cause.words["en"]).format(**facts)
+    return tr(f"cause.{cause.code}", lang, **facts)
 
 
 def words(fact, lang: str):

@@ -2,17 +2,17 @@
 an edit, an intervention or a reading is refused. The English is the CLI's, word for word.
 
 A part of the catalogue (tinyllm_tui.tui.i18n merges it under `cause.CODE`), kept apart so that each
-engine code has its line in both languages side by side with the others.
+engine code has its line in both languages side by side with the others. A layer kind's own codes are worded in
+its module (engine.layers.*: CAUSES), not here.
 """
 
 from __future__ import annotations
 
 EN = {
     "breakpoint.empty": "breakpoint {text!r}: empty condition",
-    "breakpoint.expert": "breakpoint {text!r}: {value!r} is not an expert's number",
     "breakpoint.field": "breakpoint {text!r}: unknown field {field!r} (expected {fields})",
     "breakpoint.part": "breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({kinds}), a field=value, "
-                       "nan, inf, abs>N, expert=E or route_margin<N",
+                       "{others} or {last}",
     "breakpoint.number": "breakpoint {text!r}: {value!r} is not a number",
     "edit.number": "expected a number, got {text!r}",
     "edit.finite": "expected a finite number, got {text!r}",
@@ -23,7 +23,7 @@ EN = {
     "edit.square": "{fill} needs a square matrix; {name} is {shape}",
     "edit.record": "not an edit of this model: {record}",
     "intervention.syntax": "{text!r}: expected HOOK[ROWS,COLS]=VALUE, e.g. 'blocks.0.hook_resid_post[2,:]=0'",
-    "intervention.ablation": "{text!r}: expected 'blocks.L.attn head H' or 'blocks.L.mlp expert E'",
+    "intervention.ablation": "{text!r}: expected {forms} or {last}",
     "intervention.empty_span": "{text!r}: the {what}s {span} are empty",
     "intervention.index": "{text!r}: expected {what} as a whole number ≥ 0 or ':', got {value!r}",
     "intervention.number": "{text!r}: expected a number, [numbers] or from:REQUEST, got {value!r}",
@@ -34,9 +34,6 @@ EN = {
     "intervention.not_per_head": "{text!r}: {hook} is not a per-head hook ({hooks} are)",
     "intervention.heads": "{text!r}: the model has heads 0–{last}",
     "intervention.requests": "{text!r}: {name} {index}: the scenario has requests 0–{last}",
-    "intervention.no_experts": "{text!r}: layer {layer}'s FFN has no experts (the sparse layers are {sparse})",
-    "intervention.no_sparse": "{text!r}: layer {layer}'s FFN has no experts (the model has none)",
-    "intervention.route": "{text!r}: a route is set to expert numbers 0–{last}",
     "intervention.no_operator": "{text!r}: no operator {hook} runs in this model",
     "intervention.no_operator.near": "{text!r}: no operator {hook} runs in this model (the model has {near}, …)",
     "intervention.row_width": "{text!r}: {count} numbers for {columns} columns",
@@ -65,10 +62,9 @@ EN = {
 
 ZH = {
     "breakpoint.empty": "断点 {text!r}：条件为空",
-    "breakpoint.expert": "断点 {text!r}：{value!r} 不是专家编号",
     "breakpoint.field": "断点 {text!r}：未知字段 {field!r}（应为 {fields} 之一）",
-    "breakpoint.part": "断点 {text!r}：{part!r} 既不是算子名通配符、算子类型（{kinds}），也不是 字段=值、nan、inf、"
-                       "abs>N、expert=E 或 route_margin<N",
+    "breakpoint.part": "断点 {text!r}：{part!r} 既不是算子名通配符、算子类型（{kinds}），也不是 字段=值、{others} 或 "
+                       "{last}",
     "breakpoint.number": "断点 {text!r}：{value!r} 不是数",
     "edit.number": "应为一个数，得到的是 {text!r}",
     "edit.finite": "应为一个有限的数，得到的是 {text!r}",
@@ -79,7 +75,7 @@ ZH = {
     "edit.square": "{fill} 需要方阵；{name} 的形状是 {shape}",
     "edit.record": "不是对此模型的修改：{record}",
     "intervention.syntax": "{text!r}：应写成 钩子[行,列]=值，例如 'blocks.0.hook_resid_post[2,:]=0'",
-    "intervention.ablation": "{text!r}：应写成 'blocks.L.attn head H' 或 'blocks.L.mlp expert E'",
+    "intervention.ablation": "{text!r}：应写成 {forms} 或 {last}",
     "intervention.empty_span": "{text!r}：{what} {span} 是空的",
     "intervention.index": "{text!r}：{what} 应为 ≥ 0 的整数或 ':'，得到的是 {value!r}",
     "intervention.number": "{text!r}：应为一个数、[若干数] 或 from:请求，得到的是 {value!r}",
@@ -90,9 +86,6 @@ ZH = {
     "intervention.not_per_head": "{text!r}：{hook} 不是按头的钩子（按头的有 {hooks}）",
     "intervention.heads": "{text!r}：模型的头为 0–{last}",
     "intervention.requests": "{text!r}：{name} {index}：场景的请求为 0–{last}",
-    "intervention.no_experts": "{text!r}：第 {layer} 层的前馈网络没有专家（稀疏层为 {sparse}）",
-    "intervention.no_sparse": "{text!r}：第 {layer} 层的前馈网络没有专家（模型没有稀疏层）",
-    "intervention.route": "{text!r}：路由只能设为专家编号 0–{last}",
     "intervention.no_operator": "{text!r}：此模型中没有运行算子 {hook}",
     "intervention.no_operator.near": "{text!r}：此模型中没有运行算子 {hook}（模型中有 {near} 等）",
     "intervention.row_width": "{text!r}：{count} 个数，但有 {columns} 列",

@@ -14,9 +14,9 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 
 from tinyllm_tui.debugger.frame import CacheFrame
-from tinyllm_tui.presentation.cache_layout import layout_kind, spans
+from tinyllm_tui.presentation.cache_layout import counts_fed, layout_kind, layout_words, spans
 from tinyllm_tui.presentation.summaries import size_text
-from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.i18n import EN, tr
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.wrapped import Wrapped
 
@@ -57,8 +57,7 @@ class CacheView(Vertical):
         where = Text(tr(heading, lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
                         last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
-        fed = layout_kind(cache.layout) == "recurrent"  # a recurrent state counts the tokens fed, it holds no rows of them
-        rows = tr("cache.fed" if fed else "cache.rows", lang, rows=cache.length, new=cache.appended)
+        rows = tr("cache.fed" if counts_fed(cache.layout) else "cache.rows", lang, rows=cache.length, new=cache.appended)
         layout = layout_line(cache, lang)
         rows = f"{layout} · {rows}" if layout else rows  # the layout first: a ring's write slot must show
         if cache.stale:  # the warning first: it must survive a narrow panel
@@ -84,8 +83,7 @@ class CacheView(Vertical):
                 window.show(cache.views[index], cache.views[index].name)  # the layer and head are in the title above
 
 
-HEADINGS = {"conv": "cache.where.conv",  # a conv window has no heads
-            "recurrent": "cache.where.recurrent"}  # a recurrent state's heads are its value heads, not K/V
+HEADINGS = {key.removeprefix("cache.where."): key for key in EN if key.startswith("cache.where.")}  # by layout
 
 def layout_line(cache: CacheFrame, lang: str) -> str:
     """What the layout holds beside its rows ("" for a contiguous cache)."""
@@ -97,18 +95,11 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
     if kind == "paged":
         table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
         return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
-    if kind == "recurrent":
-        fresh = facts.last < 0  # no token has changed it yet
-        return tr("cache.recurrent.fresh" if fresh else "cache.recurrent", lang, last=facts.last,
-                  rows=facts.kernel - 1, kernel=facts.kernel, stored=size_text(facts.nbytes))
-    if kind == "conv":
-        return tr("cache.conv", lang, rows=facts.kernel - 1, kernel=facts.kernel, size=size_text(facts.nbytes))
     if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
                   stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))
-    if kind == "shared":
-        return tr("cache.shared", lang, source=facts.source)
-    return ""
+    words = layout_words(facts)  # a layer kind's state: its facts say how it is worded
+    return "" if words is None else tr(words[0], lang, **words[1])
 
 
 def _same(old: CacheFrame, new: CacheFrame) -> bool:

@@ -58,12 +58,10 @@ def diff_cell(d: OpDiff, lang: str = "en") -> str:
     return f"{d.max_abs:.3e}" if d.mismatch is None else tr("diff.shape", lang)
 
 
-def expect_summary(outcomes: list[Outcome]) -> str:
-    """"45/45 tables agree fully; 332/332 printed cells agree"."""
-    passed = sum(o.passed for o in outcomes)
-    cells = sum(len(o.cells) for o in outcomes)
-    agreeing = sum(o.agreeing for o in outcomes)
-    return f"{passed}/{len(outcomes)} tables agree fully; {agreeing}/{cells} printed cells agree"
+def expect_summary(outcomes: list[Outcome], lang: str = "en") -> str:
+    """"45/45 tables agree fully; 332/332 printed cells agree", in `lang` (the CLI's: English)."""
+    return tr("expect.summary", lang, passed=sum(o.passed for o in outcomes), tables=len(outcomes),
+              agreeing=sum(o.agreeing for o in outcomes), cells=sum(len(o.cells) for o in outcomes))
 
 
 def request_results(results: list[RequestResult], vocab: Vocab) -> str:

@@ -12,7 +12,7 @@ from textual.widgets import Static
 
 from tinyllm_tui.debugger.frame import Frame, OperandCorner
 from tinyllm_tui.presentation.numbers import format_number
-from tinyllm_tui.presentation.summaries import shape_text
+from tinyllm_tui.presentation.summaries import expect_summary, shape_text
 from tinyllm_tui.tui.explanations import explain
 from tinyllm_tui.tui.i18n import cause_words, tr
 from tinyllm_tui.tui.widgets.textlines import TextLines
@@ -88,6 +88,4 @@ class ExpectPanel(VerticalScroll):
             problem = None if outcome.problem is None else cause_words(outcome.problem, lang)
             table.add_row(Text(mark, style=style), cause_words(outcome.expectation.title, lang),
                           f"{outcome.agreeing}/{len(outcome.cells)}", problem or outcome.expectation.note)
-        summary = tr("expect.summary", lang, passed=sum(o.passed for o in outcomes), tables=len(outcomes),
-                     agreeing=sum(o.agreeing for o in outcomes), cells=sum(len(o.cells) for o in outcomes))
-        static.update(Group(Text(summary, style="bold"), table))
+        static.update(Group(Text(expect_summary(outcomes, lang), style="bold"), table))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from engine.backend import to_host
+from engine.causes import CausedError
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
 from engine.model import Transformer
@@ -27,8 +28,8 @@ _WANTED = {"ln_final.hook_scale", "unembed.hook_out", "sample.hook_probs", "samp
 Key = tuple[str, int | None]  # (hook name, head)
 
 
-class AnalysisError(ValueError):
-    """The model cannot be read this way (an encoder, a post-norm model, …)."""
+class AnalysisError(CausedError):
+    """The model cannot be read this way (an encoder, a post-norm model, …); its cause says which."""
 
 
 @dataclass
@@ -130,9 +131,9 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 def _check_decoder(model: Transformer) -> None:
     spec = model.spec
     if not spec.lm_head:
-        raise AnalysisError("the model is an encoder: it has no unembedding to read the residual stream through")
+        raise AnalysisError("analysis.encoder")
     if spec.norm.kind != NormKind.NONE and spec.norm.placement == NormPlacement.POST:
-        raise AnalysisError("the model normalizes after each sum (post-norm): its residual stream is not a sum of terms")
+        raise AnalysisError("analysis.post_norm")
 
 
 # -- direct logit attribution ----------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attr
     _check_decoder(model)
     spec = model.spec
     if spec.post_norms:
-        raise AnalysisError("the model normalizes each block's output before the sum: heads do not add to the residual")
+        raise AnalysisError("analysis.block_norm")
     if token is None:
         token = int(run.get("sample.hook_choice")[0, 0])
     row = -1

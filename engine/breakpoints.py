@@ -37,12 +37,6 @@ MASKED_KINDS = ("scores", "filter")  # −∞ there is a mask, not an overflow
 class BreakpointError(CausedError):
     """A breakpoint text that cannot be understood."""
 
-    TEXTS = {"breakpoint.empty": "breakpoint {text!r}: empty condition",
-             "breakpoint.field": "breakpoint {text!r}: unknown field {field!r} (expected {fields})",
-             "breakpoint.part": "breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({kinds}), "
-                                "{others}",
-             "breakpoint.number": "breakpoint {text!r}: {value!r} is not a number"} | layers.texts("breakpoint.")
-
 
 Condition = Callable[[OpState], bool]
 
@@ -101,9 +95,9 @@ def _condition(part: str, text: str) -> Condition:
         return lambda s: s.kind == part
     if _is_name(part):
         return lambda s: name_matches(s, part)
-    forms = ["a field=value", "nan", "inf", "abs>N", *(form for _, form, _, _ in layers.breakpoint_conditions())]
-    raise BreakpointError("breakpoint.part", text=text, part=part, kinds=", ".join(KINDS),
-                          others=f"{', '.join(forms[:-1])} or {forms[-1]}")
+    forms = ["nan", "inf", "abs>N", *(form for _, form, _, _ in layers.breakpoint_conditions())]
+    raise BreakpointError("breakpoint.part", text=text, part=part, kinds=", ".join(KINDS), others=", ".join(forms[:-1]),
+                          last=forms[-1])
 
 
 def _number(text: str, breakpoint: str) -> float:

@@ -1,35 +1,65 @@
-"""Why an input is refused, as data: a code and its facts, which a view words from its own catalogue (the
-TUI's tinyllm_tui/tui/i18n.py, en and zh: the engine words nothing the TUI shows).
+"""Why an input is refused, as data: a code and its facts, which a front end words from its catalogue
+(tinyllm_tui/tui/i18n.py, en and zh; the CLI prints its English). The stack's numerics word nothing.
 
-An error that carries one (`CausedError`) still reads as the English sentence the CLI prints: each error
-class's TEXTS give that sentence per code, formatted with the facts.
+`CODES` lists the stack's own codes, whose words the catalogue holds; a layer kind words its own codes in its
+module (its CAUSES, en and zh: `breakpoint.expert` is the sparse FFN's), and a Cause of one carries them. A code
+neither lists is a bug (KeyError), and the catalogue's tests check that each has its words in every language.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+
+from engine import layers
+
+CODES = frozenset({
+    # breakpoints (engine/breakpoints.py)
+    "breakpoint.empty", "breakpoint.field", "breakpoint.part", "breakpoint.number",
+    # weight edits (engine/loading/edits.py)
+    "edit.number", "edit.finite", "edit.syntax", "edit.in_set", "edit.unknown", "edit.index", "edit.square",
+    "edit.record",
+    # interventions (engine/interventions.py)
+    "intervention.syntax", "intervention.ablation", "intervention.empty_span", "intervention.index",
+    "intervention.number", "intervention.row_end", "intervention.where", "intervention.layers",
+    "intervention.name_head", "intervention.not_per_head", "intervention.heads", "intervention.requests",
+    "intervention.no_operator",
+    "intervention.no_operator.near", "intervention.row_width", "intervention.patch_rows",
+    "intervention.patch_shape", "intervention.patch_pass", "intervention.expert_patch", "intervention.columns",
+    # an expect: table that cannot be compared (engine/compare/expect.py), and which operator a table is about
+    "expect.no_operator", "expect.rows", "expect.columns", "expect.table",
+    # the parts a fact may name (a Cause as a fact): which span, which index of an intervention; which pass and
+    # head a table names, or none
+    "part.row", "part.column", "part.request", "part.from", "part.prefill", "part.decode", "part.head", "part.full",
+    "part.none",
+    # how a run's rows fail to meet the reference's in a diff (engine/compare/diff.py: OpDiff.mismatch)
+    "diff.none", "diff.unmasked", "diff.shape", "diff.positions",
+    # readings of the residual stream (engine/analysis.py)
+    "analysis.encoder", "analysis.post_norm", "analysis.block_norm",
+})
 
 
 @dataclass(frozen=True)
 class Cause:
-    """`code` names the case (`breakpoint.field`), `facts` its parts (a fact may be a Cause itself);
-    `english` is the CLI's sentence."""
+    """`code` names the case (`breakpoint.field`), `facts` its parts (a fact may be a Cause itself); `words`, for a
+    layer kind's code, its kind's words per language (engine.layers.cause_words), which the catalogue lacks."""
 
     code: str
     facts: Mapping[str, object] = field(default_factory=dict)
-    english: str = ""
+    words: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.code not in CODES and not self.words:
+            raise KeyError(f"no cause {self.code!r}: neither in engine.causes.CODES nor a layer kind's CAUSES")
 
     def __str__(self) -> str:
-        return self.english
+        """The code and its facts, not a sentence: a front end words it (tinyllm_tui.tui.i18n.cause_words)."""
+        return f"{self.code}({', '.join(f'{name}={value!r}' for name, value in self.facts.items())})"
 
 
 class CausedError(ValueError):
-    """A refused input whose message is its `cause` in English (`str(error)`)."""
-
-    TEXTS: ClassVar[Mapping[str, str]] = {}  # code -> the English sentence, with {fact} fields
+    """A refused input: `cause` says what, as a code and facts; `str(error)` is that cause, unworded."""
 
     def __init__(self, code: str, **facts):
-        self.cause = Cause(code, facts, self.TEXTS[code].format(**facts))
-        super().__init__(self.cause.english)
+        self.cause = Cause(code, facts, {} if code in CODES else layers.cause_words(code))
+        super().__init__(str(self.cause))

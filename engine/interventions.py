@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from engine.causes import CausedError
+from engine.causes import Cause, CausedError
 from engine import layers
 from engine.hooks import Hook
 
@@ -39,34 +39,12 @@ _ABLATION = re.compile(r"^(?P<hook>[A-Za-z_][\w.]*?)\s+head\s+(?P<head>\d+)" + _
 
 
 class InterventionError(CausedError):
-    """A malformed or impossible intervention; the message names it and what is wrong.
+    """A malformed or impossible intervention; its cause names it and what is wrong.
 
     `intervention` is the one that failed, when it failed while a run applied it (it may fit every round
     but a later one: a row of the wrong width for a longer cache, a request with no such pass)."""
 
     intervention: Intervention | None = None
-    TEXTS = {"intervention.syntax": "{text!r}: expected HOOK[ROWS,COLS]=VALUE, e.g. 'blocks.0.hook_resid_post[2,:]=0'",
-             "intervention.ablation": "{text!r}: expected {forms}",
-             "intervention.empty_span": "{text!r}: the {what}s {span} are empty",
-             "intervention.index": "{text!r}: expected {what} as a whole number ≥ 0 or ':', got {value!r}",
-             "intervention.number": "{text!r}: expected a number, [numbers] or from:REQUEST, got {value!r}",
-             "intervention.row_end": "{text!r}: a row of numbers ends with ']'",
-             "intervention.where": "{text!r}: expected @prefill, @decode.N or @request.N, got {word!r}",
-             "intervention.layers": "{text!r}: the model has layers 0–{last}",
-             "intervention.name_head": "{text!r}: {hook} has one operator per head: name it, e.g. '{hook} head 0'",
-             "intervention.not_per_head": "{text!r}: {hook} is not a per-head hook ({hooks} are)",
-             "intervention.heads": "{text!r}: the model has heads 0–{last}",
-             "intervention.requests": "{text!r}: {name} {index}: the scenario has requests 0–{last}",
-             "intervention.no_operator": "{text!r}: no operator {hook} runs in this model",
-             "intervention.no_operator.near": "{text!r}: no operator {hook} runs in this model "
-                                              "(the model has {near}, …)",
-             "intervention.row_width": "{text!r}: {count} numbers for {columns} columns",
-             "intervention.patch_rows": "{text!r}: request {request} has no positions {first}–{last} at {at}",
-             "intervention.patch_shape": "{text!r}: request {request}'s value is {theirs} at {at}, this one {ours}",
-             "intervention.patch_pass": "{text!r}: request {request} has no {at} (chunk {chunk}) to patch from",
-             "intervention.expert_patch": "{text!r}: an expert's rows are the tokens routed to it, which differ "
-                                          "between requests: patch its input or the layer's output instead",
-             "intervention.columns": "{text!r}: {hook} has columns 0–{last}"} | layers.texts("intervention.")
 
 
 class Action(StrEnum):
@@ -131,8 +109,8 @@ def parse_intervention(text: str) -> Intervention:
     if not match:
         raise InterventionError("intervention.syntax", text=text)
     hook, value, op = match["hook"], match["value"].strip(), match["op"]
-    rows = _span(match["rows"], text, "row") if match["rows"] is not None else (None, None)
-    cols = _span(match["cols"], text, "column") if match["cols"] is not None else (None, None)
+    rows = _span(match["rows"], text, Cause("part.row")) if match["rows"] is not None else (None, None)
+    cols = _span(match["cols"], text, Cause("part.column")) if match["cols"] is not None else (None, None)
     if op == "*=":
         action, amount = Action.SCALE, _number(value, text)
     elif value.startswith("from:"):
@@ -160,7 +138,7 @@ def parse_ablation(text: str) -> Intervention:
     if not match:
         forms = [*(f"'blocks.L.{module} head H'" for module in layers.ablated_hooks()),
                  *(f"'{form}'" for _, form, _ in layers.ablations())]
-        raise InterventionError("intervention.ablation", text=text, forms=" or ".join(forms))
+        raise InterventionError("intervention.ablation", text=text, forms=", ".join(forms[:-1]), last=forms[-1])
     hook = match["hook"]
     module = re.fullmatch(r"blocks\.\d+\.(\w+)", hook)
     hook = f"{hook}.{layers.ablated_hooks()[module[1]]}" if module and module[1] in layers.ablated_hooks() else hook
@@ -180,7 +158,7 @@ def parse_any(text: str) -> Intervention:
     return parse_ablation(text) if ablation else parse_intervention(text)
 
 
-def _span(text: str, spec: str, what: str) -> Span:
+def _span(text: str, spec: str, what: Cause) -> Span:
     text = text.strip()
     if text == ":":
         return None, None
@@ -194,7 +172,7 @@ def _span(text: str, spec: str, what: str) -> Span:
     return index, index + 1
 
 
-def _index(text: str, spec: str, what: str) -> int:
+def _index(text: str, spec: str, what: Cause) -> int:
     if not text.strip().isdigit():
         raise InterventionError("intervention.index", text=spec, what=what, value=text.strip())
     return int(text)
@@ -254,7 +232,8 @@ def check_intervention(intervention: Intervention, model, requests: int, vocab: 
         raise InterventionError("intervention.not_per_head", text=text, hook=spec.hook, hooks=", ".join(head_hooks))
     if spec.head is not None and spec.head >= model.n_heads:
         raise InterventionError("intervention.heads", text=text, last=model.n_heads - 1)
-    for index, name in ((spec.request, "request"), (spec.value if spec.action is Action.PATCH else None, "from:")):
+    for index, name in ((spec.request, Cause("part.request")),
+                        (spec.value if spec.action is Action.PATCH else None, Cause("part.from"))):
         if index is not None and index >= requests:
             raise InterventionError("intervention.requests", text=text, name=name, index=index, last=requests - 1)
 

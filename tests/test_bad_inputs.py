@@ -24,6 +24,8 @@ from engine import ScenarioError, load_scenario, load_scenario_text
 from engine.loading.checkpoint import load_checkpoint
 from engine.loading.document import MAX_SCENARIO_BYTES, MAX_SCENARIO_VALUES
 from tinyllm_tui.cli import app
+from tinyllm_tui.debugger.errors import bad_input
+from tinyllm_tui.tui.i18n import cause_words
 
 BAD = ROOT / "tests" / "data" / "bad"
 EXPECTED = yaml.safe_load((BAD / "expected.yaml").read_text(encoding="utf-8"))
@@ -440,7 +442,8 @@ def test_a_table_the_trace_cannot_hold_becomes_a_located_error():
     scenario = load_scenario_text(text, "typo.yaml")
     outcome = check_scenario(scenario)[0]
     line = text[: text.index("op: hook_embedd")].count("\n") + 1
-    assert str(outcome.error(scenario.path)).startswith(f"typo.yaml:{line}: expect[0]: no operator request 0 prefill hook_embedd")
+    said = bad_input(outcome.error(scenario.path), lambda cause: cause_words(cause, "en"))  # as the CLI says it
+    assert said.startswith(f"typo.yaml:{line}: expect[0]: no operator request 0 prefill hook_embedd")
 
 
 def test_a_dense_file_under_the_size_limit_is_refused_before_parsing(tmp_path):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from engine import Session, load_scenario_text, make_backend
+from engine.causes import Cause
 from engine.caches import CacheSpec, Layout, PagedFacts, Quantize, RingFacts, ScaleAxis
 from engine.compare.diff import diff_scenario, first_divergence
 from engine.compare.exact import against_exact
@@ -209,7 +210,7 @@ def test_a_ring_written_at_the_wrong_slot_differs_in_its_state_a_round_before_an
     scenario = llama(PROMPT[:3], new=3, cache=CacheSpec(Layout.RING, window=4), window=4)
     first = first_divergence(diff_scenario(scenario, inject="ring-wrong-slot"))
     assert (first.phase, first.round, first.name, first.state) == ("decode", 1, "blocks.0.attn.cache_k", True)
-    assert first.max_abs == np.inf and first.mismatch == "positions 0, 2, 3, the reference 1–3"
+    assert first.max_abs == np.inf and first.mismatch == Cause("diff.positions", {"positions": "0, 2, 3", "theirs": "1–3"})
     assert first_divergence(diff_scenario(scenario)) is None
 
 

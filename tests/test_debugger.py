@@ -17,6 +17,7 @@ from tinyllm_tui.debugger.interventions import Change, Intervened
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Cancelled,
                                           EditKind, EndOfTrace, Generated, HitBreakpoint, InjectionChanged, Moved,
                                           Reason, Rebuilt, Refused)
+from tinyllm_tui.tui.result_words import describe
 
 PATTERN = "blocks.0.attn.hook_pattern"
 
@@ -77,7 +78,7 @@ def test_adding_the_same_breakpoint_twice_keeps_one_and_it_can_be_listed_removed
     debugger.add_breakpoint("nan")
     assert debugger.clear_breakpoints() == BreakpointsCleared(2) and debugger.breakpoints == ()
     refused = debugger.add_breakpoint("abs>x")
-    assert refused.reason is Reason.BAD_QUERY and "'x' is not a number" in refused.args[0]
+    assert refused.reason is Reason.BAD_QUERY and "'x' is not a number" in describe(refused, "en")
 
 
 def test_search_forward_wraps_around_and_backward_finds_the_previous_match(reference):

@@ -17,7 +17,7 @@ from engine.loading.checkpoint import load_checkpoint
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.interventions import Intervened
-from tinyllm_tui.tui.i18n import describe
+from tinyllm_tui.tui.result_words import describe
 
 FOLDER = Path(__file__).parent / "fixtures" / "qwen3_moe"
 REF = dict(np.load(FOLDER / "reference.npz"))

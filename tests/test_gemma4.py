@@ -159,7 +159,8 @@ def test_the_shared_kv_own_cache_bug_is_found_at_the_shared_layers_scores_in_the
     diffs = diff_scenario(fixture()[0], FLOAT64, inject="shared-kv-own-cache")
     first = min((d for d in diffs if not d.agrees), key=lambda d: d.step)
     assert (first.name, first.round, first.layer) == ("blocks.2.attn.hook_attn_scores", 1, 2)
-    assert f"1×1 at positions {len(IDS)}" in first.mismatch  # its one new key, not the source's window
+    assert (first.mismatch.facts["shape"], first.mismatch.facts["positions"]) == ("1×1", str(len(IDS)))  # its one new
+    # key, not the source's window
     assert all(d.agrees for d in diffs if d.round == 0)
 
 

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from random_models import scenarios
+from said import refused
 
 from engine.backend import make_backend, to_host
 from engine.compare.diff import diff_scenario
@@ -22,6 +23,7 @@ from engine.interventions import InterventionError, check_intervention, parse_ab
 from engine.loading import open_model
 from engine.session import Session
 from engine.spec import FfnKind, NormKind, Positions
+from tinyllm_tui.tui.result_words import describe
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SMOLLM2 = Path.home() / ".cache" / "tinyllm-tui" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -222,7 +224,7 @@ def test_ablating_the_pattern_zeroes_that_head_output():
     ("no equals sign", "expected HOOK[ROWS,COLS]=VALUE"),
 ])
 def test_malformed_specs_are_refused_with_what_is_wrong(text, message):
-    with pytest.raises(InterventionError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with refused(InterventionError, message.replace("[", r"\[").replace("]", r"\]")):
         parse_intervention(text)
 
 
@@ -235,7 +237,7 @@ def test_malformed_specs_are_refused_with_what_is_wrong(text, message):
 ])
 def test_specs_the_model_cannot_take_are_refused(text, message):
     scenario = open_model(FIXTURES / "llama", prompt="The cat", max_new_tokens=1)
-    with pytest.raises(InterventionError, match=message):
+    with refused(InterventionError, message):
         check_intervention(parse_intervention(text), scenario.model, len(scenario.requests))
 
 
@@ -245,7 +247,7 @@ def test_a_row_of_the_wrong_width_is_refused_before_the_run_where_the_spec_says_
                           ("blocks.0.attn.hook_k[0,2:4]=[1, 2, 3]", "3 numbers for 2 columns"),
                           ("blocks.1.mlp.hook_post[0,32]=1", "columns 0–31"),
                           ("unembed.hook_out[0,300]=0", "columns 0–299")]:
-        with pytest.raises(InterventionError, match=message):
+        with refused(InterventionError, message):
             check_intervention(parse_intervention(text), scenario.model, 1, len(scenario.vocab))
     check_intervention(parse_intervention("blocks.0.attn.hook_k[0,2:4]=[1, 2]"), scenario.model, 1, 300)
 
@@ -253,7 +255,7 @@ def test_a_row_of_the_wrong_width_is_refused_before_the_run_where_the_spec_says_
 def test_a_row_of_the_wrong_width_is_refused_when_met():
     scenario = open_model(FIXTURES / "llama", prompt="The cat", max_new_tokens=1)
     unchecked = dataclasses.replace(scenario, interventions=(parse_intervention("blocks.0.hook_resid_post[0,:]=[1, 2]"),))
-    with pytest.raises(InterventionError, match="2 numbers for 16 columns"):
+    with refused(InterventionError, "2 numbers for 16 columns"):
         list(Session(unchecked).steps())
 
 
@@ -277,7 +279,7 @@ def test_an_intervention_that_fails_only_in_a_later_round_is_dropped_there_with_
     debugger = Debugger(load_scenario(X01))
     debugger.intervene("blocks.0.attn.hook_attn_scores head 0[3,:]=[1,2,3] @decode.1")
     refused = debugger.continue_()
-    assert refused == Refused(Reason.BAD_QUERY, (refused.args[0],)) and "3 numbers for 4 columns" in refused.args[0]
+    assert refused == Refused(Reason.BAD_QUERY, (refused.args[0],)) and "3 numbers for 4 columns" in describe(refused, "en")
     stopped_at = debugger.history.current
     assert (stopped_at.request, stopped_at.round) == (0, 1) and debugger.scenario.interventions == ()
     assert isinstance(debugger.continue_(), EndOfTrace)
@@ -302,9 +304,9 @@ def test_the_debugger_keeps_interventions_as_a_list_with_undo_and_redo(x01_copy)
     z = next(s for s in debugger.history.round_states() if s.name == "blocks.0.attn.hook_z" and s.head == 1)
     assert np.all(host(z) == 0) and debugger.earlier(z) is not None and np.any(host(debugger.earlier(z)) != 0)
     refused = debugger.intervene("blocks.0.attn head 4")
-    assert isinstance(refused, Refused) and "heads 0–1" in refused.args[0]
+    assert isinstance(refused, Refused) and "heads 0–1" in describe(refused, "en")
     refused = debugger.intervene("blocks.0.hook_resid_psot[0,:]=0")
-    assert isinstance(refused, Refused) and "no operator blocks.0.hook_resid_psot" in refused.args[0]
+    assert isinstance(refused, Refused) and "no operator blocks.0.hook_resid_psot" in describe(refused, "en")
     assert debugger.undo().change is Change.UNDONE and debugger.scenario.interventions == ()
     assert debugger.undo() == Refused(Reason.NOTHING_TO_UNDO)
     assert debugger.intervene("blocks.0.attn head 1").change is Change.ADDED and len(debugger.scenario.interventions) == 1
@@ -324,7 +326,7 @@ def test_an_intervention_refused_while_replaying_leaves_the_debugger_as_it_was(x
     debugger.goto_step(20)
     before = host(debugger.view.state)
     refused = debugger.intervene("blocks.0.hook_resid_post=from:1 @request.0")  # request 1 is shorter: met in the run
-    assert isinstance(refused, Refused) and "request 1 has no positions 0–2" in refused.args[0]
+    assert isinstance(refused, Refused) and "request 1 has no positions 0–2" in describe(refused, "en")
     assert debugger.scenario.interventions == () and debugger.history.cursor == 20
     assert np.array_equal(host(debugger.view.state), before) and debugger.undo() == Refused(Reason.NOTHING_TO_UNDO)
 

@@ -16,7 +16,9 @@ from engine.loading import load_scenario_text, open_model
 from engine.loading.scenario_file import ScenarioError
 from engine.session import Session
 from tinyllm_tui import cli
+from tinyllm_tui.debugger.errors import bad_input
 from tinyllm_tui.debugger.opening import with_interventions
+from tinyllm_tui.tui.i18n import cause_words
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -183,7 +185,8 @@ def test_a_bad_intervention_in_a_file_names_its_line_and_path():
     line = text.count("\n", 0, text.index("head 5")) + 1
     with pytest.raises(ScenarioError) as error:
         load_scenario_text(text, "x.yaml")
-    assert str(error.value).startswith(f"x.yaml:{line}: interventions[1]:") and "heads 0–1" in str(error.value)
+    said = bad_input(error.value, lambda cause: cause_words(cause, "en"))  # as the CLI says it
+    assert said.startswith(f"x.yaml:{line}: interventions[1]:") and "heads 0–1" in said
 
 
 def test_a_choice_under_interventions_says_what_the_pass_chose_without_them():

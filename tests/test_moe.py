@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from said import refused
 from typer.testing import CliRunner
 
 from engine import Session, make_backend, to_host
-from engine.breakpoints import parse_breakpoint
+from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.compare.diff import diff_scenario
 from engine.interventions import parse_ablation, parse_intervention
 from engine.layers.moe_ffn import route
@@ -331,7 +332,7 @@ def test_route_reads_the_margins_of_a_top_k_operator():
 
 @pytest.mark.parametrize("text", ["expert=x", "route_margin<abc"])
 def test_a_routing_breakpoint_that_is_not_a_number_is_refused_in_one_line(text):
-    with pytest.raises(ValueError, match="not"):
+    with refused(BreakpointError, "not"):
         parse_breakpoint(text)
 
 

@@ -7,19 +7,22 @@ import re
 
 import pytest
 
+from engine.causes import Cause
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
                                           Cancelled, EditKind, EndOfTrace, Generated, InjectionChanged, Moved,
                                           Reason, Rebuilt, Refused, Saved)
-from tinyllm_tui.tui.i18n import EN, ZH, describe, tr
+from tinyllm_tui.tui.i18n import EN, ZH, tr
+from tinyllm_tui.tui.result_words import describe
 
 HAN = re.compile(r"[\u4e00-\u9fff]")
 RESULTS = [Moved(3, wrapped=True), EndOfTrace((Generated("爱爱", ("爱", "爱"), "eos"), Generated("", (), "eos"))),
            Cancelled(7), BreakpointAdded("softmax"), BreakpointRemoved("softmax"), BreakpointsCleared(1),
            BreakpointsCleared(2), InjectionChanged("chunk-mask"), InjectionChanged(None), Saved("x.yaml"),
            CacheShown(0, 1), *(Rebuilt(kind, "blocks.0.attn.wq", 2) for kind in EditKind)]
-REFUSALS = {Reason.NO_STEP: (99, 74), Reason.NO_MATCH: ("blocks.9.*",), Reason.BAD_QUERY: ("breakpoint 'x': …",),
-            Reason.ALREADY_SET: ("softmax",), Reason.NO_BREAKPOINT: ("softmax",), Reason.UNCHANGED: ("embed",),
-            Reason.BAD_EDIT: ("expected a number, got 'x'",)}
+REFUSALS = {Reason.NO_STEP: (99, 74), Reason.NO_MATCH: ("blocks.9.*",),
+            Reason.BAD_QUERY: (Cause("breakpoint.empty", {"text": "x &"}),), Reason.ALREADY_SET: ("softmax",),
+            Reason.NO_BREAKPOINT: ("softmax",), Reason.UNCHANGED: ("embed",),
+            Reason.BAD_EDIT: (Cause("edit.number", {"text": "x"}),), Reason.NO_LENS: (Cause("analysis.encoder"),)}
 
 
 def test_every_english_text_has_a_chinese_one_with_the_same_facts():

@@ -17,7 +17,8 @@ from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.readings import round_lens
 from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Moved, Reason, Refused
-from tinyllm_tui.tui.i18n import describe
+from tinyllm_tui.tui.i18n import cause_words
+from tinyllm_tui.tui.result_words import describe
 
 ENCODER = ROOT / "scenarios" / "encoder004.yaml"
 
@@ -59,8 +60,9 @@ def test_the_logit_lens_of_an_encoder_is_refused_with_the_command_lines_reason()
     assert isinstance(refused, Refused) and refused.reason is Reason.NO_LENS
     cli = CliRunner().invoke(app, ["run", str(ENCODER), "--lens"])
     assert cli.exit_code == 2
-    assert cli.output.strip().endswith(f"error: {refused.args[0]}")  # the same reason, worded once
-    assert describe(refused, "en") == f"no logit lens: {refused.args[0]}"
+    assert refused.args[0].code == "analysis.encoder"  # the same reason, worded once (the catalogue's English)
+    assert cli.output.strip().endswith(f"error: {cause_words(refused.args[0], 'en')}")
+    assert describe(refused, "en") == f"no logit lens: {cause_words(refused.args[0], 'en')}"
 
 
 CRASHING = """

@@ -1,19 +1,35 @@
 """The Chinese TUI words every view from the catalogue: the lens, the heads at a glance, the expect: panel
-and the row labels the frame builder makes (a ring's slots, a batch's rows) carry no English (issue 24)."""
+and the row labels the frame builder makes (a ring's slots, a batch's rows) carry no English; every cause the
+engine refuses an input with (engine/causes.py) has its words in both languages (issue 24)."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import re
+import string
 
-from conftest import X01
+import numpy as np
+import pytest
+from conftest import ROOT, SCENARIOS, X01
 
-from engine import load_scenario, load_scenario_text
+from engine import ScenarioError, load_scenario, load_scenario_text
+from engine.breakpoints import BreakpointError
+from engine import layers
+from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
-from tinyllm_tui.debugger.readings import layer_patterns
+from tinyllm_tui.debugger.errors import bad_input
+from tinyllm_tui.debugger.readings import Routing, layer_patterns
 from tinyllm_tui.presentation.cache_layout import RowWords
-from tinyllm_tui.tui.i18n import tr
-from tinyllm_tui.tui.widgets.panels import expectation_words
-from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen
+from tinyllm_tui.presentation.numbers import display_width
+from tinyllm_tui.presentation.printed import outcome_lines
+from tinyllm_tui.presentation.routing import CELL, LABEL, MARGIN
+from tinyllm_tui.presentation.summaries import diff_summary
+from tinyllm_tui.tui import i18n_causes
+from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, tr
+from tinyllm_tui.tui.result_words import describe
+from tinyllm_tui.tui.widgets.diffview import diff_line, report_summary
+from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
 
 ENGLISH = re.compile(r"\b(positions?|of|top|direct|logit|attribution|terms|final|bias|more|layer|heads|last|"
                      r"queries|keys|request|prefill|decode|head|empty)\b")
@@ -44,11 +60,28 @@ def test_the_lens_and_the_glance_speak_chinese():
 
 def test_an_expect_table_is_named_in_chinese():
     outcome = next(o for o in at_the_first_choice().check_expectations(load_scenario(X01)) if o.expectation.head == 0)
-    words = expectation_words(outcome.expectation, "zh")
+    words = cause_words(outcome.expectation.title, "zh")
     assert words.startswith("请求 0 预填充 blocks.0.attn.") and words.endswith(" 头 0") and ENGLISH.findall(words) == []
-    assert expectation_words(outcome.expectation, "en") == outcome.expectation.describe()  # the CLI's words
+    assert cause_words(outcome.expectation.title, "en") == f"request 0 prefill {outcome.expectation.op} head 0"
 
 
+def test_a_table_that_cannot_be_compared_says_why_in_chinese():
+    """A table naming an operator the trace lacks, and one with more columns than its operator (x01's d_model is
+    4): the panel's words in zh, with the facts; the CLI's English from the same catalogue."""
+    scenario = load_scenario(X01)
+    table = next(e for e in scenario.expect if e.head == 0)
+    missing = dataclasses.replace(table, op="blocks.0.attn.hook_nothing")
+    wide = dataclasses.replace(table, op="blocks.0.hook_resid_post", head=None, cols=tuple(range(6)),
+                               printed=tuple(row * 6 for row in ((0.0,),) * len(table.printed)))
+    outcomes = at_the_first_choice().check_expectations(dataclasses.replace(scenario, expect=(missing, wide)))
+    said = [cause_words(outcome.problem, "zh") for outcome in outcomes]
+    assert said[0] == "运行中没有算子 请求 0 预填充 blocks.0.attn.hook_nothing 头 0"
+    assert said[1] == "算子有 4 列，表中是 6 列"
+    assert ("head 0: no operator request 0 prefill blocks.0.attn.hook_nothing head 0 in the trace"
+            in outcome_lines(outcomes[0])[0])
+
+
+ENCODER = SCENARIOS / "encoder004.yaml"
 RING_BATCH = X01.read_text(encoding="utf-8").replace("\ndecode:", "\ncache: {layout: ring, window: 2}\nbatch: true\ndecode:")
 
 
@@ -63,3 +96,157 @@ def test_the_frames_row_labels_take_the_subscribers_words():
     labels = list(cache.rows)
     assert labels[0].startswith("槽0") and any(label.endswith("空") for label in labels), labels
     assert not any(ENGLISH.search(label) for label in labels + [matrix.rows[0]])
+
+
+# -- the engine's causes: a code and facts, worded by the catalogue in each language -------------------------------
+def fields(text: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part)(\.[a-z_]+)+")  # a cause's code
+
+
+def kinds_words() -> dict[str, dict[str, str]]:
+    """Code -> language -> words, of every layer kind's own causes (their modules' CAUSES)."""
+    found: dict[str, dict[str, str]] = {}
+    for module in layers._every_kind():
+        for lang, words in getattr(module, "CAUSES", {}).items():
+            for code, text in words.items():
+                found.setdefault(code, {})[lang] = text
+    return found
+
+
+def wording(code: str, lang: str) -> str:
+    """The words of `code` in `lang`: the catalogue's, or its kind's (never the English fallback)."""
+    return kinds_words()[code][lang] if code in kinds_words() else CATALOGUES[lang][f"cause.{code}"]
+
+
+def named_codes() -> set[str]:
+    """Every code engine/ names: as the first argument of `SomeError("code", …)` / `Cause("code", …)`, or as data
+    a kind hands on (its breakpoint conditions' refusals, its intervention refusals), read from the syntax trees."""
+    return {node.value for path in (ROOT / "engine").rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and CODE.fullmatch(node.value)}
+
+
+def raised_causes() -> list[tuple[str, str, set[str]]]:
+    """(where, code, the facts it is raised with) for every `SomeError("code", fact=…)` and `Cause("code", …)` whose
+    facts are written at the call (not `Cause("diff.none", mine)`, a mapping built before)."""
+    found = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.func, ast.Name) and (node.func.id == "Cause" or node.func.id.endswith("Error"))
+                    and isinstance(node.args[0].value, str) and CODE.fullmatch(node.args[0].value)):
+                found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value,
+                              {keyword.arg for keyword in node.keywords}))
+    return found
+
+
+def test_every_cause_the_engine_has_is_worded_in_english_and_chinese():
+    for code in sorted(CODES):
+        assert f"cause.{code}" in EN and f"cause.{code}" in ZH, code  # not the fallback: each language its own
+    assert set(i18n_causes.EN) == set(i18n_causes.ZH) == CODES  # no wording of a code the engine no longer has
+    kinds = kinds_words()
+    assert kinds and not set(kinds) & CODES  # a kind's code is worded in its module only
+    for code, words in kinds.items():
+        assert set(words) == {"en", "zh"}, code
+    for code in CODES | set(kinds):  # both languages name the same facts
+        assert fields(wording(code, "en")) == fields(wording(code, "zh")), code
+    assert named_codes() == CODES | set(kinds)  # every code named in engine/ is worded; every worded code is used
+
+
+def test_each_wording_names_exactly_the_facts_its_cause_is_raised_with():
+    raised = raised_causes()
+    assert len(raised) > 30
+    for where, code, facts in raised:
+        for lang in ("en", "zh"):
+            assert fields(wording(code, lang)) == facts, (where, code, lang)
+
+
+def test_an_error_class_refuses_a_code_that_has_no_words():
+    with pytest.raises(KeyError, match="breakpoint.nonsense"):
+        BreakpointError("breakpoint.nonsense", text="x")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_wording_formats_its_facts(lang):
+    """Each code's words with its facts filled in (a nested cause worded too): nothing of `{…}` is left over."""
+    kinds = kinds_words()
+    for code in sorted(CODES | set(kinds)):
+        text = wording(code, lang)
+        facts = {name: Cause("part.row") if name in ("what", "name", "cause") else f"<{name}>" for name in fields(text)}
+        worded = cause_words(Cause(code, facts, kinds.get(code, {})), lang)
+        assert "{" not in worded and "}" not in worded and all(f"<{name}>" in worded for name in facts
+                                                               if name not in ("what", "name", "cause")), (code, worded)
+
+
+def test_a_bad_breakpoint_edit_and_intervention_refused_by_the_debugger_read_in_chinese():
+    """Real bad inputs through the Debugger, as the zh status line words them: the zh sentence, with its facts."""
+    debugger = Debugger(load_scenario(X01))
+    said = describe(debugger.add_breakpoint("lyer=2"), "zh")
+    assert said == "断点 'lyer=2'：未知字段 'lyer'（应为 phase, round, request, layer, head 之一）"
+    said = describe(debugger.apply(debugger.cell_edit("blocks.0.attn.wq", (99, 0), 1.0)), "zh")
+    assert said == "下标 [99, 0] 超出了 blocks.0.attn.wq 的范围，它的形状是 4×4；保留原值"
+    said = describe(debugger.intervene("blocks.9.hook_resid_post=0"), "zh")
+    assert said == "'blocks.9.hook_resid_post=0'：模型的层为 0–0"
+    assert describe(debugger.intervene("blocks.0.hook_resid_post[3:1,:]=0"), "zh").endswith("：行 3:1 是空的")
+    assert cause_words(debugger.intervention_problem("blocks.0.attn.hook_z head 7=0"), "zh").endswith("：模型的头为 0–1")
+    assert describe(debugger.search("abs>x"), "zh") == "断点 'abs>x'：'x' 不是数"
+    assert ENGLISH.findall(describe(debugger.parse_value("abc"), "zh")) == []
+
+
+def test_the_lens_of_an_encoder_is_refused_in_chinese():
+    debugger = Debugger(load_scenario(ENCODER))
+    assert describe(debugger.lens(), "zh") == "没有逻辑透镜：模型是编码器：它没有可用来读出残差流的反嵌入"
+    assert describe(debugger.lens(), "en") == ("no logit lens: the model is an encoder: it has no unembedding to read "
+                                               "the residual stream through")  # the CLI's words, from one catalogue
+
+
+def test_a_bad_breakpoint_in_a_file_is_located_and_worded_by_the_front_end():
+    text = X01.read_text(encoding="utf-8") + "\nbreakpoints:\n  - abs>x\n"
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "x.yaml")
+    line = text.count("\n", 0, text.index("abs>x")) + 1
+    assert bad_input(caught.value, lambda cause: cause_words(cause, "zh")) == f"x.yaml:{line}: breakpoints[0]: 断点 'abs>x'：'x' 不是数"
+    assert bad_input(caught.value, lambda cause: cause_words(cause, "en")).endswith("breakpoint 'abs>x': 'x' is not a number")
+
+
+def test_the_diff_says_how_rows_fail_to_meet_in_chinese():
+    """duplicate-append feeds decode round 1 the whole sequence: 4 rows at positions 3–6 against the reference's
+    4 at 0–3 (the prompt is 4 tokens; x01's d_model is 4), worded from the catalogue, not the engine."""
+    report = Debugger(load_scenario(X01), inject="duplicate-append").compare()
+    first = report.diffs[report.first]
+    assert first.mismatch == Cause("diff.shape", {"shape": "4×4", "positions": "3–6", "their_shape": "4×4",
+                                                  "theirs": "0–3"})
+    line = diff_line(first, True, "zh").plain
+    assert "位置 3–6 上的 4×4，参考运行为位置 0–3 上的 4×4" in line and "形状" in line and "shape" not in line
+    summary = report_summary(report, "zh").plain
+    assert "第一次出现差异：请求 0 解码 第 1 轮 hook_embed（位置 3–6 上的 4×4" in summary
+    assert diff_summary(report.diffs, None) == ("✗ first divergence: request 0 decode round 1 hook_embed (4×4 at "
+                                                "positions 3–6, the reference 4×4 at positions 0–3)")  # the CLI's
+
+
+def test_the_routing_view_and_its_glance_speak_chinese():
+    """The routing of a made-up sparse layer (3 tokens, 2 of 8 experts each) in the zh routing screen's words: the
+    title line's facts, the column heads aligned by display cells (a CJK character takes two)."""
+    routing = Routing(5, (10, 11, 12), ("10 · a", "11 · b", "12 · c"), np.array([[7, 2], [0, 1], [3, 4]]),
+                      np.array([[0.75, 0.25], [0.5, 0.5], [0.9, 0.1]]), np.array([0.1, 2e-4, 0.3]), 8)
+    screen = RoutingScreen("", [routing], 0, "zh")
+    lines = screen.lines(70, 8)
+    assert lines[0] == "第 5 层 · 位置 10–12（共 3 个）· 专家 0–7（共 8 个）"
+    assert lines[1].endswith("e7      差距") and display_width(lines[1]) == LABEL + 8 * CELL + MARGIN
+    assert lines[-1].split() == ["Token数", "1", "1", "1", "1", "1", "0", "0", "1"]
+    screen.glance = True  # as `a` sets it (the screen is not mounted here)
+    glance = screen.lines(90, 8)
+    assert glance[0] == "1 个稀疏层 · 专家 0–7（共 8 个）· 每个专家分到的Token数（本次前向共 3 个）"
+    assert glance[1].startswith("层" + " " * 9 + "e0")  # the layer column is 7 cells, "层" two of them and glance[1].endswith("最小差距")
+    assert not any(ENGLISH.search(line) or re.search(r"\b(margin|tokens|sparse|experts)\b", line)
+                   for line in lines + glance)
+
+
+def test_a_kinds_own_cause_reaches_the_chinese_status_line_in_its_modules_words():
+    """`expert=x` is refused by the sparse FFN's breakpoint condition: its words come from engine/layers/moe_ffn.py
+    (CAUSES), carried by the cause, in the language the view asks for."""
+    said = describe(Debugger(load_scenario(X01)).add_breakpoint("expert=x"), "zh")
+    assert said == "断点 'expert=x'：'x' 不是专家编号"

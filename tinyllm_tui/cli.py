@@ -37,7 +37,7 @@ from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, dif
                                               state_without_text, without_text)
 from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
                                                 request_results, token_text, where)
-from tinyllm_tui.tui.i18n import tr  # the catalogue's English: the faults' descriptions
+from tinyllm_tui.tui.i18n import cause_words, tr  # the catalogue's English: the faults' descriptions, the causes
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -77,9 +77,10 @@ class OpenByDefault(TyperGroup):
         except OptionError as error:
             _fail(typer.BadParameter(str(error), param_hint=error.option or None).format_message(), EXIT_BAD_INPUT)
         except Exception as error:
-            if bad_input(error) is None:
+            message = bad_input(error, lambda cause: cause_words(cause, "en"))
+            if message is None:
                 raise
-            _fail(bad_input(error), EXIT_BAD_INPUT)
+            _fail(message, EXIT_BAD_INPUT)
         finally:
             warnings.showwarning = showwarning
             for line in _DEFERRED:

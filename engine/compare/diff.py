@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.backend import Backend, to_host
+from engine.causes import Cause
 from engine.hooks import Hook
 from engine.scenario import Scenario
 from engine.session import Session, StaleFrom
@@ -59,7 +60,7 @@ class OpDiff:
     head: int | None
     max_abs: float  # inf where the runs' rows or key columns do not meet (`mismatch` says how)
     tolerance: float = TOLERANCE
-    mismatch: str = ""  # "4×7 at positions 3–6, the reference 4×4 at positions 0–3": nothing to subtract
+    mismatch: Cause | None = None  # diff.shape (4×7 at positions 3–6, the reference's 4×4 at 0–3): nothing to subtract
     state: bool = False  # a layer's state (one of its dump items) at the end of the round, not an operator
 
     @property
@@ -136,7 +137,7 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
                     for i, position in enumerate(state.positions) if position >= shift]
         gaps = [_row_diff(cols, row, found) for row, found in expected]
         largest = max((gap for gap, _ in gaps), default=0.0)
-        mismatch = _mismatch(state, values.shape, shift, reference) if any(apart for _, apart in gaps) else ""
+        mismatch = _mismatch(state, values.shape, shift, reference) if any(apart for _, apart in gaps) else None
         depth = depth if state.layer is None else state.layer + 1
         tolerance = (batch_tolerance(values.dtype, depth, _scale(found for _, found in expected))
                      if relative and state.kind != OpKind.CHOICE else tolerance_for(values.dtype))  # ids: exact
@@ -160,7 +161,7 @@ def _compare_states(last: OpState, reference: OpState, worst: dict[Key, OpDiff])
                 last.step, last.request, last.phase, last.round, hook, layer, None, largest, tolerance, mismatch, True)
 
 
-def _state_gaps(ours: LayerState, theirs: LayerState) -> dict[str, tuple[float, float, str]]:
+def _state_gaps(ours: LayerState, theirs: LayerState) -> dict[str, tuple[float, float, Cause | None]]:
     """Item -> (largest |Δ|, tolerance, mismatch). The state's own `differing` judges its rows; where they
     hold other positions than the reference's, or differ in a way no value shows (rows only one holds), the
     states do not meet (|Δ| inf, and the positions each holds)."""
@@ -180,8 +181,8 @@ def _state_gaps(ours: LayerState, theirs: LayerState) -> dict[str, tuple[float, 
     mine, other = set(ours.row_positions) - {-1}, set(theirs.row_positions) - {-1}
     unmet = mine != other or (apart and all(gaps[name] <= tolerance[name] for name in gaps))
     if not unmet:
-        return {name: (gap, tolerance[name], "") for name, gap in gaps.items()}
-    mismatch = f"positions {_span(sorted(mine))}, the reference {_span(sorted(other))}"
+        return {name: (gap, tolerance[name], None) for name, gap in gaps.items()}
+    mismatch = Cause("diff.positions", {"positions": _span(sorted(mine)), "theirs": _span(sorted(other))})
     return {name: (math.inf, tolerance[name], mismatch) for name in gaps}
 def _aligned(mine: np.ndarray, other: np.ndarray, positions: Sequence[int], theirs: Sequence[int]) -> np.ndarray:
     """`other`'s rows in the order of the positions `mine`'s rows hold (a ring's slots are filled in another order
@@ -200,17 +201,18 @@ def _positional(state: OpState) -> bool:
     return not isinstance(axis, Axis) or axis.scheme in POSITIONAL
 
 
-def _mismatch(state: OpState, shape: tuple[int, ...], shift: int, reference: dict) -> str:
+def _mismatch(state: OpState, shape: tuple[int, ...], shift: int, reference: dict) -> Cause:
     """How an operator's rows or key columns fail to meet the reference's."""
     compared = [p - shift for p in state.positions if p >= shift]  # a batch row's padding has no counterpart
-    mine = f"{len(compared)}×{shape[1]} at positions {_span(compared)}"
+    mine = {"shape": f"{len(compared)}×{shape[1]}", "positions": _span(compared)}
     found = reference.get(op_key(state))
     if found is None:
-        return f"{mine}, none in the reference"
+        return Cause("diff.none", mine)
     positions, theirs = found
+    theirs = {"their_shape": "×".join(map(str, theirs))}
     if compared == list(positions):
-        return f"{mine}: key columns of one run only are not masked (the reference {'×'.join(map(str, theirs))})"
-    return f"{mine}, the reference {'×'.join(map(str, theirs))} at positions {_span(positions)}"
+        return Cause("diff.unmasked", mine | theirs)
+    return Cause("diff.shape", mine | theirs | {"theirs": _span(positions)})
 
 
 def _span(positions: Sequence[int]) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.backend import to_host
+from engine.causes import Cause
 from yaml.nodes import SequenceNode
 
 from engine.loading.document import MAX_SCENARIO_VALUES, Node, ScenarioError
@@ -44,11 +45,15 @@ class Expectation:
     def key(self) -> tuple:
         return (self.request, self.round, self.op, self.head)
 
-    def describe(self) -> str:
-        head = "" if self.head is None else f" head {self.head}"
-        where = "prefill" if self.round == 0 else f"decode round {self.round}"
-        full = " (full recompute)" if self.run == Mode.FULL else ""
-        return f"request {self.request} {where} {self.op}{head}{full}"
+    @property
+    def title(self) -> Cause:
+        """Which operator the table is about (`request 0 prefill blocks.0.attn.hook_pattern head 0`), for a view to
+        word: each part that may be missing is a cause of its own (part.none where it is)."""
+        return Cause("expect.table", {
+            "request": self.request, "op": self.op,
+            "where": Cause("part.prefill") if self.round == 0 else Cause("part.decode", {"round": self.round}),
+            "head": Cause("part.none") if self.head is None else Cause("part.head", {"head": self.head}),
+            "full": Cause("part.full") if self.run == Mode.FULL else Cause("part.none")})
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class Cell:
 class Outcome:
     expectation: Expectation
     cells: tuple[Cell, ...]
-    problem: str = ""  # set when the table could not be compared at all
+    problem: Cause | None = None  # set when the table could not be compared at all
 
     @property
     def agreeing(self) -> int:
@@ -80,7 +85,7 @@ class Outcome:
 
     @property
     def passed(self) -> bool:
-        return not self.problem and self.agreeing == len(self.cells)
+        return self.problem is None and self.agreeing == len(self.cells)
 
     def error(self, file: str) -> ScenarioError:
         """The problem of a table that could not be compared, located: a bad table, not a disagreement."""
@@ -217,15 +222,15 @@ def _rows_by_key(states: Iterable[OpState], expectations: list[Expectation]) -> 
 def _compare(expectation: Expectation, run: dict) -> Outcome:
     rows = run.get(expectation.key)
     if not rows:
-        return Outcome(expectation, (), f"no operator {expectation.describe()} in the trace")
+        return Outcome(expectation, (), Cause("expect.no_operator", {"table": expectation.title}))
     positions = expectation.rows or tuple(sorted(rows))
     missing = [p for p in positions if p not in rows]
     if missing or len(positions) != len(expectation.printed):
-        return Outcome(expectation, (), f"the trace has rows {sorted(rows)}, the table {list(positions)}")
+        return Outcome(expectation, (), Cause("expect.rows", {"rows": sorted(rows), "table": list(positions)}))
     width = len(next(iter(rows.values()))[2])
     cols = expectation.cols or tuple(range(width))
     if len(cols) != len(expectation.printed[0]) or max(cols) >= width:
-        return Outcome(expectation, (), f"the operator has {width} columns, the table {len(expectation.printed[0])}")
+        return Outcome(expectation, (), Cause("expect.columns", {"width": width, "table": len(expectation.printed[0])}))
     cells = []
     for position, printed_row, tolerance_row in zip(positions, expectation.printed, expectation.tolerances):
         output, i, values = rows[position]

@@ -11,7 +11,7 @@ stands for), `FaultPoints` (where an injected bug may change what it does, with 
 `EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
 them: `BUGS` (the bugs of its fault points), `BREAKPOINTS`, `ABLATES` / `ABLATIONS`, `intervention_refusal`,
 `routed_expert`, `route` / `ROUTE_HOOKS` (a choice an operator holds), `DUMP_LAYOUTS`, `STACKED_HEADS`,
-`explanation_key`, `FORMS` / `in_form`, `TEXTS` (the functions below read each; docs/architecture.md lists
+`explanation_key`, `FORMS` / `in_form`, `CAUSES` (the functions below read each; docs/architecture.md lists
 them). Generic code reads a kind only through these functions, never by its name (tests/test_kind_names.py).
 Adding a kind is its module and one line below.
 """
@@ -98,11 +98,11 @@ def breakpoint_conditions() -> tuple:
     return tuple(condition for module in _every_kind() for condition in getattr(module, "BREAKPOINTS", ()))
 
 
-def texts(prefix: str) -> dict[str, str]:
-    """Every kind's English sentences (its TEXTS) of the codes that start with `prefix` (`breakpoint.`), for the
-    CausedError of the module that raises them."""
-    return {code: text for module in _every_kind() for code, text in getattr(module, "TEXTS", {}).items()
-            if code.startswith(prefix)}
+def cause_words(code: str) -> dict[str, str]:
+    """Language -> the words of the cause `code`, where a kind owns it (its CAUSES: `breakpoint.expert`); {} for
+    one of the stack's own, which the views' catalogues word (engine.causes)."""
+    return {lang: words[code] for module in _every_kind() for lang, words in getattr(module, "CAUSES", {}).items()
+            if code in words}
 
 
 def ablated_hooks() -> dict[str, str]:

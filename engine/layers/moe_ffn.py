@@ -227,10 +227,16 @@ def routed_expert(hook) -> int | None:
     return int(number) if number.isdigit() else None
 
 
-TEXTS = {"breakpoint.expert": "breakpoint {text!r}: {value!r} is not an expert's number",  # English, for the CLI
-         "intervention.no_experts": "{text!r}: layer {layer}'s FFN has no experts (the sparse layers are {sparse})",
-         "intervention.no_sparse": "{text!r}: layer {layer}'s FFN has no experts (the model has none)",
-         "intervention.route": "{text!r}: a route is set to expert numbers 0–{last}"}
+# the words of its causes (engine.causes: a code and facts), per language; the English is the CLI's
+CAUSES = {"en": {"breakpoint.expert": "breakpoint {text!r}: {value!r} is not an expert's number",
+                 "intervention.no_experts": "{text!r}: layer {layer}'s FFN has no experts (the sparse layers are "
+                                            "{sparse})",
+                 "intervention.no_sparse": "{text!r}: layer {layer}'s FFN has no experts (the model has none)",
+                 "intervention.route": "{text!r}: a route is set to expert numbers 0–{last}"},
+          "zh": {"breakpoint.expert": "断点 {text!r}：{value!r} 不是专家编号",
+                 "intervention.no_experts": "{text!r}：第 {layer} 层的前馈网络没有专家（稀疏层为 {sparse}）",
+                 "intervention.no_sparse": "{text!r}：第 {layer} 层的前馈网络没有专家（模型没有稀疏层）",
+                 "intervention.route": "{text!r}：路由只能设为专家编号 0–{last}"}}
 
 
 class FaultPoints:

@@ -25,6 +25,7 @@ import numpy as np
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
+from engine.causes import Cause
 from engine.progress import READING, report
 
 if TYPE_CHECKING:
@@ -53,9 +54,10 @@ class ScenarioError(ValueError):
     """An invalid scenario: names the file, the line and the path inside the document. Its text is always
     one printable line, whatever names or values from the file it holds."""
 
-    def __init__(self, file: str, line: int | None, path: str, message: str):
+    def __init__(self, file: str, line: int | None, path: str, message: str | Cause):
+        """`message`: a sentence, or a cause (engine.causes) a front end words."""
         self.file, self.line, self.path, self.message = file, line, path, message
-        super().__init__(located(file, line, path, message))
+        super().__init__(located(file, line, path, str(message)))
 
 
 def located(file: str, line: int | None, path: str, message: str) -> str:
@@ -250,7 +252,7 @@ class Node:
     line: int | None
     file: str
 
-    def error(self, message: str) -> ScenarioError:
+    def error(self, message: str | Cause) -> ScenarioError:
         return ScenarioError(self.file, self.line, self.path, message)
 
     @cached_property

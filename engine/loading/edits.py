@@ -37,15 +37,6 @@ SET_SYNTAX = re.compile(r"^\s*([\w.]+)\[\s*(\d+)\s*(?:,\s*(\d+)\s*)?\]\s*=\s*(.+
 class EditError(CausedError):
     """An edit that cannot be applied: unknown name, index out of range, not a finite number."""
 
-    TEXTS = {"edit.number": "expected a number, got {text!r}",
-             "edit.finite": "expected a finite number, got {text!r}",
-             "edit.syntax": "--set {text!r}: expected NAME[ROW,COL]=VALUE, e.g. blocks.0.attn.wk[0,1]=0.5",
-             "edit.in_set": "--set {text!r}: {cause}",
-             "edit.unknown": "unknown parameter {name!r} (this model has: {names})",
-             "edit.index": "index {index} is outside {name}, which is {shape}",
-             "edit.square": "{fill} needs a square matrix; {name} is {shape}",
-             "edit.record": "not an edit of this model: {record}"}
-
 
 @dataclass(frozen=True)
 class CellEdit:
@@ -102,7 +93,10 @@ Edit = CellEdit | FillEdit
 
 
 def apply_edit(weights: Weights, edit: Edit, file_weights: Weights | None = None) -> Weights:
-    """A new weights dict; only the edited array is new. `file_weights` serves the "file" fill."""
+    """A new weights dict; only the edited array is new. `file_weights` serves the "file" fill. Raises EditError
+    for a parameter the model lacks or a cell outside it (a negative index too: it must not wrap around)."""
+    if isinstance(edit, CellEdit):
+        check_edit(edit, weights)
     old = weights[edit.name]
     if isinstance(edit, CellEdit):
         array = old.copy()

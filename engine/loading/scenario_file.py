@@ -120,7 +120,7 @@ def _breakpoints(node: Node) -> tuple[str, ...]:
         try:
             texts.append(parse_breakpoint(item.text()).text)
         except BreakpointError as error:
-            raise item.error(str(error)) from None
+            raise item.error(error.cause) from None
     return tuple(texts)
 
 
@@ -132,7 +132,7 @@ def _interventions(node: Node, model: ModelSpec, requests: int, vocab: int) -> t
             parsed.append(parse_any(item.text()))
             check_intervention(parsed[-1], model, requests, vocab)
         except InterventionError as error:
-            raise item.error(str(error)) from None
+            raise item.error(error.cause) from None
     return tuple(parsed)
 
 

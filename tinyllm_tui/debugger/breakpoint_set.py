@@ -46,7 +46,7 @@ class BreakpointSet:
         try:
             breakpoint = parse_breakpoint(text.strip())
         except BreakpointError as error:
-            return Refused(Reason.BAD_QUERY, (str(error),))
+            return Refused(Reason.BAD_QUERY, (error.cause,))
         if any(b.text == breakpoint.text for b in self.all):
             return Refused(Reason.ALREADY_SET, (breakpoint.text,))
         self.all = (*self.all, breakpoint)

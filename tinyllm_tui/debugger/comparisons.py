@@ -148,7 +148,7 @@ class Comparisons:
                                 "scenario's expect: tables; --against DUMP compares your own activations; run prints "
                                 "every operator)")
         outcomes = self.expectations(scenario)
-        malformed = next((o for o in outcomes if o.problem), None)
+        malformed = next((o for o in outcomes if o.problem is not None), None)
         if malformed is not None:
             raise malformed.error(str(scenario.path))
         return outcomes

@@ -23,6 +23,7 @@ import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, make_backend
 from engine.breakpoints import Breakpoint, BreakpointError, misnamed
+from engine.causes import Cause
 from engine.compare.against import Against, Report
 from engine.compare.dump import Dump
 from engine.compare.expect import Cell, Outcome
@@ -325,7 +326,7 @@ class Debugger:
             try:
                 matcher(text)
             except BreakpointError as error:
-                return Refused(Reason.BAD_QUERY, (str(error),))
+                return Refused(Reason.BAD_QUERY, (error.cause,))
         return None
 
     def end_of_trace(self) -> EndOfTrace:
@@ -383,7 +384,7 @@ class Debugger:
         try:
             return parse_value(text)
         except EditError as error:
-            return Refused(Reason.BAD_EDIT, (str(error),))
+            return Refused(Reason.BAD_EDIT, (error.cause,))
 
     def cell_edit(self, name: str, index: tuple[int, ...], value: float) -> Edit:
         return CellEdit(name, index, value)
@@ -398,7 +399,7 @@ class Debugger:
         try:
             weights = self.edits.edited(edit)
         except EditError as error:
-            return Refused(Reason.BAD_EDIT, (str(error),))
+            return Refused(Reason.BAD_EDIT, (error.cause,))
         if np.array_equal(weights[edit.name], self.weights[edit.name]):
             return Refused(Reason.UNCHANGED, (edit.name,))
         previous = self.weights
@@ -462,13 +463,13 @@ class Debugger:
         return result
 
     # -- interventions on activations (the list: tinyllm_tui/debugger/interventions.py) -------------------
-    def intervention_problem(self, text: str) -> str | None:
+    def intervention_problem(self, text: str) -> Cause | None:
         """What is wrong with `text` as an intervention on this model (None: nothing seen before a run)."""
         try:
             check_intervention(parse_any(text), self.scenario.model, len(self.scenario.requests),
                                len(self.scenario.vocab))
         except InterventionError as error:
-            return str(error)
+            return error.cause
         return None
 
     def _drop_intervention(self, error: InterventionError) -> Result:
@@ -476,7 +477,7 @@ class Debugger:
         it back, and a replay past that round drops it again), and the session is rebuilt to the last step reached."""
         self.changes.drop(error.intervention)
         self._rebuild(None, None)
-        return Refused(Reason.BAD_QUERY, (str(error),))
+        return Refused(Reason.BAD_QUERY, (error.cause,))
 
     @owning
     def intervene(self, text: str, progress: Progress | None = None) -> Result:
@@ -484,7 +485,7 @@ class Debugger:
         try:
             intervention = checked(text, self.scenario, self.session.model.hooks)
         except InterventionError as error:
-            return Refused(Reason.BAD_QUERY, (str(error),))
+            return Refused(Reason.BAD_QUERY, (error.cause,))
         self.changes.add(intervention)
         try:
             self._rebuild(None, progress)
@@ -492,7 +493,7 @@ class Debugger:
         except InterventionError as error:  # a row of the wrong width, a request with no such pass, …
             self.changes.discard()
             self._rebuild(None, progress)
-            return Refused(Reason.BAD_QUERY, (str(error),))
+            return Refused(Reason.BAD_QUERY, (error.cause,))
         unused = self.session.patcher is not None and intervention in self.session.patcher.unused()
         return replace(self._intervened(Change.ADDED, intervention.text),
                        unreached=routed_expert(intervention) if unused else None)

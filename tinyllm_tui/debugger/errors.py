@@ -3,10 +3,14 @@ CLI), a bad option (named), a load cancelled. The front ends ask here instead of
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engine import BackendError, ScenarioError
 from engine.analysis import AnalysisError
 from engine.breakpoints import BreakpointError
+from engine.causes import Cause, CausedError
 from engine.interventions import InterventionError
+from engine.loading.document import located
 from engine.loading.edits import EditError
 from engine.progress import LoadCancelled
 
@@ -22,8 +26,13 @@ class OptionError(ValueError):
 
 
 
-def bad_input(error: BaseException) -> str | None:
-    """The one line a bad input says (a file, a breakpoint, an edit, an intervention, a reading); None otherwise."""
+def bad_input(error: BaseException, word: Callable[[Cause], str]) -> str | None:
+    """The one line a bad input says (a file, a breakpoint, an edit, an intervention, a reading), its cause in the
+    words `word` gives it (the front end's catalogue); None for an error that is not a bad input."""
+    if isinstance(error, ScenarioError) and isinstance(error.message, Cause):  # a file's breakpoint, intervention
+        return located(error.file, error.line, error.path, word(error.message))
+    if isinstance(error, CausedError):
+        return word(error.cause)
     return str(error) if isinstance(error, BAD_INPUT) else None
 
 

@@ -28,7 +28,7 @@ def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3
     try:
         return (run, *pass_lens(model, run, k))
     except AnalysisError as error:
-        return Refused(Reason.NO_LENS, (str(error),))
+        return Refused(Reason.NO_LENS, (error.cause,))
 
 
 def pass_lens(model: Transformer, run: Pass, k: int) -> tuple[list[LensRow], Attribution | None]:

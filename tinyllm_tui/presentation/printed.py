@@ -9,7 +9,8 @@ from engine.compare.expect import Outcome
 from engine.export import json_number, json_text
 from engine.trace import OpKind, OpState
 from tinyllm_tui.presentation.numbers import text_table
-from tinyllm_tui.presentation.summaries import matrix_summary, token_text, where
+from tinyllm_tui.tui.i18n import cause_words
+from tinyllm_tui.presentation.summaries import diff_measured, matrix_summary, token_text, where
 
 BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
 CORNER = 4  # a summarised matrix shows its first and last 4 rows and columns
@@ -61,7 +62,7 @@ def diff_line(d: OpDiff) -> str:
     """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
-    measured = d.mismatch or f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})"
+    measured = f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})" if d.mismatch is None else diff_measured(d)
     return f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  {measured}"
 
 
@@ -83,7 +84,7 @@ def diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
         "first_divergence": None if first is None else first.step,
         "operators": [{"step": d.step, "request": d.request, "phase": d.phase.value, "round": d.round, "name": d.name,
                        "layer": d.layer, "head": d.head, "max_abs": json_number(d.max_abs),
-                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": d.mismatch or None,
+                       "tolerance": d.tolerance, "agrees": d.agrees, "mismatch": None if d.mismatch is None else diff_measured(d),
                        "state": d.state} for d in diffs],
     }
 
@@ -96,10 +97,10 @@ def json_line(document) -> str:
 def outcome_lines(outcome: Outcome) -> list[str]:
     e = outcome.expectation
     note = f"  ({e.note})" if e.note else ""
-    if outcome.problem:
-        return [f"✗ {e.describe()}: {outcome.problem}{note}"]
+    if outcome.problem is not None:
+        return [f"✗ {cause_words(e.title, 'en')}: {cause_words(outcome.problem, 'en')}{note}"]
     mark = "✓" if outcome.passed else "✗"
-    return [f"{mark} {e.describe()}: {outcome.agreeing}/{len(outcome.cells)} cells agree{note}",
+    return [f"{mark} {cause_words(e.title, 'en')}: {outcome.agreeing}/{len(outcome.cells)} cells agree{note}",
             *(f"    row {cell.row_label}  col {cell.col_label}: printed {cell.printed}, computed {cell.computed:.6f}  "
               f"(|Δ| {abs(cell.computed - cell.printed):.2g} > {cell.tolerance:.2g})"
               for cell in outcome.cells if not cell.agrees)]
@@ -111,7 +112,7 @@ def disagreement_lines(outcomes: list[Outcome]) -> list[str]:
     for outcome in outcomes:
         e = outcome.expectation
         verdict = "follows from the inputs" if outcome.passed else "does not follow from the inputs"
-        lines.append(f"  {verdict}: {e.describe()}" + (f"  ({e.note})" if e.note else ""))
+        lines.append(f"  {verdict}: {cause_words(e.title, 'en')}" + (f"  ({e.note})" if e.note else ""))
     return lines
 
 
@@ -119,7 +120,7 @@ def outcome_json(outcome: Outcome) -> dict:
     e = outcome.expectation
     return {
         "op": e.op, "request": e.request, "round": e.round, "head": e.head, "run": e.run, "note": e.note,
-        "agreeing": outcome.agreeing, "cells": len(outcome.cells), "problem": outcome.problem or None,
+        "agreeing": outcome.agreeing, "cells": len(outcome.cells), "problem": None if outcome.problem is None else cause_words(outcome.problem, "en"),
         "disagreeing": [
             {"row": c.row_label, "col": c.col_label, "printed": json_number(c.printed),
              "computed": json_number(c.computed), "tolerance": c.tolerance}

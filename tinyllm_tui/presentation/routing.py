@@ -4,13 +4,15 @@ the experts at a glance: every sparse layer of the pass down, the tokens each ex
 layer's least margin with its token (the counterpart of the attention heads at a glance).
 
 Plain text lines, windowed: the tokens and experts that fit the width and height asked for, from `first_row`
-and `first_expert` on. Shared by the TUI's routing screen and tests.
+and `first_expert` on, worded in `lang` (tinyllm_tui.tui.i18n's routing.* keys). Shared by the TUI's routing
+screen and tests.
 """
 
 from __future__ import annotations
 
 from tinyllm_tui.debugger.readings import Routing
-from tinyllm_tui.presentation.numbers import display_width
+from tinyllm_tui.presentation.numbers import display_width, fit_cells, left_aligned, right_aligned
+from tinyllm_tui.tui.i18n import tr
 
 LABEL = 12  # the token column: "12 · token" cut to fit
 CELL = 6  # one expert's column: a weight as 0.630, or · where the token did not choose it
@@ -19,7 +21,7 @@ NEAR_TIE = 1e-3  # a margin below this is marked: a float32 or quantized run may
 
 
 def routing_lines(routing: Routing, *, width: int, height: int, first_row: int = 0,
-                  first_expert: int = 0) -> list[str]:
+                  first_expert: int = 0, lang: str = "en") -> list[str]:
     """The window of `routing` that fits `width` × `height`, starting at token `first_row` and expert
     `first_expert` (each clamped so that the window is full where it can be)."""
     tokens = len(routing.labels)
@@ -30,9 +32,10 @@ def routing_lines(routing: Routing, *, width: int, height: int, first_row: int =
     first_row = min(max(first_row, 0), max(tokens - rows, 0))
     window = range(first_row, min(first_row + rows, tokens))
     at = routing.positions
-    lines = [f"layer {routing.layer} · positions {at[window.start]}–{at[window.stop - 1]} of {tokens} · "
-             f"experts {experts.start}–{experts.stop - 1} of {routing.n_experts}",
-             " " * LABEL + "".join(f"{f'e{e}':>{CELL}}" for e in experts) + f"{'margin':>{MARGIN}}"]
+    lines = [tr("routing.where", lang, layer=routing.layer, first=at[window.start], last=at[window.stop - 1],
+                tokens=tokens, first_expert=experts.start, last_expert=experts.stop - 1, experts=routing.n_experts),
+             " " * LABEL + "".join(f"{f'e{e}':>{CELL}}" for e in experts)
+             + right_aligned(tr("routing.margin", lang), MARGIN)]
     for row in window:
         weight = dict(zip(routing.chosen[row].tolist(), routing.weights[row].tolist()))
         cells = "".join(f"{weight[e]:>{CELL}.3f}" if e in weight else f"{'·':>{CELL}}" for e in experts)
@@ -40,8 +43,8 @@ def routing_lines(routing: Routing, *, width: int, height: int, first_row: int =
         flag = "⚠" if margin < NEAR_TIE else " "
         lines.append(f"{_label(routing.labels[row])}{cells}{margin:>{MARGIN - 1}.1e}{flag}")
     counts = routing.counts
-    lines.append(f"{'tokens':<{LABEL}}" + "".join(f"{int(counts[e]):>{CELL}}" for e in experts))
-    return [line.rstrip()[:width] for line in lines]
+    lines.append(left_aligned(tr("routing.tokens", lang), LABEL) + "".join(f"{int(counts[e]):>{CELL}}" for e in experts))
+    return [fit_cells(line.rstrip(), width) for line in lines]
 
 
 def _label(label: str) -> str:
@@ -57,7 +60,7 @@ LAYER = 7  # the glance's layer column
 
 
 def glance_lines(routings: list[Routing], *, width: int, height: int, first_row: int = 0,
-                 first_expert: int = 0) -> list[str]:
+                 first_expert: int = 0, lang: str = "en") -> list[str]:
     """Every sparse layer's tokens per expert (· for none) and least margin, the window of layers from `first_row`
     and experts from `first_expert` that fits `width` × `height` (each clamped so that the window is full)."""
     n_experts, tokens = routings[0].n_experts, len(routings[0].labels)
@@ -66,9 +69,10 @@ def glance_lines(routings: list[Routing], *, width: int, height: int, first_row:
     experts = range(first_expert, min(first_expert + shown, n_experts))
     rows = max(height - 2, 1)
     first_row = min(max(first_row, 0), max(len(routings) - rows, 0))
-    lines = [f"{len(routings)} sparse layer{'s' if len(routings) > 1 else ''} · experts {experts.start}–{experts.stop - 1} of {n_experts} · "
-             f"tokens per expert of the pass's {tokens}",
-             f"{'layer':<{LAYER}}" + "".join(f"{f'e{e}':>{CELL}}" for e in experts) + f"{'least margin':>{MARGIN + 3}}"]
+    lines = [tr("routing.glance", lang, count=len(routings), first=experts.start, last=experts.stop - 1,
+                experts=n_experts, tokens=tokens),
+             left_aligned(tr("routing.layer", lang), LAYER) + "".join(f"{f'e{e}':>{CELL}}" for e in experts)
+             + right_aligned(tr("routing.least", lang), MARGIN + 3)]
     for routing in routings[first_row:first_row + rows]:
         counts = routing.counts
         cells = "".join(f"{int(counts[e]):>{CELL}}" if counts[e] else f"{'·':>{CELL}}" for e in experts)
@@ -76,4 +80,4 @@ def glance_lines(routings: list[Routing], *, width: int, height: int, first_row:
         margin = routing.margins[least]
         flag = "⚠" if margin < NEAR_TIE else " "
         lines.append(f"{routing.layer:<{LAYER}}{cells}{margin:>{MARGIN + 2}.1e}{flag} {_label(routing.labels[least])}")
-    return [line.rstrip()[:width] for line in lines]
+    return [fit_cells(line.rstrip(), width) for line in lines]

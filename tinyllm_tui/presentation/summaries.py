@@ -18,6 +18,7 @@ from engine.labels import resolve_some
 from engine.progress import READING
 from engine.spec import Request, Vocab
 from engine.trace import Labelled, OpKind, OpState, Phase, RequestResult
+from tinyllm_tui.tui.i18n import cause_words, tr
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
 TOP = 5
@@ -47,23 +48,20 @@ def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -
     if first is None and batch:
         return f"✓ the batch equals each request alone: every operator within {BATCH_RULE}{injected}"
     if first is None:
-        tolerance = diffs[0].tolerance if diffs else TOLERANCE
-        return f"✓ cached equals full recompute: every operator within {tolerance:g}{injected}"
-    return f"✗ first divergence: {diff_where(first)}{injected}"
+        return tr("diff.agrees", "en", tolerance=diffs[0].tolerance if diffs else TOLERANCE) + injected
+    return tr("diff.first", "en", where=diff_where(first)) + injected
 
 
-def diff_cell(d: OpDiff) -> str:
+def diff_cell(d: OpDiff, lang: str = "en") -> str:
     """The number a diff table shows for one operator, as measured (as the CLI prints it); `shape` where the
     runs' rows or key columns do not meet (OpDiff.mismatch says how)."""
-    return "shape" if d.mismatch else f"{d.max_abs:.3e}"
+    return f"{d.max_abs:.3e}" if d.mismatch is None else tr("diff.shape", lang)
 
 
-def expect_summary(outcomes: list[Outcome]) -> str:
-    """"45/45 tables agree fully; 332/332 printed cells agree"."""
-    passed = sum(o.passed for o in outcomes)
-    cells = sum(len(o.cells) for o in outcomes)
-    agreeing = sum(o.agreeing for o in outcomes)
-    return f"{passed}/{len(outcomes)} tables agree fully; {agreeing}/{cells} printed cells agree"
+def expect_summary(outcomes: list[Outcome], lang: str = "en") -> str:
+    """"45/45 tables agree fully; 332/332 printed cells agree", in `lang` (the CLI's: English)."""
+    return tr("expect.summary", lang, passed=sum(o.passed for o in outcomes), tables=len(outcomes),
+              agreeing=sum(o.agreeing for o in outcomes), cells=sum(len(o.cells) for o in outcomes))
 
 
 def request_results(results: list[RequestResult], vocab: Vocab) -> str:
@@ -127,16 +125,17 @@ def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bo
     return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))
 
 
-def diff_where(d: OpDiff) -> str:
+def diff_where(d: OpDiff, lang: str = "en") -> str:
     """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`, or how the
-    shapes differ."""
-    head = "" if d.head is None else f" head {d.head}"
-    return f"request {d.request} {d.phase} round {d.round} {d.name}{head} ({diff_measured(d)})"
+    shapes differ, in `lang` (the CLI's: English)."""
+    head = "" if d.head is None else tr("diff.head", lang, head=d.head)
+    return tr("diff.at", lang, request=d.request, phase=tr(f"phase.{d.phase}", lang), round=d.round, name=d.name,
+              head=head, measured=diff_measured(d, lang))
 
 
-def diff_measured(d: OpDiff) -> str:
-    """`max |Δ| = 2.220e-16`, or how the runs' rows or key columns do not meet (OpDiff.mismatch)."""
-    return d.mismatch or f"max |Δ| = {d.max_abs:.3e}"
+def diff_measured(d: OpDiff, lang: str = "en") -> str:
+    """`max |Δ| = 2.220e-16`, or how the runs' rows or key columns do not meet (OpDiff.mismatch), in `lang`."""
+    return f"max |Δ| = {d.max_abs:.3e}" if d.mismatch is None else cause_words(d.mismatch, lang)
 
 
 def size_text(nbytes: int) -> str:

@@ -17,7 +17,8 @@ from tinyllm_tui.debugger.opening import Loading, Opening
 from tinyllm_tui.debugger.results import Reason, Refused, Result, Saved
 from tinyllm_tui.presentation.cache_layout import RowWords
 from tinyllm_tui.tui.explanations import default_language
-from tinyllm_tui.tui.i18n import describe, tr
+from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
 from tinyllm_tui.tui.runner import Runner

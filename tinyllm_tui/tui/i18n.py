@@ -2,15 +2,14 @@
 
 Every text the views put on screen is a key here: `tr("status.step", "zh", step=3, last=40)`.
 A key missing from a language falls back to English; a key missing from English is a bug (KeyError),
-which the tests see. `describe(result, lang)` words a Debugger result (tinyllm_tui.debugger.results).
+which the tests see. `cause_words(cause, lang)` words an engine cause (engine/causes.py: a code and facts);
+tinyllm_tui.tui.result_words words a Debugger result. It imports nothing of the Debugger's, so that any view
+(tinyllm_tui.presentation too) can word with it.
 """
 
 from __future__ import annotations
 
-from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
-                                          Cancelled, Diverged, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
-                                          Rebuilt, Refused, Result, Saved)
-from tinyllm_tui.debugger.interventions import Intervened
+from tinyllm_tui.tui import i18n_causes
 
 EN = {
     # bindings (the footer and the help screen)
@@ -56,6 +55,13 @@ EN = {
     "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · a: every layer · "
                      "Esc: close",
     "routing.none": "no mixture-of-experts layer in this round",
+    "routing.where": "layer {layer} · positions {first}–{last} of {tokens} · experts {first_expert}–{last_expert} of "
+                     "{experts}",
+    "routing.margin": "margin", "routing.tokens": "tokens", "routing.layer": "layer", "routing.least": "least margin",
+    "routing.glance": "{count} sparse layers · experts {first}–{last} of {experts} · tokens per expert of the pass's "
+                      "{tokens}",
+    "routing.glance.one": "{count} sparse layer · experts {first}–{last} of {experts} · tokens per expert of the "
+                          "pass's {tokens}",
     # results of moves
     "result.wrapped": "went to step {step} (wrapped around)", "result.went": "went to step {step}",
     "result.end": "end of trace · {results}", "result.generated": "request {request} generated {text} ({stop})",
@@ -198,8 +204,6 @@ EN = {
     "inputs.corner": " (corner {rows}×{cols})", "expect.checking": "Checking the expect: tables…",
     "expect.none": "This scenario has no expect: tables.", "expect.operator": "operator", "expect.agree": "agree",
     "expect.note": "printed in the text",
-    "expect.table": "request {request} {where} {op}{head}{full}", "expect.full": " (full recompute)",
-    "expect.prefill": "prefill", "expect.decode": "decode round {round}", "expect.head": " head {head}",
     "expect.summary": "{passed}/{tables} tables agree fully; {agreeing}/{cells} printed cells agree",
     # the diff dialog
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
@@ -210,6 +214,7 @@ EN = {
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
     "diff.at": "request {request} {phase} round {round} {name}{head} ({measured})", "diff.head": " head {head}",
+    "diff.shape": "shape",
     "phase.prefill": "prefill", "phase.decode": "decode",
     # the weights browser
     "weights.in": "in {index}", "weights.out": "out {index}", "weights.value": "value",
@@ -283,6 +288,11 @@ ZH = {
     "Expert routing": "专家路由",
     "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · a 所有层 · Esc 关闭",
     "routing.none": "本轮没有混合专家层",
+    "routing.where": "第 {layer} 层 · 位置 {first}–{last}（共 {tokens} 个）· 专家 {first_expert}–{last_expert}（共 "
+                     "{experts} 个）",
+    "routing.margin": "差距", "routing.tokens": "Token数", "routing.layer": "层", "routing.least": "最小差距",
+    "routing.glance": "{count} 个稀疏层 · 专家 {first}–{last}（共 {experts} 个）· 每个专家分到的Token数（本次前向共 "
+                      "{tokens} 个）",
     "result.wrapped": "已跳转到步骤 {step}（已从头绕回）", "result.went": "已跳转到步骤 {step}",
     "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",
     "result.nothing": "请求 {request} 没有生成内容（{stop}）",
@@ -297,7 +307,7 @@ ZH = {
     "refused.busy": "忙：正在运行（Esc 或 ctrl+c 取消）", "refused.first_step": "已经是第一步",
     "refused.no_step": "没有步骤 {0}：运行共有步骤 0–{1}", "refused.no_match": "没有算子匹配 {0!r}",
     "refused.empty_search": "请输入步骤编号、算子名称、类型或条件",
-    "refused.bad_query": "无法理解的条件：{0}", "refused.already_set": "断点 {0} 已存在",
+    "refused.bad_query": "{0}", "refused.already_set": "断点 {0} 已存在",
     "refused.no_breakpoint": "没有断点 {0}", "refused.nothing_to_undo": "没有可撤销的修改",
     "refused.nothing_to_redo": "没有可重做的修改", "refused.not_stale": "缓存没有过期",
     "refused.unchanged": "{0} 没有变化", "refused.bad_edit": "{0}；保留原值",
@@ -398,8 +408,6 @@ ZH = {
     "inputs.none": "此算子不读取任何数组（只由位置计算）。", "inputs.corner": "（左上角 {rows}×{cols}）",
     "expect.checking": "正在核对 expect: 表…", "expect.none": "此场景没有 expect: 表。",
     "expect.operator": "算子", "expect.agree": "一致", "expect.note": "文中所印",
-    "expect.table": "请求 {request} {where} {op}{head}{full}", "expect.full": "（完整重算）",
-    "expect.prefill": "预填充", "expect.decode": "解码第 {round} 轮", "expect.head": " 头 {head}",
     "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",
@@ -408,7 +416,7 @@ ZH = {
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
-    "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（{measured}）", "diff.head": " 头 {head}",
+    "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（{measured}）", "diff.head": " 头 {head}", "diff.shape": "形状",
     "phase.prefill": "预填充", "phase.decode": "解码",
     "weights.in": "输入 {index}", "weights.out": "输出 {index}", "weights.value": "值",
     "weights.read_by": "读取者：{readers}", "weights.no_reader": "本轮没有算子读取",
@@ -439,6 +447,10 @@ ZH = {
     "inject.absorbed-uk-untransposed": "吸收形式的潜在注意力用未转置的W_UK乘查询（把其缓冲区当作已转置来读）",
 }
 
+# -- the engine's causes (engine/causes.py), worded in tinyllm_tui/tui/i18n_causes.py: `cause.CODE` ------------
+EN |= {f"cause.{code}": text for code, text in i18n_causes.EN.items()}
+ZH |= {f"cause.{code}": text for code, text in i18n_causes.ZH.items()}
+
 CATALOGUES = {"en": EN, "zh": ZH}
 
 
@@ -452,66 +464,19 @@ def tr(key: str, lang: str, /, *args, **facts) -> str:
     return text.format(*args, **facts) if args or facts else text
 
 
+def cause_words(cause, lang: str) -> str:
+    """An engine cause (engine.causes.Cause: a code and its facts) in words, the catalogue's or, for a layer kind's
+    code, the words its kind gave it (English where it has none in `lang`); a fact that is a cause is worded too."""
+    facts = {name: words(value, lang) for name, value in cause.facts.items()}
+    if cause.words:
+        return (cause.words.get(lang) or cause.words["en"]).format(**facts)
+    return tr(f"cause.{cause.code}", lang, **facts)
+
+
+def words(fact, lang: str):
+    """A fact as a catalogue says it: a cause in words, anything else as it is (a number, a name, a text)."""
+    return cause_words(fact, lang) if hasattr(fact, "code") and hasattr(fact, "facts") else fact
+
+
 def where(phase: str, round_: int, lang: str) -> str:
     return tr("where.prefill", lang) if phase == "prefill" else tr("where.decode", lang, round=round_)
-
-
-def generated(text: str, pieces: tuple[str, ...], as_pieces: bool) -> str:
-    """Generated text decoded ('Echo'), or its pieces, one per token ('E|cho'); quoted so that spaces at its
-    ends show (the pieces are display text already: a newline is written \\n, never repeated by repr)."""
-    return f"'{'|'.join(pieces) if as_pieces else text}'"
-
-
-def choice_words(choice, lang: str) -> str:
-    """` · chose ' Paris' 0.773 → ' Paris' 0.141`: a round's chosen token and its probability before → after."""
-    if choice is None:
-        return ""
-    (before, p_before), (after, p_after) = choice
-    return tr("result.choice", lang, before=repr(before), after=repr(after), p_before=f"{p_before:.3f}",
-              p_after=f"{p_after:.3f}")
-
-
-def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
-    """A Debugger result in words ("" for a plain move: the screen itself shows where it is).
-    Args: pieces: generated text as its tokens' pieces instead of decoded."""
-    match result:
-        case Moved(step=step, wrapped=True):
-            return tr("result.wrapped", lang, step=step)
-        case Moved() | HitBreakpoint():
-            return ""  # the status line shows the step and the breakpoints that hit it
-        case EndOfTrace(results=results):
-            return tr("result.end", lang, results="; ".join(
-                tr("result.generated", lang, request=i, text=generated(r.text, r.pieces, pieces), stop=r.stop)
-                if r.pieces
-                else tr("result.nothing", lang, request=i, stop=r.stop) for i, r in enumerate(results)))
-        case Cancelled(step=step):
-            return tr("result.cancelled", lang, step=step)
-        case Refused(reason=reason, args=args):
-            return tr(f"refused.{reason}", lang, *args)
-        case BreakpointAdded(text=text):
-            return tr("result.breakpoint_added", lang, text=text)
-        case BreakpointRemoved(text=text):
-            return tr("result.breakpoint_removed", lang, text=text)
-        case BreakpointsCleared(count=count):
-            return tr("result.breakpoints_cleared", lang, count=count)
-        case InjectionChanged(name=None):
-            return tr("result.no_inject", lang)
-        case InjectionChanged(name=name):
-            return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
-        case Intervened(change=change, text=text, choice=choice, unreached=unreached):
-            pending = "" if unreached is None else tr("result.intervention.unreached", lang, layer=unreached[0],
-                                                      expert=unreached[1])
-            return tr(f"result.intervention.{change}", lang, text=text) + pending + choice_words(choice, lang)
-        case Rebuilt(kind=kind, name=name, count=count):
-            return tr(f"result.{kind}", lang, name=name, count=count)
-        case Saved(path=path):
-            return tr("result.saved", lang, path=path)
-        case Diverged(step=None):
-            return tr("result.agree", lang)
-        case Diverged(where=where_, values=""):
-            return tr("result.diverged", lang, where=where_)
-        case Diverged(where=where_, values=values):
-            return tr("result.diverged.values", lang, where=where_, values=values)
-        case CacheShown(layer=layer, head=head):
-            return tr("result.cache", lang, layer=layer, head=head)
-    raise TypeError(f"no words for {result!r}")

@@ -20,7 +20,8 @@ from textual.widgets import ProgressBar, TabbedContent
 from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
 from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
-from tinyllm_tui.tui.i18n import describe, tr, where
+from tinyllm_tui.tui.i18n import cause_words, tr, where
+from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.widgets.blank import Column, Pane, Row, Tabs
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
@@ -624,7 +625,7 @@ class DebuggerScreen(Screen):
         """A malformed spec is refused in the prompt; a good one replays in the runner."""
         problem = self.debugger.intervention_problem(text)
         if problem:
-            return problem
+            return cause_words(problem, self.lang)
         self.in_background(tr("screen.intervening", self.lang), self.debugger.intervene, text)
         return None
 
@@ -677,7 +678,7 @@ class DebuggerScreen(Screen):
             return
         layer = state.layer or 0
         index = next((i for i, routing in enumerate(routings) if routing.layer >= layer), len(routings) - 1)
-        self.app.push_screen(RoutingScreen(tr("routing.title", self.lang), routings, index))
+        self.app.push_screen(RoutingScreen(tr("routing.title", self.lang), routings, index, self.lang))
 
     def _open_head(self, states, chunk: int, chosen: tuple[int, int] | None) -> None:
         """Enter on a head at a glance: its pattern becomes the current matrix."""

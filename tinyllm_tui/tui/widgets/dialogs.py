@@ -13,7 +13,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
 from tinyllm_tui.debugger.results import Result
-from tinyllm_tui.tui.i18n import describe, tr
+from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.widgets.linelist import LineList
 
 

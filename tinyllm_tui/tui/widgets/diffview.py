@@ -10,17 +10,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tinyllm_tui.debugger.results import DiffReport
-from tinyllm_tui.presentation.summaries import diff_cell, diff_measured
+from tinyllm_tui.presentation.summaries import diff_cell, diff_measured, diff_where
 from tinyllm_tui.tui.i18n import tr, where
 from tinyllm_tui.tui.widgets.linelist import LineList
-
-
-def diff_where(d, lang: str) -> str:
-    """Where an operator of the diff is, and how far it is off or how the shapes differ (an engine OpDiff),
-    in `lang`."""
-    head = "" if d.head is None else tr("diff.head", lang, head=d.head)
-    return tr("diff.at", lang, request=d.request, phase=tr(f"phase.{d.phase}", lang), round=d.round, name=d.name,
-              head=head, measured=diff_measured(d))
 
 
 def diff_line(d, first: bool, lang: str) -> Text:
@@ -28,8 +20,8 @@ def diff_line(d, first: bool, lang: str) -> Text:
     head = "" if d.head is None else f" h{d.head}"
     style = "bold red" if first else ("red" if not d.agrees else "")
     request = tr("diff.request", lang, request=d.request)
-    mismatch = f"  {d.mismatch}" if d.mismatch else ""
-    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d):>10}  {d.name}{head}{mismatch}",
+    mismatch = "" if d.mismatch is None else f"  {diff_measured(d, lang)}"
+    return Text(f"{mark:<8}{request} {where(d.phase, d.round, lang):<9} {diff_cell(d, lang):>10}  {d.name}{head}{mismatch}",
                 style=style)
 
 

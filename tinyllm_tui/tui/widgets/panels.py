@@ -12,9 +12,9 @@ from textual.widgets import Static
 
 from tinyllm_tui.debugger.frame import Frame, OperandCorner
 from tinyllm_tui.presentation.numbers import format_number
-from tinyllm_tui.presentation.summaries import shape_text
+from tinyllm_tui.presentation.summaries import expect_summary, shape_text
 from tinyllm_tui.tui.explanations import explain
-from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.i18n import cause_words, tr
 from tinyllm_tui.tui.widgets.textlines import TextLines
 
 
@@ -76,15 +76,6 @@ class InputsPanel(Widget):
         return text
 
 
-def expectation_words(expectation, lang: str) -> str:
-    """"request 0 prefill blocks.0.attn.hook_pattern head 0": which operator an expect: table is about."""
-    e = expectation
-    return tr("expect.table", lang, request=e.request, op=e.op,
-              where=tr("expect.prefill", lang) if e.round == 0 else tr("expect.decode", lang, round=e.round),
-              head="" if e.head is None else tr("expect.head", lang, head=e.head),
-              full=tr("expect.full", lang) if e.run == "full" else "")
-
-
 class ExpectPanel(VerticalScroll):
     """Every expect: table of the scenario with how many of its printed cells agree."""
 
@@ -107,8 +98,7 @@ class ExpectPanel(VerticalScroll):
             table.add_column(heading)
         for outcome in outcomes:
             mark, style = ("✓", "green") if outcome.passed else ("✗", "red")
-            table.add_row(Text(mark, style=style), expectation_words(outcome.expectation, lang),
-                          f"{outcome.agreeing}/{len(outcome.cells)}", outcome.problem or outcome.expectation.note)
-        summary = tr("expect.summary", lang, passed=sum(o.passed for o in outcomes), tables=len(outcomes),
-                     agreeing=sum(o.agreeing for o in outcomes), cells=sum(len(o.cells) for o in outcomes))
-        static.update(Group(Text(summary, style="bold"), table))
+            problem = None if outcome.problem is None else cause_words(outcome.problem, lang)
+            table.add_row(Text(mark, style=style), cause_words(outcome.expectation.title, lang),
+                          f"{outcome.agreeing}/{len(outcome.cells)}", problem or outcome.expectation.note)
+        static.update(Group(Text(expect_summary(outcomes, lang), style="bold"), table))

@@ -132,8 +132,8 @@ class RoutingScreen(_Window):
                 Binding("right_square_bracket", "layer(1)", "Layer +"), Binding("a", "glance", "Every layer"),
                 *MOVES]
 
-    def __init__(self, title: str, routings: list[Routing], index: int):
-        super().__init__(title)
+    def __init__(self, title: str, routings: list[Routing], index: int, lang: str = "en"):
+        super().__init__(title, lang)
         self._routings, self._index, self.glance = routings, index, False
 
     def action_layer(self, step: int) -> None:
@@ -153,10 +153,10 @@ class RoutingScreen(_Window):
             self.first_row = min(self.first_row, max(len(self._routings) - max(height - 2, 1), 0))
             self.first_col = min(self.first_col, self._routings[0].n_experts - 1)
             return experts_glance(self._routings, width=width, height=height, first_row=self.first_row,
-                                  first_expert=self.first_col)
+                                  first_expert=self.first_col, lang=self.lang)
         routing = self._routings[self._index]
         rows = max(height - 3, 1)
         self.first_row = min(self.first_row, max(len(routing.labels) - rows, 0))
         self.first_col = min(self.first_col, routing.n_experts - 1)
         return routing_lines(routing, width=width, height=height, first_row=self.first_row,
-                             first_expert=self.first_col)
+                             first_expert=self.first_col, lang=self.lang)

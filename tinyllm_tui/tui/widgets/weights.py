@@ -19,7 +19,8 @@ from textual.widgets import Static
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.results import Refused
 from tinyllm_tui.presentation.summaries import shape_text
-from tinyllm_tui.tui.i18n import describe, tr
+from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.runner import RunWorded
 from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen

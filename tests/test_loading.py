@@ -24,10 +24,12 @@ from engine.loading.edits import parse_set
 from engine.progress import READING, WEIGHTS, LoadCancelled, listening, report
 from tinyllm_tui import cli
 from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.debugger.readings import round_routing
 from tinyllm_tui.tui.app import DebuggerApp
 from tinyllm_tui.tui.loading_screen import Loading, LoadingScreen, Opening
 from tinyllm_tui.tui.main_screen import DebuggerScreen
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen
+from tinyllm_tui.tui.widgets.readings import RoutingScreen
 from tinyllm_tui.tui.widgets.weights import WeightsScreen
 
 BAD = ROOT / "tests" / "data" / "bad" / "duplicate_key.yaml"
@@ -344,8 +346,11 @@ async def test_a_step_pressed_while_a_decode_round_is_listed_goes_first_and_the_
                     and not app.screen.runner.running, timeout=30)
         await pilot.press("g", *str(entered), "enter")
         await until(pilot, lambda: app.debugger.frame.step == entered and app.screen.runner.running, timeout=30)
-        await pilot.press("n")
-        await until(pilot, lambda: app.debugger.frame.step == entered + 1 and not app.debugger.round_pending
-                    and not app.screen.runner.running, timeout=30)
+        await pilot.press("n", "E")  # the routing view shows the whole round: it waits for the listing
+        await until(pilot, lambda: isinstance(app.screen, RoutingScreen), timeout=30)
+        assert app.debugger.frame.step == entered + 1 and not app.debugger.round_pending
+        routed = app.screen._routings
+    eager.goto_step(entered)
+    assert len(routed) == len(round_routing(eager.view.round_states, 0)) == 3  # its 3 MoE layers of 4
     assert events[-3:] == [("listed", entered, True), ("step", entered + 1, True), ("listed", entered + 1, False)]
-    assert app.debugger.frame.operators == eager.frame.operators if eager.goto_step(entered) else False
+    assert app.debugger.frame.operators == eager.frame.operators

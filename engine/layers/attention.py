@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import ops
-from engine import caches
+from engine import caches, ops
 from engine.caches import Layout, Quantize, Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
 from engine.labels import WithSink

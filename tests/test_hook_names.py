@@ -26,9 +26,9 @@ ALLOWED = {  # (file, function; None: every function): why it stays
     ("engine/model.py", "_part"): "where the model defines a block's own hooks, as a kind's module does its own: what a "
                                   "sublayer adds, TransformerLens's hook_<module>_out",
     ("engine/analysis.py", "_terms"): "the output bias's weight name (blocks.L.attn.bo)",
-    ("tinyllm_tui/recorder_hf.py", None): "records transformers' activations under a dump's names as a user's own "
-                                          "code does with tinyllm_tui.Recorder: the dump's writer, outside the "
-                                          "engine (neither recorder imports an engine module)",
+    ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with a dump's keys, as a user's own "
+                                          "code does with tinyllm_tui.Recorder: the writer's side of the format, "
+                                          "which runs only where torch and transformers are",
 }
 
 

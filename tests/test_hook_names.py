@@ -33,7 +33,7 @@ ALLOWED = {  # (file, function; None: every function): why it stays
 
 
 def _words(node: ast.AST) -> str:
-    """The identifiers an expression is made of (`state.op.hook.module` -> "state op hook module")."""
+    """The identifiers an expression is made of, outermost first (`state.op.hook.module` -> "module hook op state")."""
     return " ".join(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
                     if isinstance(n, (ast.Name, ast.Attribute)))
 
@@ -50,7 +50,7 @@ def _built(node: ast.JoinedStr) -> bool:
     """An f-string that begins with `blocks.`, joins a value to `hook_…`/`cache_…`, or a hook to a dot."""
     parts = node.values
     literals = [str(part.value) for part in parts if isinstance(part, ast.Constant)]
-    if isinstance(parts[0], ast.Constant) and literals[0].startswith("blocks."):
+    if parts and isinstance(parts[0], ast.Constant) and literals[0].startswith("blocks."):
         return True
     if len(literals) < len(parts) and any(mark in text for text in literals for mark in MARKS[1:]):
         return True
@@ -73,7 +73,7 @@ def _cut(node: ast.Call) -> bool:
     if any(mark in text for text in texts for mark in MARKS) or " h" in texts:
         return True
     receiver = _words(node.func.value).split()
-    named = bool(receiver) and any(word in receiver[-1].lower() for word in ("hook", "name"))
+    named = bool(receiver) and any(word in receiver[0].lower() for word in ("hook", "name"))  # `key.name`, `hook`
     return named and "." in texts
 
 
@@ -127,8 +127,10 @@ def f(layer, hook, name, key, state, pass_, word):
     g = hook.removeprefix("blocks.").partition(".hook_resid_")
     h = state.short.split(" h")[0]
     i = key.endswith(("x", "_norm.hook_normalized"))
-    ok = (pass_.split(".")[1], word.split(","), f"{pass_}.{key}", f"layer {layer}", name.startswith("__"))
-    return a, b, c, d, e, g, h, i, ok
+    j = key.name.partition(".")
+    ok = (pass_.split(".")[1], word.split(","), f"{pass_}.{key}", f"layer {layer}", name.startswith("__"), f"",
+          state.name_of.x.split("."))
+    return a, b, c, d, e, g, h, i, j, ok
 '''
     assert surgery(source) == [(4, "f"), (5, "f"), (6, "f"), (7, "f"), (8, "f"), (9, "f"), (9, "f"), (10, "f"),
-                               (11, "f")]
+                               (11, "f"), (12, "f")]

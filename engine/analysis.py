@@ -17,14 +17,16 @@ from engine.backend import to_host
 from engine.causes import CausedError
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
-from engine.model import Transformer
+from engine.model import LOGITS, Transformer
 from engine.spec import NormKind, NormPlacement
 from engine.trace import OpState
 
 Array = Any
 RESIDUALS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
+STREAMS = ("pre", "mid", "post")  # what a lens row calls each of RESIDUALS
 HEAD_RESULT = "hook_result"  # a mixer's per-head contribution to the residual (attention's, latent attention's)
-_WANTED = {"ln_final.hook_scale", "unembed.hook_out", "sample.hook_probs", "sample.hook_choice"}
+FINAL_SCALE = Hook(None, "ln_final", "hook_scale")  # the final norm's divisor of each row
+_WANTED = {hook.text for hook in (FINAL_SCALE, LOGITS, PROBS, CHOICE)}
 Key = tuple[str, int | None]  # (hook name, head)
 
 
@@ -44,6 +46,15 @@ class Pass:
 
     def get(self, name: str, head: int | None = None) -> np.ndarray:
         return self.values[(name, head)]
+
+    @property
+    def choice(self) -> int:
+        """The token the pass chose."""
+        return int(self.get(CHOICE.text)[0, 0])
+
+    def probability(self, token: int) -> float:
+        """The probability the decode rule gave `token`."""
+        return float(self.get(PROBS.text)[0, token])
 
 
 def passes(states: Iterable[OpState]) -> Iterator[Pass]:
@@ -92,6 +103,11 @@ class LensRow:
     layer: int
     top: np.ndarray  # (positions, k) token ids, most likely first
     probs: np.ndarray  # (positions, k) their probabilities
+
+    @property
+    def label(self) -> str:
+        """`3 mid`: its layer and which residual stream of the block it reads (STREAMS)."""
+        return f"{self.layer} {STREAMS[RESIDUALS.index(Hook.parse(self.hook).name)]}"
 
 
 def logit_lens(model: Transformer, run: Pass, k: int = 5) -> list[LensRow]:
@@ -161,7 +177,7 @@ def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attr
     if spec.post_norms:
         raise AnalysisError("analysis.block_norm")
     if token is None:
-        token = int(run.get("sample.hook_choice")[0, 0])
+        token = run.choice
     row = -1
     column = _unembedding(model, token)
     direction, bias_term = column, 0.0
@@ -171,12 +187,12 @@ def attribution(model: Transformer, run: Pass, token: int | None = None) -> Attr
             direction = direction * (1.0 + gain if spec.norm.weight_offset else gain)
         if "ln_final.b" in model.weights:
             bias_term = float(_weight(model, "ln_final.b") @ column)
-        direction = direction / float(run.get("ln_final.hook_scale")[row, 0])
+        direction = direction / float(run.get(FINAL_SCALE.text)[row, 0])
     centred = spec.final_norm and spec.norm.kind == NormKind.LAYERNORM
     terms = [(label, float(_centre(vector, centred) @ direction)) for label, vector in _terms(model, run, row)]
     terms.sort(key=lambda term: -term[1])
-    logit = float(run.get("unembed.hook_out")[row, token])
-    return Attribution(token, run.first + run.get("unembed.hook_out").shape[0] - 1, logit, bias_term, tuple(terms))
+    logits = run.get(LOGITS.text)
+    return Attribution(token, run.first + logits.shape[0] - 1, float(logits[row, token]), bias_term, tuple(terms))
 
 
 def _unembedding(model: Transformer, token: int) -> np.ndarray:

@@ -67,7 +67,7 @@ def _is_name(part: str) -> bool:
 def misnamed(breakpoint: Breakpoint, operators: Iterable[OpState]) -> list[tuple[str, str | None]]:
     """The breakpoint's names that no operator of `operators` has, each with the nearest name they do have."""
     seen = list(operators)
-    known = {form for state in seen for form in (state.name, short_name(state), short_name(state).split(" h")[0])}
+    known = {form for state in seen for form in (state.name, state.hook.short, state.hook.site.short)}
     return [(name, next(iter(difflib.get_close_matches(name, sorted(known), n=1)), None))
             for name in breakpoint.names if not any(name_matches(state, name) for state in seen)]
 

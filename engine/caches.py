@@ -29,9 +29,21 @@ import numpy as np
 
 from engine import ops
 from engine.backend import namespace, to_host
-from engine.state import LayerState, StateView
+from engine.state import DumpLayout, LayerState, StateView
 
 Array = Any
+K_ITEM, V_ITEM = "cache_k", "cache_v"  # a K/V cache's dump items: blocks.L.attn.cache_k
+
+
+def _kv_matrix(array, shape: tuple):
+    """A dumped K or V cache [kv_head, position, d_head] as the engine's rows [position, kv_head·d_head]."""
+    return np.transpose(array, (1, 0, 2)).reshape(array.shape[1], -1) if array.ndim == 3 else array
+
+
+# how a dump lays out a K/V cache's items: [kv_head, position, d_head] (the attention kind lists them)
+DUMP_LAYOUTS = dict.fromkeys((K_ITEM, V_ITEM), DumpLayout(
+    _kv_matrix, lambda row, col, d_head: (col // d_head, row, col % d_head),
+    lambda values, d_head: np.transpose(values.reshape(values.shape[0], -1, d_head), (1, 0, 2))))
 
 
 class Layout(StrEnum):
@@ -170,7 +182,15 @@ class LayerCache:
         return StateView("K", self.k, width), StateView("V", self.v, width)
 
     def dump_items(self) -> dict[str, Array]:
-        return {"cache_k": self.k, "cache_v": self.v}
+        return {K_ITEM: self.k, V_ITEM: self.v}
+
+    def cell(self, item: str, row: int, col: int, position: str) -> str | None:
+        """A cell of K or V as a comparison names it: its kv head, position and column within the head (None: an
+        item of another layout's, a latent cache's)."""
+        if item not in DUMP_LAYOUTS:
+            return None
+        width = self.head_width or int(self.k.shape[1])
+        return f"kv head {col // width}, position {position}, d_head {col % width}"
 
     def differing(self, theirs, beyond) -> frozenset[int]:
         """Rows (positions) whose K or V differs from theirs, and rows theirs does not have."""

@@ -75,7 +75,7 @@ class ActivationDump:
     def __init__(self, passes: Passes):
         self.passes = passes
         self._arrays: dict[str, np.ndarray] = {}
-        self._heads: dict[str, list[np.ndarray]] = {}
+        self._heads: dict[str, tuple[str, list[np.ndarray]]] = {}  # key -> (the hook's name, every head's values)
         self._last: OpState | None = None
 
     def see(self, state: OpState) -> None:
@@ -84,21 +84,20 @@ class ActivationDump:
         name = self.passes.text(state)
         values = np.asarray(to_host(state.values))
         if state.head is None:
-            self._arrays[name] = to_dump(name, values, self.passes.d_head)
+            self._arrays[name] = to_dump(state.op.hook.name, values, self.passes.d_head)
         else:
-            self._heads.setdefault(name, []).append(values)
+            self._heads.setdefault(name, (state.op.hook.name, []))[1].append(values)
         self._last = state
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Everything seen so far (the last pass's caches included)."""
         if self._last is not None:
             self._caches(self._last)
-        return {**self._arrays, **{name: stack_heads(name, heads) for name, heads in self._heads.items()}}
+        return {**self._arrays, **{key: stack_heads(name, heads) for key, (name, heads) in self._heads.items()}}
 
     def _caches(self, state: OpState) -> None:
-        """Every layer's state as the pass that `state` ends left it, its dump items (a K/V cache's: [1, kv_head,
-        position, d_head])."""
+        """Every layer's state as the pass that `state` ends left it, its dump items as its kind lays them out."""
         for layer, cache in enumerate(state.caches):
             for name, values in cache.dump_items().items():
                 key = self.passes.text(state, Hook(layer, cache.module, name).text)
-                self._arrays[key] = to_dump(key, np.asarray(to_host(values)), self.passes.d_head)
+                self._arrays[key] = to_dump(name, np.asarray(to_host(values)), self.passes.d_head)

@@ -45,6 +45,12 @@ class Hook:
         return cls(None if layer is None else int(layer), module or "", name,
                    None if head is None else int(head))
 
+    @classmethod
+    def within(cls, layer: int | None, local: str) -> Hook:
+        """The hook `local` (as `local` writes it: `attn.hook_q`, `hook_resid_pre`) names in block `layer`."""
+        hook = cls.parse(local)
+        return hook if hook.layer == layer else replace(hook, layer=layer)
+
     def at(self, head: int | None) -> Hook:
         return self if head == self.head else replace(self, head=head)
 

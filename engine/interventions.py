@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.causes import Cause, CausedError
 from engine import layers
-from engine.hooks import Hook
+from engine.hooks import Hook, HookError
 
 Array = Any
 Span = tuple[int | None, int | None]  # [start, stop) like a slice; (None, None) is ":"
@@ -106,9 +106,10 @@ def parse_intervention(text: str) -> Intervention:
     """`HOOK[ head H][ROWS,COLS]=VALUE` (or `*=FACTOR`) with optional ` @prefill`, ` @decode.N`,
     ` @request.N`; VALUE is a number, `[n, n, …]` or `from:REQUEST`."""
     match = _SPEC.match(text.strip())
-    if not match:
+    site = _hook(match["hook"]) if match else None
+    if site is None:
         raise InterventionError("intervention.syntax", text=text)
-    hook, value, op = match["hook"], match["value"].strip(), match["op"]
+    hook, value, op = site.text, match["value"].strip(), match["op"]
     rows = _span(match["rows"], text, Cause("part.row")) if match["rows"] is not None else (None, None)
     cols = _span(match["cols"], text, Cause("part.column")) if match["cols"] is not None else (None, None)
     if op == "*=":
@@ -135,15 +136,23 @@ def parse_ablation(text: str) -> Intervention:
         when, request = _where(match["where"], text)
         return Intervention(hook, Action.SET, value, cols=cols, when=when, request=request)
     match = _ABLATION.match(text.strip())
-    if not match:
+    site = _hook(match["hook"]) if match else None
+    if site is None:
         forms = [*(f"'blocks.L.{module} head H'" for module in layers.ablated_hooks()),
                  *(f"'{form}'" for _, form, _ in layers.ablations())]
         raise InterventionError("intervention.ablation", text=text, forms=", ".join(forms[:-1]), last=forms[-1])
-    hook = match["hook"]
-    module = re.fullmatch(r"blocks\.\d+\.(\w+)", hook)
-    hook = f"{hook}.{layers.ablated_hooks()[module[1]]}" if module and module[1] in layers.ablated_hooks() else hook
+    ablated = layers.ablated_hooks().get(site.name) if site.in_block and not site.module else None
+    hook = site if ablated is None else Hook(site.layer, site.name, ablated)  # `blocks.L.attn`: the module's hook
     when, request = _where(match["where"], text)
-    return Intervention(hook, Action.SET, 0.0, int(match["head"]), when=when, request=request)
+    return Intervention(hook.text, Action.SET, 0.0, int(match["head"]), when=when, request=request)
+
+
+def _hook(text: str) -> Hook | None:
+    """The hook an intervention names (None: `text` is not a hook name)."""
+    try:
+        return Hook.parse(text)
+    except HookError:
+        return None
 
 
 def _kind_ablation(text: str):

@@ -11,8 +11,8 @@ A key is a TransformerLens hook name prefixed by the pass that computed it:
 A key without a pass (TransformerLens's own `run_with_cache` names) is the first request's prefill.
 Arrays may carry a leading batch axis of 1. Their layouts are TransformerLens's: residual-like
 hooks [pos, d]; hook_q/k/v/z and hook_rot_q/k [pos, head, d_head] (or stacked [pos, head·d_head]);
-hook_attn_scores and hook_pattern [head, query, key]; cache_k/cache_v [kv_head, position, d_head];
-a layer kind's own state items as its module's DUMP_LAYOUTS take them (a causal conv's conv_state, a Gated
+hook_attn_scores and hook_pattern [head, query, key]; a layer's state items as its kind's DUMP_LAYOUTS lay
+them out (attention's cache_k/cache_v [kv_head, position, d_head], a causal conv's conv_state, a Gated
 DeltaNet's recurrent_state). The engine's own layout is one 2-D matrix per operator (and per head for scores, pattern and z);
 `align` turns a dump's array into it.
 """
@@ -25,10 +25,10 @@ from typing import NamedTuple
 import numpy as np
 
 from engine import layers
+from engine.hooks import Hook
 
 PER_HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")  # [head, query, key]
 HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # [pos, head, d_head]
-CACHES = ("cache_k", "cache_v")  # [kv_head, position, d_head]
 DECODE_RULE = ("filter", "probs", "choice")  # engine.trace.OpKind values of the sample.* operators
 _KEY = re.compile(r"(?:request\.(\d+)\.)?(prefill\.chunk\.\d+|prefill|decode\.\d+)\.(.+)")
 
@@ -44,6 +44,11 @@ class Key(NamedTuple):
     def round(self) -> int:
         """The round a pass belongs to: 0 for the prefill (every chunk of it), N for decode.N."""
         return int(self.pass_.split(".")[1]) if self.pass_.startswith("decode.") else 0
+
+    @property
+    def hook(self) -> Hook:
+        """The hook its name names (engine.hooks.HookError: a dump's key that names none)."""
+        return Hook.parse(self.name)
 
     def label(self, requests: int = 1) -> str:
         """The pass as a key prefix shows it (the request only when there are several)."""
@@ -92,60 +97,53 @@ class Passes:
         return self.key(state, name).text(self.requests)
 
 
-def suffix(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
 def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
-    """The dump's array in the engine's 2-D layout for operator `name` (and `head`), or None; `shape`'s rows may
-    be None (as many as the dump holds)."""
-    kind = suffix(name)
+    """The dump's array in the engine's 2-D layout for operator `name` (the hook's name: `Hook.name`, hook_z,
+    cache_k) and `head`, or None; `shape`'s rows may be None (as many as the dump holds)."""
     candidates = [theirs] + ([theirs[0]] if theirs.ndim >= 2 and theirs.shape[0] == 1 else [])
-    state_item = layers.dump_layouts().get(kind)  # a kind's state item in a layout of its own
+    state_item = layers.dump_layouts().get(name)  # a kind's state item in a layout of its own
     for array in candidates:
-        if kind in CACHES and array.ndim == 3:  # [kv_head, position, d_head] -> [position, kv_head·d_head]
-            array = np.transpose(array, (1, 0, 2)).reshape(array.shape[1], -1)
-        elif head is not None and kind in PER_HEAD_MATRICES and array.ndim == 3:
+        if head is not None and name in PER_HEAD_MATRICES and array.ndim == 3:
             array = array[head] if head < array.shape[0] else array
         elif head is not None and array.ndim == 3:  # hook_z: [pos, head, d_head]
             array = array[:, head] if head < array.shape[1] else array
         elif head is not None and array.ndim == 2 and array.shape[1] > shape[1]:  # stacked heads
             width = shape[1]
             array = array[:, head * width:(head + 1) * width]
-        elif kind in HEAD_AXIS and array.ndim == 3:
+        elif name in HEAD_AXIS and array.ndim == 3:
             array = array.reshape(array.shape[0], -1)
         elif state_item is not None:
-            array = state_item(array, shape)
+            array = state_item.align(array, shape)
         if tuple(array.shape) == tuple(shape) or shape[0] is None and tuple(array.shape[1:]) == tuple(shape[1:]):
             return array
     return None
 
 
 def dump_index(name: str, head: int | None, row: int, col: int, d_head: int) -> tuple[int, ...]:
-    """A cell of the engine's matrix as an index into the dump's own layout (without the batch axis)."""
-    kind = suffix(name)
-    if kind in CACHES:
-        return (col // d_head, row, col % d_head)
-    if head is not None and kind in PER_HEAD_MATRICES:
+    """A cell of the engine's matrix as an index into the dump's own layout (without the batch axis); `name`: the
+    hook's name, as for `align`."""
+    if (state_item := layers.dump_layouts().get(name)) is not None:
+        return state_item.index(row, col, d_head)
+    if head is not None and name in PER_HEAD_MATRICES:
         return (head, row, col)
     if head is not None:  # hook_z of one head
         return (row, head, col)
-    if kind in HEAD_AXIS and d_head:
+    if name in HEAD_AXIS and d_head:
         return (row, col // d_head, col % d_head)
     return (row, col)
 
 
 def to_dump(name: str, values: np.ndarray, d_head: int) -> np.ndarray:
     """An operator's 2-D output (every head's stacked for per-head operators) in the dump's layout,
-    with a batch axis of 1."""
-    kind = suffix(name)
-    if kind in CACHES:
-        return np.transpose(values.reshape(values.shape[0], -1, d_head), (1, 0, 2))[None]
-    if kind in HEAD_AXIS and d_head:
+    with a batch axis of 1; `name`: the hook's name, as for `align`."""
+    if (state_item := layers.dump_layouts().get(name)) is not None:
+        return state_item.dumped(values, d_head)[None]
+    if name in HEAD_AXIS and d_head:
         return values.reshape(values.shape[0], -1, d_head)[None]
     return values[None]
 
 
 def stack_heads(name: str, heads: list[np.ndarray]) -> np.ndarray:
-    """One operator's per-head matrices as one array: [head, query, key] or hook_z's [pos, head, d_head]."""
-    return np.stack(heads, axis=0 if suffix(name) in PER_HEAD_MATRICES else 1)[None]
+    """One operator's per-head matrices as one array: [head, query, key] or hook_z's [pos, head, d_head] (`name`: the
+    hook's name)."""
+    return np.stack(heads, axis=0 if name in PER_HEAD_MATRICES else 1)[None]

@@ -31,6 +31,7 @@ from engine.trace import OpKind
 
 __all__ = ["HEAD", "Block", "Op", "OpStream", "Operand", "StaleCacheError", "Transformer"]
 Array = Any
+LOGITS = Hook(None, "unembed", "hook_out")  # the head's logits (before a final soft cap)
 HEAD = "(head)"  # the key of the head's operand among the parameters' (no parameter is named so)
 
 
@@ -154,7 +155,7 @@ class Transformer:
         if spec.lm_head:
             if spec.final_norm:
                 yield from self._norm_sites(None, "ln_final")
-            yield HookSite(hook(None, "unembed", "hook_out"))
+            yield HookSite(LOGITS)
             if spec.final_softcap:
                 yield HookSite(hook(None, "unembed", "hook_softcap"))
 
@@ -199,8 +200,7 @@ class Transformer:
         if spec.final_norm:
             x = yield from self.norm(None, "ln_final", x)
         unembed = self._unembed_operand()
-        logits = op(hook(None, "unembed", "hook_out"), self._logits(x.values), OpKind.LOGITS, inputs=(x, unembed),
-                    cols="vocab")
+        logits = op(LOGITS, self._logits(x.values), OpKind.LOGITS, inputs=(x, unembed), cols="vocab")
         yield logits
         if spec.final_softcap:  # Gemma 2: what decoding reads is cap·tanh(logits / cap)
             logits = op(hook(None, "unembed", "hook_softcap"), ops.softcap(self.xp, logits.values, spec.final_softcap),

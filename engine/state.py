@@ -38,6 +38,26 @@ class StateView:
     values: Array  # (rows, cols), in the session's namespace
     head_width: int  # columns per head: a view shows one head at a time (0: the columns are not split)
     positional: bool = True  # its rows are the state's `row_positions` (False: features, a recurrent state's d_k)
+    axes: tuple[str, str] = ("", "d")  # the words before the index of a row (of features) and of a column: k3, d0
+
+
+def _rows_first(row: int, col: int, d_head: int) -> tuple[int, ...]:
+    return (row, col)
+
+
+def _as_it_is(values: Array, d_head: int) -> Array:
+    return values
+
+
+@dataclass(frozen=True)
+class DumpLayout:
+    """How a dump lays out one of a state's items (`LayerState.dump_items`) where that is not the engine's matrix,
+    rows first: its kind lists it in DUMP_LAYOUTS by the item's name (engine.layout reads them). `d_head`: the
+    columns of a head."""
+
+    align: Callable[[Array, tuple], Array]  # (a dump's array, the engine's shape) -> the engine's matrix, or as it is
+    index: Callable[[int, int, int], tuple[int, ...]] = _rows_first  # (row, col, d_head) -> the dump's index
+    dumped: Callable[[Array, int], Array] = _as_it_is  # (the engine's matrix, d_head) -> the dump's array
 
 
 class StateDelta(Protocol):
@@ -94,8 +114,8 @@ class LayerState(Protocol):
         """The positions whose rows differ from another run's dump items `theirs` (aligned to ours, host
         arrays; a missing item is not compared): what "the same" means for this state."""
 
-    # optional: `cell(item, row, col) -> str | None`, a cell of one of its dump items as a comparison names it
-    # (None, or absent: as rows of positions and channels)
+    # optional: `cell(item, row, col, position) -> str | None`, a cell of one of its dump items as a comparison names
+    # it (`position`: the words of the position row `row` holds; None, or absent: as a position and a channel)
 
 
 def tokens_held(states) -> int:

@@ -69,10 +69,12 @@ def test_one_cell_of_decode_3_layer_1_hook_k(scenario, tmp_path):
 
 
 def test_a_cache_row_written_one_position_late_from_round_2(scenario, tmp_path):
-    path, _ = dump_of(tmp_path, ("late-cache",))
-    _, divergence = first(scenario, path)
+    path, chosen = dump_of(tmp_path, ("late-cache",))
+    report, divergence = first(scenario, path)
     late = len(IDS) + 1  # round 2 feeds position 7; the decoder left that row empty and wrote position 8
     assert divergence == ("decode.2", "blocks.0.attn.cache_k", (0, late, 0))
+    # the cache names its cell: kv head 0's first column at position 7, the token chosen in round 1
+    assert report.first_divergence.where == f"kv head 0, position {late} · {scenario.vocab.tokens[chosen[1]]}, d_head 0"
 
 
 def test_rope_with_position_minus_one_in_decode_rounds_only(scenario, tmp_path):

@@ -37,6 +37,16 @@ def test_the_parts_of_a_hook_name_are_fields_not_string_surgery():
     assert Hook.parse("blocks.0.attn.hook_attn_scores").short == "attn.scores"
 
 
+@pytest.mark.parametrize("local, layer, hook", [
+    ("attn.hook_q", 2, Hook(2, "attn", "hook_q")),
+    ("hook_resid_pre", 0, Hook(0, "", "hook_resid_pre")),
+    ("attn.q_norm.hook_normalized", 5, Hook(5, "attn.q_norm", "hook_normalized")),
+    ("unembed.hook_out", None, Hook(None, "unembed", "hook_out")),
+])
+def test_a_name_within_a_block_reads_back_what_local_writes(local, layer, hook):
+    assert Hook.within(layer, local) == hook and hook.local == local
+
+
 @pytest.mark.parametrize("text", ["", "blocks.0.", "a b c"])
 def test_what_is_not_a_hook_name_is_refused(text):
     with pytest.raises(HookError):

@@ -150,6 +150,8 @@ def test_run_lens_json_holds_every_pass_and_position():
     ("--patch", "blocks.0.hook_resid_post[0,40]=1", "columns 0–15"),
     ("--patch", "blocks.0.hook_resid_pots[0,:]=1", "no operator blocks.0.hook_resid_pots runs in this model"),
     ("--patch", "blocks.0.attn.hook_rot_v=1", "no operator blocks.0.attn.hook_rot_v"),
+    ("--patch", "blocks.0.[1,:]=0", "expected HOOK[ROWS,COLS]=VALUE"),  # no hook's name: not a traceback
+    ("--ablate", "blocks.0. head 1", "expected 'blocks.L.attn head H'"),
 ])
 def test_bad_interventions_are_refused_with_one_line(monkeypatch, option, text, fragment):
     monkeypatch.setattr("tinyllm_tui.tui.app.launch", lambda loading, backend, **kw: loading.load())  # no terminal

@@ -349,10 +349,10 @@ def _print_lens(scenario, trace, as_json: bool, top_k: int) -> None:
         if as_json:
             documents.append(lens_json(rows, dla, run, scenario.vocab))
             continue
-        token = int(run.get("sample.hook_choice")[0, 0])
+        token = run.choice
         print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
         print(f"chose {token_text(scenario.vocab, [token])} (token id {token}, "
-              f"p {float(run.get('sample.hook_probs')[0, token]):.6f})"
+              f"p {run.probability(token):.6f})"
               + without_text(clean, run.request, run.round, scenario.vocab))
         print("\n".join(lens_lines(rows, run, run.context, scenario.vocab)))
         if dla is not None:

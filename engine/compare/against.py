@@ -26,7 +26,7 @@ from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
 from engine import layers
 from engine.hooks import Hook, HookError
-from engine.layout import CACHES, HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index, suffix
+from engine.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index
 from engine.labels import resolve_some
 from engine.scenario import Scenario
 from engine.session import Session
@@ -216,11 +216,11 @@ class Against:
     def aligned(self, key: Key, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
         """The dump's array for `key` in the engine's layout, masked scores as −∞ (None: no such key or shape)."""
         theirs = self.dump.get(key)
-        aligned = None if theirs is None else align(theirs, key.name, head, shape)
+        aligned = None if theirs is None else align(theirs, key.hook.name, head, shape)
         if aligned is None:
             return None
         aligned = np.asarray(aligned, dtype=np.float64)
-        if suffix(key.name) == "hook_attn_scores":
+        if key.hook.name == "hook_attn_scores":
             aligned = np.where(aligned <= _lowest(self.dump.dtypes[key]), -np.inf, aligned)
         return aligned
 
@@ -238,7 +238,7 @@ class Against:
             return OpAgreement(key, head, float(delta.max(initial=0.0)), tolerance, dtype, step=step)
         row, col = (int(i) for i in np.argwhere(beyond)[0])
         return OpAgreement(key, head, float(delta.max()), tolerance, dtype,
-                           dump_index(key.name, head, row, col, self.d_head), label(row, col),
+                           dump_index(key.hook.name, head, row, col, self.d_head), label(row, col),
                            float(ours[row, col]), float(theirs[row, col]), step, (row, col))
 
     def meet(self, states: Iterable[OpState]) -> Report:
@@ -339,14 +339,13 @@ class _Meeting:
         self.used.add(key)
         ours = to_host(values)
         positions = state.moment.axis(rows, ours.shape[0], column=False)  # the position each row holds
-        dh, heads, kept = self.against.d_head, suffix(key.name) in CACHES, state.caches[state.layer]
+        own = getattr(state.caches[state.layer], "cell", None)
 
         def label(row: int, col: int) -> str:
-            if (own := getattr(kept, "cell", None)) and (text := own(suffix(key.name), row, col)) is not None:
-                return text  # a kind's state names its own items' cells (a recurrent state's value heads)
-            if not heads:
-                return f"position {resolve_some(positions, [row])[0]}, channel {col}"
-            return f"kv head {col // dh}, position {resolve_some(positions, [row])[0]}, d_head {col % dh}"
+            position = resolve_some(positions, [row])[0]
+            if own and (text := own(key.hook.name, row, col, position)) is not None:
+                return text  # a state names its own items' cells (a K/V cache's kv heads, a recurrent state's heads)
+            return f"position {position}, channel {col}"
 
         self.ops.append(self.against.compare(key, None, ours, label, state.step))
 
@@ -354,28 +353,25 @@ class _Meeting:
         requests = self.against.passes.requests
         beyond = sorted(self.held - self.reached)
         unused = [k for k in self.against.dump.arrays if k not in self.used and (k.request, k.pass_) in self.reached]
-        bridge = tuple(k.text(requests) for k in unused if _bridge(k.name))
+        bridge = tuple(k.text(requests) for k in unused if _bridge(k))
         other = tuple(k.text(requests) for k in unused if k.text(requests) not in bridge)
         return Report(tuple(self.ops), self.missing, tuple(self.absent), other,
                       tuple(Key(r, p, "").label(requests) for r, p in beyond), bridge, requests, self.flip)
 
 
-def _bridge(name: str) -> bool:
+def _bridge(key: Key) -> bool:
     """A TransformerLens bridge key; a routed part's hook_out that the run did not route to (an expert's: its kind's
     `routed_expert`) is the engine's own."""
-    return (suffix(name) in BRIDGE_SUFFIXES and not _routed(name)) or name == "hook_unembed"
-
-
-def _routed(name: str) -> bool:
     try:
-        return layers.routed_expert(Hook.parse(name)) is not None
-    except HookError:  # not a hook's name: no routed part's
+        hook = key.hook
+    except HookError:  # not a hook's name: no bridge's
         return False
+    return (hook.name in BRIDGE_SUFFIXES and layers.routed_expert(hook) is None) or key.name == "hook_unembed"
 
 
 def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> str:
     rows, cols = state.output.rows, state.output.cols
-    kind = suffix(state.name)
+    kind = state.op.hook.name
     if kind in PER_HEAD_MATRICES:
         return f"head {state.head}, query {rows[row]}, key {cols[col]}"
     if state.head is not None:

@@ -15,7 +15,9 @@ import numpy as np
 
 from engine.backend import Backend, to_host
 from engine.caches import CacheSpec
+from engine.decoding import CHOICE
 from engine.hooks import Hook
+from engine.model import LOGITS
 from engine.scenario import Scenario
 from engine.session import Session
 from engine.trace import OpState
@@ -74,14 +76,14 @@ def _round_error(states: list[tuple[OpState, OpState]], layers: int) -> RoundErr
     by_name = {}
     for lossy, exact in states:
         by_name.setdefault(lossy.name, []).append((lossy, exact))
-    logits = max(_gap(a, b) for a, b in by_name["unembed.hook_out"])
+    logits = max(_gap(a, b) for a, b in by_name[LOGITS.text])
     patterns = tuple(max(_gap(a, b) for a, b in by_name.get(Hook(layer, "attn", "hook_pattern").text, []))
                      for layer in range(layers))
     last_lossy, last_exact = states[-1]
     kv = [np.stack([to_host(q.values) - to_host(e.values) for q, e in zip(lossy.views(), exact.views())])
           for lossy, exact in zip(last_lossy.caches, last_exact.caches)]
     scale = [np.stack([to_host(e.values) for e in exact.views()]) for exact in last_exact.caches]
-    choices = [(a, b) for a, b in states if a.name == "sample.hook_choice"]
+    choices = [(a, b) for a, b in states if a.op.hook == CHOICE]
     same = all(np.array_equal(to_host(a.values), to_host(b.values)) for a, b in choices)
     return RoundError(last_lossy.request, last_lossy.round, logits, patterns,
                       tuple(float(np.max(np.abs(d), initial=0.0)) for d in kv),

@@ -13,6 +13,7 @@ import numpy as np
 
 from engine import ops
 from engine.backend import namespace, to_host
+from engine.hooks import Hook
 from engine.scenario import Scenario
 from engine.session import Session
 
@@ -56,7 +57,7 @@ def numeric_grad_q(q, k, v, visible, upstream, step: float = STEP) -> np.ndarray
 
 def check_head(scenario: Scenario, *, request: int = 0, layer: int = 0, head: int = 0, seed: int = 0) -> GradCheck:
     """Take Q, K, V of one head from the prefill of `request` and compare the two gradients."""
-    wanted = {f"blocks.{layer}.attn.hook_attn_scores", f"blocks.{layer}.attn.hook_z"}
+    wanted = {Hook(layer, "attn", name).text for name in ("hook_attn_scores", "hook_z")}
     found = {}
     for state in Session(scenario).steps():
         if state.request == request and state.round == 0 and state.head == head and state.name in wanted:

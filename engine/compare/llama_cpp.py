@@ -28,7 +28,8 @@ import numpy as np
 from engine.backend import Backend, to_host
 from engine.compare.against import Report, compare_generation
 from engine.compare.dump import LLAMA_CPP, Dump
-from engine.layout import parse_key
+from engine.hooks import Hook
+from engine.layout import Key, parse_key
 from engine.loading.document import ScenarioError
 from engine.scenario import Scenario
 from engine.session import Session
@@ -56,6 +57,7 @@ CURRENT = {  # names llama.cpp gives several tensors, told apart by the operator
     ("ffn_moe_probs", "ADD"): "mlp.hook_router_logits"}
 PENDING = "(norm)"  # a layer's RMSNorm before its gain: named by the tensor after it, one of NORMED
 NORMED = {"attn_norm": "ln1", "ffn_norm": "ln2", "Qcur_normed": "attn.q_norm", "Kcur_normed": "attn.k_norm"}
+QK_NORMED = {("hook_normalized", NORMED[base]) for base in ("Qcur_normed", "Kcur_normed")}  # (pos, head, d_head)
 CACHE_VIEWS = {"cache_k_l": "attn.cache_k", "cache_v_l": "attn.cache_v"}  # "cache_k_l0 (view) (permuted)"
 GGML_DTYPES = {0: np.float32, 1: np.float16, 26: np.int32}  # ggml_type: F32, F16, I32
 
@@ -209,7 +211,7 @@ class _Collector:
     def __init__(self, ggml, geometry: Geometry):
         self.ggml, self.geometry = ggml, geometry
         self.names = NAMES | ARCH_NAMES.get(geometry.arch, {})
-        self.normed = NORMED | {base: hook.rsplit(".", 1)[0] for base, hook in ARCH_NAMES.get(geometry.arch, {}).items()}
+        self.normed = NORMED | {base: Hook.parse(hook).module for base, hook in ARCH_NAMES.get(geometry.arch, {}).items()}
         self.arrays: dict[str, np.ndarray] = {}
         self.dtypes: dict[str, str] = {}  # what llama.cpp stored: its KV cache is float16
         self.error: Exception | None = None
@@ -217,48 +219,49 @@ class _Collector:
 
     def start(self, pass_: str, past: int, count: int) -> None:
         self.pass_, self.past, self.count = pass_, past, count
-        self._norm: dict[str, tuple[np.ndarray, str]] = {}  # layer -> its last RMSNorm before the gain
+        self._norm: dict[int, tuple[np.ndarray, str]] = {}  # layer -> its last RMSNorm before the gain
 
     def callback(self, tensor: int, ask: bool, user_data) -> bool:
         """ggml asks first whether a tensor is wanted (ask), then hands it over once computed."""
         try:
             raw = self.ggml.ggml_get_name(tensor).decode()
-            name = self._hook(raw, self.ggml.ggml_op_desc(tensor).decode())
+            hook = self._hook(raw, self.ggml.ggml_op_desc(tensor).decode())
             if ask:
-                return name is not None
-            if name is not None:
-                self._keep(raw, name, self._read(tensor))
+                return hook is not None
+            if hook is not None:
+                self._keep(raw, hook, self._read(tensor))
         except Exception as error:  # an exception must not cross into C: keep the first, raise after decode
             self.error = self.error or error
         return True
 
-    def _hook(self, raw: str, op: str) -> str | None:
-        """The hook name of a graph tensor (None: not kept). A layer's "norm-L" (an RMSNorm before its gain) is
+    def _hook(self, raw: str, op: str) -> Hook | None:
+        """The hook of a graph tensor (None: not kept). A layer's "norm-L" (an RMSNorm before its gain) is
         kept until the tensor after it says which norm it was (attn_norm-L: ln1, Qcur_normed-L: the q norm…)."""
-        for prefix, hook in CACHE_VIEWS.items():
+        for prefix, local in CACHE_VIEWS.items():  # llama.cpp's own names: "cache_k_l0 (view) (permuted)"
             if raw.startswith(prefix) and raw.endswith("(view) (permuted)"):
-                return f"blocks.{raw[len(prefix):].split(' ')[0]}.{hook}"
+                return Hook.within(int(raw[len(prefix):].split(" ")[0]), local)
         base, _, layer = raw.rpartition("-")
         if not base or not layer.isdigit():
-            return CURRENT.get((raw, op)) or self.names.get(raw)
+            local = CURRENT.get((raw, op)) or self.names.get(raw)
+            return None if local is None else Hook.parse(local)
         if base == "norm":
-            return f"blocks.{layer}.{PENDING}"
-        hook = CURRENT.get((base, op)) or self.names.get(base)
-        return None if hook is None else f"blocks.{layer}.{hook}"
+            return Hook(int(layer), "", PENDING)
+        local = CURRENT.get((base, op)) or self.names.get(base)
+        return None if local is None else Hook.within(int(layer), local)
 
-    def _keep(self, raw: str, name: str, read: tuple[np.ndarray, str]) -> None:
-        base, _, layer = raw.rpartition("-")
-        if name.endswith(PENDING):  # a layer's "norm-L": named by its successor
-            self._norm[layer] = read
+    def _keep(self, raw: str, hook: Hook, read: tuple[np.ndarray, str]) -> None:
+        base = raw.rpartition("-")[0]
+        if hook.name == PENDING:  # a layer's "norm-L": named by its successor
+            self._norm[hook.layer] = read
             return
-        self._store(name, read)
-        if base in self.normed and layer in self._norm:
-            self._store(f"blocks.{layer}.{self.normed[base]}.hook_normalized", self._norm.pop(layer))
+        self._store(hook, read)
+        if base in self.normed and hook.layer in self._norm:
+            self._store(Hook(hook.layer, self.normed[base], "hook_normalized"), self._norm.pop(hook.layer))
 
-    def _store(self, name: str, read: tuple[np.ndarray, str]) -> None:
+    def _store(self, hook: Hook, read: tuple[np.ndarray, str]) -> None:
         array, dtype = read
-        key = f"{self.pass_}.{name}"
-        self.arrays[key], self.dtypes[key] = self._layout(name, array), dtype
+        key = Key(0, self.pass_, hook.text).text()
+        self.arrays[key], self.dtypes[key] = self._layout(hook, array), dtype
 
     def _read(self, tensor: int) -> tuple[np.ndarray, str]:
         """The tensor as a 4-D float32 array (ne3, ne2, ne1, ne0), strides as ggml lays it out, and its dtype."""
@@ -272,10 +275,10 @@ class _Collector:
                            strides=tuple(reversed(head.nb)))
         return array.astype(np.float32), np.dtype(GGML_DTYPES[head.type]).name
 
-    def _layout(self, name: str, array: np.ndarray) -> np.ndarray:
+    def _layout(self, hook: Hook, array: np.ndarray) -> np.ndarray:
         """Into the dump layout; q, k and cached k back into the half-split order of each head where the converter
-        permuted them."""
-        kind, layer = name.rsplit(".", 1)[-1], int(name.split(".")[1]) if name.startswith("blocks.") else None
+        permuted them (llama.cpp's own layouts: its V cache is transposed)."""
+        kind, layer = hook.name, hook.layer
         end = self.past + self.count
         if kind == "cache_k":  # (kv_head, cell, d_head)
             return self._order(array[0][:, :end])
@@ -285,7 +288,7 @@ class _Collector:
             return self._attention(kind, layer, array[0][:, :, :end])
         if kind in ("hook_rot_q", "hook_rot_k"):  # (pos, head, d_head)
             return self._order(array[0])
-        if kind in ("hook_q_normed", "hook_k_normed") or name.endswith("_norm.hook_normalized"):  # (pos, head, d_head)
+        if kind in ("hook_q_normed", "hook_k_normed") or (kind, hook.module) in QK_NORMED:  # (pos, head, d_head)
             return self._order(array[0]).reshape(array.shape[1], -1)
         # (pos, features): [features, tokens] as most are, or [.., .., tokens] (the experts' weights: [1, k, tokens])
         values = array[0].reshape(self.count, -1) if array.shape[1] == self.count else array[0, 0]

@@ -128,9 +128,9 @@ def routed_expert(hook) -> int | None:
 
 
 def dump_layouts() -> dict:
-    """A kind's state item (`conv_state`) -> how a dump's array of it becomes the engine's rows: (array, shape) ->
-    array (its module's DUMP_LAYOUTS)."""
-    return {item: align for module in _every_kind() for item, align in getattr(module, "DUMP_LAYOUTS", {}).items()}
+    """A kind's state item (`conv_state`, `cache_k`) -> how a dump lays it out (an engine.state.DumpLayout: its
+    module's DUMP_LAYOUTS)."""
+    return {item: layout for module in _every_kind() for item, layout in getattr(module, "DUMP_LAYOUTS", {}).items()}
 
 
 def routes(model) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import ops
+from engine import caches, ops
 from engine.caches import Layout, Quantize, Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
 from engine.labels import WithSink
@@ -43,6 +43,7 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
         "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
+DUMP_LAYOUTS = caches.DUMP_LAYOUTS  # its state's K/V rows: [kv_head, position, d_head] in a dump
 
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the

@@ -29,7 +29,7 @@ import numpy as np
 
 from engine.backend import namespace, to_host
 from engine.caches import array_bytes
-from engine.state import Size, StateView
+from engine.state import DumpLayout, Size, StateView
 
 Array = Any
 DUMP_ITEM = "conv_state"  # blocks.L.<module>.conv_state: (K−1, C), oldest input first, rows before the first token 0
@@ -45,7 +45,7 @@ def _dumped_rows(array, shape: tuple):
     return array[1:] if shape[0] is not None and array.shape[0] == shape[0] + 1 else array
 
 
-DUMP_LAYOUTS = {DUMP_ITEM: _dumped_rows}  # engine.layout: [K − 1, channels], or transformers' [channels, K]
+DUMP_LAYOUTS = {DUMP_ITEM: DumpLayout(_dumped_rows)}  # engine.layout: [K − 1, channels], or transformers' [channels, K]
 
 
 def shifted(xp, window: Array, inputs: Array, keep: int | None = None) -> Array:

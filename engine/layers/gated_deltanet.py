@@ -28,7 +28,7 @@ from engine.hooks import HookSite
 from engine.layers import causal_conv
 from engine.operators import Op, OpStream, op
 from engine.spec import KindOptions, LayerSpec, ModelSpec
-from engine.state import Size, StateView, WholeState
+from engine.state import DumpLayout, Size, StateView, WholeState
 from engine.trace import OpKind
 
 Array = Any
@@ -52,8 +52,8 @@ GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_h
     "linear_attn.w_out": "columns"}  # one operator per value head: what an intervention names a head of
 RECURRENT = "recurrent_state"  # its dump item beside the window's conv_state
 # engine.layout: [v_head, d_k, d_v] (or stacked [v_head·d_k, d_v]) as the engine's stacked rows
-DUMP_LAYOUTS = {**causal_conv.DUMP_LAYOUTS, RECURRENT: lambda array, shape: array.reshape(-1, array.shape[-1])
-                if array.ndim == 3 else array}
+DUMP_LAYOUTS = {**causal_conv.DUMP_LAYOUTS, RECURRENT: DumpLayout(
+    lambda array, shape: array.reshape(-1, array.shape[-1]) if array.ndim == 3 else array)}
 EPS_L2 = 1e-6  # the L2 norm's ε (FLA's and transformers' l2norm), not the config's rms_norm_eps
 
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
@@ -262,7 +262,7 @@ class DeltaState:
         """Every value head's state side by side, (d_k, v_heads·d_v) shown a head at a time; then the conv window."""
         xp, (heads, d_k, d_v) = namespace(self.recurrent), self.recurrent.shape
         side = xp.reshape(xp.permute_dims(self.recurrent, (1, 0, 2)), (d_k, heads * d_v))
-        return StateView("S", side, d_v, positional=False), *self.window.views()
+        return StateView("S", side, d_v, positional=False, axes=("k", "d")), *self.window.views()
 
     def delta(self, older) -> WholeState:
         return WholeState(self)
@@ -273,7 +273,7 @@ class DeltaState:
         xp, (heads, d_k, d_v) = namespace(self.recurrent), self.recurrent.shape
         return {"recurrent_state": xp.reshape(self.recurrent, (heads * d_k, d_v)), **self.window.dump_items()}
 
-    def cell(self, item: str, row: int, col: int) -> str | None:
+    def cell(self, item: str, row: int, col: int, position: str) -> str | None:
         """A cell of one of its dump items as a comparison names it (None: the window's, named as rows of channels)."""
         if item != RECURRENT:
             return None

@@ -342,10 +342,11 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
 
     def matrix(view) -> MatrixFrame:
         values, at = to_host(view.values)[:, _part(view, head)], min(head, _heads(view) - 1)
+        (row, col), count = view.axes, values.shape[1]  # the words of its axes, the state's
         if not view.positional:  # its rows are features (a recurrent state's key features), not tokens
-            return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"k{i}"),
-                                Labels(values.shape[1], lambda j: f"d{j}"), head=at)
-        return matrix_frame(view.name, values, rows, Labels(values.shape[1], lambda j: f"d{j}"), head=at,
+            return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"{row}{i}"),
+                                Labels(count, lambda j: f"{col}{j}"), head=at)
+        return matrix_frame(view.name, values, rows, Labels(count, lambda j: f"{col}{j}"), head=at,
                             newest_first=not ring, new_from=None if marked else new_from,
                             differing=frozenset() if marked else differing)
 
@@ -435,10 +436,10 @@ def hook_key(state: OpState) -> str:
     one hook does different things (given vectors or a scaled table, a norm's output; a layer kind's own, its
     `explanation_key`: capped scores, an expert's output), or `module.hook` where a kind files it so (two kinds
     with a hook of the same name: conv.hook_conv)."""
-    hook = state.op.hook.name
-    qualified = f"{state.op.hook.module}.{hook}"
-    if explanation(qualified) is not None:
-        return qualified
+    site = state.op.hook
+    if site.module and explanation(site.local) is not None:  # filed under `module.hook` by its kind
+        return site.local
+    hook = site.name
     if hook == "hook_embed" and not state.op.inputs:  # a request that gives its input vectors reads no table
         hook = "hook_embed(vectors)"
     elif hook == "hook_embed" and len(state.op.inputs) == 2:  # the table and Gemma's embed_scale

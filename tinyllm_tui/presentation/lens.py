@@ -26,12 +26,6 @@ def lens_cell(vocab: Vocab, token: int, probability: float) -> str:
     return left_aligned(f"{short_token(vocab, token)} {probability:.2f}", CELL)
 
 
-def short_hook(hook: str) -> str:
-    """blocks.3.hook_resid_mid -> 3 mid."""
-    layer, _, name = hook.removeprefix("blocks.").partition(".hook_resid_")
-    return f"{layer} {name}"
-
-
 def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: Vocab, *,
                first: int = 0, count: int | None = None, top: str = TOP) -> list[str]:
     """A layer × position table of each residual stream's most likely token and its probability,
@@ -39,17 +33,17 @@ def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: 
     `top`: the words over the top-k (fields k, position)."""
     total = rows[0].top.shape[0] if rows else 0
     shown = range(first, total if count is None else min(total, first + count))
-    label = max((len(short_hook(r.hook)) for r in rows), default=0)
+    label = max((len(r.label) for r in rows), default=0)
     lines = [" " * label + "  " + " ".join(left_aligned(f"{run.first + i}·" + short_token(vocab, context[run.first + i],
                                                                                         CELL - 3), CELL)
                                               for i in shown)]
     for row in rows:
         cells = (lens_cell(vocab, int(row.top[i, 0]), float(row.probs[i, 0])) for i in shown)
-        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(cells))
+        lines.append(f"{row.label:<{label}}  " + " ".join(cells))
     lines.append(top.format(k=rows[0].top.shape[1] if rows else 0, position=run.first + total - 1))
     for row in rows:
         cells = (lens_cell(vocab, int(t), float(p)) for t, p in zip(row.top[-1], row.probs[-1]))
-        lines.append(f"{short_hook(row.hook):<{label}}  " + " ".join(cells))
+        lines.append(f"{row.label:<{label}}  " + " ".join(cells))
     return [line.rstrip() for line in lines]
 
 

@@ -1,0 +1,136 @@
+"""No generic module builds or cuts a hook name as a string: engine.hooks.Hook renders and parses them, and a layer
+kind's module (engine/layers/) names its own hooks with it.
+
+The scan reads the AST of the same modules as tests/test_kind_names.py (engine/ but engine/layers/ and
+engine/loading/, whose names are weights' and tensors', and tinyllm_tui/), less engine/hooks.py, and finds there:
+- a name built: an f-string or a sum that begins with `blocks.`, or an f-string that joins a value to a literal
+  holding `hook_` / `cache_`, or joins a hook (a value whose expression names one) to a dot;
+- a name cut: split, rsplit, partition, rpartition, removeprefix, removesuffix, startswith, endswith or replace
+  with an argument holding `blocks`, `hook_` or `cache_`, or the head's ` h`, or splitting a hook or a name at a dot.
+Docstrings may show hook names.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from test_kind_names import ROOT, _docstrings, generic_modules
+
+CUTS = {"split", "rsplit", "partition", "rpartition", "removeprefix", "removesuffix", "startswith", "endswith",
+        "replace"}
+MARKS = ("blocks", "hook_", "cache_")
+ALLOWED = {  # (file, function; None: every function): why it stays
+    ("engine/parameters.py", "parameter_shapes"): "weight names (blocks.L.ln1.w), which are no hooks",
+    ("engine/parameters.py", "name_parts"): "a weight's name as the keys of the weights document",
+    ("engine/model.py", "_norm_hooks"): "the norm's gain's and bias's weight names beside its hooks (made with Hook)",
+    ("engine/model.py", "_part"): "where the model defines a block's own hooks, as a kind's module does its own: what a "
+                                  "sublayer adds, TransformerLens's hook_<module>_out",
+    ("engine/analysis.py", "_terms"): "the output bias's weight name (blocks.L.attn.bo)",
+    ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with a dump's keys, as a user's own "
+                                          "code does with tinyllm_tui.Recorder: the writer's side of the format, "
+                                          "which runs only where torch and transformers are",
+}
+
+
+def _words(node: ast.AST) -> str:
+    """The identifiers an expression is made of, outermost first (`state.op.hook.module` -> "module hook op state")."""
+    return " ".join(n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+                    if isinstance(n, (ast.Name, ast.Attribute)))
+
+
+def _texts(node: ast.AST) -> list[str]:
+    """The literal text of an argument: a string, an f-string's literal parts, a tuple's strings."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    parts = node.values if isinstance(node, ast.JoinedStr) else node.elts if isinstance(node, ast.Tuple) else []
+    return [text for part in parts for text in _texts(part)]
+
+
+def _built(node: ast.JoinedStr) -> bool:
+    """An f-string that begins with `blocks.`, joins a value to `hook_…`/`cache_…`, or a hook to a dot."""
+    parts = node.values
+    literals = [str(part.value) for part in parts if isinstance(part, ast.Constant)]
+    if parts and isinstance(parts[0], ast.Constant) and literals[0].startswith("blocks."):
+        return True
+    if len(literals) < len(parts) and any(mark in text for text in literals for mark in MARKS[1:]):
+        return True
+    return any(_joins_a_hook(parts, i) for i in range(len(parts)))
+
+
+def _joins_a_hook(parts: list[ast.AST], i: int) -> bool:
+    """Part `i` is a value whose expression names a hook, with a dot right before or after it."""
+    if not (isinstance(parts[i], ast.FormattedValue) and "hook" in _words(parts[i].value)):
+        return False
+    before, after = parts[i - 1] if i else None, parts[i + 1] if i + 1 < len(parts) else None
+    return (isinstance(before, ast.Constant) and str(before.value).endswith(".")
+            or isinstance(after, ast.Constant) and str(after.value).startswith("."))
+
+
+def _cut(node: ast.Call) -> bool:
+    if not (isinstance(node.func, ast.Attribute) and node.func.attr in CUTS):
+        return False
+    texts = [text for arg in node.args for text in _texts(arg)]
+    if any(mark in text for text in texts for mark in MARKS) or " h" in texts:
+        return True
+    receiver = _words(node.func.value).split()
+    named = bool(receiver) and any(word in receiver[0].lower() for word in ("hook", "name"))  # `key.name`, `hook`
+    return named and "." in texts
+
+
+def surgery(source: str) -> list[tuple[int, str | None]]:
+    """(line, enclosing function) of each place `source` builds or cuts a hook name as a string."""
+    tree = ast.parse(source)
+    docstrings, found = _docstrings(tree), []
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if isinstance(node, ast.JoinedStr) and _built(node) or isinstance(node, ast.Call) and _cut(node) or (
+                isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Constant)
+                and str(node.left.value).startswith("blocks.")):
+            found.append((node.lineno, function))
+        for child in ast.iter_child_nodes(node):
+            if id(child) not in docstrings:
+                visit(child, function)
+
+    visit(tree, None)
+    return found
+
+
+def test_no_generic_module_builds_or_cuts_a_hook_name_as_a_string():
+    leaks, allowed = [], set()
+    for path in generic_modules():
+        where = path.relative_to(ROOT).as_posix()
+        if where == "engine/hooks.py":
+            continue
+        for line, function in surgery(path.read_text(encoding="utf-8")):
+            key = next((k for k in ((where, function), (where, None)) if k in ALLOWED), None)
+            if key is None:
+                leaks.append(f"{where}:{line} ({function})")
+            else:
+                allowed.add(key)
+    assert leaks == [], ("hook names built or cut as strings (use engine.hooks.Hook's render/parse, or its fields):\n"
+                         + "\n".join(leaks))
+    assert allowed == set(ALLOWED), f"allow-list entries nothing needs any more: {set(ALLOWED) - allowed}"
+
+
+def test_the_scan_sees_each_way_of_building_or_cutting_a_hook_name():
+    """Each form the scan looks for is found; a docstring, a pass name's split and a message are not."""
+    source = '''"""blocks.0.attn.hook_q is split("."): a docstring."""
+def f(layer, hook, name, key, state, pass_, word):
+    """f"blocks.{layer}" in a docstring"""
+    a = f"blocks.{layer}.attn.hook_z"
+    b = "blocks." + str(layer)
+    c = f"{key}.hook_scale"
+    d = f"{state.op.hook.module}.{name}"
+    e = name.rsplit(".", 1)[-1]
+    g = hook.removeprefix("blocks.").partition(".hook_resid_")
+    h = state.short.split(" h")[0]
+    i = key.endswith(("x", "_norm.hook_normalized"))
+    j = key.name.partition(".")
+    ok = (pass_.split(".")[1], word.split(","), f"{pass_}.{key}", f"layer {layer}", name.startswith("__"), f"",
+          state.name_of.x.split("."))
+    return a, b, c, d, e, g, h, i, j, ok
+'''
+    assert surgery(source) == [(4, "f"), (5, "f"), (6, "f"), (7, "f"), (8, "f"), (9, "f"), (9, "f"), (10, "f"),
+                               (11, "f"), (12, "f")]

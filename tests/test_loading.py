@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, X01
+from tui_helpers import screen_text
 from textual.app import App
 from textual.widgets import ProgressBar, Static
 from typer.testing import CliRunner
@@ -347,7 +348,7 @@ async def test_a_step_pressed_while_a_decode_round_is_listed_goes_first_and_the_
         await pilot.press("g", *str(entered), "enter")
         await until(pilot, lambda: app.debugger.frame.step == entered and app.screen.runner.running, timeout=30)
         await pilot.press("n", "E")  # the routing view shows the whole round: it waits for the listing
-        await until(pilot, lambda: isinstance(app.screen, RoutingScreen), timeout=30)
+        await until(pilot, lambda: isinstance(app.screen, RoutingScreen) and "margin" in screen_text(app), timeout=30)
         assert app.debugger.frame.step == entered + 1 and not app.debugger.round_pending
         routed = app.screen._routings
     eager.goto_step(entered)

@@ -183,9 +183,9 @@ def test_chunked_prefill_and_several_requests_name_their_passes(tmp_path):
 
 
 def test_tolerances_follow_the_dtype_unless_asked():
-    from engine.compare.against import Tolerance, tolerance_for
+    from engine.compare.against import Tolerance, dump_tolerance
 
-    assert tolerance_for("float16") == Tolerance(1e-3, 1e-3) and tolerance_for("float64") == Tolerance(1e-9, 1e-9)
-    assert tolerance_for("float16", atol=1e-9) == Tolerance(1e-9, 0.0)  # --tolerance alone: |Δ| ≤ it
-    assert tolerance_for("float32", rtol=1e-3) == Tolerance(1e-5, 1e-3)  # --rtol alone keeps the dtype's atol
-    assert tolerance_for("int64") == Tolerance(0.0, 0.0)  # the chosen token must match exactly
+    assert dump_tolerance("float16") == Tolerance(1e-3, 1e-3) and dump_tolerance("float64") == Tolerance(1e-9, 1e-9)
+    assert dump_tolerance("float16", atol=1e-9) == Tolerance(1e-9, 0.0)  # --tolerance alone: |Δ| ≤ it
+    assert dump_tolerance("float32", rtol=1e-3) == Tolerance(1e-5, 1e-3)  # --rtol alone keeps the dtype's atol
+    assert dump_tolerance("int64") == Tolerance(0.0, 0.0)  # the chosen token must match exactly

@@ -201,11 +201,11 @@ def test_the_lens_table_aligns_chinese_tokens_by_display_width():
 
 def test_the_key_labels_under_the_heat_maps_stay_under_their_keys():
     """Defect 6: a key labelled 学 took two cells in a one-cell column, pushing the labels after it right."""
-    from tinyllm_tui.presentation.glance import glance_lines
+    from tinyllm_tui.presentation.glance import heads_glance_lines
     from tinyllm_tui.presentation.numbers import display_width
 
     pattern = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
-    lines = glance_lines([pattern, pattern], ["我", "a", "学"], width=40, height=8)
+    lines = heads_glance_lines([pattern, pattern], ["我", "a", "学"], width=40, height=8)
     shades, labels = lines[1:4], lines[4]
     last_shade = max(display_width(line) for line in shades)  # the last query row sees every key
     assert display_width(labels) == last_shade

@@ -28,7 +28,7 @@ from tinyllm_tui.presentation.summaries import diff_summary
 from tinyllm_tui.tui import i18n_causes
 from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, tr
 from tinyllm_tui.tui.result_words import describe
-from tinyllm_tui.tui.widgets.diffview import diff_line, report_summary
+from tinyllm_tui.tui.widgets.diffview import diff_list_line, report_summary
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
 
 ENGLISH = re.compile(r"\b(positions?|of|top|direct|logit|attribution|terms|final|bias|more|layer|heads|last|"
@@ -219,7 +219,7 @@ def test_the_diff_says_how_rows_fail_to_meet_in_chinese():
     first = report.diffs[report.first]
     assert first.mismatch == Cause("diff.shape", {"shape": "4×4", "positions": "3–6", "their_shape": "4×4",
                                                   "theirs": "0–3"})
-    line = diff_line(first, True, "zh").plain
+    line = diff_list_line(first, True, "zh").plain
     assert "位置 3–6 上的 4×4，参考运行为位置 0–3 上的 4×4" in line and "形状" in line and "shape" not in line
     summary = report_summary(report, "zh").plain
     assert "第一次出现差异：请求 0 解码 第 1 轮 hook_embed（位置 3–6 上的 4×4" in summary

@@ -36,8 +36,8 @@ from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, dif
                                               exact_json, json_line, outcome_json, outcome_lines, state_text,
                                               state_without_text, without_text)
 from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
-                                                request_results, token_text, where)
-from tinyllm_tui.tui.i18n import cause_words, tr  # the catalogue's English: the faults' descriptions, the causes
+                                                request_results, token_text)
+from tinyllm_tui.tui.i18n import cause_words, tr, where  # the catalogue's English: the faults' descriptions, the causes
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -329,7 +329,7 @@ def _print_run(debugger: Debugger, trace, printed, as_json: bool, as_jsonl: bool
         if (state.request, state.round) != group:
             group = (state.request, state.round)
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
-            print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
+            print(f"── request {state.request} · {prompt} · {where(state.phase, state.round, 'en')} ──")
         if hits:
             print(f"⚑ breakpoint: {', '.join(hits)}")
         print(state_text(state, vocab, full) + state_without_text(clean, state, vocab, trace.route_without(state)),
@@ -350,7 +350,7 @@ def _print_lens(scenario, trace, as_json: bool, top_k: int) -> None:
             documents.append(lens_json(rows, dla, run, scenario.vocab))
             continue
         token = int(run.get("sample.hook_choice")[0, 0])
-        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
+        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round, 'en')} · logit lens ──")
         print(f"chose {token_text(scenario.vocab, [token])} (token id {token}, "
               f"p {float(run.get('sample.hook_probs')[0, token]):.6f})"
               + without_text(clean, run.request, run.round, scenario.vocab))

@@ -56,7 +56,7 @@ DEFAULT_TOLERANCES = {  # what each storage dtype's rounding (and a computation 
 EXACT = Tolerance(0.0, 0.0)  # integer arrays (the chosen token)
 
 
-def tolerance_for(dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
+def dump_tolerance(dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
     """The dtype's default, or what --tolerance/--rtol ask for (--tolerance alone: |Δ| ≤ it)."""
     default = DEFAULT_TOLERANCES.get(dtype, EXACT)
     if atol is None and rtol is None:
@@ -211,7 +211,7 @@ class Against:
         self.d_head = scenario.model.d_head
 
     def tolerance(self, key: Key) -> Tolerance:
-        return tolerance_for(self.dump.dtypes[key], self.atol, self.rtol)
+        return dump_tolerance(self.dump.dtypes[key], self.atol, self.rtol)
 
     def aligned(self, key: Key, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
         """The dump's array for `key` in the engine's layout, masked scores as −∞ (None: no such key or shape)."""

@@ -16,7 +16,7 @@ from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.readings import round_lens
-from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Moved, Reason, Refused
+from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Misnamed, Moved, Reason, Refused
 from tinyllm_tui.tui.i18n import cause_words
 from tinyllm_tui.tui.result_words import describe
 
@@ -176,6 +176,36 @@ def test_run_names_the_nearest_operator_to_a_misspelt_break():
             "(did you mean 'attn.pattern'?)") in result.stderr.splitlines()
     spelt = CliRunner().invoke(app, ["run", str(X01), "--break", "attn.pattern"])
     assert "warning" not in spelt.stderr
+
+
+def test_run_break_reads_round_0_once_for_the_warning_and_the_trace(monkeypatch):
+    """Issue 24: the warning about a misspelt --break ran round 0 of its own before the trace ran it again."""
+    from engine.session import Session
+    from tinyllm_tui.cli import app
+
+    one_run = sum(1 for _ in Session(load_scenario(X01)).steps())
+    computed, steps = [], Session.steps
+
+    def counted(self, *args, **kwargs):
+        for state in steps(self, *args, **kwargs):
+            computed.append(state.step)
+            yield state
+
+    monkeypatch.setattr(Session, "steps", counted)
+    result = CliRunner().invoke(app, ["run", str(X01), "--break", "attn.patern"])
+    assert result.exit_code == 0 and "(did you mean 'attn.pattern'?)" in result.stderr
+    assert len(computed) == one_run
+
+
+def test_a_breakpoint_added_in_the_tui_names_what_no_operator_is_named_in_the_views_words():
+    """Issue 24: only the CLI warned about a breakpoint naming no operator; B in the TUI said it was set."""
+    debugger = Debugger(load_scenario(X01))
+    added = debugger.add_breakpoint("attn.patern & round=1")
+    assert added.misnamed == (Misnamed("attn.patern & round=1", "attn.patern", "attn.pattern"),)
+    assert describe(added, "en") == ("breakpoint on attn.patern & round=1 · no operator is named 'attn.patern' "
+                                     "(did you mean 'attn.pattern'?)")
+    assert describe(added, "zh") == "断点设于 attn.patern & round=1 · 没有名为 'attn.patern' 的算子（是不是想写 'attn.pattern'？）"
+    assert debugger.add_breakpoint("attn.pattern") == BreakpointAdded("attn.pattern")
 
 
 def cell_starts(line: str) -> list[int]:

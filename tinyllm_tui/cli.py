@@ -37,6 +37,7 @@ from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, dif
                                               state_without_text, without_text)
 from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
                                                 request_results, token_text)
+from tinyllm_tui.tui.result_words import misnamed_words
 from tinyllm_tui.tui.i18n import cause_words, tr, where  # the catalogue's English: the faults' descriptions, the causes
 
 DEFAULT_COMMAND = "open"
@@ -301,8 +302,7 @@ def run(
     *, options: Options,
 ) -> None:
     debugger = _debugger(file, options)
-    _warn_misnamed(debugger)
-    trace = debugger.trace(save)
+    trace = debugger.trace(save, _warn_misnamed)  # said once the trace's own pass has read the first round
     if lens:
         _print_lens(debugger.scenario, trace, as_json, top_k)
         return
@@ -365,11 +365,10 @@ def _print_lens(scenario, trace, as_json: bool, top_k: int) -> None:
     _warn_unused(trace)
 
 
-def _warn_misnamed(debugger: Debugger) -> None:
-    """A breakpoint's operator name that no operator has."""
-    for text, name, near in debugger.misnamed_breakpoints():
-        hint = f" (did you mean {near!r}?)" if near else ""
-        print(f"tinyllm-tui: warning: breakpoint {text!r}: no operator is named {name!r}{hint}", file=sys.stderr)
+def _warn_misnamed(misnamed) -> None:
+    """Each breakpoint's operator name that no operator has."""
+    for name in misnamed:
+        print(f"tinyllm-tui: warning: {misnamed_words(name, 'en')}", file=sys.stderr)
 
 
 def _warn_unused(trace) -> None:
@@ -414,7 +413,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
     With --batch: the requests as one batch against each request run alone. A quantized cache's
     error against the exact cache is printed first, round by round."""
     debugger = _debugger(file, options)
-    lossy = debugger.comparisons.exact_cache()
+    lossy = debugger.exact_cache_error()
     report = debugger.compare(alone=options.batch)
     diffs = list(report.diffs)
     requests = len(debugger.scenario.requests)
@@ -458,7 +457,7 @@ def check(
     if dump is not None or against_llama_cpp:
         _check_against(debugger, file, against_llama_cpp, as_json, options)
         return
-    outcomes = debugger.comparisons.checked()
+    outcomes = debugger.checked_tables()
     if as_json:
         _print_json([outcome_json(o) for o in outcomes])
     else:
@@ -474,7 +473,7 @@ def check(
 def _check_against(debugger: Debugger, file: Path, llama_cpp: bool, as_json: bool, options: Options) -> None:
     """Your dump (or llama.cpp's own evaluation of a GGUF) against the run, pass by pass; exit 1 on a divergence."""
     if llama_cpp:
-        report = debugger.comparisons.against_llama_cpp(file, options.tolerance, options.rtol)
+        report = debugger.compare_llama_cpp(file, options.tolerance, options.rtol)
     else:
         report = debugger.compare_against()
     if as_json:

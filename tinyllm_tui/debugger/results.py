@@ -76,8 +76,18 @@ class Diverged:
 
 
 @dataclass(frozen=True)
+class Misnamed:
+    """A name in breakpoint `text` that no operator has, with the nearest name one has (None: none is near)."""
+
+    text: str
+    name: str
+    near: str | None
+
+
+@dataclass(frozen=True)
 class BreakpointAdded:
     text: str
+    misnamed: tuple[Misnamed, ...] = ()  # its names that no operator of the round on view has
 
 
 @dataclass(frozen=True)

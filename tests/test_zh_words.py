@@ -20,7 +20,6 @@ from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
 from tinyllm_tui.debugger.readings import Routing, layer_patterns
-from tinyllm_tui.presentation.cache_layout import RowWords
 from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
 from tinyllm_tui.presentation.routing import CELL, LABEL, MARGIN
@@ -33,10 +32,6 @@ from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingSc
 
 ENGLISH = re.compile(r"\b(positions?|of|top|direct|logit|attribution|terms|final|bias|more|layer|heads|last|"
                      r"queries|keys|request|prefill|decode|head|empty)\b")
-
-
-def zh_words() -> RowWords:
-    return RowWords(tr("label.slot", "zh"), tr("label.empty", "zh"), tr("label.batch_row", "zh"))
 
 
 def at_the_first_choice() -> Debugger:
@@ -86,9 +81,10 @@ RING_BATCH = X01.read_text(encoding="utf-8").replace("\ndecode:", "\ncache: {lay
 
 
 def test_the_frames_row_labels_take_the_subscribers_words():
-    """A ring's slots and a batch's rows are labelled with the words the view subscribed with."""
+    """A ring's slots and a batch's rows are labelled in the language the view subscribed with, from the
+    catalogue (issue 24: RowWords defaulted to English words of its own)."""
     debugger = Debugger(load_scenario_text(RING_BATCH))
-    debugger.subscribe(zh_words())
+    debugger.subscribe("zh")
     debugger.search("attn.k")  # the batch's first K: both rows stacked
     matrix = debugger.frame.matrix
     assert [label.split(" · ")[0] for label in matrix.rows] == ["请求0"] * 3 + ["请求1"] * 3

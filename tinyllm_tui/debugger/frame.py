@@ -318,7 +318,7 @@ def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Seque
 
 
 def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
-                differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> CacheFrame | None:
+                differing: frozenset[int], words: RowWords) -> CacheFrame | None:
     """`state`'s layer state of `layer` through its views (engine.state), the columns of `head`; rows from
     `state.chunk_past` on were added by this chunk (this round, unless the prefill is chunked)."""
     if not state.caches:

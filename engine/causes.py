@@ -34,6 +34,9 @@ CODES = frozenset({
     "part.none",
     # how a run's rows fail to meet the reference's in a diff (engine/compare/diff.py: OpDiff.mismatch)
     "diff.none", "diff.unmasked", "diff.shape", "diff.positions",
+    # the first cell where a dump leaves the reference, by its labels, or why the arrays could not be compared
+    # (engine/compare/against.py)
+    "against.pattern", "against.head", "against.row", "against.channel", "against.kv", "against.shape",
     # readings of the residual stream (engine/analysis.py)
     "analysis.encoder", "analysis.post_norm", "analysis.block_norm",
 })

@@ -94,8 +94,8 @@ class LayerState(Protocol):
         """The positions whose rows differ from another run's dump items `theirs` (aligned to ours, host
         arrays; a missing item is not compared): what "the same" means for this state."""
 
-    # optional: `cell(item, row, col) -> str | None`, a cell of one of its dump items as a comparison names it
-    # (None, or absent: as rows of positions and channels)
+    # optional: `cell(item, row, col) -> (code, facts) | None`, a cell of one of its dump items as a comparison
+    # names it, a code of its kind's CAUSES (None, or absent: as rows of positions and channels)
 
 
 def tokens_held(states) -> int:

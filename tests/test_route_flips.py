@@ -25,6 +25,7 @@ from engine.layers.moe_ffn import route
 from engine.loading.checkpoint import load_checkpoint
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
+from tinyllm_tui.presentation.against_words import report_lines
 
 FOLDER = Path(__file__).parent / "fixtures" / "qwen3_moe_tie"
 REF = dict(np.load(FOLDER / "reference.npz"))
@@ -209,8 +210,8 @@ def test_llama_cpps_ffn_moe_topk_tensors_give_its_choices_and_name_the_first_fli
     report = compare_generation(SCENARIO, llama)
     assert (report.flip.key.pass_, report.flip.layer, report.flip.other) == (f"decode.{ROUND}", LAYER, "llama.cpp")
     assert int(report.flip.token.split(" · ")[0]) == POSITION
-    assert report.lines()[1].startswith(f"first routing flip: decode.{ROUND} · layer {LAYER} · token {POSITION}")
-    assert "llama.cpp [6, 1]" in report.lines()[1]
+    assert report_lines(report, "en")[1].startswith(f"first routing flip: decode.{ROUND} · layer {LAYER} · token {POSITION}")
+    assert "llama.cpp [6, 1]" in report_lines(report, "en")[1]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")

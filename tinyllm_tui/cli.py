@@ -31,6 +31,7 @@ from tinyllm_tui.debugger.opening import (ModelOptions, Opening, check_options, 
 from tinyllm_tui.debugger.standalone import convert as convert_weights
 from tinyllm_tui.debugger.standalone import gradcheck as check_gradient
 from tinyllm_tui.debugger.standalone import read_dump
+from tinyllm_tui.presentation.against_words import flip_document, flip_words, report_document, report_lines
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, diff_line, disagreement_lines,
                                               exact_json, json_line, outcome_json, outcome_lines, state_text,
@@ -418,7 +419,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
     diffs = list(report.diffs)
     requests = len(debugger.scenario.requests)
     if as_json:
-        flip = {} if report.flip is None else {"first_route_flip": report.flip.document(requests)}
+        flip = {} if report.flip is None else {"first_route_flip": flip_document(report.flip, requests)}
         _print_json({**diff_json(diffs, options.inject), **exact_json(lossy), **flip})
     else:
         if options.inject:
@@ -428,7 +429,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
             for row in lossy:
                 print(f"  {row.describe()}")
         if report.flip is not None:
-            print(f"first routing flip against the float64 exact-cache run: {report.flip.text(requests)}")
+            print("first routing flip against the float64 exact-cache run: " + flip_words(report.flip, requests, "en"))
         for d in diffs:
             print(diff_line(d))
         print(diff_summary(diffs, options.inject, options.batch))
@@ -477,9 +478,9 @@ def _check_against(debugger: Debugger, file: Path, llama_cpp: bool, as_json: boo
     else:
         report = debugger.compare_against()
     if as_json:
-        _print_json(report.document())
+        _print_json(report_document(report))
     else:
-        print("\n".join(report.lines()))
+        print("\n".join(report_lines(report, "en")))
     if report.first_divergence is not None:
         raise typer.Exit(1)
 

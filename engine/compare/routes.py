@@ -33,22 +33,6 @@ class RouteFlip:
     margin: float  # the reference's k-th score less its best unchosen one, at that token
     other: str = "dump"  # what the other side is: "dump", "float32 run", "int8 cache"
 
-    def text(self, requests: int = 1) -> str:
-        theirs = "" if self.their_scores is None else f" (scores {_scores(self.their_scores)})"
-        return (f"{self.key.label(requests)} · layer {self.layer} · token {self.token}: reference chose "
-                f"{list(self.ours)} (scores {_scores(self.our_scores)}, margin {self.margin:.2e}), {self.other} "
-                f"{list(self.theirs)}{theirs}")
-
-    def document(self, requests: int = 1) -> dict:
-        return {"pass": self.key.label(requests), "layer": self.layer, "token": self.token, "other": self.other,
-                "reference": list(self.ours), "dump": list(self.theirs), "reference_scores": list(self.our_scores),
-                "dump_scores": None if self.their_scores is None else list(self.their_scores),
-                "margin": self.margin, "text": self.text(requests)}
-
-
-def _scores(values: tuple[float, ...]) -> str:
-    return ", ".join(f"{v:.9g}" for v in values)  # a near tie needs the digits
-
 
 def route_flip(state: OpState, key: Key, aligned, other: str = "dump") -> RouteFlip | None:
     """The first token of a top-k operator whose chosen experts (as a set) the dump's differ from; None for

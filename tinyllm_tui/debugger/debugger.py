@@ -621,9 +621,9 @@ class Debugger:
         first = report.first_divergence
         if first is None:
             self._publish()
-            return Diverged(None, "")
+            return Diverged(None)
         self._goto(first.step)
-        return Diverged(first.step, first.place_text(len(self.scenario.requests)), first.values_text())
+        return Diverged(first.step, first, len(self.scenario.requests))
 
     def accept_outcomes(self, scenario: Scenario, outcomes: list[Outcome]) -> bool:
         """Keep the outcomes unless an edit has outran them; the frame shows them at once, or after the

@@ -72,7 +72,7 @@ class Verdicts:
     judged: np.ndarray  # bool, the matrix's shape
     agrees: np.ndarray  # bool: the current values agree
     agrees_before: np.ndarray | None  # bool: the values before the last edit agree
-    tolerance: str  # as the comparison words it: "1e-09", "1e-05 + 1e-05·|ref|"
+    tolerance: tuple[float, float]  # (atol, rtol): a cell agrees when |ours − theirs| ≤ atol + rtol·|ours|
     theirs: np.ndarray | None = None  # a --against dump's own values of the matrix (`v` shows them)
 
     @property

@@ -71,8 +71,9 @@ class Diverged:
     """`g diverged`: the first step where your activations leave the reference (None: they agree everywhere)."""
 
     step: int | None
-    where: str  # the engine's description of the first cell that differs (pass, operator, cell, labels)
-    values: str = ""  # its reference and dump values and |Δ|: the point of the search, worded first
+    first: object | None = None  # engine.compare.against.OpAgreement: the first cell that differs, its pass,
+    #                              operator, labels, values and |Δ|
+    requests: int = 1  # how many requests the scenario has (a pass names its request when there are several)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from tinyllm_tui.debugger.interventions import Intervened
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
                                           Cancelled, Diverged, EndOfTrace, HitBreakpoint, InjectionChanged, Misnamed,
                                           Moved, Rebuilt, Refused, Result, Saved)
+from tinyllm_tui.presentation.against_words import place_words, values_words
 from tinyllm_tui.tui.i18n import tr, words
 
 
@@ -73,10 +74,11 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.saved", lang, path=path)
         case Diverged(step=None):
             return tr("result.agree", lang)
-        case Diverged(where=where_, values=""):
-            return tr("result.diverged", lang, where=where_)
-        case Diverged(where=where_, values=values):
-            return tr("result.diverged.values", lang, where=where_, values=values)
+        case Diverged(first=first, requests=requests) if first.index is None:  # the arrays do not even fit
+            return tr("result.diverged", lang, where=place_words(first, requests, lang))
+        case Diverged(first=first, requests=requests):
+            return tr("result.diverged.values", lang, where=place_words(first, requests, lang),
+                      values=values_words(first, lang))
         case CacheShown(layer=layer, head=head):
             return tr("result.cache", lang, layer=layer, head=head)
     raise TypeError(f"no words for {result!r}")

@@ -33,6 +33,7 @@ import gguf  # noqa: E402
 from engine import Session, make_backend, to_host  # noqa: E402
 from engine.compare.llama_cpp import compare_with_llama_cpp, llama_cpp_dump  # noqa: E402
 from engine.layout import Passes, parse_key  # noqa: E402
+from engine.causes import Cause  # noqa: E402
 from engine.loading import open_model  # noqa: E402
 from tinyllm_tui.presentation.against_words import report_lines  # noqa: E402
 
@@ -151,7 +152,7 @@ def test_a_near_tie_in_the_router_is_reported_as_llama_cpps_first_routing_flip(t
     round_ = int(flip.key.pass_.split(".")[1]) if flip.key.pass_ != "prefill" else 0
     position = differ[0][1] + (len(IDS) + round_ - 1 if round_ else 0)
     assert int(flip.token.split(" · ")[0]) == position
-    assert set(flip.ours) ^ set(flip.theirs) == {0, 1} and 0 < flip.margin < 1e-8 and flip.other == "llama.cpp"
+    assert set(flip.ours) ^ set(flip.theirs) == {0, 1} and 0 < flip.margin < 1e-8 and flip.other == Cause("side.llama_cpp")
     assert report_lines(report, "en")[1].startswith(f"first routing flip: {flip.key.pass_} · layer 1 · token {position}")
 
 

@@ -131,9 +131,10 @@ def test_the_diff_says_how_shapes_differ_where_it_said_inf():
 def test_a_quantized_caches_error_and_its_yardstick_are_named_apart():
     """Defect 7: `K/V per layer 3.375e-03/1.616e+00` read as two errors; the second is the largest |K|, |V|."""
     from engine.compare.exact import RoundError
+    from tinyllm_tui.presentation.printed import exact_line
 
     row = RoundError(0, 1, 1e-3, (2e-3,), (3.375e-03,), (1.616,), True)
-    assert row.describe().endswith("K/V per layer 3.375e-03 (largest |K|, |V| per layer 1.616e+00)")
+    assert exact_line(row).endswith("K/V per layer 3.375e-03 (largest |K|, |V| per layer 1.616e+00)")
 
 
 def test_the_tuis_diff_shows_the_measured_number_as_the_command_line_does():

@@ -34,8 +34,8 @@ from tinyllm_tui.debugger.standalone import read_dump
 from tinyllm_tui.presentation.against_words import flip_document, flip_words, report_document, report_lines
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, diff_line, disagreement_lines,
-                                              exact_json, json_line, outcome_json, outcome_lines, state_text,
-                                              state_without_text, without_text)
+                                              exact_json, exact_line, json_line, outcome_json, outcome_lines,
+                                              state_text, state_without_text, without_text)
 from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
                                                 request_results, token_text)
 from tinyllm_tui.tui.result_words import misnamed_words
@@ -427,7 +427,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
         if lossy:
             print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
             for row in lossy:
-                print(f"  {row.describe()}")
+                print(f"  {exact_line(row)}")
         if report.flip is not None:
             print("first routing flip against the float64 exact-cache run: " + flip_words(report.flip, requests, "en"))
         for d in diffs:

@@ -43,7 +43,8 @@ def flip_words(flip, requests: int, lang: str) -> str:
     [3, 7]`."""
     theirs = "" if flip.their_scores is None else tr("report.their_scores", lang, scores=_scores(flip.their_scores))
     return tr("report.route_flip", lang, where=flip.key.label(requests), layer=flip.layer, token=flip.token,
-              ours=list(flip.ours), scores=_scores(flip.our_scores), margin=f"{flip.margin:.2e}", other=flip.other,
+              ours=list(flip.ours), scores=_scores(flip.our_scores), margin=f"{flip.margin:.2e}",
+              other=cause_words(flip.other, lang),
               theirs=list(flip.theirs), their_scores=theirs)
 
 
@@ -107,7 +108,8 @@ def report_document(report) -> dict:
 
 
 def flip_document(flip, requests: int) -> dict:
-    return {"pass": flip.key.label(requests), "layer": flip.layer, "token": flip.token, "other": flip.other,
+    return {"pass": flip.key.label(requests), "layer": flip.layer, "token": flip.token,
+            "other": cause_words(flip.other, "en"),
             "reference": list(flip.ours), "dump": list(flip.theirs), "reference_scores": list(flip.our_scores),
             "dump_scores": None if flip.their_scores is None else list(flip.their_scores),
             "margin": flip.margin, "text": flip_words(flip, requests, "en")}

@@ -66,6 +66,15 @@ def diff_line(d: OpDiff) -> str:
     return f"{mark} request {d.request} {where(d.phase, d.round, 'en')}  {d.name}{head}  {measured}"
 
 
+def exact_line(row) -> str:
+    """A quantized cache's error against the exact cache in one round (engine.compare.exact.RoundError), as `diff`
+    prints it."""
+    patterns, kv = " ".join(f"{e:.3e}" for e in row.pattern_error), " ".join(f"{e:.3e}" for e in row.kv_error)
+    scale = " ".join(f"{m:.3e}" for m in row.kv_scale)
+    return (f"request {row.request} round {row.round}: logits {row.logits_error:.3e} · pattern per layer "
+            f"{patterns} · K/V per layer {kv} (largest |K|, |V| per layer {scale})")
+
+
 def exact_json(rows: list) -> dict:
     """A quantized cache's error against the exact cache, per round (nothing for an exact cache)."""
     if not rows:

@@ -17,7 +17,7 @@ from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
 from engine.spec import Request, Vocab
-from engine.trace import Labelled, OpKind, OpState, RequestResult
+from engine.trace import Labelled, OpKind, RequestResult
 from tinyllm_tui.tui.i18n import cause_words, tr
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix

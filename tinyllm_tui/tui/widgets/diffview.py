@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from tinyllm_tui.debugger.results import DiffReport
 from tinyllm_tui.presentation.summaries import diff_cell, diff_measured, divergence_place
-from tinyllm_tui.tui.i18n import tr, where
+from tinyllm_tui.tui.i18n import cause_words, tr, where
 from tinyllm_tui.tui.widgets.linelist import LineList
 
 
@@ -34,7 +34,7 @@ def report_summary(report: DiffReport, lang: str) -> Text:
         flip = report.flip
         summary.append(tr("diff.flip", lang, where=flip.key.label(), layer=flip.layer, token=flip.token,
                           ours=list(flip.ours), theirs=list(flip.theirs), margin=f"{flip.margin:.2e}",
-                          other=flip.other) + "\n", style="bold yellow")
+                          other=cause_words(flip.other, lang)) + "\n", style="bold yellow")
     if report.first is None:
         summary.append(tr("diff.agrees", lang, tolerance=report.tolerance), style="bold green")
     else:

@@ -10,8 +10,9 @@ other tensor is F32, the experts random blocks of spread about 1/sqrt(fan-in); t
 fixture's 300 byte-level tokens (the per-layer shape is what is measured, not the embedding).
 
 Figures: the first screen from the shell (benchmarks/checkpoint_speed.py's, median of its runs, float64); the
-slowest and the median step of the Debugger through the prefill and the decode rounds (a step that first uses an
-expert dequantizes that one matrix); the peak memory (VmHWM) of a fresh process that opens the file and runs the
+slowest and the median step of the Debugger through the prefill and the decode rounds (a step computes its own
+operator: one that first uses an expert dequantizes that one matrix; the rest of a round is listed in the runner
+while no key waits, timed on its own); the peak memory (VmHWM) of a fresh process that opens the file and runs the
 prompt and its new tokens in float32 (a few tokens: a long prompt reaches every expert), against the dense float32 size of the weights (every expert dequantized).
 """
 
@@ -126,11 +127,14 @@ def write_gguf(path: Path, arch: str) -> None:
 
 
 # -- the figures ---------------------------------------------------------------------------------------------
-def steps(path: Path) -> tuple[float, list[float], list[float]]:
+def steps(path: Path, listing: bool) -> tuple[float, list[float], list[float], list[float]]:
     """The Debugger as the TUI drives it, in float32: its quick start, then `complete_round` (the rest of the
-    prefill computed for the operator list, in the runner, after the first screen), then each step to the end:
-    (seconds of that round, of the steps within a round, of the steps that enter a new round and so compute it
-    whole for the operator list)."""
+    prefill computed for the operator list, in the runner, after the first screen), then each step to the end. A
+    step computes its own operator only (a checkpoint's round is listed as computed); with `listing`, the rest of
+    each decode round entered is then listed (`complete_round`, in the runner while no key waits), as when the
+    keys wait for it; without, never, as when a key is held (every step computes, and the first that uses an
+    expert dequantizes it). Returns the seconds of the prefill's listing, of the steps within a round, of the
+    steps into a decode round, of the decode rounds' listings."""
     from engine import make_backend
     from engine.loading import open_model
     from tinyllm_tui.debugger.debugger import Debugger
@@ -139,16 +143,23 @@ def steps(path: Path) -> tuple[float, list[float], list[float]]:
     scenario = open_model(path, prompt=PROMPT, max_new_tokens=NEW_TOKENS, dtype="float32")
     debugger = Debugger(scenario, make_backend("numpy", "float32"), quick_start=True)
     debugger.subscribe()
-    began = time.perf_counter()
-    debugger.complete_round()
-    prefill, within, entering = time.perf_counter() - began, [], []
+    prefill = timed(debugger.complete_round)
+    within, entering, listed = [], [], []
     while True:
         was = debugger.history.current.round
         began = time.perf_counter()
         done = isinstance(debugger.step(), EndOfTrace)
         (within if debugger.history.current.round == was else entering).append(time.perf_counter() - began)
+        if listing and debugger.round_pending:
+            listed.append(timed(debugger.complete_round))
         if done:
-            return prefill, within, entering
+            return prefill, within, entering, listed
+
+
+def timed(work) -> float:
+    began = time.perf_counter()
+    work()
+    return time.perf_counter() - began
 
 
 def measure(arch: str, folder: Path) -> None:
@@ -164,12 +175,16 @@ def measure(arch: str, folder: Path) -> None:
     label = (f"{arch}: {s['layers']} layers of hidden {s['d']}, {s['experts']} experts of {s['f']} "
              f"({s['used']} per token, {s['kind']})")
     first_screen(label, path, 3.0)
-    prefill, within, entering = steps(path)
-    worst = max(within)
+    prefill, within, entering, _ = steps(path, listing=False)
+    worst = max(within + entering)
     print(f"  float32: the prefill round listed after the first screen (`complete_round`, in the runner) {prefill:.1f} s;"
-          f" {len(within)} steps within a round: the slowest {worst:.3f} s {verdict(worst, 0.3)}, the median "
-          f"{statistics.median(within) * 1000:.1f} ms; the {len(entering)} steps into a decode round (computing it "
-          f"whole for the operator list): {', '.join(f'{t:.2f}' for t in entering)} s")
+          f" a key held (every step computes its operator): {len(within) + len(entering)} steps, the slowest "
+          f"{worst:.3f} s {verdict(worst, 0.3)}, the median {statistics.median(within) * 1000:.1f} ms; the "
+          f"{len(entering)} into a decode round: {', '.join(f'{t * 1000:.1f}' for t in entering)} ms")
+    _, _, entering, listed = steps(path, listing=True)
+    print(f"  keys waiting for each decode round's listing (`complete_round`, in the runner after the step into it;"
+          f" a key pressed stops it): the steps into a round {', '.join(f'{t * 1000:.1f}' for t in entering)} ms, "
+          f"the listings {', '.join(f'{t:.2f}' for t in listed)} s")
     run = json.loads(child(PEAK, str(path), PROMPT, str(NEW_TOKENS)))
     scenario = open_model(path, prompt=PROMPT, max_new_tokens=NEW_TOKENS, dtype="float32")
     dense = weight_bytes(scenario.model, len(scenario.vocab), "float32")

@@ -11,6 +11,7 @@ from conftest import X01
 
 from engine import Session, load_scenario, to_host
 from engine.loading.edits import CellEdit, FillEdit, with_weights
+from engine.trace import Phase
 from tinyllm_tui.debugger import autosave, frame
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.interventions import Change, Intervened
@@ -445,6 +446,33 @@ def test_a_quick_start_reads_no_later_layer_before_the_first_frame():
     assert debugger.frame.operators == everything.frame.operators
     assert [line.step for line in debugger.frame.operators] == [s.step for s in everything.view.round_states]
     assert everything.view.round_states[-1].kind.name == "CHOICE"  # the round's end: its token chosen
+
+
+def test_after_a_quick_start_a_step_into_a_decode_round_computes_its_first_operator_only():
+    """A checkpoint's decode round may route to experts no earlier round used (each dequantized on first use): the
+    step into it computes one operator, not the round; `complete_round` lists the rest, stopping when asked to
+    (a key waits) and going on later, and the list then is the eager debugger's."""
+    from conftest import ROOT
+    from engine.loading.checkpoint import load_checkpoint
+
+    scenario = load_checkpoint(ROOT / "tests" / "fixtures" / "qwen3_moe", ids=[1, 2, 3], max_new_tokens=2)
+    debugger = Debugger(scenario, quick_start=True)
+    debugger.complete_round()
+    while debugger.view.state.round == 0:
+        debugger.step()
+    history, entered = debugger.history, debugger.view.state
+    assert (entered.round, entered.phase) == (1, Phase.DECODE) and debugger.round_pending
+    assert history.last_recorded <= entered.step + 1  # the step peeks one operator ahead, no more
+    assert [line.step for line in debugger.frame.operators] == list(range(entered.step, history.last_recorded + 1))
+
+    asked = iter([False, False, True])
+    debugger.complete_round(stop=lambda: next(asked))  # two operators more, then a key waits
+    assert debugger.round_pending and history.last_recorded == entered.step + 3 and debugger.frame.step == entered.step
+    debugger.complete_round()
+    eager = Debugger(scenario)
+    eager.goto_step(entered.step)
+    assert not debugger.round_pending and debugger.frame.operators == eager.frame.operators
+    assert eager.view.round_states[-1].kind.name == "CHOICE" and len(eager.frame.operators) > 20
 
 
 def test_300_steps_forward_and_200_back_land_where_counted_and_the_status_names_the_operator():

@@ -24,10 +24,12 @@ from engine.loading.edits import parse_set
 from engine.progress import READING, WEIGHTS, LoadCancelled, listening, report
 from tinyllm_tui import cli
 from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.debugger.readings import round_routing
 from tinyllm_tui.tui.app import DebuggerApp
 from tinyllm_tui.tui.loading_screen import Loading, LoadingScreen, Opening
 from tinyllm_tui.tui.main_screen import DebuggerScreen
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen
+from tinyllm_tui.tui.widgets.readings import RoutingScreen
 from tinyllm_tui.tui.widgets.weights import WeightsScreen
 
 BAD = ROOT / "tests" / "data" / "bad" / "duplicate_key.yaml"
@@ -230,14 +232,15 @@ def held_listing(monkeypatch) -> threading.Event:
     """A checkpoint's first round is listed only once the test sets the event."""
     listing = threading.Event()
     complete_round = Debugger.complete_round
-    monkeypatch.setattr(Debugger, "complete_round", lambda self: listing.wait(10) and complete_round(self))
+    monkeypatch.setattr(Debugger, "complete_round",
+                        lambda self, stop=lambda: False: listing.wait(10) and complete_round(self, stop))
     return listing
 
 
 async def opened_while_listing(pilot, app) -> None:
     await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and app.debugger.outcomes is not None
                 and app.screen.runner.running, timeout=30)
-    assert "computing round 0 (keys pressed now wait for it)" in shown(app, "#status")
+    assert "computing round 0 (a key pressed now goes first)" in shown(app, "#status")
 
 
 async def test_the_status_line_says_round_0_is_computed_until_it_is(held_listing):
@@ -310,3 +313,44 @@ async def test_a_checkpoint_shows_step_0_then_lists_the_rest_of_round_0_with_a_k
         await until(pilot, lambda: not app.debugger.round_pending and app.debugger.frame.step == 1, timeout=30)
         steps = [line.step for line in app.debugger.frame.operators]
         assert steps == list(range(len(steps))) and app.debugger.view.round_states[-1].kind.name == "CHOICE"
+
+
+async def test_a_step_pressed_while_a_decode_round_is_listed_goes_first_and_the_listing_goes_on_after(monkeypatch):
+    """Entering a checkpoint's decode round lists its operators in the runner; a key pressed meanwhile stops the
+    listing after the operator in flight (it does not wait for the whole round), then the listing goes on."""
+    events: list[tuple[str, int, bool]] = []
+    listing, stepping = Debugger.complete_round, Debugger.step
+
+    def complete_round(self, stop=lambda: False):
+        if self.view.state.round == 1:  # hold round 1's listing until a key waits
+            deadline = time.monotonic() + 10
+            while not stop() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        result = listing(self, stop)
+        events.append(("listed", self.frame.step, self.round_pending))
+        return result
+
+    def step(self):
+        result = stepping(self)
+        events.append(("step", self.frame.step, self.round_pending))
+        return result
+
+    monkeypatch.setattr(Debugger, "complete_round", complete_round)
+    monkeypatch.setattr(Debugger, "step", step)
+    moe = ROOT / "tests" / "fixtures" / "qwen3_moe"
+    eager = Debugger(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))
+    entered = next(s.step for s in eager.history.states_from(0) if s.round == 1)
+    app = app_on(Loading(str(moe), lambda: Opening(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and not app.debugger.round_pending
+                    and not app.screen.runner.running, timeout=30)
+        await pilot.press("g", *str(entered), "enter")
+        await until(pilot, lambda: app.debugger.frame.step == entered and app.screen.runner.running, timeout=30)
+        await pilot.press("n", "E")  # the routing view shows the whole round: it waits for the listing
+        await until(pilot, lambda: isinstance(app.screen, RoutingScreen), timeout=30)
+        assert app.debugger.frame.step == entered + 1 and not app.debugger.round_pending
+        routed = app.screen._routings
+    eager.goto_step(entered)
+    assert len(routed) == len(round_routing(eager.view.round_states, 0)) == 3  # its 3 MoE layers of 4
+    assert events[-3:] == [("listed", entered, True), ("step", entered + 1, True), ("listed", entered + 1, False)]
+    assert app.debugger.frame.operators == eager.frame.operators

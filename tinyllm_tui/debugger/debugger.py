@@ -98,10 +98,10 @@ class Debugger:
         budget: bytes of operator outputs the history keeps for stepping back.
         against: a dump of the user's own activations and the tolerance (--tolerance, --rtol; None: the
             dtype's default) they must meet; every pass the dump holds is judged cell by cell against it.
-        quick_start: with weights read on first use (a checkpoint's LazyWeights), the first frame lists only the
-            operators computed so far, so that it shows before the rest of round 0 (and the weights it reads) is
-            computed; `complete_round` (in the generator's owner) lists
-            the rest. Until then `round_pending` is True.
+        quick_start: with weights read on first use (a checkpoint's LazyWeights), a frame lists only the operators
+            of its round computed so far, so that the first shows before the rest of round 0 (and the weights it
+            reads) is computed, and a step into a decode round before that round's experts are dequantized;
+            `complete_round` (in the generator's owner) lists the rest. Until then `round_pending` is True.
         """
         self.against = None if against is None else Against(against[0], scenario, *against[1:])
         self.backend = backend or make_backend()
@@ -119,7 +119,7 @@ class Debugger:
         self.inject = inject
         self._run = self._new_run(0, None)
         self._frames: FrameBuilder | None = None  # once a view subscribes (the TUI; a test reading `frame`)
-        self._ahead = not (quick_start and isinstance(scenario.weights, LazyWeights))  # for the first frame
+        self._defer = quick_start and isinstance(scenario.weights, LazyWeights)  # a round is listed as computed
 
     def subscribe(self, lang: str = "en") -> None:
         """From now on every move publishes a frame, starting with one of where the history stands (in the
@@ -127,7 +127,7 @@ class Debugger:
         view's language, which the words inside row labels (a ring's slots, a batch's rows) are in."""
         if self._frames is None:
             self._frames = FrameBuilder(self, row_words(lang))
-            self._publish(ahead=self._ahead)
+            self._publish()
 
     @property
     def frame(self) -> Frame:
@@ -142,7 +142,7 @@ class Debugger:
 
     @property
     def round_pending(self) -> bool:
-        """The frame lists only the operators of round 0 computed so far (a quick start): `complete_round` lists
+        """The frame lists only the operators of its round computed so far (a quick start): `complete_round` lists
         the rest."""
         self.subscribe()
         return self._frames.pending
@@ -227,10 +227,11 @@ class Debugger:
             return ()
         return misnamed_in(self.breakpoints if breakpoints is None else breakpoints, self.view.round_states)
 
-    def _publish(self, ahead: bool = True) -> None:
-        """The frame of where the history stands, once a view has subscribed (in the owner's thread)."""
+    def _publish(self, ahead: bool | None = None) -> None:
+        """The frame of where the history stands, once a view has subscribed (in the owner's thread). `ahead`: its
+        operator list computes the round to its end (by default unless the rounds are listed as computed)."""
         if self._frames is not None:
-            self._frames.publish(ahead)
+            self._frames.publish(not self._defer if ahead is None else ahead)
 
     def _refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""
@@ -240,10 +241,10 @@ class Debugger:
 
     # -- moving ------------------------------------------------------------------------------------
     @owning
-    def complete_round(self) -> Result:
-        """Compute the current round to its end and publish the frame listing all its operators (after a
-        quick start); the cursor stays."""
-        self._publish()
+    def complete_round(self, stop: Callable[[], bool] = lambda: False) -> Result:
+        """Compute the current round to its end, unless `stop()` turns true first (a key waits), and publish the
+        frame listing its operators computed (`round_pending` until all are); the cursor stays."""
+        self._publish(ahead=self.history.complete_round(stop))
         return Moved(self.frame.step)
 
     @owning
@@ -639,7 +640,7 @@ class Debugger:
         still to be listed stays so: `complete_round` computes it, in the runner."""
         if self._owner.acquire(blocking=False):
             try:
-                self._publish(ahead=not self.round_pending)
+                self._publish()
             finally:
                 self._owner.release()
 

@@ -45,7 +45,7 @@ class FrameBuilder:
         self.cache_layer, self.cache_head, self.cache_pinned = 0, 0, False  # the KV cache shown
         self.frame: Frame | None = None
         self.view: View | None = None
-        self.pending = False  # the frame lists only the operators of round 0 computed so far
+        self.pending = False  # the frame lists only the operators of its round computed so far
         self._lock = threading.Lock()  # a frame is replaced whole, by one thread at a time
 
     def publish(self, ahead: bool = True) -> None:
@@ -77,7 +77,7 @@ class FrameBuilder:
                                tuple(i.text for i in d.changes.interventions)),
             hook=hook_key(state), inputs=operands(state), outcomes=d.outcomes, at_end=view.at_end)
         with self._lock:
-            self.view, self.frame, self.pending = view, frame, not ahead
+            self.view, self.frame, self.pending = view, frame, not history.round_known()
 
     def _cache(self, state: OpState, layer: int, head: int):
         """The KV-cache slice shown, with the rows that differ from a --against dump."""

@@ -164,11 +164,7 @@ class History:
         Walks out from the cursor, so a step costs the round's length, not the whole kept history's. A batch's
         rows go through a round in lockstep: its states interleave with the other rows' of the same round."""
         current = self.current
-        batch = current.batch is not None
-
-        def member(state: OpState) -> bool:
-            return state.round == current.round and (batch or state.request == current.request)
-
+        member = self._member(current)
         first = last = self.cursor
         while first > self._offset and member(self._at(first - 1)):
             first -= 1
@@ -177,6 +173,25 @@ class History:
             last += 1
         first = max(first, self._offset)  # computing ahead may have dropped the round's oldest states
         return [s for s in map(self._at, range(first, last + 1)) if s.request == current.request]
+
+    @staticmethod
+    def _member(current: OpState) -> Callable[[OpState], bool]:
+        """Whether a state belongs to `current`'s round (a batch's rows share their rounds)."""
+        batch = current.batch is not None
+        return lambda state: state.round == current.round and (batch or state.request == current.request)
+
+    def round_known(self) -> bool:
+        """The current round's last operator is computed: the stream has gone past it, or ended."""
+        return self.total is not None or not self._member(self.current)(self._at(self.last_recorded))
+
+    def complete_round(self, stop: Callable[[], bool]) -> bool:
+        """Compute the current round to its end, one operator at a time, unless `stop()` turns true first: True
+        once its last operator is known."""
+        while not self.round_known():
+            if stop():
+                return False
+            self._fetch()
+        return True
 
     def _at(self, step: int) -> OpState:
         return self._states[step - self._offset]

@@ -93,7 +93,7 @@ EN = {
     "refused.no_lens": "no logit lens: {0}",
     # the main screen's own messages
     "screen.start": "start · n/→ step · c continue · ? help",
-    "screen.listing": "computing round 0 (keys pressed now wait for it) · n/→ step · ? help",
+    "screen.listing": "computing round 0 (a key pressed now goes first) · n/→ step · ? help",
     "screen.running": "running… (Esc cancels)",
     "screen.running_at": "running… step {step} (Esc cancels)", "screen.cancelling": "cancelling…",
     "screen.dropped": "{count} keys dropped: pressed while {queue} already waited",
@@ -336,7 +336,7 @@ ZH = {
     "refused.no_dump": "没有可对比的激活值：请用 --against DUMP 打开",
     "refused.no_lens": "没有逻辑透镜：{0}",
     "screen.start": "开始 · n/→ 单步 · c 继续 · ? 帮助",
-    "screen.listing": "正在计算第 0 轮（此时按的键会等它算完）· n/→ 单步 · ? 帮助",
+    "screen.listing": "正在计算第 0 轮（此时按的键优先）· n/→ 单步 · ? 帮助",
     "screen.running": "运行中…（Esc 取消）",
     "screen.running_at": "运行中… 步骤 {step}（Esc 取消）", "screen.cancelling": "正在取消…",
     "screen.dropped": "丢弃了 {count} 次按键：按下时已有 {queue} 次在等待", "screen.idle": "没有正在运行的任务", "screen.paused": "已暂停", "screen.speed": "播放速度 {speed} 步/秒",

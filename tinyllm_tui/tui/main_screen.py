@@ -68,7 +68,7 @@ class MoveDone(RunDone):
 
 
 class RoundListed(RunDone):
-    """The operators of round 0 are all listed (after a quick start)."""
+    """The current round's operators are listed (after a quick start, or a step into a checkpoint's round)."""
 
 
 class LongRunDone(RunDone):
@@ -92,16 +92,17 @@ class LensRead(RunDone):
 
 
 def when_idle(action: Callable[..., None]) -> Callable[..., None]:
-    """A key that opens a screen on the Debugger's state: pressed while a quick move is in flight (or a
-    checkpoint's first round is being listed) it waits its turn, and the keys queued after it are dropped,
-    being meant for the screen it covers; it is dropped itself when its turn comes under another screen
-    (a prompt opened meanwhile); during a long run it is refused with a message."""
+    """A key that opens a screen on the Debugger's state: pressed while a quick move is in flight (or while a
+    checkpoint's round is not all listed: the screen shows the whole round) it waits its turn, and the keys
+    queued after it are dropped, being meant for the screen it covers; it is dropped itself when its turn comes
+    under another screen (a prompt opened meanwhile); during a long run it is refused with a message."""
 
     @wraps(action)
     def guarded(self: DebuggerScreen, *args) -> None:
-        if self.runner.running:
-            if not self._queue(lambda: guarded(self, *args)):
+        if self.runner.running or self.debugger.round_pending:
+            if not self._queue(lambda: guarded(self, *args), before_listing=False):
                 self._refuse()
+            self._list_round()
             return
         if not self.is_active:  # not on top: a prompt covers it
             return
@@ -166,7 +167,7 @@ class DebuggerScreen(Screen):
         self.wide = False
         self.cached = debugger.scenario.model.lm_head  # an encoder runs one pass: it keeps no KV cache
         self._frame: Frame | None = None
-        self._queued: deque = deque()  # moves pressed while a quick one was in flight, to start in turn
+        self._queued: deque = deque()  # (start, before_listing) of keys pressed while a quick move was in flight
         self._dropped = 0  # keys pressed while the queue was full, said once it has drained
         self.said: Result | None = None  # the last result worded on the status line
         self.pieces = False  # generated text as its tokens' pieces instead of decoded
@@ -206,9 +207,7 @@ class DebuggerScreen(Screen):
         self.query_one(OperatorList).focus()
         pending = self.debugger.round_pending  # shown quickly: the rest of round 0 is listed once computed
         self.show(tr("screen.listing", self.lang) if pending else self._started())
-        if pending:  # after a paint
-            self.call_after_refresh(self.runner.start, self, lambda report: self.debugger.complete_round(),
-                                    RoundListed, quick=True)
+        self.call_after_refresh(self._list_round)  # after a paint
 
     def on_unmount(self) -> None:
         """However the app ends, no run or comparison thread outlives it."""
@@ -311,11 +310,12 @@ class DebuggerScreen(Screen):
         self._next_queued()
 
     def on_round_listed(self, message: RoundListed) -> None:
-        """The first round's operators are all listed: the frame is redrawn, the status line keeps its words
-        (unless they were only saying that the round was being computed)."""
+        """The round's operators are listed (all of them, or those computed before a key was pressed): the frame
+        is redrawn, the status line keeps its words (unless they were only saying that round 0 was being
+        computed and it is)."""
         if isinstance(message.result, BaseException):
             raise message.result
-        listing = self.message == tr("screen.listing", self.lang)
+        listing = self.message == tr("screen.listing", self.lang) and not self.debugger.round_pending
         self.show(self._started() if listing else self.message)
         self._next_queued()
 
@@ -324,12 +324,26 @@ class DebuggerScreen(Screen):
         return " · ".join([*(misnamed_words(m, self.lang) for m in self.debugger.misnamed_breakpoints()),
                            tr("screen.start", self.lang)])
 
-    def _queue(self, start) -> bool:
+    def _list_round(self) -> None:
+        """The rest of the current round (a checkpoint's, whose weights are read on first use), computed in the
+        runner while no key waits: a key pressed stops it after the operator in flight and goes first; once the
+        keys are done, it goes on."""
+        if self.debugger.round_pending and not self.runner.running and not self._move_waits():
+            self.runner.start(self, lambda report: self.debugger.complete_round(stop=self._move_waits),
+                              RoundListed, quick=True)
+
+    def _move_waits(self) -> bool:
+        """The first key waiting goes before the listing of a round (read from the runner's thread too): a move.
+        One that opens a screen waits for the whole round, and the keys after it are meant for its screen."""
+        first = next(iter(tuple(self._queued)), None)
+        return first is not None and first[1]
+
+    def _queue(self, start, before_listing: bool = True) -> bool:
         """`start()` once the quick move in flight is done; False (not queued) during a long run or a full queue,
-        which drops the key and counts it."""
-        queued = self.runner.quick and len(self._queued) < QUEUED
+        which drops the key and counts it. `before_listing`: it stops the listing of a round in flight."""
+        queued = (self.runner.quick or not self.runner.running) and len(self._queued) < QUEUED
         if queued:
-            self._queued.append(start)
+            self._queued.append((start, before_listing))
         elif self.runner.quick:
             self._dropped += 1
         return queued
@@ -338,11 +352,16 @@ class DebuggerScreen(Screen):
         """Start what waits, in turn: one that needs no run (a refusal, a go-to by number) lets the next go.
         Once nothing waits, the status line says how many keys the full queue dropped."""
         while self._queued and not self.runner.running:
-            self._queued.popleft()()
+            start, before_listing = self._queued[0]
+            if self.debugger.round_pending and not before_listing:
+                break  # it waits for the listing, started below
+            self._queued.popleft()
+            start()
         if self._dropped and not self._queued and not self.runner.running:
             dropped, self._dropped = self._dropped, 0
             self.set_status(" · ".join(filter(None, [self.message, tr("screen.dropped", self.lang, count=dropped,
                                                                        queue=QUEUED)])))
+        self._list_round()
 
 
     def in_background(self, status: str, move, *args, asker: Screen | None = None, **options) -> bool:
@@ -498,6 +517,7 @@ class DebuggerScreen(Screen):
             if isinstance(result, Refused):
                 return describe(result, self.lang)
             self.say(result)
+            self._list_round()
             return None
 
         self.in_background(tr("screen.searching", self.lang, text=text), self.debugger.search, text, backward)

@@ -184,13 +184,13 @@ class LayerCache:
     def dump_items(self) -> dict[str, Array]:
         return {K_ITEM: self.k, V_ITEM: self.v}
 
-    def cell(self, item: str, row: int, col: int, position: str) -> str | None:
-        """A cell of K or V as a comparison names it: its kv head, position and column within the head (None: an
-        item of another layout's, a latent cache's)."""
+    def cell(self, item: str, row: int, col: int, position: str) -> tuple[str, dict] | None:
+        """A cell of K or V as a comparison names it, a cause code and its facts: its kv head, position and column
+        within the head (None: an item of another layout's, a latent cache's)."""
         if item not in DUMP_LAYOUTS:
             return None
         width = self.head_width or int(self.k.shape[1])
-        return f"kv head {col // width}, position {position}, d_head {col % width}"
+        return "against.kv", {"kv_head": col // width, "position": position, "d_head": col % width}
 
     def differing(self, theirs, beyond) -> frozenset[int]:
         """Rows (positions) whose K or V differs from theirs, and rows theirs does not have."""

@@ -34,6 +34,11 @@ CODES = frozenset({
     "part.none",
     # how a run's rows fail to meet the reference's in a diff (engine/compare/diff.py: OpDiff.mismatch)
     "diff.none", "diff.unmasked", "diff.shape", "diff.positions",
+    # the first cell where a dump leaves the reference, by its labels, or why the arrays could not be compared
+    # (engine/compare/against.py)
+    "against.pattern", "against.head", "against.row", "against.channel", "against.kv", "against.shape",
+    # what the other side of a comparison is, beside the reference: a dump, llama.cpp's tensors, another run
+    "side.dump", "side.llama_cpp", "side.run", "side.cache", "side.run_cache",
     # readings of the residual stream (engine/analysis.py)
     "analysis.encoder", "analysis.post_norm", "analysis.block_norm",
 })

@@ -60,14 +60,6 @@ class Mode(StrEnum):
     FULL = "full"
 
 
-NORM_KINDS = tuple(NormKind)
-NORM_PLACEMENTS = tuple(NormPlacement)
-POSITION_SCHEMES = tuple(p for p in Positions if p is not Positions.ROPE)  # the terms added to the embedding
-LINEARS = ("q", "k", "v", "o", "mlp", "conv")  # what ModelSpec.biases may name (conv: a short conv's three)
-FFN_KINDS = tuple(FfnKind)
-DECODE_RULES = tuple(Rule)
-
-
 @dataclass(frozen=True)
 class Vocab:
     tokens: Sequence[str]  # a tuple, or a checkpoint's texts made as they are read
@@ -148,7 +140,7 @@ class ModelSpec:
     training: bool = False
     kv_heads: int | None = None  # grouped-query attention: query head h reads kv head h // (heads / kv_heads)
     rope_theta: float = 10000.0  # positions "rope": half-split rotate_half, as Llama and Qwen2
-    biases: tuple[str, ...] | None = None  # the LINEARS with a bias (Qwen2: q, k, v); None: all if `bias`
+    biases: tuple[str, ...] | None = None  # the linears with a bias (q, k, v, o, mlp, conv: a short conv's three; Qwen2: q, k, v); None: all if `bias`
     type_vocab: int = 0  # BERT: a token-type table whose row 0 is added to every embedding
     embed_norm: bool = False  # BERT: a norm (ln_embed) over the summed embeddings
     embed_scale: float = 1.0  # Gemma: the embedding rows times √d_model

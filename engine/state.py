@@ -114,8 +114,9 @@ class LayerState(Protocol):
         """The positions whose rows differ from another run's dump items `theirs` (aligned to ours, host
         arrays; a missing item is not compared): what "the same" means for this state."""
 
-    # optional: `cell(item, row, col, position) -> str | None`, a cell of one of its dump items as a comparison names
-    # it (`position`: the words of the position row `row` holds; None, or absent: as a position and a channel)
+    # optional: `cell(item, row, col, position) -> (code, facts) | None`, a cell of one of its dump items as a
+    # comparison names it, a cause code and its facts (`position`: the words of the position row `row` holds; None,
+    # or absent: as a position and a channel)
 
 
 def tokens_held(states) -> int:

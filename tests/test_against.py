@@ -19,6 +19,8 @@ from engine.layout import Key, parse_key
 from engine.loading.checkpoint import load_checkpoint
 from numpy_llama import NumpyLlama
 from tinyllm_tui import Recorder
+from tinyllm_tui.presentation.against_words import report_lines
+from engine.causes import Cause
 
 LLAMA = Path(__file__).parent / "fixtures" / "llama"
 IDS = [0, 266, 222, 286, 280, 279, 261, 276]
@@ -47,7 +49,7 @@ def test_a_dump_without_pass_prefixes_is_the_prompt_pass(scenario, tmp_path):
     dump = tmp_path / "dump.npz"
     np.savez(dump, **{name: a[None] for name, a in prefill_arrays().items()})  # with TL's batch axis
     report = compare_generation(scenario, dump)
-    assert report.first_divergence is None, report.lines()[1]
+    assert report.first_divergence is None, report_lines(report, "en")[1]
     assert not report.absent_passes  # one new token: the prompt's pass is the whole run
     assert [op.head for op in report.ops if op.key.name == "blocks.1.attn.hook_pattern"] == [0, 1, 2, 3]
     assert [op.key.name for op in report.ops].count("blocks.1.attn.cache_v") == 1
@@ -62,7 +64,7 @@ def test_one_perturbed_cell_of_a_head_is_named(scenario, tmp_path):
     report = compare_generation(scenario, dump)
     first = report.first_divergence
     assert (first.key.name, first.head, first.index) == ("blocks.1.attn.hook_pattern", 2, (2, 5, 3))
-    assert first.where == "head 2, query 5 ·  on, key k3 · cat"  # the tokens at those positions
+    assert first.place == Cause("against.pattern", {"head": 2, "query": "5 ·  on", "key": "k3 · cat"})  # their tokens
     assert [op for op in report.ops if not op.agrees] == [first]
 
 
@@ -77,9 +79,9 @@ def test_stacked_heads_missing_keys_and_shapes_that_do_not_fit(scenario, tmp_pat
     report = compare_generation(scenario, dump)
     assert "blocks.1.hook_mlp_out" in report.missing and report.unused == ("prefill.my.own.tensor",)
     first = report.first_divergence
-    assert first.key.name == "blocks.0.mlp.hook_post" and "does not fit" in first.where
+    assert first.key.name == "blocks.0.mlp.hook_post" and first.place.code == "against.shape"
     assert all(op.agrees for op in report.ops if op.key.name == "blocks.0.attn.hook_z")
-    assert any(line.startswith("not in the dump") and "blocks.1.hook_mlp_out" in line for line in report.lines())
+    assert any(line.startswith("not in the dump") and "blocks.1.hook_mlp_out" in line for line in report_lines(report, "en"))
 
 
 def test_masked_scores_as_minus_infinity_or_the_lowest_float_agree_and_a_real_score_there_does_not(scenario, tmp_path):
@@ -105,7 +107,7 @@ def test_transformer_lens_bridge_keys_are_listed_in_one_line(scenario, tmp_path)
     report = compare_generation(scenario, tmp_path / "dump.npz")
     assert report.first_divergence is None and not report.unused
     assert {"prefill.blocks.0.attn.hook_in", "prefill.blocks.0.attn.q.hook_out", "prefill.hook_unembed"} <= set(report.bridge)
-    assert sum(line.startswith("TransformerLens bridge keys") for line in report.lines()) == 1
+    assert sum(line.startswith("TransformerLens bridge keys") for line in report_lines(report, "en")) == 1
 
 
 def test_passes_only_one_side_has_are_listed(tmp_path):
@@ -183,9 +185,9 @@ def test_chunked_prefill_and_several_requests_name_their_passes(tmp_path):
 
 
 def test_tolerances_follow_the_dtype_unless_asked():
-    from engine.compare.against import Tolerance, tolerance_for
+    from engine.compare.against import Tolerance, dump_tolerance
 
-    assert tolerance_for("float16") == Tolerance(1e-3, 1e-3) and tolerance_for("float64") == Tolerance(1e-9, 1e-9)
-    assert tolerance_for("float16", atol=1e-9) == Tolerance(1e-9, 0.0)  # --tolerance alone: |Δ| ≤ it
-    assert tolerance_for("float32", rtol=1e-3) == Tolerance(1e-5, 1e-3)  # --rtol alone keeps the dtype's atol
-    assert tolerance_for("int64") == Tolerance(0.0, 0.0)  # the chosen token must match exactly
+    assert dump_tolerance("float16") == Tolerance(1e-3, 1e-3) and dump_tolerance("float64") == Tolerance(1e-9, 1e-9)
+    assert dump_tolerance("float16", atol=1e-9) == Tolerance(1e-9, 0.0)  # --tolerance alone: |Δ| ≤ it
+    assert dump_tolerance("float32", rtol=1e-3) == Tolerance(1e-5, 1e-3)  # --rtol alone keeps the dtype's atol
+    assert dump_tolerance("int64") == Tolerance(0.0, 0.0)  # the chosen token must match exactly

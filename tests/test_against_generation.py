@@ -15,6 +15,8 @@ from engine.compare.against import compare_generation
 from engine.loading.checkpoint import load_checkpoint
 from numpy_llama import NumpyLlama
 from tinyllm_tui import Recorder
+from tinyllm_tui.presentation.against_words import report_lines
+from engine.causes import Cause
 
 LLAMA = Path(__file__).parent / "fixtures" / "llama"
 IDS = [0, 266, 222, 286, 280, 279]  # 6 prompt positions: 0 … 5
@@ -43,7 +45,7 @@ def first(scenario, path, **tolerance):
 def test_a_clean_dump_of_prompt_and_four_decode_rounds_agrees_everywhere(scenario, tmp_path):
     path, chosen = dump_of(tmp_path)
     report, divergence = first(scenario, path)
-    assert divergence is None, report.lines()[1]
+    assert divergence is None, report_lines(report, "en")[1]
     assert {op.key.pass_ for op in report.ops} == {"prefill", "decode.1", "decode.2", "decode.3", "decode.4"}
     names = {op.key.name for op in report.ops}
     assert {"blocks.1.attn.cache_k", "blocks.0.attn.cache_v", "blocks.1.attn.hook_rot_k"} <= names
@@ -63,9 +65,10 @@ def test_one_cell_of_decode_3_layer_1_hook_k(scenario, tmp_path):
     assert divergence == ("decode.3", "blocks.1.attn.hook_k", (0, 1, 2))  # [pos, kv head, d_head]
     op = report.first_divergence
     # round 3 feeds position 8, the token the decoder chose in round 2
-    assert op.where == f"position {len(IDS) + 2} · {scenario.vocab.tokens[chosen[2]]}, head 1, d_head 2"
+    assert op.place == Cause("against.head", {"position": f"{len(IDS) + 2} · {scenario.vocab.tokens[chosen[2]]}",
+                                              "head": 1, "d_head": 2})
     assert abs(abs(op.ours - op.theirs) - 1e-3) < 1e-12
-    assert report.lines()[1].startswith("first divergence: decode.3 · blocks.1.attn.hook_k · [0, 1, 2] (position")
+    assert report_lines(report, "en")[1].startswith("first divergence: decode.3 · blocks.1.attn.hook_k · [0, 1, 2] (position")
 
 
 def test_a_cache_row_written_one_position_late_from_round_2(scenario, tmp_path):
@@ -74,7 +77,8 @@ def test_a_cache_row_written_one_position_late_from_round_2(scenario, tmp_path):
     late = len(IDS) + 1  # round 2 feeds position 7; the decoder left that row empty and wrote position 8
     assert divergence == ("decode.2", "blocks.0.attn.cache_k", (0, late, 0))
     # the cache names its cell: kv head 0's first column at position 7, the token chosen in round 1
-    assert report.first_divergence.where == f"kv head 0, position {late} · {scenario.vocab.tokens[chosen[1]]}, d_head 0"
+    assert report.first_divergence.place == Cause("against.kv", {"kv_head": 0, "position":
+                                                                 f"{late} · {scenario.vocab.tokens[chosen[1]]}", "d_head": 0})
 
 
 def test_rope_with_position_minus_one_in_decode_rounds_only(scenario, tmp_path):
@@ -98,7 +102,7 @@ def test_a_float16_dump_passes_its_default_tolerance_and_fails_1e_9(scenario, tm
     with np.errstate(over="ignore"):  # masked scores (the most negative float64) become −∞
         save_file({k: v.astype(np.float16) for k, v in load_file(path).items()}, tmp_path / "half.safetensors")
     report, divergence = first(scenario, tmp_path / "half.safetensors")
-    assert divergence is None, report.lines()[1]
+    assert divergence is None, report_lines(report, "en")[1]
     assert max(op.max_abs for op in report.ops) > 1e-5  # the float16 rounding is there, and allowed
     _, divergence = first(scenario, tmp_path / "half.safetensors", atol=1e-9)
     assert divergence is not None and divergence[0] == "prefill"
@@ -115,7 +119,7 @@ def test_a_bfloat16_dump_is_read_and_held_to_its_own_tolerance(scenario, tmp_pat
                     for k, b in bits.items()}, str(tmp_path / "bf16.safetensors"))
     report = compare_generation(scenario, tmp_path / "bf16.safetensors")
     assert {op.dtype for op in report.ops} == {"bfloat16"}
-    assert report.first_divergence is None, report.lines()[1]
+    assert report.first_divergence is None, report_lines(report, "en")[1]
     assert compare_generation(scenario, tmp_path / "bf16.safetensors", atol=1e-3).first_divergence is not None
 
 
@@ -167,5 +171,5 @@ def test_the_debugger_without_a_dump_refuses_g_diverged_and_a_clean_dump_agrees(
     assert Debugger(scenario).search("diverged") == Refused(Reason.NO_DUMP)
     path, _ = dump_of(tmp_path)
     debugger = Debugger(scenario, against=(load_dump(path), None, None))
-    assert debugger.search("diverged") == Diverged(None, "")  # your activations agree everywhere
+    assert debugger.search("diverged") == Diverged(None)  # your activations agree everywhere
     assert set(debugger.round_verdicts().values()) == {True} and debugger.view.state.step == 0

@@ -16,6 +16,7 @@ from safetensors import safe_open
 
 from engine.compare.against import compare_generation
 from engine.loading.checkpoint import load_checkpoint
+from tinyllm_tui.presentation.against_words import report_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # TL's Llama bridge runs transformers' RMSNorm, which computes in float32 (~2e-6 here); GPT-2 is float64 throughout
@@ -33,14 +34,14 @@ def compare(model: str, dump: str, new_tokens: int, tolerance: float):
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_transformer_lens_run_with_cache_agrees_on_every_shared_operator(model):
     report = compare(model, "run_with_cache.safetensors", 1, GOALS[model])
-    assert report.first_divergence is None, report.lines()[1]
+    assert report.first_divergence is None, report_lines(report, "en")[1]
     assert not report.unused  # every key is an operator of ours or one of TL's bridge keys
     names = {op.key.name for op in report.ops}
     # TL's meanings: the norm's divisor and its value before the affine, scores masked as −1.797e308
     assert {"blocks.0.ln1.hook_scale", "blocks.1.ln2.hook_normalized", "ln_final.hook_normalized",
             "blocks.1.hook_resid_pre", "blocks.0.attn.hook_attn_scores", "blocks.1.attn.hook_z"} <= names
     assert {"prefill.blocks.0.attn.hook_in", "prefill.blocks.0.attn.q.hook_out"} <= set(report.bridge)
-    assert sum(line.startswith("TransformerLens bridge keys") for line in report.lines()) == 1
+    assert sum(line.startswith("TransformerLens bridge keys") for line in report_lines(report, "en")) == 1
 
 
 def test_transformer_lens_llama_drift_is_transformers_float32_rmsnorm():
@@ -53,7 +54,7 @@ def test_transformer_lens_llama_drift_is_transformers_float32_rmsnorm():
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_transformers_generation_through_record_hf_agrees_over_every_pass_and_cache(model):
     report = compare(model, "hf_generation.safetensors", 5, 1e-9)  # Llama patched to pure float64 there
-    assert report.first_divergence is None, report.lines()[1]
+    assert report.first_divergence is None, report_lines(report, "en")[1]
     assert {op.key.pass_ for op in report.ops} == {"prefill", "decode.1", "decode.2", "decode.3", "decode.4"}
     names = {op.key.name for op in report.ops if op.key.pass_ == "decode.4"}
     assert {"blocks.1.attn.cache_k", "blocks.1.attn.cache_v", "blocks.0.attn.hook_pattern", "unembed.hook_out"} <= names

@@ -337,10 +337,11 @@ def test_a_history_resumes_every_layout_from_its_kept_round_starts(cache):
 # -- what the cache view shows ---------------------------------------------------------------------
 def test_the_cache_view_labels_a_rings_slots_and_a_paged_rows_block_and_says_what_the_layout_holds():
     from tinyllm_tui.debugger.frame import cache_frame
+    from tinyllm_tui.presentation.cache_layout import row_words
     from tinyllm_tui.tui.widgets.cache import layout_line
 
     def view(state, layer=0):
-        frame = cache_frame(state, state.caches[layer].fingerprint, layer, 0)
+        frame = cache_frame(state, state.caches[layer].fingerprint, layer, 0, frozenset(), row_words("en"))
         return frame, list(frame.views[0].rows[: len(frame.views[0].rows)]), layout_line(frame, "en")
 
     ring_end = [s for s in Session(llama(PROMPT, new=3, cache=CacheSpec(Layout.RING, window=4, sinks=1),

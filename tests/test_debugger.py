@@ -275,8 +275,8 @@ def test_verdicts_come_from_the_expect_tables():
 def test_a_small_memory_budget_replays_to_go_back(reference):
     debugger = make(budget=512)  # a few of X01's small matrices
     debugger.goto_step(40)
-    debugger.goto_step(2)  # dropped from memory: replayed
-    assert debugger.history.replays >= 1
+    debugger.goto_step(2)  # dropped from memory: replayed from round 0's start, so the stream is back before 40
+    assert debugger.history.last_recorded < 40
     assert np.array_equal(to_host(debugger.view.state.values), to_host(reference[2].values))
 
 

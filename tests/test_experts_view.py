@@ -10,7 +10,7 @@ import numpy as np
 from engine.loading.checkpoint import load_checkpoint
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.readings import Routing
-from tinyllm_tui.presentation.routing import glance_lines
+from tinyllm_tui.presentation.routing import experts_glance_lines
 
 FOLDER = Path(__file__).parent / "fixtures" / "qwen3_moe"
 REF = dict(np.load(FOLDER / "reference.npz"))
@@ -26,12 +26,12 @@ def routing(layer: int, chosen: list[list[int]], margins: list[float], experts: 
 def test_the_glance_counts_each_layers_tokens_per_expert_and_names_its_least_margin():
     routings = [routing(0, [[0, 1], [0, 2], [9, 0]], [0.2, 0.01, 0.3]),
                 routing(3, [[4, 5], [5, 6], [6, 4]], [0.5, 4e-4, 0.1])]
-    lines = glance_lines(routings, width=100, height=10)
+    lines = experts_glance_lines(routings, width=100, height=10)
     assert lines[0] == "2 sparse layers · experts 0–9 of 10 · tokens per expert of the pass's 3"
     assert lines[1].split() == ["layer", *(f"e{e}" for e in range(10)), "least", "margin"]
     assert lines[2].split() == ["0", "3", "1", "1", "·", "·", "·", "·", "·", "·", "1", "1.0e-02", "1", "·", "我爱学…"]
     assert lines[3].split() == ["3", "·", "·", "·", "·", "2", "2", "2", "·", "·", "·", "4.0e-04⚠", "1", "·", "我爱学…"]
-    narrow = glance_lines(routings, width=50, height=3, first_row=1, first_expert=8)  # clamped: the last experts
+    narrow = experts_glance_lines(routings, width=50, height=3, first_row=1, first_expert=8)  # clamped: the last experts
     assert len(narrow) == 3 and all(len(line) <= 50 for line in narrow)
     assert narrow[1].split()[:3] == ["layer", "e7", "e8"] and narrow[2].split()[0] == "3"
 

@@ -51,9 +51,12 @@ def reference(name: str, mode: str = "cached", inject: str | None = None) -> lis
     return list(session(name, mode=mode, inject=inject).steps())
 
 
-def counting(name: str, computed: list, **options):
-    """A History start that records the step of every state the resumed streams compute."""
+def counting(name: str, computed: list, resumed: list | None = None, **options):
+    """A History start that records the step of every state the resumed streams compute (and, in `resumed`, the
+    step each restart resumes from: 0 from the beginning)."""
     def start(resume=None, on_round=None):
+        if resumed is not None:
+            resumed.append(resume.step if resume else 0)
         for state in session(name, **options).steps(resume, on_round):
             computed.append(state.step)
             yield state
@@ -83,8 +86,9 @@ def test_bounded_history_replays_to_go_back_past_its_window():
     assert len(starts) == 1
     assert history.goto(37) and len(starts) == 1  # still in memory
     assert history.goto(32) and len(starts) == 2  # dropped: round 1 of request 0 starts at 31, resumed there
-    assert starts[1].step == 31 and history.resumed_from == 31
-    assert history.goto(3) and len(starts) == 3 and history.resumed_from == 0  # round 0 starts the session
+    assert starts[1].step == 31
+    assert history.goto(3) and len(starts) == 3
+    assert (starts[2].step if starts[2] else 0) == 0  # round 0 starts the session
     assert (to_host(history.current.values) == to_host(reference[3].values)).all()
     assert not history.goto(999) and history.cursor == len(reference) - 1 and history.total == len(reference)
     assert history.at_end and not history.forward()
@@ -123,30 +127,28 @@ def test_stepping_back_past_the_budget_recomputes_from_the_wanted_steps_round_on
     rounds = round_of(expected, target)
     distance = history.cursor - target
     computed.clear()
-    assert history.goto(target) and history.resumed_from == rounds[0] > 0
-    assert computed == list(range(rounds[0], target + 1))
+    assert history.goto(target) and rounds[0] > 0
+    assert computed == list(range(rounds[0], target + 1))  # resumed at the round's start
     assert len(computed) <= len(rounds) + distance
     assert_same(history.current, expected[target])
     computed.clear()  # and forward again: from the last round's start, not on from the target
     last = len(expected) - 1
-    assert history.goto(last) and history.resumed_from == round_of(expected, last)[0] > target + 1
-    assert computed == list(range(history.resumed_from, last + 1))
+    assert history.goto(last) and round_of(expected, last)[0] > target + 1
+    assert computed == list(range(round_of(expected, last)[0], last + 1))
     assert_same(history.current, expected[last])
 
 
 @pytest.mark.parametrize("inject", [*INJECTIONS, None])
 def test_resumed_runs_with_an_injected_bug_or_a_stale_cache_are_the_from_scratch_runs(inject):
     name = "stale" if inject is None else "x01.yaml"
-    expected, computed = reference(name, inject=inject), []
-    history = History(counting(name, computed, inject=inject), limit=2)
+    expected, computed, resumed = reference(name, inject=inject), [], []
+    history = History(counting(name, computed, resumed, inject=inject), limit=2)
     history.goto(len(expected) - 1)
-    resumed = set()
+    del resumed[:]  # the first start
     for step in reversed(range(len(expected))):  # most steps back are past the window
         assert history.goto(step)
         assert_same(history.current, expected[step])
-        resumed.add(history.resumed_from)
-    resumed.discard(None)  # the last steps were still in memory
-    assert resumed == {0, 31, 62}  # X01: request 0's prefill, its decode round, request 1
+    assert set(resumed) == {0, 31, 62}  # X01: request 0's prefill, its decode round, request 1
     assert len(computed) < len(expected) ** 2 / 4  # not from the start each time
 
 
@@ -154,7 +156,13 @@ def test_round_starts_are_thinned_to_their_share_and_keep_the_start():
     scenario = long_scenario(prompt=8, new=120, d_model=16, layers=2)
     budget = 200_000
     expected = list(Session(scenario).steps())
-    history = History(Session(scenario).steps, budget=budget)
+    resumed = []
+
+    def start(resume=None, on_round=None):
+        resumed.append(resume.step if resume else 0)
+        return Session(scenario).steps(resume, on_round)
+
+    history = History(start, budget=budget)
     while history.forward():
         assert history.round_starts.nbytes <= budget * RESUME_SHARE and history.kept_bytes <= budget
     starts, stride = history.round_starts.steps, history.round_starts.stride
@@ -162,7 +170,7 @@ def test_round_starts_are_thinned_to_their_share_and_keep_the_start():
                                                                                      expected[s.step - 1].request)]
     assert stride >= 4 and starts == everyone[::stride]  # every stride-th round start, the first among them
     middle = everyone[len(everyone) // 2] + 3
-    assert history.goto(middle) and history.resumed_from == max(s for s in starts if s <= middle)
+    assert history.goto(middle) and resumed[-1] == max(s for s in starts if s <= middle)
     assert_same(history.current, expected[middle])
 
 
@@ -194,7 +202,13 @@ def test_round_summaries_are_the_a9_table():
 def test_kept_states_are_charged_their_outputs_and_every_cache_entry_they_hold_once():
     scenario = long_scenario(prompt=8, new=40, d_model=16, layers=2)
     budget = 200_000  # some fifteen decode rounds' states and caches
-    history = History(Session(scenario).steps, budget=budget)
+    resumed = []
+
+    def start(resume=None, on_round=None):
+        resumed.append(resume.step if resume else 0)
+        return Session(scenario).steps(resume, on_round)
+
+    history = History(start, budget=budget)
     while history.forward():
         pass
     kept = list(history._states)  # the states in memory, oldest first

@@ -205,18 +205,18 @@ def test_a_choice_under_interventions_says_what_the_pass_chose_without_them():
 # -- the TUI's readings, headless --------------------------------------------------------------------------
 def test_attention_at_a_glance_draws_each_head_of_a_layer_in_its_window():
     from tinyllm_tui.debugger.readings import layer_patterns
-    from tinyllm_tui.presentation.glance import glance_lines
+    from tinyllm_tui.presentation.glance import heads_glance_lines
 
     scenario = open_model(FIXTURES / "llama", prompt="The cat sat", max_new_tokens=1)
     states = [s for s in Session(scenario).steps() if s.round == 0]
     patterns = layer_patterns(states, layer=1)
     assert len(patterns) == 4 and patterns[0].shape == (5, 5)
-    lines = glance_lines(patterns, ["a", "b", "c", "d", "e"], width=32, height=10, selected=1)
+    lines = heads_glance_lines(patterns, ["a", "b", "c", "d", "e"], width=32, height=10, selected=1)
     assert lines[0].split() == ["h0", "▸h1", "h2", "h3"]  # 4 heads of 5 columns + 2 fit in 32 beside the gutter
     assert lines[1][:7] == "a █    "  # query a sees only key a, which holds all its weight; the future is blank
     assert [line[0] for line in lines[1:6]] == list("abcde") and lines[6].strip().startswith("abcde")
     assert "heads 0–3 of 4" in lines[7]
-    narrow = glance_lines(patterns, list("abcde"), width=16, height=5, first_head=2)
+    narrow = heads_glance_lines(patterns, list("abcde"), width=16, height=5, first_head=2)
     assert narrow[0].split() == ["h2", "h3"] and all(len(line) <= 16 for line in narrow)
     assert [line[0] for line in narrow[1:3]] == ["d", "e"]  # the last two queries
     assert len(narrow) == 5  # title, 2 query rows (the last two), labels, window line

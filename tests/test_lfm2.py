@@ -193,7 +193,7 @@ def test_the_numpy_lfm2_agrees_and_its_conv_state_not_shifted_in_round_2_is_foun
     generation_dump(FOLDER, IDS, len(PASSES), plant=(2, 2)).save(planted)
     found = compare_generation(scenario(), planted, atol=1e-9, rtol=0).first_divergence
     assert (found.key.pass_, found.key.name) == ("decode.2", "blocks.2.conv.conv_state")
-    assert found.where.startswith(f"position {len(IDS)} · ")  # the row before round 2's (21): it was not shifted
+    assert found.place.facts["position"].startswith(f"{len(IDS)} · ")  # the row before round 2's (21): it was not shifted
 
 
 # -- the state panel ----------------------------------------------------------------------------------------

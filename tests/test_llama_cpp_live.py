@@ -33,7 +33,9 @@ import gguf  # noqa: E402
 from engine import Session, make_backend, to_host  # noqa: E402
 from engine.compare.llama_cpp import compare_with_llama_cpp, llama_cpp_dump  # noqa: E402
 from engine.layout import Passes, parse_key  # noqa: E402
+from engine.causes import Cause  # noqa: E402
 from engine.loading import open_model  # noqa: E402
+from tinyllm_tui.presentation.against_words import report_lines  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FILES = {"llama": FIXTURES / "tiny-gguf" / "tiny.gguf", "qwen3": FIXTURES / "gguf-qwen3" / "qwen3.gguf",
@@ -114,7 +116,7 @@ def test_a_float32_copy_agrees_as_closely_as_the_engines_own_float32_run(arch, f
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3moe"])
 def test_where_no_sum_cancels_every_cell_holds_float32s_default_tolerance(arch, folder):
     _, report = float32_report(arch, folder)
-    assert report.first_divergence is None, report.lines()[1]
+    assert report.first_divergence is None, report_lines(report, "en")[1]
 
 
 @pytest.mark.parametrize("arch", ["qwen3moe", "gpt-oss"])
@@ -150,8 +152,8 @@ def test_a_near_tie_in_the_router_is_reported_as_llama_cpps_first_routing_flip(t
     round_ = int(flip.key.pass_.split(".")[1]) if flip.key.pass_ != "prefill" else 0
     position = differ[0][1] + (len(IDS) + round_ - 1 if round_ else 0)
     assert int(flip.token.split(" · ")[0]) == position
-    assert set(flip.ours) ^ set(flip.theirs) == {0, 1} and 0 < flip.margin < 1e-8 and flip.other == "llama.cpp"
-    assert report.lines()[1].startswith(f"first routing flip: {flip.key.pass_} · layer 1 · token {position}")
+    assert set(flip.ours) ^ set(flip.theirs) == {0, 1} and 0 < flip.margin < 1e-8 and flip.other == Cause("side.llama_cpp")
+    assert report_lines(report, "en")[1].startswith(f"first routing flip: {flip.key.pass_} · layer 1 · token {position}")
 
 
 def test_the_quantized_gguf_drifts_from_its_first_quantized_matrix_product():

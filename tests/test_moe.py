@@ -26,6 +26,7 @@ from engine.layers.moe_ffn import route
 from engine.loading import ScenarioError
 from engine.loading.checkpoint import load_checkpoint
 from tinyllm_tui.cli import app
+from tinyllm_tui.presentation.against_words import report_document, report_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = ("qwen3_moe", "qwen2_moe")
@@ -461,10 +462,10 @@ def test_check_against_names_the_first_token_routed_otherwise_before_the_numeric
     assert (flip.key.pass_, flip.layer, flip.token.split(" · ")[0]) == ("prefill", 1, str(token))
     assert list(flip.ours) == reference[token].tolist() and list(flip.theirs) == ablated[token].tolist()
     assert flip.margin == pytest.approx(reference_margins(1)[0][token], abs=1e-9)
-    lines = report.lines()
+    lines = report_lines(report, "en")
     assert lines[1].startswith(f"first routing flip: prefill · layer 1 · token {token} · ")
     assert lines[2].startswith("first divergence: ") and not any("experts" in line for line in lines if "bridge" in line)
-    assert report.document()["first_route_flip"]["dump"] == ablated[token].tolist()
+    assert report_document(report)["first_route_flip"]["dump"] == ablated[token].tolist()
 
 
 def test_a_dump_that_routes_as_the_reference_reports_no_flip(tmp_path):

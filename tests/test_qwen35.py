@@ -15,6 +15,7 @@ from engine import Session, make_backend, to_host
 from engine.compare.diff import diff_scenario
 from engine.layers import gated_deltanet
 from engine.loading.checkpoint import load_checkpoint
+from tinyllm_tui.presentation.against_words import report_lines
 
 FOLDER = Path(__file__).parent / "fixtures" / "qwen3_5"
 REF = dict(np.load(FOLDER / "reference.npz"))
@@ -176,7 +177,7 @@ def test_a_clean_dump_of_the_recurrent_numpy_decoder_agrees_with_every_state_aft
     from engine.compare.against import compare_generation
 
     report = compare_generation(SCENARIO, dump_of(tmp_path))
-    assert report.first_divergence is None, report.lines()[1]
+    assert report.first_divergence is None, report_lines(report, "en")[1]
     states = [op for op in report.ops if op.key.name.endswith(("recurrent_state", "conv_state"))]
     assert {op.key.pass_ for op in states} == {"prefill", "decode.1", "decode.2", "decode.3", "decode.4"}
     assert len(states) == 2 * len(LINEAR) * len(REF["greedy_ids"]) and max(op.max_abs for op in report.ops) < 1e-12
@@ -193,7 +194,7 @@ def test_check_against_finds_the_conv_window_left_unshifted_in_decode_round_2_at
     first = compare_generation(SCENARIO, path).first_divergence
     assert (first.key.pass_, first.key.name) == ("decode.2", "blocks.0.linear_attn.conv_state")
     newest = len(IDS) + 1  # round 2 fed position 21, which the window kept unshifted never took in
-    assert first.cell[0] == 0 and first.where.startswith(f"position {newest - 1} · ")  # theirs: position 19
+    assert first.cell[0] == 0 and first.place.facts["position"].startswith(f"{newest - 1} · ")  # theirs: position 19
     states = list(Session(SCENARIO, make_backend("numpy", "float64")).steps())
     end_of_2 = [s for s in states if s.round == 2][-1]
     assert Against(load_dump(path), SCENARIO).differing_cache_rows(end_of_2, 0) == {newest - 1, newest}

@@ -21,6 +21,8 @@ from safetensors.numpy import load_file, save_file
 
 from engine.compare.against import compare_generation
 from engine.loading.checkpoint import load_checkpoint
+from tinyllm_tui.presentation.against_words import report_lines
+from tinyllm_tui.tui.i18n import cause_words
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ARCHS = ("qwen3_5", "gemma4", "deepseek_v3", "qwen3_moe", "gpt_oss")
@@ -72,7 +74,7 @@ def test_each_dump_is_transformers_own_forward(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_each_dump_agrees_with_every_pass_every_state_and_every_choice(arch):
     report = check(arch)
-    assert report.first_divergence is None and report.flip is None, report.lines()[:3]
+    assert report.first_divergence is None and report.flip is None, report_lines(report, "en")[:3]
     assert not report.unused, report.unused  # every recorded key is one of the engine's operators or states
     compared = {(op.key.pass_, op.key.name) for op in report.ops}
     assert {(p, state) for p in PASSES for state in STATES[arch]} <= compared
@@ -104,7 +106,8 @@ def test_a_value_changed_in_one_state_of_decode_round_2_is_found_at_that_pass_la
 
     found = check(arch, planted(tmp_path, arch, key, change)).first_divergence
     assert (found.key.pass_, found.key.name) == ("decode.2", key.removeprefix("decode.2."))
-    assert all(part in found.where for part in where), found.where
+    words = cause_words(found.place, "en")
+    assert all(part in words for part in where), words
 
 
 def test_a_changed_expert_choice_in_decode_round_2_is_the_first_routing_flip(tmp_path):

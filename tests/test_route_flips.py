@@ -23,8 +23,10 @@ from engine.compare.diff import diff_scenario
 from engine.layout import parse_key
 from engine.layers.moe_ffn import route
 from engine.loading.checkpoint import load_checkpoint
+from engine.causes import Cause
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
+from tinyllm_tui.presentation.against_words import report_lines
 
 FOLDER = Path(__file__).parent / "fixtures" / "qwen3_moe_tie"
 REF = dict(np.load(FOLDER / "reference.npz"))
@@ -121,7 +123,7 @@ def test_a_quantized_cache_reports_the_first_token_it_routes_otherwise_than_the_
     flip = Comparisons(backend, None, lambda: Compared(lossy, None, None)).route_flip()
     walked = first_flip_walked(STATES, Session(lossy, backend).steps())
     assert walked is not None and (flip.key.round, flip.layer, int(flip.token.split(" · ")[0])) == walked
-    assert flip.other == f"{quantize} cache"
+    assert flip.other == Cause("side.cache", {"quantize": quantize})
 
 
 @pytest.mark.parametrize("kept", ["hook_router_scores", "hook_router_logits"])
@@ -143,7 +145,7 @@ def test_the_tui_diff_summary_names_the_flip_in_english_and_chinese():
     assert en.startswith(f"⚠ first routing flip against the float64 exact-cache run: decode.{ROUND} · layer {LAYER} · "
                          f"token {POSITION} · ")
     assert f"reference chose {tie_choice(REF['step_topk'])}" in en and "float32 run" in en
-    assert f"第{LAYER}层" in zh and "参考选择" in zh
+    assert f"第{LAYER}层" in zh and "参考选择" in zh and "float32 运行 选择" in zh and "run" not in zh  # issue 24
 
 
 class _Ggml:
@@ -207,10 +209,11 @@ def test_llama_cpps_ffn_moe_topk_tensors_give_its_choices_and_name_the_first_fli
     assert np.array_equal(llama.get(parse_key(f"decode.{ROUND}.blocks.{LAYER}.mlp.hook_topk")),
                           dump[f"decode.{ROUND}.blocks.{LAYER}.mlp.hook_topk"])
     report = compare_generation(SCENARIO, llama)
-    assert (report.flip.key.pass_, report.flip.layer, report.flip.other) == (f"decode.{ROUND}", LAYER, "llama.cpp")
+    assert (report.flip.key.pass_, report.flip.layer, report.flip.other) == (f"decode.{ROUND}", LAYER,
+                                                                             Cause("side.llama_cpp"))
     assert int(report.flip.token.split(" · ")[0]) == POSITION
-    assert report.lines()[1].startswith(f"first routing flip: decode.{ROUND} · layer {LAYER} · token {POSITION}")
-    assert "llama.cpp [6, 1]" in report.lines()[1]
+    assert report_lines(report, "en")[1].startswith(f"first routing flip: decode.{ROUND} · layer {LAYER} · token {POSITION}")
+    assert "llama.cpp [6, 1]" in report_lines(report, "en")[1]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is not None, reason="llama-cpp-python is installed")

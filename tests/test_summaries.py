@@ -15,13 +15,14 @@ from engine.labels import Axis
 from engine.spec import Vocab
 from tinyllm_tui.presentation.numbers import format_number, number_texts, text_table
 from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, request_results, shape_text,
-                                                token_text, where)
+                                                token_text)
+from tinyllm_tui.tui.i18n import where
 from tinyllm_tui.tui.main_screen import matrix_title
 from tinyllm_tui.tui.widgets.timeline import round_line
 
 
 def test_where_shape_and_tokens():
-    assert where(Phase.PREFILL, 0) == "prefill" and where("decode", 2) == "decode 2"
+    assert where(Phase.PREFILL, 0, "en") == "prefill" and where("decode", 2, "en") == "decode 2"
     assert shape_text((3, 4)) == "3×4"
     assert token_text(load_scenario(X01).vocab, [1, 2, 3.0]) == "我 爱 学习"
 

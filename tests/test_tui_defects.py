@@ -7,7 +7,7 @@ import numpy as np
 from conftest import SCENARIOS, X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
-from tui_helpers import long_scenario, make_app, matrix_cells, screen_text, settle, state, status
+from tui_helpers import long_scenario, make_app, matrix_cells, perturbed_dump, screen_text, settle, state, status
 
 from engine import Session, load_scenario
 from tinyllm_tui.tui.app import DebuggerApp
@@ -194,23 +194,6 @@ async def test_the_weights_browser_names_the_parameter_once_and_summarises_no_ro
         name = next(iter(app.debugger.weights))
         assert sum(f"{name} · " in line for line in lines) == 1
         assert not any(": min " in line and " mean " in line for line in lines)
-
-
-def perturbed_dump(tmp_path):
-    """X01's own activations with one cell of decode 1's head-0 z moved by 0.01: your implementation's bug."""
-    from typer.testing import CliRunner
-
-    from engine.compare.dump import load_dump
-    from tinyllm_tui.cli import app
-
-    reference = tmp_path / "ref.npz"
-    CliRunner().invoke(app, ["run", str(X01), "--save-activations", str(reference)])
-    arrays = dict(np.load(reference))
-    key = "request.0.decode.1.blocks.0.attn.hook_z"
-    arrays[key] = arrays[key].copy()
-    arrays[key].flat[1] += 0.01
-    np.savez(tmp_path / "mine.npz", **arrays)
-    return load_dump(tmp_path / "mine.npz"), float(arrays[key].flat[1])
 
 
 async def test_g_diverged_says_the_values_first_and_v_shows_the_dumps_own(tmp_path):

@@ -466,3 +466,13 @@ async def test_your_own_activations_are_marked_cell_by_cell(tmp_path):
         app.debugger.search("blocks.1.attn.hook_pattern&head=1")
         app.main.show()
         assert f"{8 * 8}/{8 * 8} cells within" in matrix_text(app)[1]
+
+
+async def test_a_breakpoint_that_names_no_operator_is_said_at_start():
+    """Issue 24: a misspelt breakpoint from the file or --break was said by `run` only; the TUI now says it as it
+    starts, before its keys."""
+    app = make_app(breakpoints=["attn.patern"])
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        assert ("1 breakpoint · breakpoint 'attn.patern': no operator is named 'attn.patern' (did you mean "
+                "'attn.pattern'?) · start · n/→ step") in status(app)

@@ -16,7 +16,7 @@ from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.readings import round_lens
-from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Moved, Reason, Refused
+from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Misnamed, Moved, Reason, Refused
 from tinyllm_tui.tui.i18n import cause_words
 from tinyllm_tui.tui.result_words import describe
 
@@ -131,9 +131,10 @@ def test_the_diff_says_how_shapes_differ_where_it_said_inf():
 def test_a_quantized_caches_error_and_its_yardstick_are_named_apart():
     """Defect 7: `K/V per layer 3.375e-03/1.616e+00` read as two errors; the second is the largest |K|, |V|."""
     from engine.compare.exact import RoundError
+    from tinyllm_tui.presentation.printed import exact_line
 
     row = RoundError(0, 1, 1e-3, (2e-3,), (3.375e-03,), (1.616,), True)
-    assert row.describe().endswith("K/V per layer 3.375e-03 (largest |K|, |V| per layer 1.616e+00)")
+    assert exact_line(row).endswith("K/V per layer 3.375e-03 (largest |K|, |V| per layer 1.616e+00)")
 
 
 def test_the_tuis_diff_shows_the_measured_number_as_the_command_line_does():
@@ -178,6 +179,36 @@ def test_run_names_the_nearest_operator_to_a_misspelt_break():
     assert "warning" not in spelt.stderr
 
 
+def test_run_break_reads_round_0_once_for_the_warning_and_the_trace(monkeypatch):
+    """Issue 24: the warning about a misspelt --break ran round 0 of its own before the trace ran it again."""
+    from engine.session import Session
+    from tinyllm_tui.cli import app
+
+    one_run = sum(1 for _ in Session(load_scenario(X01)).steps())
+    computed, steps = [], Session.steps
+
+    def counted(self, *args, **kwargs):
+        for state in steps(self, *args, **kwargs):
+            computed.append(state.step)
+            yield state
+
+    monkeypatch.setattr(Session, "steps", counted)
+    result = CliRunner().invoke(app, ["run", str(X01), "--break", "attn.patern"])
+    assert result.exit_code == 0 and "(did you mean 'attn.pattern'?)" in result.stderr
+    assert len(computed) == one_run
+
+
+def test_a_breakpoint_added_in_the_tui_names_what_no_operator_is_named_in_the_views_words():
+    """Issue 24: only the CLI warned about a breakpoint naming no operator; B in the TUI said it was set."""
+    debugger = Debugger(load_scenario(X01))
+    added = debugger.add_breakpoint("attn.patern & round=1")
+    assert added.misnamed == (Misnamed("attn.patern & round=1", "attn.patern", "attn.pattern"),)
+    assert describe(added, "en") == ("breakpoint on attn.patern & round=1 · no operator is named 'attn.patern' "
+                                     "(did you mean 'attn.pattern'?)")
+    assert describe(added, "zh") == "断点设于 attn.patern & round=1 · 没有名为 'attn.patern' 的算子（是不是想写 'attn.pattern'？）"
+    assert debugger.add_breakpoint("attn.pattern") == BreakpointAdded("attn.pattern")
+
+
 def cell_starts(line: str) -> list[int]:
     """The display column where each run of non-spaces begins (学 is two columns wide)."""
     from tinyllm_tui.presentation.numbers import display_width
@@ -201,11 +232,11 @@ def test_the_lens_table_aligns_chinese_tokens_by_display_width():
 
 def test_the_key_labels_under_the_heat_maps_stay_under_their_keys():
     """Defect 6: a key labelled 学 took two cells in a one-cell column, pushing the labels after it right."""
-    from tinyllm_tui.presentation.glance import glance_lines
+    from tinyllm_tui.presentation.glance import heads_glance_lines
     from tinyllm_tui.presentation.numbers import display_width
 
     pattern = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
-    lines = glance_lines([pattern, pattern], ["我", "a", "学"], width=40, height=8)
+    lines = heads_glance_lines([pattern, pattern], ["我", "a", "学"], width=40, height=8)
     shades, labels = lines[1:4], lines[4]
     last_shade = max(display_width(line) for line in shades)  # the last query row sees every key
     assert display_width(labels) == last_shade

@@ -12,6 +12,7 @@ import string
 import numpy as np
 import pytest
 from conftest import ROOT, SCENARIOS, X01
+from tui_helpers import perturbed_dump
 
 from engine import ScenarioError, load_scenario, load_scenario_text
 from engine.breakpoints import BreakpointError
@@ -20,23 +21,18 @@ from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
 from tinyllm_tui.debugger.readings import Routing, layer_patterns
-from tinyllm_tui.presentation.cache_layout import RowWords
 from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
 from tinyllm_tui.presentation.routing import CELL, LABEL, MARGIN
 from tinyllm_tui.presentation.summaries import diff_summary
 from tinyllm_tui.tui import i18n_causes
-from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words, tr
+from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words
 from tinyllm_tui.tui.result_words import describe
-from tinyllm_tui.tui.widgets.diffview import diff_line, report_summary
+from tinyllm_tui.tui.widgets.diffview import diff_list_line, report_summary
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
 
 ENGLISH = re.compile(r"\b(positions?|of|top|direct|logit|attribution|terms|final|bias|more|layer|heads|last|"
                      r"queries|keys|request|prefill|decode|head|empty)\b")
-
-
-def zh_words() -> RowWords:
-    return RowWords(tr("label.slot", "zh"), tr("label.empty", "zh"), tr("label.batch_row", "zh"))
 
 
 def at_the_first_choice() -> Debugger:
@@ -85,10 +81,21 @@ ENCODER = SCENARIOS / "encoder004.yaml"
 RING_BATCH = X01.read_text(encoding="utf-8").replace("\ndecode:", "\ncache: {layout: ring, window: 2}\nbatch: true\ndecode:")
 
 
+def test_g_diverged_words_the_first_cells_labels_values_and_tolerance_in_chinese(tmp_path):
+    """Issue 24: the engine worded the first divergence (its labels, reference and dump, the tolerance) in English,
+    which the Chinese TUI showed; only the pass and the operator's names stay as the dump's keys name them."""
+    dump, theirs = perturbed_dump(tmp_path)
+    said = describe(Debugger(load_scenario(X01), against=(dump, None, None)).search("diverged"), "zh")
+    assert said.startswith(f"第一次出现差异：参考 {theirs - 0.01!r}，转储 {theirs!r}（|Δ| 1.000e-02 > 1e-09 + 1e-09·|参考|")
+    assert said.endswith("位于 request.0.decode.1 · blocks.0.attn.hook_z · [0, 0, 1] (位置 3 · 爱，头 0，d_head 1)")
+    assert ENGLISH.findall(said.replace("request.0.decode.1", "")) == [] and "reference" not in said
+
+
 def test_the_frames_row_labels_take_the_subscribers_words():
-    """A ring's slots and a batch's rows are labelled with the words the view subscribed with."""
+    """A ring's slots and a batch's rows are labelled in the language the view subscribed with, from the
+    catalogue (issue 24: RowWords defaulted to English words of its own)."""
     debugger = Debugger(load_scenario_text(RING_BATCH))
-    debugger.subscribe(zh_words())
+    debugger.subscribe("zh")
     debugger.search("attn.k")  # the batch's first K: both rows stacked
     matrix = debugger.frame.matrix
     assert [label.split(" · ")[0] for label in matrix.rows] == ["请求0"] * 3 + ["请求1"] * 3
@@ -103,7 +110,7 @@ def fields(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
-CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part)(\.[a-z_]+)+")  # a cause's code
+CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side)(\.[a-z_]+)+")  # a cause's code
 
 
 def kinds_words() -> dict[str, dict[str, str]]:
@@ -219,7 +226,7 @@ def test_the_diff_says_how_rows_fail_to_meet_in_chinese():
     first = report.diffs[report.first]
     assert first.mismatch == Cause("diff.shape", {"shape": "4×4", "positions": "3–6", "their_shape": "4×4",
                                                   "theirs": "0–3"})
-    line = diff_line(first, True, "zh").plain
+    line = diff_list_line(first, True, "zh").plain
     assert "位置 3–6 上的 4×4，参考运行为位置 0–3 上的 4×4" in line and "形状" in line and "shape" not in line
     summary = report_summary(report, "zh").plain
     assert "第一次出现差异：请求 0 解码 第 1 轮 hook_embed（位置 3–6 上的 4×4" in summary

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
+
 from conftest import X01
 from rich.console import Console
 
@@ -71,3 +73,20 @@ def long_scenario(*, prompt: int = 64, new: int = 150, d_model: int = 16, layers
                for name, shape in parameter_shapes(model, len(vocab)).items()}
     tokens = tuple(int(t) for t in rng.integers(0, len(vocab), prompt))
     return Scenario("long.yaml", "long", vocab, model, weights, (Request(tokens, new),), DecodeRule(max_new_tokens=new))
+
+
+def perturbed_dump(tmp_path):
+    """X01's own activations with one cell of decode 1's head-0 z moved by 0.01: your implementation's bug."""
+    from typer.testing import CliRunner
+
+    from engine.compare.dump import load_dump
+    from tinyllm_tui.cli import app
+
+    reference = tmp_path / "ref.npz"
+    CliRunner().invoke(app, ["run", str(X01), "--save-activations", str(reference)])
+    arrays = dict(np.load(reference))
+    key = "request.0.decode.1.blocks.0.attn.hook_z"
+    arrays[key] = arrays[key].copy()
+    arrays[key].flat[1] += 0.01
+    np.savez(tmp_path / "mine.npz", **arrays)
+    return load_dump(tmp_path / "mine.npz"), float(arrays[key].flat[1])

@@ -31,13 +31,15 @@ from tinyllm_tui.debugger.opening import (ModelOptions, Opening, check_options, 
 from tinyllm_tui.debugger.standalone import convert as convert_weights
 from tinyllm_tui.debugger.standalone import gradcheck as check_gradient
 from tinyllm_tui.debugger.standalone import read_dump
+from tinyllm_tui.presentation.against_words import flip_document, flip_words, report_document, report_lines
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
 from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, diff_line, disagreement_lines,
-                                              exact_json, json_line, outcome_json, outcome_lines, state_text,
-                                              state_without_text, without_text)
+                                              exact_json, exact_line, json_line, outcome_json, outcome_lines,
+                                              state_text, state_without_text, without_text)
 from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
-                                                request_results, token_text, where)
-from tinyllm_tui.tui.i18n import cause_words, tr  # the catalogue's English: the faults' descriptions, the causes
+                                                request_results, token_text)
+from tinyllm_tui.tui.result_words import misnamed_words
+from tinyllm_tui.tui.i18n import cause_words, tr, where  # the catalogue's English: the faults' descriptions, the causes
 
 DEFAULT_COMMAND = "open"
 EXIT_BAD_INPUT = 2
@@ -301,8 +303,7 @@ def run(
     *, options: Options,
 ) -> None:
     debugger = _debugger(file, options)
-    _warn_misnamed(debugger)
-    trace = debugger.trace(save)
+    trace = debugger.trace(save, _warn_misnamed)  # said once the trace's own pass has read the first round
     if lens:
         _print_lens(debugger.scenario, trace, as_json, top_k)
         return
@@ -329,7 +330,7 @@ def _print_run(debugger: Debugger, trace, printed, as_json: bool, as_jsonl: bool
         if (state.request, state.round) != group:
             group = (state.request, state.round)
             prompt = token_text(vocab, scenario.requests[state.request].tokens)
-            print(f"── request {state.request} · {prompt} · {where(state.phase, state.round)} ──")
+            print(f"── request {state.request} · {prompt} · {where(state.phase, state.round, 'en')} ──")
         if hits:
             print(f"⚑ breakpoint: {', '.join(hits)}")
         print(state_text(state, vocab, full) + state_without_text(clean, state, vocab, trace.route_without(state)),
@@ -350,7 +351,7 @@ def _print_lens(scenario, trace, as_json: bool, top_k: int) -> None:
             documents.append(lens_json(rows, dla, run, scenario.vocab))
             continue
         token = run.choice
-        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round)} · logit lens ──")
+        print(f"── request {run.request} · {where('prefill' if run.round == 0 else 'decode', run.round, 'en')} · logit lens ──")
         print(f"chose {token_text(scenario.vocab, [token])} (token id {token}, "
               f"p {run.probability(token):.6f})"
               + without_text(clean, run.request, run.round, scenario.vocab))
@@ -365,11 +366,10 @@ def _print_lens(scenario, trace, as_json: bool, top_k: int) -> None:
     _warn_unused(trace)
 
 
-def _warn_misnamed(debugger: Debugger) -> None:
-    """A breakpoint's operator name that no operator has."""
-    for text, name, near in debugger.misnamed_breakpoints():
-        hint = f" (did you mean {near!r}?)" if near else ""
-        print(f"tinyllm-tui: warning: breakpoint {text!r}: no operator is named {name!r}{hint}", file=sys.stderr)
+def _warn_misnamed(misnamed) -> None:
+    """Each breakpoint's operator name that no operator has."""
+    for name in misnamed:
+        print(f"tinyllm-tui: warning: {misnamed_words(name, 'en')}", file=sys.stderr)
 
 
 def _warn_unused(trace) -> None:
@@ -414,12 +414,12 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
     With --batch: the requests as one batch against each request run alone. A quantized cache's
     error against the exact cache is printed first, round by round."""
     debugger = _debugger(file, options)
-    lossy = debugger.comparisons.exact_cache()
+    lossy = debugger.exact_cache_error()
     report = debugger.compare(alone=options.batch)
     diffs = list(report.diffs)
     requests = len(debugger.scenario.requests)
     if as_json:
-        flip = {} if report.flip is None else {"first_route_flip": report.flip.document(requests)}
+        flip = {} if report.flip is None else {"first_route_flip": flip_document(report.flip, requests)}
         _print_json({**diff_json(diffs, options.inject), **exact_json(lossy), **flip})
     else:
         if options.inject:
@@ -427,9 +427,9 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
         if lossy:
             print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
             for row in lossy:
-                print(f"  {row.describe()}")
+                print(f"  {exact_line(row)}")
         if report.flip is not None:
-            print(f"first routing flip against the float64 exact-cache run: {report.flip.text(requests)}")
+            print("first routing flip against the float64 exact-cache run: " + flip_words(report.flip, requests, "en"))
         for d in diffs:
             print(diff_line(d))
         print(diff_summary(diffs, options.inject, options.batch))
@@ -458,7 +458,7 @@ def check(
     if dump is not None or against_llama_cpp:
         _check_against(debugger, file, against_llama_cpp, as_json, options)
         return
-    outcomes = debugger.comparisons.checked()
+    outcomes = debugger.checked_tables()
     if as_json:
         _print_json([outcome_json(o) for o in outcomes])
     else:
@@ -474,13 +474,13 @@ def check(
 def _check_against(debugger: Debugger, file: Path, llama_cpp: bool, as_json: bool, options: Options) -> None:
     """Your dump (or llama.cpp's own evaluation of a GGUF) against the run, pass by pass; exit 1 on a divergence."""
     if llama_cpp:
-        report = debugger.comparisons.against_llama_cpp(file, options.tolerance, options.rtol)
+        report = debugger.compare_llama_cpp(file, options.tolerance, options.rtol)
     else:
         report = debugger.compare_against()
     if as_json:
-        _print_json(report.document())
+        _print_json(report_document(report))
     else:
-        print("\n".join(report.lines()))
+        print("\n".join(report_lines(report, "en")))
     if report.first_divergence is not None:
         raise typer.Exit(1)
 

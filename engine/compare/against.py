@@ -6,7 +6,8 @@ scenario with its own decode rule (greedy for a checkpoint, as `run` does) and m
 pass by pass, operator by operator, in execution order: a layer's cache right after the layer
 appended to it, before its attention reads it. The report gives per pass and operator the largest
 |Δ|, and the first cell over the whole generation that leaves the tolerance of its dtype; for a
-mixture of experts whose dump holds the top-k choices, first the first token routed otherwise.
+mixture of experts whose dump holds the top-k choices, first the first token routed otherwise. It is facts:
+a cell's labels are a cause (engine.causes: a code and its facts), which a front end words.
 
 TransformerLens conventions hold: masked attention scores may be written as −∞ or as the dtype's
 most negative finite number; the extra keys of TL's bridge (`…hook_in`, `…q.hook_out`, …) are
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backend import Backend, to_host
+from engine.causes import Cause
 from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
 from engine import layers
@@ -43,9 +45,6 @@ class Tolerance:
     atol: float
     rtol: float
 
-    def describe(self) -> str:
-        return f"{self.atol:g}" if not self.rtol else f"{self.atol:g} + {self.rtol:g}·|ref|"
-
 
 DEFAULT_TOLERANCES = {  # what each storage dtype's rounding (and a computation in it) leaves
     "float64": Tolerance(1e-9, 1e-9),
@@ -56,7 +55,7 @@ DEFAULT_TOLERANCES = {  # what each storage dtype's rounding (and a computation 
 EXACT = Tolerance(0.0, 0.0)  # integer arrays (the chosen token)
 
 
-def tolerance_for(dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
+def dump_tolerance(dtype: str, atol: float | None = None, rtol: float | None = None) -> Tolerance:
     """The dtype's default, or what --tolerance/--rtol ask for (--tolerance alone: |Δ| ≤ it)."""
     default = DEFAULT_TOLERANCES.get(dtype, EXACT)
     if atol is None and rtol is None:
@@ -73,7 +72,8 @@ class OpAgreement:
     tolerance: Tolerance
     dtype: str = "float64"
     index: tuple[int, ...] | None = None  # the first cell beyond the tolerance, in the dump's layout
-    where: str = ""  # that cell's labels, or why the arrays could not be compared
+    place: Cause | None = None  # that cell's labels (`against.pattern`: head, query, key), or why the arrays could
+    #                             not be compared (`against.shape`)
     ours: float | None = None
     theirs: float | None = None
     step: int | None = None  # the reference's step (a cache: the step where its layer's attention first reads it)
@@ -81,24 +81,7 @@ class OpAgreement:
 
     @property
     def agrees(self) -> bool:
-        return self.index is None and not self.where
-
-    def cell_text(self, requests: int = 1) -> str:
-        """`pass · operator · cell` of the first disagreeing cell, then its values."""
-        values = self.values_text()
-        return f"{self.place_text(requests)}: {values}" if values else self.place_text(requests)
-
-    def place_text(self, requests: int = 1) -> str:
-        """`pass · operator · cell (its labels)`, or why the arrays could not be compared."""
-        place = f"{self.key.label(requests)} · {self.key.name}"  # the head is among the cell's labels
-        return f"{place} · {self.where}" if self.index is None else f"{place} · {list(self.index)} ({self.where})"
-
-    def values_text(self) -> str:
-        """`reference 0.25, dump 0.5 (|Δ| 2.500e-01 > 1e-09 + 1e-09·|ref|, float32)`; "" without a cell."""
-        if self.index is None:
-            return ""
-        return (f"reference {self.ours!r}, dump {self.theirs!r} "
-                f"(|Δ| {abs(self.ours - self.theirs):.3e} > {self.tolerance.describe()}, {self.dtype})")
+        return self.index is None and self.place is None
 
 
 @dataclass(frozen=True)
@@ -110,12 +93,6 @@ class Row:
     dtype: str
     tolerance: Tolerance
     first: OpAgreement | None  # its first disagreeing head or cell
-
-    def text(self, requests: int) -> str:
-        mark = "✓" if self.first is None else "✗"
-        if self.first is not None and self.first.index is None:
-            return f"{mark} {self.key.label(requests)}  {self.key.name}  {self.first.where}"
-        return f"{mark} {self.key.label(requests)}  {self.key.name}  max |Δ| {self.max_abs:.3e}  ({self.dtype})"
 
 
 @dataclass(frozen=True)
@@ -148,58 +125,6 @@ class Report:
         return [Row(key, max(op.max_abs for op in ops), ops[0].dtype, ops[0].tolerance,
                     next((op for op in ops if not op.agrees), None)) for key, ops in grouped.items()]
 
-    def lines(self) -> list[str]:
-        rows = self.rows()
-        agree = sum(row.first is None for row in rows)
-        passes = len({(row.key.request, row.key.pass_) for row in rows})
-        first = self.first_divergence
-        summary = [f"{agree} of {len(rows)} operators agree over {passes} passes"]
-        summary += [f"first routing flip: {self.flip.text(self.requests)}"] if self.flip else []
-        summary += [f"first divergence: {first.cell_text(self.requests)}" if first else "no divergence"]
-        if rows:
-            top = max(rows, key=lambda row: row.max_abs)
-            summary.append(f"largest |Δ| {top.max_abs:.3e}: {top.key.label(self.requests)} · {top.key.name}")
-        if self.missing:
-            summary.append(f"not in the dump ({len(self.missing)}): " + _some(
-                f"{name}" + (f" ({count} passes)" if count > 1 else "") for name, count in self.missing.items()))
-        if self.absent_passes:
-            summary.append(f"passes not in the dump ({len(self.absent_passes)}): {_some(self.absent_passes)}")
-        if self.beyond:
-            summary.append(f"dump passes this run does not reach ({len(self.beyond)}; more --max-new-tokens?): "
-                           f"{_some(self.beyond)}")
-        if self.unused:
-            summary.append(f"dump keys that name no operator of this run ({len(self.unused)}): {_some(self.unused)}")
-        if self.bridge:
-            summary.append(f"TransformerLens bridge keys, not compared ({len(self.bridge)}): {_some(self.bridge, 6)}")
-        return summary + [row.text(self.requests) for row in rows]
-
-    def document(self) -> dict:
-        """The report as `check --against … --json` prints it."""
-        first = self.first_divergence
-        return {"agrees": first is None,
-                "first_divergence": None if first is None else _op_document(first, self.requests),
-                "first_route_flip": None if self.flip is None else self.flip.document(self.requests),
-                "operators": [{"pass": row.key.label(self.requests), "operator": row.key.name,
-                               "max_abs": _number(row.max_abs), "dtype": row.dtype, "agrees": row.first is None,
-                               "atol": row.tolerance.atol, "rtol": row.tolerance.rtol} for row in self.rows()],
-                "missing": self.missing, "absent_passes": list(self.absent_passes), "unused": list(self.unused),
-                "beyond": list(self.beyond), "bridge_keys": list(self.bridge)}
-
-
-def _some(items: Iterable[str], shown: int = 8) -> str:
-    items = list(items)
-    return ", ".join(items[:shown]) + (" …" if len(items) > shown else "")
-
-
-def _number(x: float) -> float | str:
-    return x if np.isfinite(x) else "inf"
-
-
-def _op_document(op: OpAgreement, requests: int) -> dict:
-    return {"pass": op.key.label(requests), "operator": op.key.name, "head": op.head,
-            "index": None if op.index is None else list(op.index), "where": op.where,
-            "reference": op.ours, "dump": op.theirs, "text": op.cell_text(requests)}
-
 
 # -- the reference run meets the dump --------------------------------------------------------------
 class Against:
@@ -211,7 +136,7 @@ class Against:
         self.d_head = scenario.model.d_head
 
     def tolerance(self, key: Key) -> Tolerance:
-        return tolerance_for(self.dump.dtypes[key], self.atol, self.rtol)
+        return dump_tolerance(self.dump.dtypes[key], self.atol, self.rtol)
 
     def aligned(self, key: Key, head: int | None, shape: tuple[int, ...]) -> np.ndarray | None:
         """The dump's array for `key` in the engine's layout, masked scores as −∞ (None: no such key or shape)."""
@@ -224,7 +149,7 @@ class Against:
             aligned = np.where(aligned <= _lowest(self.dump.dtypes[key]), -np.inf, aligned)
         return aligned
 
-    def compare(self, key: Key, head: int | None, ours: np.ndarray, label: Callable[[int, int], str],
+    def compare(self, key: Key, head: int | None, ours: np.ndarray, label: Callable[[int, int], Cause],
                 step: int | None = None) -> OpAgreement:
         ours = np.asarray(ours, dtype=np.float64)
         tolerance, dtype = self.tolerance(key), self.dump.dtypes[key]
@@ -232,7 +157,7 @@ class Against:
         if theirs is None:
             shape = tuple(self.dump.arrays[key].shape)
             return OpAgreement(key, head, float("inf"), tolerance, dtype,
-                               where=f"dump shape {shape} does not fit {tuple(ours.shape)}", step=step)
+                               place=Cause("against.shape", {"theirs": shape, "ours": tuple(ours.shape)}), step=step)
         delta, beyond = disagreement(ours, theirs, tolerance)
         if not beyond.any():
             return OpAgreement(key, head, float(delta.max(initial=0.0)), tolerance, dtype, step=step)
@@ -341,11 +266,12 @@ class _Meeting:
         positions = state.moment.axis(rows, ours.shape[0], column=False)  # the position each row holds
         own = getattr(state.caches[state.layer], "cell", None)
 
-        def label(row: int, col: int) -> str:
+        def label(row: int, col: int) -> Cause:
             position = resolve_some(positions, [row])[0]
-            if own and (text := own(key.hook.name, row, col, position)) is not None:
-                return text  # a state names its own items' cells (a K/V cache's kv heads, a recurrent state's heads)
-            return f"position {position}, channel {col}"
+            if own and (cell := own(key.hook.name, row, col, position)) is not None:
+                return Cause(*cell, layers.cause_words(cell[0]))  # a state names its own items' cells (a K/V
+                # cache's kv heads, a recurrent state's heads)
+            return Cause("against.channel", {"position": position, "channel": col})
 
         self.ops.append(self.against.compare(key, None, ours, label, state.step))
 
@@ -369,13 +295,13 @@ def _bridge(key: Key) -> bool:
     return (hook.name in BRIDGE_SUFFIXES and layers.routed_expert(hook) is None) or key.name == "hook_unembed"
 
 
-def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> str:
+def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> Cause:
     rows, cols = state.output.rows, state.output.cols
     kind = state.op.hook.name
     if kind in PER_HEAD_MATRICES:
-        return f"head {state.head}, query {rows[row]}, key {cols[col]}"
+        return Cause("against.pattern", {"head": state.head, "query": rows[row], "key": cols[col]})
     if state.head is not None:
-        return f"position {rows[row]}, head {state.head}, d_head {col}"
+        return Cause("against.head", {"position": rows[row], "head": state.head, "d_head": col})
     if kind in HEAD_AXIS and d_head:
-        return f"position {rows[row]}, head {col // d_head}, d_head {col % d_head}"
-    return f"row {rows[row]}, col {cols[col]}"
+        return Cause("against.head", {"position": rows[row], "head": col // d_head, "d_head": col % d_head})
+    return Cause("against.row", {"row": rows[row], "col": cols[col]})

@@ -37,7 +37,7 @@ from engine.trace import OpKind, OpState, Phase
 
 Reader = Callable[[Iterable[OpState]], Iterable[OpState]]  # how a comparison reads a stream (cancellable)
 
-TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (tolerance_for)
+TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding steps (rounding_tolerance)
 # A batch against each request alone: the same sums in another order (BLAS blocks a [2, T, d] product otherwise
 # than a [T, d] one), so each block the stream has passed may move a value by a rounding step of the largest
 # magnitude it holds (SmolLM2's residual reaches 3e4, whose step is 7.3e-12). Measured on SmolLM2: at most 0.5
@@ -68,18 +68,18 @@ class OpDiff:
         return self.max_abs <= self.tolerance
 
 
-def tolerance_for(dtype) -> float:
+def rounding_tolerance(dtype) -> float:
     """TOLERANCE scaled by the dtype's rounding step: float32's summation order alone moves a GPT-2
     activation by ~1e-6, which is agreement there (float32: 5.4e-4; float64: 1e-12)."""
     return TOLERANCE * float(np.finfo(dtype).eps / np.finfo(np.float64).eps)
 
 
 def batch_tolerance(dtype, depth: int, scale: float) -> float:
-    """A batch against each request alone: |Δ| ≤ tolerance_for(dtype) + RELATIVE_STEPS · (depth + 1) · ε · scale
+    """A batch against each request alone: |Δ| ≤ rounding_tolerance(dtype) + RELATIVE_STEPS · (depth + 1) · ε · scale
     (BATCH_RULE),
     where depth is how many blocks the pass has run through at this operator and scale the largest finite
     |value| of the operator in the request run alone."""
-    return tolerance_for(dtype) + RELATIVE_STEPS * (depth + 1) * float(np.finfo(dtype).eps) * scale
+    return rounding_tolerance(dtype) + RELATIVE_STEPS * (depth + 1) * float(np.finfo(dtype).eps) * scale
 
 
 def op_key(state: OpState) -> Key:
@@ -92,7 +92,7 @@ def diff_runs(cached: Iterable[OpState], full: Iterable[OpState], shift: Sequenc
 
     Both runs are read round by round in step, so only one round of the reference is held.
     shift: each request's left padding in the cached run (its rows before it have no counterpart).
-    relative: each operator's tolerance follows its magnitude and depth (batch_tolerance), else tolerance_for.
+    relative: each operator's tolerance follows its magnitude and depth (batch_tolerance), else rounding_tolerance.
     """
     worst: dict[Key, OpDiff] = {}
     full_rounds = itertools.groupby(full, key=_round_key)
@@ -140,7 +140,7 @@ def _compare_round(states: Iterable[OpState], reference: dict, worst: dict[Key, 
         mismatch = _mismatch(state, values.shape, shift, reference) if any(apart for _, apart in gaps) else None
         depth = depth if state.layer is None else state.layer + 1
         tolerance = (batch_tolerance(values.dtype, depth, _scale(found for _, found in expected))
-                     if relative and state.kind != OpKind.CHOICE else tolerance_for(values.dtype))  # ids: exact
+                     if relative and state.kind != OpKind.CHOICE else rounding_tolerance(values.dtype))  # ids: exact
         key = op_key(state)
         step = state.step
         # A chunked prefill runs it once per chunk: keep the worst chunk, except for a state's matrix (rows are
@@ -167,7 +167,7 @@ def _state_gaps(ours: LayerState, theirs: LayerState) -> dict[str, tuple[float, 
     states do not meet (|Δ| inf, and the positions each holds)."""
     mine_items = {name: to_host(item) for name, item in ours.dump_items().items()}
     items = {name: to_host(item) for name, item in theirs.dump_items().items() if name in mine_items}
-    tolerance = {name: tolerance_for(mine_items[name].dtype) for name in items}
+    tolerance = {name: rounding_tolerance(mine_items[name].dtype) for name in items}
     gaps = dict.fromkeys(tolerance, 0.0)
 
     def beyond(name: str, mine, other):

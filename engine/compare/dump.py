@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.causes import Cause
 from engine.layout import Key, parse_key
 from engine.loading.document import ScenarioError
 from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
@@ -32,9 +33,9 @@ class Dump:
         return self.arrays.get(key)
 
     @property
-    def side(self) -> str:
-        """What a report calls it beside the reference."""
-        return "llama.cpp" if self.path.startswith(LLAMA_CPP) else "dump"
+    def side(self) -> Cause:
+        """What it is beside the reference (a front end words it)."""
+        return Cause("side.llama_cpp" if self.path.startswith(LLAMA_CPP) else "side.dump")
 
     @property
     def passes(self) -> set[tuple[int, str]]:

@@ -33,13 +33,6 @@ class RoundError:
     kv_scale: tuple[float, ...]  # max |K|, |V| of each layer's exact rows (the errors' yardstick)
     same_choice: bool  # both runs chose the same token (else the report of this request ends here)
 
-    def describe(self) -> str:
-        patterns = " ".join(f"{e:.3e}" for e in self.pattern_error)
-        kv = " ".join(f"{e:.3e}" for e in self.kv_error)
-        scale = " ".join(f"{m:.3e}" for m in self.kv_scale)
-        return (f"request {self.request} round {self.round}: logits {self.logits_error:.3e} · pattern per layer "
-                f"{patterns} · K/V per layer {kv} (largest |K|, |V| per layer {scale})")
-
 
 def against_exact(scenario: Scenario, backend: Backend | None = None) -> list[RoundError]:
     """The scenario's cache (quantized) beside the same scenario with an exact contiguous cache."""

@@ -16,6 +16,7 @@ from engine.backend import namespace, to_host
 from engine.hooks import Hook
 from engine.scenario import Scenario
 from engine.session import Session
+from engine.trace import OpKind
 
 STEP = 1e-6
 
@@ -31,26 +32,33 @@ class GradCheck:
         return float(np.abs(self.analytic - self.numeric).max() / scale)
 
 
-def head_output(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray) -> np.ndarray:
-    xp = namespace(q)
-    return ops.softmax(xp, ops.attention_scores(xp, q, k, visible)) @ v
+class NotSoftmaxHead(ValueError):
+    """The layer's heads are not softmax(Q·Kᵀ·scale)·V of its scores operator's two inputs (latent attention, a
+    soft cap, attention sinks): the check has no backward rule for them."""
 
 
-def analytic_grad_q(q, k, v, visible, upstream) -> np.ndarray:
+def head_output(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray,
+                scale: float | None = None) -> np.ndarray:
     xp = namespace(q)
-    pattern = ops.softmax(xp, ops.attention_scores(xp, q, k, visible))
+    return ops.softmax(xp, ops.attention_scores(xp, q, k, visible, scale)) @ v
+
+
+def analytic_grad_q(q, k, v, visible, upstream, scale: float | None = None) -> np.ndarray:
+    """dL/dQ for L = Σ upstream ⊙ head_output (scale: the scores' factor, None for 1/√d_head)."""
+    xp = namespace(q)
+    pattern = ops.softmax(xp, ops.attention_scores(xp, q, k, visible, scale))
     d_pattern = upstream @ v.T
     d_scores = pattern * (d_pattern - np.sum(d_pattern * pattern, axis=-1, keepdims=True))
-    return d_scores @ k / math.sqrt(q.shape[-1])
+    return d_scores @ k / math.sqrt(q.shape[-1]) if scale is None else d_scores @ k * scale
 
 
-def numeric_grad_q(q, k, v, visible, upstream, step: float = STEP) -> np.ndarray:
+def numeric_grad_q(q, k, v, visible, upstream, step: float = STEP, scale: float | None = None) -> np.ndarray:
     grad = np.zeros_like(q)
     for index in np.ndindex(*q.shape):
         shifted = [q.copy(), q.copy()]
         shifted[0][index] += step
         shifted[1][index] -= step
-        plus, minus = (np.sum(upstream * head_output(s, k, v, visible)) for s in shifted)
+        plus, minus = (np.sum(upstream * head_output(s, k, v, visible, scale)) for s in shifted)
         grad[index] = (plus - minus) / (2 * step)
     return grad
 
@@ -66,8 +74,30 @@ def check_head(scenario: Scenario, *, request: int = 0, layer: int = 0, head: in
             break
     if len(found) < 2:
         raise ValueError(f"no head {head} in layer {layer} of request {request}")
-    q, k = (to_host(operand.values) for operand in found["scores"].inputs)
-    v = to_host(found["mix"].inputs[1].values)
-    visible = np.isfinite(to_host(found["scores"].values)) if scenario.model.causal else None
+    q, k, v, visible = _softmax_head(scenario, layer, found)
+    scale = scenario.model.attn_scale
     upstream = np.random.default_rng(seed).normal(size=(q.shape[0], v.shape[1]))
-    return GradCheck(analytic_grad_q(q, k, v, visible, upstream), numeric_grad_q(q, k, v, visible, upstream))
+    return GradCheck(analytic_grad_q(q, k, v, visible, upstream, scale),
+                     numeric_grad_q(q, k, v, visible, upstream, scale=scale))
+
+
+def _softmax_head(scenario: Scenario, layer: int, found: dict) -> tuple:
+    """Q, K, V and the visible keys of the head whose scores and mix operators `found` holds, by kind; raises
+    NotSoftmaxHead unless its recorded scores are Q·Kᵀ·scale of the scores operator's two inputs."""
+    scores, mix = found.get(OpKind.SCORES), found.get(OpKind.MIX)
+    operands = () if scores is None else scores.inputs
+    if mix is None or len(operands) != 2 or operands[0].values.shape[-1] != operands[1].values.shape[-1]:
+        raise NotSoftmaxHead(_not_softmax(scenario, layer))
+    q, k = (np.asarray(to_host(operand.values), dtype=np.float64) for operand in operands)
+    recorded = to_host(scores.values)
+    visible = np.isfinite(recorded) if scenario.model.causal else None
+    if not np.allclose(ops.attention_scores(np, q, k, visible, scenario.model.attn_scale), recorded,
+                       rtol=1e-9, atol=0.0):
+        raise NotSoftmaxHead(_not_softmax(scenario, layer))
+    return q, k, np.asarray(to_host(mix.inputs[1].values), dtype=np.float64), visible
+
+
+def _not_softmax(scenario: Scenario, layer: int) -> str:
+    return (f"layer {layer} ({scenario.model.blocks[layer].mixer}): its heads are not softmax(Q·Kᵀ·scale)·V of its "
+            "scores operator's queries and keys (latent attention, a soft cap or attention sinks); gradcheck checks "
+            "a plain softmax attention head")

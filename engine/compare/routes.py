@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.backend import to_host
+from engine.causes import Cause
 from engine.layout import Key, Passes
 from engine.hooks import Hook
 from engine.layers import route, route_hooks
@@ -31,26 +32,10 @@ class RouteFlip:
     our_scores: tuple[float, ...]  # the reference's scores of its experts
     their_scores: tuple[float, ...] | None  # the dump's scores of its experts, when it holds the router scores
     margin: float  # the reference's k-th score less its best unchosen one, at that token
-    other: str = "dump"  # what the other side is: "dump", "float32 run", "int8 cache"
-
-    def text(self, requests: int = 1) -> str:
-        theirs = "" if self.their_scores is None else f" (scores {_scores(self.their_scores)})"
-        return (f"{self.key.label(requests)} · layer {self.layer} · token {self.token}: reference chose "
-                f"{list(self.ours)} (scores {_scores(self.our_scores)}, margin {self.margin:.2e}), {self.other} "
-                f"{list(self.theirs)}{theirs}")
-
-    def document(self, requests: int = 1) -> dict:
-        return {"pass": self.key.label(requests), "layer": self.layer, "token": self.token, "other": self.other,
-                "reference": list(self.ours), "dump": list(self.theirs), "reference_scores": list(self.our_scores),
-                "dump_scores": None if self.their_scores is None else list(self.their_scores),
-                "margin": self.margin, "text": self.text(requests)}
+    other: Cause  # what the other side is (engine.causes `side.*`): a dump, llama.cpp, a float32 run, an int8 cache
 
 
-def _scores(values: tuple[float, ...]) -> str:
-    return ", ".join(f"{v:.9g}" for v in values)  # a near tie needs the digits
-
-
-def route_flip(state: OpState, key: Key, aligned, other: str = "dump") -> RouteFlip | None:
+def route_flip(state: OpState, key: Key, aligned, other: Cause) -> RouteFlip | None:
     """The first token of a top-k operator whose chosen experts (as a set) the dump's differ from; None for
     another operator, a dump without its choices, or the same choices. The dump's choices are its top-k, else
     the k best of its router scores, else of its router logits (a softmax router: the same order).
@@ -86,7 +71,8 @@ def _their_choice(topk, scores, logits, k: int) -> np.ndarray | None:
     return None if ranked is None else np.argsort(-ranked, axis=1, kind="stable")[:, :k]
 
 
-def flip_between(reference: Iterable[OpState], run: Iterable[OpState], passes: Passes, other: str) -> RouteFlip | None:
+def flip_between(reference: Iterable[OpState], run: Iterable[OpState], passes: Passes,
+                 other: Cause) -> RouteFlip | None:
     """The first routing flip of `run` (another run of the same scenario: in float32, over a quantized cache)
     against `reference`, over the passes both reach having chosen the same tokens before them (after another
     choice they no longer feed the same tokens). `run` is read whole first: only its routing is kept."""

@@ -46,6 +46,8 @@ READ = "hook_read"  # a value head's read of its state: what `blocks.L.linear_at
 PER_HEAD = ("hook_state", READ)
 ABLATES = READ
 GGUF_SUFFIX = {"linear_attn.A_log": "", "linear_attn.dt_bias": ".bias"}  # the others: .weight
+CAUSES = {"en": {"against.recurrent": "value head {head}, k{k}, d{d} (after position {position})"},
+          "zh": {"against.recurrent": "值头 {head}，k{k}，d{d}（位置 {position} 之后）"}}  # a state cell's labels
 GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_heads_grouped): where they lie
     "linear_attn.w_qkv": "v rows", "linear_attn.w_z": "rows", "linear_attn.w_b": "rows", "linear_attn.w_a": "rows",
     "linear_attn.A_log": "rows", "linear_attn.dt_bias": "rows", "linear_attn.conv.w": "v rows",
@@ -273,12 +275,13 @@ class DeltaState:
         xp, (heads, d_k, d_v) = namespace(self.recurrent), self.recurrent.shape
         return {"recurrent_state": xp.reshape(self.recurrent, (heads * d_k, d_v)), **self.window.dump_items()}
 
-    def cell(self, item: str, row: int, col: int, position: str) -> str | None:
-        """A cell of one of its dump items as a comparison names it (None: the window's, named as rows of channels)."""
+    def cell(self, item: str, row: int, col: int, position: str) -> tuple[str, dict] | None:
+        """A cell of one of its dump items as a comparison names it, a code of its CAUSES and the facts (None: the
+        window's, named as rows of channels). The recurrent state has no position rows: it says after which."""
         if item != RECURRENT:
             return None
         d_k = int(self.recurrent.shape[1])  # its rows: [v_head·d_k, d_v]
-        return f"value head {row // d_k}, k{row % d_k}, d{col} (after position {self.seen - 1})"
+        return "against.recurrent", {"head": row // d_k, "k": row % d_k, "d": col, "position": self.seen - 1}
 
     def differing(self, theirs, beyond) -> frozenset[int]:
         """The conv window's rows that differ (the window's own rule), and the position of the token that last

@@ -43,7 +43,6 @@ GGUF = {"attn.wq_a": "attn_q_a", "attn.q_a_norm.w": "attn_q_a_norm", "attn.wq_b"
         "attn.wkv_a": "attn_kv_a_mqa", "attn.kv_a_norm.w": "attn_kv_a_norm", "attn.wkv_b": "attn_k_b"}
 PER_HEAD = ("hook_z_latent",)  # with the attention's scores, pattern, z and result
 STACKED_HEADS = True  # its q, k, v, rope parts and z have heads of different widths: dumped stacked
-PROJECTIONS = ("hook_q_a", "hook_q", "hook_kv_a")
 
 
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {

@@ -26,7 +26,6 @@ from engine.parameters import format_shape
 from engine.spec import ModelSpec
 
 BLOCK, PACKED = 32, 16  # values per block, bytes of values per block
-PROJECTIONS = ("gate_up_proj", "down_proj")
 
 
 def check_config(config: dict, file: Path) -> None:

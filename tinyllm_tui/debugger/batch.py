@@ -42,7 +42,7 @@ def _operator(state: OpState | None) -> tuple | None:
     return None if state is None else (state.name, state.layer, state.head, state.round, state.chunk)
 
 
-def stacked(batch: tuple[OpState, ...], words: RowWords = RowWords()) -> tuple[np.ndarray, Labels, Labels]:
+def stacked(batch: tuple[OpState, ...], words: RowWords) -> tuple[np.ndarray, Labels, Labels]:
     """The rows' matrices one under the other: rows "r2 · 11 · cat" (`words.batch_row`); key columns by position
     alone ("k11"), since each row has its own tokens there."""
     starts = list(itertools.accumulate((s.values.shape[0] for s in batch), initial=0))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from engine.breakpoints import Breakpoint, BreakpointError, parse_breakpoint
+from engine.breakpoints import Breakpoint, BreakpointError, misnamed, parse_breakpoint
 from engine.trace import OpState
-from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Reason, Refused,
-                                          Result)
+from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Misnamed, Reason,
+                                          Refused, Result)
 
 JUDGED = 4096  # steps whose hits are remembered before the memory starts again
 
@@ -20,6 +20,13 @@ def matcher(text: str) -> Callable[[OpState], bool]:
     """What `g`/`G` look for: what a breakpoint accepts (glob, short name or its first parts, kind,
     field=value, …). Raises BreakpointError for what a breakpoint refuses too (`abs>`)."""
     return parse_breakpoint(text).hits
+
+
+def misnamed_in(breakpoints: Iterable[Breakpoint], operators: Iterable[OpState]) -> tuple[Misnamed, ...]:
+    """Each name of `breakpoints` that no operator of `operators` (a whole round: every round runs the first
+    round's operators) has, with the nearest name one has."""
+    operators = list(operators)
+    return tuple(Misnamed(b.text, name, near) for b in breakpoints for name, near in misnamed(b, operators))
 
 
 class BreakpointSet:

@@ -17,6 +17,7 @@ from pathlib import Path
 from engine import Scenario, ScenarioError, Session
 from engine.backend import make_backend
 from engine.caches import CacheSpec, Quantize
+from engine.causes import Cause
 from engine.compare.against import Against, Report
 from engine.compare.check import check_scenario
 from engine.compare.diff import TOLERANCE, OpDiff, diff_batch, diff_scenario, first_divergence
@@ -103,8 +104,7 @@ class Comparisons:
         scenario, lossy = now.scenario, now.scenario.cache.quantize is not Quantize.NONE
         if not routes(scenario.model) or not (lossy or self.backend.dtype_name != "float64"):
             return None
-        other = " over the ".join(([f"{self.backend.dtype_name} run"] if self.backend.dtype_name != "float64" else [])
-                                  + ([f"{scenario.cache.quantize} cache"] if lossy else []))
+        other = _other_run(self.backend.dtype_name, str(scenario.cache.quantize) if lossy else None)
         exact = Compared(dataclasses.replace(scenario, cache=CacheSpec()) if lossy else scenario, now.inject, now.stale)
         reference = make_backend(self.backend.name, "float64")
         with self._counted():
@@ -152,3 +152,11 @@ class Comparisons:
         if malformed is not None:
             raise malformed.error(str(scenario.path))
         return outcomes
+
+
+def _other_run(dtype: str, quantize: str | None) -> Cause:
+    """What a run in `dtype` over a `quantize` cache (None: exact) is beside the float64, exact-cache one."""
+    if quantize is None:
+        return Cause("side.run", {"dtype": dtype})
+    return Cause("side.cache", {"quantize": quantize}) if dtype == "float64" else Cause(
+        "side.run_cache", {"dtype": dtype, "quantize": quantize})

@@ -12,7 +12,6 @@ debugger. Edits and interventions are one undo list (changes.py).
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engine import Backend, OpState, Scenario, Session, make_backend
-from engine.breakpoints import Breakpoint, BreakpointError, misnamed
+from engine.breakpoints import Breakpoint, BreakpointError
 from engine.causes import Cause
 from engine.compare.against import Against, Report
 from engine.compare.dump import Dump
@@ -42,14 +41,14 @@ from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import WeightEdits
 from tinyllm_tui.debugger import navigation
 from tinyllm_tui.debugger.navigation import Progress
-from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher
+from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher, misnamed_in
 from tinyllm_tui.debugger.frame import Frame, Labels, MatrixFrame, matrix_frame
 from tinyllm_tui.debugger.frames import FrameBuilder, View
 from tinyllm_tui.debugger.history import HISTORY_BUDGET, History
-from tinyllm_tui.presentation.cache_layout import RowWords
-from tinyllm_tui.debugger.results import (CacheShown, Cancelled, DiffReport, Diverged, EditKind, EndOfTrace,
-                                          Generated, HitBreakpoint, InjectionChanged, Moved, Reason, Rebuilt,
-                                          Refused, Result, Saved)
+from tinyllm_tui.presentation.cache_layout import row_words
+from tinyllm_tui.debugger.results import (BreakpointAdded, CacheShown, Cancelled, DiffReport, Diverged, EditKind,
+                                          EndOfTrace, Generated, HitBreakpoint, InjectionChanged, Misnamed, Moved,
+                                          Reason, Rebuilt, Refused, Result, Saved)
 
 DIVERGED = "diverged"  # what `g` takes to go to the first divergence from the --against dump
 
@@ -122,12 +121,12 @@ class Debugger:
         self._frames: FrameBuilder | None = None  # once a view subscribes (the TUI; a test reading `frame`)
         self._defer = quick_start and isinstance(scenario.weights, LazyWeights)  # a round is listed as computed
 
-    def subscribe(self, words: RowWords | None = None) -> None:
+    def subscribe(self, lang: str = "en") -> None:
         """From now on every move publishes a frame, starting with one of where the history stands (in the
-        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread). `words`: the
-        view's words inside row labels (a ring's slots, a batch's rows)."""
+        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread). `lang`: the
+        view's language, which the words inside row labels (a ring's slots, a batch's rows) are in."""
         if self._frames is None:
-            self._frames = FrameBuilder(self, words or RowWords())
+            self._frames = FrameBuilder(self, row_words(lang))
             self._publish()
 
     @property
@@ -221,13 +220,12 @@ class Debugger:
     def breakpoints(self) -> tuple[Breakpoint, ...]:
         return self.breaks.all
 
-    def misnamed_breakpoints(self) -> list[tuple[str, str, str | None]]:
-        """(breakpoint, name, the nearest operator name or None) for each name no operator has (every round
-        runs the first round's operators): read from a stream of its own, not the history (`run` has none)."""
-        if not self.breakpoints:
-            return []
-        states = list(itertools.takewhile(lambda s: (s.request, s.round) == (0, 0), self.session.steps()))
-        return [(b.text, name, near) for b in self.breakpoints for name, near in misnamed(b, states)]
+    def misnamed_breakpoints(self, breakpoints: tuple[Breakpoint, ...] | None = None) -> tuple[Misnamed, ...]:
+        """Each name of the breakpoints (all, or those given) that no operator of the round on view has, with
+        the nearest name: read from the frame's round, nothing computed; () while that round is still listed."""
+        if self.round_pending:
+            return ()
+        return misnamed_in(self.breakpoints if breakpoints is None else breakpoints, self.view.round_states)
 
     def _publish(self, ahead: bool | None = None) -> None:
         """The frame of where the history stands, once a view has subscribed (in the owner's thread). `ahead`: its
@@ -352,7 +350,12 @@ class Debugger:
         return result
 
     def add_breakpoint(self, text: str) -> Result:
-        return self._breakpoints_changed(self.breaks.add(text))
+        """Added, with the names in it that no operator has (BreakpointAdded.misnamed)."""
+        result = self._breakpoints_changed(self.breaks.add(text))
+        if isinstance(result, BreakpointAdded):
+            added = tuple(b for b in self.breakpoints if b.text == result.text)
+            return replace(result, misnamed=self.misnamed_breakpoints(added))
+        return result
 
     def remove_breakpoint(self, text: str) -> Result:
         return self._breakpoints_changed(self.breaks.remove(text))
@@ -589,6 +592,18 @@ class Debugger:
     def check_expectations(self, scenario: Scenario) -> list[Outcome]:
         return self.comparisons.expectations(scenario)
 
+    def checked_tables(self) -> list[Outcome]:
+        """`check`: the expect: tables' outcomes; raises ScenarioError for a scenario without tables."""
+        return self.comparisons.checked()
+
+    def exact_cache_error(self) -> list:
+        """`diff`: a quantized cache's error against the exact cache, round by round (none for an exact cache)."""
+        return self.comparisons.exact_cache()
+
+    def compare_llama_cpp(self, file: str | Path, atol: float | None, rtol: float | None) -> Report:
+        """`check --against-llama-cpp`: a GGUF file's first request through llama.cpp itself against this run."""
+        return self.comparisons.against_llama_cpp(file, atol, rtol)
+
     def round_verdicts(self) -> dict[tuple[int, int], bool]:
         """(request, round) -> whether your activations agree in every operator of that round."""
         return {} if self.divergences is None else self.divergences.round_verdicts()
@@ -607,9 +622,9 @@ class Debugger:
         first = report.first_divergence
         if first is None:
             self._publish()
-            return Diverged(None, "")
+            return Diverged(None)
         self._goto(first.step)
-        return Diverged(first.step, first.place_text(len(self.scenario.requests)), first.values_text())
+        return Diverged(first.step, first, len(self.scenario.requests))
 
     def accept_outcomes(self, scenario: Scenario, outcomes: list[Outcome]) -> bool:
         """Keep the outcomes unless an edit has outran them; the frame shows them at once, or after the
@@ -644,7 +659,9 @@ class Debugger:
         return round_lens(self.session.model, self.history.round_states(), k)
 
     # -- the pass for the CLI --
-    def trace(self, save: str | Path | None = None) -> Trace:
+    def trace(self, save: str | Path | None = None,
+              misnamed: Callable[[tuple[Misnamed, ...]], None] | None = None) -> Trace:
         """Every operator from the first to the end of the trace, with the breakpoints that hit each:
-        `tinyllm-tui run`'s pass, read once (no history, no frames). `save`: where its activations go."""
-        return Trace(self.scenario, self.backend, self.inject, self.breakpoints, save)
+        `tinyllm-tui run`'s pass, read once (no history, no frames). `save`: where its activations go;
+        `misnamed`: hears the breakpoints' names that no operator has, once the pass has read the first round."""
+        return Trace(self.scenario, self.backend, self.inject, self.breakpoints, save, misnamed)

@@ -72,7 +72,7 @@ class Verdicts:
     judged: np.ndarray  # bool, the matrix's shape
     agrees: np.ndarray  # bool: the current values agree
     agrees_before: np.ndarray | None  # bool: the values before the last edit agree
-    tolerance: str  # as the comparison words it: "1e-09", "1e-05 + 1e-05·|ref|"
+    tolerance: tuple[float, float]  # (atol, rtol): a cell agrees when |ours − theirs| ≤ atol + rtol·|ours|
     theirs: np.ndarray | None = None  # a --against dump's own values of the matrix (`v` shows them)
 
     @property
@@ -318,7 +318,7 @@ def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Seque
 
 
 def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
-                differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> CacheFrame | None:
+                differing: frozenset[int], words: RowWords) -> CacheFrame | None:
     """`state`'s layer state of `layer` through its views (engine.state), the columns of `head`; rows from
     `state.chunk_past` on were added by this chunk (this round, unless the prefill is chunked)."""
     if not state.caches:

@@ -118,7 +118,7 @@ class FrameBuilder:
                     return ~disagreement(np.asarray(shown, dtype=np.float64), wanted, tolerance)[1]
 
                 return Verdicts(VerdictSource.DUMP, np.ones(values.shape, bool), agree(values),
-                                None if before is None else agree(before), tolerance.describe(), wanted)
+                                None if before is None else agree(before), (tolerance.atol, tolerance.rtol), wanted)
         cells = d.verdicts(state)
         if not cells:
             return None
@@ -130,7 +130,7 @@ class FrameBuilder:
             if before is not None:
                 agrees_before[i, j] = replace(cell, computed=float(before[i, j])).agrees
         return Verdicts(VerdictSource.EXPECT, judged, agrees, agrees_before,
-                        f"{next(iter(cells.values())).tolerance:g}")
+                        (next(iter(cells.values())).tolerance, 0.0))
 
     def refresh_breaks(self) -> None:
         """The marks in the operator list and the status follow the breakpoints (nothing else changes)."""

@@ -50,8 +50,6 @@ class History:
         budget: how many bytes of outputs and round starts to keep before older ones are dropped.
         """
         self._start, self._limit, self.budget = start, limit, budget
-        self.replays = 0  # how often the stream was restarted to reach a dropped step
-        self.resumed_from: int | None = None  # the step the last restart resumed from
         self.round_starts = RoundStarts(budget * RESUME_SHARE)
         # (step, request, summary) of every round finished so far, kept past the budget: a few token texts
         # each, where the round's last OpState would hold that round's whole KV cache
@@ -151,8 +149,6 @@ class History:
         if step < self._offset or ahead:
             resume = self.round_starts.latest(step)
             self._restart(resume)
-            self.replays += 1
-            self.resumed_from = resume.step if resume else 0
         return self._at(step) if self._have(step) else None
 
     def states_from(self, step: int) -> Iterator[OpState]:

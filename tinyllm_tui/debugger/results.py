@@ -71,13 +71,24 @@ class Diverged:
     """`g diverged`: the first step where your activations leave the reference (None: they agree everywhere)."""
 
     step: int | None
-    where: str  # the engine's description of the first cell that differs (pass, operator, cell, labels)
-    values: str = ""  # its reference and dump values and |Δ|: the point of the search, worded first
+    first: object | None = None  # engine.compare.against.OpAgreement: the first cell that differs, its pass,
+    #                              operator, labels, values and |Δ|
+    requests: int = 1  # how many requests the scenario has (a pass names its request when there are several)
+
+
+@dataclass(frozen=True)
+class Misnamed:
+    """A name in breakpoint `text` that no operator has, with the nearest name one has (None: none is near)."""
+
+    text: str
+    name: str
+    near: str | None
 
 
 @dataclass(frozen=True)
 class BreakpointAdded:
     text: str
+    misnamed: tuple[Misnamed, ...] = ()  # its names that no operator of the round on view has
 
 
 @dataclass(frozen=True)

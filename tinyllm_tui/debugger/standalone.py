@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine import load_scenario
 from engine.compare.dump import Dump, load_dump
-from engine.compare.gradcheck import check_head
+from engine.compare.gradcheck import NotSoftmaxHead, check_head
 from engine.loading.edits import convert_scenario
 from tinyllm_tui.debugger.errors import OptionError
 
@@ -16,6 +16,8 @@ def gradcheck(scenario, request: int, layer: int, head: int):
     """One attention head's analytic dL/dQ against central finite differences (`.relative_error`, `.analytic`)."""
     try:
         return check_head(scenario, request=request, layer=layer, head=head)
+    except NotSoftmaxHead as error:
+        raise OptionError("--layer", str(error)) from None
     except ValueError as error:
         raise OptionError("", str(error)) from None
 

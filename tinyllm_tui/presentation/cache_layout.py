@@ -14,21 +14,27 @@ from engine.caches import LayerCache, PagedCache, RingCache
 from engine.loading.budget import format_size
 from engine.state import Size
 from engine.trace import TokenState
+from tinyllm_tui.tui.i18n import tr
 
-__all__ = ["RowWords", "counts_fed", "layout_kind", "layout_words", "row_label", "spans"]
+__all__ = ["RowWords", "counts_fed", "layout_kind", "layout_words", "row_label", "row_words", "spans"]
 
 
 @dataclass(frozen=True)
 class RowWords:
-    """The words inside row labels, given by the view that subscribes to frames (the TUI: its catalogue)."""
+    """The words inside row labels, in the language of the view that subscribes to frames (row_words)."""
 
-    slot: str = "s{slot}"  # a ring's physical slot
-    empty: str = "empty"  # a slot not written yet
-    batch_row: str = "r{request}"  # a batch's row, by its request
+    slot: str  # a ring's physical slot: "s{slot}"
+    empty: str  # a slot not written yet
+    batch_row: str  # a batch's row, by its request: "r{request}"
 
 
-def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int,
-              differing: frozenset[int] = frozenset(), words: RowWords = RowWords()) -> str:
+def row_words(lang: str) -> RowWords:
+    """The catalogue's words inside row labels in `lang`."""
+    return RowWords(tr("label.slot", lang), tr("label.empty", lang), tr("label.batch_row", lang))
+
+
+def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int, differing: frozenset[int],
+              words: RowWords) -> str:
     """Row `row` of a state's views: ✗ where it differs from a --against dump, + where this chunk added it, its
     position and token, after a ring's slot or a paged row's block (`words.empty` where no token is held yet)."""
     position = cache.row_positions[row]

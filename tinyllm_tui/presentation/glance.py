@@ -38,7 +38,7 @@ def head_width(patterns: list[np.ndarray], keys: list[str], width: int) -> tuple
 SHOWN = "heads {first}–{last} of {heads} · last {rows} of {queries} queries, {cols} of {keys} keys"  # the CLI's
 
 
-def glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, height: int,
+def heads_glance_lines(patterns: list[np.ndarray], keys: list[str], *, width: int, height: int,
                  first_head: int = 0, selected: int | None = None, shown_words: str = SHOWN) -> list[str]:
     """Heads `first_head`, … of one layer as heat maps, as many as fit in `width` × `height`.
 

@@ -9,8 +9,8 @@ from engine.compare.expect import Outcome
 from engine.export import json_number, json_text
 from engine.trace import OpKind, OpState
 from tinyllm_tui.presentation.numbers import text_table
-from tinyllm_tui.tui.i18n import cause_words
-from tinyllm_tui.presentation.summaries import diff_measured, matrix_summary, token_text, where
+from tinyllm_tui.tui.i18n import cause_words, where
+from tinyllm_tui.presentation.summaries import diff_measured, matrix_summary, token_text
 
 BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
 CORNER = 4  # a summarised matrix shows its first and last 4 rows and columns
@@ -63,7 +63,16 @@ def diff_line(d: OpDiff) -> str:
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
     measured = f"max|Δ| {d.max_abs:.3e} ({compared} {d.tolerance:.2g})" if d.mismatch is None else diff_measured(d)
-    return f"{mark} request {d.request} {where(d.phase, d.round)}  {d.name}{head}  {measured}"
+    return f"{mark} request {d.request} {where(d.phase, d.round, 'en')}  {d.name}{head}  {measured}"
+
+
+def exact_line(row) -> str:
+    """A quantized cache's error against the exact cache in one round (engine.compare.exact.RoundError), as `diff`
+    prints it."""
+    patterns, kv = " ".join(f"{e:.3e}" for e in row.pattern_error), " ".join(f"{e:.3e}" for e in row.kv_error)
+    scale = " ".join(f"{m:.3e}" for m in row.kv_scale)
+    return (f"request {row.request} round {row.round}: logits {row.logits_error:.3e} · pattern per layer "
+            f"{patterns} · K/V per layer {kv} (largest |K|, |V| per layer {scale})")
 
 
 def exact_json(rows: list) -> dict:

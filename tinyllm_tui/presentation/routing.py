@@ -59,7 +59,7 @@ def _label(label: str) -> str:
 LAYER = 7  # the glance's layer column
 
 
-def glance_lines(routings: list[Routing], *, width: int, height: int, first_row: int = 0,
+def experts_glance_lines(routings: list[Routing], *, width: int, height: int, first_row: int = 0,
                  first_expert: int = 0, lang: str = "en") -> list[str]:
     """Every sparse layer's tokens per expert (· for none) and least margin, the window of layers from `first_row`
     and experts from `first_expert` that fits `width` × `height` (each clamped so that the window is full)."""

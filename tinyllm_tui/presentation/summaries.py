@@ -17,17 +17,12 @@ from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
 from engine.spec import Request, Vocab
-from engine.trace import Labelled, OpKind, OpState, Phase, RequestResult
+from engine.trace import Labelled, OpKind, RequestResult
 from tinyllm_tui.tui.i18n import cause_words, tr
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
 TOP = 5
 VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
-
-
-def where(phase: str, round_: int) -> str:
-    """"prefill" or "decode 2"."""
-    return "prefill" if Phase(phase) is Phase.PREFILL else f"decode {round_}"
 
 
 def shape_text(shape: Sequence[int]) -> str:
@@ -49,7 +44,7 @@ def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -
         return f"✓ the batch equals each request alone: every operator within {BATCH_RULE}{injected}"
     if first is None:
         return tr("diff.agrees", "en", tolerance=diffs[0].tolerance if diffs else TOLERANCE) + injected
-    return tr("diff.first", "en", where=diff_where(first)) + injected
+    return tr("diff.first", "en", where=divergence_place(first)) + injected
 
 
 def diff_cell(d: OpDiff, lang: str = "en") -> str:
@@ -125,7 +120,7 @@ def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bo
     return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))
 
 
-def diff_where(d: OpDiff, lang: str = "en") -> str:
+def divergence_place(d: OpDiff, lang: str = "en") -> str:
     """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`, or how the
     shapes differ, in `lang` (the CLI's: English)."""
     head = "" if d.head is None else tr("diff.head", lang, head=d.head)

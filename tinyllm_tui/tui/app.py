@@ -15,7 +15,6 @@ from textual.binding import Binding
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.opening import Loading, Opening
 from tinyllm_tui.debugger.results import Reason, Refused, Result, Saved
-from tinyllm_tui.presentation.cache_layout import RowWords
 from tinyllm_tui.tui.explanations import default_language
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.result_words import describe
@@ -62,8 +61,7 @@ class DebuggerApp(App):
         extra = {} if opening.budget is None else {"budget": opening.budget}
         debugger = Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
                             edits=opening.edits, against=self.against, quick_start=True, **extra)
-        lang = self.lang  # its first frame, built here rather than in the UI thread; row labels in the view's words
-        debugger.subscribe(RowWords(tr("label.slot", lang), tr("label.empty", lang), tr("label.batch_row", lang)))
+        debugger.subscribe(self.lang)  # its first frame, built here rather than in the UI thread, in the view's words
         return debugger
 
     def _adopt(self, debugger: Debugger) -> None:

@@ -11,7 +11,6 @@ import os
 
 from tinyllm_tui.debugger.frame import Frame, explanation_texts
 
-LANGUAGES = ("en", "zh")
 HEADINGS = {
     "en": ("Why", "How", "Pitfall", "Check", "Shapes"),
     "zh": ("为什么需要", "怎样实现", "可能的代价与误解", "如何判断是否做对", "形状"),

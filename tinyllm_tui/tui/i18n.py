@@ -67,6 +67,9 @@ EN = {
     "result.end": "end of trace · {results}", "result.generated": "request {request} generated {text} ({stop})",
     "result.nothing": "request {request} generated nothing ({stop})",
     "result.cancelled": "cancelled at step {step}", "result.breakpoint_added": "breakpoint on {text}",
+    "breakpoint.misnamed": "no operator is named {name!r}",
+    "breakpoint.misnamed.near": "no operator is named {name!r} (did you mean {near!r}?)",
+    "breakpoint.misnamed.in": "breakpoint {text!r}: {why}",
     "result.breakpoint_removed": "removed breakpoint {text}", "result.breakpoints_cleared": "removed {count} breakpoints",
     "result.breakpoints_cleared.one": "removed {count} breakpoint",
     "result.inject": "now: {name}: {description}", "result.no_inject": "no injected bug",
@@ -247,6 +250,21 @@ EN = {
     "inject.rope-key-unrotated": "latent attention caches its shared rope key before RoPE turns it",
     "inject.absorbed-uk-untransposed": "the absorbed latent attention multiplies the query by W_UK untransposed "
                                        "(its buffer read as if transposed)",
+    # a --against report (tinyllm_tui/presentation/against_words.py: `check --against` prints the English)
+    "report.summary": "{agree} of {rows} operators agree over {passes} passes",
+    "report.flip": "first routing flip: {flip}", "report.first": "first divergence: {cell}",
+    "report.none": "no divergence", "report.largest": "largest |Δ| {max_abs}: {where}",
+    "report.missing": "not in the dump ({count}): {names}", "report.missing.passes": " ({count} passes)",
+    "report.absent": "passes not in the dump ({count}): {items}",
+    "report.beyond": "dump passes this run does not reach ({count}; more --max-new-tokens?): {items}",
+    "report.unused": "dump keys that name no operator of this run ({count}): {items}",
+    "report.bridge": "TransformerLens bridge keys, not compared ({count}): {items}",
+    "report.row": "max |Δ| {max_abs}  ({dtype})",
+    "report.values": "reference {ours}, dump {theirs} (|Δ| {delta} > {tolerance}, {dtype})",
+    "report.tolerance": "{atol} + {rtol}·|ref|",
+    "report.route_flip": "{where} · layer {layer} · token {token}: reference chose {ours} (scores {scores}, margin "
+                         "{margin}), {other} {theirs}{their_scores}",
+    "report.their_scores": " (scores {scores})",
 }
 
 ZH = {
@@ -297,6 +315,9 @@ ZH = {
     "result.end": "运行结束 · {results}", "result.generated": "请求 {request} 生成了 {text}（{stop}）",
     "result.nothing": "请求 {request} 没有生成内容（{stop}）",
     "result.cancelled": "已在步骤 {step} 取消", "result.breakpoint_added": "断点设于 {text}",
+    "breakpoint.misnamed": "没有名为 {name!r} 的算子",
+    "breakpoint.misnamed.near": "没有名为 {name!r} 的算子（是不是想写 {near!r}？）",
+    "breakpoint.misnamed.in": "断点 {text!r}：{why}",
     "result.breakpoint_removed": "已删除断点 {text}", "result.breakpoints_cleared": "已删除 {count} 个断点",
     "result.inject": "现在：{name}：{description}", "result.no_inject": "没有注入错误",
     "result.edited": "已修改 {name}", "result.restored": "已恢复 {count} 处未保存的修改",
@@ -445,6 +466,21 @@ ZH = {
     "inject.per-layer-previous": "缓存轮次读取了前一个Token的每层输入行",
     "inject.rope-key-unrotated": "潜在注意力在RoPE旋转之前就缓存了共享的rope键",
     "inject.absorbed-uk-untransposed": "吸收形式的潜在注意力用未转置的W_UK乘查询（把其缓冲区当作已转置来读）",
+    # --against 的报告
+    "report.summary": "{rows} 个算子中有 {agree} 个一致，共 {passes} 次前向",
+    "report.flip": "首次路由翻转：{flip}", "report.first": "第一次出现差异：{cell}",
+    "report.none": "没有差异", "report.largest": "最大 |Δ| {max_abs}：{where}",
+    "report.missing": "转储中没有（{count} 个）：{names}", "report.missing.passes": "（{count} 次前向）",
+    "report.absent": "转储中没有的前向（{count} 次）：{items}",
+    "report.beyond": "本次运行没有到达的转储前向（{count} 次；需要更多 --max-new-tokens？）：{items}",
+    "report.unused": "不对应本次运行任何算子的转储键（{count} 个）：{items}",
+    "report.bridge": "TransformerLens 桥接键，未比较（{count} 个）：{items}",
+    "report.row": "max |Δ| {max_abs}（{dtype}）",
+    "report.values": "参考 {ours}，转储 {theirs}（|Δ| {delta} > {tolerance}，{dtype}）",
+    "report.tolerance": "{atol} + {rtol}·|参考|",
+    "report.route_flip": "{where} · 第{layer}层 · Token {token}：参考选择 {ours}（分数 {scores}，差距 {margin}），"
+                         "{other} 选择 {theirs}{their_scores}",
+    "report.their_scores": "（分数 {scores}）",
 }
 
 # -- the engine's causes (engine/causes.py), worded in tinyllm_tui/tui/i18n_causes.py: `cause.CODE` ------------

@@ -21,7 +21,7 @@ from tinyllm_tui.debugger import Debugger, DiffCancelled
 from tinyllm_tui.debugger.frame import Frame
 from tinyllm_tui.debugger.results import EndOfTrace, Moved, Reason, Refused, Result
 from tinyllm_tui.tui.i18n import cause_words, tr, where
-from tinyllm_tui.tui.result_words import describe
+from tinyllm_tui.tui.result_words import describe, misnamed_words
 from tinyllm_tui.tui.widgets.blank import Column, Pane, Row, Tabs
 from tinyllm_tui.tui.widgets.cache import CacheView
 from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
@@ -206,7 +206,7 @@ class DebuggerScreen(Screen):
             self.query_one(TabbedContent).hide_tab("cache")
         self.query_one(OperatorList).focus()
         pending = self.debugger.round_pending  # shown quickly: the rest of round 0 is listed once computed
-        self.show(tr("screen.listing" if pending else "screen.start", self.lang))
+        self.show(tr("screen.listing", self.lang) if pending else self._started())
         self.call_after_refresh(self._list_round)  # after a paint
 
     def on_unmount(self) -> None:
@@ -316,8 +316,13 @@ class DebuggerScreen(Screen):
         if isinstance(message.result, BaseException):
             raise message.result
         listing = self.message == tr("screen.listing", self.lang) and not self.debugger.round_pending
-        self.show(tr("screen.start", self.lang) if listing else self.message)
+        self.show(self._started() if listing else self.message)
         self._next_queued()
+
+    def _started(self) -> str:
+        """The status line once round 0 is listed: first each breakpoint's name that no operator has."""
+        return " · ".join([*(misnamed_words(m, self.lang) for m in self.debugger.misnamed_breakpoints()),
+                           tr("screen.start", self.lang)])
 
     def _list_round(self) -> None:
         """The rest of the current round (a checkpoint's, whose weights are read on first use), computed in the

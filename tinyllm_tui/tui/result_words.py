@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from tinyllm_tui.debugger.interventions import Intervened
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
-                                          Cancelled, Diverged, EndOfTrace, HitBreakpoint, InjectionChanged, Moved,
-                                          Rebuilt, Refused, Result, Saved)
+                                          Cancelled, Diverged, EndOfTrace, HitBreakpoint, InjectionChanged, Misnamed,
+                                          Moved, Rebuilt, Refused, Result, Saved)
+from tinyllm_tui.presentation.against_words import place_words, values_words
 from tinyllm_tui.tui.i18n import tr, words
 
 
@@ -23,6 +24,14 @@ def choice_words(choice, lang: str) -> str:
     (before, p_before), (after, p_after) = choice
     return tr("result.choice", lang, before=repr(before), after=repr(after), p_before=f"{p_before:.3f}",
               p_after=f"{p_after:.3f}")
+
+
+def misnamed_words(misnamed: Misnamed, lang: str, *, named: bool = True) -> str:
+    """`breakpoint 'attn.patern': no operator is named 'attn.patern' (did you mean 'attn.pattern'?)`; without
+    `named`, from `no operator` on (the breakpoint said already)."""
+    why = tr("breakpoint.misnamed.near" if misnamed.near else "breakpoint.misnamed", lang, name=misnamed.name,
+             near=misnamed.near)
+    return tr("breakpoint.misnamed.in", lang, text=misnamed.text, why=why) if named else why
 
 
 def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
@@ -42,8 +51,11 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.cancelled", lang, step=step)
         case Refused(reason=reason, args=args):
             return tr(f"refused.{reason}", lang, *(words(arg, lang) for arg in args))
-        case BreakpointAdded(text=text):
+        case BreakpointAdded(text=text, misnamed=()):
             return tr("result.breakpoint_added", lang, text=text)
+        case BreakpointAdded(text=text, misnamed=misnamed):  # and what it names that runs nowhere
+            return " · ".join([tr("result.breakpoint_added", lang, text=text),
+                               *(misnamed_words(m, lang, named=False) for m in misnamed)])
         case BreakpointRemoved(text=text):
             return tr("result.breakpoint_removed", lang, text=text)
         case BreakpointsCleared(count=count):
@@ -62,10 +74,11 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.saved", lang, path=path)
         case Diverged(step=None):
             return tr("result.agree", lang)
-        case Diverged(where=where_, values=""):
-            return tr("result.diverged", lang, where=where_)
-        case Diverged(where=where_, values=values):
-            return tr("result.diverged.values", lang, where=where_, values=values)
+        case Diverged(first=first, requests=requests) if first.index is None:  # the arrays do not even fit
+            return tr("result.diverged", lang, where=place_words(first, requests, lang))
+        case Diverged(first=first, requests=requests):
+            return tr("result.diverged.values", lang, where=place_words(first, requests, lang),
+                      values=values_words(first, lang))
         case CacheShown(layer=layer, head=head):
             return tr("result.cache", lang, layer=layer, head=head)
     raise TypeError(f"no words for {result!r}")

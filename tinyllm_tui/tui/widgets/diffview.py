@@ -10,12 +10,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tinyllm_tui.debugger.results import DiffReport
-from tinyllm_tui.presentation.summaries import diff_cell, diff_measured, diff_where
-from tinyllm_tui.tui.i18n import tr, where
+from tinyllm_tui.presentation.summaries import diff_cell, diff_measured, divergence_place
+from tinyllm_tui.tui.i18n import cause_words, tr, where
 from tinyllm_tui.tui.widgets.linelist import LineList
 
 
-def diff_line(d, first: bool, lang: str) -> Text:
+def diff_list_line(d, first: bool, lang: str) -> Text:
     mark = tr("diff.mark_first", lang) if first else ("✗" if not d.agrees else "✓")
     head = "" if d.head is None else f" h{d.head}"
     style = "bold red" if first else ("red" if not d.agrees else "")
@@ -34,11 +34,11 @@ def report_summary(report: DiffReport, lang: str) -> Text:
         flip = report.flip
         summary.append(tr("diff.flip", lang, where=flip.key.label(), layer=flip.layer, token=flip.token,
                           ours=list(flip.ours), theirs=list(flip.theirs), margin=f"{flip.margin:.2e}",
-                          other=flip.other) + "\n", style="bold yellow")
+                          other=cause_words(flip.other, lang)) + "\n", style="bold yellow")
     if report.first is None:
         summary.append(tr("diff.agrees", lang, tolerance=report.tolerance), style="bold green")
     else:
-        summary.append(tr("diff.first", lang, where=diff_where(report.diffs[report.first], lang)), style="bold red")
+        summary.append(tr("diff.first", lang, where=divergence_place(report.diffs[report.first], lang)), style="bold red")
     return summary
 
 
@@ -59,7 +59,7 @@ class DiffScreen(ModalScreen[int | None]):
 
     def on_mount(self) -> None:
         report, listing = self._report, self.query_one(LineList)
-        listing.show(tuple((i, diff_line(d, i == report.first, self._lang)) for i, d in enumerate(report.diffs)),
+        listing.show(tuple((i, diff_list_line(d, i == report.first, self._lang)) for i, d in enumerate(report.diffs)),
                      report.first or 0)
         listing.focus()
 

@@ -23,6 +23,7 @@ from textual.strip import Strip
 
 from tinyllm_tui.debugger.frame import MatrixFrame
 from tinyllm_tui.presentation.numbers import NUMBER_WIDTH, fit_cells, format_number, right_aligned
+from tinyllm_tui.presentation.against_words import tolerance_words
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.widgets.textlines import TextLines
@@ -261,7 +262,7 @@ class MatrixWindow(TextLines):
             if verdicts.theirs is not None and matrix.before is None:  # first: the verdict's words are long
                 parts.append(tr("matrix.showing_dump" if self.show_before else "matrix.v_dump", lang))
             parts.append(tr(f"matrix.{verdicts.source}", lang, agree=agree, count=verdicts.count,
-                            tolerance=verdicts.tolerance))
+                            tolerance=tolerance_words(*verdicts.tolerance, lang)))
         lines = [Text(f"{self.title} · {shape_text(matrix.values.shape)}", style="bold"),
                  Text(" · ".join(p for p in parts if p), style="italic")]
         wide = self.SUMMARY and len(cols) < n_cols

@@ -17,10 +17,10 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tinyllm_tui.presentation.glance import GUTTER, glance_lines, head_width
+from tinyllm_tui.presentation.glance import GUTTER, heads_glance_lines, head_width
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
 from tinyllm_tui.debugger.readings import Routing
-from tinyllm_tui.presentation.routing import glance_lines as experts_glance, routing_lines
+from tinyllm_tui.presentation.routing import experts_glance_lines, routing_lines
 from tinyllm_tui.tui.i18n import tr
 
 MOVES = [Binding("left", "move(0, -1)", "←", show=False), Binding("right", "move(0, 1)", "→", show=False),
@@ -113,9 +113,9 @@ class GlanceScreen(_Window):
         if not patterns:
             return [tr("glance.no_pattern", self.lang, layer=self.first_row)]
         self.first_col = min(self.first_col, len(patterns) - 1)
-        fit = max((width - GUTTER) // head_width(patterns, self._keys, width)[1], 1)  # as glance_lines lays them out
+        fit = max((width - GUTTER) // head_width(patterns, self._keys, width)[1], 1)  # as heads_glance_lines lays them
         first_head = max(self.first_col - fit + 1, 0)
-        return [tr("glance.layer", self.lang, layer=self.first_row, last=self._layers - 1)] + glance_lines(
+        return [tr("glance.layer", self.lang, layer=self.first_row, last=self._layers - 1)] + heads_glance_lines(
             patterns, self._keys, width=width, height=height - 1, first_head=first_head, selected=self.first_col,
             shown_words=tr("glance.shown", self.lang))
 
@@ -152,7 +152,7 @@ class RoutingScreen(_Window):
         if self.glance:
             self.first_row = min(self.first_row, max(len(self._routings) - max(height - 2, 1), 0))
             self.first_col = min(self.first_col, self._routings[0].n_experts - 1)
-            return experts_glance(self._routings, width=width, height=height, first_row=self.first_row,
+            return experts_glance_lines(self._routings, width=width, height=height, first_row=self.first_row,
                                   first_expert=self.first_col, lang=self.lang)
         routing = self._routings[self._index]
         rows = max(height - 3, 1)

@@ -355,3 +355,20 @@ async def test_a_step_pressed_while_a_decode_round_is_listed_goes_first_and_the_
     assert len(routed) == len(round_routing(eager.view.round_states, 0)) == 3  # its 3 MoE layers of 4
     assert events[-3:] == [("listed", entered, True), ("step", entered + 1, True), ("listed", entered + 1, False)]
     assert app.debugger.frame.operators == eager.frame.operators
+
+
+async def test_play_paused_in_a_decode_round_still_to_be_listed_lists_it():
+    moe = ROOT / "tests" / "fixtures" / "qwen3_moe"
+    eager = Debugger(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))
+    entered = next(s.step for s in eager.history.states_from(0) if s.round == 1)
+    app = app_on(Loading(str(moe), lambda: Opening(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and not app.debugger.round_pending
+                    and not app.screen.runner.running, timeout=30)
+        await pilot.press("g", *str(entered - 1), "enter")
+        await until(pilot, lambda: app.debugger.frame.step == entered - 1 and not app.screen.runner.running)
+        await pilot.press("space")
+        await until(pilot, lambda: app.debugger.frame.step >= entered, timeout=30)
+        await pilot.press("space")
+        await until(pilot, lambda: app.screen.player is None and not app.debugger.round_pending, timeout=30)
+        assert app.debugger.view.round_states[-1].kind.name == "CHOICE"

@@ -446,6 +446,7 @@ class DebuggerScreen(Screen):
         self.player.stop()
         self.player = None
         self.show(message)
+        self._list_round()  # stopped in a round still to be listed: it is listed now
 
     def _play_tick(self) -> None:
         if not self.runner.running:  # a tick that finds a move in flight waits for the next
@@ -458,6 +459,8 @@ class DebuggerScreen(Screen):
             self.show()
         else:
             self._stop_playing(describe(result, self.lang))  # a breakpoint (the status names it) or the end
+        if self.player is None:  # paused while this step was in flight: the round is listed now
+            self._list_round()
 
     def action_speed(self, direction: int) -> None:
         self.speed = max(0, min(self.speed + direction, len(PLAY_SPEEDS) - 1))

@@ -1,8 +1,7 @@
 """Issue 17's checkpoint figures, each against its goal (run by `load_speed.py --only checkpoints`).
 
-First screens are timed from the shell: a fresh Python process is started, opens the checkpoint
-as the CLI does, shows the debugger headless (Textual's run_test) and prints the seconds since
-its launch. `run` is timed the same way (the CLI's `run`, output discarded), beside a baseline in
+First screens are timed from the shell: the command on a pseudo-terminal until its first screen is drawn
+(`first_screen`). `run` is timed the same way (the CLI's `run`, output discarded), beside a baseline in
 its own process, also timed from launch to exit: gguf-py's dequantize of every tensor plus a plain
 NumPy forward of the same passes (written here independently; its greedy ids must be the engine's).
 Peak memory is each process's own high-water mark (VmHWM). Each of these is measured RUNS times and
@@ -30,25 +29,6 @@ PROMPT = "The capital of France is"  # 5 tokens in SmolLM2's vocabulary (the 0.5
 NEW_TOKENS = 4
 RUNS = 5  # each figure is the median of this many: one timing on a shared machine varies by half
 ENV = os.environ | {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-
-FIRST_SCREEN = """
-import asyncio, sys, time
-launched, path, dtype, prompt = float(sys.argv[1]), *sys.argv[2:]
-from engine import make_backend
-from engine.gctuning import tune_for_tracing
-from engine.loading import open_model
-from tinyllm_tui.tui.app import DebuggerApp
-
-async def main():
-    tune_for_tracing()
-    scenario = open_model(path, prompt=prompt, max_new_tokens=4, dtype=dtype)
-    app = DebuggerApp(scenario, make_backend("numpy", dtype), lang="en")
-    async with app.run_test(size=(160, 48)) as pilot:
-        await pilot.pause()
-        print(time.time() - launched)
-
-asyncio.run(main())
-"""
 
 RUN = """
 import contextlib, io, json, sys, time
@@ -101,7 +81,14 @@ def verdict(value: float, goal: float, unit: str = "s") -> str:
 
 
 def first_screen(label: str, path: Path, goal: float, dtype: str = "float64") -> None:
-    times = sorted(float(child(FIRST_SCREEN, str(path), dtype, PROMPT)) for _ in range(RUNS))
+    """The command `tinyllm-tui FILE --prompt …` on a pseudo-terminal, from its start until `step 0/` is on its
+    screen (benchmarks/tui_latency.py's command_start): what the user waits for, not what runs after it (the rest
+    of round 0 listed in the background)."""
+    from benchmarks.tui_latency import command_start
+
+    command = [str(Path(sys.executable).with_name("tinyllm-tui")), str(path), "--prompt", PROMPT,
+               "--max-new-tokens", str(NEW_TOKENS), "--dtype", dtype]
+    times = sorted(command_start(command, "step 0/")[0] for _ in range(RUNS))
     seconds = median(times)
     print(f"{label}: shell → first screen {seconds:.2f} s, the median of {', '.join(f'{t:.2f}' for t in times)} "
           f"{verdict(seconds, goal)}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import ROOT
 from engine import Session, load_scenario_text, make_backend
 from engine.causes import Cause
 from engine.caches import CacheSpec, Layout, PagedFacts, Quantize, RingFacts, ScaleAxis
@@ -392,3 +393,19 @@ def test_a_request_after_a_kept_stale_edit_starts_from_a_cache_of_the_current_we
     states = list(Session(edited, stale=StaleFrom(base.weights, request=1, round=0)).steps())
     assert {c.fingerprint for s in states if s.request == 0 for c in s.caches} == {base.fingerprint}
     assert {c.fingerprint for s in states if s.request == 1 for c in s.caches} == {edited.fingerprint}
+
+
+@pytest.mark.parametrize("fixture", ["lfm2", "gemma4"])
+def test_a_quantized_cache_on_layers_of_other_kinds_reports_what_each_layer_has(fixture):
+    """A short conv has no pattern and a window kept exact; a KV-shared layer keeps no K/V of its own: the report
+    says so (None) instead of failing (it raised on both: every layer was taken for attention with K and V)."""
+    scenario = load_checkpoint(ROOT / "tests" / "fixtures" / fixture, ids=[1, 2, 3], max_new_tokens=2)
+    scenario = dataclasses.replace(scenario, cache=CacheSpec(quantize=Quantize.INT8))
+    blocks = scenario.model.blocks
+    for row in against_exact(scenario):
+        for layer, block in enumerate(blocks):
+            assert (row.pattern_error[layer] is None) == (block.mixer != "attention")
+            assert (row.kv_error[layer] is None) == (block.kv_source is not None)
+        assert row.logits_error > 0
+    if fixture == "lfm2":  # layer 0's conv reads the embeddings only: the same in both runs
+        assert blocks[0].mixer == "short_conv" and row.kv_error[0] == 0

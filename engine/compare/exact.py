@@ -16,11 +16,10 @@ import numpy as np
 from engine.backend import Backend, to_host
 from engine.caches import CacheSpec
 from engine.decoding import CHOICE
-from engine.hooks import Hook
 from engine.model import LOGITS
 from engine.scenario import Scenario
 from engine.session import Session
-from engine.trace import OpState
+from engine.trace import OpKind, OpState
 
 
 @dataclass(frozen=True)
@@ -28,9 +27,11 @@ class RoundError:
     request: int
     round: int
     logits_error: float  # max |Δ| of the round's logits
-    pattern_error: tuple[float, ...]  # max |Δ| of the attention pattern, per layer (every head)
-    kv_error: tuple[float, ...]  # max |Δ| of the K and V rows each layer's cache holds after the round
-    kv_scale: tuple[float, ...]  # max |K|, |V| of each layer's exact rows (the errors' yardstick)
+    pattern_error: tuple[float | None, ...]  # max |Δ| of the attention pattern, per layer (every head; None: a
+    # layer without one, a short conv's)
+    kv_error: tuple[float | None, ...]  # max |Δ| of the rows each layer's state holds after the round (K and V; a
+    # conv window's; None: a layer that keeps none of its own, reading another layer's K/V)
+    kv_scale: tuple[float | None, ...]  # the largest |value| of each layer's exact rows (the errors' yardstick)
     same_choice: bool  # both runs chose the same token (else the report of this request ends here)
 
 
@@ -61,23 +62,26 @@ def _paired(lossy: list[OpState], exact: list[OpState]) -> list[tuple[OpState, O
     return [(s, by_key[(s.name, s.head, s.chunk)]) for s in lossy if (s.name, s.head, s.chunk) in by_key]
 
 
-def _gap(a: OpState, b: OpState) -> float:
-    return float(np.max(np.abs(to_host(a.values) - to_host(b.values)), initial=0.0, where=np.isfinite(to_host(b.values))))
+def _gap(a, b) -> float:
+    """max |a − b| of two arrays over b's finite cells."""
+    a, b = to_host(a), to_host(b)
+    return float(np.max(np.abs(a - b), initial=0.0, where=np.isfinite(b)))
+
+
+def _largest(gaps) -> float | None:
+    """The largest of some gaps; None when there are none."""
+    return max(gaps, default=None)
 
 
 def _round_error(states: list[tuple[OpState, OpState]], layers: int) -> RoundError:
-    by_name = {}
-    for lossy, exact in states:
-        by_name.setdefault(lossy.name, []).append((lossy, exact))
-    logits = max(_gap(a, b) for a, b in by_name[LOGITS.text])
-    patterns = tuple(max(_gap(a, b) for a, b in by_name.get(Hook(layer, "attn", "hook_pattern").text, []))
+    logits = _largest(_gap(a.values, b.values) for a, b in states if a.op.hook == LOGITS)
+    patterns = tuple(_largest(_gap(a.values, b.values) for a, b in states  # a head's softmax: its pattern
+                              if a.layer == layer and a.kind is OpKind.SOFTMAX and a.head is not None)
                      for layer in range(layers))
     last_lossy, last_exact = states[-1]
-    kv = [np.stack([to_host(q.values) - to_host(e.values) for q, e in zip(lossy.views(), exact.views())])
-          for lossy, exact in zip(last_lossy.caches, last_exact.caches)]
-    scale = [np.stack([to_host(e.values) for e in exact.views()]) for exact in last_exact.caches]
+    views = [tuple(zip(lossy.views(), exact.views())) for lossy, exact in zip(last_lossy.caches, last_exact.caches)]
+    kv = tuple(_largest(_gap(q.values, e.values) for q, e in pairs) for pairs in views)
+    scale = tuple(_largest(float(np.max(np.abs(to_host(e.values)), initial=0.0)) for _, e in pairs) for pairs in views)
     choices = [(a, b) for a, b in states if a.op.hook == CHOICE]
     same = all(np.array_equal(to_host(a.values), to_host(b.values)) for a, b in choices)
-    return RoundError(last_lossy.request, last_lossy.round, logits, patterns,
-                      tuple(float(np.max(np.abs(d), initial=0.0)) for d in kv),
-                      tuple(float(np.max(np.abs(e), initial=0.0)) for e in scale), same)
+    return RoundError(last_lossy.request, last_lossy.round, logits, patterns, kv, scale, same)

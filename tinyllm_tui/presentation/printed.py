@@ -69,8 +69,8 @@ def diff_line(d: OpDiff) -> str:
 def exact_line(row) -> str:
     """A quantized cache's error against the exact cache in one round (engine.compare.exact.RoundError), as `diff`
     prints it."""
-    patterns, kv = " ".join(f"{e:.3e}" for e in row.pattern_error), " ".join(f"{e:.3e}" for e in row.kv_error)
-    scale = " ".join(f"{m:.3e}" for m in row.kv_scale)
+    patterns, kv, scale = (" ".join("—" if e is None else f"{e:.3e}" for e in errors)  # —: the layer has none
+                           for errors in (row.pattern_error, row.kv_error, row.kv_scale))
     return (f"request {row.request} round {row.round}: logits {row.logits_error:.3e} · pattern per layer "
             f"{patterns} · K/V per layer {kv} (largest |K|, |V| per layer {scale})")
 
@@ -80,8 +80,9 @@ def exact_json(rows: list) -> dict:
     if not rows:
         return {}
     return {"against_exact_cache": [{"request": r.request, "round": r.round, "logits": json_number(r.logits_error),
-                                     "pattern": [json_number(e) for e in r.pattern_error],
-                                     "kv": [json_number(e) for e in r.kv_error], "same_choice": r.same_choice}
+                                     "pattern": [None if e is None else json_number(e) for e in r.pattern_error],
+                                     "kv": [None if e is None else json_number(e) for e in r.kv_error],
+                                     "same_choice": r.same_choice}
                                     for r in rows]}
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from engine import ops
 from engine.backend import to_host
-from engine.hooks import HookSite
+from engine.hooks import Hook, HookSite
 from engine.operators import Op, OpStream, op
 from engine.spec import KindOptions, LayerSpec, ModelSpec
 from engine.trace import OpKind
@@ -173,7 +173,7 @@ def route(operator) -> Route | None:
 def explanation_key(operator) -> str | None:
     """An expert's (or the shared expert's) output, and the experts' weighted sum: filed apart from a dense FFN's."""
     hook = operator.hook
-    if hook.name == "hook_out" and hook.module.startswith((f"{MODULE}.experts.", SHARED)):
+    if hook.name == "hook_out" and (routed_expert(hook) is not None or hook.module == SHARED):
         return "hook_out(expert)"
     return "hook_mlp_out(experts)" if hook.name == "hook_mlp_out" and operator.kind == OpKind.MIX else None
 
@@ -197,7 +197,7 @@ BREAKPOINTS = ((r"expert=(.*)", "expert=E", ("index", "breakpoint.expert"), _rou
 
 def _ablated(match) -> tuple[str, float, tuple[int, int]]:
     expert = int(match["expert"])  # the score top-k reads, −∞: never chosen, the next best takes its place
-    return f"blocks.{match['layer']}.{MODULE}.{SCORES}", -math.inf, (expert, expert + 1)
+    return Hook(int(match["layer"]), MODULE, SCORES).text, -math.inf, (expert, expert + 1)
 
 
 # its ablation (engine.interventions): a regex of the words before ` @…`, its form, what it sets (hook, value, columns)
@@ -340,7 +340,7 @@ class MoeFfn:
         chosen = to_host(values)
         ids = chosen.astype(np.int64)
         if not np.array_equal(ids, chosen) or ids.min(initial=0) < 0 or ids.max(initial=0) >= self.moe.n_experts:
-            raise RouteError(f"blocks.{self.layer}.mlp.{TOPK}: a route names the experts 0–{self.moe.n_experts - 1}, "
+            raise RouteError(f"{Hook(self.layer, MODULE, TOPK).text}: a route names the experts 0–{self.moe.n_experts - 1}, "
                              f"got {chosen[~np.isin(chosen, np.arange(self.moe.n_experts))][:1].tolist()}")
         return ids
 

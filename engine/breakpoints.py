@@ -27,6 +27,7 @@ import numpy as np
 from engine.causes import CausedError
 from engine.backend import to_host
 from engine import layers
+from engine.hooks import Hook
 from engine.trace import OpKind, OpState
 
 KINDS = tuple(kind.value for kind in OpKind)
@@ -64,12 +65,13 @@ def _is_name(part: str) -> bool:
     return bool(re.fullmatch(r"[\w.*?\[\]-]+( h[\d*?]+)?", part)) and part not in (*KINDS, "nan", "inf")
 
 
-def misnamed(breakpoint: Breakpoint, operators: Iterable[OpState]) -> list[tuple[str, str | None]]:
-    """The breakpoint's names that no operator of `operators` has, each with the nearest name they do have."""
-    seen = list(operators)
-    known = {form for state in seen for form in (state.name, state.hook.short, state.hook.site.short)}
+def misnamed(breakpoint: Breakpoint, hooks: Iterable[Hook]) -> list[tuple[str, str | None]]:
+    """The breakpoint's names that none of `hooks` (a session's registry: every hook a pass may yield) has, each
+    with the nearest name one has."""
+    hooks = list(hooks)
+    known = {form for hook in hooks for form in (hook.text, hook.short, hook.site.short)}
     return [(name, next(iter(difflib.get_close_matches(name, sorted(known), n=1)), None))
-            for name in breakpoint.names if not any(name_matches(state, name) for state in seen)]
+            for name in breakpoint.names if not any(hook_matches(hook, name) for hook in hooks)]
 
 
 def _condition(part: str, text: str) -> Condition:
@@ -120,11 +122,15 @@ def short_name(state: OpState) -> str:
 
 
 def name_matches(state: OpState, pattern: str) -> bool:
-    """The operator's hook name or short name fits the glob, or the short name starts with its parts
-    (`unembed` finds `unembed.out`, `attn.pattern` every head's pattern)."""
-    hook = state.hook
+    """The operator's hook fits the name (hook_matches)."""
+    return hook_matches(state.hook, pattern)
+
+
+def hook_matches(hook: Hook, pattern: str) -> bool:
+    """The hook's name or short name fits the glob, or the short name starts with its parts (`unembed` finds
+    `unembed.out`, `attn.pattern` every head's pattern)."""
     short = hook.short
-    return (fnmatch.fnmatchcase(state.name, pattern) or fnmatch.fnmatchcase(hook.render(), pattern)
+    return (fnmatch.fnmatchcase(hook.text, pattern) or fnmatch.fnmatchcase(hook.render(), pattern)
             or fnmatch.fnmatchcase(short, pattern)
             or short.startswith((f"{pattern}.", f"{pattern} ")))
 

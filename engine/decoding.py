@@ -13,13 +13,14 @@ import numpy as np
 
 from engine import ops
 from engine.backend import to_host
-from engine.hooks import Hook
+from engine.hooks import Hook, HookRegistry, HookSite
 from engine.operators import Operand, OpStream, op
 from engine.spec import DecodeRule, Rule
 from engine.trace import OpKind
 
 Array = Any
 FILTERED, PROBS, CHOICE = (Hook(None, "sample", name) for name in ("hook_filtered", "hook_probs", "hook_choice"))
+HOOKS = HookRegistry(HookSite(hook) for hook in (FILTERED, PROBS, CHOICE))  # what choosing a token yields
 
 
 def choose(xp, logits, rule: DecodeRule, rng: np.random.Generator) -> OpStream:

@@ -111,6 +111,14 @@ class HookRegistry:
     def texts(self) -> tuple[str, ...]:
         return tuple(self._by_text)
 
+    def every(self) -> Iterator[Hook]:
+        """Every hook an operator may have: one per head where heads yield."""
+        for site in self.sites:
+            yield from (site.hook.at(head) for head in range(site.heads)) if site.heads else (site.hook,)
+
+    def __add__(self, other: HookRegistry) -> HookRegistry:
+        return HookRegistry((*self.sites, *other.sites))
+
 
 class Interned:
     """One Hook object per site, made at first use and shared by every operator there: a decode step

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.backend import Backend, make_backend
+from engine import decoding
+from engine.hooks import HookRegistry
 from engine.decoding import choose
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.interventions import Patcher
@@ -104,6 +106,11 @@ class Session:
         """This session's states without the scenario's interventions (what `from:` patches copy)."""
         clean = dataclasses.replace(self.scenario, interventions=())
         return Session(clean, self.backend, mode=self.mode, inject=self.inject, stale=self.stale).steps()
+
+    @property
+    def hooks(self) -> HookRegistry:
+        """Every hook a pass may yield, known before any runs: the model's, then choosing a token's (a decoder's)."""
+        return self.model.hooks + decoding.HOOKS if self.scenario.model.lm_head else self.model.hooks
 
     def model_for(self, request: int, round_: int) -> Transformer:
         """The model a round runs with: the old weights before a kept-stale edit, else the current ones."""

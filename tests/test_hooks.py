@@ -55,13 +55,14 @@ def test_what_is_not_a_hook_name_is_refused(text):
 
 def emitted(scenario) -> set[tuple[str, int | None]]:
     session = Session(scenario, make_backend("numpy"))
-    return {(s.name, s.head) for s in session.steps() if not s.name.startswith("sample.")}
+    return {(s.name, s.head) for s in session.steps()}
 
 
 def listed(scenario, routed: bool = False) -> set[tuple[str, int | None]]:
-    """The registry's hooks; `routed`: those yielded only when a token is routed there instead of the others."""
-    model = Session(scenario, make_backend("numpy")).model
-    return {(site.hook.text, head) for site in model.hooks if site.routed == routed
+    """The session's registry's hooks (the model's and choosing a token's); `routed`: those yielded only when a
+    token is routed there instead of the others."""
+    registry = Session(scenario, make_backend("numpy")).hooks
+    return {(site.hook.text, head) for site in registry if site.routed == routed
             for head in (range(site.heads) if site.heads else [None])}
 
 
@@ -71,7 +72,7 @@ def test_the_registry_lists_exactly_the_hooks_the_forward_pass_yields(path):
         scenario = open_model(path)
     else:
         scenario = load_checkpoint(path, ids=[1, 2, 3], max_new_tokens=2)
-    yielded, registry = emitted(scenario), Session(scenario).model.hooks
+    yielded, registry = emitted(scenario), Session(scenario).hooks
     always, routed = listed(scenario), listed(scenario, routed=True)
     assert always | (yielded & routed) == yielded  # an expert's hooks only where a token was routed to it
     assert all(Hook.parse(name).at(head) in registry for name, head in yielded)

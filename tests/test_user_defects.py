@@ -263,3 +263,21 @@ def test_a_batch_steps_one_operator_at_a_time_with_the_rows_as_its_batch_axis():
         debugger.back()
         assert (debugger.view.state.name, debugger.view.state.head) == expected
     assert debugger.view.state.step == 1  # the embedding's last row: every row has been through it
+
+
+def test_a_breakpoint_on_an_expert_no_token_of_the_round_on_view_took_is_not_called_misnamed():
+    """Names are checked against the session's hook registry (every hook a pass may yield, each expert's), not
+    against a round computed: an expert round 0 did not route to is still an operator's name; one past the last
+    expert is not. Nothing is computed for the check."""
+    from engine.loading.checkpoint import load_checkpoint
+
+    scenario = load_checkpoint(ROOT / "tests" / "fixtures" / "qwen3_moe", ids=[1, 2, 3], max_new_tokens=2)
+    debugger = Debugger(scenario)
+    used = {s.hook.module for s in debugger.view.round_states if ".experts." in s.hook.module and s.layer == 0}
+    unused = next(e for e in range(8) if f"mlp.experts.{e}" not in used)
+    texts = (f"blocks.0.mlp.experts.{unused}.hook_out", "blocks.0.mlp.experts.8.hook_out")
+    nearest = "blocks.0.mlp.experts.7.hook_out"  # the last of its 8 experts
+    assert [debugger.add_breakpoint(text).misnamed for text in texts] == [(), (Misnamed(texts[1], texts[1], nearest),)]
+    fresh = Debugger(scenario, breakpoints=list(texts))
+    assert [m.name for m in fresh.misnamed_breakpoints()] == [texts[1]]
+    assert fresh.history.last_recorded <= 0  # the check pulled no operator beyond the first frame's

@@ -303,7 +303,8 @@ def run(
     *, options: Options,
 ) -> None:
     debugger = _debugger(file, options)
-    trace = debugger.trace(save, _warn_misnamed)  # said once the trace's own pass has read the first round
+    _warn_misnamed(debugger.misnamed_breakpoints())  # from the model's hook registry: nothing computed
+    trace = debugger.trace(save)
     if lens:
         _print_lens(debugger.scenario, trace, as_json, top_k)
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from engine.breakpoints import Breakpoint, BreakpointError, misnamed, parse_breakpoint
+from engine.hooks import HookRegistry
 from engine.trace import OpState
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, Misnamed, Reason,
                                           Refused, Result)
@@ -22,11 +23,11 @@ def matcher(text: str) -> Callable[[OpState], bool]:
     return parse_breakpoint(text).hits
 
 
-def misnamed_in(breakpoints: Iterable[Breakpoint], operators: Iterable[OpState]) -> tuple[Misnamed, ...]:
-    """Each name of `breakpoints` that no operator of `operators` (a whole round: every round runs the first
-    round's operators) has, with the nearest name one has."""
-    operators = list(operators)
-    return tuple(Misnamed(b.text, name, near) for b in breakpoints for name, near in misnamed(b, operators))
+def misnamed_in(breakpoints: Iterable[Breakpoint], hooks: HookRegistry) -> tuple[Misnamed, ...]:
+    """Each name of `breakpoints` that no hook of `hooks` (a session's registry) has, with the nearest name one
+    has."""
+    every = tuple(hooks.every())
+    return tuple(Misnamed(b.text, name, near) for b in breakpoints for name, near in misnamed(b, every))
 
 
 class BreakpointSet:

@@ -221,11 +221,9 @@ class Debugger:
         return self.breaks.all
 
     def misnamed_breakpoints(self, breakpoints: tuple[Breakpoint, ...] | None = None) -> tuple[Misnamed, ...]:
-        """Each name of the breakpoints (all, or those given) that no operator of the round on view has, with
-        the nearest name: read from the frame's round, nothing computed; () while that round is still listed."""
-        if self.round_pending:
-            return ()
-        return misnamed_in(self.breakpoints if breakpoints is None else breakpoints, self.view.round_states)
+        """Each name of the breakpoints (all, or those given) that no operator has, with the nearest name: read
+        from the session's hook registry (every hook a pass may yield, an expert's too), nothing computed."""
+        return misnamed_in(self.breakpoints if breakpoints is None else breakpoints, self.session.hooks)
 
     def _publish(self, ahead: bool | None = None) -> None:
         """The frame of where the history stands, once a view has subscribed (in the owner's thread). `ahead`: its
@@ -659,9 +657,7 @@ class Debugger:
         return round_lens(self.session.model, self.history.round_states(), k)
 
     # -- the pass for the CLI --
-    def trace(self, save: str | Path | None = None,
-              misnamed: Callable[[tuple[Misnamed, ...]], None] | None = None) -> Trace:
+    def trace(self, save: str | Path | None = None) -> Trace:
         """Every operator from the first to the end of the trace, with the breakpoints that hit each:
-        `tinyllm-tui run`'s pass, read once (no history, no frames). `save`: where its activations go;
-        `misnamed`: hears the breakpoints' names that no operator has, once the pass has read the first round."""
-        return Trace(self.scenario, self.backend, self.inject, self.breakpoints, save, misnamed)
+        `tinyllm-tui run`'s pass, read once (no history, no frames). `save`: where its activations go."""
+        return Trace(self.scenario, self.backend, self.inject, self.breakpoints, save)

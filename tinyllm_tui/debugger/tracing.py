@@ -9,7 +9,7 @@ each pass's logit lens.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -25,9 +25,7 @@ from engine.export import ActivationDump, record, requests_record, trace_documen
 from engine.interventions import routed_expert
 from engine.layers import route
 from engine.trace import OpKind, OpState
-from tinyllm_tui.debugger.breakpoint_set import misnamed_in
 from tinyllm_tui.debugger.readings import pass_lens
-from tinyllm_tui.debugger.results import Misnamed
 
 
 @dataclass(frozen=True)
@@ -40,12 +38,9 @@ class RouteWithout:
 
 class Trace:
     def __init__(self, scenario: Scenario, backend, inject: str | None, breakpoints: tuple[Breakpoint, ...],
-                 save: str | Path | None = None, misnamed: Callable[[tuple[Misnamed, ...]], None] | None = None):
-        """`save`: where every pass's activations and caches go once the stream has been read (or stopped).
-        `misnamed`: hears, once the first round has been read, the breakpoints' names that no operator of it has
-        (every round runs the first round's operators): the stream's own round, not one computed for it."""
+                 save: str | Path | None = None):
+        """`save`: where every pass's activations and caches go once the stream has been read (or stopped)."""
         self.scenario, self.backend, self.inject, self.breakpoints = scenario, backend, inject, breakpoints
-        self.misnamed = misnamed
         self.session = Session(scenario, backend, inject=inject)
         self.save = save
         self._dump = None if save is None else ActivationDump(Passes(scenario))
@@ -53,16 +48,13 @@ class Trace:
 
     def __iter__(self) -> Iterator[tuple[OpState, tuple[str, ...]]]:
         """Every operator with the breakpoints that hit it (where the TUI's continue stops)."""
-        first = _FirstRound(self.breakpoints, self.misnamed)
         try:
             for state in self.session.steps():
                 if self._dump is not None:
                     self._dump.see(state)
-                first.see(state)
                 if state.kind == OpKind.CHOICE:
                     self._chose[(state.request, state.round)] = int(to_host(state.values)[0, 0])
                 yield state, tuple(b.text for b in self.breakpoints if b.hits(state))
-            first.end()
         finally:
             if self._dump is not None:
                 save_dump(self._dump.arrays(), self.save)
@@ -122,24 +114,3 @@ class Trace:
                 yield state
 
         return decisions(routed(Session(clean, self.backend, inject=self.inject).steps())), routes
-
-
-class _FirstRound:
-    """Keeps the first round's operators of a stream until it ends, then tells `heard` the breakpoints' names
-    that none of them has (nothing is kept without breakpoints or a listener)."""
-
-    def __init__(self, breakpoints: tuple[Breakpoint, ...], heard: Callable[[tuple[Misnamed, ...]], None] | None):
-        self.breakpoints, self.heard = breakpoints, heard
-        self.states: list[OpState] | None = [] if breakpoints and heard is not None else None
-
-    def see(self, state: OpState) -> None:
-        if self.states is not None and (state.request, state.round) == (0, 0):
-            self.states.append(state)
-        elif self.states is not None:
-            self.end()
-
-    def end(self) -> None:
-        """The first round is over (or the stream, within it)."""
-        if self.states is not None:
-            self.heard(misnamed_in(self.breakpoints, self.states))
-            self.states = None

@@ -244,3 +244,21 @@ async def test_v_after_an_edit_shows_the_earlier_values_under_the_earlier_runs_l
         await pilot.press("v")
         assert matrix_cells(app)[0][0] == "3 · 爱"  # the values of the run that fed 爱, under its label
         assert app.debugger.frame.matrix.before is not None
+
+
+async def test_keys_refused_during_a_continue_are_counted_after_its_result():
+    """A new user's report: `c n n n` on X01 ended at the breakpoint without a word about the three n's, the
+    refusal said during the run being overwritten by its result."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.main.action_continue()  # on the UI thread: the run is in flight when the n's come
+        for _ in range(3):
+            app.main.action_step()
+        assert "busy: a run is in flight" in status(app)
+        await settle(pilot)
+        assert app.debugger.view.at_end  # the continue's result is said, then the keys it refused
+        assert status(app).endswith("3 keys refused: pressed while the run was in flight")
+        await pilot.press("n")  # a step after it: the count is not said again
+        await settle(pilot)
+        assert "refused" not in status(app)

@@ -48,6 +48,7 @@ EN = {
     "glance.layer": "layer {layer} of 0–{last}", "glance.no_pattern": "layer {layer}: no attention pattern in this round yet",
     "glance.shown": "heads {first}–{last} of {heads} · last {rows} of {queries} queries, {cols} of {keys} keys",
     "lens.positions": "positions {first}–{last} of the pass's {total} (← →)", "lens.top": "top {k} at position {position}:",
+    "lens.whole": "p: softmax of the whole vocabulary's logits (no decode filter or temperature)",
     "lens.attribution": "direct logit attribution: {token} (id {id}) at position {position}: logit {logit} = terms {terms}"
                         " + final norm bias {bias}",
     "lens.more": "  … {count} more",
@@ -302,6 +303,7 @@ ZH = {
     "glance.layer": "第 {layer} 层（0–{last}）", "glance.no_pattern": "第 {layer} 层：本轮还没有注意力权重",
     "glance.shown": "第 {first}–{last} 头（共 {heads} 个）· 最后 {rows}/{queries} 个查询，{cols}/{keys} 个键",
     "lens.positions": "位置 {first}–{last}（本次前向共 {total} 个）（← →）", "lens.top": "位置 {position} 的前 {k} 名：",
+    "lens.whole": "p：整个词表的逻辑值经 softmax 所得（未经解码规则的过滤与温度）",
     "lens.attribution": "直接逻辑归因：{token}（编号 {id}）位于位置 {position}：逻辑值 {logit} = 各项之和 {terms}"
                         " + 最终归一化偏置 {bias}",
     "lens.more": "  … 另有 {count} 项",

@@ -7,7 +7,8 @@ import numpy as np
 from conftest import SCENARIOS, X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
-from tui_helpers import long_scenario, make_app, matrix_cells, perturbed_dump, screen_text, settle, state, status
+from tui_helpers import (long_scenario, make_app, matrix_cells, matrix_text, perturbed_dump, screen_text, settle,
+                         state, status)
 
 from engine import Session, load_scenario
 from tinyllm_tui.tui.app import DebuggerApp
@@ -262,3 +263,20 @@ async def test_keys_refused_during_a_continue_are_counted_after_its_result():
         await pilot.press("n")  # a step after it: the count is not said again
         await settle(pilot)
         assert "refused" not in status(app)
+
+
+async def test_a_patch_of_the_scores_is_said_as_an_intervention_that_unmasks():
+    """A new user's report: `p 0` on attn.scores h0 said `9 cells changed by the edit (•)` (no weight was edited)
+    and nothing of the masked cells it made finite."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("g", *"attn.scores h0", "enter", "p")
+        assert app.screen.query_one("Input").value == "blocks.0.attn.hook_attn_scores head 0[:,:]="
+        await pilot.press("0", "enter")
+        await settle(pilot)
+        assert "3 masked cells now finite: position 0 sees later positions" in status(app)
+        header = matrix_text(app)[1]
+        assert "9 cells changed by the intervention (•)" in header and "edit" not in header
+        await pilot.press("v")
+        await pilot.pause()
+        assert "BEFORE the intervention (v)" in matrix_text(app)[1]

@@ -116,6 +116,7 @@ class MatrixFrame:
     batch_rows: tuple[int, ...] = ()  # the requests whose rows are stacked (a batch's operator: its batch axis)
     rows_before: Sequence[str] | None = None  # the labels of `before`: the earlier run's (its tokens may differ)
     cols_before: Sequence[str] | None = None
+    by_intervention: bool = False  # `before` is the run before an intervention's change, not a weight edit's
 
     @property
     def sequential(self) -> bool:

@@ -102,7 +102,8 @@ class FrameBuilder:
                               verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
         if earlier is not None:  # its values under its own labels: an edit may have changed the tokens fed
             return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis),
-                           cols_before=lazy_labels(earlier.output.col_axis))
+                           cols_before=lazy_labels(earlier.output.col_axis),
+                           by_intervention=d.changes.last.intervention is not None)
         return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
 
     def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:

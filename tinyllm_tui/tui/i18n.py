@@ -57,11 +57,12 @@ EN = {
                         " + final norm bias {bias}",
     "lens.more": "  … {count} more",
     "Expert routing": "Expert routing",
-    "routing.title": "Expert routing · ⚠ margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · a: every layer · "
+    "routing.title": "Expert routing · ⚠ marks a margin < 1e-3 · ↑/↓ tokens · ←/→ experts · [ ] layer · a: every layer · "
                      "Esc: close",
     "routing.none": "no mixture-of-experts layer in this round",
-    "routing.where": "layer {layer} · positions {first}–{last} of {tokens} · experts {first_expert}–{last_expert} of "
-                     "{experts}",
+    "routing.where": "layer {layer} · {positions} · e{first_expert}–e{last_expert} of {experts}",
+    "routing.position": "position {first}", "routing.positions": "positions {first}–{last}",
+    "routing.part": "{shown} ({count} of {tokens})",
     "routing.margin": "margin", "routing.tokens": "tokens", "routing.layer": "layer", "routing.least": "least margin",
     "routing.glance": "{count} sparse layers · experts {first}–{last} of {experts} · tokens per expert of the pass's "
                       "{tokens}",
@@ -319,10 +320,11 @@ ZH = {
                         " + 最终归一化偏置 {bias}",
     "lens.more": "  … 另有 {count} 项",
     "Expert routing": "专家路由",
-    "routing.title": "专家路由 · ⚠ 差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · a 所有层 · Esc 关闭",
+    "routing.title": "专家路由 · ⚠ 标出差距 < 1e-3 · ↑/↓ Token · ←/→ 专家 · [ ] 层 · a 所有层 · Esc 关闭",
     "routing.none": "本轮没有混合专家层",
-    "routing.where": "第 {layer} 层 · 位置 {first}–{last}（共 {tokens} 个）· 专家 {first_expert}–{last_expert}（共 "
-                     "{experts} 个）",
+    "routing.where": "第 {layer} 层 · {positions} · 专家 {first_expert}–{last_expert}（共 {experts} 个）",
+    "routing.position": "位置 {first}", "routing.positions": "位置 {first}–{last}",
+    "routing.part": "{shown}（共 {tokens} 个中的 {count} 个）",
     "routing.margin": "差距", "routing.tokens": "Token数", "routing.layer": "层", "routing.least": "最小差距",
     "routing.glance": "{count} 个稀疏层 · 专家 {first}–{last}（共 {experts} 个）· 每个专家分到的Token数（本次前向共 "
                       "{tokens} 个）",

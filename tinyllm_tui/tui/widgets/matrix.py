@@ -236,7 +236,7 @@ class MatrixWindow(TextLines):
         if matrix.tokens:  # the decode rule's choice: a token, not a number
             text = matrix.tokens[i * matrix.values.shape[1] + j]
             return (Segment(right_aligned(fit_cells(text, NUMBER_WIDTH)), BOLD),)
-        return (Segment(right_aligned(format_number(x)), style),)
+        return (Segment(right_aligned(f"{x:.0f}" if matrix.ids else format_number(x)), style),)
 
     def _title(self, rows: range, cols: range) -> list[Text]:
         """What the matrix is; which part shows and the marks; a summary of the last position."""

@@ -133,3 +133,12 @@ def test_a_bug_that_cannot_show_on_x01_is_refused_and_not_offered():
     assert result.exit_code == 2 and result.stderr == (
         f"tinyllm-tui: error: Invalid value for --inject: bug 'position-reset' cannot run on {X01}: "
         "the model has no position term, so wrong positions change nothing\n")
+
+
+def test_the_readme_lists_every_injectable_bug_in_the_clis_order():
+    """A new user's report: the README's `--inject` list lacked shared-kv-own-cache and per-layer-previous, which
+    the CLI takes. Read from the registry, the list cannot drift again."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"`--inject ([a-z0-9|\n-]+)`", readme)
+    assert listed is not None
+    assert listed.group(1).replace("\n", "").split("|") == list(INJECTIONS)

@@ -376,3 +376,32 @@ def test_cached_rounds_equal_full_recompute_under_random_interventions(scenario,
     assert any(s.original is not None for s in Session(patched).steps())
     diffs = diff_scenario(patched, make_backend())
     assert max(d.max_abs for d in diffs) <= 1e-10, texts
+
+
+def test_an_intervention_that_makes_masked_scores_finite_says_the_mask_is_gone():
+    """A new user's report: `p` on attn.scores h0 then `0` also wrote the −∞ (masked) cells, so position 0
+    attended to later positions, without a word. X01's prefill of 我爱学习: 3 positions, 3 cells above the
+    diagonal."""
+    from conftest import X01
+    from engine.loading import load_scenario
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    debugger = Debugger(load_scenario(X01))
+    debugger.search("attn.scores h0")
+    result = debugger.intervene("blocks.0.attn.hook_attn_scores head 0[:,:]=0")
+    assert " · 3 masked cells now finite: position 0 sees later positions" in describe(result, "en")
+    assert " · 3 个被掩蔽（−∞）的单元格现为有限值：位置 0 能看到其后的位置" in describe(result, "zh")
+    pattern = to_host(debugger.history.state_at(debugger.history.cursor + 1).values)
+    assert debugger.history.state_at(debugger.history.cursor + 1).name == "blocks.0.attn.hook_pattern"
+    assert np.allclose(pattern[0], 1 / 3)  # the patch stays as asked: position 0 now reads all three
+    kept = debugger.intervene("blocks.0.attn.hook_attn_scores head 1[2,:]=0")  # a last row: nothing was masked
+    assert "masked" not in describe(kept, "en")
+
+
+def test_a_patch_of_scores_outside_a_sliding_window_says_so():
+    """Gemma 2's layer 0 looks back 4 positions: position 5 does not see positions 0 and 1."""
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    debugger = Debugger(open_model(FIXTURES / "gemma2", ids=[1, 2, 3, 4, 5, 6], max_new_tokens=1))
+    result = debugger.intervene("blocks.0.attn.hook_attn_scores head 0[5,:]=0")
+    assert " · 2 masked cells now finite: position 5 sees positions outside its window" in describe(result, "en")

@@ -120,7 +120,7 @@ def test_run_lens_prints_the_layer_by_position_table_and_the_attribution():
     lines = result.output.splitlines()
     assert lines[0] == "── request 0 · prefill · logit lens ──"
     assert lines[1].startswith("chose ")
-    assert [line.split()[:2] for line in lines[3:8]] == [["0", "pre"], ["0", "mid"], ["0", "post"], ["1", "mid"],
+    assert [line.split()[:2] for line in lines[4:9]] == [["0", "pre"], ["0", "mid"], ["0", "post"], ["1", "mid"],
                                                          ["1", "post"]]
     attribution_line = next(line for line in lines if line.startswith("direct logit attribution"))
     logit, terms = map(float, re.search(r"logit (\S+) = terms (\S+) \+", attribution_line).groups())
@@ -220,3 +220,26 @@ def test_attention_at_a_glance_draws_each_head_of_a_layer_in_its_window():
     assert narrow[0].split() == ["h2", "h3"] and all(len(line) <= 16 for line in narrow)
     assert [line[0] for line in narrow[1:3]] == ["d", "e"]  # the last two queries
     assert len(narrow) == 5  # title, 2 query rows (the last two), labels, window line
+
+
+def test_the_lens_says_its_probabilities_are_the_whole_vocabularys_not_the_decode_rules():
+    """A new user's report: X01's lens shows PAD in its top 3 and 爱 at 0.27 where sample.hook_probs says
+    0.307383: the lens is the softmax of every logit, before the decode rule's filter. The screen says so."""
+    from conftest import X01
+
+    from engine import load_scenario
+    from tinyllm_tui.debugger import Debugger
+    from tinyllm_tui.tui.widgets.readings import LensScreen
+
+    debugger = Debugger(load_scenario(X01))
+    debugger.search("unembed.hook_out")
+    logits = to_host(debugger.view.state.values)[-1]
+    run, rows, attribution = debugger.lens()
+    whole = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    assert np.allclose(np.sort(whole)[::-1][:3], rows[-1].probs[-1], rtol=0, atol=1e-12)  # what the line says
+    lines = LensScreen("", run, rows, attribution, debugger.scenario.vocab, "en").lines(160, 40)
+    assert "p: softmax of the whole vocabulary's logits (no decode filter or temperature)" in lines[:2]
+    zh = LensScreen("", run, rows, attribution, debugger.scenario.vocab, "zh").lines(160, 40)
+    assert "p：整个词表的逻辑值经 softmax 所得（未经解码规则的过滤与温度）" in zh[:2]
+    result = invoke("run", X01, "--lens")  # and the command line's lens, under each pass's header
+    assert result.output.splitlines()[2] == "p: softmax of the whole vocabulary's logits (no decode filter or temperature)"

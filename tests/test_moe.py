@@ -411,7 +411,7 @@ def test_the_routing_lines_are_a_window_that_fits_and_mark_the_chosen_cells_and_
     routing = Routing(5, (10, 11, 12), ("10 · 我爱学习很多很多", "11 · b", "12 · c"), chosen,
                       np.array([[0.75, 0.25], [0.5, 0.5], [0.9, 0.1]]), np.array([0.1, 2e-4, 0.3]), 64)
     lines = routing_lines(routing, width=52, height=5, first_row=1)
-    assert lines[0] == "layer 5 · positions 11–12 of 3 · experts 0–4 of 64"
+    assert lines[0] == "layer 5 · positions 11–12 (2 of 3) · e0–e4 of 64"  # which part of the tokens shows
     assert lines[1].split() == ["e0", "e1", "e2", "e3", "e4", "margin"]
     assert lines[2].split() == ["11", "·", "b", "0.500", "0.500", "·", "·", "·", "2.0e-04⚠"]  # a near tie is marked
     assert lines[3].split() == ["12", "·", "c", "·", "·", "·", "0.900", "0.100", "3.0e-01"]
@@ -420,10 +420,14 @@ def test_the_routing_lines_are_a_window_that_fits_and_mark_the_chosen_cells_and_
     top = routing_lines(routing, width=52, height=5, first_expert=62)  # clamped: the last five experts
     assert top[1].split()[:5] == ["e59", "e60", "e61", "e62", "e63"] and top[2].startswith("10 · 我爱…  ")  # 12 cells: CJK takes two
     assert top[-1].split() == ["tokens", "0", "0", "0", "0", "0"]
+    assert routing_lines(routing, width=52, height=9)[0] == "layer 5 · positions 10–12 · e0–e4 of 64"  # all of them
+    one = replace(routing, positions=(3,), labels=("3 · a",), chosen=chosen[:1], weights=routing.weights[:1],
+                  margins=routing.margins[:1])
+    assert routing_lines(one, width=52, height=5)[0] == "layer 5 · position 3 · e0–e4 of 64"  # a decode round's one
 
 
 async def test_e_opens_the_routing_of_the_current_layer_and_brackets_change_the_layer():
-    from tui_helpers import screen_text, settle
+    from tui_helpers import matrix_cells, screen_text, settle
 
     from tinyllm_tui.tui.app import DebuggerApp
     from tinyllm_tui.tui.widgets.readings import RoutingScreen
@@ -433,8 +437,13 @@ async def test_e_opens_the_routing_of_the_current_layer_and_brackets_change_the_
         await pilot.press("c")
         await settle(pilot)
         assert app.debugger.view.state.name == "blocks.1.mlp.hook_topk"
+        chosen = to_host(app.debugger.view.state.values)
+        cells = [row[1:] for row in matrix_cells(app)]  # the experts' ids, whole: '4', not '4.000000'
+        assert cells and all(cell.strip("✓✗• ").isdigit() for row in cells for cell in row)
+        assert [int(cell.strip("✓✗• ")) for cell in cells[0]] == chosen[0, :len(cells[0])].astype(int).tolist()
         await pilot.press("E")
         assert isinstance(app.screen, RoutingScreen)
+        assert "⚠ marks a margin < 1e-3" in screen_text(app)  # a legend, not a warning
         assert "layer 1 · positions 0–" in screen_text(app)
         await pilot.press("right_square_bracket")
         assert "layer 3 · positions 0–" in screen_text(app)

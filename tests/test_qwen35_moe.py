@@ -159,7 +159,7 @@ def test_the_routing_of_decode_round_2_holds_each_layers_choice_weights_margin_a
         assert routing.counts.tolist() == np.bincount(REF["step_topk"][2, routing.layer], minlength=4).tolist()
         assert routing.positions == (len(IDS) + 1,)
     lines = routing_lines(routings[1], width=60, height=6)
-    assert lines[0] == f"layer 1 · positions {len(IDS) + 1}–{len(IDS) + 1} of 1 · experts 0–3 of 4"
+    assert lines[0] == f"layer 1 · position {len(IDS) + 1} · e0–e3 of 4"
     assert lines[-1].split()[1:] == [str(c) for c in routings[1].counts]
 
 

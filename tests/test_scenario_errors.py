@@ -86,6 +86,16 @@ def test_yaml_syntax_error(tmp_path):
     assert "YAML syntax" in result.stderr
 
 
+def test_an_unclosed_flow_sequence_names_the_line_it_opened_on_too(tmp_path):
+    """A new user's report: `heads: [2, 3` on line 15 was reported at line 16 alone, where the parser noticed."""
+    path = tmp_path / "badsyntax.yaml"
+    text = X01_TEXT.replace("  heads: 2 ", "  heads: [2, 3 ")
+    path.write_text(text, encoding="utf-8")
+    opened = text[: text.index("heads: [2, 3")].count("\n") + 1
+    _assert_one_line(_run(path), f"{path}:{opened + 1}: YAML syntax: did not find expected ',' or ']' "
+                                 f"(in the flow sequence opened at line {opened})")
+
+
 def test_non_utf8_bytes(tmp_path):
     data = X01_TEXT.encode("utf-8")
     cut = data.index(b"vocab:")

@@ -7,7 +7,8 @@ import numpy as np
 from conftest import SCENARIOS, X01
 from test_tui_pilot import busy_process, running_app, start_a_long_continue  # noqa: F401 (a fixture)
 from textual.widgets import TabbedContent
-from tui_helpers import long_scenario, make_app, matrix_cells, perturbed_dump, screen_text, settle, state, status
+from tui_helpers import (long_scenario, make_app, matrix_cells, matrix_text, perturbed_dump, screen_text, settle,
+                         state, status)
 
 from engine import Session, load_scenario
 from tinyllm_tui.tui.app import DebuggerApp
@@ -244,3 +245,38 @@ async def test_v_after_an_edit_shows_the_earlier_values_under_the_earlier_runs_l
         await pilot.press("v")
         assert matrix_cells(app)[0][0] == "3 · 爱"  # the values of the run that fed 爱, under its label
         assert app.debugger.frame.matrix.before is not None
+
+
+async def test_keys_refused_during_a_continue_are_counted_after_its_result():
+    """A new user's report: `c n n n` on X01 ended at the breakpoint without a word about the three n's, the
+    refusal said during the run being overwritten by its result."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.main.action_continue()  # on the UI thread: the run is in flight when the n's come
+        for _ in range(3):
+            app.main.action_step()
+        assert "busy: a run is in flight" in status(app)
+        await settle(pilot)
+        assert app.debugger.view.at_end  # the continue's result is said, then the keys it refused
+        assert status(app).endswith("3 keys refused: pressed while the run was in flight")
+        await pilot.press("n")  # a step after it: the count is not said again
+        await settle(pilot)
+        assert "refused" not in status(app)
+
+
+async def test_a_patch_of_the_scores_is_said_as_an_intervention_that_unmasks():
+    """A new user's report: `p 0` on attn.scores h0 said `9 cells changed by the edit (•)` (no weight was edited)
+    and nothing of the masked cells it made finite."""
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("g", *"attn.scores h0", "enter", "p")
+        assert app.screen.query_one("Input").value == "blocks.0.attn.hook_attn_scores head 0[:,:]="
+        await pilot.press("0", "enter")
+        await settle(pilot)
+        assert "3 masked cells now finite: position 0 sees later positions" in status(app)
+        header = matrix_text(app)[1]
+        assert "9 cells changed by the intervention (•)" in header and "edit" not in header
+        await pilot.press("v")
+        await pilot.pause()
+        assert "BEFORE the intervention (v)" in matrix_text(app)[1]

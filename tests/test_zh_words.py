@@ -241,7 +241,8 @@ def test_the_routing_view_and_its_glance_speak_chinese():
                       np.array([[0.75, 0.25], [0.5, 0.5], [0.9, 0.1]]), np.array([0.1, 2e-4, 0.3]), 8)
     screen = RoutingScreen("", [routing], 0, "zh")
     lines = screen.lines(70, 8)
-    assert lines[0] == "第 5 层 · 位置 10–12（共 3 个）· 专家 0–7（共 8 个）"
+    assert lines[0] == "第 5 层 · 位置 10–12 · 专家 0–7（共 8 个）"
+    assert screen.lines(70, 4)[0] == "第 5 层 · 位置 10（共 3 个中的 1 个） · 专家 0–7（共 8 个）"  # one row of three
     assert lines[1].endswith("e7      差距") and display_width(lines[1]) == LABEL + 8 * CELL + MARGIN
     assert lines[-1].split() == ["Token数", "1", "1", "1", "1", "1", "0", "0", "1"]
     screen.glance = True  # as `a` sets it (the screen is not mounted here)

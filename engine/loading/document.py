@@ -154,6 +154,11 @@ def read_text(path: Path) -> str:
         raise ScenarioError(str(path), line, "", f"not UTF-8 text (byte {error.start})") from None
 
 
+def _within(context: str) -> str:
+    """What the parser was in, from its context: 'while parsing a flow sequence' → 'in the flow sequence'."""
+    return re.sub(r"^while (?:parsing|scanning) an? ", "in the ", context)
+
+
 def _read_capped(file) -> bytes:
     """A stream without a size (a pipe, /dev/zero), a MiB at a time, stopping past the limit."""
     chunks, total = [], 0
@@ -173,11 +178,12 @@ def parse(text: str, file: str) -> yaml.Node | None:
     try:
         return yaml.compose(_Reading(text), Loader=_Loader)
     except yaml.MarkedYAMLError as error:
-        problem = error.problem or str(error)
+        problem, opened = error.problem or str(error), error.context_mark
+        mark = error.problem_mark or opened
         if error.context and "end of stream" in problem:  # an unclosed quote or bracket: say where it opened
-            problem, mark = f"{error.context}: {problem}", error.context_mark
-        else:
-            mark = error.problem_mark or error.context_mark
+            problem, mark = f"{error.context}: {problem}", opened
+        elif error.context and opened and opened.line != mark.line:  # found later than the cause: say both lines
+            problem = f"{problem} ({_within(error.context)} opened at line {opened.line + 1})"
         line = mark.line + 1 if mark else None
         raise ScenarioError(file, line, "", f"YAML syntax: {problem}") from None
     except yaml.reader.ReaderError as error:  # a control character: its own message spans two lines

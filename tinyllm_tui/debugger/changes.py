@@ -28,6 +28,7 @@ class Changes:
 
     def __init__(self, weights: Weights, interventions: tuple[Intervention, ...] = ()):
         self._states, self._at = [Changed(weights, tuple(interventions))], 0
+        self.last = self.current  # the change last made, taken back or brought again: what the last replay shows
 
     @property
     def current(self) -> Changed:
@@ -45,11 +46,13 @@ class Changes:
         del self._states[self._at + 1:]
         self._states.append(state)
         self._at += 1
+        self.last = state
 
     def discard(self) -> None:
         """Forget the last change altogether (it cannot be redone): one that could not run."""
         del self._states[self._at:]
         self._at -= 1
+        self.last = self.current
 
     def edit(self, weights: Weights, edit: Edit) -> None:
         self._push(Changed(weights, self.interventions, edit=edit))
@@ -73,15 +76,18 @@ class Changes:
         if self._at == 0:
             return None
         self._at -= 1
-        return self._states[self._at + 1]
+        self.last = self._states[self._at + 1]
+        return self.last
 
     def redo(self) -> Changed | None:
         """The change brought again, or None when there is none."""
         if self._at + 1 == len(self._states):
             return None
         self._at += 1
-        return self.current
+        self.last = self.current
+        return self.last
 
     def start_from(self, weights: Weights) -> None:
         """Weights just written to the file (saved) are where edits start from: nothing before can be undone."""
         self._states, self._at = [Changed(weights, self.interventions)], 0
+        self.last = self.current

@@ -35,7 +35,8 @@ from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from engine.interventions import InterventionError, check_intervention, parse_any, routed_expert
 from tinyllm_tui.debugger.changes import Changed, Changes
-from tinyllm_tui.debugger.interventions import Change, Intervened, applied_to, checked, save_interventions
+from tinyllm_tui.debugger.interventions import (Change, Intervened, applied_to, checked, save_interventions,
+                                                unmasked)
 from tinyllm_tui.debugger.readings import choice_before_after, round_lens
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import WeightEdits
@@ -498,7 +499,8 @@ class Debugger:
             return Refused(Reason.BAD_QUERY, (error.cause,))
         unused = self.session.patcher is not None and intervention in self.session.patcher.unused()
         return replace(self._intervened(Change.ADDED, intervention.text),
-                       unreached=routed_expert(intervention) if unused else None)
+                       unreached=routed_expert(intervention) if unused else None,
+                       unmasked=unmasked(intervention, self.history.round_states()))
 
     def _intervened(self, change: Change, text: str = "") -> Intervened:
         """With the round's choice before → after, once the round has chosen: its token's text and probability."""

@@ -116,6 +116,8 @@ class MatrixFrame:
     batch_rows: tuple[int, ...] = ()  # the requests whose rows are stacked (a batch's operator: its batch axis)
     rows_before: Sequence[str] | None = None  # the labels of `before`: the earlier run's (its tokens may differ)
     cols_before: Sequence[str] | None = None
+    by_intervention: bool = False  # `before` is the run before an intervention's change, not a weight edit's
+    ids: bool = False  # the cells are indices (a top-k's chosen experts), whole numbers stored as floats
 
     @property
     def sequential(self) -> bool:
@@ -310,11 +312,12 @@ def sorted_columns(values: np.ndarray, kind: str) -> np.ndarray | None:
 def matrix_frame(name: str, values: np.ndarray, rows: Sequence[str], cols: Sequence[str], *, kind: str = "",
                  head: int | None = None, before: np.ndarray | None = None, verdicts: Verdicts | None = None,
                  tokens: tuple[str, ...] = (), newest_first: bool = False, new_from: int | None = None,
-                 differing: frozenset[int] = frozenset(), names: Callable[[int], str] | None = None) -> MatrixFrame:
-    """Args: names: a vocabulary column's token text, for the top-tokens line."""
+                 differing: frozenset[int] = frozenset(), names: Callable[[int], str] | None = None,
+                 ids: bool = False) -> MatrixFrame:
+    """Args: names: a vocabulary column's token text, for the top-tokens line. ids: the cells are indices."""
     return MatrixFrame(name, values, rows, cols, kind, head, before, changed_cells(values, before), verdicts,
                        tokens, sorted_columns(values, kind), row_summary(values, rows, cols, kind, names),
-                       finite_scale(values), finite_scale(before), newest_first, new_from, differing)
+                       finite_scale(values), finite_scale(before), newest_first, new_from, differing, ids=ids)
 
 
 def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,

@@ -16,6 +16,7 @@ import numpy as np
 
 from engine import OpState, to_host
 from engine.compare.against import disagreement
+from engine.layers import route
 from engine.trace import OpKind, Phase
 from tinyllm_tui.debugger.batch import batch_group, stacked
 from tinyllm_tui.debugger.frame import (Frame, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
@@ -99,10 +100,12 @@ class FrameBuilder:
             values, rows, cols = stacked(batch, self.words)
         tokens = tuple(vocab.label(int(x)) for x in values.ravel()) if state.kind == OpKind.CHOICE else ()
         matrix = matrix_frame(state.name, values, rows, cols, kind=state.kind, head=state.head, before=before,
-                              verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__)
+                              verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__,
+                              ids=route(state.op) is not None)
         if earlier is not None:  # its values under its own labels: an edit may have changed the tokens fed
             return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis),
-                           cols_before=lazy_labels(earlier.output.col_axis))
+                           cols_before=lazy_labels(earlier.output.col_axis),
+                           by_intervention=d.changes.last.intervention is not None)
         return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
 
     def _verdicts(self, state: OpState, values: np.ndarray, before: np.ndarray | None) -> Verdicts | None:

@@ -13,16 +13,32 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+import numpy as np
+
+from engine import to_host
 from engine.interventions import Intervention, check_intervention, check_operator, parse_any
 from engine.loading.document import round_trip_yaml
 from engine.loading.weightfile import atomic_write
 from engine.scenario import Scenario
+from engine.trace import OpKind
+
+MASKED_KINDS = (OpKind.SCORES, OpKind.SOFTCAP)  # attention scores: a mask writes −∞ where a query may not look
 
 
 class Change(StrEnum):
     ADDED = "added"
     UNDONE = "undone"  # an undo took back the adding (or the dropping) of `text`
     REDONE = "redone"
+
+
+@dataclass(frozen=True)
+class Unmasked:
+    """Cells of a scores operator that were masked (−∞) and an intervention made finite: a query position now
+    attends where its mask hid the keys (the patch stays: it is the user's; the words say what it did)."""
+
+    cells: int
+    position: int  # the first query position that sees a masked key
+    later: bool  # it sees a later position (what a causal mask hides), not only keys outside its window
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,25 @@ class Intervened:
     text: str = ""  # the intervention added
     choice: tuple[tuple[str, float], tuple[str, float]] | None = None  # the round's (token text, p) before → after
     unreached: tuple[int, int] | None = None  # (layer, expert): no token routed there in the passes run so far
+    unmasked: Unmasked | None = None  # masked scores the intervention made finite in this round
+
+
+def unmasked(intervention: Intervention, states) -> Unmasked | None:
+    """The masked (−∞) cells of a scores operator that `intervention` made finite in `states` (a round's
+    engine.OpState, which keep what the operator computed as `original`), or None."""
+    cells, opened = 0, []  # (query position, key position) of each cell made finite
+    for state in states:
+        if (state.original is None or state.kind not in MASKED_KINDS or state.name != intervention.hook
+                or state.head != intervention.head):
+            continue
+        made = np.isneginf(to_host(state.original)) & np.isfinite(to_host(state.values))
+        rows, cols = state.output.row_axis.positions, state.output.col_axis.positions
+        cells += int(made.sum())
+        opened += [(rows[row], cols[col]) for row, col in zip(*np.nonzero(made))]
+    if not cells:
+        return None
+    position = min(query for query, _ in opened)
+    return Unmasked(cells, position, any(key > query for query, key in opened if query == position))
 
 
 def checked(text: str, scenario: Scenario, hooks) -> Intervention:

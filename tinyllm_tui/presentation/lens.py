@@ -11,6 +11,7 @@ from tinyllm_tui.presentation.numbers import fit_cells, left_aligned
 CELL = 14  # a lens cell: a token's text cut to fit, and its probability
 # the words of the tables, as the CLI prints them; the TUI passes its catalogue's (tinyllm_tui.tui.i18n)
 TOP = "top {k} at position {position}:"
+WHOLE_VOCABULARY = "p: softmax of the whole vocabulary's logits (no decode filter or temperature)"
 ATTRIBUTION = ("direct logit attribution: {token} (id {id}) at position {position}: "
                "logit {logit} = terms {terms} + final norm bias {bias}")
 MORE = "  … {count} more"
@@ -27,14 +28,16 @@ def lens_cell(vocab: Vocab, token: int, probability: float) -> str:
 
 
 def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: Vocab, *,
-               first: int = 0, count: int | None = None, top: str = TOP) -> list[str]:
+               first: int = 0, count: int | None = None, top: str = TOP,
+               whole: str = WHOLE_VOCABULARY) -> list[str]:
     """A layer × position table of each residual stream's most likely token and its probability,
     then the last position's top-k per layer; `first`, `count`: the window of the pass's positions shown;
-    `top`: the words over the top-k (fields k, position)."""
+    `top`: the words over the top-k (fields k, position); `whole`: the first line, saying the probabilities are
+    the whole vocabulary's, not those the decode rule chose by (a lens reads no filter, no temperature)."""
     total = rows[0].top.shape[0] if rows else 0
     shown = range(first, total if count is None else min(total, first + count))
     label = max((len(r.label) for r in rows), default=0)
-    lines = [" " * label + "  " + " ".join(left_aligned(f"{run.first + i}·" + short_token(vocab, context[run.first + i],
+    lines = [whole, " " * label + "  " + " ".join(left_aligned(f"{run.first + i}·" + short_token(vocab, context[run.first + i],
                                                                                         CELL - 3), CELL)
                                               for i in shown)]
     for row in rows:

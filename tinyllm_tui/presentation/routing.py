@@ -31,9 +31,8 @@ def routing_lines(routing: Routing, *, width: int, height: int, first_row: int =
     rows = max(height - 3, 1)  # the title, the experts' names and the counts
     first_row = min(max(first_row, 0), max(tokens - rows, 0))
     window = range(first_row, min(first_row + rows, tokens))
-    at = routing.positions
-    lines = [tr("routing.where", lang, layer=routing.layer, first=at[window.start], last=at[window.stop - 1],
-                tokens=tokens, first_expert=experts.start, last_expert=experts.stop - 1, experts=routing.n_experts),
+    lines = [tr("routing.where", lang, layer=routing.layer, positions=_positions(routing.positions, window, lang),
+                first_expert=experts.start, last_expert=experts.stop - 1, experts=routing.n_experts),
              " " * LABEL + "".join(f"{f'e{e}':>{CELL}}" for e in experts)
              + right_aligned(tr("routing.margin", lang), MARGIN)]
     for row in window:
@@ -45,6 +44,16 @@ def routing_lines(routing: Routing, *, width: int, height: int, first_row: int =
     counts = routing.counts
     lines.append(left_aligned(tr("routing.tokens", lang), LABEL) + "".join(f"{int(counts[e]):>{CELL}}" for e in experts))
     return [fit_cells(line.rstrip(), width) for line in lines]
+
+
+def _positions(at: tuple[int, ...], window: range, lang: str) -> str:
+    """The positions of the tokens shown: `position 3` (one row), `positions 10–12` (all of them), else which
+    part of how many: `positions 11–12 (2 of 3)`."""
+    first, last = at[window.start], at[window.stop - 1]
+    shown = tr("routing.position", lang, first=first) if len(window) == 1 else \
+        tr("routing.positions", lang, first=first, last=last)
+    return shown if len(window) == len(at) else tr("routing.part", lang, shown=shown, count=len(window),
+                                                    tokens=len(at))
 
 
 def _label(label: str) -> str:

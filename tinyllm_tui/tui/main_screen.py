@@ -164,6 +164,7 @@ class DebuggerScreen(Screen):
         self.player = None
         self.message = ""
         self.refusal = ""  # why the last key pressed during a run was refused
+        self._refused = 0  # keys refused during the long run in flight, said once it is done
         self.wide = False
         self.cached = debugger.scenario.model.lm_head  # an encoder runs one pass: it keeps no KV cache
         self._frame: Frame | None = None
@@ -359,9 +360,12 @@ class DebuggerScreen(Screen):
             start()
         if self._dropped and not self._queued and not self.runner.running:
             dropped, self._dropped = self._dropped, 0
-            self.set_status(" · ".join(filter(None, [self.message, tr("screen.dropped", self.lang, count=dropped,
-                                                                       queue=QUEUED)])))
+            self._add_to_status(tr("screen.dropped", self.lang, count=dropped, queue=QUEUED))
         self._list_round()
+
+    def _add_to_status(self, words: str) -> None:
+        """Say `words` after what the status line says now."""
+        self.set_status(" · ".join(filter(None, [self.message, words])))
 
 
     def in_background(self, status: str, move, *args, asker: Screen | None = None, **options) -> bool:
@@ -406,12 +410,18 @@ class DebuggerScreen(Screen):
         if isinstance(result, BaseException):
             raise result
         self.say(result)
+        if self._refused:  # the result took the status line: the keys refused meanwhile are said after it
+            refused, self._refused = self._refused, 0
+            self._add_to_status(tr("screen.refused", self.lang, count=refused))
         if asker is not None:  # a message: dropped if that screen has closed meanwhile
             asker.post_message(RunWorded(result, self.message))
         self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
         self._next_queued()  # a run started from the queue: what was queued after it
 
     def _refuse(self) -> None:
+        """Say a key is refused; one refused during a long run is counted (a full queue's are: `_dropped`)."""
+        if self.runner.running and not self.runner.quick:
+            self._refused += 1
         self.refusal = tr("refused.busy", self.lang)
         self.set_status(self.refusal)
 

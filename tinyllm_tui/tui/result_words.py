@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tinyllm_tui.debugger.interventions import Intervened
+from tinyllm_tui.debugger.interventions import Intervened, Unmasked
 from tinyllm_tui.debugger.results import (BreakpointAdded, BreakpointRemoved, BreakpointsCleared, CacheShown,
                                           Cancelled, Diverged, EndOfTrace, HitBreakpoint, InjectionChanged, Misnamed,
                                           Moved, Rebuilt, Refused, Result, Saved)
@@ -24,6 +24,15 @@ def choice_words(choice, lang: str) -> str:
     (before, p_before), (after, p_after) = choice
     return tr("result.choice", lang, before=repr(before), after=repr(after), p_before=f"{p_before:.3f}",
               p_after=f"{p_after:.3f}")
+
+
+def unmasked_words(unmasked: Unmasked | None, lang: str) -> str:
+    """` · 3 masked cells now finite: position 0 sees later positions`: what a patch of scores did to the mask."""
+    if unmasked is None:
+        return ""
+    sees = tr("result.unmasked.later" if unmasked.later else "result.unmasked.window", lang,
+              position=unmasked.position)
+    return tr("result.unmasked", lang, count=unmasked.cells, sees=sees)
 
 
 def misnamed_words(misnamed: Misnamed, lang: str, *, named: bool = True) -> str:
@@ -64,10 +73,11 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.no_inject", lang)
         case InjectionChanged(name=name):
             return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
-        case Intervened(change=change, text=text, choice=choice, unreached=unreached):
+        case Intervened(change=change, text=text, choice=choice, unreached=unreached, unmasked=unmasked):
             pending = "" if unreached is None else tr("result.intervention.unreached", lang, layer=unreached[0],
                                                       expert=unreached[1])
-            return tr(f"result.intervention.{change}", lang, text=text) + pending + choice_words(choice, lang)
+            return (tr(f"result.intervention.{change}", lang, text=text) + pending + unmasked_words(unmasked, lang)
+                    + choice_words(choice, lang))
         case Rebuilt(kind=kind, name=name, count=count):
             return tr(f"result.{kind}", lang, name=name, count=count)
         case Saved(path=path):

@@ -236,7 +236,7 @@ class MatrixWindow(TextLines):
         if matrix.tokens:  # the decode rule's choice: a token, not a number
             text = matrix.tokens[i * matrix.values.shape[1] + j]
             return (Segment(right_aligned(fit_cells(text, NUMBER_WIDTH)), BOLD),)
-        return (Segment(right_aligned(format_number(x)), style),)
+        return (Segment(right_aligned(f"{x:.0f}" if matrix.ids else format_number(x)), style),)
 
     def _title(self, rows: range, cols: range) -> list[Text]:
         """What the matrix is; which part shows and the marks; a summary of the last position."""
@@ -250,8 +250,9 @@ class MatrixWindow(TextLines):
         if len(cols) < self._n_cols():
             parts.append(tr("matrix.cols", lang, first=cols[0], last=cols[-1], count=self._n_cols()) if cols else "")
         if matrix.changed is not None and matrix.changed.any():
-            parts.append(tr("matrix.changed", lang, count=int(matrix.changed.sum())))
-            parts.append(tr("matrix.showing_before" if self.show_before else "matrix.v", lang))
+            by = "intervention" if matrix.by_intervention else "edit"  # what made the run before differ
+            parts.append(tr(f"matrix.changed.{by}", lang, count=int(matrix.changed.sum())))
+            parts.append(tr(f"matrix.showing_before.{by}" if self.show_before else "matrix.v", lang))
         if matrix.tokens:
             parts.append(tr("matrix.chose", lang, tokens=", ".join(matrix.tokens)))
         verdicts = matrix.verdicts

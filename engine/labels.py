@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+WHITESPACE = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}  # how a token of only whitespace is drawn
+EMPTY = "∅"  # a token with no text at all
 POSITIONAL = ("chunk", "last", "keys")  # rows/columns that stand for token positions
 UNKNOWN = -1  # a cache row past the context has no token: an injected bug put it there
 SINK = "sink"  # the label of an attention sink's column
@@ -50,6 +52,14 @@ class Axis(NamedTuple):
         return tuple(self.context[p] if p < len(self.context) else UNKNOWN for p in self.positions)
 
 
+def visible(text: str) -> str:
+    """A token's text as drawn: one of only whitespace made visible (␣, \\n, \\t, other spaces as escapes), an empty
+    one ∅; a token with a visible character stays as it is, its spaces included (" cat")."""
+    if text.strip():
+        return text
+    return "".join(WHITESPACE.get(c) or ascii(c)[1:-1] for c in text) or EMPTY
+
+
 def labels(axis: Axis) -> tuple[str, ...]:
     return pick(axis, range(axis.count))
 
@@ -58,10 +68,10 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
     """The labels of some entries only (a window onto a large matrix)."""
     if axis.scheme in POSITIONAL:
         prefix, keys = "k" if axis.column else "", axis.positions
-        tokens, context = axis.vocab.tokens, axis.context
+        shown, context = axis.vocab.shown, axis.context
 
         def label(p: int) -> str:
-            return f"{prefix}{p} · {tokens[context[p]] if 0 <= p < len(context) else '?'}"
+            return f"{prefix}{p} · {shown(context[p]) if 0 <= p < len(context) else '?'}"
 
         return tuple(label(keys[i]) if i < len(keys) else SINK for i in indices)
     if axis.scheme == "vocab":

@@ -13,6 +13,8 @@ from enum import StrEnum
 from functools import cached_property
 from typing import ClassVar, NamedTuple
 
+from engine.labels import visible
+
 
 class NormKind(StrEnum):
     LAYERNORM = "layernorm"
@@ -74,8 +76,12 @@ class Vocab:
         """The token a batch pads with: PAD, else EOS, else 0 (padding is masked by position anyway)."""
         return next((t for t in (self.pad, self.eos) if t is not None), 0)
 
+    def shown(self, token_id: int) -> str:
+        """The token's text as a label draws it (engine.labels.visible: one of only whitespace made visible)."""
+        return visible(self.tokens[token_id])
+
     def label(self, token_id: int) -> str:
-        return f"{token_id} · {self.tokens[token_id]}"
+        return f"{token_id} · {self.shown(token_id)}"
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class Labelled:
 @dataclass(frozen=True)
 class TokenState:
     token: int
-    text: str
+    text: str  # as drawn (engine.labels.visible: a token of only whitespace made visible)
     position: int
     status: Status
 
@@ -121,7 +121,7 @@ class Moment:
         statuses = ([Status.PROCESSED] * self.fed + [Status.CURRENT] * (len(self.context) - self.fed)
                     + [Status.PENDING] * len(self.pending) + [Status.SELECTED] * (self.selected is not None))
         tokens = (*self.context, *self.pending, *(() if self.selected is None else (self.selected,)))
-        return tuple(TokenState(t, self.vocab.tokens[t], p, status)
+        return tuple(TokenState(t, self.vocab.shown(t), p, status)
                      for p, (t, status) in enumerate(zip(tokens, statuses)))
 
 

@@ -131,7 +131,7 @@ def test_a_vocabulary_reads_like_a_tuple_of_its_texts():
 def test_timeline_shows_the_tokenizer_pieces():
     scenario = load_checkpoint(FIXTURES / "gpt2", prompt="The cat sat", max_new_tokens=1)
     state = next(iter(Session(scenario).steps()))
-    assert [t.text for t in state.timeline] == ["The", " ", "cat", " sat"]
+    assert [t.text for t in state.timeline] == ["The", "␣", "cat", " sat"]  # a one-space piece drawn visibly
 
 
 def test_wordpiece_pieces_stay_as_they_are():

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import X01
+from conftest import SCENARIOS, X01
 
 from engine import Session, load_scenario, to_host
 from engine.loading.edits import CellEdit, FillEdit, with_weights
@@ -357,6 +357,34 @@ def test_the_kv_cache_frame_is_the_head_shown_and_pages_through_layers_and_heads
     debugger.move_cache(heads=1)
     assert debugger.frame.cache.head == 1
     assert np.array_equal(debugger.frame.cache.views[1].values, to_host(state.caches[0].v)[:, d_head : 2 * d_head])
+
+
+def test_the_kv_cache_shown_follows_the_head_of_the_operator_until_a_head_is_picked(reference):
+    """At `attn.z h1` the panel shows head 1, the V columns the explanation names (cache_v[head 1])."""
+    debugger = make()
+    z1 = next(s for s in reference if s.name == "blocks.0.attn.hook_z" and s.head == 1)
+    debugger.goto_step(z1.step)
+    cache = debugger.frame.cache
+    assert cache.head == 1
+    assert np.array_equal(cache.views[1].values, to_host(z1.caches[0].v)[:, 2:4])  # X01: d_head 2
+    debugger.goto_step(z1.step - 3)  # attn.z h0
+    assert debugger.frame.cache.head == 0
+    debugger.move_cache(heads=1)  # picked: it stays put
+    debugger.goto_step(z1.step)
+    debugger.goto_step(z1.step - 3)
+    assert debugger.frame.cache.head == 1
+
+
+@pytest.mark.parametrize(("inject", "kv_head"), [(None, lambda h: h // 2), ("gqa-modulo", lambda h: h % 2)])
+def test_under_grouped_query_attention_the_kv_cache_shown_is_the_one_the_query_head_reads(inject, kv_head):
+    """gqa_toy: 4 query heads share 2 kv heads, query head h reads kv head h // 2 (h % 2 with the bug injected)."""
+    scenario = load_scenario(SCENARIOS / "gqa_toy.yaml")
+    debugger = Debugger(scenario, inject=inject)
+    heads = [s for s in Session(scenario).steps() if s.head is not None and s.round == 0]
+    assert {s.head for s in heads} == {0, 1, 2, 3}
+    for state in heads:
+        debugger.goto_step(state.step)
+        assert (debugger.frame.cache.layer, debugger.frame.cache.head) == (state.layer, kv_head(state.head)), state.name
 
 
 def test_the_last_position_of_the_logits_is_summarised_with_its_top_tokens(reference):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from conftest import X01
+from conftest import ROOT, X01
 
 from engine import Session, load_scenario
 from engine import labels as labels_module
-from engine.labels import Axis, labels
+from engine.labels import Axis, labels, visible
+from engine.loading.checkpoint import load_checkpoint
 from engine.trace import OpKind, Phase
 
 
@@ -39,3 +40,23 @@ def test_phase_and_kind_are_typed_and_still_read_as_text():
     assert state.phase is Phase.PREFILL and state.phase == "prefill" and f"{state.phase}" == "prefill"
     assert state.kind is OpKind.EMBED and state.kind == "embed" and str(state.kind) == "embed"
     assert state.context == (1, 2, 3)
+
+
+def test_a_token_of_only_whitespace_is_drawn_visibly_and_any_other_as_it_is():
+    assert [visible(t) for t in (" ", "  ", "\n", "\t", " \r\n", "", "\u3000")] == \
+        ["␣", "␣␣", "\\n", "\\t", "␣\\r\\n", "∅", "\\u3000"]
+    assert [visible(t) for t in (" cat", "cat ", "学习", "\n.")] == [" cat", "cat ", "学习", "\n."]
+
+
+def test_a_one_space_token_shows_in_the_timeline_the_row_labels_and_the_round_summary():
+    """qwen3_moe's tokenizer reads "The cat" as The, a space, cat: the space is drawn ␣ wherever a label is made."""
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    scenario = load_checkpoint(ROOT / "tests" / "fixtures" / "qwen3_moe", prompt="The cat")
+    assert [scenario.vocab.tokens[t] for t in scenario.requests[0].tokens] == ["The", " ", "cat"]
+    debugger = Debugger(scenario)
+    frame = debugger.frame
+    assert [text for _, text, _ in frame.timeline.tokens] == ["The", "␣", "cat"]
+    assert [frame.matrix.rows[i] for i in range(3)] == ["0 · The", "1 · ␣", "2 · cat"]
+    debugger.continue_()
+    assert debugger.frame.timeline.rounds[0].fed == ("The", "␣", "cat")

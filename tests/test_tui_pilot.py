@@ -345,9 +345,12 @@ async def test_the_three_views_at_once_from_120_columns():
         assert not app.main.query_one("#side-cache").display  # narrow: the KV cache is a tab again
 
 
-async def test_at_120_columns_the_side_cache_shows_a_whole_x01_head():
+async def test_at_120_columns_a_whole_x01_table_and_beside_it_a_whole_head_of_its_cache():
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
+        await settle(pilot)
+        assert app.main.query_one("#matrix", MatrixWindow).window()[1] == range(4)  # the embedding's 3×4, whole
+        assert " f3" in screen_text(app)
         await pilot.press(*["n"] * 8)  # the head-0 pattern
         keys = to_host(state(app).caches[0].k)[:, :2]  # layer 0's K, head 0's two columns
         side = screen_text(app).splitlines()

@@ -80,6 +80,13 @@ def bugs() -> tuple[type, ...]:
     return tuple(dict.fromkeys(bug for module in _every_kind() for bug in getattr(module, "BUGS", ())))
 
 
+def state_head(mixer, head: int) -> int:
+    """The head of its layer state that a mixer's (a kind's `Layer`) operators of head `head` read: its
+    `state_head` (attention's kv head, under grouped-query attention shared by several query heads), else the same."""
+    read = getattr(mixer, "state_head", None)
+    return head if read is None else read(head)
+
+
 def route(operator):
     """The choice a routing operator (an engine.operators.Op) holds, read by its kind (its module's `route`: an
     engine.layers.moe_ffn.Route); None for any other operator."""

@@ -351,6 +351,11 @@ class Attention:
         self.dh, self.kv_heads = head_dims(self.spec, block)
         self.readers = tuple(i for i, other in enumerate(self.spec.blocks) if other.kv_source == layer)
 
+    def state_head(self, head: int) -> int:
+        """The kv head query head `head` reads (grouped-query attention: h // (n_heads / kv_heads), unless an
+        injected bug reads another)."""
+        return self.model.fault.kv_head(head, self.spec.n_heads // self.kv_heads, self.kv_heads)
+
     def fresh_state(self):
         model, source = self.model, self.block.kv_source
         if source is not None:
@@ -446,7 +451,7 @@ class Attention:
         """Every head's scores before a soft cap (None without one), scores, pattern and output at once,
         (H, T, S) ×3 and (H, T, dh): one batched call per step instead of one per head (the heads are
         yielded one by one)."""
-        xp, spec, fault = self.model.xp, self.spec, self.model.fault
+        xp, spec = self.model.xp, self.spec
         dh, group = self.dh, spec.n_heads // self.kv_heads
 
         def split(x: Array) -> Array:  # (T, H·dh) -> (H, T, dh)
@@ -454,7 +459,7 @@ class Attention:
 
         k, v = split(k), split(v)
         if group > 1:  # grouped-query attention: query head h reads kv head h // group
-            kv = xp.asarray([fault.kv_head(head, group, self.kv_heads) for head in range(spec.n_heads)])
+            kv = xp.asarray([self.state_head(head) for head in range(spec.n_heads)])
             k, v = xp.take(k, kv, axis=0), xp.take(v, kv, axis=0)
         q = split(q)
         if spec.attn_softcap:  # the cap comes before the mask
@@ -477,7 +482,7 @@ class Attention:
         """Query head `head` reads kv head head // group (grouped-query attention; group 1: its own)."""
         xp, spec, hooks = self.model.xp, self.spec, self.hooks
         dh, group = self.dh, spec.n_heads // self.kv_heads
-        part, kv = slice(head * dh, (head + 1) * dh), self.model.fault.kv_head(head, group, self.kv_heads)
+        part, kv = slice(head * dh, (head + 1) * dh), self.state_head(head)
         kv_part, kv_name = slice(kv * dh, (kv + 1) * dh), f"head {kv}" if group == 1 else f"kv head {kv}"
         q_h = Operand(f"{q.name}[head {head}]", q.values[:, part])
         k_h = Operand(f"{keys.name}[{kv_name}]", keys.values[:, kv_part], rows=keys.rows)

@@ -16,7 +16,7 @@ import numpy as np
 
 from engine import OpState, to_host
 from engine.compare.against import disagreement
-from engine.layers import route
+from engine.layers import route, state_head
 from engine.trace import OpKind, Phase
 from tinyllm_tui.debugger.batch import batch_group, stacked
 from tinyllm_tui.debugger.frame import (Frame, MatrixFrame, StatusFacts, VerdictSource, Verdicts, cache_frame,
@@ -43,7 +43,8 @@ class FrameBuilder:
         """`debugger`: the tinyllm_tui.debugger.Debugger it builds frames of; `words`: the view's words inside
         row labels."""
         self.debugger, self.words = debugger, words
-        self.cache_layer, self.cache_head, self.cache_pinned = 0, 0, False  # the KV cache shown
+        self.cache_layer, self.cache_head = 0, 0  # the KV cache shown
+        self.cache_pinned = self.head_pinned = False  # a layer, a head picked with [ ] { }: it stays put
         self.frame: Frame | None = None
         self.view: View | None = None
         self.pending = False  # the frame lists only the operators of its round computed so far
@@ -61,6 +62,8 @@ class FrameBuilder:
                     history.at_end)
         if not self.cache_pinned:
             self.cache_layer = follow_layer(state) if follow_layer(state) is not None else self.cache_layer
+        if not self.head_pinned and state.head is not None and state.layer is not None:
+            self.cache_head = state_head(d.session.model.blocks[state.layer].mixer, state.head)  # the one it reads
         scenario = d.scenario
         operators = operator_lines(round_states, breaks)
         if self.frame is not None and self.frame.operators == operators:
@@ -145,8 +148,10 @@ class FrameBuilder:
             self.frame = with_breakpoints(self.frame, breaks, d.hits(view.state), len(d.breakpoints))
 
     def move_cache(self, state: OpState, layers: int, heads: int):
-        """Page the KV cache shown through layers and heads; a layer picked stays put. The cache frame shown."""
+        """Page the KV cache shown through layers and heads; a layer or head picked stays put. The cache frame
+        shown."""
         self.cache_pinned = self.cache_pinned or bool(layers)
+        self.head_pinned = self.head_pinned or bool(heads)
         self.cache_layer = (min(self.cache_layer, len(state.caches) - 1) + layers) % len(state.caches)
         heads_shown = self._cache(state, self.cache_layer, 0).heads
         self.cache_head = (min(self.cache_head, heads_shown - 1) + heads) % heads_shown

@@ -32,7 +32,7 @@ def shape_text(shape: Sequence[int]) -> str:
 
 def token_text(vocab: Vocab, ids: Iterable[int]) -> str:
     """The tokens' texts, separated by spaces: "我 爱 学习"."""
-    return " ".join(vocab.tokens[int(t)] for t in ids)
+    return " ".join(vocab.shown(int(t)) for t in ids)
 
 
 def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -> str:

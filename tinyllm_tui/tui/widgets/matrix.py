@@ -117,7 +117,7 @@ class MatrixWindow(TextLines):
             return self._shape[2]
         rows = range(self.row_offset, min(self.row_offset + self._row_count(size.height), len(matrix.rows)))
         labels = min(max((cell_len(self._row_label(i)) for i in rows), default=4) + 1, max(size.width // 3, 6))
-        cols = max((size.width - labels) // CELL_WIDTH, 1)
+        cols = max((size.width - labels + 1) // CELL_WIDTH, 1)  # no blank needed after the last column
         wide = self.SUMMARY and cols < matrix.values.shape[1]
         lines = TITLE_LINES + 1 if wide else TITLE_LINES
         if size.height < 2 * lines + 2:
@@ -197,6 +197,7 @@ class MatrixWindow(TextLines):
         header = Text(" " * width)
         for j in cols:
             header.append(right_aligned(fit_cells(col_labels[j], CELL_WIDTH - 1), CELL_WIDTH - 1) + " ", style="bold")
+        header.rstrip()  # the last column's blank may not fit (a row's is cropped with its strip)
         title = self._title(rows, where)
         if self._title_lines() == 1 and title[1].plain:  # a short panel: which part shows stays said
             title = [Text.assemble(title[0], " · ", title[1])]

@@ -409,3 +409,20 @@ def test_a_quantized_cache_on_layers_of_other_kinds_reports_what_each_layer_has(
         assert row.logits_error > 0
     if fixture == "lfm2":  # layer 0's conv reads the embeddings only: the same in both runs
         assert blocks[0].mixer == "short_conv" and row.kv_error[0] == 0
+
+
+def test_past_the_blocks_the_cache_panel_follows_the_last_layer_of_a_full_ring():
+    """Past the last block (the final norm) the panel shows the last layer, which this round fed: its ring holds
+    only the window (1 row of the 7 tokens fed), so the rows it holds say nothing of what it was fed."""
+    from tinyllm_tui.debugger import Debugger
+
+    scenario = llama((1, 2, 3, 4, 5), new=3, window=2, cache=CacheSpec(layout=Layout.RING))
+    debugger = Debugger(scenario)
+    states = list(debugger.history.states_from(0))
+    first = next(s for s in states if s.round == 2 and s.layer == 0)
+    final = next(s for s in states if s.round == 2 and s.layer is None and s.name.startswith("ln_final"))
+    assert final.caches[-1].length == 1 < final.chunk_past  # a window of 2 holds the 1 token before the next
+    debugger.goto_step(first.step)
+    assert debugger.frame.cache.layer == 0
+    debugger.goto_step(final.step)
+    assert debugger.frame.cache.layer == scenario.model.n_layers - 1

@@ -380,7 +380,7 @@ def follow_layer(state: OpState) -> int | None:
     """The cache layer that follows the operator: its own, or past the blocks the last (the newest)."""
     if state.layer is not None:
         return state.layer
-    if state.caches and state.caches[-1].length > state.chunk_past:
+    if state.caches and state.caches[-1].seen > state.chunk_past:
         return len(state.caches) - 1
     return None
 

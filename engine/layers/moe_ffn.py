@@ -262,7 +262,7 @@ class MoeFfn:
         return None  # nothing kept between tokens
 
     def forward(self, h: Op, states: list, positions: list[int], padded_keys, out) -> OpStream:
-        model, hooks, xp = self.model, self.hooks, self.model.xp
+        hooks, xp = self.hooks, self.model.xp
         logits = self._linear(hooks["hook_router_logits"], h, h.values, "router", cols="experts")
         yield logits
         if self.moe.sigmoid:

@@ -14,7 +14,7 @@ from typing import Any
 
 from engine import ops
 from engine.hooks import HookSite
-from engine.operators import Op, Operand, OpStream, op
+from engine.operators import Op, OpStream, op
 from engine.spec import ModelSpec
 from engine.trace import OpKind
 

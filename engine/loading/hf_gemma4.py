@@ -14,7 +14,6 @@ Refused by name: the MoE block, bidirectional attention, attention biases, other
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from engine.layers import per_layer_input
 from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions

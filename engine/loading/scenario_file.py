@@ -9,7 +9,6 @@ be written back with the user's comments and layout intact (`engine.loading.edit
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from enum import StrEnum
@@ -22,7 +21,7 @@ from engine.interventions import Intervention, InterventionError, check_interven
 from engine.loading.file_kinds import is_checkpoint
 from engine.loading.budget import DEFAULT_BUDGET, check_budget
 from engine.loading.document import Node, ScenarioError, parse, read_text
-from engine.compare.expect import Expectation, parse_expectations
+from engine.compare.expect import parse_expectations
 from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
 from engine.progress import WEIGHTS, report
 from engine.layers import FFNS, MIXERS
@@ -41,7 +40,7 @@ from engine.spec import (
     Rule,
     Vocab,
 )
-from engine.loading.weightfile import read_weights
+from engine.loading.weightfile import WeightSource, read_weights
 from engine.loading.cache_options import cache_options
 from engine.caches import CacheSpec
 from engine.scenario import Scenario

@@ -25,7 +25,6 @@ class OptionError(ValueError):
         self.option = option
 
 
-
 def bad_input(error: BaseException, word: Callable[[Cause], str]) -> str | None:
     """The one line a bad input says (a file, a breakpoint, an edit, an intervention, a reading), its cause in the
     words `word` gives it (the front end's catalogue); None for an error that is not a bad input."""

@@ -19,7 +19,8 @@ from typing import Any
 from engine import layers
 from engine.layers import FaultPoints
 from engine.spec import Positions
-from engine.trace import LayerCache, Phase
+from engine.state import LayerState
+from engine.trace import Phase
 
 Array = Any
 STALE_SCALE = 1.1  # the "other checkpoint" of the stale-cache bug: every weight ×1.1
@@ -51,14 +52,14 @@ class Fault(FaultPoints):
         """The tokens whose per-layer input rows (Gemma 4) a chunk `current` reads, `fed` before it."""
         return current
 
-    def starting_caches(self, round_: int, caches: list[LayerCache],
-                        recompute: Callable[[float], list[LayerCache]]) -> list[LayerCache]:
-        """The caches a cached round starts from; `recompute(scale)` rebuilds the prefix cache
-        with every weight multiplied by `scale`."""
+    def starting_caches(self, round_: int, caches: list[LayerState],
+                        recompute: Callable[[float], list[LayerState]]) -> list[LayerState]:
+        """The layers' states a cached round starts from; `recompute(scale)` rebuilds the prefix's
+        states with every weight multiplied by `scale`."""
         return caches
 
-    def layer_state(self, layer: int, caches: list[LayerCache]) -> LayerCache:
-        """The state `layer` extends and then reads (its K/V cache: the rows it appends to)."""
+    def layer_state(self, layer: int, caches: list[LayerState]) -> LayerState:
+        """The state `layer` extends and then reads (attention's K/V cache: the rows it appends to)."""
         return caches[layer]
 
     def unseen(self, scenario) -> str | None:

@@ -11,7 +11,6 @@ from enum import Enum, StrEnum
 from functools import cached_property
 from typing import Any
 
-from engine.caches import LayerCache  # the contiguous K/V layout; engine.faults reads it from here
 from engine.labels import Axis, WithSink, resolve
 from engine.state import LayerState
 

@@ -6,7 +6,8 @@ engine/loading/, whose names are weights' and tensors', and tinyllm_tui/), less 
 - a name built: an f-string or a sum that begins with `blocks.`, or an f-string that joins a value to a literal
   holding `hook_` / `cache_`, or joins a hook (a value whose expression names one) to a dot;
 - a name cut: split, rsplit, partition, rpartition, removeprefix, removesuffix, startswith, endswith or replace
-  with an argument holding `blocks`, `hook_` or `cache_`, or the head's ` h`, or splitting a hook or a name at a dot.
+  with an argument holding `blocks`, `hook_` or `cache_`, or the head's ` h`, or splitting a hook or a name at a dot;
+- a name parsed by a regular expression: a pattern given to `re` that holds `blocks`, `hook_` or `cache_`.
 Docstrings may show hook names.
 """
 
@@ -16,6 +17,7 @@ import ast
 
 from test_kind_names import ROOT, _docstrings, generic_modules
 
+REGEXES = {"compile", "match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer"}
 CUTS = {"split", "rsplit", "partition", "rpartition", "removeprefix", "removesuffix", "startswith", "endswith",
         "replace"}
 MARKS = ("blocks", "hook_", "cache_")
@@ -77,6 +79,15 @@ def _cut(node: ast.Call) -> bool:
     return named and "." in texts
 
 
+def _regex(node: ast.Call) -> bool:
+    """`re.<function>(pattern, …)` whose pattern holds a part of a hook name (`^blocks\\.(\\d+)\\.`): a name parsed."""
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and func.attr in REGEXES and isinstance(func.value, ast.Name)
+            and func.value.id == "re" and node.args):
+        return False
+    return any(mark in text for text in _texts(node.args[0]) for mark in MARKS)
+
+
 def surgery(source: str) -> list[tuple[int, str | None]]:
     """(line, enclosing function) of each place `source` builds or cuts a hook name as a string."""
     tree = ast.parse(source)
@@ -85,7 +96,8 @@ def surgery(source: str) -> list[tuple[int, str | None]]:
     def visit(node: ast.AST, function: str | None) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             function = node.name
-        if isinstance(node, ast.JoinedStr) and _built(node) or isinstance(node, ast.Call) and _cut(node) or (
+        called = isinstance(node, ast.Call) and (_cut(node) or _regex(node))
+        if isinstance(node, ast.JoinedStr) and _built(node) or called or (
                 isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and isinstance(node.left, ast.Constant)
                 and str(node.left.value).startswith("blocks.")):
             found.append((node.lineno, function))
@@ -128,9 +140,10 @@ def f(layer, hook, name, key, state, pass_, word):
     h = state.short.split(" h")[0]
     i = key.endswith(("x", "_norm.hook_normalized"))
     j = key.name.partition(".")
+    k = re.compile(r"^blocks\\.(\\d+)\\.").match(name), re.fullmatch(r"(.+)\\.hook_(\\w+)", name)
     ok = (pass_.split(".")[1], word.split(","), f"{pass_}.{key}", f"layer {layer}", name.startswith("__"), f"",
-          state.name_of.x.split("."))
-    return a, b, c, d, e, g, h, i, j, ok
+          state.name_of.x.split("."), re.compile(r"^\\s*(\\d+)\\s*$"), re.split(r"\\.", word), word.sub("blocks"))
+    return a, b, c, d, e, g, h, i, j, k, ok
 '''
     assert surgery(source) == [(4, "f"), (5, "f"), (6, "f"), (7, "f"), (8, "f"), (9, "f"), (9, "f"), (10, "f"),
-                               (11, "f"), (12, "f")]
+                               (11, "f"), (12, "f"), (13, "f"), (13, "f")]

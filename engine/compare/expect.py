@@ -9,12 +9,12 @@ last decimal, unless the entry sets its own tolerance.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.backend import to_host
 from engine.causes import Cause
+from engine.hooks import Hook, HookError
 from yaml.nodes import SequenceNode
 
 from engine.loading.document import MAX_SCENARIO_VALUES, Node, ScenarioError
@@ -23,7 +23,6 @@ from engine.trace import OpState
 
 EXPECT_KEYS = {"op", "request", "round", "head", "run", "rows", "cols", "tolerance", "values", "note"}
 MINUS_INFINITY = ("-inf", "−∞", "-∞")
-LAYER = re.compile(r"^blocks\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -113,9 +112,12 @@ def _check_reachable(node: Node, e: Expectation, requests: Sequence[Request], mo
         raise node.get("round").error(f"round {e.round} does not exist: request {e.request} runs rounds 0..{last_round}")
     if e.head is not None and e.head >= model.n_heads:
         raise node.get("head").error(f"head {e.head} does not exist (the model has {model.n_heads})")
-    layer = LAYER.match(e.op)
-    if layer and int(layer.group(1)) >= model.n_layers:
-        raise node.get("op").error(f"layer {layer.group(1)} does not exist (the model has {model.n_layers})")
+    try:
+        layer = Hook.parse(e.op).layer
+    except HookError as error:  # no operator is named so: say it where the name stands
+        raise node.get("op").error(str(error)) from None
+    if layer is not None and layer >= model.n_layers:
+        raise node.get("op").error(f"layer {layer} does not exist (the model has {model.n_layers})")
     n = len(request.tokens)
     positions = range(n) if e.round == 0 else range(n + e.round - 1, n + e.round)
     where = f"prefill (positions 0..{n - 1})" if e.round == 0 else f"decode round {e.round} (position {positions[0]})"

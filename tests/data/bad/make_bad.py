@@ -198,6 +198,8 @@ CASES = [
      "head 2 does not exist (the model has 2)"),
     ("expect_layer_range.yaml", "  - op: hook_embed", "  - op: blocks.3.hook_resid_post", "op:", "expect[0].op",
      "layer 3 does not exist (the model has 1)"),
+    ("expect_op_not_a_hook.yaml", "  - op: hook_embed", "  - op: blocks.0.hook resid", "op:", "expect[0].op",
+     "'blocks.0.hook resid' is not a hook name"),
     ("expect_missing_values.yaml", "    values:\n      - [1.0, 0.0, 0.0, 0.0]\n      - [0.0, 1.0, 0.0, 0.0]\n", "",
      "- op:", "expect[0]", "missing required key 'values'"),
     ("expect_value_text.yaml", "values:\n      - [1.0, 0.0, 0.0, 0.0]\n      - [0.0, 1.0, 0.0, 0.0]",

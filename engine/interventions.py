@@ -67,7 +67,6 @@ class Intervention:
     @property
     def text(self) -> str:
         """The spec this intervention parses from (canonical: the same text parses to it again)."""
-        head = "" if self.head is None else f" head {self.head}"
         where = "" if (self.rows, self.cols) == ((None, None), (None, None)) else \
             f"[{_span_text(self.rows)},{_span_text(self.cols)}]"
         if self.action is Action.PATCH:
@@ -78,10 +77,15 @@ class Intervention:
             value = "=" + (_number_text(self.value) if isinstance(self.value, float)
                            else "[" + ", ".join(_number_text(v) for v in self.value) + "]")
         passes = (f" @{self.when}" if self.when else "") + ("" if self.request is None else f" @request.{self.request}")
-        return f"{self.hook}{head}{where}{value}{passes}"
+        return f"{target_text(self.hook, self.head)}{where}{value}{passes}"
 
     def applies(self, request: int, round_: int) -> bool:
         return (self.request is None or self.request == request) and self.when in (None, pass_name(round_))
+
+
+def target_text(hook: str, head: int | None) -> str:
+    """Where a spec acts, as it writes it: `blocks.0.attn.hook_pattern head 1` (the hook's text, then its head)."""
+    return hook if head is None else f"{hook} head {head}"
 
 
 def pass_name(round_: int) -> str:

@@ -44,6 +44,18 @@ def test_step_and_back_walk_the_session_in_order(reference):
     assert debugger.back() == Refused(Reason.FIRST_STEP)
 
 
+def test_a_head_operator_gets_a_breakpoint_on_its_head_and_starts_an_intervention_prompt(reference):
+    """b on a head's operator breaks on that head only; the intervention prompt starts from the current operator in
+    the spec's words, which parse as an intervention once a value follows."""
+    step = next(s.step for s in reference if s.name == PATTERN and s.head == 1)
+    debugger = make()
+    assert debugger.search(str(step)) == Moved(step)
+    assert debugger.toggle_breakpoint_at(step) == BreakpointAdded(f"{PATTERN} h1")
+    assert debugger.toggle_breakpoint_at(None) == BreakpointRemoved(f"{PATTERN} h1")  # none highlighted: this one
+    assert debugger.intervention_start() == f"{PATTERN} head 1[:,:]="
+    assert debugger.intervention_problem(debugger.intervention_start() + "0") is None
+
+
 def test_continue_stops_at_each_breakpoint_then_at_the_end_with_tokens_as_text(reference):
     debugger = make(breakpoints=[PATTERN])
     hits = []

@@ -33,7 +33,7 @@ from engine.session import StaleFrom
 from engine.trace import Phase
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
-from engine.interventions import InterventionError, check_intervention, parse_any, routed_expert
+from engine.interventions import InterventionError, check_intervention, parse_any, routed_expert, target_text
 from tinyllm_tui.debugger.changes import Changed, Changes
 from tinyllm_tui.debugger.interventions import (Change, Intervened, applied_to, checked, save_interventions,
                                                 unmasked)
@@ -362,6 +362,13 @@ class Debugger:
     def toggle_breakpoint(self, name: str) -> Result:
         return self._breakpoints_changed(self.breaks.toggle(name))
 
+    def toggle_breakpoint_at(self, step: int | None) -> Result:
+        """On the operator at `step` of the round shown (the current one where none is listed there): a head's
+        operator gets one on that head only, as its hook renders (`blocks.0.attn.hook_pattern h1`)."""
+        view = self.view
+        state = next((s for s in view.round_states if s.step == step), view.state)
+        return self.toggle_breakpoint(state.hook.render())
+
     def clear_breakpoints(self) -> Result:
         return self._breakpoints_changed(self.breaks.clear())
 
@@ -466,6 +473,11 @@ class Debugger:
         return result
 
     # -- interventions on activations (the list: tinyllm_tui/debugger/interventions.py) -------------------
+    def intervention_start(self) -> str:
+        """What the intervention prompt starts from: the current operator, all of it (the value is the user's)."""
+        state = self.view.state
+        return target_text(state.hook.text, state.head) + "[:,:]="
+
     def intervention_problem(self, text: str) -> Cause | None:
         """What is wrong with `text` as an intervention on this model (None: nothing seen before a run)."""
         try:

@@ -481,11 +481,7 @@ class DebuggerScreen(Screen):
     # -- breakpoints ---------------------------------------------------------------------------------------
     def action_toggle_breakpoint(self) -> None:
         """On the operator highlighted in the list (works while a run is in flight)."""
-        step = self.query_one(OperatorList).highlighted_key
-        view = self.debugger.view
-        state = next((s for s in view.round_states if s.step == step), view.state)
-        head = "" if state.head is None else f" h{state.head}"  # this head's operator, not every head's
-        self.say(self.debugger.toggle_breakpoint(state.name + head))
+        self.say(self.debugger.toggle_breakpoint_at(self.query_one(OperatorList).highlighted_key))
 
     def action_add_breakpoint(self) -> None:
         self.app.push_screen(PromptScreen(tr("ask.break", self.lang), self._accept_breakpoint))
@@ -655,9 +651,8 @@ class DebuggerScreen(Screen):
     # -- interventions and readings (tinyllm_tui/tui/widgets/readings.py) ------------------------------------
     @when_idle
     def action_intervene(self) -> None:
-        state = self.debugger.view.state  # the current operator, all of it: the value is the user's to type
-        here = state.name + ("" if state.head is None else f" head {state.head}") + "[:,:]="
-        self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention, here))
+        start = self.debugger.intervention_start()
+        self.app.push_screen(PromptScreen(tr("ask.intervene", self.lang), self._accept_intervention, start))
 
     def _accept_intervention(self, text: str) -> str | None:
         """A malformed spec is refused in the prompt; a good one replays in the runner."""

@@ -47,7 +47,7 @@ CODES = frozenset({
 @dataclass(frozen=True)
 class Cause:
     """`code` names the case (`breakpoint.field`), `facts` its parts (a fact may be a Cause itself); `words`, for a
-    layer kind's code, its kind's words per language (engine.layers.cause_words), which the catalogue lacks."""
+    layer kind's code, its kind's words per language (engine.layers.kind_words), which the catalogue lacks."""
 
     code: str
     facts: Mapping[str, object] = field(default_factory=dict)
@@ -66,5 +66,5 @@ class CausedError(ValueError):
     """A refused input: `cause` says what, as a code and facts; `str(error)` is that cause, unworded."""
 
     def __init__(self, code: str, **facts):
-        self.cause = Cause(code, facts, {} if code in CODES else layers.cause_words(code))
+        self.cause = Cause(code, facts, {} if code in CODES else layers.kind_words(code))
         super().__init__(str(self.cause))

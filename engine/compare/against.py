@@ -85,7 +85,7 @@ class OpAgreement:
 
 
 @dataclass(frozen=True)
-class Row:
+class OperatorRow:
     """One pass and operator of the table: every head together."""
 
     key: Key
@@ -118,11 +118,11 @@ class Report:
             verdicts[where] = verdicts.get(where, True) and op.agrees
         return verdicts
 
-    def rows(self) -> list[Row]:
+    def rows(self) -> list[OperatorRow]:
         grouped: dict[Key, list[OpAgreement]] = {}
         for op in self.ops:
             grouped.setdefault(op.key, []).append(op)
-        return [Row(key, max(op.max_abs for op in ops), ops[0].dtype, ops[0].tolerance,
+        return [OperatorRow(key, max(op.max_abs for op in ops), ops[0].dtype, ops[0].tolerance,
                     next((op for op in ops if not op.agrees), None)) for key, ops in grouped.items()]
 
 
@@ -269,7 +269,7 @@ class _Meeting:
         def label(row: int, col: int) -> Cause:
             position = resolve_some(positions, [row])[0]
             if own and (cell := own(key.hook.name, row, col, position)) is not None:
-                return Cause(*cell, layers.cause_words(cell[0]))  # a state names its own items' cells (a K/V
+                return Cause(*cell, layers.kind_words(cell[0]))  # a state names its own items' cells (a K/V
                 # cache's kv heads, a recurrent state's heads)
             return Cause("against.channel", {"position": position, "channel": col})
 

@@ -105,7 +105,7 @@ def breakpoint_conditions() -> tuple:
     return tuple(condition for module in _every_kind() for condition in getattr(module, "BREAKPOINTS", ()))
 
 
-def cause_words(code: str) -> dict[str, str]:
+def kind_words(code: str) -> dict[str, str]:
     """Language -> the words of the cause `code`, where a kind owns it (its CAUSES: `breakpoint.expert`); {} for
     one of the stack's own, which the views' catalogues word (engine.causes)."""
     return {lang: words[code] for module in _every_kind() for lang, words in getattr(module, "CAUSES", {}).items()

@@ -336,13 +336,13 @@ def hook_widths(model: ModelSpec) -> dict[str, int]:
             f"{m}.hook_read": net.d_v, f"{m}.hook_gated_norm": net.d_values}
 
 
-SHARED = ("hook_qkv", "hook_in_z", "hook_in_b", "hook_in_a", "hook_conv", "hook_q_l2", "hook_k_l2", "hook_v_conv",
+WHOLE = ("hook_qkv", "hook_in_z", "hook_in_b", "hook_in_a", "hook_conv", "hook_q_l2", "hook_k_l2", "hook_v_conv",
           "hook_beta", "hook_decay", "hook_delta")
 
 
 def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> list[HookSite]:
     heads = model.deltanet.v_heads
-    return ([HookSite(hook(layer, MODULE, name)) for name in SHARED]
+    return ([HookSite(hook(layer, MODULE, name)) for name in WHOLE]
             + [HookSite(hook(layer, MODULE, name), heads) for name in PER_HEAD]
             + [HookSite(hook(layer, MODULE, "hook_gated_norm"))])
 
@@ -416,7 +416,7 @@ class GatedDeltaNet:
     def __init__(self, model, layer: int, block: LayerSpec):
         self.model, self.layer, self.net = model, layer, model.spec.deltanet
         self.prefix = f"blocks.{layer}.{MODULE}"
-        self.hooks = {name: model.hook(layer, MODULE, name) for name in (*SHARED, *PER_HEAD, "hook_gated_norm")}
+        self.hooks = {name: model.hook(layer, MODULE, name) for name in (*WHOLE, *PER_HEAD, "hook_gated_norm")}
 
     def fresh_state(self) -> DeltaState:
         xp, net, dtype = self.model.xp, self.net, self.model.backend.dtype

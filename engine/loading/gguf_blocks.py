@@ -23,7 +23,7 @@ from gguf.quants import dequantize
 
 
 @dataclass(frozen=True)
-class Block:
+class EncodedBlock:
     tensor: str  # the GGUF tensor's name
     kind: str  # its type, e.g. "Q4_K"
     row: int  # in the tensor ([out, in] for a matrix; merged experts: expert · rows + row)
@@ -149,7 +149,7 @@ DECODERS = {
 PLAIN = (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16, GGMLQuantizationType.F64)
 
 
-def block_of(name: str, kind: GGMLQuantizationType, rows: np.ndarray, row: int, col: int) -> Block | None:
+def block_of(name: str, kind: GGMLQuantizationType, rows: np.ndarray, row: int, col: int) -> EncodedBlock | None:
     """The block holding [row, col] of a tensor whose raw rows are `rows`; None for an unquantized type."""
     if kind in PLAIN:
         return None
@@ -157,12 +157,12 @@ def block_of(name: str, kind: GGMLQuantizationType, rows: np.ndarray, row: int, 
     number = col // size
     raw = np.ascontiguousarray(rows[row, number * nbytes:(number + 1) * nbytes])
     values = dequantize(raw[None, :], kind)[0]
-    block = Block(name, kind.name, row, number * size, col % size, values, {})
+    block = EncodedBlock(name, kind.name, row, number * size, col % size, values, {})
     decode = DECODERS.get(kind.name)
     if decode is None:
         return block
     fields, codes, scale, offset, sub = decode(raw)
-    return Block(name, kind.name, row, number * size, col % size, values, fields, codes, scale, offset, sub)
+    return EncodedBlock(name, kind.name, row, number * size, col % size, values, fields, codes, scale, offset, sub)
 
 
 # values dequantized at a time: gguf-py's temporaries then stay under malloc's mmap threshold (128 KiB) and are

@@ -24,7 +24,7 @@ ARCH = "deepseek2"
 SIGMOID = 2  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
 ATTENTION = {"wq": "attn_q", "wo": "attn_output", **{name.removeprefix("attn."): found for name, found in mla.GGUF.items()}}
 FFN = {"w_gate": "ffn_gate", "w_up": "ffn_up", "w_down": "ffn_down", "router": "ffn_gate_inp"}
-SHARED = {"w_gate": "ffn_gate_shexp", "w_up": "ffn_up_shexp", "w_down": "ffn_down_shexp"}
+SHARED_TENSORS = {"w_gate": "ffn_gate_shexp", "w_up": "ffn_up_shexp", "w_down": "ffn_down_shexp"}
 EXPERTS = {"w_gate": "ffn_gate_exps", "w_up": "ffn_up_exps", "w_down": "ffn_down_exps"}
 
 
@@ -100,7 +100,7 @@ def tensor(name: str) -> tuple[str, int | None]:
         _, expert, projection = leaf.split(".")
         return f"{blk}.{EXPERTS[projection]}.weight", int(expert)
     if leaf.startswith("shared."):
-        return f"{blk}.{SHARED[leaf[7:]]}.weight", None
+        return f"{blk}.{SHARED_TENSORS[leaf[7:]]}.weight", None
     return f"{blk}.{FFN[leaf]}.weight", None
 
 

@@ -29,7 +29,7 @@ from gguf.quants import dequantize
 from engine.layers import gated_deltanet, gguf_tensors, per_layer_input
 from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.loading.document import ScenarioError
-from engine.loading.gguf_blocks import Block, block_of, dequantize_into
+from engine.loading.gguf_blocks import EncodedBlock, block_of, dequantize_into
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
 from engine.loading.yarn import mscale, yarn_divisors
@@ -327,7 +327,7 @@ class GGUFModel:
         return w if where is None or spec.deltanet is None else gated_deltanet.value_heads_grouped(w, spec.deltanet,
                                                                                                     where)
 
-    def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> Block | None:
+    def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> EncodedBlock | None:
         """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
         tensor, row, col = self.locate(name, index, spec)
         info = self.info(tensor)
@@ -425,7 +425,7 @@ class Quantisation:
         """The parameter's tensor type, e.g. "Q4_K"."""
         return self.model.info(self.model.tensor_name(name)).kind.name
 
-    def block(self, name: str, index: tuple[int, ...]) -> Block | None:
+    def block(self, name: str, index: tuple[int, ...]) -> EncodedBlock | None:
         """The quantisation block behind the parameter's value at `index` (None if unquantized)."""
         return self.model.block(name, index, self.spec)
 

@@ -81,7 +81,7 @@ class Packed:
         return any(name.endswith("_blocks") for name in self.tensors.files)
 
     def block(self, key: str, expert: int, row: int, column: int):
-        """The MXFP4 block (gguf_blocks.Block) holding `key`'s value of `expert` at output `row`, input `column`:
+        """The MXFP4 block (gguf_blocks.EncodedBlock) holding `key`'s value of `expert` at output `row`, input `column`:
         that row's bytes only, repacked as ggml's."""
         from gguf import GGMLQuantizationType  # here: opening a scenario file loads no checkpoint library
 

@@ -558,7 +558,7 @@ class Debugger:
         return None if quantisation is None else quantisation.kind(name)
 
     def weight_block(self, name: str, index: tuple[int, ...]):
-        """The quantisation block behind `name[index]` (engine.loading.gguf_blocks.Block), or None if unquantized."""
+        """The quantisation block behind `name[index]` (engine.loading.gguf_blocks.EncodedBlock); None: unquantized."""
         quantisation = self.edits.quantisation()
         return None if quantisation is None else quantisation.block(name, index)
 

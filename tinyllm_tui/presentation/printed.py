@@ -13,7 +13,7 @@ from tinyllm_tui.tui.i18n import cause_words, where
 from tinyllm_tui.presentation.summaries import diff_measured, matrix_summary, token_text
 
 BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
-CORNER = 4  # a summarised matrix shows its first and last 4 rows and columns
+KEPT_EDGE = 4  # a summarised matrix shows its first and last 4 rows and columns
 
 
 def state_text(state: OpState, vocab, full: bool) -> str:
@@ -26,7 +26,7 @@ def state_text(state: OpState, vocab, full: bool) -> str:
     if full or (rows <= BIG_ROWS and cols <= BIG_COLS):
         return text_table(state.output, title=title)
     summary = "\n".join([title, *matrix_summary(state.output, state.kind)])
-    return text_table(state.output, title=summary, keep=CORNER)
+    return text_table(state.output, title=summary, keep=KEPT_EDGE)
 
 
 def without_text(clean: dict | None, request: int, round_: int, vocab) -> str:

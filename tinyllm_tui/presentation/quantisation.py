@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 from tinyllm_tui.presentation.numbers import format_number
 
 if TYPE_CHECKING:  # a type only: the TUI's start loads no checkpoint library
-    from engine.loading.gguf_blocks import Block
+    from engine.loading.gguf_blocks import EncodedBlock
 
-SHOWN = 8  # values of the block shown around the cursor's: a block holds up to 256
+VALUES_SHOWN = 8  # values of the block shown around the cursor's: a block holds up to 256
 
 
-def block_lines(block: Block, shown: int = SHOWN) -> list[str]:
+def block_lines(block: EncodedBlock, shown: int = VALUES_SHOWN) -> list[str]:
     """Header, the value's own sum, then codes and values of a window of the block."""
     end = block.start + len(block.values) - 1
     fields = " · ".join(f"{key} {value:.6g}" for key, value in block.fields.items())

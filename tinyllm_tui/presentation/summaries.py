@@ -21,7 +21,7 @@ from engine.trace import Labelled, OpKind, RequestResult
 from tinyllm_tui.tui.i18n import cause_words, tr
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
-TOP = 5
+TOP_COUNT = 5
 VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
 
 
@@ -103,7 +103,7 @@ def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
     return lines
 
 
-def top_tokens(row: np.ndarray, probabilities: bool, count: int = TOP) -> list[tuple[int, float]]:
+def top_tokens(row: np.ndarray, probabilities: bool, count: int = TOP_COUNT) -> list[tuple[int, float]]:
     """The `count` most likely entries of a logits (softmax taken here, −∞ gets 0) or probabilities row."""
     if not probabilities:
         row = np.exp(row - np.max(row)) if np.isfinite(np.max(row)) else np.zeros_like(row)

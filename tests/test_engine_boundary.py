@@ -5,6 +5,8 @@ through a debugger module to a view counts as the import it is).
 - the engine imports no UI package and nothing from tinyllm_tui;
 - the engine's numerics (engine/*.py) import nothing from engine/loading or engine/compare;
 - no module under tinyllm_tui/tui/, and not cli.py, imports engine, directly or through a re-export;
+- nothing under tinyllm_tui/debugger/ imports tinyllm_tui.tui, directly or through the modules it imports (the
+  presentation's wording reads the views' catalogue): the headless Debugger loads no view;
 - no import circle anywhere.
 """
 
@@ -99,6 +101,21 @@ def violations() -> list[str]:
                 found.append(f"{module} imports {target}: the numerics reach up into loading/compare")
             if (module.startswith("tinyllm_tui.tui") or module == "tinyllm_tui.cli") and is_engine(target):
                 found.append(f"{module} imports {target}: a view drives the Debugger, never the engine")
+        if module.startswith("tinyllm_tui.debugger"):
+            found += [f"{module} loads {target}: the Debugger is headless, the views hand it their words"
+                      for target in sorted(loads(module)) if target.startswith("tinyllm_tui.tui")]
+    return found
+
+
+def loads(module: str) -> set[str]:
+    """Every module of the project that importing `module` loads, through the modules it imports (a name taken
+    from a module loads that module, wherever the name is defined)."""
+    found, todo = set(), [module]
+    while todo:
+        for target, _, _ in imports(todo.pop()):
+            if target in sources() and target not in found:
+                found.add(target)
+                todo.append(target)
     return found
 
 
@@ -153,6 +170,8 @@ def test_the_walk_sees_imports_in_functions_and_through_re_exports(tmp_path, mon
     fake = {"tinyllm_tui.tui.view": "def f():\n    from tinyllm_tui.debugger.shim import Thing\n",
             "tinyllm_tui.debugger.shim": "from engine.trace import Thing\nfrom engine.trace import __doc__ as TEXT\n",
             "tinyllm_tui.tui.other": "from tinyllm_tui.debugger.shim import TEXT\n",
+            "tinyllm_tui.debugger.frames": "from tinyllm_tui.presentation.words import WORDS\n",
+            "tinyllm_tui.presentation.words": "from tinyllm_tui.tui.other import TEXT as WORDS\n",
             "tinyllm_tui.debugger": "from .shim import Thing\n",
             "engine.trace": "class Thing: ...\n"}
     paths = {}
@@ -169,13 +188,17 @@ def test_the_walk_sees_imports_in_functions_and_through_re_exports(tmp_path, mon
         assert reaches("tinyllm_tui.debugger") == {"engine.trace"}
         assert reaches("tinyllm_tui.tui.other") == {"engine.trace"}  # renamed on its way
         assert any("tinyllm_tui.tui.view imports engine.trace" in v for v in violations())
+        assert loads("tinyllm_tui.tui.view") == {"tinyllm_tui.debugger.shim", "engine.trace"}
+        assert [v for v in violations() if v.startswith("tinyllm_tui.debugger")] == [  # through the presentation
+            "tinyllm_tui.debugger.frames loads tinyllm_tui.tui.other: the Debugger is headless, the views hand it "
+            "their words"]
         assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     finally:
         imports.cache_clear()
 
 
 def test_engine_and_debugger_never_load_the_ui():
-    """At run time too: a continue on X01 loads none of the UI packages."""
+    """At run time too: a continue on X01 loads none of the UI packages, nor the views (tinyllm_tui.tui)."""
     headless = sorted(m for m in sources() if m.startswith(("engine", "tinyllm_tui.debugger")))
     code = (
         "import sys\n"
@@ -184,7 +207,7 @@ def test_engine_and_debugger_never_load_the_ui():
         "from tinyllm_tui.debugger import Debugger\n"
         f"debugger = Debugger(load({str(X01)!r}, ModelOptions()))\n"
         "debugger.continue_()\n"
-        f"loaded = [m for m in {sorted(UI_PACKAGES)!r} if m in sys.modules]\n"
+        f"loaded = [m for m in {sorted(UI_PACKAGES | {'tinyllm_tui.tui'})!r} if m in sys.modules]\n"
         "assert not loaded, loaded\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -220,9 +220,11 @@ def test_the_cache_view_shows_the_conv_window_rows_by_position_and_token_and_its
 
 def test_an_empty_conv_window_row_is_labelled_empty_and_the_memory_line_gives_its_bytes():
     from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.presentation.cache_layout import row_words
     from tinyllm_tui.tui.widgets.cache import layout_line
 
     debugger = Debugger(load_checkpoint(FOLDER, ids=IDS[:1], max_new_tokens=1))
+    debugger.subscribe(row_words("en"))  # as the TUI does, in its words
     debugger.goto_step(next(s for s in run()[1] if s.name == "blocks.0.conv.hook_conv").step)
     shown = debugger.frame.cache
     assert list(shown.views[0].rows)[0] == " empty"  # one token fed: the older row holds none yet

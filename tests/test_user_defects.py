@@ -248,9 +248,11 @@ def test_a_batch_steps_one_operator_at_a_time_with_the_rows_as_its_batch_axis():
     """Defect 8: every operator came twice (row 1/2, row 2/2), so every other `n` seemed to do nothing."""
     import dataclasses
 
+    from tinyllm_tui.presentation.cache_layout import row_words
     from tinyllm_tui.tui.main_screen import matrix_title
 
     debugger = Debugger(dataclasses.replace(load_scenario(X01), batch=True))
+    debugger.subscribe(row_words("en"))  # as the TUI does, in its words
     seen = [(debugger.view.state.name, debugger.view.state.head)]
     for _ in range(12):
         assert isinstance(debugger.step(), Moved)

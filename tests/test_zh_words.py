@@ -21,6 +21,7 @@ from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
 from tinyllm_tui.debugger.readings import Routing, layer_patterns
+from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
 from tinyllm_tui.presentation.routing import CELL, LABEL, MARGIN
@@ -95,7 +96,7 @@ def test_the_frames_row_labels_take_the_subscribers_words():
     """A ring's slots and a batch's rows are labelled in the language the view subscribed with, from the
     catalogue (issue 24: RowWords defaulted to English words of its own)."""
     debugger = Debugger(load_scenario_text(RING_BATCH))
-    debugger.subscribe("zh")
+    debugger.subscribe(row_words("zh"))
     debugger.search("attn.k")  # the batch's first K: both rows stacked
     matrix = debugger.frame.matrix
     assert [label.split(" · ")[0] for label in matrix.rows] == ["请求0"] * 3 + ["请求1"] * 3
@@ -103,6 +104,17 @@ def test_the_frames_row_labels_take_the_subscribers_words():
     labels = list(cache.rows)
     assert labels[0].startswith("槽0") and any(label.endswith("空") for label in labels), labels
     assert not any(ENGLISH.search(label) for label in labels + [matrix.rows[0]])
+
+
+def test_a_subscriber_that_hands_no_words_gets_row_labels_in_no_language():
+    """The Debugger has no words of its own (it imports nothing of the views' catalogue): a reader that subscribes
+    without a view's words gets marks, a slot #0, an empty one –, a batch row #1."""
+    debugger = Debugger(load_scenario_text(RING_BATCH))
+    debugger.search("attn.k")
+    rows = debugger.frame.matrix.rows
+    assert [label.split(" · ")[0] for label in rows] == ["#0"] * 3 + ["#1"] * 3
+    labels = list(debugger.frame.cache.views[0].rows)
+    assert labels[0].startswith("#0") and any(label.endswith("–") for label in labels), labels
 
 
 # -- the engine's causes: a code and facts, worded by the catalogue in each language -------------------------------

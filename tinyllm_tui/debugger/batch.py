@@ -16,7 +16,7 @@ from engine.backend import to_host
 from engine.labels import POSITIONAL, SINK, Axis, resolve_some
 from engine.trace import OpState
 from tinyllm_tui.debugger.frame import Labels, lazy_labels
-from tinyllm_tui.presentation.cache_layout import RowWords
+from tinyllm_tui.debugger.row_labels import RowWords
 
 
 def batch_group(state_at: Callable[[int], OpState | None], state: OpState) -> tuple[OpState, ...]:

@@ -46,7 +46,7 @@ from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher, misnamed
 from tinyllm_tui.debugger.frame import Frame, Labels, MatrixFrame, matrix_frame
 from tinyllm_tui.debugger.frames import FrameBuilder, View
 from tinyllm_tui.debugger.history import HISTORY_BUDGET, History
-from tinyllm_tui.presentation.cache_layout import row_words
+from tinyllm_tui.debugger.row_labels import MARKS, RowWords
 from tinyllm_tui.debugger.results import (BreakpointAdded, CacheShown, Cancelled, DiffReport, Diverged, EditKind,
                                           EndOfTrace, Generated, HitBreakpoint, InjectionChanged, Misnamed, Moved,
                                           Reason, Rebuilt, Refused, Result, Saved)
@@ -122,12 +122,12 @@ class Debugger:
         self._frames: FrameBuilder | None = None  # once a view subscribes (the TUI; a test reading `frame`)
         self._defer = quick_start and isinstance(scenario.weights, LazyWeights)  # a round is listed as computed
 
-    def subscribe(self, lang: str = "en") -> None:
+    def subscribe(self, words: RowWords = MARKS) -> None:
         """From now on every move publishes a frame, starting with one of where the history stands (in the
-        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread). `lang`: the
-        view's language, which the words inside row labels (a ring's slots, a batch's rows) are in."""
+        caller's thread: the TUI subscribes where it prepares the Debugger, off the UI thread). `words`: the
+        view's words inside row labels (a ring's slots, a batch's rows), in its language."""
         if self._frames is None:
-            self._frames = FrameBuilder(self, row_words(lang))
+            self._frames = FrameBuilder(self, words)
             self._publish()
 
     @property

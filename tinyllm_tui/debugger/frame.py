@@ -25,8 +25,7 @@ from engine.labels import resolve_some
 from engine.layers import explanation, explanation_key
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
-from tinyllm_tui.presentation.cache_layout import RowWords, row_label
-from tinyllm_tui.presentation.summaries import VOCAB_KINDS, top_tokens
+from tinyllm_tui.debugger.row_labels import RowWords, row_label
 
 if TYPE_CHECKING:
     from engine.spec import Chat
@@ -34,6 +33,8 @@ if TYPE_CHECKING:
 PROBABILITY_KINDS = (OpKind.SOFTMAX, OpKind.PROBS)
 SORTED_COLUMNS = 256  # columns of a vocabulary row's top-k sorted view
 CORNER = 4  # rows and columns of each input shown in the inputs panel
+TOP_COUNT = 5  # entries of a vocabulary row's top-tokens line
+VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
 
 
 class Labels(Sequence):
@@ -297,6 +298,16 @@ def row_summary(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], ki
         return RowSummary(rows[i])
     best = int(np.argmax(np.where(np.isfinite(row), row, -np.inf)))
     return RowSummary(rows[i], (), float(finite.min()), float(finite.max()), float(finite.mean()), cols[best])
+
+
+def top_tokens(row: np.ndarray, probabilities: bool, count: int = TOP_COUNT) -> list[tuple[int, float]]:
+    """The `count` most likely entries of a logits (softmax taken here, −∞ gets 0) or probabilities row."""
+    if not probabilities:
+        row = np.exp(row - np.max(row)) if np.isfinite(np.max(row)) else np.zeros_like(row)
+        row = row / row.sum() if row.sum() > 0 else row
+    count = min(count, row.size)
+    best = np.argpartition(-row, count - 1)[:count]  # a vocabulary row: no need to sort all of it
+    return [(int(t), float(row[t])) for t in best[np.argsort(-row[best], kind="stable")]]
 
 
 def sorted_columns(values: np.ndarray, kind: str) -> np.ndarray | None:

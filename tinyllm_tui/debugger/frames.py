@@ -23,7 +23,7 @@ from tinyllm_tui.debugger.frame import (Frame, MatrixFrame, StatusFacts, Verdict
                                         follow_layer, hook_key, lazy_labels, matrix_frame, operands, operator_lines,
                                         timeline_frame, with_breakpoints)
 from tinyllm_tui.debugger.history import RoundSummary
-from tinyllm_tui.presentation.cache_layout import RowWords
+from tinyllm_tui.debugger.row_labels import RowWords
 
 
 @dataclass(frozen=True)

@@ -1,55 +1,21 @@
-"""A KV-cache layout's rows as a view labels them, shared by the frame builder and the views.
-
-A ring's rows are its physical slots ("s2↺ +8 · cat": slot 2 holds position 8, added this chunk; the
-next write goes to the slot marked ↺; "s3  empty" before it is filled), a paged cache's rows carry
-their physical block and row in it ("b3.1 +5 · cat").
-"""
+"""A layer state's layout as a view words it: the words it hands the Debugger for row labels (row_words; the
+labels themselves: tinyllm_tui.debugger.row_labels), position spans, and the line its facts are worded with."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from engine.caches import LayerCache, PagedCache, RingCache
 from engine.loading.budget import format_size
 from engine.state import Size
-from engine.trace import TokenState
+from tinyllm_tui.debugger.row_labels import RowWords
 from tinyllm_tui.tui.i18n import tr
 
-__all__ = ["RowWords", "counts_fed", "layout_kind", "layout_words", "row_label", "row_words", "spans"]
-
-
-@dataclass(frozen=True)
-class RowWords:
-    """The words inside row labels, in the language of the view that subscribes to frames (row_words)."""
-
-    slot: str  # a ring's physical slot: "s{slot}"
-    empty: str  # a slot not written yet
-    batch_row: str  # a batch's row, by its request: "r{request}"
+__all__ = ["counts_fed", "layout_kind", "layout_words", "row_words", "spans"]
 
 
 def row_words(lang: str) -> RowWords:
-    """The catalogue's words inside row labels in `lang`."""
+    """The catalogue's words inside row labels in `lang`, which a view hands Debugger.subscribe."""
     return RowWords(tr("label.slot", lang), tr("label.empty", lang), tr("label.batch_row", lang))
-
-
-def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int, differing: frozenset[int],
-              words: RowWords) -> str:
-    """Row `row` of a state's views: ✗ where it differs from a --against dump, + where this chunk added it, its
-    position and token, after a ring's slot or a paged row's block (`words.empty` where no token is held yet)."""
-    position = cache.row_positions[row]
-    mark = "✗" if position in differing else "+" if position >= new_from else " "
-    token = timeline[position].text if 0 <= position < len(timeline) else "?"  # an injected bug added a row
-    text = f"{mark}{position} · {token}"
-    if isinstance(cache, RingCache):
-        slot = f"{words.slot.format(slot=row)}{'↺' if row == cache.write_position else ' '} "
-        return slot + (words.empty if position < 0 else text)
-    if position < 0:  # a conv window before as many tokens as it holds were fed
-        return f" {words.empty}"
-    if isinstance(cache, PagedCache):
-        block, offset = cache.slot_of(position)
-        return f"b{block}.{offset} {text}"
-    return text
 
 
 def spans(positions: Sequence[int]) -> str:

@@ -18,11 +18,10 @@ from engine.labels import resolve_some
 from engine.progress import READING
 from engine.spec import Request, Vocab
 from engine.trace import Labelled, OpKind, RequestResult
+from tinyllm_tui.debugger.frame import VOCAB_KINDS, top_tokens
 from tinyllm_tui.tui.i18n import cause_words, tr
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
-TOP_COUNT = 5
-VOCAB_KINDS = (OpKind.LOGITS, OpKind.FILTER, OpKind.PROBS)
 
 
 def shape_text(shape: Sequence[int]) -> str:
@@ -101,16 +100,6 @@ def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
     if kind in VOCAB_KINDS:
         lines.append(_top_tokens(matrix, n - 1, values[-1], probabilities=kind == OpKind.PROBS))
     return lines
-
-
-def top_tokens(row: np.ndarray, probabilities: bool, count: int = TOP_COUNT) -> list[tuple[int, float]]:
-    """The `count` most likely entries of a logits (softmax taken here, −∞ gets 0) or probabilities row."""
-    if not probabilities:
-        row = np.exp(row - np.max(row)) if np.isfinite(np.max(row)) else np.zeros_like(row)
-        row = row / row.sum() if row.sum() > 0 else row
-    count = min(count, row.size)
-    best = np.argpartition(-row, count - 1)[:count]  # a vocabulary row: no need to sort all of it
-    return [(int(t), float(row[t])) for t in best[np.argsort(-row[best], kind="stable")]]
 
 
 def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bool) -> str:

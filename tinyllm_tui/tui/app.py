@@ -15,6 +15,7 @@ from textual.binding import Binding
 from tinyllm_tui.debugger import Debugger
 from tinyllm_tui.debugger.opening import Loading, Opening
 from tinyllm_tui.debugger.results import Reason, Refused, Result, Saved
+from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.tui.explanations import default_language
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.result_words import describe
@@ -61,7 +62,7 @@ class DebuggerApp(App):
         extra = {} if opening.budget is None else {"budget": opening.budget}
         debugger = Debugger(opening.scenario, self.backend, breakpoints=opening.breakpoints, inject=self.inject,
                             edits=opening.edits, against=self.against, quick_start=True, **extra)
-        debugger.subscribe(self.lang)  # its first frame, built here rather than in the UI thread, in the view's words
+        debugger.subscribe(row_words(self.lang))  # its first frame, built here rather than in the UI thread, in the view's words
         return debugger
 
     def _adopt(self, debugger: Debugger) -> None:

@@ -93,6 +93,25 @@ def test_a_block_reads_as_lines_with_the_cursors_code_marked():
     assert iq[1] == "codes   (not decoded for IQ4_NL: its values only)" and len(iq) == 3
 
 
+def test_a_block_reads_in_chinese_in_the_zh_weights_browser():
+    """The weights browser shows the block in the view's language (it was English in the zh TUI too)."""
+    from tinyllm_tui.presentation.numbers import display_width
+    from tinyllm_tui.presentation.quantisation import block_lines
+
+    codes = np.arange(32, dtype=np.int8) - 16  # as above: d = 0.5, codes −16…15, the 6th value of the 2nd block
+    block_bytes = np.concatenate([np.array([0.5], dtype="<f2").view(np.uint8), codes.view(np.uint8)])
+    lines = block_lines(block_of("blk.0.attn_q.weight", T.Q8_0, np.concatenate([block_bytes, block_bytes])[None, :], 0,
+                                 37), "zh")
+    assert lines[0] == "Q8_0 块，位于 blk.0.attn_q.weight[0, 32–63] · d 0.5"
+    assert lines[1] == "值 5：0.5 × 编码 -11 + 0 = -5.500000"
+    assert lines[2] == "编码    -15 -14 -13 -12 [-11] -10 -9 -8"
+    assert display_width(lines[2][:lines[2].index("-")]) == 8  # the label padded by display cells, as in English
+    assert lines[3].startswith("值      -7.500000 -7.000000")
+    iq = block_lines(block_of("t", T.IQ4_NL, raw_rows(T.IQ4_NL), 0, 3), "zh")
+    assert iq[1] == "编码    （IQ4_NL 的编码未解码：只有值）"
+    assert not any(word in line for line in lines + iq for word in ("block", "value", "code", "decoded"))
+
+
 async def test_the_weights_browser_shows_the_block_under_the_cursor():
     """The title names the tensor's type; below the grid, the block of the cell under the cursor."""
     from tui_helpers import screen_text, settle

@@ -12,8 +12,8 @@ from tinyllm_tui.presentation.quantisation import block_lines
 class QuantBlock(Static):
     DEFAULT_CSS = "QuantBlock { height: auto; max-height: 5; }"
 
-    def show(self, block) -> None:
-        """`block`: what Debugger.weight_block found under the cursor (None: nothing to show)."""
+    def show(self, block, lang: str) -> None:
+        """`block`: what Debugger.weight_block found under the cursor (None: nothing to show), worded in `lang`."""
         self.display = block is not None
         if block is not None:
-            self.update("\n".join(block_lines(block)))
+            self.update("\n".join(block_lines(block, lang)))

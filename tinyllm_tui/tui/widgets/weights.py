@@ -113,7 +113,7 @@ class WeightsScreen(Screen):
 
     def show_block(self) -> None:
         """A GGUF checkpoint's (or MXFP4 experts') quantisation block under the cursor."""
-        self.query_one(QuantBlock).show(self.debugger.weight_block(self.selected, self._cell_index()))
+        self.query_one(QuantBlock).show(self.debugger.weight_block(self.selected, self._cell_index()), self.lang)
 
     def on_screen_resume(self) -> None:
         self.refresh_matrix()

@@ -24,7 +24,7 @@ from tinyllm_tui.debugger.readings import Routing, layer_patterns
 from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
-from tinyllm_tui.presentation.routing import CELL, LABEL, MARGIN
+from tinyllm_tui.presentation.routing import EXPERT_CELL, LABEL, MARGIN
 from tinyllm_tui.presentation.summaries import diff_summary
 from tinyllm_tui.tui import i18n_causes
 from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words
@@ -255,7 +255,7 @@ def test_the_routing_view_and_its_glance_speak_chinese():
     lines = screen.lines(70, 8)
     assert lines[0] == "第 5 层 · 位置 10–12 · 专家 0–7（共 8 个）"
     assert screen.lines(70, 4)[0] == "第 5 层 · 位置 10（共 3 个中的 1 个） · 专家 0–7（共 8 个）"  # one row of three
-    assert lines[1].endswith("e7      差距") and display_width(lines[1]) == LABEL + 8 * CELL + MARGIN
+    assert lines[1].endswith("e7      差距") and display_width(lines[1]) == LABEL + 8 * EXPERT_CELL + MARGIN
     assert lines[-1].split() == ["Token数", "1", "1", "1", "1", "1", "0", "0", "1"]
     screen.glance = True  # as `a` sets it (the screen is not mounted here)
     glance = screen.lines(90, 8)

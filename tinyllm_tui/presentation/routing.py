@@ -15,7 +15,7 @@ from tinyllm_tui.presentation.numbers import display_width, fit_cells, left_alig
 from tinyllm_tui.tui.i18n import tr
 
 LABEL = 12  # the token column: "12 · token" cut to fit
-CELL = 6  # one expert's column: a weight as 0.630, or · where the token did not choose it
+EXPERT_CELL = 6  # one expert's column: a weight as 0.630, or · where the token did not choose it
 MARGIN = 10  # the margin column
 NEAR_TIE = 1e-3  # a margin below this is marked: a float32 or quantized run may choose otherwise
 
@@ -25,7 +25,7 @@ def routing_lines(routing: Routing, *, width: int, height: int, first_row: int =
     """The window of `routing` that fits `width` × `height`, starting at token `first_row` and expert
     `first_expert` (each clamped so that the window is full where it can be)."""
     tokens = len(routing.labels)
-    shown = max((width - LABEL - MARGIN) // CELL, 1)
+    shown = max((width - LABEL - MARGIN) // EXPERT_CELL, 1)
     first_expert = min(max(first_expert, 0), max(routing.n_experts - shown, 0))
     experts = range(first_expert, min(first_expert + shown, routing.n_experts))
     rows = max(height - 3, 1)  # the title, the experts' names and the counts
@@ -33,16 +33,17 @@ def routing_lines(routing: Routing, *, width: int, height: int, first_row: int =
     window = range(first_row, min(first_row + rows, tokens))
     lines = [tr("routing.where", lang, layer=routing.layer, positions=_positions(routing.positions, window, lang),
                 first_expert=experts.start, last_expert=experts.stop - 1, experts=routing.n_experts),
-             " " * LABEL + "".join(f"{f'e{e}':>{CELL}}" for e in experts)
+             " " * LABEL + "".join(f"{f'e{e}':>{EXPERT_CELL}}" for e in experts)
              + right_aligned(tr("routing.margin", lang), MARGIN)]
     for row in window:
         weight = dict(zip(routing.chosen[row].tolist(), routing.weights[row].tolist()))
-        cells = "".join(f"{weight[e]:>{CELL}.3f}" if e in weight else f"{'·':>{CELL}}" for e in experts)
+        cells = "".join(f"{weight[e]:>{EXPERT_CELL}.3f}" if e in weight else f"{'·':>{EXPERT_CELL}}" for e in experts)
         margin = routing.margins[row]
         flag = "⚠" if margin < NEAR_TIE else " "
         lines.append(f"{_label(routing.labels[row])}{cells}{margin:>{MARGIN - 1}.1e}{flag}")
     counts = routing.counts
-    lines.append(left_aligned(tr("routing.tokens", lang), LABEL) + "".join(f"{int(counts[e]):>{CELL}}" for e in experts))
+    lines.append(left_aligned(tr("routing.tokens", lang), LABEL)
+                 + "".join(f"{int(counts[e]):>{EXPERT_CELL}}" for e in experts))
     return [fit_cells(line.rstrip(), width) for line in lines]
 
 
@@ -73,18 +74,18 @@ def experts_glance_lines(routings: list[Routing], *, width: int, height: int, fi
     """Every sparse layer's tokens per expert (· for none) and least margin, the window of layers from `first_row`
     and experts from `first_expert` that fits `width` × `height` (each clamped so that the window is full)."""
     n_experts, tokens = routings[0].n_experts, len(routings[0].labels)
-    shown = max((width - LAYER - MARGIN - LABEL) // CELL, 1)
+    shown = max((width - LAYER - MARGIN - LABEL) // EXPERT_CELL, 1)
     first_expert = min(max(first_expert, 0), max(n_experts - shown, 0))
     experts = range(first_expert, min(first_expert + shown, n_experts))
     rows = max(height - 2, 1)
     first_row = min(max(first_row, 0), max(len(routings) - rows, 0))
     lines = [tr("routing.glance", lang, count=len(routings), first=experts.start, last=experts.stop - 1,
                 experts=n_experts, tokens=tokens),
-             left_aligned(tr("routing.layer", lang), LAYER) + "".join(f"{f'e{e}':>{CELL}}" for e in experts)
+             left_aligned(tr("routing.layer", lang), LAYER) + "".join(f"{f'e{e}':>{EXPERT_CELL}}" for e in experts)
              + right_aligned(tr("routing.least", lang), MARGIN + 3)]
     for routing in routings[first_row:first_row + rows]:
         counts = routing.counts
-        cells = "".join(f"{int(counts[e]):>{CELL}}" if counts[e] else f"{'·':>{CELL}}" for e in experts)
+        cells = "".join(f"{int(counts[e]):>{EXPERT_CELL}}" if counts[e] else f"{'·':>{EXPERT_CELL}}" for e in experts)
         least = int(routing.margins.argmin())
         margin = routing.margins[least]
         flag = "⚠" if margin < NEAR_TIE else " "

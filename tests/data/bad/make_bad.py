@@ -122,7 +122,7 @@ CASES = [
     ("size_budget.yaml", "  d_model: 4", "  d_model: 4000000000", "d_model", "model", "over the memory budget"),
     # kinds
     ("kind_positions.yaml", "  positions: learned", "  positions: rotary", "positions", "model.positions",
-     "expected one of none, seed_sin, sinusoidal, learned, got 'rotary'"),
+     "expected one of none, seed_sin, sinusoidal, learned, rope, got 'rotary'"),
     ("kind_norm.yaml", "    kind: layernorm", "    kind: batchnorm", "batchnorm", "model.norm.kind",
      "expected one of layernorm, rmsnorm, none, got 'batchnorm'"),
     ("kind_placement.yaml", "    placement: pre", "    placement: sandwich", "placement", "model.norm.placement",

@@ -275,13 +275,26 @@ def test_cycling_the_injected_fault_replays_to_the_same_step():
 
 def test_verdicts_come_from_the_expect_tables():
     debugger = make()
-    scenario = debugger.scenario
-    assert debugger.accept_outcomes(scenario, debugger.check_expectations(scenario))
+    assert debugger.outcomes is None and debugger.check_outcomes()
+    assert len(debugger.outcomes) == len(debugger.scenario.expect) and all(o.passed for o in debugger.outcomes)
     debugger.goto_step(8)
     verdicts = debugger.verdicts(debugger.view.state)
     assert len(verdicts) == 9 and verdicts[(1, 0)].printed == 0.971309
     judged = debugger.frame.matrix.verdicts  # the frame judges them once, for the widgets
     assert judged.count == 9 and judged.judged[1, 0] and judged.agrees[judged.judged].all()
+
+
+def test_outcomes_an_edit_outran_while_they_were_checked_are_not_kept():
+    debugger = make()
+    check = debugger.comparisons.expectations
+
+    def edited_meanwhile(scenario):  # the TUI checks in a thread: an edit may land before the check is done
+        outcomes = check(scenario)
+        debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5))
+        return outcomes
+
+    debugger.comparisons.expectations = edited_meanwhile
+    assert not debugger.check_outcomes() and debugger.outcomes is None
 
 
 def test_a_small_memory_budget_replays_to_go_back(reference):

@@ -638,9 +638,12 @@ class Debugger:
         self._goto(first.step)
         return Diverged(first.step, first, len(self.scenario.requests))
 
-    def accept_outcomes(self, scenario: Scenario, outcomes: list[Outcome]) -> bool:
-        """Keep the outcomes unless an edit has outran them; the frame shows them at once, or after the
-        run in flight (which publishes when it stops)."""
+    def check_outcomes(self) -> bool:
+        """Check the expect: tables on sessions of their own (in any thread) and keep the outcomes, unless an edit
+        has outrun them (False); the frame shows them at once, or after the run in flight (which publishes when
+        it stops)."""
+        scenario = self.scenario
+        outcomes = self.check_expectations(scenario)
         if scenario is not self.scenario:
             return False
         self.outcomes = tuple(outcomes)

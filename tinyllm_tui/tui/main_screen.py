@@ -232,14 +232,13 @@ class DebuggerScreen(Screen):
     def _check(self) -> None:
         """In a thread: what it finds goes into the Debugger's next frame (at once when no move is in flight)."""
         debugger = self.debugger
-        scenario = debugger.scenario
         try:
             if debugger.against is not None and debugger.divergences is None:
                 debugger.compare_against()
         except DiffCancelled:
             return
         if debugger.outcomes is None:
-            debugger.accept_outcomes(scenario, debugger.check_expectations(scenario))
+            debugger.check_outcomes()
         self.app.call_from_thread(self._checked)
 
     def _checked(self) -> None:

@@ -538,3 +538,15 @@ def test_300_steps_forward_and_200_back_land_where_counted_and_the_status_names_
     assert all(debugger.back().step == step for step in range(299, 99, -1))
     state = debugger.view.state
     assert (state.step, debugger.frame.step, debugger.frame.status.operator) == (100, 100, short_name(state))
+
+
+def test_what_was_opened_is_told_in_plain_facts(tmp_path):
+    """The app's title and sub-title, and what the main screen lays out, without reading the engine's scenario."""
+    debugger = make()
+    assert debugger.opened.title == "X01 · 我爱学习 / 你爱" and debugger.opened.name == "x01.yaml"
+    assert (debugger.opened.cached, debugger.opened.batch, debugger.opened.chat) == (True, False, False)
+    assert debugger.opened.n_layers == 1 and debugger.opened.weights_file is None  # its weights are in the file
+    debugger.save(tmp_path / "copy.yaml")  # from now on the file the edits are relative to
+    assert debugger.opened.path == str(tmp_path / "copy.yaml") and debugger.opened.name == "copy.yaml"
+    encoder = Debugger(load_scenario(SCENARIOS / "encoder004.yaml")).opened
+    assert not encoder.cached and encoder.n_layers == 1 and encoder.title == "encoder004 · 今天 天气 真 好 + PAD"

@@ -42,6 +42,7 @@ from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import WeightEdits
 from tinyllm_tui.debugger import navigation
 from tinyllm_tui.debugger.navigation import Progress
+from tinyllm_tui.debugger.opened import Opened
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher, misnamed_in
 from tinyllm_tui.debugger.frame import Frame, Labels, MatrixFrame, matrix_frame
 from tinyllm_tui.debugger.frames import FrameBuilder, View
@@ -174,6 +175,11 @@ class Debugger:
     def file_scenario(self) -> Scenario:
         """The scenario as its file holds it (edits are relative to it)."""
         return self.edits.file
+
+    @property
+    def opened(self) -> Opened:
+        """What the views show of the scenario file opened (the file written, after a save as…)."""
+        return Opened.of(self.file_scenario)
 
     @property
     def found_unsaved(self) -> Unsaved | None:

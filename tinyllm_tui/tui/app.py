@@ -66,8 +66,8 @@ class DebuggerApp(App):
         return debugger
 
     def _adopt(self, debugger: Debugger) -> None:
-        scenario = debugger.file_scenario
-        self.debugger, self.title, self.sub_title = debugger, scenario.title, Path(scenario.path).name
+        opened = debugger.opened
+        self.debugger, self.title, self.sub_title = debugger, opened.title, opened.name
 
     def on_mount(self) -> None:
         if self.loading is None:
@@ -115,7 +115,7 @@ class DebuggerApp(App):
         if not count:
             self.notify_status(describe(Refused(Reason.NOTHING_TO_SAVE), lang))
             return
-        question = tr("ask.save", lang, count=count, path=self.debugger.file_scenario.path)
+        question = tr("ask.save", lang, count=count, path=self.debugger.opened.path)
         answers = {"y": tr("answer.save", lang), "n": tr("answer.cancel", lang)}
         self.push_screen(ChoiceScreen(question, answers, "n",
                                       lambda answer: self._save_to(None) if answer == "y" else None, lang))
@@ -136,8 +136,8 @@ class DebuggerApp(App):
     def offer(self, result: Result) -> None:
         """Served: the file a save wrote, and the weight file it names, offered as a browser download."""
         if self.served and isinstance(result, Saved):
-            source = self.debugger.file_scenario.weights_source
-            self.served.deliver(self, [Path(result.path), *([] if source is None else [source.file])])
+            source = self.debugger.opened.weights_file
+            self.served.deliver(self, [Path(result.path), *([] if source is None else [source])])
 
     def _save_to(self, path: Path | None) -> str | None:
         """None when saved; else what went wrong (the edits stay in memory)."""
@@ -145,13 +145,13 @@ class DebuggerApp(App):
             result = self.debugger.save(path)
         except OSError as error:
             problem = tr("screen.not_saved", self.lang, error=error.strerror,
-                         path=path or self.debugger.file_scenario.path)
+                         path=path or self.debugger.opened.path)
             self.notify_status(problem)
             return problem
         if isinstance(result, Refused):
             self.notify_status(describe(result, self.lang))
             return describe(result, self.lang)
-        self.sub_title = Path(self.debugger.file_scenario.path).name
+        self.sub_title = self.debugger.opened.name
         self.offer(result)
         self.main.show(describe(result, self.lang))
         if hasattr(self.screen, "refresh_matrix"):

@@ -166,7 +166,7 @@ class DebuggerScreen(Screen):
         self.refusal = ""  # why the last key pressed during a run was refused
         self._refused = 0  # keys refused during the long run in flight, said once it is done
         self.wide = False
-        self.cached = debugger.scenario.model.lm_head  # an encoder runs one pass: it keeps no KV cache
+        self.cached = debugger.opened.cached  # an encoder runs one pass: it keeps no KV cache
         self._frame: Frame | None = None
         self._queued: deque = deque()  # (start, before_listing) of keys pressed while a quick move was in flight
         self._dropped = 0  # keys pressed while the queue was full, said once it has drained
@@ -177,9 +177,8 @@ class DebuggerScreen(Screen):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield ProgressBar(id="progress", show_eta=False)  # only while a run is in flight
-        scenario = self.debugger.scenario
-        chat = not scenario.batch and any(request.chat for request in scenario.requests)  # a line for the chat
-        yield Timeline(id="timeline", classes="-batch" if scenario.batch else "-chat" if chat else None)
+        opened = self.debugger.opened
+        yield Timeline(id="timeline", classes="-batch" if opened.batch else "-chat" if opened.chat else None)
         with Row(id="body"):
             yield OperatorList(id="operators")
             with Column(id="right"):

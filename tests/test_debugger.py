@@ -550,3 +550,23 @@ def test_what_was_opened_is_told_in_plain_facts(tmp_path):
     assert debugger.opened.path == str(tmp_path / "copy.yaml") and debugger.opened.name == "copy.yaml"
     encoder = Debugger(load_scenario(SCENARIOS / "encoder004.yaml")).opened
     assert not encoder.cached and encoder.n_layers == 1 and encoder.title == "encoder004 · 今天 天气 真 好 + PAD"
+
+
+def test_heads_at_a_glance_read_the_round_the_cursor_is_in():
+    """What the glance window needs, without the engine's states or vocabulary: X01 has one layer of two heads,
+    and request 0's prefill reads 我 爱 学习."""
+    debugger = make()
+    debugger.goto_step(7)  # layer 0's attention, in request 0's prefill
+    glance = debugger.glance()
+    assert (glance.layer, glance.layers, glance.keys) == (0, 1, ("我", "爱", "学习"))
+    patterns = glance.patterns(0)
+    assert len(patterns) == 2 and all(p.shape == (3, 3) for p in patterns)
+    assert np.allclose([p.sum(axis=1) for p in patterns], 1, rtol=0, atol=1e-12)  # each query's weights sum to 1
+    debugger.goto_step(glance.step(0, 1))
+    assert (debugger.view.state.name, debugger.view.state.head) == ("blocks.0.attn.hook_pattern", 1)
+    assert np.array_equal(to_host(debugger.view.state.values), patterns[1])
+    assert glance.step(0, 2) is None and glance.patterns(1) == []  # no head 2, no layer 1
+
+
+def test_a_dense_model_has_no_routing():
+    assert make().routing() == ([], 0)

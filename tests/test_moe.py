@@ -485,3 +485,18 @@ def test_a_dump_that_routes_as_the_reference_reports_no_flip(tmp_path):
                              "--save-activations", str(dump)])
     report = compare_generation(replace(SCENARIO, requests=(replace(SCENARIO.requests[0], max_new_tokens=2),)), dump)
     assert report.flip is None and report.first_divergence is None
+
+
+def test_the_routing_opens_at_the_cursors_layer_or_the_next_sparse_one():
+    from tinyllm_tui.debugger import Debugger
+
+    debugger = Debugger(SCENARIO)
+    routings, index = debugger.routing()  # at the first operator, before any layer: the first sparse one
+    assert [r.layer for r in routings] == MOE_LAYERS and index == 0
+    debugger.add_breakpoint("layer=1 & expert=3")
+    debugger.continue_()
+    routings, index = debugger.routing()
+    assert debugger.view.state.layer == 1 and routings[index].layer == 1
+    debugger.run_until(lambda state: state.layer == 2)  # a dense layer: the next sparse one, 3
+    routings, index = debugger.routing()
+    assert debugger.view.state.layer == 2 and routings[index].layer == 3

@@ -20,7 +20,7 @@ from engine import layers
 from engine.causes import CODES, Cause
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import bad_input
-from tinyllm_tui.debugger.readings import Routing, layer_patterns
+from tinyllm_tui.debugger.readings import Routing
 from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
@@ -48,9 +48,7 @@ def test_the_lens_and_the_glance_speak_chinese():
     lens = "\n".join(LensScreen("", run, rows, attribution, debugger.scenario.vocab, "zh").lines(160, 40))
     assert "直接逻辑归因" in lens and "位置 2 的前 3 名" in lens and "位置 0–2（本次前向共 3 个）" in lens
     assert ENGLISH.findall(lens) == []
-    states, state = debugger.view.round_states, debugger.view.state
-    glance = GlanceScreen("", 0, 1, lambda layer: layer_patterns(states, layer, state.chunk), state.context,
-                          debugger.scenario.vocab, "zh")
+    glance = GlanceScreen("", debugger.glance(), "zh")
     text = "\n".join(glance.lines(80, 20))
     assert "第 0 层（0–0）" in text and "第 0–1 头（共 2 个）" in text and ENGLISH.findall(text) == []
 

@@ -37,7 +37,7 @@ from engine.interventions import InterventionError, check_intervention, parse_an
 from tinyllm_tui.debugger.changes import Changed, Changes
 from tinyllm_tui.debugger.interventions import (Change, Intervened, applied_to, checked, save_interventions,
                                                 unmasked)
-from tinyllm_tui.debugger.readings import choice_before_after, round_lens
+from tinyllm_tui.debugger.readings import Glance, Routing, choice_before_after, round_glance, round_lens, routing_at
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import WeightEdits
 from tinyllm_tui.debugger import navigation
@@ -678,6 +678,17 @@ class Debugger:
     def lens(self, k: int = 3):
         """The logit lens of the current round, and its choice's attribution once chosen (readings.round_lens)."""
         return round_lens(self.session.model, self.history.round_states(), k)
+
+    def glance(self) -> Glance:
+        """Heads at a glance of the round the cursor is in, as the last move published it."""
+        view = self.view
+        return round_glance(view.round_states, view.state, self.scenario.model.n_layers, self.scenario.vocab.tokens)
+
+    def routing(self) -> tuple[list[Routing], int]:
+        """The mixture-of-experts routing of the round the cursor is in, as the last move published it, and the
+        index of the layer to open at (readings.routing_at)."""
+        view = self.view
+        return routing_at(view.round_states, view.state)
 
     # -- the pass for the CLI --
     def trace(self, save: str | Path | None = None) -> Trace:

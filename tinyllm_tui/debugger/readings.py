@@ -5,8 +5,8 @@ Computed on demand (in a worker: the lens unembeds every residual stream), never
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -51,6 +51,32 @@ def layer_patterns(states: Iterable[OpState], layer: int, chunk: int = 0) -> lis
 
 
 @dataclass(frozen=True)
+class Glance:
+    """Every head's attention pattern, layer by layer, in one chunk of the round the cursor is in (heads at a
+    glance): read a layer at a time, as the window moves to it."""
+
+    layer: int  # the cursor's layer (0 outside one): shown first
+    layers: int
+    keys: tuple[str, ...]  # the text of each key position's token
+    states: Sequence[OpState] = field(repr=False)  # the round's operators, as the move that published them left them
+    chunk: int = 0
+
+    def patterns(self, layer: int) -> list[np.ndarray]:
+        return layer_patterns(self.states, layer, self.chunk)
+
+    def step(self, layer: int, head: int) -> int | None:
+        """Where `head`'s pattern of `layer` is (None: not in this chunk of the round)."""
+        site = pattern_hook(layer)
+        return next((s.step for s in self.states if s.op.hook == site and s.head == head and s.chunk == self.chunk),
+                    None)
+
+
+def round_glance(states: Sequence[OpState], state: OpState, layers: int, tokens: Sequence[str]) -> Glance:
+    """Heads at a glance of the chunk `state` is in, starting at its layer; `tokens`: the vocabulary's texts."""
+    return Glance(state.layer or 0, layers, tuple(tokens[token] for token in state.context), states, state.chunk)
+
+
+@dataclass(frozen=True)
 class Routing:
     """One pass's routing at one layer (host arrays)."""
 
@@ -81,6 +107,15 @@ def round_routing(states: Iterable[OpState], chunk: int = 0) -> list[Routing]:
             weights[state.layer] = to_host(state.values)
     return [Routing(state.layer, state.positions, state.output.rows, chosen.chosen, weights[state.layer],
                     chosen.margins, chosen.scores.shape[1]) for state, chosen in found if state.layer in weights]
+
+
+def routing_at(states: Iterable[OpState], state: OpState) -> tuple[list[Routing], int]:
+    """The routing of the chunk `state` is in, and which of it to show first: `state`'s layer, or the next sparse
+    layer after it (the last where none follows); no routing: an empty list."""
+    routings = round_routing(states, state.chunk)
+    layer = state.layer or 0
+    return routings, next((i for i, routing in enumerate(routings) if routing.layer >= layer),
+                          max(len(routings) - 1, 0))
 
 
 def choice_before_after(states: Iterable[OpState], previous) -> tuple[tuple[int, float], tuple[int, float]] | None:

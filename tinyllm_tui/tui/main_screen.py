@@ -32,7 +32,7 @@ from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.operators import OperatorList
 from tinyllm_tui.tui.widgets.panels import ExpectPanel, ExplanationPanel, InputsPanel
 from tinyllm_tui.tui.widgets.readings import GlanceScreen, LensScreen, RoutingScreen
-from tinyllm_tui.debugger.readings import layer_patterns, pattern_hook, round_routing
+from tinyllm_tui.debugger.readings import Glance
 from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
@@ -692,31 +692,21 @@ class DebuggerScreen(Screen):
 
     @when_idle
     def action_glance(self) -> None:
-        debugger = self.debugger
-        state, states = debugger.view.state, debugger.view.round_states  # as the last move published them
-        screen = GlanceScreen(tr("glance.title", self.lang), state.layer or 0, debugger.scenario.model.n_layers,
-                              lambda layer: layer_patterns(states, layer, state.chunk), state.context,
-                              debugger.scenario.vocab, self.lang)
-        self.app.push_screen(screen, lambda chosen: self._open_head(states, state.chunk, chosen))
+        glance = self.debugger.glance()
+        screen = GlanceScreen(tr("glance.title", self.lang), glance, self.lang)
+        self.app.push_screen(screen, lambda chosen: self._open_head(glance, chosen))
 
     @when_idle
     def action_routing(self) -> None:
-        view = self.debugger.view  # as the last move published it
-        state = view.state
-        routings = round_routing(view.round_states, state.chunk)
+        routings, index = self.debugger.routing()
         if not routings:
             self.set_status(tr("routing.none", self.lang))
             return
-        layer = state.layer or 0
-        index = next((i for i, routing in enumerate(routings) if routing.layer >= layer), len(routings) - 1)
         self.app.push_screen(RoutingScreen(tr("routing.title", self.lang), routings, index, self.lang))
 
-    def _open_head(self, states, chunk: int, chosen: tuple[int, int] | None) -> None:
+    def _open_head(self, glance: Glance, chosen: tuple[int, int] | None) -> None:
         """Enter on a head at a glance: its pattern becomes the current matrix."""
-        if chosen is None:
-            return
-        site = pattern_hook(chosen[0])
-        step = next((s.step for s in states if s.op.hook == site and s.head == chosen[1] and s.chunk == chunk), None)
+        step = None if chosen is None else glance.step(*chosen)
         if step is not None:
             self.move(self.debugger.goto_step, step)
 

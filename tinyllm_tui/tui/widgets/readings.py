@@ -7,9 +7,6 @@ screens only cut what they hold to the window and move it with the arrow keys.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,7 +16,7 @@ from textual.widgets import Static
 
 from tinyllm_tui.presentation.glance import GUTTER, heads_glance_lines, head_width
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
-from tinyllm_tui.debugger.readings import Routing
+from tinyllm_tui.debugger.readings import Glance, Routing
 from tinyllm_tui.presentation.routing import experts_glance_lines, routing_lines
 from tinyllm_tui.tui.i18n import tr
 
@@ -92,11 +89,10 @@ class GlanceScreen(_Window):
 
     BINDINGS = [Binding("escape,A,q", "dismiss(None)", "Close"), Binding("enter", "open", "Open"), *MOVES]
 
-    def __init__(self, title: str, layer: int, layers: int, patterns: Callable[[int], list[np.ndarray]],
-                 context: tuple[int, ...], vocab, lang: str = "en"):
+    def __init__(self, title: str, glance: Glance, lang: str = "en"):
         super().__init__(title, lang)
-        self.first_row, self._layers, self._patterns = layer, layers, patterns
-        self._keys = [vocab.tokens[token].strip()[:1] or "␣" for token in context]  # a key's first visible character
+        self.first_row, self._layers, self._patterns = glance.layer, glance.layers, glance.patterns
+        self._keys = [key.strip()[:1] or "␣" for key in glance.keys]  # a key's first visible character
 
     def action_move(self, rows: int, cols: int) -> None:
         self.first_row = min(max(self.first_row + rows, 0), self._layers - 1)

@@ -239,15 +239,15 @@ def test_the_weights_frame_marks_only_an_edited_parameter_and_scales_by_its_larg
     marks exactly its changed cell. The heat scale is the largest finite |value|, measured a row at a time here."""
     monkeypatch.setattr(frame, "SCALE_CHUNK", 1)
     debugger = make()
-    untouched = debugger.weight_frame("blocks.0.attn.wq", feature_word)
+    untouched = debugger.browser.frame("blocks.0.attn.wq", feature_word)
     assert untouched.changed is None and untouched.before is None
     assert untouched.scale == np.abs(debugger.weights["blocks.0.attn.wq"]).max()
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 3.25))
     debugger.apply(CellEdit("blocks.0.attn.wk", (1, 0), -7.5))
-    edited = debugger.weight_frame("blocks.0.attn.wk", feature_word)
+    edited = debugger.browser.frame("blocks.0.attn.wk", feature_word)
     assert list(zip(*np.nonzero(edited.changed))) == [(0, 1), (1, 0)]
     assert edited.scale == 7.5 and edited.scale_before == np.abs(load_scenario(X01).weights["blocks.0.attn.wk"]).max()
-    assert debugger.weight_frame("blocks.0.attn.wq", feature_word).changed is None
+    assert debugger.browser.frame("blocks.0.attn.wq", feature_word).changed is None
     assert frame.finite_scale(np.array([[1.0, -np.inf], [np.nan, -2.5], [0.5, np.inf]])) == 2.5
     now, then = np.array([[1.0, np.nan, np.nan, 2.0]]), np.array([[1.0, np.nan, 3.0, np.inf]])
     assert frame.changed_cells(now, then).tolist() == [[False, False, True, True]]  # NaN in both is no change
@@ -570,3 +570,11 @@ def test_heads_at_a_glance_read_the_round_the_cursor_is_in():
 
 def test_a_dense_model_has_no_routing():
     assert make().routing() == ([], 0)
+
+
+def test_the_weights_browser_reads_who_reads_a_parameter_and_how_it_is_stored():
+    debugger = make()
+    debugger.goto_step(8)  # in request 0's prefill
+    assert debugger.browser.readers("blocks.0.attn.wk") == ["blocks.0.attn.hook_k"]  # the key projection
+    assert debugger.browser.readers("no.such.parameter") == []
+    assert debugger.browser.kind("blocks.0.attn.wk") is None and debugger.browser.block("embed", (0, 0)) is None

@@ -39,12 +39,12 @@ from tinyllm_tui.debugger.interventions import (Change, Intervened, applied_to, 
                                                 unmasked)
 from tinyllm_tui.debugger.readings import Glance, Routing, choice_before_after, round_glance, round_lens, routing_at
 from tinyllm_tui.debugger.tracing import Trace
-from tinyllm_tui.debugger.weights import WeightEdits
+from tinyllm_tui.debugger.weights import WeightEdits, WeightsBrowser
 from tinyllm_tui.debugger import navigation
 from tinyllm_tui.debugger.navigation import Progress
 from tinyllm_tui.debugger.opened import Opened
 from tinyllm_tui.debugger.breakpoint_set import BreakpointSet, matcher, misnamed_in
-from tinyllm_tui.debugger.frame import Frame, Labels, MatrixFrame, matrix_frame
+from tinyllm_tui.debugger.frame import Frame
 from tinyllm_tui.debugger.frames import FrameBuilder, View
 from tinyllm_tui.debugger.history import HISTORY_BUDGET, History
 from tinyllm_tui.debugger.row_labels import MARKS, RowWords
@@ -110,6 +110,7 @@ class Debugger:
         self.comparisons = Comparisons(self.backend, self.against, self._compared)
         self.changes = Changes(scenario.weights, scenario.interventions)  # edits and interventions: one undo list
         self.edits = WeightEdits(scenario, self.changes, edits)
+        self.browser = WeightsBrowser(self.edits, lambda: self.view.round_states)  # what the weights browser reads
         self.breaks = BreakpointSet(breakpoints)  # a text that cannot be understood raises BreakpointError
         self.budget = budget
         self.stale: StaleFrom | None = None
@@ -552,38 +553,6 @@ class Debugger:
         earlier = None if self.previous is None else self.previous.state_at(state.step)
         same = earlier is not None and earlier.name == state.name and earlier.values.shape == state.values.shape
         return earlier if same else None
-
-    def readers(self, name: str) -> list[str]:
-        """The operators of the current round that read parameter `name`."""
-        return list(dict.fromkeys(s.name for s in self.view.round_states
-                                  if any(o.name.removesuffix(".T") == name for o in s.inputs)))
-
-    def weight_kind(self, name: str) -> str | None:
-        """Parameter `name`'s GGUF tensor type (Q4_K, …; a folder's MXFP4 experts: MXFP4), or None."""
-        quantisation = self.edits.quantisation()
-        return None if quantisation is None else quantisation.kind(name)
-
-    def weight_block(self, name: str, index: tuple[int, ...]):
-        """The quantisation block behind `name[index]` (engine.loading.gguf_blocks.EncodedBlock); None: unquantized."""
-        quantisation = self.edits.quantisation()
-        return None if quantisation is None else quantisation.block(name, index)
-
-    def weight_frame(self, name: str, word: Callable[[str, int | None], str]) -> MatrixFrame:
-        """Parameter `name` as the weights browser shows it: rows are input features, columns output
-        features (the vocabulary where it is an axis); cells that differ from the file are marked.
-        `word(axis, index)` is the view's label of a feature: axis "in", "out", or "value" (a vector's one row)."""
-        array, original = np.atleast_2d(self.weights[name]), self.edits.original(name)
-        original = None if original is None else np.atleast_2d(original)
-        label = self.scenario.vocab.label
-
-        def axis(index: int, prefix: str) -> Labels:
-            if {"embed": 0, "unembed": 1}.get(name) == index:
-                return Labels(array.shape[index], label)
-            return Labels(array.shape[index], lambda i: word(prefix, i))
-
-        rows = axis(0, "in") if self.weights[name].ndim == 2 else Labels(1, lambda i: word("value", None))
-        cols = axis(1, "out") if self.weights[name].ndim == 2 else Labels(array.shape[1], str)
-        return matrix_frame(name, array, rows, cols, before=original)
 
     # -- comparisons (tinyllm_tui/debugger/comparisons.py: each on sessions of its own, safe in a worker) ------
     def _compared(self) -> Compared:

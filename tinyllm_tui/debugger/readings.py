@@ -38,6 +38,11 @@ def pass_lens(model: Transformer, run: Pass, k: int) -> tuple[list[LensRow], Att
     return logit_lens(model, run, k), attribution(model, run) if chosen else None
 
 
+def parameter_readers(states: Iterable[OpState], name: str) -> list[str]:
+    """The operators among `states` that read parameter `name` (a transposed one too), in order, once each."""
+    return list(dict.fromkeys(s.name for s in states if any(o.name.removesuffix(".T") == name for o in s.inputs)))
+
+
 def pattern_hook(layer: int) -> Hook:
     """Where `layer`'s attention patterns are (one operator per head)."""
     return Hook(layer, "attn", "hook_pattern")

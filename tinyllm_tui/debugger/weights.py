@@ -1,10 +1,11 @@
 """The weights a debugging session runs with: the file's, the edits on top of them (kept, with the
 interventions, in the session's one undo list: changes.py), how many numbers differ from the file, the
-autosave of unsaved edits, saving, and a GGUF file's quantisation. The Debugger replays a session after
+autosave of unsaved edits, saving, a GGUF file's quantisation, and (WeightsBrowser) what the weights browser reads. The Debugger replays a session after
 each change; this part knows nothing of sessions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +13,12 @@ import numpy as np
 from engine import Scenario, load_scenario
 from engine.lazy_weights import LazyWeights, changed_names
 from engine.loading.edits import Edit, apply_edit, save
+from engine.trace import OpState
 from tinyllm_tui.debugger import autosave
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.changes import Changes
+from tinyllm_tui.debugger.frame import Labels, MatrixFrame, matrix_frame
+from tinyllm_tui.debugger.readings import parameter_readers
 
 
 class WeightEdits:
@@ -82,3 +86,42 @@ class WeightEdits:
         """How a GGUF checkpoint stores each parameter (None for weights read from elsewhere)."""
         current = self.current
         return current.quantisation if isinstance(current, LazyWeights) else None
+
+
+class WeightsBrowser:
+    """What the weights browser reads of the weights and the round the cursor is in; edits go through the
+    Debugger's moves (its generator's owner)."""
+
+    def __init__(self, edits: WeightEdits, round_states: Callable[[], Sequence[OpState]]):
+        self._edits, self._round_states = edits, round_states
+
+    def readers(self, name: str) -> list[str]:
+        """The operators of the current round that read parameter `name`."""
+        return parameter_readers(self._round_states(), name)
+
+    def kind(self, name: str) -> str | None:
+        """Parameter `name`'s GGUF tensor type (Q4_K, …; a folder's MXFP4 experts: MXFP4), or None."""
+        quantisation = self._edits.quantisation()
+        return None if quantisation is None else quantisation.kind(name)
+
+    def block(self, name: str, index: tuple[int, ...]):
+        """The quantisation block behind `name[index]` (engine.loading.gguf_blocks.EncodedBlock); None: unquantized."""
+        quantisation = self._edits.quantisation()
+        return None if quantisation is None else quantisation.block(name, index)
+
+    def frame(self, name: str, word: Callable[[str, int | None], str]) -> MatrixFrame:
+        """Parameter `name` as the weights browser shows it: rows are input features, columns output
+        features (the vocabulary where it is an axis); cells that differ from the file are marked.
+        `word(axis, index)` is the view's label of a feature: axis "in", "out", or "value" (a vector's one row)."""
+        array, original = np.atleast_2d(self._edits.current[name]), self._edits.original(name)
+        original = None if original is None else np.atleast_2d(original)
+        label = self._edits.file.vocab.label
+
+        def axis(index: int, prefix: str) -> Labels:
+            if {"embed": 0, "unembed": 1}.get(name) == index:
+                return Labels(array.shape[index], label)
+            return Labels(array.shape[index], lambda i: word(prefix, i))
+
+        rows = axis(0, "in") if self._edits.current[name].ndim == 2 else Labels(1, lambda i: word("value", None))
+        cols = axis(1, "out") if self._edits.current[name].ndim == 2 else Labels(array.shape[1], str)
+        return matrix_frame(name, array, rows, cols, before=original)

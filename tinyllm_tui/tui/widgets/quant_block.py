@@ -13,7 +13,7 @@ class QuantBlock(Static):
     DEFAULT_CSS = "QuantBlock { height: auto; max-height: 5; }"
 
     def show(self, block, lang: str) -> None:
-        """`block`: what Debugger.weight_block found under the cursor (None: nothing to show), worded in `lang`."""
+        """`block`: what the Debugger's browser.block found under the cursor (None: nothing to show), worded in `lang`."""
         self.display = block is not None
         if block is not None:
             self.update("\n".join(block_lines(block, lang)))

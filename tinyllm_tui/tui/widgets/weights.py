@@ -113,7 +113,7 @@ class WeightsScreen(Screen):
 
     def show_block(self) -> None:
         """A GGUF checkpoint's (or MXFP4 experts') quantisation block under the cursor."""
-        self.query_one(QuantBlock).show(self.debugger.weight_block(self.selected, self._cell_index()), self.lang)
+        self.query_one(QuantBlock).show(self.debugger.browser.block(self.selected, self._cell_index()), self.lang)
 
     def on_screen_resume(self) -> None:
         self.refresh_matrix()
@@ -129,9 +129,9 @@ class WeightsScreen(Screen):
 
     def refresh_matrix(self, message: str = "") -> None:
         name, lang = self.selected, self.lang
-        matrix = self.debugger.weight_frame(name, lambda axis, i: tr(f"weights.{axis}", lang, index=i))
-        readers = ", ".join(self.debugger.readers(name)) or tr("weights.no_reader", lang)
-        kind = self.debugger.weight_kind(name)  # a GGUF tensor's type, e.g. Q4_K
+        matrix = self.debugger.browser.frame(name, lambda axis, i: tr(f"weights.{axis}", lang, index=i))
+        readers = ", ".join(self.debugger.browser.readers(name)) or tr("weights.no_reader", lang)
+        kind = self.debugger.browser.kind(name)  # a GGUF tensor's type, e.g. Q4_K
         self.query_one("#weight-title", Static).update(tr("weights.read_by", lang, readers=readers))
         self.query_one(CursorMatrix).show(matrix, " · ".join(filter(None, [name, kind])))  # its title adds the shape
         self.show_block()

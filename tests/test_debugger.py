@@ -578,3 +578,12 @@ def test_the_weights_browser_reads_who_reads_a_parameter_and_how_it_is_stored():
     assert debugger.browser.readers("blocks.0.attn.wk") == ["blocks.0.attn.hook_k"]  # the key projection
     assert debugger.browser.readers("no.such.parameter") == []
     assert debugger.browser.kind("blocks.0.attn.wk") is None and debugger.browser.block("embed", (0, 0)) is None
+
+
+def test_the_weights_browser_lists_shapes_and_reads_a_cell():
+    """X01: six tokens of width 4; W_K maps the width 4 to two heads of width 2."""
+    debugger = make()
+    shapes = debugger.browser.shapes()
+    assert shapes["embed"] == (6, 4) and shapes["blocks.0.attn.wk"] == (4, 4) and list(shapes) == list(debugger.weights)
+    debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5))
+    assert debugger.browser.value("blocks.0.attn.wk", (0, 1)) == 0.5

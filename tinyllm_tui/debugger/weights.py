@@ -95,6 +95,14 @@ class WeightsBrowser:
     def __init__(self, edits: WeightEdits, round_states: Callable[[], Sequence[OpState]]):
         self._edits, self._round_states = edits, round_states
 
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's shape, in the order the weights list them."""
+        return {name: array.shape for name, array in self._edits.current.items()}
+
+    def value(self, name: str, index: tuple[int, ...]) -> float:
+        """The current value of `name[index]`."""
+        return float(self._edits.current[name][index])
+
     def readers(self, name: str) -> list[str]:
         """The operators of the current round that read parameter `name`."""
         return parameter_readers(self._round_states(), name)

@@ -89,7 +89,8 @@ class WeightsScreen(Screen):
         super().__init__()
         self.debugger, self.opener, self.lang = debugger, opener, lang
         self._bindings = translated_bindings(self._bindings, lang)
-        self.selected = next(iter(debugger.weights))
+        self._shapes = debugger.browser.shapes()  # an edit changes values, never a shape
+        self.selected = next(iter(self._shapes))
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -102,7 +103,7 @@ class WeightsScreen(Screen):
         yield KeyFooter()
 
     def on_mount(self) -> None:
-        lines = tuple((name, Text(f"{name}  {shape_text(w.shape)}")) for name, w in self.debugger.weights.items())
+        lines = tuple((name, Text(f"{name}  {shape_text(shape)}")) for name, shape in self._shapes.items())
         self.query_one(LineList).show(lines, self.selected)
         grid = self.query_one(CursorMatrix)
         grid.lang = self.lang
@@ -141,11 +142,11 @@ class WeightsScreen(Screen):
     # -- edits -------------------------------------------------------------------------------------
     def _cell_index(self) -> tuple[int, ...]:
         row, col = self.query_one(CursorMatrix).cursor or (0, 0)
-        return (col,) if self.debugger.weights[self.selected].ndim == 1 else (row, col)
+        return (col,) if len(self._shapes[self.selected]) == 1 else (row, col)
 
     def action_edit(self) -> None:
         index = self._cell_index()
-        old = float(self.debugger.weights[self.selected][index])
+        old = self.debugger.browser.value(self.selected, index)
         where = f"{self.selected}[{','.join(map(str, index))}]"
         self.app.push_screen(PromptScreen(tr("ask.value", self.lang, where=where, old=f"{old:g}"),
                                           lambda text: self._accept(index, text)))

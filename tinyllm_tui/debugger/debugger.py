@@ -33,11 +33,11 @@ from engine.session import StaleFrom
 from engine.trace import Phase
 from tinyllm_tui.debugger.autosave import Unsaved
 from tinyllm_tui.debugger.comparisons import Compared, Comparisons
-from engine.interventions import InterventionError, check_intervention, parse_any, routed_expert, target_text
+from engine.interventions import InterventionError, routed_expert, target_text
 from tinyllm_tui.debugger.changes import Changed, Changes
-from tinyllm_tui.debugger.interventions import (Change, Intervened, applied_to, checked, save_interventions,
-                                                unmasked)
-from tinyllm_tui.debugger.readings import Glance, Routing, choice_before_after, round_glance, round_lens, routing_at
+from tinyllm_tui.debugger.interventions import (Change, Intervened, applied_to, checked, intervened, problem,
+                                                save_interventions, unmasked)
+from tinyllm_tui.debugger.readings import Glance, Routing, round_glance, round_lens, routing_at
 from tinyllm_tui.debugger.tracing import Trace
 from tinyllm_tui.debugger.weights import WeightEdits, WeightsBrowser
 from tinyllm_tui.debugger import navigation
@@ -487,12 +487,7 @@ class Debugger:
 
     def intervention_problem(self, text: str) -> Cause | None:
         """What is wrong with `text` as an intervention on this model (None: nothing seen before a run)."""
-        try:
-            check_intervention(parse_any(text), self.scenario.model, len(self.scenario.requests),
-                               len(self.scenario.vocab))
-        except InterventionError as error:
-            return error.cause
-        return None
+        return problem(text, self.scenario)
 
     def _drop_intervention(self, error: InterventionError) -> Result:
         """The run stopped where `error.intervention` could not apply: it goes (a change of its own: undo puts
@@ -522,11 +517,7 @@ class Debugger:
                        unmasked=unmasked(intervention, self.history.round_states()))
 
     def _intervened(self, change: Change, text: str = "") -> Intervened:
-        """With the round's choice before → after, once the round has chosen: its token's text and probability."""
-        change_ = choice_before_after(self.history.round_states(), self.previous)
-        tokens = self.scenario.vocab.tokens
-        choice = None if change_ is None else tuple((tokens[token], p) for token, p in change_)
-        return Intervened(change, text, choice)
+        return intervened(change, text, self.history.round_states(), self.previous, self.scenario.vocab.tokens)
 
     def save_interventions(self, path: str | Path | None = None) -> Result:
         """Write the current interventions into the scenario file's `interventions:` (a checkpoint opened

@@ -8,7 +8,7 @@ No UI imports: the TUI and the CLI show what this holds.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -16,11 +16,14 @@ from pathlib import Path
 import numpy as np
 
 from engine import to_host
-from engine.interventions import Intervention, check_intervention, check_operator, parse_any
+from engine.causes import Cause
+from engine.interventions import (Intervention, InterventionError, check_intervention, check_operator,
+                                  parse_any)
 from engine.loading.document import round_trip_yaml
 from engine.loading.weightfile import atomic_write
 from engine.scenario import Scenario
-from engine.trace import OpKind
+from engine.trace import OpKind, OpState
+from tinyllm_tui.debugger.readings import choice_before_after
 
 MASKED_KINDS = (OpKind.SCORES, OpKind.SOFTCAP)  # attention scores: a mask writes −∞ where a query may not look
 
@@ -70,13 +73,35 @@ def unmasked(intervention: Intervention, states) -> Unmasked | None:
     return Unmasked(cells, position, any(key > query for query, key in opened if query == position))
 
 
+def intervened(change: Change, text: str, states: Iterable[OpState], previous, tokens: Sequence[str]) -> Intervened:
+    """With the round's choice before → after, once the round (`states`) has chosen: its token's text and
+    probability (`previous`: the History of the run before the change; `tokens`: the vocabulary's texts)."""
+    before_after = choice_before_after(states, previous)
+    choice = None if before_after is None else tuple((tokens[token], p) for token, p in before_after)
+    return Intervened(change, text, choice)
+
+
+def problem(text: str, scenario: Scenario) -> Cause | None:
+    """What is wrong with `text` as an intervention on `scenario`'s model (None: nothing seen before a run)."""
+    try:
+        _well_formed(text, scenario)
+    except InterventionError as error:
+        return error.cause
+    return None
+
+
 def checked(text: str, scenario: Scenario, hooks) -> Intervention:
     """Parse and check one spec (`--patch` or `--ablate` text); raises InterventionError.
 
     Args: hooks: the model's engine.hooks.HookRegistry, which every hook it names must be in."""
+    intervention = _well_formed(text, scenario)
+    check_operator(intervention, hooks)
+    return intervention
+
+
+def _well_formed(text: str, scenario: Scenario) -> Intervention:
     intervention = parse_any(text)
     check_intervention(intervention, scenario.model, len(scenario.requests), len(scenario.vocab))
-    check_operator(intervention, hooks)
     return intervention
 
 

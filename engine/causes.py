@@ -48,6 +48,10 @@ CODES = frozenset({
     "option.bug", "option.form", "option.cannot_run", "option.system", "option.ids",
     # a size (--max-memory: engine/loading/budget.py)
     "size.syntax",
+    # a head the gradient check cannot take (engine/compare/gradcheck.py)
+    "gradcheck.no_head", "gradcheck.not_softmax",
+    # a file a command cannot write (tinyllm_tui/debugger/standalone.py)
+    "option.unwritable",
 })
 
 

@@ -16,6 +16,7 @@ from tui_helpers import perturbed_dump
 
 from engine import ScenarioError, load_scenario, load_scenario_text
 from engine.breakpoints import BreakpointError
+from engine.loading import open_model
 from engine import layers
 from engine.causes import CODES, Cause
 from engine.faults import FAULTS
@@ -23,6 +24,7 @@ from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import OptionError, bad_input
 from tinyllm_tui.debugger.opening import ModelOptions, check_options, opening
 from tinyllm_tui.debugger.readings import Routing, layer_patterns
+from tinyllm_tui.debugger.standalone import gradcheck
 from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
@@ -124,8 +126,8 @@ def fields(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
-CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla)"
-                  r"(\.[a-z_]+)+")  # a cause's code
+CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
+                  r"|gradcheck)(\.[a-z_]+)+")  # a cause's code
 NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
 
 
@@ -302,3 +304,14 @@ def test_the_options_refused_before_loading_read_in_chinese():
         with pytest.raises(OptionError) as refused:
             check_options(options)
         assert cause_words(refused.value.cause, "zh").startswith(words)
+
+
+def test_a_head_the_gradient_check_cannot_take_is_refused_in_chinese():
+    """x01 has two heads; Gemma 2 soft-caps its scores: the gradient check's refusals, worded in zh."""
+    with pytest.raises(OptionError) as refused:
+        gradcheck(load_scenario(X01), request=0, layer=0, head=9)
+    assert refused.value.option == "" and cause_words(refused.value.cause, "zh") == "请求 0 的第 0 层没有头 9"
+    with pytest.raises(OptionError) as refused:
+        gradcheck(open_model(ROOT / "tests" / "fixtures" / "gemma2", ids=[[1, 2, 3]]), request=0, layer=0, head=0)
+    assert refused.value.option == "--layer"
+    assert cause_words(refused.value.cause, "zh").startswith("第 0 层（attention）：它的头不是其分数算子的查询与键的 softmax")

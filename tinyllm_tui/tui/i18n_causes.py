@@ -79,6 +79,11 @@ EN = {
     "option.system": "a system message needs a --chat message to start",
     "option.ids": "expected token ids like 1,2,3, got {text!r}",
     "size.syntax": "expected a size such as 8G, 512M or 1.5G, got {text!r}",
+    "gradcheck.no_head": "no head {head} in layer {layer} of request {request}",
+    "gradcheck.not_softmax": "layer {layer} ({mixer}): its heads are not softmax(Q·Kᵀ·scale)·V of its scores "
+                             "operator's queries and keys (latent attention, a soft cap or attention sinks); gradcheck "
+                             "checks a plain softmax attention head",
+    "option.unwritable": "cannot write {weights} or {target} ({error})",
 }
 
 ZH = {
@@ -150,4 +155,8 @@ ZH = {
     "option.system": "系统消息需要一条 --chat 消息才能开始",
     "option.ids": "应为形如 1,2,3 的Token编号，得到的是 {text!r}",
     "size.syntax": "应为形如 8G、512M 或 1.5G 的大小，得到的是 {text!r}",
+    "gradcheck.no_head": "请求 {request} 的第 {layer} 层没有头 {head}",
+    "gradcheck.not_softmax": "第 {layer} 层（{mixer}）：它的头不是其分数算子的查询与键的 softmax(Q·Kᵀ·scale)·V（潜在注意力、"
+                             "软上限或注意力汇点）；gradcheck 检查的是普通的 softmax 注意力头",
+    "option.unwritable": "无法写入 {weights} 或 {target}（{error}）",
 }

@@ -315,3 +315,10 @@ def test_a_head_the_gradient_check_cannot_take_is_refused_in_chinese():
         gradcheck(open_model(ROOT / "tests" / "fixtures" / "gemma2", ids=[[1, 2, 3]]), request=0, layer=0, head=0)
     assert refused.value.option == "--layer"
     assert cause_words(refused.value.cause, "zh").startswith("第 0 层（attention）：它的头不是其分数算子的查询与键的 softmax")
+
+
+def test_the_batch_tolerance_line_reads_in_chinese():
+    """The rule a batch is held to was English in the engine (diff.BATCH_RULE); the catalogue words it."""
+    assert diff_summary([], "stale-cache", batch=True, lang="zh") == (
+        "✓ 批次等于各请求单独运行：每个算子都在该数据类型的容差（float64 中为 1e-12）+ 4·(经过的块数 + 1)·ε·max|值| 之内"
+        "（ε：该数据类型的舍入步长；Token编号须完全相同）（注入：stale-cache）")

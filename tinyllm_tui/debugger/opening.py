@@ -156,7 +156,8 @@ def opening(scenario: Scenario, options: ModelOptions) -> Opening:
     every --break, every --set as an unsaved edit, and the history's budget. A bug that cannot run is refused."""
     why = FAULTS[options.inject].cannot_run(scenario) if options.inject else None
     if why:
-        raise OptionError("--inject", cause("option.cannot_run", bug=options.inject, path=str(scenario.path), why=why))
+        raise OptionError("--inject", cause("option.cannot_run", bug=options.inject, path=str(scenario.path),
+                                            why=why))
     return Opening(scenario, [*scenario.breakpoints, *(options.breakpoints or [])],
                    [parse_set(text, scenario.weights) for text in options.sets or []],
                    history_budget(scenario, options.dtype, _max_memory(options.max_memory)))

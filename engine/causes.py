@@ -44,14 +44,12 @@ CODES = frozenset({
     # why an injected bug cannot run on a scenario, or would change no number of it (engine/faults.py)
     "fault.encoder", "fault.past_positions", "fault.one_layer", "fault.mixed_layers", "fault.unpadded",
     "fault.not_left_padded", "fault.no_positions", "fault.no_per_layer_input",
-    # an option the front ends refuse before a run (tinyllm_tui/debugger/opening.py: OptionError)
-    "option.bug", "option.form", "option.cannot_run", "option.system", "option.ids",
+    # an option the front ends refuse (tinyllm_tui/debugger/opening.py, standalone.py: OptionError)
+    "option.bug", "option.form", "option.cannot_run", "option.system", "option.ids", "option.unwritable",
     # a size (--max-memory: engine/loading/budget.py)
     "size.syntax",
     # a head the gradient check cannot take (engine/compare/gradcheck.py)
     "gradcheck.no_head", "gradcheck.not_softmax",
-    # a file a command cannot write (tinyllm_tui/debugger/standalone.py)
-    "option.unwritable",
 })
 
 

@@ -41,6 +41,15 @@ CODES = frozenset({
     "side.dump", "side.llama_cpp", "side.run", "side.cache", "side.run_cache",
     # readings of the residual stream (engine/analysis.py)
     "analysis.encoder", "analysis.post_norm", "analysis.block_norm",
+    # why an injected bug cannot run on a scenario, or would change no number of it (engine/faults.py)
+    "fault.encoder", "fault.past_positions", "fault.one_layer", "fault.mixed_layers", "fault.unpadded",
+    "fault.not_left_padded", "fault.no_positions", "fault.no_per_layer_input",
+    # an option the front ends refuse (tinyllm_tui/debugger/opening.py, standalone.py: OptionError)
+    "option.bug", "option.form", "option.cannot_run", "option.system", "option.ids", "option.unwritable",
+    # a size (--max-memory: engine/loading/budget.py)
+    "size.syntax",
+    # a head the gradient check cannot take (engine/compare/gradcheck.py)
+    "gradcheck.no_head", "gradcheck.not_softmax",
 })
 
 
@@ -66,5 +75,10 @@ class CausedError(ValueError):
     """A refused input: `cause` says what, as a code and facts; `str(error)` is that cause, unworded."""
 
     def __init__(self, code: str, **facts):
-        self.cause = Cause(code, facts, {} if code in CODES else layers.kind_words(code))
+        self.cause = cause(code, **facts)
         super().__init__(str(self.cause))
+
+
+def cause(code: str, **facts) -> Cause:
+    """The Cause `code` with its facts, and its kind's words where a layer kind owns the code (its CAUSES)."""
+    return Cause(code, facts, {} if code in CODES else layers.kind_words(code))

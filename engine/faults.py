@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 from engine import layers
+from engine.causes import Cause, cause
 from engine.layers import FaultPoints
 from engine.spec import Positions
 from engine.state import LayerState
@@ -62,8 +63,9 @@ class Fault(FaultPoints):
         """The state `layer` extends and then reads (attention's K/V cache: the rows it appends to)."""
         return caches[layer]
 
-    def unseen(self, scenario) -> str | None:
-        """Why this bug would change no number of the scenario (None: it shows)."""
+    def unseen(self, scenario) -> tuple[str, dict] | None:
+        """Why this bug would change no number of the scenario (None: it shows): a code, the stack's (engine.causes)
+        or its kind's (its CAUSES), and the facts, which `cannot_run` makes a Cause."""
         return None
 
     def padded(self, flags: list[bool]) -> list[bool] | None:
@@ -74,22 +76,24 @@ class Fault(FaultPoints):
         """How far a request's `pad` left-padding tokens shift its position ids back."""
         return pad
 
-    def cannot_run(self, scenario) -> str | None:
-        """Why this bug cannot run on an engine.scenario.Scenario (None: it can): an encoder keeps no
+    def cannot_run(self, scenario) -> Cause | None:
+        """Why this bug cannot run on an engine.scenario.Scenario, as a cause (None: it can): an encoder keeps no
         cache between rounds, the bug must change some number, and the positions it feeds must stay
         inside a learned position table."""
         model, requests = scenario.model, scenario.requests
         if not model.lm_head:
-            return "an encoder (model.lm_head: false) runs one prefill and no cached round, so no cache bug can show"
+            return cause("fault.encoder")
         unseen = self.unseen(scenario)
-        if unseen or model.positions != Positions.LEARNED:
-            return unseen
+        if unseen:
+            return cause(unseen[0], **unseen[1])
+        if model.positions != Positions.LEARNED:
+            return None
         for request in requests:
             fed = len(request.tokens)
             for round_ in range(1, request.max_new_tokens):  # a decode round feeds what `feed` gives
                 fed += len(self.feed(Phase.DECODE, [0], [0] * (len(request.tokens) + round_)))
             if fed > model.max_positions:
-                return f"it would feed position {fed - 1}, past the model's {model.max_positions} learned positions"
+                return cause("fault.past_positions", position=fed - 1, positions=model.max_positions)
         return None
 
 
@@ -123,8 +127,8 @@ class NoCacheLayer1(Fault):
     def unseen(self, scenario):
         blocks = scenario.model.blocks
         if len(blocks) < 2:
-            return "the model has no layer 1"
-        return None if blocks[0].mixer == blocks[1].mixer else "layers 0 and 1 keep different kinds of state"
+            return ("fault.one_layer", {})
+        return None if blocks[0].mixer == blocks[1].mixer else ("fault.mixed_layers", {})
 
 
 class PaddingUnmasked(Fault):
@@ -134,7 +138,7 @@ class PaddingUnmasked(Fault):
 
     def unseen(self, scenario):
         padded = any(scenario.vocab.pad in r.tokens for r in scenario.requests) or _padding(scenario)
-        return None if padded else "no request is padded (run prompts of different lengths as a batch)"
+        return None if padded else ("fault.unpadded", {})
 
 
 class PositionsNotOffset(Fault):
@@ -144,11 +148,10 @@ class PositionsNotOffset(Fault):
 
     def unseen(self, scenario):
         model = scenario.model
-        why = _no_positions(model) or (None if _padding(scenario) else "no request is left-padded "
-                                       "(run prompts of different lengths as a batch)")
+        why = _no_positions(model) or (None if _padding(scenario) else ("fault.not_left_padded", {}))
         longest = max(len(r.tokens) for r in scenario.requests) + max(r.max_new_tokens for r in scenario.requests) - 1
         if not why and model.positions == Positions.LEARNED and longest > model.max_positions:
-            why = f"it would feed position {longest - 1}, past the model's {model.max_positions} learned positions"
+            why = ("fault.past_positions", {"position": longest - 1, "positions": model.max_positions})
         return why
 
 
@@ -168,12 +171,12 @@ class PerLayerPrevious(Fault):
         return (fed[-1:] + current)[:len(current)]
 
     def unseen(self, scenario):
-        return None if scenario.model.per_layer_input else "the model has no per-layer inputs"
+        return None if scenario.model.per_layer_input else ("fault.no_per_layer_input", {})
 
 
-def _no_positions(model) -> str | None:
+def _no_positions(model) -> tuple[str, dict] | None:
     if model.positions == Positions.NONE and not model.training:  # dropout masks are drawn per position
-        return "the model has no position term, so wrong positions change nothing"
+        return ("fault.no_positions", {})
     return None
 
 

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from engine import Session, load_scenario, make_backend
 from engine.caches import LayerCache, ScaleAxis
+from engine.causes import Cause
 from engine.faults import FAULTS, INJECTIONS, NO_FAULT
 from engine.model import Transformer
 from engine.session import INJECTIONS as SESSION_INJECTIONS
@@ -111,8 +112,7 @@ def test_a_bug_that_would_feed_past_a_learned_position_table_says_so_and_is_not_
     assert fault.cannot_run(dataclasses.replace(roomy, model=dataclasses.replace(roomy.model, max_positions=needed))) is None
     tight = learned_positions_model(tmp_path / "tight", needed - 1)
     scenario = load_scenario(tight)
-    assert fault.cannot_run(scenario) == (
-        f"it would feed position {needed - 1}, past the model's {needed - 1} learned positions")
+    assert fault.cannot_run(scenario) == Cause("fault.past_positions", {"position": needed - 1, "positions": needed - 1})
     assert all(FAULTS[name].cannot_run(scenario) is None  # the others run or miss a batch / cache layout
                for name in INJECTIONS if name in ("chunk-mask", "position-reset", "stale-cache", "no-cache-layer1",
                                                   "rope-off-by-one", "transposed-k"))

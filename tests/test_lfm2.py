@@ -125,7 +125,7 @@ def test_a_conv_window_bug_is_found_at_the_conv_that_reads_the_window_in_round_2
 
 
 def test_the_no_cache_layer1_bug_is_refused_on_layers_of_different_kinds():
-    assert "different kinds" in FAULTS["no-cache-layer1"].cannot_run(scenario())
+    assert FAULTS["no-cache-layer1"].cannot_run(scenario()).code == "fault.mixed_layers"
 
 
 # -- the config ---------------------------------------------------------------------------------------

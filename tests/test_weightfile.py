@@ -14,6 +14,7 @@ from conftest import ROOT, X01
 from safetensors.numpy import save_file
 
 from engine import Session, load_scenario, to_host
+from engine.causes import CausedError
 from engine.loading.budget import parse_size, weight_bytes
 from engine.loading.document import ScenarioError
 from engine.loading.edits import CellEdit, apply_edit, convert_scenario, save, with_weights
@@ -172,8 +173,9 @@ def test_parse_size(text, size):
 
 @pytest.mark.parametrize("text", ["lots", "", "-1G", "0", "8X"])
 def test_parse_size_refuses(text):
-    with pytest.raises(ValueError, match="expected a size"):
+    with pytest.raises(CausedError) as refused:
         parse_size(text)
+    assert refused.value.cause.facts == {"text": text} and refused.value.cause.code == "size.syntax"
 
 
 def test_a_model_over_budget_is_refused_before_its_weights_are_read(tmp_path):

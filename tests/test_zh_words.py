@@ -16,11 +16,15 @@ from tui_helpers import perturbed_dump
 
 from engine import ScenarioError, load_scenario, load_scenario_text
 from engine.breakpoints import BreakpointError
+from engine.loading import open_model
 from engine import layers
 from engine.causes import CODES, Cause
+from engine.faults import FAULTS
 from tinyllm_tui.debugger.debugger import Debugger
-from tinyllm_tui.debugger.errors import bad_input
+from tinyllm_tui.debugger.errors import OptionError, bad_input
+from tinyllm_tui.debugger.opening import ModelOptions, check_options, opening
 from tinyllm_tui.debugger.readings import Routing
+from tinyllm_tui.debugger.standalone import gradcheck
 from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
@@ -120,7 +124,9 @@ def fields(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
-CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side)(\.[a-z_]+)+")  # a cause's code
+CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
+                  r"|gradcheck)(\.[a-z_]+)+")  # a cause's code
+NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
 
 
 def kinds_words() -> dict[str, dict[str, str]]:
@@ -139,9 +145,10 @@ def wording(code: str, lang: str) -> str:
 
 
 def named_codes() -> set[str]:
-    """Every code engine/ names: as the first argument of `SomeError("code", …)` / `Cause("code", …)`, or as data
-    a kind hands on (its breakpoint conditions' refusals, its intervention refusals), read from the syntax trees."""
-    return {node.value for path in (ROOT / "engine").rglob("*.py")
+    """Every code engine/ (or the Debugger's options) names: as the first argument of `SomeError("code", …)` /
+    `Cause("code", …)`, or as data a kind hands on (its breakpoint conditions' refusals, its intervention refusals,
+    why its bugs are unseen), read from the syntax trees."""
+    return {node.value for folder in NAMING for path in (ROOT / folder).rglob("*.py")
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and CODE.fullmatch(node.value)}
 
@@ -150,10 +157,11 @@ def raised_causes() -> list[tuple[str, str, set[str]]]:
     """(where, code, the facts it is raised with) for every `SomeError("code", fact=…)` and `Cause("code", …)` whose
     facts are written at the call (not `Cause("diff.none", mine)`, a mapping built before)."""
     found = []
-    for path in sorted((ROOT / "engine").rglob("*.py")):
+    for path in sorted(path for folder in NAMING for path in (ROOT / folder).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)
-                    and isinstance(node.func, ast.Name) and (node.func.id == "Cause" or node.func.id.endswith("Error"))
+                    and isinstance(node.func, ast.Name) and (node.func.id in ("Cause", "cause")
+                                                             or node.func.id.endswith("Error"))
                     and isinstance(node.args[0].value, str) and CODE.fullmatch(node.args[0].value)):
                 found.append((f"{path.relative_to(ROOT)}:{node.lineno}", node.args[0].value,
                               {keyword.arg for keyword in node.keywords}))
@@ -194,6 +202,8 @@ def test_every_wording_formats_its_facts(lang):
         text = wording(code, lang)
         facts = {name: Cause("part.row") if name in ("what", "name", "cause") else f"<{name}>" for name in fields(text)}
         worded = cause_words(Cause(code, facts, kinds.get(code, {})), lang)
+        for literal in re.findall(r"\{\{.*?\}\}", text):  # braces the words say (cache: {layout: ring})
+            worded = worded.replace(literal[1:-1], "")
         assert "{" not in worded and "}" not in worded and all(f"<{name}>" in worded for name in facts
                                                                if name not in ("what", "name", "cause")), (code, worded)
 
@@ -268,3 +278,45 @@ def test_a_kinds_own_cause_reaches_the_chinese_status_line_in_its_modules_words(
     (CAUSES), carried by the cause, in the language the view asks for."""
     said = describe(Debugger(load_scenario(X01)).add_breakpoint("expert=x"), "zh")
     assert said == "断点 'expert=x'：'x' 不是专家编号"
+
+
+def test_a_bug_that_cannot_run_is_refused_with_a_cause_that_reads_in_chinese():
+    """x01 has one layer of one kv head: the Debugger's --inject refusal, the session's reason and a kind's (the
+    attention's own CAUSES), each worded in zh, where the engine used to hand English."""
+    scenario = load_scenario(X01)
+    with pytest.raises(OptionError) as refused:
+        opening(scenario, ModelOptions(inject="no-cache-layer1"))
+    assert refused.value.option == "--inject"
+    assert cause_words(refused.value.cause, "zh") == f"错误 'no-cache-layer1' 无法在 {scenario.path} 上运行：模型没有第 1 层"
+    assert cause_words(FAULTS["gqa-modulo"].cannot_run(scenario), "zh") == "模型需要至少两个 kv 头的分组查询注意力"
+    assert cause_words(FAULTS["ring-wrong-slot"].cannot_run(scenario), "zh") == (
+        "没有环形缓冲区发生回绕（cache: {layout: ring}，且序列长于其窗口）")
+    encoder = load_scenario(SCENARIOS / "encoder004.yaml")
+    assert cause_words(FAULTS["stale-cache"].cannot_run(encoder), "zh") == (
+        "编码器（model.lm_head: false）只运行一次预填充，没有使用缓存的轮次，缓存错误无从显现")
+
+
+def test_the_options_refused_before_loading_read_in_chinese():
+    for options, words in ((ModelOptions(inject="no-such-bug"), "未知的错误 'no-such-bug'（应为 "),
+                           (ModelOptions(max_memory="12Q"), "应为形如 8G、512M 或 1.5G 的大小，得到的是 '12Q'")):
+        with pytest.raises(OptionError) as refused:
+            check_options(options)
+        assert cause_words(refused.value.cause, "zh").startswith(words)
+
+
+def test_a_head_the_gradient_check_cannot_take_is_refused_in_chinese():
+    """x01 has two heads; Gemma 2 soft-caps its scores: the gradient check's refusals, worded in zh."""
+    with pytest.raises(OptionError) as refused:
+        gradcheck(load_scenario(X01), request=0, layer=0, head=9)
+    assert refused.value.option == "" and cause_words(refused.value.cause, "zh") == "请求 0 的第 0 层没有头 9"
+    with pytest.raises(OptionError) as refused:
+        gradcheck(open_model(ROOT / "tests" / "fixtures" / "gemma2", ids=[[1, 2, 3]]), request=0, layer=0, head=0)
+    assert refused.value.option == "--layer"
+    assert cause_words(refused.value.cause, "zh").startswith("第 0 层（attention）：它的头不是其分数算子的查询与键的 softmax")
+
+
+def test_the_batch_tolerance_line_reads_in_chinese():
+    """The rule a batch is held to was English in the engine (diff.BATCH_RULE); the catalogue words it."""
+    assert diff_summary([], "stale-cache", batch=True, lang="zh") == (
+        "✓ 批次等于各请求单独运行：每个算子都在该数据类型的容差（float64 中为 1e-12）+ 4·(经过的块数 + 1)·ε·max|值| 之内"
+        "（ε：该数据类型的舍入步长；Token编号须完全相同）（注入：stale-cache）")

@@ -43,10 +43,12 @@ class SumForgotten:
         return last
 
     def unseen(self, scenario):
-        return None if any(len(r.tokens) > 1 for r in scenario.requests) else "every prompt is one token"
+        return None if any(len(r.tokens) > 1 for r in scenario.requests) else ("fault.one_prompt_token", {})
 
 
 BUGS = (SumForgotten,)
+CAUSES = {"en": {"fault.one_prompt_token": "every prompt is one token"},  # its bug's words
+          "zh": {"fault.one_prompt_token": "每个提示都只有一个Token"}}
 
 
 def _counted_over(count: int):

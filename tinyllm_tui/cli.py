@@ -77,7 +77,8 @@ class OpenByDefault(TyperGroup):
         except typer.Abort:
             _fail("aborted", 1)
         except OptionError as error:
-            _fail(typer.BadParameter(str(error), param_hint=error.option or None).format_message(), EXIT_BAD_INPUT)
+            message = cause_words(error.cause, "en")
+            _fail(typer.BadParameter(message, param_hint=error.option or None).format_message(), EXIT_BAD_INPUT)
         except Exception as error:
             message = bad_input(error, lambda cause: cause_words(cause, "en"))
             if message is None:

@@ -43,8 +43,6 @@ TOLERANCE = 1e-12  # in float64; other floats get as many of their own rounding 
 # magnitude it holds (SmolLM2's residual reaches 3e4, whose step is 7.3e-12). Measured on SmolLM2: at most 0.5
 # steps per block; RELATIVE_STEPS leaves room for other checkpoints.
 RELATIVE_STEPS = 4
-BATCH_RULE = (f"the dtype's tolerance (1e-12 in float64) + {RELATIVE_STEPS}·(blocks passed + 1)·ε·max|value| "
-              "(ε: the dtype's rounding step; token ids exactly)")
 
 Key = tuple[int, int, str, int | None, int | None]
 
@@ -76,7 +74,7 @@ def rounding_tolerance(dtype) -> float:
 
 def batch_tolerance(dtype, depth: int, scale: float) -> float:
     """A batch against each request alone: |Δ| ≤ rounding_tolerance(dtype) + RELATIVE_STEPS · (depth + 1) · ε · scale
-    (BATCH_RULE),
+    (the views' catalogues word this rule: diff.batch_agrees),
     where depth is how many blocks the pass has run through at this operator and scale the largest finite
     |value| of the operator in the request run alone."""
     return rounding_tolerance(dtype) + RELATIVE_STEPS * (depth + 1) * float(np.finfo(dtype).eps) * scale

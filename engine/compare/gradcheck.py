@@ -13,6 +13,7 @@ import numpy as np
 
 from engine import ops
 from engine.backend import namespace, to_host
+from engine.causes import CausedError
 from engine.hooks import Hook
 from engine.scenario import Scenario
 from engine.session import Session
@@ -32,9 +33,9 @@ class GradCheck:
         return float(np.abs(self.analytic - self.numeric).max() / scale)
 
 
-class NotSoftmaxHead(ValueError):
+class NotSoftmaxHead(CausedError):
     """The layer's heads are not softmax(Q·Kᵀ·scale)·V of its scores operator's two inputs (latent attention, a
-    soft cap, attention sinks): the check has no backward rule for them."""
+    soft cap, attention sinks): the check has no backward rule for them (gradcheck.not_softmax)."""
 
 
 def head_output(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray,
@@ -73,7 +74,7 @@ def check_head(scenario: Scenario, *, request: int = 0, layer: int = 0, head: in
         if len(found) == 2:
             break
     if len(found) < 2:
-        raise ValueError(f"no head {head} in layer {layer} of request {request}")
+        raise CausedError("gradcheck.no_head", head=head, layer=layer, request=request)
     q, k, v, visible = _softmax_head(scenario, layer, found)
     scale = scenario.model.attn_scale
     upstream = np.random.default_rng(seed).normal(size=(q.shape[0], v.shape[1]))
@@ -87,17 +88,12 @@ def _softmax_head(scenario: Scenario, layer: int, found: dict) -> tuple:
     scores, mix = found.get(OpKind.SCORES), found.get(OpKind.MIX)
     operands = () if scores is None else scores.inputs
     if mix is None or len(operands) != 2 or operands[0].values.shape[-1] != operands[1].values.shape[-1]:
-        raise NotSoftmaxHead(_not_softmax(scenario, layer))
+        raise NotSoftmaxHead("gradcheck.not_softmax", layer=layer, mixer=scenario.model.blocks[layer].mixer)
     q, k = (np.asarray(to_host(operand.values), dtype=np.float64) for operand in operands)
     recorded = to_host(scores.values)
     visible = np.isfinite(recorded) if scenario.model.causal else None
     if not np.allclose(ops.attention_scores(np, q, k, visible, scenario.model.attn_scale), recorded,
                        rtol=1e-9, atol=0.0):
-        raise NotSoftmaxHead(_not_softmax(scenario, layer))
+        raise NotSoftmaxHead("gradcheck.not_softmax", layer=layer, mixer=scenario.model.blocks[layer].mixer)
     return q, k, np.asarray(to_host(mix.inputs[1].values), dtype=np.float64), visible
 
-
-def _not_softmax(scenario: Scenario, layer: int) -> str:
-    return (f"layer {layer} ({scenario.model.blocks[layer].mixer}): its heads are not softmax(Q·Kᵀ·scale)·V of its "
-            "scores operator's queries and keys (latent attention, a soft cap or attention sinks); gradcheck checks "
-            "a plain softmax attention head")

@@ -152,7 +152,7 @@ def forms() -> dict[str, tuple[str, ...]]:
 
 def in_form(model, name: str, form: str):
     """`model` (an engine.spec.ModelSpec) with its layers of the kind `name` in `form` (the kind's `in_form`:
-    ValueError where the model has none)."""
+    ValueError(a code of the kind's CAUSES) where the model has none)."""
     return next(module for module in _every_kind() if module.NAME == name).in_form(model, form)
 
 

@@ -210,7 +210,7 @@ class GqaModulo:
     def unseen(self, scenario):
         model = scenario.model
         if model.n_kv_heads < 2 or model.n_kv_heads == model.n_heads:
-            return "the model needs grouped-query attention with at least two kv heads"
+            return ("fault.gqa", {})
         return None
 
 
@@ -222,9 +222,9 @@ class TransposedK:
 
     def unseen(self, scenario):
         if all(len(r.tokens) < 2 for r in scenario.requests):
-            return "every prompt is one token, whose K reads the same either way"
+            return ("fault.one_token", {})
         if not any(block.mixer == NAME for block in scenario.model.blocks):
-            return "no layer caches K rows (latent attention caches latent rows and rope keys, not per-head K)"
+            return ("fault.no_k_rows", {})
         return None
 
 
@@ -240,7 +240,7 @@ class RingWrongSlot:
         padding = max(lengths) - min(lengths) if scenario.batch else 0  # a batch's longest left padding
         longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in requests) + padding
         if cache.layout is not Layout.RING or not windows or longest <= cache.sinks + min(windows):
-            return "no ring buffer wraps (cache: {layout: ring} and a sequence longer than its window)"
+            return ("fault.no_wrap", {})
         return None
 
 
@@ -252,7 +252,7 @@ class BlockTableWrong:
         longest = max(len(r.tokens) + r.max_new_tokens - 1 for r in scenario.requests)
         cache = scenario.cache
         if cache.layout is not Layout.PAGED or cache.quantize is not Quantize.NONE or longest <= cache.block_size:
-            return "no request fills a second block of a paged cache (cache: {layout: paged})"
+            return ("fault.one_block", {})
         return None
 
 
@@ -261,9 +261,25 @@ class ScalePerTensor:
         return ScaleAxis.PER_TENSOR
 
     def unseen(self, scenario):
-        return "the cache is not quantized (cache: {quantize: int8})" if scenario.cache.quantize is Quantize.NONE else None
+        return ("fault.not_quantized", {}) if scenario.cache.quantize is Quantize.NONE else None
 
 
+# the words of its causes (engine.causes: a code and facts), per language, and shared_kv's; the English is the CLI's
+CAUSES = {"en": {"fault.gqa": "the model needs grouped-query attention with at least two kv heads",
+                 "fault.one_token": "every prompt is one token, whose K reads the same either way",
+                 "fault.no_k_rows": "no layer caches K rows (latent attention caches latent rows and rope keys, not "
+                                    "per-head K)",
+                 "fault.no_wrap": "no ring buffer wraps (cache: {{layout: ring}} and a sequence longer than its window)",
+                 "fault.one_block": "no request fills a second block of a paged cache (cache: {{layout: paged}})",
+                 "fault.not_quantized": "the cache is not quantized (cache: {{quantize: int8}})",
+                 **shared_kv.CAUSES["en"]},
+          "zh": {"fault.gqa": "模型需要至少两个 kv 头的分组查询注意力",
+                 "fault.one_token": "每个提示都只有一个Token，它的 K 无论怎样存放读出来都一样",
+                 "fault.no_k_rows": "没有层缓存 K 行（潜在注意力缓存的是潜在行和 rope 键，而不是每个头的 K）",
+                 "fault.no_wrap": "没有环形缓冲区发生回绕（cache: {{layout: ring}}，且序列长于其窗口）",
+                 "fault.one_block": "没有请求填满分页缓存的第二个块（cache: {{layout: paged}}）",
+                 "fault.not_quantized": "缓存没有量化（cache: {{quantize: int8}}）",
+                 **shared_kv.CAUSES["zh"]}}
 BUGS = (ChunkMask, GqaModulo, TransposedK, RingWrongSlot, BlockTableWrong, ScalePerTensor, *shared_kv.BUGS)
 
 

@@ -81,17 +81,22 @@ class ConvShiftedTwice:
         return _no_window(scenario)
 
 
-def _no_window(scenario) -> str | None:
+def _no_window(scenario) -> tuple[str, dict] | None:
     """Why a wrong conv window changes nothing: a window of two rows or more must be read by a later round."""
     kernels = [block.conv_kernel or 0 for block in scenario.model.blocks]
     if max(kernels, default=0) < 3:
-        return "no layer has a causal conv of 3 taps or more (a window of two earlier inputs)"
+        return ("fault.conv_taps", {})
     if max(r.max_new_tokens for r in scenario.requests) < 3:
-        return "no request decodes a second round that reads the window the first one kept (max_new_tokens ≥ 3)"
+        return ("fault.conv_rounds", {})
     return None
 
 
-BUGS = (ConvNotShifted, ConvShiftedTwice)  # a kind with a causal conv offers them among its own
+BUGS = (ConvNotShifted, ConvShiftedTwice)  # a kind with a causal conv offers them among its own, and these words
+CAUSES = {"en": {"fault.conv_taps": "no layer has a causal conv of 3 taps or more (a window of two earlier inputs)",
+                 "fault.conv_rounds": "no request decodes a second round that reads the window the first one kept "
+                                      "(max_new_tokens ≥ 3)"},
+          "zh": {"fault.conv_taps": "没有层的因果卷积有 3 个或更多抽头（即两个更早输入的窗口）",
+                 "fault.conv_rounds": "没有请求解码到第二轮去读第一轮留下的窗口（max_new_tokens ≥ 3）"}}
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,16 @@ READ = "hook_read"  # a value head's read of its state: what `blocks.L.linear_at
 PER_HEAD = ("hook_state", READ)
 ABLATES = READ
 GGUF_SUFFIX = {"linear_attn.A_log": "", "linear_attn.dt_bias": ".bias"}  # the others: .weight
-CAUSES = {"en": {"against.recurrent": "value head {head}, k{k}, d{d} (after position {position})"},
-          "zh": {"against.recurrent": "值头 {head}，k{k}，d{d}（位置 {position} 之后）"}}  # a state cell's labels
+CAUSES = {"en": {"against.recurrent": "value head {head}, k{k}, d{d} (after position {position})",  # a state cell
+                 "fault.delta_chunk": "no prompt is longer than the delta rule's chunk ({chunk} tokens)",
+                 "fault.no_deltanet": "the model has no Gated DeltaNet (linear-attention) layer",
+                 "fault.deltanet_rounds": "it shows from decode round {round} on: generate at least {tokens} tokens",
+                 **causal_conv.CAUSES["en"]},
+          "zh": {"against.recurrent": "值头 {head}，k{k}，d{d}（位置 {position} 之后）",
+                 "fault.delta_chunk": "没有提示长于 delta 规则的块（{chunk} 个Token）",
+                 "fault.no_deltanet": "模型没有 Gated DeltaNet（线性注意力）层",
+                 "fault.deltanet_rounds": "它从解码第 {round} 轮起才显现：至少生成 {tokens} 个Token",
+                 **causal_conv.CAUSES["zh"]}}
 GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_heads_grouped): where they lie
     "linear_attn.w_qkv": "v rows", "linear_attn.w_z": "rows", "linear_attn.w_b": "rows", "linear_attn.w_a": "rows",
     "linear_attn.A_log": "rows", "linear_attn.dt_bias": "rows", "linear_attn.conv.w": "v rows",
@@ -194,16 +202,16 @@ class ChunkStateDropped:
         net = scenario.model.deltanet
         why = _no_layer(scenario, rounds=1)
         if why is None and all(len(r.tokens) <= net.chunk for r in scenario.requests):
-            return f"no prompt is longer than the delta rule's chunk ({net.chunk} tokens)"
+            return ("fault.delta_chunk", {"chunk": net.chunk})
         return why
 
 
-def _no_layer(scenario, rounds: int) -> str | None:
+def _no_layer(scenario, rounds: int) -> tuple[str, dict] | None:
     """Why a bug of its that shows from round `rounds` − 1 on cannot show."""
     if not any(block.mixer == NAME for block in scenario.model.blocks):
-        return "the model has no Gated DeltaNet (linear-attention) layer"
+        return ("fault.no_deltanet", {})
     if all(r.max_new_tokens < rounds for r in scenario.requests):
-        return f"it shows from decode round {rounds - 1} on: generate at least {rounds} tokens"
+        return ("fault.deltanet_rounds", {"round": rounds - 1, "tokens": rounds})
     return None
 
 

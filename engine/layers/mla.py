@@ -168,9 +168,10 @@ FORMS = {"naive": False, "absorbed": True}  # what its option (--mla) picks: the
 
 
 def in_form(model: ModelSpec, form: str) -> ModelSpec:
-    """`model` with its latent attention in `form` (one of FORMS); ValueError where it has none."""
+    """`model` with its latent attention in `form` (one of FORMS); ValueError(a code of its CAUSES) where it has
+    none."""
     if model.mla is None:
-        raise ValueError("the model has no latent attention (DeepSeek's MLA)")
+        raise ValueError("mla.none")
     return dataclasses.replace(model, mla=dataclasses.replace(model.mla, absorbed=FORMS[form]))
 
 
@@ -196,14 +197,20 @@ class AbsorbedUkUntransposed:
     def unseen(self, scenario):
         mla = scenario.model.mla
         if mla is not None and not mla.absorbed:
-            return "the model's latent attention runs the naive form (--mla absorbed runs the absorbed one)"
+            return ("fault.naive_mla", {})
         return _no_layer(scenario.model)
 
 
-def _no_layer(model) -> str | None:
-    return None if model.mla is not None else "the model has no latent attention (DeepSeek's MLA)"
+def _no_layer(model) -> tuple[str, dict] | None:
+    return None if model.mla is not None else ("mla.none", {})
 
 
+# the words of its causes (engine.causes: a code and facts), per language; the English is the CLI's
+CAUSES = {"en": {"fault.naive_mla": "the model's latent attention runs the naive form (--mla absorbed runs the "
+                                    "absorbed one)",
+                 "mla.none": "the model has no latent attention (DeepSeek's MLA)"},
+          "zh": {"fault.naive_mla": "模型的潜在注意力以朴素形式运行（--mla absorbed 才运行吸收形式）",
+                 "mla.none": "模型没有潜在注意力（DeepSeek 的 MLA）"}}
 BUGS = (RopeKeyUnrotated, AbsorbedUkUntransposed)
 
 

@@ -102,7 +102,10 @@ class SharedKvOwnCache:
 
     def unseen(self, scenario):
         shared = any(block.kv_source is not None for block in scenario.model.blocks)
-        return None if shared else "the model has no KV-shared layer (num_kv_shared_layers)"
+        return None if shared else ("fault.no_shared_kv", {})
 
 
+# the words of its causes, per language (attention, the kind it is part of, offers them among its own)
+CAUSES = {"en": {"fault.no_shared_kv": "the model has no KV-shared layer (num_kv_shared_layers)"},
+          "zh": {"fault.no_shared_kv": "模型没有共享 KV 的层（num_kv_shared_layers）"}}
 BUGS = (SharedKvOwnCache,)

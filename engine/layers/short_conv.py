@@ -37,6 +37,7 @@ class FaultPoints(ConvFaultPoints):
 
 
 BUGS = causal_conv.BUGS
+CAUSES = causal_conv.CAUSES
 DUMP_LAYOUTS = causal_conv.DUMP_LAYOUTS
 
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from engine.causes import CausedError
 from engine.loading.document import Node
 from engine.parameters import parameter_shapes
 from engine.spec import ModelSpec
@@ -31,10 +32,11 @@ DEFAULT_BUDGET = physical_memory() // 2
 
 
 def parse_size(text: str) -> int:
-    """`8G`, `512M`, `1.5GiB`, `1000000` (bytes) -> bytes; K, M, G, T are powers of 1024."""
+    """`8G`, `512M`, `1.5GiB`, `1000000` (bytes) -> bytes; K, M, G, T are powers of 1024. CausedError for a text that
+    is none (size.syntax)."""
     match = SIZE.match(text)
     if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"expected a size such as 8G, 512M or 1.5G, got {text!r}")
+        raise CausedError("size.syntax", text=text)
     return int(float(match.group(1)) * UNITS[match.group(2).upper()])
 
 

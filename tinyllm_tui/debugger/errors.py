@@ -18,11 +18,12 @@ BAD_INPUT = (ScenarioError, BackendError, BreakpointError, EditError, Interventi
 
 
 class OptionError(ValueError):
-    """An option that cannot be used, said with its name (`--inject`, `--ids`, …)."""
+    """An option that cannot be used, said with its name (`--inject`, `--ids`, …) and why, as a cause (a code and
+    its facts, engine.causes) that the front end words; `str(error)` is that cause, unworded."""
 
-    def __init__(self, option: str, message: str):
-        super().__init__(message)
-        self.option = option
+    def __init__(self, option: str, why: Cause):
+        super().__init__(str(why))
+        self.option, self.cause = option, why
 
 
 def bad_input(error: BaseException, word: Callable[[Cause], str]) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from engine import Scenario, Session, make_backend
 from engine import layers
 from engine.breakpoints import parse_breakpoint
+from engine.causes import CausedError, cause
 from engine.faults import FAULTS
 from engine.gctuning import tune_for_tracing
 from engine.interventions import check_intervention, check_operator, parse_ablation, parse_intervention
@@ -90,10 +91,10 @@ def check_options(options: ModelOptions):
     """The options that need no file, checked before any loading; returns the array backend.
     Raises OptionError (or BreakpointError, BackendError) for one that cannot be used."""
     if options.inject is not None and options.inject not in INJECTIONS:
-        raise OptionError("--inject", f"unknown bug {options.inject!r} (expected one of {', '.join(INJECTIONS)})")
+        raise OptionError("--inject", cause("option.bug", bug=options.inject, names=", ".join(INJECTIONS)))
     for name, form in _forms(options).items():
         if form not in layers.forms()[name]:
-            raise OptionError(f"--{name}", f"unknown form {form!r} (expected {' or '.join(layers.forms()[name])})")
+            raise OptionError(f"--{name}", cause("option.form", form=form, forms=" or ".join(layers.forms()[name])))
     for text in options.breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before anything loads
     _max_memory(options.max_memory)
@@ -128,8 +129,8 @@ def with_forms(scenario: Scenario, forms: dict[str, str]) -> Scenario:
     for name, form in forms.items():
         try:
             model = layers.in_form(model, name, form)
-        except ValueError as error:
-            raise OptionError(f"--{name}", str(error)) from None
+        except ValueError as error:  # the kind's code (its CAUSES)
+            raise OptionError(f"--{name}", cause(error.args[0])) from None
     return dataclasses.replace(scenario, model=model)
 
 
@@ -155,7 +156,8 @@ def opening(scenario: Scenario, options: ModelOptions) -> Opening:
     every --break, every --set as an unsaved edit, and the history's budget. A bug that cannot run is refused."""
     why = FAULTS[options.inject].cannot_run(scenario) if options.inject else None
     if why:
-        raise OptionError("--inject", f"bug {options.inject!r} cannot run on {scenario.path}: {why}")
+        raise OptionError("--inject", cause("option.cannot_run", bug=options.inject, path=str(scenario.path),
+                                            why=why))
     return Opening(scenario, [*scenario.breakpoints, *(options.breakpoints or [])],
                    [parse_set(text, scenario.weights) for text in options.sets or []],
                    history_budget(scenario, options.dtype, _max_memory(options.max_memory)))
@@ -170,7 +172,7 @@ def history_budget(scenario: Scenario, dtype: str, max_memory: int | None) -> in
 def _conversations(options: ModelOptions) -> list[list[tuple[str, str]]] | None:
     """One conversation per --chat, as (role, content) messages: the --system message, then that user message."""
     if options.system is not None and not options.chat:
-        raise OptionError("--system", "a system message needs a --chat message to start")
+        raise OptionError("--system", cause("option.system"))
     system = [] if options.system is None else [("system", options.system)]
     return [[*system, ("user", text)] for text in options.chat] if options.chat else None
 
@@ -179,14 +181,14 @@ def _ids(text: str) -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise OptionError("--ids", f"expected token ids like 1,2,3, got {text!r}") from None
+        raise OptionError("--ids", cause("option.ids", text=text)) from None
 
 
 def _max_memory(text: str | None) -> int | None:
     try:
         return None if text is None else parse_size(text)
-    except ValueError as error:
-        raise OptionError("--max-memory", str(error)) from None
+    except CausedError as error:
+        raise OptionError("--max-memory", error.cause) from None
 
 
 def open_file(loading: Loading, prepare: Callable[[Opening], object], report: Listener,

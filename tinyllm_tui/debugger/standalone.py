@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine import load_scenario
+from engine.causes import CausedError, cause
 from engine.compare.dump import Dump, load_dump
 from engine.compare.gradcheck import NotSoftmaxHead, check_head
 from engine.loading.edits import convert_scenario
@@ -17,9 +18,9 @@ def gradcheck(scenario, request: int, layer: int, head: int):
     try:
         return check_head(scenario, request=request, layer=layer, head=head)
     except NotSoftmaxHead as error:
-        raise OptionError("--layer", str(error)) from None
-    except ValueError as error:
-        raise OptionError("", str(error)) from None
+        raise OptionError("--layer", error.cause) from None
+    except CausedError as error:
+        raise OptionError("", error.cause) from None
 
 
 def convert(file: Path, weights: Path, target: Path) -> Path:
@@ -27,7 +28,8 @@ def convert(file: Path, weights: Path, target: Path) -> Path:
     try:
         return convert_scenario(load_scenario(file), weights, target)
     except OSError as error:
-        raise OptionError("", f"cannot write {weights} or {target} ({error.strerror})") from None
+        raise OptionError("", cause("option.unwritable", weights=str(weights), target=str(target),
+                                    error=error.strerror)) from None
 
 
 def read_dump(path: Path) -> tuple[Dump, int]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from engine.backend import to_host
 from engine.loading.budget import format_size
-from engine.compare.diff import BATCH_RULE, TOLERANCE, OpDiff, first_divergence
+from engine.compare.diff import RELATIVE_STEPS, TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
 from engine.progress import READING
@@ -34,16 +34,16 @@ def token_text(vocab: Vocab, ids: Iterable[int]) -> str:
     return " ".join(vocab.shown(int(t)) for t in ids)
 
 
-def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False) -> str:
+def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False, lang: str = "en") -> str:
     """One line: every operator agrees, or where the cached run first leaves the full recompute
     (with `batch`: where the batch first leaves a request run alone)."""
-    injected = f" (injected: {inject})" if inject else ""
+    injected = tr("diff.injected_mark", lang, name=inject) if inject else ""
     first = first_divergence(diffs)
     if first is None and batch:
-        return f"✓ the batch equals each request alone: every operator within {BATCH_RULE}{injected}"
+        return tr("diff.batch_agrees", lang, tolerance=TOLERANCE, steps=RELATIVE_STEPS) + injected
     if first is None:
-        return tr("diff.agrees", "en", tolerance=diffs[0].tolerance if diffs else TOLERANCE) + injected
-    return tr("diff.first", "en", where=divergence_place(first)) + injected
+        return tr("diff.agrees", lang, tolerance=diffs[0].tolerance if diffs else TOLERANCE) + injected
+    return tr("diff.first", lang, where=divergence_place(first, lang)) + injected
 
 
 def diff_cell(d: OpDiff, lang: str = "en") -> str:

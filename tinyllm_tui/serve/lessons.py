@@ -15,8 +15,10 @@ from pathlib import Path
 import yaml
 
 from engine import ScenarioError
+from engine.causes import CausedError
 from engine.loading import open_model
 from engine.loading.budget import parse_size
+from tinyllm_tui.tui.i18n import cause_words
 
 DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", re.IGNORECASE)
 SECONDS = {"s": 1, "m": 60, "h": 3600}
@@ -98,6 +100,6 @@ def limits(max_sessions: int, idle_timeout: str, max_memory: str) -> Limits:
         raise ValueError(f"--idle-timeout: {error}") from None
     try:
         memory = parse_size(max_memory)
-    except ValueError as error:
-        raise ValueError(f"--max-memory: {error}") from None
+    except CausedError as error:
+        raise ValueError(f"--max-memory: {cause_words(error.cause, 'en')}") from None
     return Limits(max_sessions, idle, memory)

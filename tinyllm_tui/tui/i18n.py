@@ -226,6 +226,10 @@ EN = {
     "diff.flip": "⚠ first routing flip against the float64 exact-cache run: {where} · layer {layer} · token {token}: "
                  "reference chose {ours} (margin {margin}), {other} {theirs}",
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
+    "diff.batch_agrees": "✓ the batch equals each request alone: every operator within the dtype's tolerance "
+                         "({tolerance:g} in float64) + {steps}·(blocks passed + 1)·ε·max|value| (ε: the dtype's "
+                         "rounding step; token ids exactly)",
+    "diff.injected_mark": " (injected: {name})",
     "diff.first": "✗ first divergence: {where}", "diff.mark_first": "▶ first", "diff.request": "req {request}",
     "diff.from": "went to step {step} from the diff",
     "diff.at": "request {request} {phase} round {round} {name}{head} ({measured})", "diff.head": " head {head}",
@@ -457,6 +461,9 @@ ZH = {
     "diff.flip": "⚠ 与float64精确缓存运行相比，首次路由翻转：{where} · 第{layer}层 · Token {token}：参考选择 {ours}"
                  "（差距 {margin}），{other} 选择 {theirs}",
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
+    "diff.batch_agrees": "✓ 批次等于各请求单独运行：每个算子都在该数据类型的容差（float64 中为 {tolerance:g}）+ "
+                         "{steps}·(经过的块数 + 1)·ε·max|值| 之内（ε：该数据类型的舍入步长；Token编号须完全相同）",
+    "diff.injected_mark": "（注入：{name}）",
     "diff.first": "✗ 第一次出现差异：{where}", "diff.mark_first": "▶ 首处", "diff.request": "请求 {request}",
     "diff.from": "已从对比跳转到步骤 {step}",
     "diff.at": "请求 {request} {phase} 第 {round} 轮 {name}{head}（{measured}）", "diff.head": " 头 {head}", "diff.shape": "形状",

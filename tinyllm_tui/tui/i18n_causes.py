@@ -65,6 +65,25 @@ EN = {
     "analysis.encoder": "the model is an encoder: it has no unembedding to read the residual stream through",
     "analysis.post_norm": "the model normalizes after each sum (post-norm): its residual stream is not a sum of terms",
     "analysis.block_norm": "the model normalizes each block's output before the sum: heads do not add to the residual",
+    "fault.encoder": "an encoder (model.lm_head: false) runs one prefill and no cached round, so no cache bug can show",
+    "fault.past_positions": "it would feed position {position}, past the model's {positions} learned positions",
+    "fault.one_layer": "the model has no layer 1",
+    "fault.mixed_layers": "layers 0 and 1 keep different kinds of state",
+    "fault.unpadded": "no request is padded (run prompts of different lengths as a batch)",
+    "fault.not_left_padded": "no request is left-padded (run prompts of different lengths as a batch)",
+    "fault.no_positions": "the model has no position term, so wrong positions change nothing",
+    "fault.no_per_layer_input": "the model has no per-layer inputs",
+    "option.bug": "unknown bug {bug!r} (expected one of {names})",
+    "option.form": "unknown form {form!r} (expected {forms})",
+    "option.cannot_run": "bug {bug!r} cannot run on {path}: {why}",
+    "option.system": "a system message needs a --chat message to start",
+    "option.ids": "expected token ids like 1,2,3, got {text!r}",
+    "size.syntax": "expected a size such as 8G, 512M or 1.5G, got {text!r}",
+    "gradcheck.no_head": "no head {head} in layer {layer} of request {request}",
+    "gradcheck.not_softmax": "layer {layer} ({mixer}): its heads are not softmax(Q·Kᵀ·scale)·V of its scores "
+                             "operator's queries and keys (latent attention, a soft cap or attention sinks); gradcheck "
+                             "checks a plain softmax attention head",
+    "option.unwritable": "cannot write {weights} or {target} ({error})",
 }
 
 ZH = {
@@ -122,4 +141,22 @@ ZH = {
     "analysis.encoder": "模型是编码器：它没有可用来读出残差流的反嵌入",
     "analysis.post_norm": "模型在每次求和之后归一化（后置归一化）：它的残差流不是各项之和",
     "analysis.block_norm": "模型在求和之前对每个块的输出归一化：各头的贡献不直接加到残差上",
+    "fault.encoder": "编码器（model.lm_head: false）只运行一次预填充，没有使用缓存的轮次，缓存错误无从显现",
+    "fault.past_positions": "它会输入位置 {position}，超出了模型的 {positions} 个学习到的位置",
+    "fault.one_layer": "模型没有第 1 层",
+    "fault.mixed_layers": "第 0 层和第 1 层保存的状态种类不同",
+    "fault.unpadded": "没有请求被填充（把长度不同的提示作为一个批次运行）",
+    "fault.not_left_padded": "没有请求被左填充（把长度不同的提示作为一个批次运行）",
+    "fault.no_positions": "模型没有位置项，错误的位置不会改变任何数",
+    "fault.no_per_layer_input": "模型没有逐层输入",
+    "option.bug": "未知的错误 {bug!r}（应为 {names} 之一）",
+    "option.form": "未知的形式 {form!r}（应为 {forms}）",
+    "option.cannot_run": "错误 {bug!r} 无法在 {path} 上运行：{why}",
+    "option.system": "系统消息需要一条 --chat 消息才能开始",
+    "option.ids": "应为形如 1,2,3 的Token编号，得到的是 {text!r}",
+    "size.syntax": "应为形如 8G、512M 或 1.5G 的大小，得到的是 {text!r}",
+    "gradcheck.no_head": "请求 {request} 的第 {layer} 层没有头 {head}",
+    "gradcheck.not_softmax": "第 {layer} 层（{mixer}）：它的头不是其分数算子的查询与键的 softmax(Q·Kᵀ·scale)·V（潜在注意力、"
+                             "软上限或注意力汇点）；gradcheck 检查的是普通的 softmax 注意力头",
+    "option.unwritable": "无法写入 {weights} 或 {target}（{error}）",
 }

@@ -27,7 +27,7 @@ class Size(int):
 
 # A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files their heading and
 # line under ("ring", "recurrent"; the catalogue's cache.where.<layout>); `fed` (True: the state counts the tokens
-# fed and holds no rows of them); `words()`, the catalogue key and facts of the line beside its rows.
+# fed and holds no rows of them); `words()`, the code of its kind's CAUSES and the facts of the line beside its rows.
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +39,8 @@ class StateView:
     head_width: int  # columns per head: a view shows one head at a time (0: the columns are not split)
     positional: bool = True  # its rows are the state's `row_positions` (False: features, a recurrent state's d_k)
     axes: tuple[str, str] = ("", "d")  # the words before the index of a row (of features) and of a column: k3, d0
+    title: str = ""  # the code of its kind's CAUSES a view titles it with ("view.conv_window"); "": its name is
+    # notation (K, V, S), shown as it is
 
 
 def _rows_first(row: int, col: int, d_head: int) -> tuple[int, ...]:

@@ -122,7 +122,7 @@ def fields(text: str) -> set[str]:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
-CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side)(\.[a-z_]+)+")  # a cause's code
+CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|cache|view)(\.[a-z_]+)+")  # a code
 
 
 def kinds_words() -> dict[str, dict[str, str]]:

@@ -2,7 +2,7 @@
 
 y_t = g ⊙ mean(h_0 … h_t): its state is one row, the sum of every token fed so far, and the count; no K/V,
 no positions. It proves a new kind (operators, parameter, hooks, state, views, dump, compare, time travel, a
-fault point and the bug that changes it, a breakpoint condition, how the cache view words its state) is this
+fault point and the bug that changes it, a breakpoint condition, how the cache view words its state, in en and zh) is this
 one module plus one registry line (`MIXERS["mean"] = toy_kind`), nothing else touched.
 """
 
@@ -55,6 +55,8 @@ def _counted_over(count: int):
 
 # `mean_count>N`: a running mean over more than N tokens
 BREAKPOINTS = ((r"mean_count>(.+)", "mean_count>N", ("index", "breakpoint.number"), _counted_over),)
+CAUSES = {"en": {"cache.mean": "a running mean of {count} tokens: one row, their sum", "view.sum": "sum"},
+          "zh": {"cache.mean": "{count} 个Token的累计均值：一行，即它们的和", "view.sum": "累计和"}}  # its state's words
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class Counted:
     count: int
     layout: ClassVar[str] = "mean"
     fed: ClassVar[bool] = True
+
+    def words(self) -> tuple[str, dict]:
+        return "cache.mean", {"count": self.count}  # the line beside its row, worded by CAUSES
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,7 +104,7 @@ class RunningSum:
         return dataclasses.replace(self, total=self.total * 0.0, count=0, fingerprint=fingerprint)
 
     def views(self) -> tuple[StateView, ...]:
-        return (StateView("sum", self.total, 0),)
+        return (StateView("sum", self.total, 0, title="view.sum"),)
 
     def delta(self, older) -> Whole:
         return Whole(self)

@@ -44,6 +44,7 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
 DUMP_LAYOUTS = caches.DUMP_LAYOUTS  # its state's K/V rows: [kv_head, position, d_head] in a dump
+CAUSES = shared_kv.CAUSES  # the line of a KV-shared layer's state (its K/V caches' lines are the stack's own)
 
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the

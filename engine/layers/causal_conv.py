@@ -46,6 +46,10 @@ def _dumped_rows(array, shape: tuple):
 
 
 DUMP_LAYOUTS = {DUMP_ITEM: DumpLayout(_dumped_rows)}  # engine.layout: [K − 1, channels], or transformers' [channels, K]
+CAUSES = {"en": {"cache.conv": "the last {rows} inputs of a {kernel}-tap conv · {size}, the same at any length",
+                 "view.conv_window": "conv window"},
+          "zh": {"cache.conv": "{kernel} 抽头卷积的最近 {rows} 个输入 · {size}，与序列长度无关",
+                 "view.conv_window": "卷积窗口"}}  # its state's line and view; a kind with a causal conv offers them
 
 
 def shifted(xp, window: Array, inputs: Array, keep: int | None = None) -> Array:
@@ -169,7 +173,7 @@ class ConvWindow:
 
     # -- the LayerState protocol (engine.state) ------------------------------------------------------
     def views(self) -> tuple[StateView, ...]:
-        return (StateView("conv window", self.rows, self.head_width),)
+        return (StateView("conv window", self.rows, self.head_width, title="view.conv_window"),)
 
     def delta(self, older) -> WholeWindow:
         return WholeWindow(self)  # K−1 rows: kept whole, never as a difference

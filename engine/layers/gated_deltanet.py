@@ -46,8 +46,17 @@ READ = "hook_read"  # a value head's read of its state: what `blocks.L.linear_at
 PER_HEAD = ("hook_state", READ)
 ABLATES = READ
 GGUF_SUFFIX = {"linear_attn.A_log": "", "linear_attn.dt_bias": ".bias"}  # the others: .weight
-CAUSES = {"en": {"against.recurrent": "value head {head}, k{k}, d{d} (after position {position})"},
-          "zh": {"against.recurrent": "值头 {head}，k{k}，d{d}（位置 {position} 之后）"}}  # a state cell's labels
+CAUSES = {"en": {**causal_conv.CAUSES["en"],  # a state cell's labels, then its state's line (fresh: no token yet)
+                 "against.recurrent": "value head {head}, k{k}, d{d} (after position {position})",
+                 "cache.recurrent": "recurrent state after token {last} · conv window: last {rows} inputs (K={kernel}) · "
+                                    "{stored} at any length",
+                 "cache.recurrent.fresh": "recurrent state: no token yet · conv window: last {rows} inputs "
+                                          "(K={kernel}) · {stored} at any length"},
+          "zh": {**causal_conv.CAUSES["zh"],
+                 "against.recurrent": "值头 {head}，k{k}，d{d}（位置 {position} 之后）",
+                 "cache.recurrent": "循环状态（最后由Token {last} 改变）· 卷积窗口：最近 {rows} 个输入（K={kernel}）· "
+                                    "任何长度都占 {stored}",
+                 "cache.recurrent.fresh": "循环状态：尚无Token · 卷积窗口：最近 {rows} 个输入（K={kernel}）· 任何长度都占 {stored}"}}
 GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_heads_grouped): where they lie
     "linear_attn.w_qkv": "v rows", "linear_attn.w_z": "rows", "linear_attn.w_b": "rows", "linear_attn.w_a": "rows",
     "linear_attn.A_log": "rows", "linear_attn.dt_bias": "rows", "linear_attn.conv.w": "v rows",

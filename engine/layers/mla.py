@@ -205,6 +205,8 @@ def _no_layer(model) -> str | None:
 
 
 BUGS = (RopeKeyUnrotated, AbsorbedUkUntransposed)
+CAUSES = {"en": {"view.latent": "latent", "view.rope_key": "rope key"},
+          "zh": {"view.latent": "潜向量", "view.rope_key": "rope键"}}  # its cache's views (K and V: notation)
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,7 +230,8 @@ class LatentCache(LayerCache):
 
     def views(self) -> tuple[StateView, ...]:
         keys, values = self.expanded()  # made only when a view is shown
-        return (StateView("latent", self.k, 0), StateView("rope key", self.v, 0),
+        return (StateView("latent", self.k, 0, title="view.latent"),
+                StateView("rope key", self.v, 0, title="view.rope_key"),
                 StateView("K", keys, self.d_nope + int(self.v.shape[1])), StateView("V", values, self.d_v))
 
     def dump_items(self) -> dict[str, Array]:

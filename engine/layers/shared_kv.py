@@ -14,6 +14,9 @@ from typing import Any, ClassVar
 
 from engine.state import StateView
 
+CAUSES = {"en": {"cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)"},
+          "zh": {"cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）"}}  # its line; attention offers it
+
 
 @dataclass(frozen=True)
 class SharedFacts:

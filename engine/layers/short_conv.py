@@ -38,6 +38,7 @@ class FaultPoints(ConvFaultPoints):
 
 BUGS = causal_conv.BUGS
 DUMP_LAYOUTS = causal_conv.DUMP_LAYOUTS
+CAUSES = causal_conv.CAUSES
 
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:

@@ -20,9 +20,10 @@ import numpy as np
 from engine import OpState, to_host
 from engine.breakpoints import short_name
 from engine.caches import PagedFacts, RingFacts
+from engine.causes import Cause
 from engine.compare.expect import Outcome
 from engine.labels import resolve_some
-from engine.layers import explanation, explanation_key
+from engine.layers import explanation, explanation_key, kind_words
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.debugger.row_labels import RowWords, row_label
@@ -138,6 +139,8 @@ class CacheFrame:
     views: tuple[MatrixFrame, ...]  # the state's views (engine.state.StateView), one head's columns: K and V
     layout: object = None  # what it holds beside its rows: its state's facts (engine.state), None for nothing
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
+    line: Cause | None = None  # its state's line beside its rows, in its kind's words (state_line); None: none
+    titles: tuple[Cause | str, ...] = ()  # each view's title: a Cause of its kind's words, or its name (notation: K)
 
 
 class Group(StrEnum):
@@ -342,7 +345,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     views = cache.views()
     if not views:  # a state of no rows of its own (a KV-shared layer): its facts say where it reads
         return CacheFrame(layer, len(state.caches), 0, 1, cache.length, 0, cache.fingerprint != fingerprint,
-                          differing, (), cache.facts)
+                          differing, (), cache.facts, line=state_line(cache.facts))
     heads = max(_heads(view) for view in views)  # views may differ in heads: the most of them
     head = min(head, heads - 1)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
@@ -367,8 +370,19 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     matrices = tuple(matrix(view) for view in views)
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
+    titles = tuple(Cause(view.title, {}, kind_words(view.title)) if view.title else view.name for view in views)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
-                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted)
+                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted,
+                      state_line(cache.facts), titles)
+
+
+def state_line(facts) -> Cause | None:
+    """The line a layer kind's state is worded with beside its rows: its facts' `words()` (a code of its kind's
+    CAUSES and the facts) as a cause carrying its kind's words; None where its facts have none (engine.caches')."""
+    if not hasattr(facts, "words"):
+        return None
+    code, found = facts.words()
+    return Cause(code, found, kind_words(code))
 
 
 def _heads(view) -> int:

@@ -222,10 +222,10 @@ def test_a_new_kinds_state_is_shown_dumped_compared_and_travelled_without_touchi
     assert same == frozenset() and other == frozenset({middle.caches[1].count - 1})
 
 
-def test_a_new_kinds_state_line_and_view_title_are_its_modules_words_in_english_and_chinese(toy):
-    """The cache panel's line beside the running sum and its window's title: the words of toy_kind's CAUSES,
-    carried by the frame to the view, in the language it asks for (the catalogue has none of them)."""
-    from tinyllm_tui.tui.i18n import EN, words
+def test_a_new_kinds_state_line_heading_and_view_title_are_its_modules_words_in_english_and_chinese(toy):
+    """The cache panel's heading and line beside the running sum and its window's title: the words of toy_kind's
+    CAUSES, carried by the frame to the view, in the language it asks for (the catalogue has none of them)."""
+    from tinyllm_tui.tui.i18n import EN, cause_words, words
     from tinyllm_tui.tui.widgets.cache import layout_line
 
     debugger = Debugger(toy)
@@ -235,7 +235,9 @@ def test_a_new_kinds_state_line_and_view_title_are_its_modules_words_in_english_
     assert layout_line(shown, "en") == "a running mean of 5 tokens: one row, their sum"
     assert layout_line(shown, "zh") == "5 个Token的累计均值：一行，即它们的和"
     assert [words(title, lang) for title in shown.titles for lang in ("en", "zh")] == ["sum", "累计和"]
-    assert not {"cache.mean", "view.sum"} & set(EN)
+    assert cause_words(shown.heading, "en") == "running mean · layer 1 of 0–1"
+    assert cause_words(shown.heading, "zh") == "累计均值 · 第 1 层（0–1）"
+    assert not {"cache.mean", "cache.where.mean", "view.sum"} & set(EN)
 
 
 def test_the_diff_compares_a_new_kinds_state_through_its_own_protocol(toy):

@@ -55,8 +55,10 @@ def _counted_over(count: int):
 
 # `mean_count>N`: a running mean over more than N tokens
 BREAKPOINTS = ((r"mean_count>(.+)", "mean_count>N", ("index", "breakpoint.number"), _counted_over),)
-CAUSES = {"en": {"cache.mean": "a running mean of {count} tokens: one row, their sum", "view.sum": "sum"},
-          "zh": {"cache.mean": "{count} 个Token的累计均值：一行，即它们的和", "view.sum": "累计和"}}  # its state's words
+CAUSES = {"en": {"cache.mean": "a running mean of {count} tokens: one row, their sum", "view.sum": "sum",
+                 "cache.where.mean": "running mean · layer {layer} of 0–{last_layer}"},
+          "zh": {"cache.mean": "{count} 个Token的累计均值：一行，即它们的和", "view.sum": "累计和",
+                 "cache.where.mean": "累计均值 · 第 {layer} 层（0–{last_layer}）"}}  # its state's words
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Counted:
     count: int
     layout: ClassVar[str] = "mean"
     fed: ClassVar[bool] = True
+    heading: ClassVar[str] = "cache.where.mean"  # the panel's heading, worded by CAUSES
 
     def words(self) -> tuple[str, dict]:
         return "cache.mean", {"count": self.count}  # the line beside its row, worded by CAUSES

@@ -47,9 +47,10 @@ def _dumped_rows(array, shape: tuple):
 
 DUMP_LAYOUTS = {DUMP_ITEM: DumpLayout(_dumped_rows)}  # engine.layout: [K − 1, channels], or transformers' [channels, K]
 CAUSES = {"en": {"cache.conv": "the last {rows} inputs of a {kernel}-tap conv · {size}, the same at any length",
-                 "view.conv_window": "conv window"},
+                 "cache.where.conv": "conv window · layer {layer} of 0–{last_layer}", "view.conv_window": "conv window"},
           "zh": {"cache.conv": "{kernel} 抽头卷积的最近 {rows} 个输入 · {size}，与序列长度无关",
-                 "view.conv_window": "卷积窗口"}}  # its state's line and view; a kind with a causal conv offers them
+                 "cache.where.conv": "卷积窗口 · 第 {layer} 层（0–{last_layer}）", "view.conv_window": "卷积窗口"}}
+# its state's line, heading and view: a kind with a causal conv offers them
 
 
 def shifted(xp, window: Array, inputs: Array, keep: int | None = None) -> Array:
@@ -106,6 +107,7 @@ class ConvFacts:
     kernel: int
     nbytes: int
     layout: ClassVar[str] = "conv"  # a conv window has no heads (engine.state: how views word facts)
+    heading: ClassVar[str] = "cache.where.conv"
 
     def words(self) -> tuple[str, dict]:
         return "cache.conv", {"rows": self.kernel - 1, "kernel": self.kernel, "size": Size(self.nbytes)}

@@ -140,6 +140,7 @@ class CacheFrame:
     layout: object = None  # what it holds beside its rows: its state's facts (engine.state), None for nothing
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
     line: Cause | None = None  # its state's line beside its rows, in its kind's words (state_line); None: none
+    heading: Cause | None = None  # its kind's heading, with where it is (state_heading); None: the K/V caches' own
     titles: tuple[Cause | str, ...] = ()  # each view's title: a Cause of its kind's words, or its name (notation: K)
 
 
@@ -345,7 +346,8 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     views = cache.views()
     if not views:  # a state of no rows of its own (a KV-shared layer): its facts say where it reads
         return CacheFrame(layer, len(state.caches), 0, 1, cache.length, 0, cache.fingerprint != fingerprint,
-                          differing, (), cache.facts, line=state_line(cache.facts))
+                          differing, (), cache.facts, line=state_line(cache.facts),
+                          heading=state_heading(cache.facts, layer, len(state.caches), 0, 1))
     heads = max(_heads(view) for view in views)  # views may differ in heads: the most of them
     head = min(head, heads - 1)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
@@ -373,7 +375,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     titles = tuple(Cause(view.title, {}, kind_words(view.title)) if view.title else view.name for view in views)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
                       cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted,
-                      state_line(cache.facts), titles)
+                      state_line(cache.facts), state_heading(cache.facts, layer, len(state.caches), head, heads), titles)
 
 
 def state_line(facts) -> Cause | None:
@@ -383,6 +385,14 @@ def state_line(facts) -> Cause | None:
         return None
     code, found = facts.words()
     return Cause(code, found, kind_words(code))
+
+
+def state_heading(facts, layer: int, layers: int, head: int, heads: int) -> Cause | None:
+    """The cache panel's heading of a layer kind's state, where its facts name one (their `heading`, a code of its
+    kind's CAUSES), with the layer and head shown; None for the K/V caches' own heading."""
+    code = getattr(facts, "heading", None)
+    where = {"layer": layer, "last_layer": layers - 1, "head": head, "last_head": heads - 1}
+    return None if code is None else Cause(code, where, kind_words(code))
 
 
 def _heads(view) -> int:

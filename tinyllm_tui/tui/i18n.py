@@ -192,8 +192,6 @@ EN = {
     "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
     "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
     "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
-    "cache.where.conv": "conv window · layer {layer} of 0–{last_layer}",
-    "cache.where.recurrent": "state · layer {layer} of 0–{last_layer} · value head {head} of 0–{last_head}",
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
@@ -424,8 +422,6 @@ ZH = {
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
     "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
-    "cache.where.conv": "卷积窗口 · 第 {layer} 层（0–{last_layer}）",
-    "cache.where.recurrent": "状态 · 第 {layer} 层（0–{last_layer}）· 第 {head} 个值头（0–{last_head}）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
     "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",

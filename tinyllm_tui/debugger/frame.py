@@ -22,7 +22,7 @@ from engine.breakpoints import short_name
 from engine.caches import PagedFacts, RingFacts
 from engine.causes import Cause
 from engine.compare.expect import Outcome
-from engine.labels import resolve_some
+from engine.labels import WORDS, resolve_some
 from engine.layers import explanation, explanation_key, kind_words
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
@@ -55,10 +55,11 @@ class Labels(Sequence):
         return self._label(index % self._count)
 
 
-def lazy_labels(axis) -> Labels:
-    """An operator's row or column labels, made only for the entries on screen."""
+def lazy_labels(axis, words: dict[str, str] = WORDS) -> Labels:
+    """An operator's row or column labels, made only for the entries on screen; `words`: the view's inside them
+    (RowWords.labels; the engine's by default)."""
     count = axis.count if hasattr(axis, "count") else len(axis)
-    return Labels(count, lambda i: resolve_some(axis, [i])[0])
+    return Labels(count, lambda i: resolve_some(axis, [i], words)[0])
 
 
 class VerdictSource(StrEnum):
@@ -373,9 +374,10 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
     titles = tuple(Cause(view.title, {}, kind_words(view.title)) if view.title else view.name for view in views)
+    heading = state_heading(cache.facts, layer, len(state.caches), head, heads)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
                       cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted,
-                      state_line(cache.facts), state_heading(cache.facts, layer, len(state.caches), head, heads), titles)
+                      state_line(cache.facts), heading, titles)
 
 
 def state_line(facts) -> Cause | None:

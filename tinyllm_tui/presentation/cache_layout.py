@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from engine.loading.budget import format_size
+from engine.labels import WORDS
 from engine.state import Size
 from tinyllm_tui.debugger.row_labels import RowWords
 from tinyllm_tui.tui.i18n import cause_words, tr
@@ -15,8 +16,10 @@ __all__ = ["counts_fed", "layout_kind", "row_words", "spans", "state_line"]
 
 
 def row_words(lang: str) -> RowWords:
-    """The catalogue's words inside row labels in `lang`, which a view hands Debugger.subscribe."""
-    return RowWords(tr("label.slot", lang), tr("label.empty", lang), tr("label.batch_row", lang))
+    """The catalogue's words inside row labels, and inside an operator's (an attention sink's column, a norm's
+    divisor: engine.labels.WORDS), in `lang`, which a view hands Debugger.subscribe."""
+    return RowWords(tr("label.slot", lang), tr("label.empty", lang), tr("label.batch_row", lang),
+                    {code: tr(f"label.{code}", lang) for code in WORDS})
 
 
 def spans(positions: Sequence[int]) -> str:

@@ -14,8 +14,9 @@ WHITESPACE = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}  # how a token 
 EMPTY = "∅"  # a token with no text at all
 POSITIONAL = ("chunk", "last", "keys")  # rows/columns that stand for token positions
 UNKNOWN = -1  # a cache row past the context has no token: an injected bug put it there
-WORDS = {"sink": "sink", "scale": "scale", "scale_head": "scale h{head}"}  # the words inside labels, by code: the
-# engine's (English); a view hands pick its own (an attention sink's column, a norm's divisor, one a head)
+WORDS = {"sink": "sink", "scale": "scale", "scale_head": "scale h{head}", "token_id": "token id"}  # the words inside
+# labels, by code: the engine's (English); a view hands pick its own (an attention sink's column, a norm's divisor,
+# one a head, the decode rule's choice)
 SINK = WORDS["sink"]  # the label of an attention sink's column, as the engine's own readers match it
 
 
@@ -79,7 +80,7 @@ def pick(axis: Axis, indices: Iterable[int], words: dict[str, str] = WORDS) -> t
     if axis.scheme == "vocab":
         return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":
-        return tuple("token id" for _ in indices)
+        return tuple(words["token_id"] for _ in indices)
     if axis.scheme == "experts":
         return tuple(f"e{i}" for i in indices)
     if axis.scheme == "rank":  # a token's chosen experts, best first

@@ -25,8 +25,8 @@ class Size(int):
     """A count of bytes among the facts a state's line is worded with (`words()`), which a view shows as a size."""
 
 
-# A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files their heading and
-# line under ("ring", "recurrent"; the catalogue's cache.where.<layout>); `fed` (True: the state counts the tokens
+# A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files them under ("ring",
+# "recurrent"; the K/V caches' own are worded by the catalogue); `fed` (True: the state counts the tokens
 # fed and holds no rows of them); `words()`, the code of its kind's CAUSES and the facts of the line beside its rows;
 # `heading`, the code of its kind's CAUSES the panel's heading is worded with (none: the K/V caches' "KV · layer …").
 

@@ -14,7 +14,10 @@ WHITESPACE = {" ": "␣", "\n": "\\n", "\t": "\\t", "\r": "\\r"}  # how a token 
 EMPTY = "∅"  # a token with no text at all
 POSITIONAL = ("chunk", "last", "keys")  # rows/columns that stand for token positions
 UNKNOWN = -1  # a cache row past the context has no token: an injected bug put it there
-SINK = "sink"  # the label of an attention sink's column
+WORDS = {"sink": "sink", "scale": "scale", "scale_head": "scale h{head}", "token_id": "token id"}  # the words inside
+# labels, by code: the engine's (English); a view hands pick its own (an attention sink's column, a norm's divisor,
+# one a head, the decode rule's choice)
+SINK = WORDS["sink"]  # the label of an attention sink's column, as the engine's own readers match it
 
 
 class WithSink(NamedTuple):
@@ -64,8 +67,8 @@ def labels(axis: Axis) -> tuple[str, ...]:
     return pick(axis, range(axis.count))
 
 
-def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
-    """The labels of some entries only (a window onto a large matrix)."""
+def pick(axis: Axis, indices: Iterable[int], words: dict[str, str] = WORDS) -> tuple[str, ...]:
+    """The labels of some entries only (a window onto a large matrix); `words`: those inside them, by code."""
     if axis.scheme in POSITIONAL:
         prefix, keys = "k" if axis.column else "", axis.positions
         shown, context = axis.vocab.shown, axis.context
@@ -73,17 +76,17 @@ def pick(axis: Axis, indices: Iterable[int]) -> tuple[str, ...]:
         def label(p: int) -> str:
             return f"{prefix}{p} · {shown(context[p]) if 0 <= p < len(context) else '?'}"
 
-        return tuple(label(keys[i]) if i < len(keys) else SINK for i in indices)
+        return tuple(label(keys[i]) if i < len(keys) else words["sink"] for i in indices)
     if axis.scheme == "vocab":
         return tuple(axis.vocab.label(i) for i in indices)
     if axis.scheme == "choice":
-        return tuple("token id" for _ in indices)
+        return tuple(words["token_id"] for _ in indices)
     if axis.scheme == "experts":
         return tuple(f"e{i}" for i in indices)
     if axis.scheme == "rank":  # a token's chosen experts, best first
         return tuple(f"#{i + 1}" for i in indices)
     if axis.scheme == "scale":  # one divisor per row, or per head (q/k norms)
-        return tuple("scale" if axis.count == 1 else f"scale h{i}" for i in indices)
+        return tuple(words["scale"] if axis.count == 1 else words["scale_head"].format(head=i) for i in indices)
     return tuple(f"f{i}" for i in indices)
 
 
@@ -92,5 +95,6 @@ def resolve(axis: Axis | tuple[str, ...]) -> tuple[str, ...]:
     return labels(axis) if isinstance(axis, Axis) else tuple(axis)
 
 
-def resolve_some(axis: Axis | tuple[str, ...], indices: Iterable[int]) -> tuple[str, ...]:
-    return pick(axis, indices) if isinstance(axis, Axis) else tuple(axis[i] for i in indices)
+def resolve_some(axis: Axis | tuple[str, ...], indices: Iterable[int],
+                 words: dict[str, str] = WORDS) -> tuple[str, ...]:
+    return pick(axis, indices, words) if isinstance(axis, Axis) else tuple(axis[i] for i in indices)

@@ -25,9 +25,10 @@ class Size(int):
     """A count of bytes among the facts a state's line is worded with (`words()`), which a view shows as a size."""
 
 
-# A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files their heading and
-# line under ("ring", "recurrent"; the catalogue's cache.where.<layout>); `fed` (True: the state counts the tokens
-# fed and holds no rows of them); `words()`, the catalogue key and facts of the line beside its rows.
+# A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files them under ("ring",
+# "recurrent"; the K/V caches' own are worded by the catalogue); `fed` (True: the state counts the tokens
+# fed and holds no rows of them); `words()`, the code of its kind's CAUSES and the facts of the line beside its rows;
+# `heading`, the code of its kind's CAUSES the panel's heading is worded with (none: the K/V caches' "KV · layer …").
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,6 +40,8 @@ class StateView:
     head_width: int  # columns per head: a view shows one head at a time (0: the columns are not split)
     positional: bool = True  # its rows are the state's `row_positions` (False: features, a recurrent state's d_k)
     axes: tuple[str, str] = ("", "d")  # the words before the index of a row (of features) and of a column: k3, d0
+    title: str = ""  # the code of its kind's CAUSES a view titles it with ("view.conv_window"); "": its name is
+    # notation (K, V, S), shown as it is
 
 
 def _rows_first(row: int, col: int, d_head: int) -> tuple[int, ...]:

@@ -26,7 +26,8 @@ from engine.loading import open_model
 from engine.loading.checkpoint import load_checkpoint
 from engine.parameters import parameter_shapes
 from engine.spec import FfnKind, NormKind, NormPlacement, Positions, Rule
-from tinyllm_tui.debugger.frame import BY_KIND, hook_key
+from tinyllm_tui.debugger.frame import BY_KIND, hook_key, lazy_labels
+from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.tui.explanations import texts_of
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -167,6 +168,7 @@ def test_qk_norms_are_per_head_and_come_before_rope(arch):
     scale = next(s for s in states if s.name == "blocks.0.attn.q_norm.hook_scale")
     normalized = to_host(next(s for s in states if s.name == "blocks.0.attn.q_norm.hook_normalized").values)
     assert to_host(scale.values).shape[1] == spec.n_heads and scale.output.cols[-1] == f"scale h{spec.n_heads - 1}"
+    assert lazy_labels(scale.output.col_axis, row_words("zh").labels)[-1] == f"尺度 h{spec.n_heads - 1}"  # the view's
     heads = normalized.reshape(normalized.shape[0], spec.n_heads, spec.d_head)
     assert np.allclose(np.sqrt((heads**2).mean(-1)), 1.0, atol=1e-3)  # eps 1e-6 keeps it just below 1
 

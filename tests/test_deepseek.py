@@ -132,6 +132,15 @@ def test_an_empty_latent_cache_shows_its_views_empty():
         ("latent", (0, 10)), ("rope key", (0, 4)), ("K", (0, 40)), ("V", (0, 20))]
 
 
+def test_the_cache_panel_titles_the_latent_views_in_the_language_asked_and_k_v_as_notation():
+    from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.tui.i18n import words
+
+    titles = Debugger(scenario()).frame.cache.titles
+    assert [words(title, "en") for title in titles] == ["latent", "rope key", "K", "V"]
+    assert [words(title, "zh") for title in titles] == ["潜向量", "rope键", "K", "V"]
+
+
 @FORMS
 def test_cached_decode_equals_the_full_recompute(absorbed, source):
     diffs = diff_scenario(scenario(absorbed, source), F64)

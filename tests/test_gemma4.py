@@ -311,7 +311,7 @@ def test_what_a_gemma4_gguf_cannot_be_run_as_is_refused_naming_the_key(tmp_path,
 async def test_the_cache_view_of_a_kv_shared_layer_says_which_layer_it_reads_and_shows_no_rows():
     """A view-only matter: the title words the state's facts, and no window is left showing another layer's K/V."""
     from tinyllm_tui.tui.app import DebuggerApp
-    from tinyllm_tui.tui.widgets.cache import CacheView
+    from tinyllm_tui.tui.widgets.cache import CacheView, layout_line
     from tinyllm_tui.tui.widgets.matrix import MatrixWindow
     from tinyllm_tui.tui.widgets.wrapped import Wrapped
     from tui_helpers import settle
@@ -328,4 +328,5 @@ async def test_the_cache_view_of_a_kv_shared_layer_says_which_layer_it_reads_and
         title = view.query_one(".cache-title", Wrapped)
         text = title._text.plain
         assert "KV-shared: reads layer 1's cache, holds no K/V of its own (0 B)" in text
+        assert layout_line(app.debugger.frame.cache, "zh") == "KV共享：读取第1层的缓存，自身不存K/V（0 B）"
         assert not [w for w in view.query(MatrixWindow) if w.display]

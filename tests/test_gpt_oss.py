@@ -114,6 +114,20 @@ def test_the_sink_is_the_last_column_of_the_scores_and_pattern_taking_probabilit
         assert v.shape[0] == p.shape[1] - 1 and np.abs(to_host(z.values) - p[:, :-1] @ v).max() <= 1e-12
 
 
+@pytest.mark.parametrize("lang, sink", [("en", "sink"), ("zh", "汇聚")])
+def test_the_matrix_view_labels_the_sink_column_in_its_own_language(lang, sink):
+    """The engine names the column by a code (engine.labels.WORDS); the view subscribes with its word for it."""
+    from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.presentation.cache_layout import row_words
+
+    _, scenario, _, states = fixture()
+    debugger = Debugger(scenario)
+    debugger.subscribe(row_words(lang))
+    debugger.goto_step(next(s for s in states if s.name == "blocks.1.attn.hook_pattern" and s.round == 2).step)
+    cols = debugger.frame.matrix.cols
+    assert cols[-1] == sink and cols[0].startswith("k0 · ")
+
+
 def test_the_sliding_layer_masks_keys_beyond_its_window_and_its_sink_still_takes_the_rest():
     _, _, _, states = fixture()
     pattern = values(states, "blocks.0.attn.hook_pattern", 0, 0)

@@ -222,6 +222,24 @@ def test_a_new_kinds_state_is_shown_dumped_compared_and_travelled_without_touchi
     assert same == frozenset() and other == frozenset({middle.caches[1].count - 1})
 
 
+def test_a_new_kinds_state_line_heading_and_view_title_are_its_modules_words_in_english_and_chinese(toy):
+    """The cache panel's heading and line beside the running sum and its window's title: the words of toy_kind's
+    CAUSES, carried by the frame to the view, in the language it asks for (the catalogue has none of them)."""
+    from tinyllm_tui.tui.i18n import EN, cause_words, words
+    from tinyllm_tui.tui.widgets.cache import layout_line
+
+    debugger = Debugger(toy)
+    debugger.goto_step(list(Session(toy).steps())[-1].step)
+    debugger.move_cache(layers=1 - debugger.frame.cache.layer)  # onto layer 1
+    shown = debugger.frame.cache
+    assert layout_line(shown, "en") == "a running mean of 5 tokens: one row, their sum"
+    assert layout_line(shown, "zh") == "5 个Token的累计均值：一行，即它们的和"
+    assert [words(title, lang) for title in shown.titles for lang in ("en", "zh")] == ["sum", "累计和"]
+    assert cause_words(shown.heading, "en") == "running mean · layer 1 of 0–1"
+    assert cause_words(shown.heading, "zh") == "累计均值 · 第 1 层（0–1）"
+    assert not {"cache.mean", "cache.where.mean", "view.sum"} & set(EN)
+
+
 def test_the_diff_compares_a_new_kinds_state_through_its_own_protocol(toy):
     """Cached against full, the diff reads each layer's state at a round's end as its dump items and the kind's
     own `differing`: the running sum is one row per round, and a stale cache of layer 0 (kept from the weights
@@ -265,7 +283,7 @@ async def test_the_cache_view_shows_as_many_windows_as_a_state_has_views(toy):
         shown = [w for w in view.query(MatrixWindow) if w.display]
         assert len(shown) == 1 and "sum · 1×4" in "\n".join(getattr(line, "plain", None) or line.text for line in shown[0]._lines())
         cache = app.debugger.frame.cache
-        view.show(replace(cache, views=cache.views * 3))
+        view.show(replace(cache, views=cache.views * 3, titles=cache.titles * 3))
         await pilot.pause()
         assert len([w for w in view.query(MatrixWindow) if w.display]) == 3
 
@@ -298,3 +316,14 @@ def test_a_new_kinds_breakpoint_condition_is_its_module_alone(toy):
         parse_breakpoint("mean_count>x")
     with refused(BreakpointError, "abs>N, mean_count>N, expert=E or route_margin<N"):
         parse_breakpoint("mean_count<3")
+
+
+def test_no_kind_module_assigns_a_registry_name_twice():
+    """A kind's CAUSES, BUGS, BREAKPOINTS… are read once, at the end of its module: a second assignment (two merged
+    branches each adding a `CAUSES = {…}`) silently drops the first one's words."""
+    import ast
+
+    for path in sorted((ROOT / "engine" / "layers").glob("*.py")) + [ROOT / "tests" / "toy_kind.py"]:
+        names = [target.id for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
+                 for target in node.targets if isinstance(target, ast.Name) and target.id.isupper()]
+        assert sorted({n for n in names if names.count(n) > 1}) == [], path.name

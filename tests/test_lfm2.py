@@ -199,6 +199,7 @@ def test_the_numpy_lfm2_agrees_and_its_conv_state_not_shifted_in_round_2_is_foun
 # -- the state panel ----------------------------------------------------------------------------------------
 def test_the_cache_view_shows_the_conv_window_rows_by_position_and_token_and_its_constant_bytes():
     from tinyllm_tui.debugger.debugger import Debugger
+    from tinyllm_tui.tui.i18n import words
 
     debugger, (_, states) = Debugger(scenario()), run()
     tokens = scenario().vocab.tokens
@@ -206,6 +207,7 @@ def test_the_cache_view_shows_the_conv_window_rows_by_position_and_token_and_its
     debugger.goto_step(conv.step)
     shown = debugger.frame.cache
     assert shown.layer == 0 and [view.name for view in shown.views] == ["conv window"]
+    assert [words(title, lang) for title in shown.titles for lang in ("en", "zh")] == ["conv window", "卷积窗口"]
     newest = len(IDS) + 1  # round 2 feeds position 21
     label = lambda p: f"{p} · {tokens[conv.moment.context[p]]}"  # noqa: E731
     assert list(shown.views[0].rows) == [f" {label(newest - 1)}", f"+{label(newest)}"]  # + : this round's input

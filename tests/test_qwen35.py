@@ -113,14 +113,13 @@ def test_the_state_panel_names_a_recurrent_layer_by_its_value_heads_and_a_fresh_
     """A linear-attention layer holds no K/V: its title says state and value head; before its first token the
     memory line says no token has changed it (not "after token -1")."""
     from tinyllm_tui.debugger.debugger import Debugger
-    from tinyllm_tui.presentation.cache_layout import layout_kind
-    from tinyllm_tui.tui.i18n import tr
-    from tinyllm_tui.tui.widgets.cache import HEADINGS, layout_line
+    from tinyllm_tui.tui.i18n import cause_words
+    from tinyllm_tui.tui.widgets.cache import layout_line
 
     debugger = Debugger(SCENARIO)
     shown = debugger.frame.cache  # the first operator: layer 0's state is fresh
-    heading = tr(HEADINGS[layout_kind(shown.layout)], "en", layer=0, last_layer=2, head=1, last_head=3)
-    assert heading == "state · layer 0 of 0–2 · value head 1 of 0–3"
+    assert cause_words(shown.heading, "en") == "state · layer 0 of 0–2 · value head 0 of 0–3"
+    assert cause_words(shown.heading, "zh") == "状态 · 第 0 层（0–2）· 第 0 个值头（0–3）"
     assert layout_line(shown, "en").startswith("recurrent state: no token yet · conv window: last 2 inputs (K=3)")
     debugger.goto_step(next(s for s in STATES if s.name == "blocks.0.linear_attn.hook_state" and s.round == 0).step)
     assert layout_line(debugger.frame.cache, "en").startswith(f"recurrent state after token {len(IDS) - 1} ·")

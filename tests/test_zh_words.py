@@ -14,12 +14,13 @@ import pytest
 from conftest import ROOT, SCENARIOS, X01
 from tui_helpers import perturbed_dump
 
-from engine import ScenarioError, load_scenario, load_scenario_text
+from engine import ScenarioError, Session, load_scenario, load_scenario_text
 from engine.breakpoints import BreakpointError
 from engine.loading import open_model
 from engine import layers
 from engine.causes import CODES, Cause
 from engine.faults import FAULTS
+from engine.trace import OpKind
 from tinyllm_tui.debugger.debugger import Debugger
 from tinyllm_tui.debugger.errors import OptionError, bad_input
 from tinyllm_tui.debugger.opening import ModelOptions, check_options, opening
@@ -125,7 +126,7 @@ def fields(text: str) -> set[str]:
 
 
 CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
-                  r"|gradcheck)(\.[a-z_]+)+")  # a cause's code
+                  r"|gradcheck|cache|view)(\.[a-z_]+)+")  # a cause's code
 NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
 
 
@@ -271,6 +272,14 @@ def test_the_routing_view_and_its_glance_speak_chinese():
     assert glance[1].startswith("层" + " " * 9 + "e0")  # the layer column is 7 cells, "层" two of them and glance[1].endswith("最小差距")
     assert not any(ENGLISH.search(line) or re.search(r"\b(margin|tokens|sparse|experts)\b", line)
                    for line in lines + glance)
+
+
+def test_the_decode_rules_choice_column_is_labelled_in_the_views_language():
+    """The engine labels the choice's column by a code (engine.labels.WORDS); the zh view subscribes with its word."""
+    debugger = Debugger(load_scenario(X01))
+    debugger.subscribe(row_words("zh"))
+    debugger.goto_step(next(s.step for s in Session(load_scenario(X01)).steps() if s.kind is OpKind.CHOICE))
+    assert list(debugger.frame.matrix.cols) == ["Token编号"]
 
 
 def test_a_kinds_own_cause_reaches_the_chinese_status_line_in_its_modules_words():

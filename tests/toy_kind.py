@@ -2,7 +2,7 @@
 
 y_t = g ⊙ mean(h_0 … h_t): its state is one row, the sum of every token fed so far, and the count; no K/V,
 no positions. It proves a new kind (operators, parameter, hooks, state, views, dump, compare, time travel, a
-fault point and the bug that changes it, a breakpoint condition, how the cache view words its state) is this
+fault point and the bug that changes it, a breakpoint condition, how the cache view words its state, in en and zh) is this
 one module plus one registry line (`MIXERS["mean"] = toy_kind`), nothing else touched.
 """
 
@@ -47,8 +47,6 @@ class SumForgotten:
 
 
 BUGS = (SumForgotten,)
-CAUSES = {"en": {"fault.one_prompt_token": "every prompt is one token"},  # its bug's words
-          "zh": {"fault.one_prompt_token": "每个提示都只有一个Token"}}
 
 
 def _counted_over(count: int):
@@ -57,6 +55,12 @@ def _counted_over(count: int):
 
 # `mean_count>N`: a running mean over more than N tokens
 BREAKPOINTS = ((r"mean_count>(.+)", "mean_count>N", ("index", "breakpoint.number"), _counted_over),)
+CAUSES = {"en": {"fault.one_prompt_token": "every prompt is one token",  # its bug's words, then its state's
+                 "cache.mean": "a running mean of {count} tokens: one row, their sum", "view.sum": "sum",
+                 "cache.where.mean": "running mean · layer {layer} of 0–{last_layer}"},
+          "zh": {"fault.one_prompt_token": "每个提示都只有一个Token",
+                 "cache.mean": "{count} 个Token的累计均值：一行，即它们的和", "view.sum": "累计和",
+                 "cache.where.mean": "累计均值 · 第 {layer} 层（0–{last_layer}）"}}
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,10 @@ class Counted:
     count: int
     layout: ClassVar[str] = "mean"
     fed: ClassVar[bool] = True
+    heading: ClassVar[str] = "cache.where.mean"  # the panel's heading, worded by CAUSES
+
+    def words(self) -> tuple[str, dict]:
+        return "cache.mean", {"count": self.count}  # the line beside its row, worded by CAUSES
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,7 +109,7 @@ class RunningSum:
         return dataclasses.replace(self, total=self.total * 0.0, count=0, fingerprint=fingerprint)
 
     def views(self) -> tuple[StateView, ...]:
-        return (StateView("sum", self.total, 0),)
+        return (StateView("sum", self.total, 0, title="view.sum"),)
 
     def delta(self, older) -> Whole:
         return Whole(self)

@@ -106,8 +106,9 @@ def breakpoint_conditions() -> tuple:
 
 
 def kind_words(code: str) -> dict[str, str]:
-    """Language -> the words of the cause `code`, where a kind owns it (its CAUSES: `breakpoint.expert`); {} for
-    one of the stack's own, which the views' catalogues word (engine.causes)."""
+    """Language -> the words of the cause `code`, where a kind owns it (its CAUSES: `breakpoint.expert`, its state's
+    line `cache.conv`, a view's title `view.latent`); {} for one of the stack's own, which the views' catalogues word
+    (engine.causes)."""
     return {lang: words[code] for module in _every_kind() for lang, words in getattr(module, "CAUSES", {}).items()
             if code in words}
 

@@ -92,11 +92,16 @@ def _no_window(scenario) -> tuple[str, dict] | None:
 
 
 BUGS = (ConvNotShifted, ConvShiftedTwice)  # a kind with a causal conv offers them among its own, and these words
+# its bugs' words, and its state's line, heading and view: a kind with a causal conv offers them
 CAUSES = {"en": {"fault.conv_taps": "no layer has a causal conv of 3 taps or more (a window of two earlier inputs)",
                  "fault.conv_rounds": "no request decodes a second round that reads the window the first one kept "
-                                      "(max_new_tokens ≥ 3)"},
+                                      "(max_new_tokens ≥ 3)",
+                 "cache.conv": "the last {rows} inputs of a {kernel}-tap conv · {size}, the same at any length",
+                 "cache.where.conv": "conv window · layer {layer} of 0–{last_layer}", "view.conv_window": "conv window"},
           "zh": {"fault.conv_taps": "没有层的因果卷积有 3 个或更多抽头（即两个更早输入的窗口）",
-                 "fault.conv_rounds": "没有请求解码到第二轮去读第一轮留下的窗口（max_new_tokens ≥ 3）"}}
+                 "fault.conv_rounds": "没有请求解码到第二轮去读第一轮留下的窗口（max_new_tokens ≥ 3）",
+                 "cache.conv": "{kernel} 抽头卷积的最近 {rows} 个输入 · {size}，与序列长度无关",
+                 "cache.where.conv": "卷积窗口 · 第 {layer} 层（0–{last_layer}）", "view.conv_window": "卷积窗口"}}
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,7 @@ class ConvFacts:
     kernel: int
     nbytes: int
     layout: ClassVar[str] = "conv"  # a conv window has no heads (engine.state: how views word facts)
+    heading: ClassVar[str] = "cache.where.conv"
 
     def words(self) -> tuple[str, dict]:
         return "cache.conv", {"rows": self.kernel - 1, "kernel": self.kernel, "size": Size(self.nbytes)}
@@ -174,7 +180,7 @@ class ConvWindow:
 
     # -- the LayerState protocol (engine.state) ------------------------------------------------------
     def views(self) -> tuple[StateView, ...]:
-        return (StateView("conv window", self.rows, self.head_width),)
+        return (StateView("conv window", self.rows, self.head_width, title="view.conv_window"),)
 
     def delta(self, older) -> WholeWindow:
         return WholeWindow(self)  # K−1 rows: kept whole, never as a difference

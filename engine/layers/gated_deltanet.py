@@ -46,16 +46,26 @@ READ = "hook_read"  # a value head's read of its state: what `blocks.L.linear_at
 PER_HEAD = ("hook_state", READ)
 ABLATES = READ
 GGUF_SUFFIX = {"linear_attn.A_log": "", "linear_attn.dt_bias": ".bias"}  # the others: .weight
-CAUSES = {"en": {"against.recurrent": "value head {head}, k{k}, d{d} (after position {position})",  # a state cell
+CAUSES = {"en": {**causal_conv.CAUSES["en"],  # a state cell, its state's line (fresh: no token yet), its bugs
+                 "against.recurrent": "value head {head}, k{k}, d{d} (after position {position})",
+                 "cache.recurrent": "recurrent state after token {last} · conv window: last {rows} inputs (K={kernel}) · "
+                                    "{stored} at any length",
+                 "cache.recurrent.fresh": "recurrent state: no token yet · conv window: last {rows} inputs "
+                                          "(K={kernel}) · {stored} at any length",
+                 "cache.where.recurrent": "state · layer {layer} of 0–{last_layer} · value head {head} of "
+                                          "0–{last_head}",
                  "fault.delta_chunk": "no prompt is longer than the delta rule's chunk ({chunk} tokens)",
                  "fault.no_deltanet": "the model has no Gated DeltaNet (linear-attention) layer",
-                 "fault.deltanet_rounds": "it shows from decode round {round} on: generate at least {tokens} tokens",
-                 **causal_conv.CAUSES["en"]},
-          "zh": {"against.recurrent": "值头 {head}，k{k}，d{d}（位置 {position} 之后）",
+                 "fault.deltanet_rounds": "it shows from decode round {round} on: generate at least {tokens} tokens"},
+          "zh": {**causal_conv.CAUSES["zh"],
+                 "against.recurrent": "值头 {head}，k{k}，d{d}（位置 {position} 之后）",
+                 "cache.recurrent": "循环状态（最后由Token {last} 改变）· 卷积窗口：最近 {rows} 个输入（K={kernel}）· "
+                                    "任何长度都占 {stored}",
+                 "cache.recurrent.fresh": "循环状态：尚无Token · 卷积窗口：最近 {rows} 个输入（K={kernel}）· 任何长度都占 {stored}",
+                 "cache.where.recurrent": "状态 · 第 {layer} 层（0–{last_layer}）· 第 {head} 个值头（0–{last_head}）",
                  "fault.delta_chunk": "没有提示长于 delta 规则的块（{chunk} 个Token）",
                  "fault.no_deltanet": "模型没有 Gated DeltaNet（线性注意力）层",
-                 "fault.deltanet_rounds": "它从解码第 {round} 轮起才显现：至少生成 {tokens} 个Token",
-                 **causal_conv.CAUSES["zh"]}}
+                 "fault.deltanet_rounds": "它从解码第 {round} 轮起才显现：至少生成 {tokens} 个Token"}}
 GGUF_VALUE_HEADS = {  # llama.cpp's converter tiles the value heads (see value_heads_grouped): where they lie
     "linear_attn.w_qkv": "v rows", "linear_attn.w_z": "rows", "linear_attn.w_b": "rows", "linear_attn.w_a": "rows",
     "linear_attn.A_log": "rows", "linear_attn.dt_bias": "rows", "linear_attn.conv.w": "v rows",
@@ -227,6 +237,7 @@ class RecurrentFacts:
     kernel: int  # the conv's K: its window holds K−1 inputs
     nbytes: int  # what it stores, the same at every length
     layout: ClassVar[str] = "recurrent"  # its heads are its value heads, not K/V (engine.state: how views word facts)
+    heading: ClassVar[str] = "cache.where.recurrent"
     fed: ClassVar[bool] = True  # it counts the tokens fed, it holds no rows of them
 
     def words(self) -> tuple[str, dict]:

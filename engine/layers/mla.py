@@ -208,9 +208,11 @@ def _no_layer(model) -> tuple[str, dict] | None:
 # the words of its causes (engine.causes: a code and facts), per language; the English is the CLI's
 CAUSES = {"en": {"fault.naive_mla": "the model's latent attention runs the naive form (--mla absorbed runs the "
                                     "absorbed one)",
-                 "mla.none": "the model has no latent attention (DeepSeek's MLA)"},
+                 "mla.none": "the model has no latent attention (DeepSeek's MLA)",
+                 "view.latent": "latent", "view.rope_key": "rope key"},  # its cache's views (K and V: notation)
           "zh": {"fault.naive_mla": "模型的潜在注意力以朴素形式运行（--mla absorbed 才运行吸收形式）",
-                 "mla.none": "模型没有潜在注意力（DeepSeek 的 MLA）"}}
+                 "mla.none": "模型没有潜在注意力（DeepSeek 的 MLA）",
+                 "view.latent": "潜向量", "view.rope_key": "rope键"}}
 BUGS = (RopeKeyUnrotated, AbsorbedUkUntransposed)
 
 
@@ -235,7 +237,8 @@ class LatentCache(LayerCache):
 
     def views(self) -> tuple[StateView, ...]:
         keys, values = self.expanded()  # made only when a view is shown
-        return (StateView("latent", self.k, 0), StateView("rope key", self.v, 0),
+        return (StateView("latent", self.k, 0, title="view.latent"),
+                StateView("rope key", self.v, 0, title="view.rope_key"),
                 StateView("K", keys, self.d_nope + int(self.v.shape[1])), StateView("V", values, self.d_v))
 
     def dump_items(self) -> dict[str, Array]:

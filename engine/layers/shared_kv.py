@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from engine.state import StateView
 
 
+
 @dataclass(frozen=True)
 class SharedFacts:
     """What a cache view shows of a KV-shared layer: the layer whose cache it reads."""
@@ -105,7 +106,10 @@ class SharedKvOwnCache:
         return None if shared else ("fault.no_shared_kv", {})
 
 
-# the words of its causes, per language (attention, the kind it is part of, offers them among its own)
-CAUSES = {"en": {"fault.no_shared_kv": "the model has no KV-shared layer (num_kv_shared_layers)"},
-          "zh": {"fault.no_shared_kv": "模型没有共享 KV 的层（num_kv_shared_layers）"}}
+# the words of its causes and of its state's line, per language (attention, the kind it is part of, offers them
+# among its own)
+CAUSES = {"en": {"fault.no_shared_kv": "the model has no KV-shared layer (num_kv_shared_layers)",
+                 "cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)"},
+          "zh": {"fault.no_shared_kv": "模型没有共享 KV 的层（num_kv_shared_layers）",
+                 "cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）"}}
 BUGS = (SharedKvOwnCache,)

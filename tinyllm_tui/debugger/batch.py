@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.backend import to_host
-from engine.labels import POSITIONAL, SINK, Axis, resolve_some
+from engine.labels import POSITIONAL, Axis, resolve_some
 from engine.trace import OpState
 from tinyllm_tui.debugger.frame import Labels, lazy_labels
 from tinyllm_tui.debugger.row_labels import RowWords
@@ -54,5 +54,7 @@ def stacked(batch: tuple[OpState, ...], words: RowWords) -> tuple[np.ndarray, La
     axis = batch[0].output.col_axis
     positional = isinstance(axis, Axis) and axis.scheme in POSITIONAL
     keys = axis.positions if positional else ()
-    cols = Labels(axis.count, lambda j: f"k{keys[j]}" if j < len(keys) else SINK) if positional else lazy_labels(axis)
+    sink = words.labels["sink"]
+    cols = Labels(axis.count, lambda j: f"k{keys[j]}" if j < len(keys) else sink) if positional else lazy_labels(
+        axis, words.labels)
     return np.concatenate([to_host(s.values) for s in batch]), Labels(starts[-1], row), cols

@@ -20,9 +20,10 @@ import numpy as np
 from engine import OpState, to_host
 from engine.breakpoints import short_name
 from engine.caches import PagedFacts, RingFacts
+from engine.causes import Cause
 from engine.compare.expect import Outcome
-from engine.labels import resolve_some
-from engine.layers import explanation, explanation_key
+from engine.labels import WORDS, resolve_some
+from engine.layers import explanation, explanation_key, kind_words
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.debugger.row_labels import RowWords, row_label
@@ -54,10 +55,11 @@ class Labels(Sequence):
         return self._label(index % self._count)
 
 
-def lazy_labels(axis) -> Labels:
-    """An operator's row or column labels, made only for the entries on screen."""
+def lazy_labels(axis, words: dict[str, str] = WORDS) -> Labels:
+    """An operator's row or column labels, made only for the entries on screen; `words`: the view's inside them
+    (RowWords.labels; the engine's by default)."""
     count = axis.count if hasattr(axis, "count") else len(axis)
-    return Labels(count, lambda i: resolve_some(axis, [i])[0])
+    return Labels(count, lambda i: resolve_some(axis, [i], words)[0])
 
 
 class VerdictSource(StrEnum):
@@ -138,6 +140,9 @@ class CacheFrame:
     views: tuple[MatrixFrame, ...]  # the state's views (engine.state.StateView), one head's columns: K and V
     layout: object = None  # what it holds beside its rows: its state's facts (engine.state), None for nothing
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
+    line: Cause | None = None  # its state's line beside its rows, in its kind's words (state_line); None: none
+    heading: Cause | None = None  # its kind's heading, with where it is (state_heading); None: the K/V caches' own
+    titles: tuple[Cause | str, ...] = ()  # each view's title: a Cause of its kind's words, or its name (notation: K)
 
 
 class Group(StrEnum):
@@ -342,7 +347,8 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     views = cache.views()
     if not views:  # a state of no rows of its own (a KV-shared layer): its facts say where it reads
         return CacheFrame(layer, len(state.caches), 0, 1, cache.length, 0, cache.fingerprint != fingerprint,
-                          differing, (), cache.facts)
+                          differing, (), cache.facts, line=state_line(cache.facts),
+                          heading=state_heading(cache.facts, layer, len(state.caches), 0, 1))
     heads = max(_heads(view) for view in views)  # views may differ in heads: the most of them
     head = min(head, heads - 1)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
@@ -367,8 +373,28 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     matrices = tuple(matrix(view) for view in views)
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
+    titles = tuple(Cause(view.title, {}, kind_words(view.title)) if view.title else view.name for view in views)
+    heading = state_heading(cache.facts, layer, len(state.caches), head, heads)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
-                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted)
+                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted,
+                      state_line(cache.facts), heading, titles)
+
+
+def state_line(facts) -> Cause | None:
+    """The line a layer kind's state is worded with beside its rows: its facts' `words()` (a code of its kind's
+    CAUSES and the facts) as a cause carrying its kind's words; None where its facts have none (engine.caches')."""
+    if not hasattr(facts, "words"):
+        return None
+    code, found = facts.words()
+    return Cause(code, found, kind_words(code))
+
+
+def state_heading(facts, layer: int, layers: int, head: int, heads: int) -> Cause | None:
+    """The cache panel's heading of a layer kind's state, where its facts name one (their `heading`, a code of its
+    kind's CAUSES), with the layer and head shown; None for the K/V caches' own heading."""
+    code = getattr(facts, "heading", None)
+    where = {"layer": layer, "last_layer": layers - 1, "head": head, "last_head": heads - 1}
+    return None if code is None else Cause(code, where, kind_words(code))
 
 
 def _heads(view) -> int:

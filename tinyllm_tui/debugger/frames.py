@@ -97,7 +97,8 @@ class FrameBuilder:
         before = None if earlier is None else to_host(earlier.values)
         vocab = d.scenario.vocab
         verdicts = self._verdicts(state, values, before)
-        rows, cols = lazy_labels(state.output.row_axis), lazy_labels(state.output.col_axis)
+        words = self.words.labels
+        rows, cols = lazy_labels(state.output.row_axis, words), lazy_labels(state.output.col_axis, words)
         stacks = len(batch) > 1 and before is None and verdicts is None and len({s.values.shape[1] for s in batch}) == 1
         if stacks:
             values, rows, cols = stacked(batch, self.words)
@@ -106,8 +107,8 @@ class FrameBuilder:
                               verdicts=verdicts, tokens=tokens, names=vocab.tokens.__getitem__,
                               ids=route(state.op) is not None)
         if earlier is not None:  # its values under its own labels: an edit may have changed the tokens fed
-            return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis),
-                           cols_before=lazy_labels(earlier.output.col_axis),
+            return replace(matrix, rows_before=lazy_labels(earlier.output.row_axis, words),
+                           cols_before=lazy_labels(earlier.output.col_axis, words),
                            by_intervention=d.changes.last.intervention is not None)
         return replace(matrix, batch_rows=tuple(s.request for s in batch)) if stacks else matrix
 

@@ -9,9 +9,10 @@ none of its own: a reader that subscribes with none (a test, a benchmark) gets l
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine.caches import LayerCache, PagedCache, RingCache
+from engine.labels import WORDS
 from engine.trace import TokenState
 
 
@@ -22,6 +23,8 @@ class RowWords:
     slot: str  # a ring's physical slot: "s{slot}"
     empty: str  # a slot not written yet
     batch_row: str  # a batch's row, by its request: "r{request}"
+    labels: dict[str, str] = field(default_factory=WORDS.copy)  # inside an operator's labels, by code
+    # (engine.labels.WORDS: an attention sink's column, a norm's divisor, the decode rule's choice)
 
 
 MARKS = RowWords("#{slot}", "–", "#{request}")  # no language's: for a subscriber that hands no words

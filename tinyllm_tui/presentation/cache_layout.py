@@ -1,21 +1,25 @@
 """A layer state's layout as a view words it: the words it hands the Debugger for row labels (row_words; the
-labels themselves: tinyllm_tui.debugger.row_labels), position spans, and the line its facts are worded with."""
+labels themselves: tinyllm_tui.debugger.row_labels), position spans, and the line its kind words it with."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from engine.loading.budget import format_size
+from engine.labels import WORDS
 from engine.state import Size
 from tinyllm_tui.debugger.row_labels import RowWords
-from tinyllm_tui.tui.i18n import tr
+from tinyllm_tui.tui.i18n import cause_words, tr
 
-__all__ = ["counts_fed", "layout_kind", "layout_words", "row_words", "spans"]
+__all__ = ["counts_fed", "layout_kind", "row_words", "spans", "state_line"]
 
 
 def row_words(lang: str) -> RowWords:
-    """The catalogue's words inside row labels in `lang`, which a view hands Debugger.subscribe."""
-    return RowWords(tr("label.slot", lang), tr("label.empty", lang), tr("label.batch_row", lang))
+    """The catalogue's words inside row labels, and inside an operator's (an attention sink's column, a norm's
+    divisor: engine.labels.WORDS), in `lang`, which a view hands Debugger.subscribe."""
+    return RowWords(tr("label.slot", lang), tr("label.empty", lang), tr("label.batch_row", lang),
+                    {code: tr(f"label.{code}", lang) for code in WORDS})
 
 
 def spans(positions: Sequence[int]) -> str:
@@ -41,10 +45,10 @@ def counts_fed(facts) -> bool:
     return bool(getattr(facts, "fed", False))
 
 
-def layout_words(facts) -> tuple[str, dict] | None:
-    """The catalogue key and facts of the line a layer kind's state is worded with beside its rows (its facts'
-    `words()`), byte counts as sizes; None where its facts have none."""
-    if not hasattr(facts, "words"):
-        return None
-    key, found = facts.words()
-    return key, {name: format_size(value) if isinstance(value, Size) else value for name, value in found.items()}
+def state_line(line, lang: str) -> str:
+    """The line a layer kind's state is worded with beside its rows (a cache frame's `line`: a cause carrying its
+    kind's words) in `lang`, byte counts as sizes; "" where it has none."""
+    if line is None:
+        return ""
+    facts = {name: format_size(value) if isinstance(value, Size) else value for name, value in line.facts.items()}
+    return cause_words(replace(line, facts=facts), lang)

@@ -182,6 +182,7 @@ EN = {
     "matrix.no_finite": "{label}: no finite value",
     "where.prefill": "prefill", "where.decode": "decode {round}",
     "label.slot": "s{slot}", "label.empty": "empty", "label.batch_row": "r{request}",
+    "label.sink": "sink", "label.scale": "scale", "label.scale_head": "scale h{head}", "label.token_id": "token id",
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
     "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
@@ -192,14 +193,6 @@ EN = {
     "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
     "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
     "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
-    "cache.recurrent": "recurrent state after token {last} · conv window: last {rows} inputs (K={kernel}) · "
-                       "{stored} at any length",
-    "cache.where.conv": "conv window · layer {layer} of 0–{last_layer}",
-    "cache.where.recurrent": "state · layer {layer} of 0–{last_layer} · value head {head} of 0–{last_head}",
-    "cache.recurrent.fresh": "recurrent state: no token yet · conv window: last {rows} inputs (K={kernel}) · "
-                             "{stored} at any length",
-    "cache.conv": "the last {rows} inputs of a {kernel}-tap conv · {size}, the same at any length",
-    "cache.shared": "KV-shared: reads layer {source}'s cache, holds no K/V of its own (0 B)",
     "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
@@ -427,6 +420,7 @@ ZH = {
     "matrix.no_finite": "{label}：没有有限值",
     "where.prefill": "预填充", "where.decode": "解码 {round}",
     "label.slot": "槽{slot}", "label.empty": "空", "label.batch_row": "请求{request}",
+    "label.sink": "汇聚", "label.scale": "尺度", "label.scale_head": "尺度 h{head}", "label.token_id": "Token编号",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
     "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.fed": "已输入 {rows} 个Token，{new} 个新增（+）", "cache.current": "来自当前权重",
@@ -434,12 +428,6 @@ ZH = {
     "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
     "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
     "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
-    "cache.recurrent": "循环状态（最后由Token {last} 改变）· 卷积窗口：最近 {rows} 个输入（K={kernel}）· 任何长度都占 {stored}",
-    "cache.where.conv": "卷积窗口 · 第 {layer} 层（0–{last_layer}）",
-    "cache.where.recurrent": "状态 · 第 {layer} 层（0–{last_layer}）· 第 {head} 个值头（0–{last_head}）",
-    "cache.recurrent.fresh": "循环状态：尚无Token · 卷积窗口：最近 {rows} 个输入（K={kernel}）· 任何长度都占 {stored}",
-    "cache.conv": "{kernel} 抽头卷积的最近 {rows} 个输入 · {size}，与序列长度无关",
-    "cache.shared": "KV共享：读取第{source}层的缓存，自身不存K/V（0 B）",
     "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
     "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",

@@ -14,9 +14,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from tinyllm_tui.debugger.frame import CacheFrame
-from tinyllm_tui.presentation.cache_layout import counts_fed, layout_kind, layout_words, spans
+from tinyllm_tui.presentation.cache_layout import counts_fed, layout_kind, spans, state_line
 from tinyllm_tui.presentation.summaries import size_text
-from tinyllm_tui.tui.i18n import EN, tr
+from tinyllm_tui.tui.i18n import cause_words, tr, words
 from tinyllm_tui.tui.widgets.blank import Box
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
 from tinyllm_tui.tui.widgets.wrapped import Wrapped
@@ -54,9 +54,9 @@ class CacheView(Vertical):
         if cache is None:
             title.show_text(Text(tr("cache.none", lang)))
             return
-        heading = HEADINGS.get(layout_kind(cache.layout), "cache.where")
-        where = Text(tr(heading, lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
-                        last_head=cache.heads - 1), style="bold")
+        where = Text(cause_words(cache.heading, lang) if cache.heading else tr(  # a kind's own, or the K/V caches'
+            "cache.where", lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
+            last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
         rows = tr("cache.fed" if counts_fed(cache.layout) else "cache.rows", lang, rows=cache.length, new=cache.appended)
         layout = layout_line(cache, lang)
@@ -81,10 +81,8 @@ class CacheView(Vertical):
             if window.display != shown:
                 window.display = shown
             if shown:
-                window.show(cache.views[index], cache.views[index].name)  # the layer and head are in the title above
+                window.show(cache.views[index], words(cache.titles[index], lang))  # layer and head: the title above
 
-
-HEADINGS = {key.removeprefix("cache.where."): key for key in EN if key.startswith("cache.where.")}  # by layout
 
 def layout_line(cache: CacheFrame, lang: str) -> str:
     """What the layout holds beside its rows ("" for a contiguous cache)."""
@@ -99,8 +97,7 @@ def layout_line(cache: CacheFrame, lang: str) -> str:
     if kind == "quantized":
         return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
                   stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))
-    words = layout_words(facts)  # a layer kind's state: its facts say how it is worded
-    return "" if words is None else tr(words[0], lang, **words[1])
+    return state_line(cache.line, lang)  # a layer kind's state: worded by its kind
 
 
 def _same(old: CacheFrame, new: CacheFrame) -> bool:

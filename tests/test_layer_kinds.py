@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 import toy_kind
-from conftest import SCENARIOS
+from conftest import ROOT, SCENARIOS
 from said import refused
 from typer.testing import CliRunner
 

@@ -316,6 +316,23 @@ async def test_a_checkpoint_shows_step_0_then_lists_the_rest_of_round_0_with_a_k
         assert steps == list(range(len(steps))) and app.debugger.view.round_states[-1].kind.name == "CHOICE"
 
 
+def moe_at_decode_round_1():
+    """An eager Debugger on the qwen3_moe fixture, the step its decode round 1 starts at, and the app opening it."""
+    moe = ROOT / "tests" / "fixtures" / "qwen3_moe"
+
+    def opened():
+        return load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2)
+
+    eager = Debugger(opened())
+    entered = next(s.step for s in eager.history.states_from(0) if s.round == 1)
+    return eager, entered, app_on(Loading(str(moe), lambda: Opening(opened())))
+
+
+async def round_0_listed(pilot, app) -> None:
+    await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and not app.debugger.round_pending
+                and not app.screen.runner.running, timeout=30)
+
+
 async def test_a_step_pressed_while_a_decode_round_is_listed_goes_first_and_the_listing_goes_on_after(monkeypatch):
     """Entering a checkpoint's decode round lists its operators in the runner; a key pressed meanwhile stops the
     listing after the operator in flight (it does not wait for the whole round), then the listing goes on."""
@@ -338,13 +355,9 @@ async def test_a_step_pressed_while_a_decode_round_is_listed_goes_first_and_the_
 
     monkeypatch.setattr(Debugger, "complete_round", complete_round)
     monkeypatch.setattr(Debugger, "step", step)
-    moe = ROOT / "tests" / "fixtures" / "qwen3_moe"
-    eager = Debugger(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))
-    entered = next(s.step for s in eager.history.states_from(0) if s.round == 1)
-    app = app_on(Loading(str(moe), lambda: Opening(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))))
+    eager, entered, app = moe_at_decode_round_1()
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and not app.debugger.round_pending
-                    and not app.screen.runner.running, timeout=30)
+        await round_0_listed(pilot, app)
         await pilot.press("g", *str(entered), "enter")
         await until(pilot, lambda: app.debugger.frame.step == entered and app.screen.runner.running, timeout=30)
         await pilot.press("n", "E")  # the routing view shows the whole round: it waits for the listing
@@ -358,13 +371,9 @@ async def test_a_step_pressed_while_a_decode_round_is_listed_goes_first_and_the_
 
 
 async def test_play_paused_in_a_decode_round_still_to_be_listed_lists_it():
-    moe = ROOT / "tests" / "fixtures" / "qwen3_moe"
-    eager = Debugger(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))
-    entered = next(s.step for s in eager.history.states_from(0) if s.round == 1)
-    app = app_on(Loading(str(moe), lambda: Opening(load_checkpoint(moe, ids=[1, 2, 3], max_new_tokens=2))))
+    eager, entered, app = moe_at_decode_round_1()
     async with app.run_test(size=(160, 48)) as pilot:
-        await until(pilot, lambda: isinstance(app.screen, DebuggerScreen) and not app.debugger.round_pending
-                    and not app.screen.runner.running, timeout=30)
+        await round_0_listed(pilot, app)
         await pilot.press("g", *str(entered - 1), "enter")
         await until(pilot, lambda: app.debugger.frame.step == entered - 1 and not app.screen.runner.running)
         await pilot.press("space")

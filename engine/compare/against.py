@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backend import Backend, to_host
-from engine.causes import Cause
+from engine.causes import Cause, cause
 from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
 from engine import layers
@@ -269,7 +269,7 @@ class _Meeting:
         def label(row: int, col: int) -> Cause:
             position = resolve_some(positions, [row])[0]
             if own and (cell := own(key.hook.name, row, col, position)) is not None:
-                return Cause(*cell, layers.kind_words(cell[0]))  # a state names its own items' cells (a K/V
+                return cause(cell[0], **cell[1])  # a state names its own items' cells (a K/V
                 # cache's kv heads, a recurrent state's heads)
             return Cause("against.channel", {"position": position, "channel": col})
 

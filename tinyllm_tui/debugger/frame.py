@@ -20,10 +20,10 @@ import numpy as np
 from engine import OpState, to_host
 from engine.breakpoints import short_name
 from engine.caches import PagedFacts, RingFacts
-from engine.causes import Cause
+from engine.causes import Cause, cause
 from engine.compare.expect import Outcome
 from engine.labels import WORDS, resolve_some
-from engine.layers import explanation, explanation_key, kind_words
+from engine.layers import explanation, explanation_key
 from engine.state import tokens_held
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.debugger.row_labels import RowWords, row_label
@@ -373,7 +373,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     matrices = tuple(matrix(view) for view in views)
     held = set(positions)
     evicted = tuple(p for p in range(cache.seen) if p not in held)
-    titles = tuple(Cause(view.title, {}, kind_words(view.title)) if view.title else view.name for view in views)
+    titles = tuple(cause(view.title) if view.title else view.name for view in views)
     heading = state_heading(cache.facts, layer, len(state.caches), head, heads)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
                       cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted,
@@ -386,7 +386,7 @@ def state_line(facts) -> Cause | None:
     if not hasattr(facts, "words"):
         return None
     code, found = facts.words()
-    return Cause(code, found, kind_words(code))
+    return cause(code, **found)
 
 
 def state_heading(facts, layer: int, layers: int, head: int, heads: int) -> Cause | None:
@@ -394,7 +394,7 @@ def state_heading(facts, layer: int, layers: int, head: int, heads: int) -> Caus
     kind's CAUSES), with the layer and head shown; None for the K/V caches' own heading."""
     code = getattr(facts, "heading", None)
     where = {"layer": layer, "last_layer": layers - 1, "head": head, "last_head": heads - 1}
-    return None if code is None else Cause(code, where, kind_words(code))
+    return None if code is None else cause(code, **where)
 
 
 def _heads(view) -> int:

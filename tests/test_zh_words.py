@@ -49,8 +49,7 @@ def at_the_first_choice() -> Debugger:
 
 def test_the_lens_and_the_glance_speak_chinese():
     debugger = at_the_first_choice()
-    run, rows, attribution = debugger.lens()
-    lens = "\n".join(LensScreen("", run, rows, attribution, debugger.scenario.vocab, "zh").lines(160, 40))
+    lens = "\n".join(LensScreen("", debugger.lens(), "zh").lines(160, 40))
     assert "直接逻辑归因" in lens and "位置 2 的前 3 名" in lens and "位置 0–2（本次前向共 3 个）" in lens
     assert ENGLISH.findall(lens) == []
     glance = GlanceScreen("", debugger.glance(), "zh")

@@ -637,7 +637,7 @@ class Debugger:
     @owning
     def lens(self, k: int = 3):
         """The logit lens of the current round, and its choice's attribution once chosen (readings.round_lens)."""
-        return round_lens(self.session.model, self.history.round_states(), k)
+        return round_lens(self.session.model, self.history.round_states(), self.scenario.vocab, k)
 
     def glance(self) -> Glance:
         """Heads at a glance of the round the cursor is in, as the last move published it."""

@@ -125,7 +125,7 @@ def fields(text: str) -> set[str]:
 
 
 CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
-                  r"|gradcheck|cache|view)(\.[a-z_]+)+")  # a cause's code
+                  r"|gradcheck|cache|view|label)(\.[a-z_]+)+")  # a cause's code
 NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
 
 
@@ -328,3 +328,11 @@ def test_the_batch_tolerance_line_reads_in_chinese():
     assert diff_summary([], "stale-cache", batch=True, lang="zh") == (
         "✓ 批次等于各请求单独运行：每个算子都在该数据类型的容差（float64 中为 1e-12）+ 4·(经过的块数 + 1)·ε·max|值| 之内"
         "（ε：该数据类型的舍入步长；Token编号须完全相同）（注入：stale-cache）")
+
+
+def test_every_word_inside_a_label_has_its_cause():
+    from engine.causes import LABEL_WORDS
+    from engine.labels import WORDS
+
+    assert set(LABEL_WORDS) == set(WORDS)
+    assert all(f"cause.{LABEL_WORDS[code].code}" in EN and f"label.{code}" in ZH for code in WORDS)

@@ -182,7 +182,6 @@ EN = {
     "matrix.no_finite": "{label}: no finite value",
     "where.prefill": "prefill", "where.decode": "decode {round}",
     "label.slot": "s{slot}", "label.empty": "empty", "label.batch_row": "r{request}",
-    "label.sink": "sink", "label.scale": "scale", "label.scale_head": "scale h{head}", "label.token_id": "token id",
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
     "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
@@ -420,7 +419,6 @@ ZH = {
     "matrix.no_finite": "{label}：没有有限值",
     "where.prefill": "预填充", "where.decode": "解码 {round}",
     "label.slot": "槽{slot}", "label.empty": "空", "label.batch_row": "请求{request}",
-    "label.sink": "汇聚", "label.scale": "尺度", "label.scale_head": "尺度 h{head}", "label.token_id": "Token编号",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
     "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.fed": "已输入 {rows} 个Token，{new} 个新增（+）", "cache.current": "来自当前权重",
@@ -506,6 +504,8 @@ ZH = {
 # -- the engine's causes (engine/causes.py), worded in tinyllm_tui/tui/i18n_causes.py: `cause.CODE` ------------
 EN |= {f"cause.{code}": text for code, text in i18n_causes.EN.items()}
 ZH |= {f"cause.{code}": text for code, text in i18n_causes.ZH.items()}
+EN |= {code: text for code, text in i18n_causes.EN.items() if code.startswith("label.")}  # in views' labels too
+ZH |= {code: text for code, text in i18n_causes.ZH.items() if code.startswith("label.")}
 
 CATALOGUES = {"en": EN, "zh": ZH}
 

@@ -262,7 +262,8 @@ def _lfm2(config: dict, file: Path) -> ModelSpec:
     kernel = get("conv_L_cache", 3)
     kinds = hf_layer_kinds()
     blocks = tuple(LayerSpec(mixer="attention", rope_divisors=divisors) if kinds[kind] == "attention" else
-                   LayerSpec(mixer=kinds[kind], options={KERNEL: kernel}) for kind in _lfm2_layer_types(config, file, layers))
+                   LayerSpec(mixer=kinds[kind], options={KERNEL: kernel})
+                   for kind in _lfm2_layer_types(config, file, layers))
     tied = config.get("tie_word_embeddings", config.get("tie_embedding", True))
     return ModelSpec(
         d_model=d, n_layers=layers, n_heads=heads, d_head=d // heads, d_ff=_lfm2_ff(config, file),

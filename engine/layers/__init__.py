@@ -11,9 +11,9 @@ stands for), `FaultPoints` (where an injected bug may change what it does, with 
 `EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
 them: `BUGS` (the bugs of its fault points), `BREAKPOINTS`, `ABLATES` / `ABLATIONS`, `intervention_refusal`,
 `routed_expert`, `route` / `ROUTE_HOOKS` (a choice an operator holds), `DUMP_LAYOUTS`, `STACKED_HEADS`,
-`explanation_key`, `FORMS` / `in_form`, `CAUSES` (the functions below read each; docs/architecture.md lists
-them). Generic code reads a kind only through these functions, never by its name (tests/test_kind_names.py).
-Adding a kind is its module and one line below.
+`explanation_key`, `FORMS` / `in_form`, `CAUSES`, `LAYER_OPTIONS` (its per-layer scenario options; the functions
+below read each; docs/architecture.md lists them). Generic code reads a kind only through these functions, never
+by its name (tests/test_kind_names.py). Adding a kind is its module and one line below.
 """
 
 from __future__ import annotations
@@ -54,6 +54,12 @@ def kind(role: str, name: str) -> ModuleType:
 def block_kinds(block) -> tuple[ModuleType, ModuleType]:
     """The mixer's and the FFN's modules of an engine.spec.LayerSpec."""
     return kind("mixer", block.mixer), kind("ffn", block.ffn)
+
+
+def layer_options(mixer: str, ffn: str) -> dict:
+    """The per-layer options (engine.spec.LayerOption, by key) a block of the mixer kind `mixer` and the FFN kind
+    `ffn` takes: their modules' LAYER_OPTIONS."""
+    return {**getattr(kind("mixer", mixer), "LAYER_OPTIONS", {}), **getattr(kind("ffn", ffn), "LAYER_OPTIONS", {})}
 
 
 def hook_widths(model) -> dict[str, int]:

@@ -33,6 +33,7 @@ from engine.loading.gguf_blocks import EncodedBlock, block_of, dequantize_into
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
 from engine.loading.yarn import mscale, yarn_divisors
+from engine.layers.causal_conv import KERNEL
 from engine.layers.gated_deltanet import DeltaNetSpec
 from engine.layers.moe_ffn import MoeSpec
 from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
@@ -166,7 +167,7 @@ class GGUFModel:
         dims = self._size(f"{arch}.rope.dimension_count", spec.d_head)
         if dims > spec.d_head or dims % 2:
             raise self.error(f"{arch}.rope.dimension_count", f"expected an even number ≤ {spec.d_head}, got {dims}")
-        blocks = tuple(LayerSpec(mixer=gated_deltanet.NAME, ffn=block.ffn, conv_kernel=net.kernel) if linear else
+        blocks = tuple(LayerSpec(mixer=gated_deltanet.NAME, ffn=block.ffn, options={KERNEL: net.kernel}) if linear else
                        LayerSpec(ffn=block.ffn) for linear, block in zip(recurrent, spec.blocks))
         return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net,
                        rope_dims=dims, layers=blocks)
@@ -187,7 +188,7 @@ class GGUFModel:
         kernel = self._size(f"{self.arch}.shortconv.l_cache")
         for biased in (name for name in self.tensors if ".shortconv." in name and name.endswith(".bias")):
             raise self.error(biased, "biases in the short convolutions are not supported")
-        return tuple(LayerSpec(mixer="attention") if count else LayerSpec(mixer="short_conv", conv_kernel=kernel)
+        return tuple(LayerSpec(mixer="attention") if count else LayerSpec(mixer="short_conv", options={KERNEL: kernel})
                      for count in counts)
 
     def _layer_counts(self, key: str) -> list[int]:

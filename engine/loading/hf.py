@@ -29,6 +29,7 @@ from engine.loading import hf_gemma4, hf_mxfp4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.loading.yarn import mscale, yarn_divisors
+from engine.layers.causal_conv import KERNEL
 from engine.layers.gated_deltanet import DeltaNetSpec
 from engine.layers.mla import MlaSpec
 from engine.layers.moe_ffn import MoeSpec
@@ -243,8 +244,8 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     if factor > 1 or dims < 2 or dims % 2:
         raise ConfigError(file, key, f"{factor} of a {spec.d_head}-wide head is not an even number of features")
     return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net, rope_dims=dims,
-                   layers=tuple(LayerSpec(mixer=mixers[kind], ffn=block.ffn, conv_kernel=net.kernel
-                                          if kind == "linear_attention" else None)
+                   layers=tuple(LayerSpec(mixer=mixers[kind], ffn=block.ffn, options={KERNEL: net.kernel}
+                                          if kind == "linear_attention" else ())
                                 for kind, block in zip(types, spec.blocks)))  # (the FFNs: dense, or on moe's layers)
 
 
@@ -261,7 +262,8 @@ def _lfm2(config: dict, file: Path) -> ModelSpec:
     kernel = get("conv_L_cache", 3)
     kinds = hf_layer_kinds()
     blocks = tuple(LayerSpec(mixer="attention", rope_divisors=divisors) if kinds[kind] == "attention" else
-                   LayerSpec(mixer=kinds[kind], conv_kernel=kernel) for kind in _lfm2_layer_types(config, file, layers))
+                   LayerSpec(mixer=kinds[kind], options={KERNEL: kernel})
+                   for kind in _lfm2_layer_types(config, file, layers))
     tied = config.get("tie_word_embeddings", config.get("tie_embedding", True))
     return ModelSpec(
         d_model=d, n_layers=layers, n_heads=heads, d_head=d // heads, d_ff=_lfm2_ff(config, file),

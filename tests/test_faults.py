@@ -136,8 +136,8 @@ def test_a_bug_that_cannot_show_on_x01_is_refused_and_not_offered():
     skipped = [name for result in results for name, _ in result.skipped]
     assert sorted(skipped) == sorted(set(INJECTIONS) - offered)  # each said once a cycle, none offered
     said = " ".join(describe(result, "en") for result in results)
-    assert "position-reset (the model has no position term, so wrong positions change nothing)" in said
-    assert "position-reset（模型没有位置项，错误的位置不会改变任何数）" in " ".join(describe(r, "zh") for r in results)
+    assert "position-reset: the model has no position term, so wrong positions change nothing" in said
+    assert "position-reset：模型没有位置项，错误的位置不会改变任何数" in " ".join(describe(r, "zh") for r in results)
     result = CliRunner().invoke(app, ["diff", str(X01), "--inject", "position-reset"])
     assert result.exit_code == 2 and result.stderr == (
         f"tinyllm-tui: error: Invalid value for --inject: bug 'position-reset' cannot run on {X01}: "

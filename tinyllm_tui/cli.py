@@ -97,7 +97,7 @@ def _warning_line(message, category, *where, **_) -> None:
         print(line, file=sys.stderr)
 
 
-def _refuse(error: Exception, lang: str) -> None:
+def _refuse(error: BaseException, lang: str) -> None:
     """A bad option or input said in one line, its causes in `lang`, exit 2; any other error goes on up."""
     if isinstance(error, OptionError):  # as Click says a bad value, in `lang`
         why = cause_words(error.cause, lang)
@@ -276,7 +276,7 @@ def open_tui(
         # before any escape code of the app
         status = launch(Loading(str(path), opened if ready is None else lambda: ready), array_backend, lang=lang,
                         inject=options.inject, against=dump)
-    except Exception as error:
+    except BaseException as error:  # a cancel (LoadCancelled) is no Exception
         if not cancelled(error):
             _refuse(error, lang or default_language())  # in the language the debugger was to speak
         print("tinyllm-tui: loading cancelled", file=sys.stderr)

@@ -173,6 +173,22 @@ def hf_modules(family: str) -> dict[str, str]:
     return {part: name for module in _every_kind() for part, name in module.HF.get(family, {}).items()}
 
 
+
+def hf_reads(block, part: str) -> bool:
+    """Whether the kind of `block` (an engine.spec.LayerSpec) whose module is `part` reads its own tensors."""
+    return hasattr(_part_of(block, part), "hf_tensor")
+
+
+def hf_tensor(block, part: str, leaf: str, tensors):
+    """A block parameter `part.leaf` (`attn.wq`) from a Hugging Face checkpoint, read by the kind of `block` (an
+    engine.spec.LayerSpec) whose module is `part` (its `hf_tensor(leaf, tensors)`; `tensors`: the block's
+    tensors, an engine.loading.hf.BlockTensors)."""
+    return _part_of(block, part).hf_tensor(leaf, tensors)
+
+
+def _part_of(block, part: str) -> ModuleType:
+    return next(module for module in block_kinds(block) if module.MODULE == part)
+
 def hf_layer_types(mixer: str | None = None) -> dict[str, bool]:
     """The `layer_types` of a Hugging Face config that a mixer kind (or the one called `mixer`) stands for ->
     whether the layer slides."""

@@ -33,9 +33,13 @@ NAME, MODULE = "attention", "attn"
 # and the config's layer_types this kind stands for (whether the layer slides)
 HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},
       "lfm2": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.out_proj"},
-      "gpt2": {"o": "attn.c_proj"},  # q, k, v: side by side in attn.c_attn
+      "gpt2": {"qkv": "attn.c_attn", "o": "attn.c_proj"},  # qkv: q, k, v side by side
+      "phi3": {"qkv": "self_attn.qkv_proj", "o": "self_attn.o_proj"},
       "bert": {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
                "o": "attention.output.dense"}}
+HF_RAW = {"llama": {"q_norm.w": "self_attn.q_norm.weight", "k_norm.w": "self_attn.k_norm.weight",
+                    "sinks": "self_attn.sinks"},
+          "lfm2": {"q_norm.w": "self_attn.q_layernorm.weight", "k_norm.w": "self_attn.k_layernorm.weight"}}  # as stored
 HF_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
         "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.bo": "attn_output", "attn.q_norm.w": "attn_q_norm",
@@ -45,6 +49,24 @@ PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what
 ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
 DUMP_LAYOUTS = caches.DUMP_LAYOUTS  # its state's K/V rows: [kv_head, position, d_head] in a dump
 
+
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors). A gated
+    attention's (Qwen3.5's) q_proj holds each head's query rows, then its gate's; a fused `qkv` module (GPT-2's
+    c_attn, Phi-3's qkv_proj) holds q | k | v side by side."""
+    spec, table = tensors.spec, tensors.table(HF)
+    stored = tensors.table(HF_RAW).get(leaf)
+    if stored is not None:
+        return tensors.get(stored)
+    if spec.attn_gate and leaf in ("wq", "wgate"):
+        rows = tensors.get(f"{table['q']}.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
+        return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
+    if "qkv" in table and leaf[1:] in ("q", "k", "v"):
+        widths, part = (spec.d_attn, spec.d_kv, spec.d_kv), "qkv".index(leaf[1])
+        start = sum(widths[:part])
+        return tensors.projection(leaf, table["qkv"])[..., start:start + widths[part]]
+    return tensors.projection(leaf, table[leaf[1:]])
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
 # hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.

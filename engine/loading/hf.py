@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules
+from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules, hf_reads, hf_tensor
 from engine.loading import hf_gemma4, hf_mxfp4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
@@ -732,7 +732,8 @@ FIXED = {  # engine parameter -> tensor, outside the blocks
 
 
 def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndarray:
-    """The engine parameter `name`, read through `get(hf_name)`."""
+    """The engine parameter `name`, read through `get(hf_name)`: outside the blocks by the family's names, a block's
+    norms by its family's, the rest by the block's kinds (engine.layers.hf_tensor)."""
     family = "llama" if arch in LLAMA_FAMILY else arch
     tensor = hf_gemma4.tensor(name) if arch == hf_gemma4.ARCH else None  # its per-layer inputs, layer scalars
     if tensor is not None:
@@ -742,43 +743,81 @@ def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndar
     if name == "unembed":
         return _linear(get, "lm_head.weight")
     _, layer, part, leaf = name.split(".", 3)
-    if arch == "phi3" and leaf in FUSED:
-        return _phi3_fused(layer, leaf, spec, get)
-    block = {"llama": _llama_block, "lfm2": _lfm2_block, "gpt2": _gpt2_block, "bert": _bert_block}[family]
-    return block(layer, part, leaf, spec, get, arch)
+    tensors = BlockTensors(f"{BLOCKS[family]}.{layer}", TABLES.get(arch, (family,)), spec, get, family != "gpt2")
+    if part.startswith("ln"):
+        norms = GEMMA_NORMS if arch in GEMMA else NORMS[family]
+        return tensors.get(f"{norms[part]}.{'weight' if leaf == 'w' else 'bias'}")
+    block = spec.blocks[int(layer)]
+    if hf_reads(block, part):
+        return hf_tensor(block, part, leaf, tensors)
+    return _llama_block(layer, part, leaf, spec, get, arch)
 
 
 def _linear(get: Getter, key: str) -> np.ndarray:
     return get(key).T
 
 
-LLAMA_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+BLOCKS = {"llama": "layers", "lfm2": "layers", "gpt2": "h", "bert": "encoder.layer"}  # a family's block L: BLOCKS.L
+NORMS = {"llama": {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"},
+         "lfm2": {"ln1": "operator_norm", "ln2": "ffn_norm"}, "gpt2": {"ln1": "ln_1", "ln2": "ln_2"},
+         "bert": {"ln1": "attention.output.LayerNorm", "ln2": "output.LayerNorm"}}  # a block's norms, by family
 GEMMA_NORMS = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
                "ln2": "pre_feedforward_layernorm", "ln2_post": "post_feedforward_layernorm"}
-LLAMA_MODULES, LFM2_MODULES, GPT2_MODULES, BERT_MODULES = (hf_modules(family)
-                                                           for family in ("llama", "lfm2", "gpt2", "bert"))
-LFM2_NORMS = {"ln1": "operator_norm", "ln2": "ffn_norm", "q_norm.w": "self_attn.q_layernorm",
-              "k_norm.w": "self_attn.k_layernorm"}
-FUSED = {"wq": ("qkv_proj", 0), "wk": ("qkv_proj", 1), "wv": ("qkv_proj", 2),
-         "w_gate": ("gate_up_proj", 0), "w_up": ("gate_up_proj", 1)}  # Phi-3: (fused module, which part)
+# an architecture -> the kinds' tables (their HF) it is read by, the first a kind has: a layout of its own, then its
+# family's (Phi-3's fused qkv_proj and gate_up_proj, DeepSeek's latent attention and experts, gpt-oss's experts)
+TABLES = {"phi3": ("phi3", "llama"), "deepseek_v3": ("deepseek", "llama"), GPT_OSS: ("gpt_oss", "llama")}
+LLAMA_MODULES = hf_modules("llama")
+
+
+@dataclass(frozen=True)
+class BlockTensors:
+    """One block's tensors in a Hugging Face checkpoint, as a kind's `hf_tensor(leaf, tensors)` reads them:
+    `get(name[, expert])` the tensor `name` under the block's prefix (`layers.3`, `h.3`, `encoder.layer.3`),
+    `table(HF)` the kind's table (its HF) of the first of `families` it has, `spec` the model's ModelSpec."""
+
+    base: str
+    families: tuple[str, ...]
+    spec: ModelSpec
+    getter: Getter
+    transposed: bool = True  # linear weights stored [out, in] (GPT-2's Conv1D: already [in, out])
+
+    def get(self, name: str, *expert: int) -> np.ndarray:
+        return self.getter(f"{self.base}.{name}", *expert)
+
+    def family(self, tables: dict) -> str | None:
+        """The first of the families that `tables` (a kind's HF) has."""
+        return next((family for family in self.families if family in tables), None)
+
+    def table(self, tables: dict) -> dict:
+        return tables.get(self.family(tables), {})
+
+    def linear(self, module: str) -> np.ndarray:
+        """A linear module's weight, [in, out] as the engine keeps it."""
+        weight = self.get(f"{module}.weight")
+        return weight.T if self.transposed else weight
+
+    def projection(self, leaf: str, module: str) -> np.ndarray:
+        """`module`'s weight (a leaf `w…`) or bias (`b…`)."""
+        return self.linear(module) if leaf.startswith("w") else self.get(f"{module}.bias")
+
+    def either(self, first: Callable[[], np.ndarray], second: Callable[[], np.ndarray]) -> np.ndarray:
+        """`first()`, or where a tensor it reads is missing, `second()` (where that is missing too: `first`'s refusal)."""
+        try:
+            return first()
+        except ScenarioError as missing:
+            try:
+                return second()
+            except ScenarioError:
+                raise missing from None
 
 
 def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
     base = f"layers.{layer}"
-    if part.startswith("ln"):
-        return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
     if arch == "deepseek_v3":
         return _deepseek_block(base, part, leaf, spec, get)
     if leaf in gated_deltanet.HF_RAW:
         found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
         return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
-    if arch in QWEN35S and leaf in ("wq", "wgate"):  # q_proj: each head's query rows, then its gate's
-        rows = get(f"{base}.self_attn.q_proj.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
-        return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
-    if leaf in ("q_norm.w", "k_norm.w"):
-        return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
-    if leaf == "sinks":
-        return get(f"{base}.self_attn.sinks")
     if arch == GPT_OSS and (leaf in ("router", "b_router") or leaf.startswith("experts.")):
         return _gpt_oss_moe_weight(base, leaf, get)
     if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):
@@ -864,45 +903,3 @@ def _gpt_oss_moe_weight(base: str, leaf: str, get: Getter) -> np.ndarray:
         return get(f"{base}.mlp.experts.down_proj{suffix}", int(expert))
     fused = get(f"{base}.mlp.experts.gate_up_proj{suffix}", int(expert))  # MXFP4: only this expert is dequantized
     return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]
-
-
-def _phi3_fused(layer: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    """Phi-3 stores q | k | v as the rows of one qkv_proj, and gate | up as the rows of gate_up_proj."""
-    module, index = FUSED[leaf]
-    sections = ((spec.d_attn, spec.d_kv, spec.d_kv) if module == "qkv_proj" else (spec.d_ff, spec.d_ff))
-    start = sum(sections[:index])
-    mlp = "mlp" if module == "gate_up_proj" else "self_attn"
-    return get(f"layers.{layer}.{mlp}.{module}.weight")[start:start + sections[index]].T
-
-
-def _lfm2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"layers.{layer}"
-    norm = LFM2_NORMS.get(part if part.startswith("ln") else leaf)
-    if norm is not None:
-        return get(f"{base}.{norm}.weight")
-    module = LFM2_MODULES[leaf[1:]]
-    if leaf == "w_conv":  # a depthwise Conv1d: (channels, 1, K) -> the taps (K, channels)
-        return get(f"{base}.{module}.weight")[:, 0, :].T
-    return _linear(get, f"{base}.{module}.weight")
-
-
-def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"h.{layer}"
-    if part.startswith("ln"):
-        return get(f"{base}.ln_{part[-1]}.{'weight' if leaf == 'w' else 'bias'}")
-    kind = "weight" if leaf.startswith("w") else "bias"
-    if leaf[1:] in ("q", "k", "v"):  # c_attn holds q | k | v side by side
-        fused = get(f"{base}.attn.c_attn.{kind}")
-        third = "qkv".index(leaf[1]) * spec.d_model
-        return fused[..., third:third + spec.d_model]
-    module = GPT2_MODULES[leaf[1:]]
-    return get(f"{base}.{module}.{kind}")
-
-
-def _bert_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"encoder.layer.{layer}"
-    if part.startswith("ln"):
-        norm = "attention.output.LayerNorm" if part == "ln1" else "output.LayerNorm"
-        return get(f"{base}.{norm}.{'weight' if leaf == 'w' else 'bias'}")
-    module = BERT_MODULES[leaf[1:]]
-    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")

@@ -815,15 +815,9 @@ def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter,
     base = f"layers.{layer}"
     if arch == "deepseek_v3":
         return _deepseek_block(base, part, leaf, spec, get)
-    if leaf in gated_deltanet.HF_RAW:
-        found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
-        return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
-    if arch == GPT_OSS and (leaf in ("router", "b_router") or leaf.startswith("experts.")):
+    if arch == GPT_OSS:
         return _gpt_oss_moe_weight(base, leaf, get)
-    if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):
-        return _moe_weight(base, leaf, spec, get)
-    module = LLAMA_MODULES[leaf[1:]]
-    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
+    return _moe_weight(base, leaf, spec, get)
 
 
 EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}

@@ -21,6 +21,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from engine import ops
 from engine.backend import namespace
 from engine.caches import LayerCache, Read
@@ -254,6 +256,39 @@ def expand(xp, latent: Array, rope_key: Array, kv_b: Array, d_nope: int, d_v: in
     keys = xp.concat([kv[..., :d_nope], rope], axis=-1)
     return xp.reshape(keys, (s, heads * keys.shape[2])), xp.reshape(kv[..., d_nope:], (s, heads * d_v))
 
+
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors): the
+    projections (`wq_b` from q_b_proj, `wkv_a` from kv_a_proj_with_mqa, …, their rope columns in the half-split
+    layout) and the norms."""
+    table = tensors.table(HF)
+    if leaf.endswith("_norm.w"):
+        return tensors.get(f"{table[leaf[:-2]]}.weight")
+    return half_split_rope(tensors.linear(table[leaf[1:]]), leaf, tensors.spec)
+
+
+def half_split_rope(weight: np.ndarray, leaf: str, spec: ModelSpec) -> np.ndarray:
+    """DeepSeek rotates interleaved pairs (x0, x1), (x2, x3), … and writes the result half-split: the rope
+    columns of `wq`/`wq_b` (each head's last d_rope) and of `wkv_a` (its last d_rope) reordered evens first, then
+    odds, make the engine's half-split RoPE give the same rotated rows. Other weights pass as they are."""
+    columns = rope_columns(leaf, spec, weight.shape[1])
+    return weight if columns is None else weight[:, columns]
+
+
+def rope_columns(leaf: str, spec: ModelSpec, width: int) -> np.ndarray | None:
+    """Engine column j of a DeepSeek projection `leaf` is the checkpoint's column `rope_columns(…)[j]` (None: the
+    same column)."""
+    mla = spec.mla
+    if leaf not in ("wq", "wq_b", "wkv_a"):
+        return None
+    order = np.concatenate([np.arange(0, mla.d_rope, 2), np.arange(1, mla.d_rope, 2)])
+    starts = ([mla.kv_lora_rank] if leaf == "wkv_a" else
+              [h * (mla.d_nope + mla.d_rope) + mla.d_nope for h in range(spec.n_heads)])
+    columns = np.arange(width)
+    for start in starts:
+        columns[start:start + mla.d_rope] = start + order
+    return columns
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
     mla, p, d, heads = model.mla, f"blocks.{layer}.attn", model.d_model, model.n_heads

@@ -14,9 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from engine.layers import mla
-from engine.loading.hf import half_split_rope, rope_columns
 from engine.loading.yarn import mscale, yarn_divisors
-from engine.layers.mla import MlaSpec
+from engine.layers.mla import MlaSpec, half_split_rope, rope_columns
 from engine.layers.moe_ffn import MoeSpec
 from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 

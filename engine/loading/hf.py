@@ -825,41 +825,10 @@ DEEPSEEK_MODULES = hf_modules("deepseek")
 
 
 def _deepseek_block(base: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    """MLA's projections (`wq_b` from q_b_proj, `wkv_a` from kv_a_proj_with_mqa, …, their rope columns in the
-    half-split layout) and norms, the dense MLP, the router with its selection bias, the experts and the shared
-    experts."""
-    if part == "attn":
-        if leaf.endswith("_norm.w"):
-            return get(f"{base}.{DEEPSEEK_MODULES[leaf[:-2]]}.weight")
-        return half_split_rope(_linear(get, f"{base}.{DEEPSEEK_MODULES[leaf[1:]]}.weight"), leaf, spec)
+    """DeepSeek's router with its selection bias, the experts and the shared experts."""
     if leaf == "score_bias":
         return get(f"{base}.{DEEPSEEK_MODULES['router']}.e_score_correction_bias")
-    if leaf == "router" or leaf.startswith(("experts.", "shared.")):
-        return _moe_weight(base, leaf, spec, get, DEEPSEEK_MODULES)
-    return _linear(get, f"{base}.{LLAMA_MODULES[leaf[1:]]}.weight")
-
-
-def half_split_rope(weight: np.ndarray, leaf: str, spec: ModelSpec) -> np.ndarray:
-    """DeepSeek rotates interleaved pairs (x0, x1), (x2, x3), … and writes the result half-split: the rope
-    columns of `wq`/`wq_b` (each head's last d_rope) and of `wkv_a` (its last d_rope) reordered evens first, then
-    odds, make the engine's half-split RoPE give the same rotated rows. Other weights pass as they are."""
-    columns = rope_columns(leaf, spec, weight.shape[1])
-    return weight if columns is None else weight[:, columns]
-
-
-def rope_columns(leaf: str, spec: ModelSpec, width: int) -> np.ndarray | None:
-    """Engine column j of a DeepSeek projection `leaf` is the checkpoint's column `rope_columns(…)[j]` (None: the
-    same column)."""
-    mla = spec.mla
-    if leaf not in ("wq", "wq_b", "wkv_a"):
-        return None
-    order = np.concatenate([np.arange(0, mla.d_rope, 2), np.arange(1, mla.d_rope, 2)])
-    starts = ([mla.kv_lora_rank] if leaf == "wkv_a" else
-              [h * (mla.d_nope + mla.d_rope) + mla.d_nope for h in range(spec.n_heads)])
-    columns = np.arange(width)
-    for start in starts:
-        columns[start:start + mla.d_rope] = start + order
-    return columns
+    return _moe_weight(base, leaf, spec, get, DEEPSEEK_MODULES)
 
 
 def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter, modules: dict = LLAMA_MODULES) -> np.ndarray:

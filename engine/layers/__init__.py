@@ -168,17 +168,6 @@ def gguf_tensors() -> dict[str, str]:
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}
 
 
-def hf_modules(family: str) -> dict[str, str]:
-    """Every kind's projection (`q`, `_gate`) -> its module under a Hugging Face layer of `family`."""
-    return {part: name for module in _every_kind() for part, name in module.HF.get(family, {}).items()}
-
-
-
-def hf_reads(block, part: str) -> bool:
-    """Whether the kind of `block` (an engine.spec.LayerSpec) whose module is `part` reads its own tensors."""
-    return hasattr(_part_of(block, part), "hf_tensor")
-
-
 def hf_tensor(block, part: str, leaf: str, tensors):
     """A block parameter `part.leaf` (`attn.wq`) from a Hugging Face checkpoint, read by the kind of `block` (an
     engine.spec.LayerSpec) whose module is `part` (its `hf_tensor(leaf, tensors)`; `tensors`: the block's

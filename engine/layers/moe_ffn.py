@@ -39,9 +39,11 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "moe", "mlp"
-HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf.py)
+HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf_tensor)
                "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"},
-      "deepseek": {"router": "mlp.gate", "experts": "mlp.experts", "shared": "mlp.shared_experts"}}
+      "deepseek": {"router": "mlp.gate", "experts": "mlp.experts", "shared": "mlp.shared_experts"},
+      "gpt_oss": {"router": "mlp.router", "experts": "mlp.experts"}}  # its experts: fused, interleaved (_gpt_oss)
+EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # an expert's modules
 HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
 # llama.cpp's merged tensors: every expert's matrix (or bias) of a projection in one, expert first
@@ -107,6 +109,48 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
         shapes |= {f"{prefix}.shared_gate": (d, 1)} if moe.shared_gate else {}
     return shapes
 
+
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors): the router
+    (mlp.gate) and DeepSeek's selection bias, the shared expert (Qwen2-MoE's with its gate) and expert E's
+    projections: mlp.experts.E.gate_proj.weight … as the Hub stores them, else transformers 5's fused
+    mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and mlp.experts.down_proj (E × d × f)."""
+    family = tensors.family(HF)
+    table = HF[family]
+    if family == "gpt_oss":
+        return _gpt_oss(leaf, table, tensors)
+    if leaf in ("router", "shared_gate"):
+        return tensors.linear(table[leaf])
+    if leaf == "score_bias":
+        return tensors.get(f"{table['router']}.e_score_correction_bias")
+    if leaf.startswith("shared."):
+        return tensors.linear(f"{table['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}")
+    _, expert, projection = leaf.split(".")
+    experts, e, f = table["experts"], int(expert), tensors.spec.moe.d_expert
+
+    def fused() -> Array:
+        if projection == "w_down":
+            return tensors.get(f"{experts}.down_proj")[e].T
+        both = tensors.get(f"{experts}.gate_up_proj")[e]
+        return (both[:f] if projection == "w_gate" else both[f:]).T
+
+    return tensors.either(lambda: tensors.linear(f"{experts}.{expert}.{EXPERT_PROJECTIONS[projection]}"), fused)
+
+
+def _gpt_oss(leaf: str, table: dict, tensors) -> Array:
+    """gpt-oss's mlp.router (weight, bias) and its fused experts, stored [in, out]: mlp.experts.gate_up_proj
+    (E × d × 2f, the gate's and the up projection's columns interleaved: gate even, up odd) and its bias (E × 2f),
+    mlp.experts.down_proj (E × f × d) and its bias (E × d); the Hub's checkpoints store both matrices as MXFP4."""
+    if leaf in ("router", "b_router"):
+        return tensors.linear(table["router"]) if leaf == "router" else tensors.get(f"{table['router']}.bias")
+    _, expert, name = leaf.split(".")
+    kind, projection = name.split("_")  # w_gate -> ("w", "gate")
+    suffix = "" if kind == "w" else "_bias"
+    if projection == "down":
+        return tensors.get(f"{table['experts']}.down_proj{suffix}", int(expert))
+    fused = tensors.get(f"{table['experts']}.gate_up_proj{suffix}", int(expert))  # MXFP4: only this expert dequantized
+    return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     moe = model.moe

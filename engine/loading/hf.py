@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules, hf_reads, hf_tensor
+from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_tensor
 from engine.loading import hf_gemma4, hf_mxfp4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
@@ -747,10 +747,7 @@ def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndar
     if part.startswith("ln"):
         norms = GEMMA_NORMS if arch in GEMMA else NORMS[family]
         return tensors.get(f"{norms[part]}.{'weight' if leaf == 'w' else 'bias'}")
-    block = spec.blocks[int(layer)]
-    if hf_reads(block, part):
-        return hf_tensor(block, part, leaf, tensors)
-    return _llama_block(layer, part, leaf, spec, get, arch)
+    return hf_tensor(spec.blocks[int(layer)], part, leaf, tensors)
 
 
 def _linear(get: Getter, key: str) -> np.ndarray:
@@ -766,7 +763,6 @@ GEMMA_NORMS = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
 # an architecture -> the kinds' tables (their HF) it is read by, the first a kind has: a layout of its own, then its
 # family's (Phi-3's fused qkv_proj and gate_up_proj, DeepSeek's latent attention and experts, gpt-oss's experts)
 TABLES = {"phi3": ("phi3", "llama"), "deepseek_v3": ("deepseek", "llama"), GPT_OSS: ("gpt_oss", "llama")}
-LLAMA_MODULES = hf_modules("llama")
 
 
 @dataclass(frozen=True)
@@ -809,60 +805,3 @@ class BlockTensors:
                 return second()
             except ScenarioError:
                 raise missing from None
-
-
-def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"layers.{layer}"
-    if arch == "deepseek_v3":
-        return _deepseek_block(base, part, leaf, spec, get)
-    if arch == GPT_OSS:
-        return _gpt_oss_moe_weight(base, leaf, get)
-    return _moe_weight(base, leaf, spec, get)
-
-
-EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
-DEEPSEEK_MODULES = hf_modules("deepseek")
-
-
-def _deepseek_block(base: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    """DeepSeek's router with its selection bias, the experts and the shared experts."""
-    if leaf == "score_bias":
-        return get(f"{base}.{DEEPSEEK_MODULES['router']}.e_score_correction_bias")
-    return _moe_weight(base, leaf, spec, get, DEEPSEEK_MODULES)
-
-
-def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter, modules: dict = LLAMA_MODULES) -> np.ndarray:
-    """The router (mlp.gate), Qwen2-MoE's shared expert and its gate, and expert E's projections:
-    mlp.experts.E.gate_proj.weight … as the Hub stores them, else transformers 5's fused
-    mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and mlp.experts.down_proj (E × d × f)."""
-    if leaf in ("router", "shared_gate"):
-        return _linear(get, f"{base}.{modules[leaf]}.weight")
-    if leaf.startswith("shared."):
-        return _linear(get, f"{base}.{modules['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}.weight")
-    _, expert, projection = leaf.split(".")
-    experts, e, f = f"{base}.{modules['experts']}", int(expert), spec.moe.d_expert
-    try:
-        return _linear(get, f"{experts}.{expert}.{EXPERT_PROJECTIONS[projection]}.weight")
-    except ScenarioError as missing:
-        try:
-            if projection == "w_down":
-                return get(f"{experts}.down_proj")[e].T
-            fused = get(f"{experts}.gate_up_proj")[e]
-        except ScenarioError:
-            raise missing from None
-        return (fused[:f] if projection == "w_gate" else fused[f:]).T
-
-
-def _gpt_oss_moe_weight(base: str, leaf: str, get: Getter) -> np.ndarray:
-    """gpt-oss's mlp.router (weight, bias) and its fused experts, stored [in, out]: mlp.experts.gate_up_proj
-    (E × d × 2f, the gate's and the up projection's columns interleaved: gate even, up odd) and its bias (E × 2f),
-    mlp.experts.down_proj (E × f × d) and its bias (E × d); the Hub's checkpoints store both matrices as MXFP4."""
-    if leaf in ("router", "b_router"):
-        return _linear(get, f"{base}.mlp.router.weight") if leaf == "router" else get(f"{base}.mlp.router.bias")
-    _, expert, name = leaf.split(".")
-    kind, projection = name.split("_")  # w_gate -> ("w", "gate")
-    suffix = "" if kind == "w" else "_bias"
-    if projection == "down":
-        return get(f"{base}.mlp.experts.down_proj{suffix}", int(expert))
-    fused = get(f"{base}.mlp.experts.gate_up_proj{suffix}", int(expert))  # MXFP4: only this expert is dequantized
-    return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_tensor
+from engine.layers import hf_layer_kinds, hf_layer_types, hf_tensor
 from engine.loading import hf_gemma4, hf_mxfp4
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
@@ -39,6 +39,7 @@ MOE = ("qwen2_moe", "qwen3_moe")
 GPT_OSS = "gpt_oss"  # sparse too: its router and experts with biases, a clamped SwiGLU, attention sinks, YaRN
 QWEN35, QWEN35_MOE = "qwen3_5_text", "qwen3_5_moe_text"  # the second: Qwen3.5's layers, every FFN sparse
 QWEN35S = (QWEN35, QWEN35_MOE)
+QWEN35_LAYER_TYPES = ("full_attention", "linear_attention")  # its config's layer_types (the kinds': HF_LAYER_TYPES)
 SPARSE = (*MOE, GPT_OSS, QWEN35_MOE)  # the architectures whose FFNs may be experts
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "gemma2",
                 "gemma3_text", hf_gemma4.ARCH, *QWEN35S, "deepseek_v3")  # RoPE, RMSNorm, gated MLP
@@ -225,7 +226,8 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
         types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(spec.n_layers)]
     if not isinstance(types, list) or len(types) != spec.n_layers:
         raise ConfigError(file, "layer_types", f"expected a list of {spec.n_layers} layer types, got {types!r}")
-    mixers = {"full_attention": "attention", **{kind: gated_deltanet.NAME for kind in gated_deltanet.HF_LAYER_TYPES}}
+    kinds = hf_layer_kinds()
+    mixers = {kind: kinds[kind] for kind in QWEN35_LAYER_TYPES}
     for i, kind in enumerate(types):
         if kind not in mixers:
             raise ConfigError(file, f"layer_types[{i}]", f"layer type {kind!r} is not supported "
@@ -261,7 +263,7 @@ def _lfm2(config: dict, file: Path) -> ModelSpec:
     theta, divisors = _rope(config, file, d // heads)
     kernel = get("conv_L_cache", 3)
     kinds = hf_layer_kinds()
-    blocks = tuple(LayerSpec(mixer="attention", rope_divisors=divisors) if kinds[kind] == "attention" else
+    blocks = tuple(LayerSpec(mixer=kinds[kind], rope_divisors=divisors) if kind == "full_attention" else
                    LayerSpec(mixer=kinds[kind], options={KERNEL: kernel})
                    for kind in _lfm2_layer_types(config, file, layers))
     tied = config.get("tie_word_embeddings", config.get("tie_embedding", True))
@@ -448,7 +450,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
         return window, None
     if not isinstance(types, list) or len(types) != layers:
         raise ConfigError(file, "layer_types", f"expected a list of {layers} attention types, got {types!r}")
-    known = hf_layer_types("attention")  # what each attention type stands for: whether it slides
+    known = hf_layer_types(hf_layer_kinds()["full_attention"])  # the attention types: whether each slides
     for i, kind in enumerate(types):
         if kind not in known:
             raise ConfigError(file, f"layer_types[{i}]", f"attention type {kind!r} is not supported "

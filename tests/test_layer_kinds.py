@@ -390,3 +390,14 @@ def test_no_kind_module_assigns_a_registry_name_twice():
         names = [target.id for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
                  for target in node.targets if isinstance(target, ast.Name) and target.id.isupper()]
         assert sorted({n for n in names if names.count(n) > 1}) == [], path.name
+
+
+def test_the_routed_expert_of_a_hook_is_read_from_its_module_as_a_hook_name():
+    """Expert E's hooks are under `mlp.experts.E`; the shared expert's, the router's and a deeper module's are no
+    expert's."""
+    from engine.hooks import Hook
+
+    assert layers.routed_expert(Hook.parse("blocks.3.mlp.experts.12.hook_out")) == 12
+    for text in ("blocks.3.mlp.shared.hook_out", "blocks.3.mlp.hook_router_logits", "blocks.3.mlp.experts.hook_pre",
+                 "blocks.3.mlp.experts.1.2.hook_pre", "blocks.3.attn.experts.1.hook_pre", "hook_embed"):
+        assert layers.routed_expert(Hook.parse(text)) is None, text

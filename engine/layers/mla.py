@@ -26,7 +26,7 @@ import numpy as np
 from engine import ops
 from engine.backend import namespace
 from engine.caches import LayerCache, Read
-from engine.hooks import HookSite
+from engine.hooks import Hook, HookSite
 from engine.layers.attention import Attention
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import KindOptions, LayerSpec, ModelSpec
@@ -44,6 +44,7 @@ CHECKPOINT_ONLY = True  # its shape (engine.spec.MlaSpec) comes from a DeepSeek 
 GGUF = {"attn.wq_a": "attn_q_a", "attn.q_a_norm.w": "attn_q_a_norm", "attn.wq_b": "attn_q_b",
         "attn.wkv_a": "attn_kv_a_mqa", "attn.kv_a_norm.w": "attn_kv_a_norm", "attn.wkv_b": "attn_k_b"}
 PER_HEAD = ("hook_z_latent",)  # with the attention's scores, pattern, z and result
+LATENT = "cache_latent"  # its state's latent rows, as an operand of the keys and values expanded from them
 STACKED_HEADS = True  # its q, k, v, rope parts and z have heads of different widths: dumped stacked
 
 
@@ -178,9 +179,11 @@ def in_form(model: ModelSpec, form: str) -> ModelSpec:
 
 
 def explanation_key(operator) -> str | None:
-    """Its keys and values, expanded from its latent cache: filed apart from attention's."""
-    name, inputs = operator.hook.name, operator.inputs
-    return f"{name}(latent)" if name in ("hook_k", "hook_v") and inputs and inputs[0].name.endswith(".cache_latent") else None
+    """Its keys and values, expanded from its latent cache (the input named as its layer's LATENT hook): filed apart
+    from attention's."""
+    hook, inputs = operator.hook, operator.inputs
+    latent = Hook(hook.layer, MODULE, LATENT).text
+    return f"{hook.name}(latent)" if hook.name in ("hook_k", "hook_v") and inputs and inputs[0].name == latent else None
 
 
 class RopeKeyUnrotated:
@@ -244,7 +247,7 @@ class LatentCache(LayerCache):
                 StateView("K", keys, self.d_nope + int(self.v.shape[1])), StateView("V", values, self.d_v))
 
     def dump_items(self) -> dict[str, Array]:
-        return {"cache_latent": self.k, "cache_rope_key": self.v}
+        return {LATENT: self.k, "cache_rope_key": self.v}
 
 
 def expand(xp, latent: Array, rope_key: Array, kv_b: Array, d_nope: int, d_v: int) -> tuple[Array, Array]:
@@ -349,7 +352,7 @@ class LatentAttention(Attention):
         self.model, self.layer, self.block, self.spec, self.mla = model, layer, block, model.spec, model.spec.mla
         self.prefix = f"blocks.{layer}.attn"
         self.hooks = {name: model.hook(layer, MODULE, name) for name in self.NAMES}
-        self.cache_names = tuple(model.hook(layer, MODULE, name).text for name in ("cache_latent", "cache_rope_key"))
+        self.cache_names = tuple(model.hook(layer, MODULE, name).text for name in (LATENT, "cache_rope_key"))
 
     def fresh_state(self) -> LatentCache:
         model, mla = self.model, self.mla

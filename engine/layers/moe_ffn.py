@@ -56,6 +56,7 @@ SELECTION = ("hook_selection_scores", "hook_group_scores")  # DeepSeek-V3: what 
 ROUTING = ("hook_router_logits", SCORES, *SELECTION, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
 SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
+EXPERTS = f"{MODULE}.experts"  # under it, expert E's (expert_module)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ class RouteError(ValueError):
 
 
 def expert_module(expert: int) -> str:
-    return f"{MODULE}.experts.{expert}"
+    """Expert E's part of its hooks' names, `mlp.experts.E`: a hook's module that reads as a hook name itself."""
+    return Hook(None, EXPERTS, str(expert)).text
 
 
 def _swiglu_shapes(prefix: str, d: int, f: int, bias: bool = False) -> dict[str, tuple[int, ...]]:
@@ -265,10 +267,12 @@ def intervention_refusal(hook, action: str, values: tuple, model) -> tuple[str, 
 
 
 def routed_expert(hook) -> int | None:
-    """The expert whose hooks `hook` (an engine.hooks.Hook) is one of (None for another)."""
-    prefix = f"{MODULE}.experts."
-    number = hook.module[len(prefix):] if hook.module.startswith(prefix) else ""
-    return int(number) if number.isdigit() else None
+    """The expert whose hooks `hook` (an engine.hooks.Hook) is one of (None for another): its module read as the
+    hook name expert_module wrote."""
+    if not hook.module:
+        return None
+    module = Hook.parse(hook.module)
+    return int(module.name) if module.module == EXPERTS and module.name.isdigit() else None
 
 
 # the words of its causes (engine.causes: a code and facts), per language; the English is the CLI's

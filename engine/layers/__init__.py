@@ -175,8 +175,29 @@ def hf_tensor(block, part: str, leaf: str, tensors):
     return _part_of(block, part).hf_tensor(leaf, tensors)
 
 
-def _part_of(block, part: str) -> ModuleType:
-    return next(module for module in block_kinds(block) if module.MODULE == part)
+def gguf_tensor(block, part: str, leaf: str, tensors):
+    """A block parameter `part.leaf` from a GGUF file, read by the kind of `block` whose module is `part` (its
+    `gguf_tensor(leaf, tensors)`; `tensors`: an engine.loading.gguf_model.GGUFBlock), else as stored (a norm, a kind
+    that defines none)."""
+    read = getattr(_part_of(block, part), "gguf_tensor", None)
+    return tensors.weight(leaf) if read is None else read(leaf, tensors)
+
+
+def gguf_locate(block, part: str, leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int] | None:
+    """The GGUF tensor, row and column holding a block matrix `part.leaf` at `index` ([in, out]), where its kind lays
+    it out otherwise than transposed (its `gguf_locate`); None elsewhere."""
+    locate = getattr(_part_of(block, part), "gguf_locate", None)
+    return None if locate is None else locate(leaf, index, tensors)
+
+
+def gguf_suffixes() -> dict[str, str]:
+    """A kind's parameter (within a block) -> its GGUF tensor's suffix, where that is not `.weight` / `.bias` as the
+    parameter's letter says (its GGUF_SUFFIX)."""
+    return {name: suffix for module in _every_kind() for name, suffix in getattr(module, "GGUF_SUFFIX", {}).items()}
+
+
+def _part_of(block, part: str) -> ModuleType | None:
+    return next((module for module in block_kinds(block) if module.MODULE == part), None)
 
 def hf_layer_types(mixer: str | None = None) -> dict[str, bool]:
     """The `layer_types` of a Hugging Face config that a mixer kind (or the one called `mixer`) stands for ->

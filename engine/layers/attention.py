@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from engine import caches, ops
 from engine.caches import Layout, Quantize, Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
@@ -67,6 +69,40 @@ def hf_tensor(leaf: str, tensors) -> Array:
         start = sum(widths[:part])
         return tensors.projection(leaf, table["qkv"])[..., start:start + widths[part]]
     return tensors.projection(leaf, table[leaf[1:]])
+
+
+def gguf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a GGUF block (`tensors`: an engine.loading.gguf_model.GGUFBlock): a llama file's
+    q/k rows unpermuted (llama.cpp's converter permutes them for its interleaved RoPE, as transformers undoes when it
+    loads one); a gated attention's attn_q, q_proj, each head's query rows then its gate's."""
+    spec = tensors.spec
+    if tensors.permuted and leaf in ("wq", "wk"):
+        w, heads = tensors.stored(leaf), spec.n_heads if leaf == "wq" else spec.n_kv_heads
+        if w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
+            w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
+        return w.T
+    if spec.attn_gate and leaf in ("wq", "wgate"):
+        w = tensors.stored(leaf)
+        if w.ndim == 2:
+            rows = w.reshape(spec.n_heads, 2, -1, w.shape[-1])
+            w = rows[:, int(leaf == "wgate")].reshape(-1, w.shape[-1])
+        return w if w.ndim == 1 else w.T
+    return tensors.weight(leaf)
+
+
+def gguf_locate(leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int] | None:
+    """The tensor, row and column of a llama file's q/k weight at `index` ([in, out]): its rows permuted (None: the
+    transposed index of its tensor, as any other)."""
+    if not (tensors.permuted and leaf in ("wq", "wk")):
+        return None
+    tensor, (row, col) = tensors.name(leaf), index[::-1]
+    heads = tensors.spec.n_heads if leaf == "wq" else tensors.spec.n_kv_heads
+    return tensor, int(unpermute(np.arange(tensors.shape(leaf)[0])[:, None], heads)[row, 0]), col
+
+
+def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's reshape(n_head, 2, rows/n_head/2, in).swapaxes(1, 2) of q/k rows ([out, in])."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
 # hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.

@@ -353,6 +353,20 @@ def hf_tensor(leaf: str, tensors) -> Array:
     found = tensors.get(stored)
     return found.reshape(tensors.spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
 
+
+def gguf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a GGUF block (`tensors`: an engine.loading.gguf_model.GGUFBlock), undoing what
+    llama.cpp's converter does ([out, in] as read): A as −exp(A_log), the value heads tiled; its norm is stored as w
+    (not 1 + w, as the architecture's other norms)."""
+    w = tensors.stored(leaf)
+    if leaf == "A_log":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = np.log(-w)  # −exp(A_log) < 0 always: anything else reads as NaN, refused by the engine's check
+    where = GGUF_VALUE_HEADS.get(f"{MODULE}.{leaf}")
+    if where is not None and tensors.spec.deltanet is not None:
+        w = value_heads_grouped(w, tensors.spec.deltanet, where)
+    return w if w.ndim == 1 else w.T
+
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     net = model.deltanet
     if net is None:

@@ -26,7 +26,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.layers import gated_deltanet, gguf_tensors, per_layer_input
+from engine.layers import gated_deltanet, gguf_locate, gguf_suffixes, gguf_tensor, gguf_tensors, per_layer_input
 from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import EncodedBlock, block_of, dequantize_into
@@ -299,34 +299,29 @@ class GGUFModel:
         return value
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-        """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
+        """The engine parameter `name` from `get(tensor name)`, as [in, out] for matrices: a block's read by its kinds
+        (engine.layers.gguf_tensor), the rest as stored (`stored_weight`)."""
         if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
             return gguf_deepseek.weight(name, spec, get)
-        tensor, expert = self.tensor_name(name), expert_of(name)
-        w = get(tensor) if expert is None else get(tensor, expert)  # one expert's slice of a merged tensor
-        kind = tensor.split(".")[-2]
-        heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
-        if self.arch == "llama" and kind in ("attn_q", "attn_k") and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
-            w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
-        if self.arch in OFFSET_NORMS and kind.endswith("norm") and kind != "ssm_norm":  # stored as 1 + w
-            w = w - 1
-        if self.arch in QWEN35S:
-            w = self._qwen35_weight(name, w, spec)
-        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
+        parts = name.split(".", 3)
+        if parts[0] == "blocks" and len(parts) == 4:
+            tensors = GGUFBlock(self, spec, get, parts[1], parts[2])
+            return gguf_tensor(spec.blocks[int(parts[1])], parts[2], parts[3], tensors)
+        return self.stored_weight(name, get)
 
-    def _qwen35_weight(self, name: str, w: np.ndarray, spec: ModelSpec) -> np.ndarray:
-        """Undo what llama.cpp's converter does to Qwen3.5 ([out, in] as read): A as −exp(A_log), the value heads
-        tiled; attn_q is q_proj, each head's query rows then its gate's."""
-        leaf = name.split(".", 2)[-1]
-        if leaf in ("attn.wq", "attn.wgate") and w.ndim == 2:
-            rows = w.reshape(spec.n_heads, 2, -1, w.shape[-1])
-            w = rows[:, int(leaf == "attn.wgate")].reshape(-1, w.shape[-1])
-        if leaf == "linear_attn.A_log":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                w = np.log(-w)  # −exp(A_log) < 0 always: anything else reads as NaN, refused by the engine's check
-        where = gated_deltanet.GGUF_VALUE_HEADS.get(leaf)
-        return w if where is None or spec.deltanet is None else gated_deltanet.value_heads_grouped(w, spec.deltanet,
-                                                                                                    where)
+    def stored(self, name: str, get: Getter) -> np.ndarray:
+        """The tensor behind engine parameter `name` as the file stores it ([out, in]; an expert's slice of a merged
+        tensor)."""
+        tensor, expert = self.tensor_name(name), expert_of(name)
+        return get(tensor) if expert is None else get(tensor, expert)
+
+    def stored_weight(self, name: str, get: Getter) -> np.ndarray:
+        """Engine parameter `name` as stored, a norm's 1 + w undone where the architecture stores it so, as [in, out]
+        for matrices."""
+        w = self.stored(name, get)
+        if self.arch in OFFSET_NORMS and self.tensor_name(name).split(".")[-2].endswith("norm"):
+            w = w - 1
+        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
 
     def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> EncodedBlock | None:
         """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
@@ -350,12 +345,13 @@ class GGUFModel:
             return "token_embd.weight", index[0], index[1]
         if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
             return gguf_deepseek.locate(name, index, spec, self.info(self.tensor_name(name)).shape)
+        parts = name.split(".", 3)
+        if parts[0] == "blocks" and len(parts) == 4:
+            found = gguf_locate(spec.blocks[int(parts[1])], parts[2], parts[3], index,
+                                GGUFBlock(self, spec, None, parts[1], parts[2]))
+            if found is not None:
+                return found
         tensor, (row, col) = self.tensor_name(name), index[::-1]
-        kind = tensor.split(".")[-2]
-        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
-            rows = self.tensors[tensor].shape[0]
-            heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
-            row = int(unpermute(np.arange(rows)[:, None], heads)[row, 0])
         return tensor, row, col
 
     def tensor_name(self, name: str) -> str:
@@ -373,7 +369,7 @@ class GGUFModel:
             return f"blk.{layer}.post_attention_norm.weight"
         tensor = ARCH_TENSORS.get(self.arch, {}).get(leaf) or LAYER_TENSORS[leaf]
         bias = leaf.startswith("attn.b") or leaf.rsplit(".", 1)[-1].startswith("b_")  # mlp.b_router, experts' b_gate
-        suffix = gated_deltanet.GGUF_SUFFIX.get(leaf, ".bias" if bias else ".weight")
+        suffix = gguf_suffixes().get(leaf, ".bias" if bias else ".weight")
         return f"blk.{layer}.{tensor}{suffix}"
 
     def info(self, name: str) -> TensorInfo:
@@ -437,6 +433,41 @@ def expert_of(name: str) -> int | None:
     return int(parts[4]) if len(parts) > 5 and parts[2:4] == ["mlp", "experts"] else None
 
 
-def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Undo llama.cpp's reshape(n_head, 2, rows/n_head/2, in).swapaxes(1, 2) of q/k rows ([out, in])."""
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+@dataclass(frozen=True)
+class GGUFBlock:
+    """One kind's tensors in a block of a GGUF file (`part`: its module, `attn`), as its `gguf_tensor(leaf, tensors)`
+    and `gguf_locate(leaf, index, tensors)` read them: `name(leaf)` the tensor of its parameter `leaf` (by the kinds'
+    GGUF tables), `stored(leaf)` that tensor as the file stores it ([out, in]), `weight(leaf)` as the engine reads
+    a tensor it stores plainly, `get(tensor)` the block's tensor `tensor` (`attn_k_b.weight`), `spec` the model's."""
+
+    model: GGUFModel
+    spec: ModelSpec
+    getter: Getter | None  # None: only names and shapes are asked (locate)
+    layer: str
+    part: str
+
+    @property
+    def permuted(self) -> bool:
+        """Whether llama.cpp's converter permuted the q/k rows for its interleaved RoPE (a llama file)."""
+        return self.model.arch == "llama"
+
+    def _param(self, leaf: str) -> str:
+        return f"blocks.{self.layer}.{self.part}.{leaf}"
+
+    def name(self, leaf: str) -> str:
+        return self.model.tensor_name(self._param(leaf))
+
+    def shape(self, leaf: str) -> tuple[int, ...]:
+        return self.model.info(self.name(leaf)).shape
+
+    def tensor(self, tensor: str) -> str:
+        return f"blk.{self.layer}.{tensor}"
+
+    def get(self, tensor: str) -> np.ndarray:
+        return self.getter(self.tensor(tensor))
+
+    def stored(self, leaf: str) -> np.ndarray:
+        return self.model.stored(self._param(leaf), self.getter)
+
+    def weight(self, leaf: str) -> np.ndarray:
+        return self.model.stored_weight(self._param(leaf), self.getter)

@@ -40,7 +40,7 @@ HF = {"deepseek": {"q": "self_attn.q_proj", "q_a": "self_attn.q_a_proj", "q_b": 
                    "q_a_norm": "self_attn.q_a_layernorm", "kv_a_norm": "self_attn.kv_a_layernorm"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
 CHECKPOINT_ONLY = True  # its shape (engine.spec.MlaSpec) comes from a DeepSeek checkpoint's config, not a scenario
-# llama.cpp's deepseek2 tensors (engine/loading/gguf_deepseek.py reads them; kv_b from attn_k_b and attn_v_b)
+# llama.cpp's deepseek2 tensors (its wq and wo: attention's; kv_b from attn_k_b and attn_v_b: gguf_tensor)
 GGUF = {"attn.wq_a": "attn_q_a", "attn.q_a_norm.w": "attn_q_a_norm", "attn.wq_b": "attn_q_b",
         "attn.wkv_a": "attn_kv_a_mqa", "attn.kv_a_norm.w": "attn_kv_a_norm", "attn.wkv_b": "attn_k_b"}
 PER_HEAD = ("hook_z_latent",)  # with the attention's scores, pattern, z and result
@@ -270,6 +270,38 @@ def hf_tensor(leaf: str, tensors) -> Array:
         return tensors.get(f"{table[leaf[:-2]]}.weight")
     return half_split_rope(tensors.linear(table[leaf[1:]]), leaf, tensors.spec)
 
+
+
+def gguf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a GGUF block (`tensors`: an engine.loading.gguf_model.GGUFBlock) of llama.cpp's
+    deepseek2, whose converter writes kv_b_proj split per head into attn_k_b ([heads, kv_lora_rank, d_nope]: W_UK
+    already transposed, for the absorbed form) and attn_v_b ([heads, d_v, kv_lora_rank]), and leaves the rope
+    columns on interleaved pairs (llama.cpp's NORM rope): reordered to the half-split layout, as for Hugging Face."""
+    if leaf == "wkv_b":
+        return _kv_b(tensors.get("attn_k_b.weight"), tensors.get("attn_v_b.weight"), tensors.spec)
+    w = tensors.stored(leaf)
+    return w if w.ndim == 1 else half_split_rope(w.T, leaf, tensors.spec)
+
+
+def _kv_b(k_b: Array, v_b: Array, spec: ModelSpec) -> Array:
+    """kv_b as the engine keeps it, (kv_lora_rank, heads·(d_nope + d_v)), each head's W_UK then W_UV columns,
+    from the split attn_k_b ([heads, kv_lora_rank, d_nope]) and attn_v_b ([heads, d_v, kv_lora_rank])."""
+    heads = [np.concatenate([k_b[h], np.swapaxes(v_b[h], 0, 1)], axis=1) for h in range(spec.n_heads)]
+    return np.concatenate(heads, axis=1)
+
+
+def gguf_locate(leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int]:
+    """The tensor, row and column (its rows as a 2-D [rows, in] table) that hold its matrix `leaf` at `index`
+    ([in, out]): rope columns reordered, kv_b's in attn_k_b or attn_v_b."""
+    row, col = index
+    mla = tensors.spec.mla
+    if leaf == "wkv_b":
+        head, part = divmod(col, mla.d_nope + mla.d_v)
+        if part < mla.d_nope:  # attn_k_b [heads, kv_lora_rank, d_nope]: W_UK transposed
+            return tensors.tensor("attn_k_b.weight"), head * mla.kv_lora_rank + row, part
+        return tensors.tensor("attn_v_b.weight"), head * mla.d_v + part - mla.d_nope, row
+    columns = rope_columns(leaf, tensors.spec, tensors.shape(leaf)[-2])
+    return tensors.name(leaf), col if columns is None else int(columns[col]), row
 
 def half_split_rope(weight: np.ndarray, leaf: str, spec: ModelSpec) -> np.ndarray:
     """DeepSeek rotates interleaved pairs (x0, x1), (x2, x3), … and writes the result half-split: the rope

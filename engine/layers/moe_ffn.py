@@ -50,7 +50,9 @@ PER_HEAD = ()
 GGUF = {"mlp.router": "ffn_gate_inp", "mlp.b_router": "ffn_gate_inp", **{f"mlp.experts.{w}_{name}": f"ffn_{name}_exps"
                                                                           for w in "wb" for name in ("gate", "up", "down")},
         **{f"mlp.shared.w_{name}": f"ffn_{name}_shexp" for name in ("gate", "up", "down")},
-        "mlp.shared_gate": "ffn_gate_inp_shexp"}  # (the shared expert's gate: a [d, 1] matrix, as the engine's)
+        "mlp.shared_gate": "ffn_gate_inp_shexp",  # (the shared expert's gate: a [d, 1] matrix, as the engine's)
+        "mlp.score_bias": "exp_probs_b"}  # DeepSeek's selection bias
+GGUF_SUFFIX = {"mlp.score_bias": ".bias"}
 SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
 SELECTION = ("hook_selection_scores", "hook_group_scores")  # DeepSeek-V3: what top-k reads instead of the scores
 ROUTING = ("hook_router_logits", SCORES, *SELECTION, TOPK, "hook_topk_scores", "hook_topk_weights")

@@ -301,8 +301,6 @@ class GGUFModel:
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
         """The engine parameter `name` from `get(tensor name)`, as [in, out] for matrices: a block's read by its kinds
         (engine.layers.gguf_tensor), the rest as stored (`stored_weight`)."""
-        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
-            return gguf_deepseek.weight(name, spec, get)
         parts = name.split(".", 3)
         if parts[0] == "blocks" and len(parts) == 4:
             tensors = GGUFBlock(self, spec, get, parts[1], parts[2])
@@ -343,8 +341,6 @@ class GGUFModel:
             return self.tensor_name(name), 0, index[0]
         if name == "embed":
             return "token_embd.weight", index[0], index[1]
-        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
-            return gguf_deepseek.locate(name, index, spec, self.info(self.tensor_name(name)).shape)
         parts = name.split(".", 3)
         if parts[0] == "blocks" and len(parts) == 4:
             found = gguf_locate(spec.blocks[int(parts[1])], parts[2], parts[3], index,
@@ -360,8 +356,6 @@ class GGUFModel:
                  **{name: f"{tensor}.weight" for name, tensor in per_layer_input.GGUF.items()}}
         if name in fixed:
             return fixed[name]
-        if self.arch == gguf_deepseek.ARCH:
-            return gguf_deepseek.tensor(name)[0]
         _, layer, leaf = name.split(".", 2)
         if expert_of(name) is not None:  # mlp.experts.E.w_gate: expert E of the merged ffn_gate_exps
             leaf = f"mlp.experts.{leaf.rsplit('.', 1)[1]}"

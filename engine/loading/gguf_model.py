@@ -26,7 +26,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.layers import gated_deltanet, gguf_locate, gguf_suffixes, gguf_tensor, gguf_tensors, per_layer_input
+from engine.layers import gguf_locate, gguf_suffixes, gguf_tensor, gguf_tensors, hf_layer_kinds, per_layer_input
 from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import EncodedBlock, block_of, dequantize_into
@@ -167,7 +167,7 @@ class GGUFModel:
         dims = self._size(f"{arch}.rope.dimension_count", spec.d_head)
         if dims > spec.d_head or dims % 2:
             raise self.error(f"{arch}.rope.dimension_count", f"expected an even number ≤ {spec.d_head}, got {dims}")
-        blocks = tuple(LayerSpec(mixer=gated_deltanet.NAME, ffn=block.ffn, options={KERNEL: net.kernel}) if linear else
+        blocks = tuple(LayerSpec(mixer=net.KIND, ffn=block.ffn, options={KERNEL: net.kernel}) if linear else
                        LayerSpec(ffn=block.ffn) for linear, block in zip(recurrent, spec.blocks))
         return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net,
                        rope_dims=dims, layers=blocks)
@@ -188,8 +188,8 @@ class GGUFModel:
         kernel = self._size(f"{self.arch}.shortconv.l_cache")
         for biased in (name for name in self.tensors if ".shortconv." in name and name.endswith(".bias")):
             raise self.error(biased, "biases in the short convolutions are not supported")
-        return tuple(LayerSpec(mixer="attention") if count else LayerSpec(mixer="short_conv", options={KERNEL: kernel})
-                     for count in counts)
+        conv = hf_layer_kinds()["conv"]  # the kind of Hugging Face's LFM2 `conv` layers
+        return tuple(LayerSpec() if count else LayerSpec(mixer=conv, options={KERNEL: kernel}) for count in counts)
 
     def _layer_counts(self, key: str) -> list[int]:
         counts = self._key(key)  # GGUFFile reads an array of integers as one NumPy array

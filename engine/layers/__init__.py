@@ -11,9 +11,13 @@ stands for), `FaultPoints` (where an injected bug may change what it does, with 
 `EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
 them: `BUGS` (the bugs of its fault points), `BREAKPOINTS`, `ABLATES` / `ABLATIONS`, `intervention_refusal`,
 `routed_expert`, `route` / `ROUTE_HOOKS` (a choice an operator holds), `DUMP_LAYOUTS`, `STACKED_HEADS`,
-`explanation_key`, `FORMS` / `in_form`, `CAUSES`, `LAYER_OPTIONS` (its per-layer scenario options; the functions
-below read each; docs/architecture.md lists them). Generic code reads a kind only through these functions, never
-by its name (tests/test_kind_names.py). Adding a kind is its module and one line below.
+`explanation_key`, `FORMS` / `in_form`, `CAUSES`, `LAYER_OPTIONS` (its per-layer scenario options),
+`hf_tensor(leaf, tensors)` (its parameter from a Hugging Face block's tensors, engine.loading.hf.BlockTensors:
+every kind a checkpoint holds has one), `gguf_tensor(leaf, tensors)` / `gguf_locate(leaf, index, tensors)` /
+`GGUF_SUFFIX` (a GGUF tensor it lays out otherwise than transposed, or names with another suffix:
+engine.loading.gguf_model.GGUFBlock). The functions below read each; docs/architecture.md lists them. Generic code
+reads a kind only through these functions, never by its name (tests/test_kind_names.py). Adding a kind is its
+module and one line below.
 """
 
 from __future__ import annotations

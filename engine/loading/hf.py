@@ -5,7 +5,8 @@ and the Hub's composites of six (qwen3_5, qwen3_5_moe, gemma4, gemma3, lfm2_vl, 
 the text model under `text_config` and `model.language_model.`, Gemma 3's and Mistral 3's under llava's
 `language_model.model.`), read as their text model.
 
-config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
+config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor, a block's by the
+kind it is of (its hf_tensor, through the block's BlockTensors) and its family's norms here
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
 weights are already [in, out] and its fused `c_attn` is split into q | k | v; Phi-3's fused
 `qkv_proj` and `gate_up_proj` are split by rows; Qwen2/3-MoE's experts are read one tensor each, as the Hub

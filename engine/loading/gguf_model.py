@@ -5,8 +5,9 @@ Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor i
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
 llama.cpp's converter permutes the rows of a llama model's attn_q / attn_k for its interleaved
 RoPE; they are permuted back (by attention's gguf_tensor: a block's tensors are read by their kinds, through a
-GGUFBlock), as transformers does when it loads a GGUF, so RoPE is the half-split rotate_half form again. qwen2, qwen3 and Gemma files are written unpermuted (llama.cpp
-runs them with its NEOX RoPE, the half-split form); llama.cpp stores Gemma's norm gains as 1 + w
+GGUFBlock), as transformers does when it loads a GGUF, so RoPE is the half-split rotate_half form again. qwen2,
+qwen3 and Gemma files are written unpermuted (llama.cpp runs them with its NEOX RoPE, the half-split form);
+llama.cpp stores Gemma's norm gains as 1 + w
 (undone here, as transformers does). An lfm2 file names its short-conv layers by a key/value head count of 0
 (`attention.head_count_kv` is one count per layer), their taps by `shortconv.l_cache`, and its last norm
 token_embd_norm; its conv kernel is stored (channels, K), squeezed from transformers' (channels, 1, K).

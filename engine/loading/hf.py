@@ -800,7 +800,8 @@ class BlockTensors:
         return self.linear(module) if leaf.startswith("w") else self.get(f"{module}.bias")
 
     def either(self, first: Callable[[], np.ndarray], second: Callable[[], np.ndarray]) -> np.ndarray:
-        """`first()`, or where a tensor it reads is missing, `second()` (where that is missing too: `first`'s refusal)."""
+        """`first()`, or where a tensor it reads is missing, `second()` (where that is missing too: `first`'s
+        refusal)."""
         try:
             return first()
         except ScenarioError as missing:

@@ -52,7 +52,6 @@ ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, befor
 DUMP_LAYOUTS = caches.DUMP_LAYOUTS  # its state's K/V rows: [kv_head, position, d_head] in a dump
 
 
-
 def hf_tensor(leaf: str, tensors) -> Array:
     """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors). A gated
     attention's (Qwen3.5's) q_proj holds each head's query rows, then its gate's; a fused `qkv` module (GPT-2's
@@ -103,6 +102,7 @@ def gguf_locate(leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, i
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's reshape(n_head, 2, rows/n_head/2, in).swapaxes(1, 2) of q/k rows ([out, in])."""
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
 # hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.

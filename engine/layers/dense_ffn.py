@@ -39,7 +39,6 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     return shapes | biases if model.has_bias("mlp") else shapes
 
 
-
 def hf_tensor(leaf: str, tensors) -> Array:
     """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors); a fused
     `_gate_up` module (Phi-3's) holds the gate's and the up projection's columns side by side."""

@@ -343,7 +343,6 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
             f"{p}.A_log": (net.v_heads,), f"{p}.norm.w": (net.d_v,), f"{p}.w_out": (net.d_values, d)}
 
 
-
 def hf_tensor(leaf: str, tensors) -> Array:
     """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors); the conv's
     weight [C, 1, K] as the taps [K, C]."""

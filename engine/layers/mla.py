@@ -260,7 +260,6 @@ def expand(xp, latent: Array, rope_key: Array, kv_b: Array, d_nope: int, d_v: in
     return xp.reshape(keys, (s, heads * keys.shape[2])), xp.reshape(kv[..., d_nope:], (s, heads * d_v))
 
 
-
 def hf_tensor(leaf: str, tensors) -> Array:
     """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors): the
     projections (`wq_b` from q_b_proj, `wkv_a` from kv_a_proj_with_mqa, …, their rope columns in the half-split
@@ -269,7 +268,6 @@ def hf_tensor(leaf: str, tensors) -> Array:
     if leaf.endswith("_norm.w"):
         return tensors.get(f"{table[leaf[:-2]]}.weight")
     return half_split_rope(tensors.linear(table[leaf[1:]]), leaf, tensors.spec)
-
 
 
 def gguf_tensor(leaf: str, tensors) -> Array:

@@ -114,7 +114,6 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     return shapes
 
 
-
 def hf_tensor(leaf: str, tensors) -> Array:
     """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors): the router
     (mlp.gate) and DeepSeek's selection bias, the shared expert (Qwen2-MoE's with its gate) and expert E's

@@ -51,7 +51,6 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     return shapes
 
 
-
 def hf_tensor(leaf: str, tensors) -> Array:
     """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors); the conv, a
     depthwise Conv1d stored (channels, 1, K), as its taps (K, channels)."""

@@ -390,3 +390,27 @@ def test_no_kind_module_assigns_a_registry_name_twice():
         names = [target.id for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
                  for target in node.targets if isinstance(target, ast.Name) and target.id.isupper()]
         assert sorted({n for n in names if names.count(n) > 1}) == [], path.name
+
+
+def test_the_routed_expert_of_a_hook_is_read_from_its_module_as_a_hook_name():
+    """Expert E's hooks are under `mlp.experts.E`; the shared expert's, the router's and a deeper module's are no
+    expert's."""
+    from engine.hooks import Hook
+
+    assert layers.routed_expert(Hook.parse("blocks.3.mlp.experts.12.hook_out")) == 12
+    for text in ("blocks.3.mlp.shared.hook_out", "blocks.3.mlp.hook_router_logits", "blocks.3.mlp.experts.hook_pre",
+                 "blocks.3.mlp.experts.1.2.hook_pre", "blocks.3.attn.experts.1.hook_pre", "hook_embed"):
+        assert layers.routed_expert(Hook.parse(text)) is None, text
+
+
+def test_a_checkpoints_block_parameters_are_read_by_their_kinds_and_a_new_kind_reads_its_own(toy, monkeypatch):
+    """engine.loading.hf asks each block's kinds for their parameters (hf_tensor): attention's under the family's
+    block prefix, transposed to [in, out], and a kind registered later (the toy, given an hf_tensor) its own."""
+    from engine.loading import hf
+
+    stored = {"layers.0.self_attn.q_proj.weight": np.arange(6.0).reshape(3, 2), "layers.1.mean.gain": np.ones(4)}
+    monkeypatch.setattr(toy_kind, "hf_tensor", lambda leaf, tensors: tensors.get({"g": "mean.gain"}[leaf]) * 2,
+                        raising=False)
+    weight = lambda name: hf.engine_weight("llama", toy.model, name, stored.__getitem__)  # noqa: E731
+    np.testing.assert_array_equal(weight("blocks.0.attn.wq"), np.arange(6.0).reshape(3, 2).T)
+    np.testing.assert_array_equal(weight("blocks.1.mean.g"), np.full(4, 2.0))

@@ -51,6 +51,14 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
     return shapes
 
 
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors); the conv, a
+    depthwise Conv1d stored (channels, 1, K), as its taps (K, channels)."""
+    module = tensors.table(HF)[leaf[1:]]
+    if leaf == "w_conv":
+        return tensors.get(f"{module}.weight")[:, 0, :].T
+    return tensors.projection(leaf, module)
+
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     return {f"{MODULE}.{name}": (3 if name == "hook_in" else 1) * model.d_model for name in HOOKS}
 

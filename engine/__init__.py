@@ -3,7 +3,8 @@
 Never imports the UI stack (textual, rich, typer); tests enforce it.
 """
 
-from engine.backend import Backend, BackendError, make_backend, to_host
+from engine.backend import Backend, BackendError, make_backend
+from engine.arrays import to_host
 from engine.loading.document import ScenarioError
 from engine.loading import load_scenario, load_scenario_text
 from engine.scenario import Scenario

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.causes import CausedError
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook

@@ -1,6 +1,6 @@
 """The array namespace a session computes with, and the few things the Array API lacks.
 
-Everything NumPy-only (erf, host conversion) lives here so that the operators stay
+Everything NumPy-only (erf; host conversion, in engine.arrays) lives here so that the operators stay
 portable across NumPy, CuPy and array_api_strict.
 """
 
@@ -12,16 +12,16 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace, is_cupy_array, is_numpy_array
 
-from engine import numpy_namespace
+from engine.arrays import namespace, to_host
+from engine.causes import CausedError
 
 BACKENDS = ("numpy", "cupy", "array_api_strict")
 DTYPES = ("float64", "float32")
 
 
-class BackendError(ValueError):
-    """A backend or dtype that cannot be used on this machine."""
+class BackendError(CausedError):
+    """A backend or dtype that cannot be used on this machine (a cause: engine.causes)."""
 
 
 @dataclass(frozen=True)
@@ -59,36 +59,21 @@ def make_backend(name: str = "numpy", dtype: str = "float64") -> Backend:
         dtype: "float64" (default, exact enough to match printed tables) or "float32".
     """
     if name not in BACKENDS:
-        raise BackendError(f"unknown backend {name!r} (expected one of {', '.join(BACKENDS)})")
+        raise BackendError("backend.unknown", name=name, names=", ".join(BACKENDS))
     if dtype not in DTYPES:
-        raise BackendError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+        raise BackendError("backend.dtype", dtype=dtype, names=", ".join(DTYPES))
     try:
         module = __import__(name)
     except ImportError as error:
-        raise BackendError(f"backend {name!r} is not installed ({error})") from None
+        raise BackendError("backend.missing", name=name, error=str(error)) from None
     xp = namespace(module.asarray([0.0]))
     if name == "cupy":
         _require_gpu(module)
     return Backend(name=name, xp=xp, dtype_name=dtype)
 
 
-def namespace(*arrays: Any) -> ModuleType:
-    """The array API namespace `arrays` belong to: NumPy's own for NumPy arrays (engine.numpy_namespace),
-    else array_api_compat's choice (its CuPy wrapper, array_api_strict itself)."""
-    if arrays and all(is_numpy_array(a) for a in arrays):
-        return numpy_namespace
-    return array_namespace(*arrays)
-
-
 def _require_gpu(cupy: ModuleType) -> None:
     try:
         cupy.cuda.runtime.getDeviceCount()
     except Exception as error:  # CuPy raises its own runtime error types
-        raise BackendError(f"backend 'cupy' has no usable GPU ({error})") from None
-
-
-def to_host(x: Any) -> np.ndarray:
-    """The one place where a backend array becomes a host NumPy array."""
-    if is_cupy_array(x):
-        return x.get()
-    return np.asarray(x)
+        raise BackendError("backend.no_gpu", error=str(error)) from None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.causes import CausedError
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine import layers
 from engine.hooks import Hook
 from engine.trace import OpKind, OpState

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine import ops
-from engine.backend import namespace, to_host
+from engine.arrays import namespace, to_host
 from engine.state import DumpLayout, LayerState, StateView
 
 Array = Any

@@ -48,6 +48,8 @@ CODES = frozenset({
     "option.bug", "option.form", "option.cannot_run", "option.system", "option.ids", "option.unwritable",
     # a size (--max-memory: engine/loading/budget.py)
     "size.syntax",
+    # an array backend or dtype this machine cannot use (engine/backend.py)
+    "backend.unknown", "backend.dtype", "backend.missing", "backend.no_gpu",
     # a head the gradient check cannot take (engine/compare/gradcheck.py)
     "gradcheck.no_head", "gradcheck.not_softmax",
     # the words inside a row's or a column's label (engine.labels.WORDS), where a cause names the cell

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from engine import ops
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.hooks import Hook, HookRegistry, HookSite
 from engine.operators import Operand, OpStream, op
 from engine.spec import DecodeRule, Rule

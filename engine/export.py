@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.hooks import Hook
 from engine.layout import Passes, stack_heads, to_dump
 from engine.session import Session

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from random_models import scenarios
 from said import refused
 
-from engine.backend import make_backend, to_host
+from engine.backend import make_backend
+from engine.arrays import to_host
 from engine.compare.diff import diff_scenario
 from engine.interventions import InterventionError, check_intervention, parse_ablation, parse_intervention
 from engine.loading import open_model

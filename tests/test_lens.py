@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engine.analysis import attribution, logit_lens, passes
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.loading import load_scenario_text, open_model
 from engine.loading.scenario_file import ScenarioError
 from engine.session import Session

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine import make_backend
-from engine.backend import namespace
+from engine.arrays import namespace
 
 TIES = np.array([[3.0, 1.0, 3.0, -0.0, 0.0, 2.0, 3.0, 1.0], [0.5, 0.5, 0.5, 0.5, -1.0, 7.0, 7.0, 0.5]])
 

@@ -125,7 +125,7 @@ def fields(text: str) -> set[str]:
 
 
 CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
-                  r"|gradcheck|cache|view|label)(\.[a-z_]+)+")  # a cause's code
+                  r"|gradcheck|cache|view|label|backend)(\.[a-z_]+)+")  # a cause's code
 NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
 
 
@@ -336,3 +336,15 @@ def test_every_word_inside_a_label_has_its_cause():
 
     assert set(LABEL_WORDS) == set(WORDS)
     assert all(f"cause.{LABEL_WORDS[code].code}" in EN and f"label.{code}" in ZH for code in WORDS)
+
+
+def test_a_backend_this_machine_cannot_use_is_refused_in_the_readers_language():
+    from engine import BackendError, make_backend
+    from tinyllm_tui.debugger.errors import bad_input
+    from tinyllm_tui.tui.i18n import cause_words
+
+    with pytest.raises(BackendError) as refused:
+        make_backend("torch")
+    said = {lang: bad_input(refused.value, lambda cause: cause_words(cause, lang)) for lang in ("en", "zh")}
+    assert said == {"en": "unknown backend 'torch' (expected one of numpy, cupy, array_api_strict)",
+                    "zh": "未知的后端 'torch'（应为 numpy, cupy, array_api_strict 之一）"}

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backend import Backend, to_host
+from engine.backend import Backend
+from engine.arrays import to_host
 from engine.causes import LABEL_WORDS, Cause, cause
 from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip

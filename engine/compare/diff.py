@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backend import Backend, to_host
+from engine.backend import Backend
+from engine.arrays import to_host
 from engine.causes import Cause
 from engine.hooks import Hook
 from engine.scenario import Scenario

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backend import Backend, to_host
+from engine.backend import Backend
+from engine.arrays import to_host
 from engine.caches import CacheSpec
 from engine.decoding import CHOICE
 from engine.model import LOGITS

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.causes import Cause
 from engine.hooks import Hook, HookError
 from yaml.nodes import SequenceNode

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine import ops
-from engine.backend import namespace, to_host
+from engine.arrays import namespace, to_host
 from engine.causes import CausedError
 from engine.hooks import Hook
 from engine.scenario import Scenario

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backend import Backend, to_host
+from engine.backend import Backend
+from engine.arrays import to_host
 from engine.compare.against import Report, compare_generation
 from engine.compare.dump import LLAMA_CPP, Dump
 from engine.hooks import Hook

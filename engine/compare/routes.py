@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.causes import Cause
 from engine.layout import Key, Passes
 from engine.hooks import Hook

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from engine.backend import namespace, to_host
+from engine.arrays import namespace, to_host
 from engine.caches import array_bytes
 from engine.state import DumpLayout, Size, StateView
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine import ops
-from engine.backend import namespace, to_host
+from engine.arrays import namespace, to_host
 from engine.hooks import HookSite
 from engine.layers import causal_conv
 from engine.operators import Op, OpStream, op

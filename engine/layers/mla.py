@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine import ops
-from engine.backend import namespace
+from engine.arrays import namespace
 from engine.caches import LayerCache, Read
 from engine.hooks import Hook, HookSite
 from engine.layers.attention import Attention

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine import ops
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.hooks import Hook, HookSite
 from engine.operators import Op, OpStream, op
 from engine.spec import KindOptions, LayerSpec, ModelSpec

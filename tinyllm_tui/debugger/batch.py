@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.labels import POSITIONAL, Axis, resolve_some
 from engine.trace import OpState
 from tinyllm_tui.debugger.frame import Labels, lazy_labels

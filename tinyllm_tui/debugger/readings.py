@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from engine.analysis import AnalysisError, Attribution, LensRow, Pass, attribution, logit_lens, passes
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
 from engine.layers import route

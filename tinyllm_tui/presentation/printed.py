@@ -3,7 +3,7 @@ documents (English: the CLI's catalogue)."""
 
 from __future__ import annotations
 
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.export import json_number, json_text

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from engine.backend import to_host
+from engine.arrays import to_host
 from engine.loading.budget import format_size
 from engine.compare.diff import RELATIVE_STEPS, TOLERANCE, OpDiff, first_divergence
 from engine.compare.expect import Outcome

@@ -187,9 +187,10 @@ def gguf_tensor(block, part: str, leaf: str, tensors):
     return tensors.weight(leaf) if read is None else read(leaf, tensors)
 
 
-def gguf_locate(block, part: str, leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int] | None:
-    """The GGUF tensor, row and column holding a block matrix `part.leaf` at `index` ([in, out]), where its kind lays
-    it out otherwise than transposed (its `gguf_locate`); None elsewhere."""
+def gguf_locate(block, part: str, leaf: str, index: tuple[int, ...], tensors) -> tuple[str, int, int] | None:
+    """The GGUF tensor, row and column holding a block parameter `part.leaf` at `index` ([in, out] of a matrix, [i]
+    of a vector), where its kind lays it out otherwise than as stored, a matrix transposed (its `gguf_locate`); None
+    elsewhere."""
     locate = getattr(_part_of(block, part), "gguf_locate", None)
     return None if locate is None else locate(leaf, index, tensors)
 

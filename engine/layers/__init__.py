@@ -15,7 +15,8 @@ them: `BUGS` (the bugs of its fault points), `BREAKPOINTS`, `ABLATES` / `ABLATIO
 `hf_tensor(leaf, tensors)` (its parameter from a Hugging Face block's tensors, engine.loading.hf.BlockTensors:
 every kind a checkpoint holds has one), `gguf_tensor(leaf, tensors)` / `gguf_locate(leaf, index, tensors)` /
 `GGUF_SUFFIX` (a GGUF tensor it lays out otherwise than transposed, or names with another suffix:
-engine.loading.gguf_model.GGUFBlock). The functions below read each; docs/architecture.md lists them. Generic code
+engine.loading.gguf_model.GGUFBlock), `HF_FUSED` (where a Hugging Face checkpoint's fused tensor holds a routed
+expert's matrix: engine.loading.hf_mxfp4). The functions below read each; docs/architecture.md lists them. Generic code
 reads a kind only through these functions, never by its name (tests/test_kind_names.py). Adding a kind is its
 module and one line below.
 """
@@ -172,6 +173,13 @@ def gguf_tensors() -> dict[str, str]:
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}
 
 
+def hf_fused_experts() -> dict[str, tuple[str, int, int]]:
+    """Every kind's routed-expert matrix (within a block, any expert's: `mlp.experts.w_gate`) that a Hugging Face
+    checkpoint stores fused -> the fused tensor (under the block) and where the matrix's outputs lie among its,
+    (first, step) (its module's HF_FUSED)."""
+    return {name: fused for module in _every_kind() for name, fused in getattr(module, "HF_FUSED", {}).items()}
+
+
 def hf_tensor(block, part: str, leaf: str, tensors):
     """A block parameter `part.leaf` (`attn.wq`) from a Hugging Face checkpoint, read by the kind of `block` (an
     engine.spec.LayerSpec) whose module is `part` (its `hf_tensor(leaf, tensors)`; `tensors`: the block's
@@ -187,9 +195,10 @@ def gguf_tensor(block, part: str, leaf: str, tensors):
     return tensors.weight(leaf) if read is None else read(leaf, tensors)
 
 
-def gguf_locate(block, part: str, leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int] | None:
-    """The GGUF tensor, row and column holding a block matrix `part.leaf` at `index` ([in, out]), where its kind lays
-    it out otherwise than transposed (its `gguf_locate`); None elsewhere."""
+def gguf_locate(block, part: str, leaf: str, index: tuple[int, ...], tensors) -> tuple[str, int, int] | None:
+    """The GGUF tensor, row and column holding a block parameter `part.leaf` at `index` ([in, out] of a matrix, [i]
+    of a vector), where its kind lays it out otherwise than as stored, a matrix transposed (its `gguf_locate`); None
+    elsewhere."""
     locate = getattr(_part_of(block, part), "gguf_locate", None)
     return None if locate is None else locate(leaf, index, tensors)
 

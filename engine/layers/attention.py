@@ -83,20 +83,30 @@ def gguf_tensor(leaf: str, tensors) -> Array:
     if spec.attn_gate and leaf in ("wq", "wgate"):
         w = tensors.stored(leaf)
         if w.ndim == 2:
-            rows = w.reshape(spec.n_heads, 2, -1, w.shape[-1])
-            w = rows[:, int(leaf == "wgate")].reshape(-1, w.shape[-1])
+            w = gated_rows(w, spec.n_heads, leaf)
         return w if w.ndim == 1 else w.T
     return tensors.weight(leaf)
 
 
-def gguf_locate(leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int] | None:
-    """The tensor, row and column of a llama file's q/k weight at `index` ([in, out]): its rows permuted (None: the
-    transposed index of its tensor, as any other)."""
-    if not (tensors.permuted and leaf in ("wq", "wk")):
+def gguf_locate(leaf: str, index: tuple[int, ...], tensors) -> tuple[str, int, int] | None:
+    """The tensor, row and column of a llama file's q/k weight at `index` ([in, out]), its rows permuted, or of a
+    gated attention's query or gate weight, its rows one half of each head's in attn_q (None: the transposed index of
+    its tensor, as any other)."""
+    spec = tensors.spec
+    if tensors.permuted and leaf in ("wq", "wk"):
+        heads = spec.n_heads if leaf == "wq" else spec.n_kv_heads
+        rows = unpermute(np.arange(tensors.shape(leaf)[0]), heads)
+    elif spec.attn_gate and leaf in ("wq", "wgate"):
+        rows = gated_rows(np.arange(tensors.shape(leaf)[0]), spec.n_heads, leaf)
+    else:
         return None
-    tensor, (row, col) = tensors.name(leaf), index[::-1]
-    heads = tensors.spec.n_heads if leaf == "wq" else tensors.spec.n_kv_heads
-    return tensor, int(unpermute(np.arange(tensors.shape(leaf)[0])[:, None], heads)[row, 0]), col
+    row, col = index
+    return tensors.name(leaf), int(rows[col]), row
+
+
+def gated_rows(w: np.ndarray, n_head: int, leaf: str) -> np.ndarray:
+    """A gated attention's query rows (`leaf` wq) or gate rows (wgate) of attn_q's, each head's query then gate."""
+    return w.reshape(n_head, 2, -1, *w.shape[1:])[:, int(leaf == "wgate")].reshape(-1, *w.shape[1:])
 
 
 def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

@@ -17,6 +17,7 @@ numbers either way, which is what a full-vs-cached diff checks. Its state (`Delt
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -365,6 +366,19 @@ def gguf_tensor(leaf: str, tensors) -> Array:
     if where is not None and tensors.spec.deltanet is not None:
         w = value_heads_grouped(w, tensors.spec.deltanet, where)
     return w if w.ndim == 1 else w.T
+
+
+def gguf_locate(leaf: str, index: tuple[int, ...], tensors) -> tuple[str, int, int] | None:
+    """The tensor, row and column holding its parameter `leaf` at `index` ([in, out], or a vector's [i]): where the
+    value heads are tiled, the element that gguf_tensor reads there (None: the transposed index, as any other)."""
+    where = GGUF_VALUE_HEADS.get(f"{MODULE}.{leaf}")
+    if where is None or tensors.spec.deltanet is None:
+        return None
+    shape = tensors.shape(leaf)
+    elements = value_heads_grouped(np.arange(math.prod(shape)).reshape(shape), tensors.spec.deltanet, where)
+    row, col = divmod(int((elements if elements.ndim == 1 else elements.T)[index]), shape[-1])
+    return tensors.name(leaf), row, col
+
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     net = model.deltanet

@@ -288,9 +288,11 @@ def _kv_b(k_b: Array, v_b: Array, spec: ModelSpec) -> Array:
     return np.concatenate(heads, axis=1)
 
 
-def gguf_locate(leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int]:
+def gguf_locate(leaf: str, index: tuple[int, ...], tensors) -> tuple[str, int, int] | None:
     """The tensor, row and column (its rows as a 2-D [rows, in] table) that hold its matrix `leaf` at `index`
-    ([in, out]): rope columns reordered, kv_b's in attn_k_b or attn_v_b."""
+    ([in, out]): rope columns reordered, kv_b's in attn_k_b or attn_v_b (None: a vector, stored as it is)."""
+    if len(index) == 1:
+        return None
     row, col = index
     mla = tensors.spec.mla
     if leaf == "wkv_b":

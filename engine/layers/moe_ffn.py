@@ -44,6 +44,12 @@ HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per
       "deepseek": {"router": "mlp.gate", "experts": "mlp.experts", "shared": "mlp.shared_experts"},
       "gpt_oss": {"router": "mlp.router", "experts": "mlp.experts"}}  # its experts: fused, interleaved (_gpt_oss)
 EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # an expert's modules
+# gpt-oss's fused experts under its experts module: an expert's matrix (within a block, any expert's) -> the tensor
+# and where its outputs lie among that tensor's, (first, step): the gate's and the up projection's interleaved, gate
+# first, their biases alike; the Hub's MXFP4 pairs hold the outputs as rows (engine.loading.hf_mxfp4)
+HF_FUSED = {f"{MODULE}.experts.w_{projection}": (f"{HF['gpt_oss']['experts']}.{tensor}", first, step)
+            for projection, tensor, first, step in (("gate", "gate_up_proj", 0, 2), ("up", "gate_up_proj", 1, 2),
+                                                    ("down", "down_proj", 0, 1))}
 HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
 # llama.cpp's merged tensors: every expert's matrix (or bias) of a projection in one, expert first
@@ -149,11 +155,9 @@ def _gpt_oss(leaf: str, table: dict, tensors) -> Array:
         return tensors.linear(table["router"]) if leaf == "router" else tensors.get(f"{table['router']}.bias")
     _, expert, name = leaf.split(".")
     kind, projection = name.split("_")  # w_gate -> ("w", "gate")
-    suffix = "" if kind == "w" else "_bias"
-    if projection == "down":
-        return tensors.get(f"{table['experts']}.down_proj{suffix}", int(expert))
-    fused = tensors.get(f"{table['experts']}.gate_up_proj{suffix}", int(expert))  # MXFP4: only this expert dequantized
-    return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]
+    tensor, first, step = HF_FUSED[f"{MODULE}.experts.w_{projection}"]
+    fused = tensors.get(f"{tensor}{'' if kind == 'w' else '_bias'}", int(expert))  # MXFP4: only this expert dequantized
+    return fused[..., first::step]
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     moe = model.moe

@@ -48,6 +48,7 @@ SPARSE = ("qwen3moe", "gpt-oss", QWEN35_MOE)
 ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35, *SPARSE, gguf_deepseek.ARCH)
 OFFSET_NORMS = {*GEMMA, *QWEN35S}  # llama.cpp stores their norm gains as 1 + w (Gated DeltaNet reads its ssm_norm: w)
 ARCH_TENSORS = {"gpt-oss": {"ln2.w": "post_attention_norm"}}  # where an architecture names a block tensor its own way
+AS_STORED = ("embed", "per_layer_embed")  # matrices the engine keeps [rows, width] as the file does, not transposed
 GPT_OSS_SWIGLU = (1.702, 7.0)  # llama.cpp's constants for gpt-oss's clamped SwiGLU (alpha, limit): not in the file
 UNSUPPORTED = {  # metadata (under the architecture) that would change what the model computes, with the value it
     "expert_shared_count": 0, "expert_weights_scale": 1.0, "leading_dense_block_count": 0,  # may take here
@@ -322,7 +323,7 @@ class GGUFModel:
         w = self.stored(name, get)
         if self.arch in OFFSET_NORMS and self.tensor_name(name).split(".")[-2].endswith("norm"):
             w = w - 1
-        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
+        return w if w.ndim == 1 or name in AS_STORED else w.T
 
     def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> EncodedBlock | None:
         """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
@@ -333,23 +334,24 @@ class GGUFModel:
 
     def locate(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> tuple[str, int, int]:
         """The GGUF tensor, row and column that hold engine parameter `name` at `index`: matrices are
-        transposed ([in, out] here, [out, in] there), a llama file's q/k rows permuted."""
+        transposed ([in, out] here, [out, in] there), a vector is one row; a block's kind may lay its parameters out
+        otherwise (engine.layers.gguf_locate: a llama file's q/k rows permuted, Qwen3.5's gated attn_q)."""
         expert = expert_of(name)
         if expert is not None:  # its rows within the merged tensor's (experts × rows) rows
             tensor = self.tensor_name(name)
             if len(index) == 1:
                 return tensor, expert, index[0]
             return tensor, expert * self.tensors[tensor].shape[1] + index[1], index[0]
-        if len(index) == 1:
-            return self.tensor_name(name), 0, index[0]
-        if name == "embed":
-            return "token_embd.weight", index[0], index[1]
+        if name in AS_STORED:
+            return self.tensor_name(name), index[0], index[1]
         parts = name.split(".", 3)
         if parts[0] == "blocks" and len(parts) == 4:
             found = gguf_locate(spec.blocks[int(parts[1])], parts[2], parts[3], index,
                                 GGUFBlock(self, spec, None, parts[1], parts[2]))
             if found is not None:
                 return found
+        if len(index) == 1:
+            return self.tensor_name(name), 0, index[0]
         tensor, (row, col) = self.tensor_name(name), index[::-1]
         return tensor, row, col
 

@@ -21,8 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.hooks import Hook
+from engine.layers import hf_fused_experts, routed_expert
 from engine.loading.document import ScenarioError
-from engine.parameters import format_shape
+from engine.parameters import format_shape, parameter_shapes
 from engine.spec import ModelSpec
 
 BLOCK, PACKED = 32, 16  # values per block, bytes of values per block
@@ -93,16 +95,16 @@ class Packed:
         return replace(found, row=expert * entry["shape"][1] + row)
 
     def check(self, spec: ModelSpec) -> None:
-        """Every sparse layer's MXFP4 blocks and scales: uint8, of the shapes the config gives, each with the other."""
-        moe = spec.moe
-        if moe is None:
-            return
-        for layer in moe.layers if moe.layers is not None else range(spec.n_layers):
-            for projection, rows, inputs in (("gate_up_proj", 2 * moe.d_expert, spec.d_model),
-                                             ("down_proj", spec.d_model, moe.d_expert)):
-                key = f"layers.{layer}.mlp.experts.{projection}"
-                if self.holds(key):
-                    self._check_pair(key, (moe.n_experts, rows), inputs)
+        """Every MXFP4 pair a parameter is read from: uint8 blocks and scales, each with the other, of the shape the
+        config's parameters need (the experts × rows × inputs that their last cells lie in, by `_locate`)."""
+        extents: dict[str, tuple[int, ...]] = {}
+        for name, shape in parameter_shapes(spec, 0).items():  # (the vocabulary's size changes no expert's)
+            found = Quantisation(self)._locate(name, tuple(n - 1 for n in shape))
+            if found is not None:
+                key, *last = found
+                extents[key] = tuple(max(n, at + 1) for n, at in zip(extents.get(key, (0, 0, 0)), last))
+        for key, (experts, rows, inputs) in extents.items():
+            self._check_pair(key, (experts, rows), inputs)
 
     def _check_pair(self, key: str, leading: tuple[int, int], inputs: int) -> None:
         file, name, entry = self.tensors.find(f"{key}_blocks")
@@ -134,15 +136,21 @@ class Quantisation:
         return None if found is None else self.packed.block(*found)
 
     def _locate(self, name: str, index: tuple[int, ...]) -> tuple[str, int, int, int] | None:
-        """(key, expert, row, column) of parameter `name`'s value at `index` ([in, out]) in an MXFP4 pair, or None."""
-        parts = name.split(".")  # blocks.L.mlp.experts.E.w_gate
-        if len(parts) != 6 or parts[2:4] != ["mlp", "experts"] or parts[5] not in ("w_gate", "w_up", "w_down"):
+        """(key, expert, row, column) of parameter `name`'s value at `index` ([in, out]) in an MXFP4 pair, or None:
+        a routed expert's matrix in the tensor its kind reads it from, fused (engine.layers.hf_fused_experts)."""
+        parameter = Hook.parse(name)  # blocks.L.mlp.experts.E.w_gate
+        expert = routed_expert(parameter)
+        if expert is None or len(index) != 2:
             return None
-        key = f"layers.{parts[1]}.mlp.experts.{'down_proj' if parts[5] == 'w_down' else 'gate_up_proj'}"
-        if len(index) != 2 or not self.packed.holds(key):
+        fused = hf_fused_experts().get(f"{Hook.parse(parameter.module).module}.{parameter.name}")
+        if fused is None:
+            return None
+        tensor, first, step = fused
+        key = f"layers.{parameter.layer}.{tensor}"
+        if not self.packed.holds(key):
             return None
         column, out = index
-        return key, int(parts[4]), out if parts[5] == "w_down" else 2 * out + (parts[5] == "w_up"), column
+        return key, expert, first + step * out, column
 
 
 def _expect(file: Path, name: str, entry: dict, shape: tuple[int, ...], meaning: str) -> None:

@@ -13,6 +13,19 @@ from dataclasses import dataclass, field
 
 from engine import layers
 
+# Why a file is refused, by the loader that reads it (engine/loading/*, engine/compare/*; worded in
+# tinyllm_tui/tui/i18n_loading.py). A fact that needs words is itself a cause: `value.*` says what a file holds.
+LOADING = frozenset({
+    # what a YAML value is, as a refusal names it (engine/loading/document.py: _kind)
+    "value.nothing", "value.boolean", "value.number", "value.text", "value.text_long", "value.mapping",
+    "value.list", "value.other",
+    # a YAML document and its values (engine/loading/document.py)
+    "doc.unreadable", "doc.too_big", "doc.not_text", "doc.too_many_values", "doc.yaml_syntax", "doc.yaml_unclosed",
+    "doc.yaml_opened", "doc.yaml_character", "doc.yaml", "doc.duplicate_key", "doc.mapping", "doc.unknown_key",
+    "doc.missing_key", "doc.list", "doc.number", "doc.finite", "doc.integer", "doc.integer_min", "doc.boolean",
+    "doc.text", "doc.choice", "doc.tag",
+})
+
 CODES = frozenset({
     # breakpoints (engine/breakpoints.py)
     "breakpoint.empty", "breakpoint.field", "breakpoint.part", "breakpoint.number",
@@ -50,7 +63,7 @@ CODES = frozenset({
     "size.syntax",
     # a head the gradient check cannot take (engine/compare/gradcheck.py)
     "gradcheck.no_head", "gradcheck.not_softmax",
-})
+}) | LOADING
 
 
 @dataclass(frozen=True)

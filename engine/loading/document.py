@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from engine.causes import Cause
+from engine.causes import Cause, cause
 from engine.progress import READING, report
 
 if TYPE_CHECKING:
@@ -55,7 +55,8 @@ class ScenarioError(ValueError):
     one printable line, whatever names or values from the file it holds."""
 
     def __init__(self, file: str, line: int | None, path: str, message: str | Cause):
-        """`message`: a sentence, or a cause (engine.causes) a front end words."""
+        """`message`: a cause (engine.causes) a front end words (tinyllm_tui.debugger.errors.bad_input), or, from a
+        front end, its own sentence; `str(error)` holds the cause unworded."""
         self.file, self.line, self.path, self.message = file, line, path, message
         super().__init__(located(file, line, path, str(message)))
 
@@ -143,15 +144,14 @@ def read_text(path: Path) -> str:
             # read(n) reserves n bytes up front: ask for the size the file has (a pipe or device says 0)
             data = b"" if size > MAX_SCENARIO_BYTES else file.read(size + 1) if size else _read_capped(file)
     except OSError as error:
-        raise ScenarioError(str(path), None, "", f"cannot read ({error.strerror or error})") from None
+        raise ScenarioError(str(path), None, "", cause("doc.unreadable", why=error.strerror or str(error))) from None
     if size > MAX_SCENARIO_BYTES or len(data) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(str(path), None, "", f"larger than the {MAX_SCENARIO_BYTES >> 20} MiB a scenario file "
-                            "may hold; put big weights in a weight file (weights: {file: model.safetensors})")
+        raise ScenarioError(str(path), None, "", cause("doc.too_big", mib=MAX_SCENARIO_BYTES >> 20))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
-        raise ScenarioError(str(path), line, "", f"not UTF-8 text (byte {error.start})") from None
+        raise ScenarioError(str(path), line, "", cause("doc.not_text", byte=error.start)) from None
 
 
 def _within(context: str) -> str:
@@ -172,26 +172,25 @@ def parse(text: str, file: str) -> yaml.Node | None:
     """Compose scenario text into PyYAML's node tree, or raise ScenarioError."""
     values = text.count(",") + text.count("\n") + text.count("- ")  # at least one per node (C speed)
     if values > MAX_SCENARIO_VALUES:
-        raise ScenarioError(file, None, "", f"holds up to {values} values, more than the {MAX_SCENARIO_VALUES} a "
-                            "scenario file may (each takes ~300 bytes to parse); put big weights in a weight file "
-                            "(weights: {file: model.safetensors})")
+        raise ScenarioError(file, None, "", cause("doc.too_many_values", values=values,
+                                                        limit=MAX_SCENARIO_VALUES))
     try:
         return yaml.compose(_Reading(text), Loader=_Loader)
     except yaml.MarkedYAMLError as error:
-        problem, opened = error.problem or str(error), error.context_mark
-        mark = error.problem_mark or opened
+        problem, opened = error.problem or str(error), error.context_mark  # PyYAML's words
+        mark, why = error.problem_mark or opened, cause("doc.yaml_syntax", problem=problem)
         if error.context and "end of stream" in problem:  # an unclosed quote or bracket: say where it opened
-            problem, mark = f"{error.context}: {problem}", opened
+            mark, why = opened, cause("doc.yaml_unclosed", context=error.context, problem=problem)
         elif error.context and opened and opened.line != mark.line:  # found later than the cause: say both lines
-            problem = f"{problem} ({_within(error.context)} opened at line {opened.line + 1})"
+            why = cause("doc.yaml_opened", problem=problem, within=_within(error.context), line=opened.line + 1)
         line = mark.line + 1 if mark else None
-        raise ScenarioError(file, line, "", f"YAML syntax: {problem}") from None
+        raise ScenarioError(file, line, "", why) from None
     except yaml.reader.ReaderError as error:  # a control character: its own message spans two lines
         line = text.encode("utf-8")[: error.position].count(b"\n") + 1  # the position counts UTF-8 bytes
-        raise ScenarioError(file, line, "", f"YAML: character #x{error.character:04x} is not allowed "
-                            f"({error.reason})") from None
+        raise ScenarioError(file, line, "", cause("doc.yaml_character", character=f"{error.character:04x}",
+                                                        reason=error.reason)) from None
     except yaml.YAMLError as error:
-        raise ScenarioError(file, None, "", f"YAML: {' '.join(str(error).split())}") from None
+        raise ScenarioError(file, None, "", cause("doc.yaml", problem=library_text(error))) from None
 
 
 class _Reading:
@@ -258,7 +257,7 @@ class Node:
     line: int | None
     file: str
 
-    def error(self, message: str | Cause) -> ScenarioError:
+    def error(self, message: Cause) -> ScenarioError:
         return ScenarioError(self.file, self.line, self.path, message)
 
     @cached_property
@@ -288,7 +287,7 @@ class Node:
         for key, value in self.raw.value if self.is_mapping else ():
             name = key.value if isinstance(key, ScalarNode) else "?"
             if name in entries:
-                raise self._child(name, key).error("this key appears twice")
+                raise self._child(name, key).error(cause("doc.duplicate_key"))
             entries[name] = (key, value)
         return entries
 
@@ -296,13 +295,14 @@ class Node:
         """Check this is a mapping with only `allowed` keys and all `required` ones."""
         _refuse_tag(self)
         if not self.is_mapping:
-            raise self.error(f"expected a mapping, got {_kind(self)}")
+            raise self.error(cause("doc.mapping", got=_kind(self)))
         for name, (key, _) in self._entries.items():
             if name not in allowed:
-                raise self._child(name, key).error(f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+                raise self._child(name, key).error(cause("doc.unknown_key",
+                                                                        keys=", ".join(sorted(allowed))))
         missing = sorted(required - set(self._entries))
         if missing:
-            raise self.error(f"missing required key {missing[0]!r}")
+            raise self.error(cause("doc.missing_key", key=missing[0]))
         return self
 
     def has(self, key: str) -> bool:
@@ -320,7 +320,7 @@ class Node:
     def items(self) -> list[Node]:
         _refuse_tag(self)
         if not isinstance(self.raw, SequenceNode):
-            raise self.error(f"expected a list, got {_kind(self)}")
+            raise self.error(cause("doc.list", got=_kind(self)))
         return [self._child(i, item) for i, item in enumerate(self.raw.value)]
 
     def numbers(self, ndim: int) -> np.ndarray | None:
@@ -351,35 +351,35 @@ class Node:
         _refuse_tag(self)
         value = self.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(f"expected a number, got {_kind(self)}")
+            raise self.error(cause("doc.number", got=_kind(self)))
         if not math.isfinite(value):
-            raise self.error(f"expected a finite number, got {value}")
+            raise self.error(cause("doc.finite", value=value))
         return float(value)
 
     def integer(self, minimum: int | None = None) -> int:
         _refuse_tag(self)
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.error(f"expected an integer, got {_kind(self)}")
+            raise self.error(cause("doc.integer", got=_kind(self)))
         if minimum is not None and self.value < minimum:
-            raise self.error(f"expected an integer ≥ {minimum}, got {self.value}")
+            raise self.error(cause("doc.integer_min", minimum=minimum, value=self.value))
         return int(self.value)
 
     def boolean(self) -> bool:
         _refuse_tag(self)
         if not isinstance(self.value, bool):
-            raise self.error(f"expected true or false, got {_kind(self)}")
+            raise self.error(cause("doc.boolean", got=_kind(self)))
         return self.value
 
     def text(self) -> str:
         _refuse_tag(self)
         if not isinstance(self.value, str):
-            raise self.error(f"expected text, got {_kind(self)}")
+            raise self.error(cause("doc.text", got=_kind(self)))
         return self.value
 
     def choice(self, options: tuple[str, ...]) -> str:
         value = self.text()
         if value not in options:
-            raise self.error(f"expected one of {', '.join(options)}, got {value!r}")
+            raise self.error(cause("doc.choice", options=", ".join(options), value=value))
         return value
 
 
@@ -399,19 +399,23 @@ def _plain_number(cell: yaml.Node) -> str:
 def _refuse_tag(node: Node) -> None:
     """Refuse explicit tags (`!!python/object`, `!custom`): a scenario is plain data."""
     if node.raw is not None and node.raw.tag not in PLAIN_TAGS:
-        raise node.error(f"tag {node.raw.tag} is not allowed: a scenario holds plain data only")
+        raise node.error(cause("doc.tag", tag=node.raw.tag))
 
 
-def _kind(node: Node) -> str:
+def _kind(node: Node) -> Cause:
+    """What the node holds, as a refusal names it (`got text 'x'`)."""
     value = node.value
     if value is None:
-        return "nothing"
+        return cause("value.nothing")
     if isinstance(value, bool):
-        return f"boolean {value}"
+        return cause("value.boolean", value=value)
     if isinstance(value, (int, float)):
-        return f"number {value}"
+        return cause("value.number", value=value)
     if isinstance(value, str):
-        return f"text {value!r}" if len(value) <= 40 else f"text {value[:40]!r}… ({len(value)} characters)"
+        return cause("value.text", value=value) if len(value) <= 40 else cause("value.text_long", start=value[:40],
+                                                                                 length=len(value))
     if node.is_mapping:
-        return "a mapping"
-    return "a list" if isinstance(node.raw, SequenceNode) else type(value).__name__
+        return cause("value.mapping")
+    if isinstance(node.raw, SequenceNode):
+        return cause("value.list")
+    return cause("value.other", name=type(value).__name__)

@@ -24,6 +24,7 @@ from engine.loading.scenario_file import load_scenario
 from engine.loading.tokenizer import gguf_tokenizer
 from engine.spec import DecodeRule
 from tinyllm_tui import cli
+from tinyllm_tui.tui.i18n import cause_words
 
 FIXTURES = ROOT / "tests" / "fixtures"
 GOLDENS = json.loads((ROOT / "tests" / "data" / "chat_goldens.json").read_text(encoding="utf-8"))["goldens"]
@@ -209,7 +210,7 @@ def test_a_bad_message_is_refused_at_its_line(tmp_path, messages, line, where, w
     with pytest.raises(ScenarioError) as raised:
         load_scenario(path)
     assert (raised.value.line, raised.value.path) == (line, where)
-    assert words in raised.value.message and "\n" not in str(raised.value)
+    assert words in cause_words(raised.value.message, "en") and "\n" not in str(raised.value)
 
 
 def test_the_timeline_starts_with_the_chat_its_messages_and_control_tokens():

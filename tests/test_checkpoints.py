@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from said import refused
+from tinyllm_tui.tui.i18n import cause_words
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from engine import ScenarioError, Session, make_backend, to_host
@@ -181,7 +182,7 @@ def test_older_top_level_rope_theta_is_read(tmp_path):
 def test_unsupported_configs_are_refused_naming_the_key(tmp_path, edit, key):
     with pytest.raises(ScenarioError) as error:
         load_checkpoint(edited_copy(tmp_path, edit), prompt="a")
-    assert error.value.path == key and "config.json" not in error.value.message
+    assert error.value.path == key and "config.json" not in cause_words(error.value.message, "en")
 
 
 def test_bad_requests_are_refused(tmp_path):

@@ -68,6 +68,14 @@ def located(file: str, line: int | None, path: str, message: str) -> str:
     return f"{where}: {one_line(path, MAX_PATH_CHARS)}: {message}" if path else f"{where}: {message}"
 
 
+def inner(error: ScenarioError) -> Cause:
+    """A refusal said inside another's (a chat template's, at the request it refused): where it is, and why."""
+    where = f"{error.file}:{error.line}" if error.line else error.file
+    if error.path:
+        return cause("doc.at_path", where=where, path=error.path, why=error.message)
+    return cause("doc.at", where=where, why=error.message)
+
+
 class LoaderWarning(UserWarning):
     """Something a file holds that is legal but almost certainly not meant (one located line)."""
 

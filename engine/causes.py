@@ -23,7 +23,7 @@ LOADING = frozenset({
     "doc.unreadable", "doc.too_big", "doc.not_text", "doc.too_many_values", "doc.yaml_syntax", "doc.yaml_unclosed",
     "doc.yaml_opened", "doc.yaml_character", "doc.yaml", "doc.duplicate_key", "doc.mapping", "doc.unknown_key",
     "doc.missing_key", "doc.list", "doc.number", "doc.finite", "doc.integer", "doc.integer_min", "doc.boolean",
-    "doc.text", "doc.choice", "doc.tag", "doc.at", "doc.at_path",
+    "doc.text", "doc.choice", "doc.tag", "doc.at", "doc.at_path", "doc.and", "doc.or",
     # a scenario file (engine/loading/scenario_file.py)
     "scenario.encoder_batch", "scenario.inline_and_checkpoint", "scenario.no_checkpoint", "scenario.not_checkpoint",
     "scenario.token_twice", "scenario.empty_vocab", "scenario.token_id_range", "scenario.unknown_token",
@@ -31,10 +31,16 @@ LOADING = frozenset({
     "scenario.rope_positions", "scenario.rotary_dims", "scenario.bidirectional_window", "scenario.dropout_rate",
     "scenario.eps", "scenario.no_weight_file", "scenario.layer_entries", "scenario.tensor_shape",
     "scenario.identity_square", "scenario.shorthand", "scenario.no_requests", "scenario.no_prompt",
-    "scenario.prompt_keys", "scenario.and", "scenario.empty_request", "scenario.positions", "scenario.vectors_decoder",
+    "scenario.prompt_keys", "scenario.empty_request", "scenario.positions", "scenario.vectors_decoder",
     "scenario.text_needs_tokenizer", "scenario.cannot_encode", "scenario.chat_needs_template", "scenario.no_messages",
     "scenario.chat_token", "scenario.pad_token", "scenario.pad_short", "scenario.forbid_all", "scenario.positive",
     "scenario.probability",
+    # a weight file: safetensors or npz (engine/loading/weightfile.py)
+    "weightfile.suffix", "weightfile.missing", "weightfile.missing_more", "weightfile.extra", "weightfile.not_float",
+    "weightfile.unreadable", "weightfile.header_length", "weightfile.header_big", "weightfile.header_cut",
+    "weightfile.not_json_why", "weightfile.not_json", "weightfile.gap", "weightfile.gap_start", "weightfile.entry",
+    "weightfile.dtype", "weightfile.shape", "weightfile.offsets", "weightfile.span", "weightfile.data_cut",
+    "weightfile.twice", "weightfile.npz", "weightfile.name",
 })
 
 CODES = frozenset({

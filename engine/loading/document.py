@@ -76,6 +76,13 @@ def inner(error: ScenarioError) -> Cause:
     return cause("doc.at", where=where, why=error.message)
 
 
+def joined(names, code: str) -> str | Cause:
+    """`tokens and ids and text` (code doc.and), `.safetensors or .npz` (doc.or): the names as a cause, which
+    the words join."""
+    first, *rest = names
+    return cause(code, first=first, rest=joined(rest, code)) if rest else first
+
+
 class LoaderWarning(UserWarning):
     """Something a file holds that is legal but almost certainly not meant (one located line)."""
 

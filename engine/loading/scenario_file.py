@@ -20,8 +20,8 @@ from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.interventions import Intervention, InterventionError, check_intervention, parse_any
 from engine.loading.file_kinds import is_checkpoint
 from engine.loading.budget import DEFAULT_BUDGET, check_budget
-from engine.causes import Cause, cause
-from engine.loading.document import Node, ScenarioError, inner, parse, read_text
+from engine.causes import cause
+from engine.loading.document import Node, ScenarioError, inner, joined, parse, read_text
 from engine.compare.expect import parse_expectations
 from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
 from engine.progress import WEIGHTS, report
@@ -507,7 +507,7 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, enc
         raise item.error(cause("scenario.no_prompt"))
     if len(given) > 1:
         raise item.get(given[1]).error(cause("scenario.prompt_keys", keys=", ".join(PROMPT_KEYS),
-                                                         given=_both(given)))
+                                                         given=joined(given, "doc.and")))
     chat = _chat(item.get("messages"), vocab, encoder) if given[0] == "messages" else None
     tokens = chat.ids if chat else _prompt(item.get(given[0]), vocab, encoder)
     if not tokens:
@@ -563,11 +563,6 @@ def _chat(node: Node, vocab: Vocab, encoder: Encoder | None) -> Chat:
     if max(chat.ids) >= len(vocab):
         raise node.error(cause("scenario.chat_token", id=max(chat.ids), rows=len(vocab)))
     return chat
-
-
-def _both(names: list[str]) -> str | Cause:
-    """`tokens and ids and text`: the names given together, as a cause (the words join them)."""
-    return names[0] if len(names) == 1 else cause("scenario.and", first=names[0], rest=_both(names[1:]))
 
 
 def _padded(node: Node, tokens: tuple[int, ...], vocab: Vocab) -> tuple[int, ...]:

@@ -528,7 +528,7 @@ def cause_words(cause, lang: str) -> str:
     facts = {name: words(value, lang) for name, value in cause.facts.items()}
     if cause.words:
         return (cause.words.get(lang) or cause.words["en"]).format(**facts)
-    return tr(f"cause.{cause.code}", lang, **facts)
+    return tr(f"cause.{cause.code}", lang).format(**facts)  # formatted even without facts: `{{` is a brace
 
 
 def words(fact, lang: str):

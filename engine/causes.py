@@ -41,6 +41,19 @@ LOADING = frozenset({
     "weightfile.not_json_why", "weightfile.not_json", "weightfile.gap", "weightfile.gap_start", "weightfile.entry",
     "weightfile.dtype", "weightfile.shape", "weightfile.offsets", "weightfile.span", "weightfile.data_cut",
     "weightfile.twice", "weightfile.npz", "weightfile.name",
+    # a checkpoint, and the options only a checkpoint takes (engine/loading/checkpoint.py, __init__.py)
+    "checkpoint.only", "checkpoint.no_config", "checkpoint.internal", "checkpoint.positions",
+    "checkpoint.prompts_and_ids", "checkpoint.prompt_or_ids", "checkpoint.prompt_tokenizer", "checkpoint.cannot_encode",
+    "checkpoint.no_tokens", "checkpoint.chat_and", "checkpoint.chat_tokenizer", "checkpoint.budget",
+    "checkpoint.layout", "checkpoint.not_float", "checkpoint.shape", "checkpoint.repeated_tokens",
+    "checkpoint.tokenizer",
+    # the memory a model's weights take (engine/loading/budget.py)
+    "budget.tensors", "budget.scenario",
+    # a scenario's cache: options (engine/loading/cache_options.py)
+    "cacheopt.only_with", "cacheopt.quantized", "cacheopt.scale", "cacheopt.ring_window", "cacheopt.window",
+    "cacheopt.bidirectional",
+    # a Hugging Face folder: config.json, its shards and tensors (engine/loading/hf.py)
+    "hf.not_object", "hf.no_text_config", "hf.text_config", "hf.text_model_type", "hf.architecture", "hf.special_token", "hf.not_json", "hf.layers_held", "hf.query_held", "hf.experts_held", "hf.missing", "hf.integer", "hf.too_big", "hf.eps", "hf.heads_divide", "hf.kv_heads_divide", "hf.silu", "hf.layer_types", "hf.layer_type", "hf.value_heads", "hf.qwen_bias", "hf.rotary_odd", "hf.conv_bias", "hf.layer_numbers", "hf.conv_layer_type", "hf.ffn_width", "hf.top_k", "hf.boolean", "hf.only", "hf.rope_interleave", "hf.groups_divide", "hf.topk_group", "hf.dense_layers", "hf.gelu", "hf.bidirectional", "hf.gemma_sliding", "hf.positive", "hf.attention_types", "hf.attention_type", "hf.partial_rope", "hf.rope_table", "hf.rope_theta", "hf.rope_scaling", "hf.freq_band", "hf.freq_equal", "hf.activation", "hf.only_flag", "hf.bert_positions", "hf.bert_decoder", "hf.no_weights", "hf.weight_map", "hf.shard_name", "hf.shard_missing", "hf.shard_tensor", "hf.tensor_missing", "hf.not_float", "hf.not_regular",
 })
 
 CODES = frozenset({

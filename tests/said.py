@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from tinyllm_tui.debugger.errors import bad_input
+from tinyllm_tui.debugger.errors import bad_input, warning_words
 from tinyllm_tui.tui.i18n import cause_words
 
 
@@ -17,6 +17,11 @@ def said(error: BaseException, lang: str = "en") -> str:
     line = bad_input(error, lambda cause: cause_words(cause, lang))
     assert line is not None, f"not a bad input: {error!r}"
     return line
+
+
+def warned(warning: Warning, lang: str = "en") -> str:
+    """A warning's one line as the front end says it, worded in `lang`."""
+    return warning_words(warning, lambda cause: cause_words(cause, lang))
 
 
 @contextmanager

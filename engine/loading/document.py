@@ -84,11 +84,16 @@ def joined(names, code: str) -> str | Cause:
 
 
 class LoaderWarning(UserWarning):
-    """Something a file holds that is legal but almost certainly not meant (one located line)."""
+    """Something a file holds that is legal but almost certainly not meant: where, and why (a cause a front end
+    words: tinyllm_tui.debugger.errors.warning_words); `str(warning)` is located, its cause unworded."""
+
+    def __init__(self, file: str, path: str, why: Cause):
+        super().__init__(located(file, None, path, str(why)))
+        self.file, self.path, self.cause = file, path, why
 
 
-def warn(file: str, path: str, message: str) -> None:
-    warnings.warn(located(file, None, path, message), LoaderWarning, stacklevel=3)
+def warn(file: str, path: str, why: Cause) -> None:
+    warnings.warn(LoaderWarning(file, path, why), stacklevel=3)
 
 
 def round_trip_yaml() -> YAML:

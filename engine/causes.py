@@ -54,6 +54,11 @@ LOADING = frozenset({
     "cacheopt.bidirectional",
     # a Hugging Face folder: config.json, its shards and tensors (engine/loading/hf.py)
     "hf.not_object", "hf.no_text_config", "hf.text_config", "hf.text_model_type", "hf.architecture", "hf.special_token", "hf.not_json", "hf.layers_held", "hf.query_held", "hf.experts_held", "hf.missing", "hf.integer", "hf.too_big", "hf.eps", "hf.heads_divide", "hf.kv_heads_divide", "hf.silu", "hf.layer_types", "hf.layer_type", "hf.value_heads", "hf.qwen_bias", "hf.rotary_odd", "hf.conv_bias", "hf.layer_numbers", "hf.conv_layer_type", "hf.ffn_width", "hf.top_k", "hf.boolean", "hf.only", "hf.rope_interleave", "hf.groups_divide", "hf.topk_group", "hf.dense_layers", "hf.gelu", "hf.bidirectional", "hf.gemma_sliding", "hf.positive", "hf.attention_types", "hf.attention_type", "hf.partial_rope", "hf.rope_table", "hf.rope_theta", "hf.rope_scaling", "hf.freq_band", "hf.freq_equal", "hf.activation", "hf.only_flag", "hf.bert_positions", "hf.bert_decoder", "hf.no_weights", "hf.weight_map", "hf.shard_name", "hf.shard_missing", "hf.shard_tensor", "hf.tensor_missing", "hf.not_float", "hf.not_regular",
+    # a GGUF file's layout, walked byte by byte (engine/loading/gguf_checks.py)
+    "gguf.ends", "gguf.count", "gguf.nested", "gguf.item_type", "gguf.value_type", "gguf.unreadable", "gguf.magic", "gguf.version", "gguf.tensor_count", "gguf.dims", "gguf.ggml_type", "gguf.blocks", "gguf.extent",
+    "gguf.items", "gguf.fields", "gguf.an_array", "gguf.alignment_type", "gguf.alignment",
+    # a GGUF file's header and tensor table (engine/loading/gguf_file.py)
+    "gguf.not_gguf", "gguf.unsupported_version", "gguf.key_twice", "gguf.tensor_twice", "gguf.offset_alignment", "gguf.header_cut", "gguf.unknown_value_type", "gguf.claims", "gguf.array_cut", "gguf.too_many_dims", "gguf.unknown_tensor_type", "gguf.rows_blocks", "gguf.past_end", "gguf.overlap",
 })
 
 CODES = frozenset({

@@ -59,6 +59,14 @@ LOADING = frozenset({
     "gguf.items", "gguf.fields", "gguf.an_array", "gguf.alignment_type", "gguf.alignment",
     # a GGUF file's header and tensor table (engine/loading/gguf_file.py)
     "gguf.not_gguf", "gguf.unsupported_version", "gguf.key_twice", "gguf.tensor_twice", "gguf.offset_alignment", "gguf.header_cut", "gguf.unknown_value_type", "gguf.claims", "gguf.array_cut", "gguf.too_many_dims", "gguf.unknown_tensor_type", "gguf.rows_blocks", "gguf.past_end", "gguf.overlap",
+    # a GGUF checkpoint's metadata and tensors (engine/loading/gguf_model.py)
+    "gguf.architecture", "gguf.heads", "gguf.only", "gguf.top_k", "gguf.mtp", "gguf.value_heads", "gguf.recurrent", "gguf.rotary_dims", "gguf.kv_counts", "gguf.layer_counts", "gguf.conv_bias", "gguf.count_values", "gguf.rope_scaling", "gguf.positive", "gguf.freqs", "gguf.yarn_freqs", "gguf.layers_held", "gguf.query_held", "gguf.eps", "gguf.count_key", "gguf.above", "gguf.missing", "gguf.size_key", "gguf.tensor_missing", "gguf.dequantize", "gguf.experts_slices",
+    # a checkpoint's tokenizer, from GGUF metadata (engine/loading/tokenizer.py)
+    "tok.unsupported", "tok.cannot_build", "tok.no_tokens", "tok.tokens", "tok.per_token", "tok.token_id", "tok.pre", "tok.merges", "tok.scores",
+    # a GGUF Gemma 4 checkpoint (engine/loading/gguf_gemma4.py)
+    "gguf.gemma_moe", "gguf.sliding_partial_rope", "gguf.shared_kv", "gguf.per_layer", "gguf.full_freqs",
+    # a GGUF DeepSeek checkpoint (engine/loading/gguf_deepseek.py)
+    "gguf.mla_width", "gguf.deepseek_rope", "gguf.gating", "gguf.dense_layers", "gguf.groups_divide",
 })
 
 CODES = frozenset({

@@ -67,6 +67,12 @@ LOADING = frozenset({
     "gguf.gemma_moe", "gguf.sliding_partial_rope", "gguf.shared_kv", "gguf.per_layer", "gguf.full_freqs",
     # a GGUF DeepSeek checkpoint (engine/loading/gguf_deepseek.py)
     "gguf.mla_width", "gguf.deepseek_rope", "gguf.gating", "gguf.dense_layers", "gguf.groups_divide",
+    # a chat template, and a conversation through it (engine/loading/chat.py)
+    "chat.no_gguf_template", "chat.at_line", "chat.no_line", "chat.no_template", "chat.unreadable", "chat.not_json", "chat.not_object", "chat.syntax", "chat.refused", "chat.failed", "chat.no_messages", "chat.no_text", "chat.cannot_encode",
+    # a Hugging Face Gemma 4 config (engine/loading/hf_gemma4.py)
+    "hf.only_value", "hf.per_layer_vocab", "hf.gemma_attention_type", "hf.shared_layers", "hf.shared_kv", "hf.rope_type", "hf.fraction",
+    # a Hugging Face checkpoint's quantization: gpt-oss's MXFP4 experts (engine/loading/hf_mxfp4.py)
+    "hf.quant_method", "hf.packed_blocks", "hf.packed_scale_bytes", "hf.quant_unsupported", "hf.packed_rows", "hf.packed_scales", "hf.packed_entry",
 })
 
 CODES = frozenset({

@@ -73,6 +73,12 @@ LOADING = frozenset({
     "hf.only_value", "hf.per_layer_vocab", "hf.gemma_attention_type", "hf.shared_layers", "hf.shared_kv", "hf.rope_type", "hf.fraction",
     # a Hugging Face checkpoint's quantization: gpt-oss's MXFP4 experts (engine/loading/hf_mxfp4.py)
     "hf.quant_method", "hf.packed_blocks", "hf.packed_scale_bytes", "hf.quant_unsupported", "hf.packed_rows", "hf.packed_scales", "hf.packed_entry",
+    # an expect: table the run cannot be compared with (engine/compare/expect.py)
+    "expect.request", "expect.in_prefill", "expect.in_decode", "expect.hook", "expect.round", "expect.head", "expect.layer", "expect.position", "expect.row_count", "expect.cells", "expect.ragged", "expect.tolerance", "expect.named_rows", "expect.named_columns",
+    # an --against dump of activations (engine/compare/dump.py)
+    "dump.suffix", "dump.unreadable", "dump.same_activation", "dump.not_numbers", "dump.name",
+    # llama.cpp's own activations (engine/compare/llama_cpp.py)
+    "llamacpp.missing", "llamacpp.cannot_load",
 })
 
 CODES = frozenset({

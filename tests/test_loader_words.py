@@ -56,9 +56,7 @@ def test_the_sentence_finder_finds_sentences():
     assert [worded_in_place(call.args[-1]) for call in calls] == [True, True, False, False]
 
 
-PENDING = {
-           "scenario_file.py",
-           "dump.py", "llama_cpp.py", "expect.py"}  # not yet causes
+PENDING = {"scenario_file.py"}  # _layers, _kernel, _layer_theta: helper C rewrites them
 
 
 @pytest.mark.parametrize("path", LOADERS, ids=[path.name for path in LOADERS])

@@ -259,21 +259,26 @@ def open_tui(
     dump, options = _dump(options)
     path = file or bundled_x01()
     from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
+    from tinyllm_tui.tui.explanations import default_language
     from tinyllm_tui.tui.loading_screen import Loading
 
     def opened() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
         return opening(load(path, _model(options)), _model(options))  # --set edits start unsaved: shown, undoable
 
-    # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
-    ready = None if _on_a_terminal() else opened()
     try:
+        # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
+        ready = None if _on_a_terminal() else opened()
         status = launch(Loading(str(path), opened if ready is None else lambda: ready), array_backend, lang=lang,
                         inject=options.inject, against=dump)
     except BaseException as error:
-        if not cancelled(error):
+        if cancelled(error):
+            print("tinyllm-tui: loading cancelled", file=sys.stderr)
+            raise typer.Exit(EXIT_CANCELLED) from None
+        language = lang or default_language()  # the app's: a file it could not load is refused in its words
+        said = bad_input(error, lambda cause: cause_words(cause, language))
+        if said is None:
             raise
-        print("tinyllm-tui: loading cancelled", file=sys.stderr)
-        raise typer.Exit(EXIT_CANCELLED) from None
+        _fail(said, EXIT_BAD_INPUT)
     if status:  # the app crashed: its traceback is on the terminal, and a script must see the failure
         raise typer.Exit(status)
 

@@ -21,7 +21,7 @@ LOADING = frozenset({
     "value.list", "value.other",
     # a YAML document and its values (engine/loading/document.py)
     "doc.unreadable", "doc.too_big", "doc.not_text", "doc.too_many_values", "doc.yaml_syntax", "doc.yaml_unclosed",
-    "doc.yaml_opened", "doc.yaml_character", "doc.yaml", "doc.duplicate_key", "doc.mapping", "doc.unknown_key",
+    "doc.yaml_opened", "doc.yaml_opened_context", "doc.yaml_character", "doc.yaml", "doc.duplicate_key", "doc.mapping", "doc.unknown_key",
     "doc.missing_key", "doc.list", "doc.number", "doc.finite", "doc.integer", "doc.integer_min", "doc.boolean",
     "doc.text", "doc.choice", "doc.tag", "doc.at", "doc.at_path", "doc.and", "doc.or",
     # a scenario file (engine/loading/scenario_file.py)

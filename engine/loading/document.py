@@ -174,9 +174,13 @@ def read_text(path: Path) -> str:
         raise ScenarioError(str(path), line, "", cause("doc.not_text", byte=error.start)) from None
 
 
-def _within(context: str) -> str:
-    """What the parser was in, from its context: 'while parsing a flow sequence' → 'in the flow sequence'."""
-    return re.sub(r"^while (?:parsing|scanning) an? ", "in the ", context)
+def _opened(problem: str, context: str, line: int) -> Cause:
+    """The problem, and where what the parser was in opened: its context 'while parsing a flow sequence' says
+    'in the flow sequence opened at line 3' (PyYAML's words for the thing, the catalogue's for the rest)."""
+    within = re.match(r"^while (?:parsing|scanning) an? (.*)$", context)
+    if within is None:
+        return cause("doc.yaml_opened_context", problem=problem, context=context, line=line)
+    return cause("doc.yaml_opened", problem=problem, thing=within.group(1), line=line)
 
 
 def _read_capped(file) -> bytes:
@@ -202,7 +206,7 @@ def parse(text: str, file: str) -> yaml.Node | None:
         if error.context and "end of stream" in problem:  # an unclosed quote or bracket: say where it opened
             mark, why = opened, cause("doc.yaml_unclosed", context=error.context, problem=problem)
         elif error.context and opened and opened.line != mark.line:  # found later than the cause: say both lines
-            why = cause("doc.yaml_opened", problem=problem, within=_within(error.context), line=opened.line + 1)
+            why = _opened(problem, error.context, opened.line + 1)
         line = mark.line + 1 if mark else None
         raise ScenarioError(file, line, "", why) from None
     except yaml.reader.ReaderError as error:  # a control character: its own message spans two lines

@@ -7,7 +7,9 @@ Session's steps drained: no history, no frames). The checkpoint is loaded once, 
 is timed from the Debugger's construction to its last printed line (to /dev/null), as the command does it
 after loading, in three forms: every operator's table (the default), `--jsonl` (every operator's record),
 and `--break unembed.hook_out` (the stream read whole, the breakpoints judged at every operator, one table printed):
-the last is what the Debugger's pass itself costs over the bare stream.
+the last is what the Debugger's pass itself costs over the bare stream. Last, the bare stream with every table
+printed as `run` prints it: `run`'s tables over that are what the Debugger adds to the same output (the printing
+alone is most of the gap between `run` and the bare stream: no pass can bring `run` nearer than it).
 
 Each figure is given in wall and in CPU seconds (every thread of the process). On 2 shared cores the wall time
 mostly measures the wait for a core, and BLAS's threads wait the longest (at load 10 a bare stream of 0.5 CPU
@@ -28,16 +30,20 @@ from engine import Session, make_backend
 from engine.gctuning import tune_for_tracing
 from tinyllm_tui import cli
 from tinyllm_tui.debugger.opening import ModelOptions, load
+from tinyllm_tui.presentation.printed import state_text
 
 SMOLLM2 = Path.home() / ".cache" / "tinyllm-tui" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The capital of France is"
 GOAL = 1.2
 
 
-def bare(scenario, backend) -> tuple[float, float]:
+def bare(scenario, backend, printed: bool = False) -> tuple[float, float]:
+    """A Session's steps drained; `printed`: each operator's table printed as `run` prints it (to /dev/null)."""
     start, cpu = time.perf_counter(), time.process_time()
-    for _ in Session(scenario, backend).steps():
-        pass
+    with open(os.devnull, "w") as sink:
+        for state in Session(scenario, backend).steps():
+            if printed:
+                print(state_text(state, scenario.vocab, False), file=sink, end="\n\n")
     return time.perf_counter() - start, time.process_time() - cpu
 
 
@@ -67,9 +73,10 @@ def main() -> None:
     scenario = load(args.model, ModelOptions(prompt=[PROMPT], max_new_tokens=args.new_tokens))
     backend = make_backend()
     bare(scenario, backend)  # the weights are read (lazily) once, before either is timed
-    times = {"bare": [], **{form: [] for form in FORMS}}
+    times = {"bare": [], "bare printed": [], **{form: [] for form in FORMS}}
     for _ in range(args.repeats):  # alternated: each sees the same machine load
         times["bare"].append(bare(scenario, backend))
+        times["bare printed"].append(bare(scenario, backend, printed=True))
         for form in FORMS:
             times[form].append(run(scenario, backend, form))
     stream, stream_cpu = (statistics.median(t[i] for t in times["bare"]) for i in (0, 1))
@@ -81,6 +88,11 @@ def main() -> None:
         verdict = f"goal ≤ {GOAL}×: {'met' if ratio <= GOAL else 'NOT met'}" if form == GOAL_FORM else "no goal"
         print(f"  run {form}: {wall:.2f} s, {ratio:.2f}× the bare stream ({verdict}); CPU {cpu:.2f} s, "
               f"{cpu / stream_cpu:.2f}×")
+    printed, printed_cpu = (statistics.median(t[i] for t in times["bare printed"]) for i in (0, 1))
+    tables, tables_cpu = (statistics.median(t[i] for t in times[GOAL_FORM]) for i in (0, 1))
+    print(f"  the bare stream with every table printed as run prints it: {printed:.2f} s ({printed / stream:.2f}× "
+          f"the bare stream: the printing alone); run {GOAL_FORM} is {tables / printed:.2f}× it "
+          f"(the Debugger's cost over the same output; CPU {tables_cpu / printed_cpu:.2f}×)")
 
 
 if __name__ == "__main__":

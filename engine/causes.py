@@ -118,6 +118,8 @@ CODES = frozenset({
     "size.syntax",
     # a head the gradient check cannot take (engine/compare/gradcheck.py)
     "gradcheck.no_head", "gradcheck.not_softmax",
+    # the words inside a row's or a column's label (engine.labels.WORDS), where a cause names the cell
+    "label.sink", "label.scale", "label.scale_head", "label.token_id",
 }) | LOADING
 
 
@@ -134,6 +136,10 @@ class Cause:
         if self.code not in CODES and not self.words:
             raise KeyError(f"no cause {self.code!r}: neither in engine.causes.CODES nor a layer kind's CAUSES")
 
+    def format(self, **facts) -> Cause:
+        """This cause with more facts: a cause stands where engine.labels formats a word (`scale h{head}`)."""
+        return Cause(self.code, {**self.facts, **facts}, self.words)
+
     def __str__(self) -> str:
         """The code and its facts, not a sentence: a front end words it (tinyllm_tui.tui.i18n.cause_words)."""
         return f"{self.code}({', '.join(f'{name}={value!r}' for name, value in self.facts.items())})"
@@ -145,6 +151,11 @@ class CausedError(ValueError):
     def __init__(self, code: str, **facts):
         self.cause = cause(code, **facts)
         super().__init__(str(self.cause))
+
+
+LABEL_WORDS = {"sink": Cause("label.sink"), "scale": Cause("label.scale"), "token_id": Cause("label.token_id"),
+               "scale_head": Cause("label.scale_head", {"head": None})}  # engine.labels.WORDS as causes, which a
+# front end words: engine.labels.pick formats the head into the last
 
 
 def cause(code: str, **facts) -> Cause:

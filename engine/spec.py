@@ -7,11 +7,11 @@ and checkpoints (parsing each kind once) and checks them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cached_property
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from engine.labels import visible
 
@@ -106,6 +106,25 @@ class KindOptions:
         return False
 
 
+class LayerContext(NamedTuple):
+    """What a scenario's model says beside its `layers:` that a layer option may be checked against."""
+
+    positions: Positions
+    causal: bool
+
+
+@dataclass(frozen=True)
+class LayerOption:
+    """A per-layer option a kind declares in its module (its `LAYER_OPTIONS`: the `layers:` key -> this): how a
+    scenario's value is read (`parse(node, context)`: an engine.loading.document.Node and a LayerContext; its
+    errors name the node), the value of a layer that gives none, and what is said of the key on a layer whose
+    kinds take no such option (formatted with `mixer` and `ffn`)."""
+
+    parse: Callable[[Any, LayerContext], Hashable]
+    default: Hashable
+    elsewhere: str = "a layer of mixer {mixer} and FFN {ffn} takes no such option"
+
+
 @dataclass(frozen=True)
 class LayerSpec:
     """One block of the stack: its token mixer and its FFN, each a kind named in engine.layers, with the
@@ -122,7 +141,16 @@ class LayerSpec:
     k_eq_v: bool = False  # attention: the keys' projection is the values' too (Gemma 4's attention_k_eq_v)
     kv_source: int | None = None  # attention: a KV-shared layer, reading that earlier layer's K/V (writing none)
     d_ff: int | None = None  # dense FFN: this layer's width (None: the model's; Gemma 4's double-wide MLP)
-    conv_kernel: int | None = None  # a mixer with a causal conv (short_conv): its taps K (it keeps K − 1 inputs)
+    # its kinds' own options, by name (a mapping given, kept as sorted pairs so that the spec stays hashable): a
+    # scenario's, as its kinds' LAYER_OPTIONS read them, or a checkpoint reader's (short_conv's `kernel`)
+    options: Mapping[str, Hashable] | tuple[tuple[str, Hashable], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", tuple(sorted(dict(self.options).items())))
+
+    def option(self, name: str, default: Hashable = None) -> Hashable:
+        """The value of its kinds' option `name`, or `default` where it has none."""
+        return dict(self.options).get(name, default)
 
 
 @dataclass(frozen=True)

@@ -192,3 +192,20 @@ def test_tolerances_follow_the_dtype_unless_asked():
     assert dump_tolerance("float16", atol=1e-9) == Tolerance(1e-9, 0.0)  # --tolerance alone: |Δ| ≤ it
     assert dump_tolerance("float32", rtol=1e-3) == Tolerance(1e-5, 1e-3)  # --rtol alone keeps the dtype's atol
     assert dump_tolerance("int64") == Tolerance(0.0, 0.0)  # the chosen token must match exactly
+
+
+def test_a_divergence_in_an_attention_sinks_column_is_worded_in_the_readers_language(tmp_path):
+    """The sink column's label is a word of the catalogue (sink, 汇聚), not the engine's English."""
+    from tinyllm_tui.tui.i18n import cause_words
+
+    gpt_oss = Path(__file__).parent / "fixtures" / "gpt_oss"
+    dump = tmp_path / "ref.npz"
+    assert cli("run", gpt_oss, "--prompt", "The cat", "--max-new-tokens", 1, "--save-activations", dump).exit_code == 0
+    arrays = dict(np.load(dump))
+    pattern = arrays["prefill.blocks.0.attn.hook_pattern"]
+    pattern[0, 0, 1, -1] += 1e-6  # head 0, query 1: the sink's share
+    np.savez(dump, **arrays)
+    first = compare_generation(load_checkpoint(gpt_oss, prompt="The cat", max_new_tokens=1), dump).first_divergence
+    assert (first.key.name, first.head) == ("blocks.0.attn.hook_pattern", 0)
+    assert cause_words(first.place, "en").endswith(", key sink")
+    assert cause_words(first.place, "zh").endswith("，键 汇聚")

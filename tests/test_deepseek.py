@@ -286,7 +286,10 @@ def test_the_mla_option_picks_the_form_and_the_diff_finds_both_equal():
         assert "cached equals full recompute: every operator within 1e-12" in result.output
         assert ("blocks.0.attn.hook_q_absorbed" in result.output) == (form == "absorbed")
     bad = CliRunner().invoke(app, [*args, "--mla", "fused"])
-    assert bad.exit_code == 2 and "--mla" in bad.stderr
+    assert bad.exit_code == 2 and bad.stderr.endswith(
+        "Invalid value for --mla: unknown form 'fused' (expected naive or absorbed)\n")
+    zh = CliRunner().invoke(app, [str(FOLDER), "--lang", "zh", "--mla", "fused"])  # the debugger's language
+    assert zh.exit_code == 2 and zh.stderr.endswith("--mla 的值无效：未知的形式 'fused'（应为 naive 或 absorbed）\n")
 
 
 def test_check_against_a_dump_of_transformers_latent_cache_finds_a_planted_row(tmp_path):

@@ -21,6 +21,7 @@ from engine.session import INJECTIONS as SESSION_INJECTIONS
 from engine.trace import Phase
 from tinyllm_tui.cli import app
 from tinyllm_tui.debugger.debugger import Debugger
+from tinyllm_tui.tui.result_words import describe
 
 ENGINE = Path(__file__).resolve().parents[1] / "engine"
 
@@ -127,12 +128,23 @@ def test_a_bug_that_would_feed_past_a_learned_position_table_says_so_and_is_not_
 def test_a_bug_that_cannot_show_on_x01_is_refused_and_not_offered():
     scenario = load_scenario(X01)  # no position term, one layer
     debugger = Debugger(scenario)
-    offered = {debugger.cycle_injection() and debugger.inject for _ in INJECTIONS}
+    results = [debugger.cycle_injection()]
+    while results[-1].name is not None:  # one whole cycle, back to no bug
+        results.append(debugger.cycle_injection())
+    offered = {result.name for result in results}
     assert offered == {None, "chunk-mask", "duplicate-append", "stale-cache", "transposed-k"}
+    skipped = [name for result in results for name, _ in result.skipped]
+    assert sorted(skipped) == sorted(set(INJECTIONS) - offered)  # each said once a cycle, none offered
+    said = " ".join(describe(result, "en") for result in results)
+    assert "position-reset: the model has no position term, so wrong positions change nothing" in said
+    assert "position-reset：模型没有位置项，错误的位置不会改变任何数" in " ".join(describe(r, "zh") for r in results)
     result = CliRunner().invoke(app, ["diff", str(X01), "--inject", "position-reset"])
     assert result.exit_code == 2 and result.stderr == (
         f"tinyllm-tui: error: Invalid value for --inject: bug 'position-reset' cannot run on {X01}: "
         "the model has no position term, so wrong positions change nothing\n")
+    opened = CliRunner().invoke(app, [str(X01), "--lang", "zh", "--inject", "position-reset"])  # the debugger's own
+    assert opened.exit_code == 2 and opened.stderr == (  # language, before it opens
+        f"tinyllm-tui: error: --inject 的值无效：错误 'position-reset' 无法在 {X01} 上运行：模型没有位置项，错误的位置不会改变任何数\n")
 
 
 def test_the_readme_lists_every_injectable_bug_in_the_clis_order():

@@ -1,22 +1,28 @@
 """No generic module names a layer kind: what a kind knows lives in its module (engine/layers/) and is read through
 the registry (engine/layers/__init__.py), so that adding a kind is its module and one registry line.
 
-The scan reads the AST of every module of engine/ (but engine/layers/ itself and engine/loading/, whose
-architectures are compositions of kinds) and of tinyllm_tui/, and finds there: an import of a kind's module
-(or of a part one is built from: causal_conv, shared_kv), a string (not a docstring) that is a kind's NAME,
-an attribute, keyword or declared field of that name (`model.mla`, `mla=`), a kind's module read
-(`moe_ffn.SCORES`), or a class a kind's module defines (`RecurrentFacts`, `DeltaState`). Comments and docstrings may mention a kind as an example.
+The scan reads the AST of every module of engine/ (but engine/layers/ itself) and of tinyllm_tui/, and finds there:
+an import of a kind's module (or of a part one is built from: causal_conv, shared_kv), a string (not a docstring)
+that is a kind's NAME, an attribute, keyword or declared field of that name (`model.mla`, `mla=`), a kind's module
+read (`moe_ffn.SCORES`), or a class a kind's module defines (`RecurrentFacts`, `DeltaState`). Comments and docstrings
+may mention a kind as an example. A loader (engine/loading/) composes an architecture of kinds from a checkpoint's
+config: it may build a kind's options (its model-wide engine.spec.KindOptions class and the ModelSpec field holding
+them, `spec.moe`; the key of a per-layer one of its LAYER_OPTIONS, `KERNEL`), importing them from the kind's
+module, but reads the kinds' tensors, layer types and names through the registry like any generic module.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 from engine import layers
+from engine.spec import KindOptions, ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ROOT / "engine" / "layers"
+LOADING = ROOT / "engine" / "loading"
 # Gemma 4's per-layer inputs are no layer kind (the registry holds none): a model-wide input the model assembles
 # as it does the embeddings, turned on by ModelSpec.per_layer_input.
 NOT_A_KIND = {"__init__", "per_layer_input"}
@@ -39,7 +45,7 @@ def kind_modules() -> set[str]:
 
 
 def kind_names() -> set[str]:
-    return {module.NAME for kinds in layers.ROLES.values() for module in kinds.values()}
+    return {module.NAME for module in kind_registry()}
 
 
 def kind_classes() -> set[str]:
@@ -51,10 +57,42 @@ def kind_classes() -> set[str]:
             if isinstance(node, ast.ClassDef)} - registry
 
 
+def option_classes() -> set[str]:
+    """The kinds' model-wide options classes (MoeSpec, MlaSpec, DeltaNetSpec)."""
+    return {name for module in kind_registry() for name, value in vars(module).items() if isinstance(value, type)
+            and issubclass(value, KindOptions) and value.__module__ == module.__name__}
+
+
+def option_keys() -> set[str]:
+    """The names, in the kinds' modules and their parts', of their per-layer options' keys (KERNEL)."""
+    keys = {key for module in kind_registry() for key in getattr(module, "LAYER_OPTIONS", {})}
+    parts = (importlib.import_module(f"engine.layers.{name}") for name in kind_modules())
+    return {name for module in parts for name, value in vars(module).items() if isinstance(value, str) and value in keys
+            and name.isupper()}
+
+
+def option_fields() -> set[str]:
+    """The ModelSpec fields that hold a kind's options under the kind's name (moe, mla)."""
+    return set(ModelSpec.__dataclass_fields__) & kind_names()
+
+
+def kind_registry():
+    return [module for kinds in layers.ROLES.values() for module in kinds.values()]
+
+
 def generic_modules() -> list[Path]:
-    engine = [p for p in (ROOT / "engine").rglob("*.py") if not p.is_relative_to(LAYERS)
-              and not p.is_relative_to(ROOT / "engine" / "loading")]
+    """The modules that compose no kinds (engine/ but layers/ and loading/, and tinyllm_tui/)."""
+    engine = [p for p in (ROOT / "engine").rglob("*.py") if not p.is_relative_to(LAYERS) and not is_loader(p)]
     return sorted(engine + list((ROOT / "tinyllm_tui").rglob("*.py")))
+
+
+def scanned_modules() -> list[Path]:
+    """What names no kind: the generic modules and the loaders (which build the kinds' options only)."""
+    return sorted(generic_modules() + list(LOADING.rglob("*.py")))
+
+
+def is_loader(path: Path) -> bool:
+    return path.is_relative_to(LOADING)
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -63,16 +101,20 @@ def _docstrings(tree: ast.AST) -> set[int]:
             and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
 
 
-def named_kinds(source: str) -> list[tuple[int, str]]:
-    """(line, word) of each place `source` names a kind."""
+def named_kinds(source: str, loader: bool = False) -> list[tuple[int, str]]:
+    """(line, word) of each place `source` names a kind (a `loader`: but its options, as the module docstring
+    says)."""
     names, modules, classes = kind_names(), kind_modules(), kind_classes()
+    options, fields = (option_classes(), option_fields()) if loader else (set(), set())
+    classes, importable = classes - options, options | (option_keys() if loader else set())
     tree = ast.parse(source)
     docstrings = _docstrings(tree)
     found = []
     for node in ast.walk(tree):
         word = None
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("engine.layers."):
-            word = node.module.split(".")[2] if node.module.split(".")[2] in modules else None
+            only_options = all(a.name in importable for a in node.names)
+            word = node.module.split(".")[2] if node.module.split(".")[2] in modules and not only_options else None
         elif isinstance(node, ast.ImportFrom) and node.module == "engine.layers":
             word = next((a.name for a in node.names if a.name in modules | classes), None)
         elif isinstance(node, ast.Import):
@@ -83,9 +125,9 @@ def named_kinds(source: str) -> list[tuple[int, str]]:
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
             word = node.value.id  # a kind's module read: moe_ffn.SCORES
         elif isinstance(node, ast.Attribute):
-            word = node.attr if node.attr in names | modules else None
+            word = node.attr if node.attr in (names - fields) | modules else None
         elif isinstance(node, ast.keyword):
-            word = node.arg if node.arg in names else None
+            word = node.arg if node.arg in names - fields else None
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             word = node.target.id if node.target.id in names else None
         elif isinstance(node, ast.Name):
@@ -97,9 +139,9 @@ def named_kinds(source: str) -> list[tuple[int, str]]:
 
 def test_no_generic_module_names_a_layer_kind():
     leaks, allowed = [], set()
-    for path in generic_modules():
+    for path in scanned_modules():
         where = path.relative_to(ROOT).as_posix()
-        for line, word in named_kinds(path.read_text(encoding="utf-8")):
+        for line, word in named_kinds(path.read_text(encoding="utf-8"), is_loader(path)):
             if (where, word) in ALLOWED:
                 allowed.add((where, word))
             else:
@@ -135,3 +177,16 @@ def test_a_kind_registered_later_is_scanned_for_too(monkeypatch):
 
     monkeypatch.setitem(layers.MIXERS, toy_kind.NAME, toy_kind)
     assert named_kinds('def f(block):\n    return block.mixer == "mean"\n') == [(2, "mean")]
+
+
+def test_a_loader_may_build_a_kinds_options_but_names_nothing_else_of_it():
+    source = '''from engine.layers.moe_ffn import MoeSpec
+from engine.layers.moe_ffn import MoeSpec, SCORES
+from engine.layers.causal_conv import KERNEL
+spec = replace(spec, moe=MoeSpec(2, 1)) if spec.moe is None else spec
+block = LayerSpec(mixer="short_conv")
+tables = moe_ffn.GGUF
+'''
+    assert sorted(named_kinds(source, loader=True)) == [(2, "moe_ffn"), (5, "short_conv"), (6, "moe_ffn")]
+    assert sorted(named_kinds(source)) == [(1, "moe_ffn"), (2, "moe_ffn"), (3, "causal_conv"), (4, "MoeSpec"),
+                                           (4, "moe"), (4, "moe"), (5, "short_conv"), (6, "moe_ffn")]

@@ -5,6 +5,7 @@ once registered, with nothing else touched."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from said import refused
 from typer.testing import CliRunner
 
 from engine import Session, load_scenario, load_scenario_text, to_host
+from engine.loading.document import ScenarioError
 from engine import layers, ops
 from engine.compare.diff import diff_runs, diff_scenario
 from engine.export import ActivationDump
@@ -122,6 +124,10 @@ CASES = [  # (old, new, marker on the reported line, path: message)
     ("{mixer: attention, window: 4}", "{mixer: attention, window: 0}", "window: 0",
      "model.layers[0].window: expected an integer ≥ 1, got 0"),
     ("{mixer: attention, window: 4}", "{mixer: attention, windw: 4}", "windw", "model.layers[0].windw: unknown key (expected one of: ffn, kernel, mixer, rope_theta, window)"),
+    ("{mixer: attention, window: 4}", "{mixer: attention, kernel: 3}", "kernel",
+     "model.layers[0].kernel: a attention layer has no convolution"),
+    ("{mixer: attention}  ", "{mixer: short_conv, kernel: 0}  ", "kernel: 0",
+     "model.layers[1].kernel: expected an integer ≥ 1, got 0"),
     ("rope: {theta: 10000.0}", "rope: {theta: 10000.0, rotary_dims: 3}", "rotary_dims: 3",
      "model.rope.rotary_dims: expected an even number of features ≤ d_head 2, got 3"),
     ("positions: rope", "positions: learned\n  max_positions: 16", "rope: {theta",
@@ -256,6 +262,63 @@ def test_the_diff_compares_a_new_kinds_state_through_its_own_protocol(toy):
     assert rows[1].max_abs == np.max(np.abs(to_host(ends[0]) - to_host(ends[1]))) > 1e-3 and not rows[1].agrees
 
 
+SHORT_CONV_TEXT = """\
+vocab: {tokens: [a, b]}
+model:
+  d_model: 2
+  heads: 1
+  layers: [{mixer: short_conv, kernel: 2}, {mixer: short_conv}]
+  ffn: {kind: relu, d_ff: 2}
+weights:
+  embed: zeros
+  blocks:
+    - {conv: {w_in: zeros, w_conv: zeros, w_out: zeros}, mlp: {w_in: zeros, w_out: zeros}}
+    - {conv: {w_in: zeros, w_conv: zeros, w_out: zeros}, mlp: {w_in: zeros, w_out: zeros}}
+requests: [{tokens: [a]}]
+"""
+
+
+def test_a_short_convs_kernel_is_its_layers_option_and_sets_its_taps():
+    """`kernel: 2` is short_conv's own option (its LAYER_OPTIONS): the layer's taps, the rows of w_conv; a layer
+    without one has LFM2's 3."""
+    scenario = load_scenario_text(SHORT_CONV_TEXT)
+    assert [block.option("kernel") for block in scenario.model.blocks] == [2, 3]
+    assert [scenario.weights[f"blocks.{i}.conv.w_conv"].shape for i in (0, 1)] == [(2, 2), (3, 2)]
+
+
+TOY_SCALED = TOY_TEXT.replace("- {mixer: mean}", "- {mixer: mean, scale: 3}")
+
+
+def test_a_new_kinds_layer_option_is_declared_in_its_module_and_read_in_its_forward(toy):
+    """The toy declares `scale` in its LAYER_OPTIONS: once registered, a scenario's layer of its kind takes the key
+    (neither engine/spec.py nor the scenario file's reader names it), its layer reads it in its forward (3 times
+    g ⊙ mean), a layer of another kind refuses it on its line, and an unknown key lists it among the keys."""
+    scaled = load_scenario_text(TOY_SCALED)
+    assert [block.option("scale") for block in scaled.model.blocks] == [None, 3]
+    assert toy.model.blocks[1].option("scale") == 1
+    outputs = {}
+    for name, scenario in (("default", toy), ("scaled", scaled)):
+        prefill = [s for s in Session(scenario).steps() if s.round == 0]
+        mean, out = (to_host(next(s for s in prefill if s.name == f"blocks.1.{hook}").values)
+                     for hook in ("mean.hook_running_mean", "hook_mean_out"))
+        outputs[name] = out
+        np.testing.assert_array_equal(out, mean * np.array([1.0, 2.0, 0.5, -1.0]) * (3 if name == "scaled" else 1))
+    assert not np.array_equal(outputs["default"], outputs["scaled"])
+    refuses(TOY_SCALED.replace("- {mixer: attention}", "- {mixer: attention, scale: 3}"),
+            "model.layers[0].scale: a layer of mixer attention and FFN dense takes no such option")
+    refuses(TOY_SCALED.replace("scale: 3", "scal: 3"),
+            "model.layers[1].scal: unknown key (expected one of: ffn, kernel, mixer, rope_theta, scale, window)")
+
+
+def test_a_kinds_layer_option_is_unknown_until_its_kind_is_registered():
+    refuses(TOY_SCALED, "model.layers[1].scale: unknown key (expected one of: ffn, kernel, mixer, rope_theta, window)")
+
+
+def refuses(text: str, said: str):
+    with refused(ScenarioError, re.escape(said)):
+        load_scenario_text(text)
+
+
 def test_an_unknown_kind_is_refused_by_the_registry():
     with pytest.raises(layers.UnknownKind, match="mixer kind 'mean' is not one of attention"):
         layers.kind("mixer", "mean")
@@ -327,3 +390,27 @@ def test_no_kind_module_assigns_a_registry_name_twice():
         names = [target.id for node in ast.parse(path.read_text()).body if isinstance(node, ast.Assign)
                  for target in node.targets if isinstance(target, ast.Name) and target.id.isupper()]
         assert sorted({n for n in names if names.count(n) > 1}) == [], path.name
+
+
+def test_the_routed_expert_of_a_hook_is_read_from_its_module_as_a_hook_name():
+    """Expert E's hooks are under `mlp.experts.E`; the shared expert's, the router's and a deeper module's are no
+    expert's."""
+    from engine.hooks import Hook
+
+    assert layers.routed_expert(Hook.parse("blocks.3.mlp.experts.12.hook_out")) == 12
+    for text in ("blocks.3.mlp.shared.hook_out", "blocks.3.mlp.hook_router_logits", "blocks.3.mlp.experts.hook_pre",
+                 "blocks.3.mlp.experts.1.2.hook_pre", "blocks.3.attn.experts.1.hook_pre", "hook_embed"):
+        assert layers.routed_expert(Hook.parse(text)) is None, text
+
+
+def test_a_checkpoints_block_parameters_are_read_by_their_kinds_and_a_new_kind_reads_its_own(toy, monkeypatch):
+    """engine.loading.hf asks each block's kinds for their parameters (hf_tensor): attention's under the family's
+    block prefix, transposed to [in, out], and a kind registered later (the toy, given an hf_tensor) its own."""
+    from engine.loading import hf
+
+    stored = {"layers.0.self_attn.q_proj.weight": np.arange(6.0).reshape(3, 2), "layers.1.mean.gain": np.ones(4)}
+    monkeypatch.setattr(toy_kind, "hf_tensor", lambda leaf, tensors: tensors.get({"g": "mean.gain"}[leaf]) * 2,
+                        raising=False)
+    weight = lambda name: hf.engine_weight("llama", toy.model, name, stored.__getitem__)  # noqa: E731
+    np.testing.assert_array_equal(weight("blocks.0.attn.wq"), np.arange(6.0).reshape(3, 2).T)
+    np.testing.assert_array_equal(weight("blocks.1.mean.g"), np.full(4, 2.0))

@@ -204,12 +204,12 @@ def test_a_choice_under_interventions_says_what_the_pass_chose_without_them():
 
 # -- the TUI's readings, headless --------------------------------------------------------------------------
 def test_attention_at_a_glance_draws_each_head_of_a_layer_in_its_window():
-    from tinyllm_tui.debugger.readings import layer_patterns
+    from tinyllm_tui.debugger.readings import round_glance
     from tinyllm_tui.presentation.glance import heads_glance_lines
 
     scenario = open_model(FIXTURES / "llama", prompt="The cat sat", max_new_tokens=1)
     states = [s for s in Session(scenario).steps() if s.round == 0]
-    patterns = layer_patterns(states, layer=1)
+    patterns = round_glance(states, states[-1], 2, scenario.vocab.tokens).patterns(1)
     assert len(patterns) == 4 and patterns[0].shape == (5, 5)
     lines = heads_glance_lines(patterns, ["a", "b", "c", "d", "e"], width=32, height=10, selected=1)
     assert lines[0].split() == ["h0", "▸h1", "h2", "h3"]  # 4 heads of 5 columns + 2 fit in 32 beside the gutter
@@ -234,12 +234,12 @@ def test_the_lens_says_its_probabilities_are_the_whole_vocabularys_not_the_decod
     debugger = Debugger(load_scenario(X01))
     debugger.search("unembed.hook_out")
     logits = to_host(debugger.view.state.values)[-1]
-    run, rows, attribution = debugger.lens()
+    reading = debugger.lens()
     whole = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
-    assert np.allclose(np.sort(whole)[::-1][:3], rows[-1].probs[-1], rtol=0, atol=1e-12)  # what the line says
-    lines = LensScreen("", run, rows, attribution, debugger.scenario.vocab, "en").lines(160, 40)
+    assert np.allclose(np.sort(whole)[::-1][:3], reading.rows[-1].probs[-1], rtol=0, atol=1e-12)  # what the line says
+    lines = LensScreen("", reading, "en").lines(160, 40)
     assert "p: softmax of the whole vocabulary's logits (no decode filter or temperature)" in lines[:2]
-    zh = LensScreen("", run, rows, attribution, debugger.scenario.vocab, "zh").lines(160, 40)
+    zh = LensScreen("", reading, "zh").lines(160, 40)
     assert "p：整个词表的逻辑值经 softmax 所得（未经解码规则的过滤与温度）" in zh[:2]
     result = invoke("run", X01, "--lens")  # and the command line's lens, under each pass's header
     assert result.output.splitlines()[2] == "p: softmax of the whole vocabulary's logits (no decode filter or temperature)"

@@ -55,7 +55,7 @@ def states_after(states, round_: int) -> tuple:
 def test_the_fixture_mixes_conv_and_attention_layers_and_its_reference_is_float64_throughout():
     model = scenario().model
     assert [block.mixer for block in model.blocks] == ["short_conv", "attention", "short_conv"]
-    assert {block.conv_kernel for block in model.blocks if block.mixer == "short_conv"} == {KERNEL}
+    assert {block.option("kernel") for block in model.blocks if block.mixer == "short_conv"} == {KERNEL}
     assert model.d_model == WIDTH and model.d_ff == 32 and model.qk_norm and model.n_kv_heads == 2  # int(2·48/3)
     assert REF["float32_ops"] == 0 and REF["ops"] > 1000
     assert len(IDS) > KERNEL  # the window is shorter than the prompt: it evicts

@@ -15,7 +15,6 @@ from engine.parameters import parameter_shapes
 from engine.scenario import Scenario
 from engine.spec import DecodeRule, ModelSpec, NormSpec, Request, Vocab
 from tinyllm_tui.debugger import Debugger
-from tinyllm_tui.debugger.readings import round_lens
 from tinyllm_tui.debugger.results import BreakpointAdded, HitBreakpoint, Misnamed, Moved, Reason, Refused
 from tinyllm_tui.tui.i18n import cause_words
 from tinyllm_tui.tui.result_words import describe
@@ -56,7 +55,7 @@ def test_the_logit_lens_of_an_encoder_is_refused_with_the_command_lines_reason()
     from tinyllm_tui.cli import app
 
     debugger = Debugger(load_scenario(ENCODER))
-    refused = round_lens(debugger.session.model, debugger.history.round_states())
+    refused = debugger.lens()
     assert isinstance(refused, Refused) and refused.reason is Reason.NO_LENS
     cli = CliRunner().invoke(app, ["run", str(ENCODER), "--lens"])
     assert cli.exit_code == 2

@@ -49,8 +49,7 @@ def at_the_first_choice() -> Debugger:
 
 def test_the_lens_and_the_glance_speak_chinese():
     debugger = at_the_first_choice()
-    run, rows, attribution = debugger.lens()
-    lens = "\n".join(LensScreen("", run, rows, attribution, debugger.scenario.vocab, "zh").lines(160, 40))
+    lens = "\n".join(LensScreen("", debugger.lens(), "zh").lines(160, 40))
     assert "直接逻辑归因" in lens and "位置 2 的前 3 名" in lens and "位置 0–2（本次前向共 3 个）" in lens
     assert ENGLISH.findall(lens) == []
     glance = GlanceScreen("", debugger.glance(), "zh")
@@ -126,7 +125,7 @@ def fields(text: str) -> set[str]:
 
 
 CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
-                  r"|gradcheck|cache|view|value|doc|scenario|weightfile|checkpoint|chat|tok|gguf|hf|cacheopt|budget"
+                  r"|gradcheck|cache|view|label|value|doc|scenario|weightfile|checkpoint|chat|tok|gguf|hf|cacheopt|budget"
                   r"|dump|llamacpp|exact)(\.[a-z_]+)+")  # a cause's code
 NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
 
@@ -331,3 +330,11 @@ def test_the_batch_tolerance_line_reads_in_chinese():
     assert diff_summary([], "stale-cache", batch=True, lang="zh") == (
         "✓ 批次等于各请求单独运行：每个算子都在该数据类型的容差（float64 中为 1e-12）+ 4·(经过的块数 + 1)·ε·max|值| 之内"
         "（ε：该数据类型的舍入步长；Token编号须完全相同）（注入：stale-cache）")
+
+
+def test_every_word_inside_a_label_has_its_cause():
+    from engine.causes import LABEL_WORDS
+    from engine.labels import WORDS
+
+    assert set(LABEL_WORDS) == set(WORDS)
+    assert all(f"cause.{LABEL_WORDS[code].code}" in EN and f"label.{code}" in ZH for code in WORDS)

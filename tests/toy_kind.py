@@ -2,8 +2,9 @@
 
 y_t = g ⊙ mean(h_0 … h_t): its state is one row, the sum of every token fed so far, and the count; no K/V,
 no positions. It proves a new kind (operators, parameter, hooks, state, views, dump, compare, time travel, a
-fault point and the bug that changes it, a breakpoint condition, how the cache view words its state, in en and zh) is this
-one module plus one registry line (`MIXERS["mean"] = toy_kind`), nothing else touched.
+fault point and the bug that changes it, a breakpoint condition, how the cache view words its state, in en and zh, a
+per-layer option a scenario's `layers:` gives it) is this one module plus one registry line (`MIXERS["mean"] =
+toy_kind`), nothing else touched.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 
 from engine.hooks import HookSite
 from engine.operators import op
+from engine.spec import LayerOption
 from engine.state import StateView
 from engine.trace import OpKind
 
@@ -22,6 +24,8 @@ HF: dict = {}
 HF_LAYER_TYPES: dict = {}
 GGUF: dict = {}
 PER_HEAD = ()
+# `layers: [{mixer: mean, scale: 3}]`: the factor of its output (without one: 1)
+LAYER_OPTIONS = {"scale": LayerOption(parse=lambda node, context: node.integer(minimum=1), default=1)}
 EXPLANATIONS = {"hook_running_mean": {
     "en": ("Mix tokens by their running mean.", "sum of the tokens so far / their count.",
            "Forgetting the count grows the values with the sequence.", "Row t is the mean of rows 0..t."),
@@ -154,7 +158,7 @@ def hooks(model, layer, block, hook, norm_sites):
 
 class Layer:
     def __init__(self, model, layer: int, block):
-        self.model, self.layer = model, layer
+        self.model, self.layer, self.scale = model, layer, block.option("scale")
         self.hook = model.hook(layer, MODULE, "hook_running_mean")
 
     def fresh_state(self) -> RunningSum:
@@ -172,6 +176,6 @@ class Layer:
         mean = op(self.hook, xp.concat(rows, axis=0), OpKind.MIX, inputs=(h,))
         yield mean
         gain = self.model.param(f"blocks.{self.layer}.mean.g")
-        result = op(out, mean.values * gain.values, OpKind.LINEAR, inputs=(mean, gain))
+        result = op(out, mean.values * gain.values * self.scale, OpKind.LINEAR, inputs=(mean, gain))
         yield result
         return result

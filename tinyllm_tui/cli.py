@@ -76,14 +76,8 @@ class OpenByDefault(TyperGroup):
             _fail(error.format_message(), error.exit_code)
         except typer.Abort:
             _fail("aborted", 1)
-        except OptionError as error:
-            message = cause_words(error.cause, "en")
-            _fail(typer.BadParameter(message, param_hint=error.option or None).format_message(), EXIT_BAD_INPUT)
         except Exception as error:
-            message = bad_input(error, lambda cause: cause_words(cause, "en"))
-            if message is None:
-                raise
-            _fail(message, EXIT_BAD_INPUT)
+            _refuse(error, "en")
         finally:
             warnings.showwarning = showwarning
             for line in _DEFERRED:
@@ -101,6 +95,18 @@ def _warning_line(message, category, *where, **_) -> None:
         _DEFERRED.append(line)
     else:
         print(line, file=sys.stderr)
+
+
+def _refuse(error: BaseException, lang: str) -> None:
+    """A bad option or input said in one line, its causes in `lang`, exit 2; any other error goes on up."""
+    if isinstance(error, OptionError):  # as Click says a bad value, in `lang`
+        why = cause_words(error.cause, lang)
+        _fail(tr("cli.invalid", lang, option=error.option, why=why) if error.option else
+              tr("cli.invalid_value", lang, why=why), EXIT_BAD_INPUT)
+    message = bad_input(error, lambda cause: cause_words(cause, lang))
+    if message is None:
+        raise error
+    _fail(message, EXIT_BAD_INPUT)
 
 
 def _fail(message: str, code: int) -> None:
@@ -255,9 +261,6 @@ def open_tui(
     marked ✓/✗ cell by cell in every pass the dump holds, and `g diverged` goes to the first divergence."""
     if lang not in (None, "en", "zh"):
         raise typer.BadParameter(f"expected en or zh, got {lang!r}", param_hint="--lang")
-    array_backend = check_options(_model(options))
-    dump, options = _dump(options)
-    path = file or bundled_x01()
     from tinyllm_tui.tui.app import launch  # the UI stack loads only when a TUI is wanted
     from tinyllm_tui.tui.explanations import default_language
     from tinyllm_tui.tui.loading_screen import Loading
@@ -265,20 +268,19 @@ def open_tui(
     def opened() -> Opening:  # in the loading screen's thread: a big scenario takes seconds
         return opening(load(path, _model(options)), _model(options))  # --set edits start unsaved: shown, undoable
 
+    path = file or bundled_x01()
     try:
-        # output redirected: load first, so that a bad file's error line comes alone, before any escape code of the app
-        ready = None if _on_a_terminal() else opened()
+        array_backend = check_options(_model(options))
+        dump, options = _dump(options)
+        ready = None if _on_a_terminal() else opened()  # output redirected: a bad file's error line comes alone,
+        # before any escape code of the app
         status = launch(Loading(str(path), opened if ready is None else lambda: ready), array_backend, lang=lang,
                         inject=options.inject, against=dump)
-    except BaseException as error:
-        if cancelled(error):
-            print("tinyllm-tui: loading cancelled", file=sys.stderr)
-            raise typer.Exit(EXIT_CANCELLED) from None
-        language = lang or default_language()  # the app's: a file it could not load is refused in its words
-        said = bad_input(error, lambda cause: cause_words(cause, language))
-        if said is None:
-            raise
-        _fail(said, EXIT_BAD_INPUT)
+    except BaseException as error:  # a cancel (LoadCancelled) is no Exception
+        if not cancelled(error):
+            _refuse(error, lang or default_language())  # in the language the debugger was to speak
+        print("tinyllm-tui: loading cancelled", file=sys.stderr)
+        raise typer.Exit(EXIT_CANCELLED) from None
     if status:  # the app crashed: its traceback is on the terminal, and a script must see the failure
         raise typer.Exit(status)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backend import Backend, to_host
-from engine.causes import Cause, cause
+from engine.causes import LABEL_WORDS, Cause, cause
 from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
 from engine import layers
@@ -296,12 +296,14 @@ def _bridge(key: Key) -> bool:
 
 
 def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> Cause:
-    rows, cols = state.output.rows, state.output.cols
+    output = state.output
+    (row,), (col_label,) = (resolve_some(axis, [i], LABEL_WORDS) for axis, i in ((output.row_axis, row),
+                                                                                   (output.col_axis, col)))
     kind = state.op.hook.name
     if kind in PER_HEAD_MATRICES:
-        return Cause("against.pattern", {"head": state.head, "query": rows[row], "key": cols[col]})
+        return Cause("against.pattern", {"head": state.head, "query": row, "key": col_label})
     if state.head is not None:
-        return Cause("against.head", {"position": rows[row], "head": state.head, "d_head": col})
+        return Cause("against.head", {"position": row, "head": state.head, "d_head": col})
     if kind in HEAD_AXIS and d_head:
-        return Cause("against.head", {"position": rows[row], "head": col // d_head, "d_head": col % d_head})
-    return Cause("against.row", {"row": rows[row], "col": cols[col]})
+        return Cause("against.head", {"position": row, "head": col // d_head, "d_head": col % d_head})
+    return Cause("against.row", {"row": row, "col": col_label})

@@ -11,9 +11,13 @@ stands for), `FaultPoints` (where an injected bug may change what it does, with 
 `EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
 them: `BUGS` (the bugs of its fault points), `BREAKPOINTS`, `ABLATES` / `ABLATIONS`, `intervention_refusal`,
 `routed_expert`, `route` / `ROUTE_HOOKS` (a choice an operator holds), `DUMP_LAYOUTS`, `STACKED_HEADS`,
-`explanation_key`, `FORMS` / `in_form`, `CAUSES` (the functions below read each; docs/architecture.md lists
-them). Generic code reads a kind only through these functions, never by its name (tests/test_kind_names.py).
-Adding a kind is its module and one line below.
+`explanation_key`, `FORMS` / `in_form`, `CAUSES`, `LAYER_OPTIONS` (its per-layer scenario options),
+`hf_tensor(leaf, tensors)` (its parameter from a Hugging Face block's tensors, engine.loading.hf.BlockTensors:
+every kind a checkpoint holds has one), `gguf_tensor(leaf, tensors)` / `gguf_locate(leaf, index, tensors)` /
+`GGUF_SUFFIX` (a GGUF tensor it lays out otherwise than transposed, or names with another suffix:
+engine.loading.gguf_model.GGUFBlock). The functions below read each; docs/architecture.md lists them. Generic code
+reads a kind only through these functions, never by its name (tests/test_kind_names.py). Adding a kind is its
+module and one line below.
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ def kind(role: str, name: str) -> ModuleType:
 def block_kinds(block) -> tuple[ModuleType, ModuleType]:
     """The mixer's and the FFN's modules of an engine.spec.LayerSpec."""
     return kind("mixer", block.mixer), kind("ffn", block.ffn)
+
+
+def layer_options(mixer: str, ffn: str) -> dict:
+    """The per-layer options (engine.spec.LayerOption, by key) a block of the mixer kind `mixer` and the FFN kind
+    `ffn` takes: their modules' LAYER_OPTIONS."""
+    return {**getattr(kind("mixer", mixer), "LAYER_OPTIONS", {}), **getattr(kind("ffn", ffn), "LAYER_OPTIONS", {})}
 
 
 def hook_widths(model) -> dict[str, int]:
@@ -162,10 +172,36 @@ def gguf_tensors() -> dict[str, str]:
     return {name: tensor for module in _every_kind() for name, tensor in module.GGUF.items()}
 
 
-def hf_modules(family: str) -> dict[str, str]:
-    """Every kind's projection (`q`, `_gate`) -> its module under a Hugging Face layer of `family`."""
-    return {part: name for module in _every_kind() for part, name in module.HF.get(family, {}).items()}
+def hf_tensor(block, part: str, leaf: str, tensors):
+    """A block parameter `part.leaf` (`attn.wq`) from a Hugging Face checkpoint, read by the kind of `block` (an
+    engine.spec.LayerSpec) whose module is `part` (its `hf_tensor(leaf, tensors)`; `tensors`: the block's
+    tensors, an engine.loading.hf.BlockTensors)."""
+    return _part_of(block, part).hf_tensor(leaf, tensors)
 
+
+def gguf_tensor(block, part: str, leaf: str, tensors):
+    """A block parameter `part.leaf` from a GGUF file, read by the kind of `block` whose module is `part` (its
+    `gguf_tensor(leaf, tensors)`; `tensors`: an engine.loading.gguf_model.GGUFBlock), else as stored (a norm, a kind
+    that defines none)."""
+    read = getattr(_part_of(block, part), "gguf_tensor", None)
+    return tensors.weight(leaf) if read is None else read(leaf, tensors)
+
+
+def gguf_locate(block, part: str, leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int] | None:
+    """The GGUF tensor, row and column holding a block matrix `part.leaf` at `index` ([in, out]), where its kind lays
+    it out otherwise than transposed (its `gguf_locate`); None elsewhere."""
+    locate = getattr(_part_of(block, part), "gguf_locate", None)
+    return None if locate is None else locate(leaf, index, tensors)
+
+
+def gguf_suffixes() -> dict[str, str]:
+    """A kind's parameter (within a block) -> its GGUF tensor's suffix, where that is not `.weight` / `.bias` as the
+    parameter's letter says (its GGUF_SUFFIX)."""
+    return {name: suffix for module in _every_kind() for name, suffix in getattr(module, "GGUF_SUFFIX", {}).items()}
+
+
+def _part_of(block, part: str) -> ModuleType | None:
+    return next((module for module in block_kinds(block) if module.MODULE == part), None)
 
 def hf_layer_types(mixer: str | None = None) -> dict[str, bool]:
     """The `layer_types` of a Hugging Face config that a mixer kind (or the one called `mixer`) stands for ->

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from engine import caches, ops
 from engine.caches import Layout, Quantize, Read, ScaleAxis, empty_cache, ring_slot
 from engine.hooks import HookSite
@@ -33,9 +35,13 @@ NAME, MODULE = "attention", "attn"
 # and the config's layer_types this kind stands for (whether the layer slides)
 HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},
       "lfm2": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.out_proj"},
-      "gpt2": {"o": "attn.c_proj"},  # q, k, v: side by side in attn.c_attn
+      "gpt2": {"qkv": "attn.c_attn", "o": "attn.c_proj"},  # qkv: q, k, v side by side
+      "phi3": {"qkv": "self_attn.qkv_proj", "o": "self_attn.o_proj"},
       "bert": {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
                "o": "attention.output.dense"}}
+HF_RAW = {"llama": {"q_norm.w": "self_attn.q_norm.weight", "k_norm.w": "self_attn.k_norm.weight",
+                    "sinks": "self_attn.sinks"},
+          "lfm2": {"q_norm.w": "self_attn.q_layernorm.weight", "k_norm.w": "self_attn.k_layernorm.weight"}}  # as stored
 HF_LAYER_TYPES = {"full_attention": False, "sliding_attention": True}
 GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo": "attn_output",
         "attn.bq": "attn_q", "attn.bk": "attn_k", "attn.bv": "attn_v", "attn.bo": "attn_output", "attn.q_norm.w": "attn_q_norm",
@@ -44,6 +50,58 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
 DUMP_LAYOUTS = caches.DUMP_LAYOUTS  # its state's K/V rows: [kv_head, position, d_head] in a dump
+
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors). A gated
+    attention's (Qwen3.5's) q_proj holds each head's query rows, then its gate's; a fused `qkv` module (GPT-2's
+    c_attn, Phi-3's qkv_proj) holds q | k | v side by side."""
+    spec, table = tensors.spec, tensors.table(HF)
+    stored = tensors.table(HF_RAW).get(leaf)
+    if stored is not None:
+        return tensors.get(stored)
+    if spec.attn_gate and leaf in ("wq", "wgate"):
+        rows = tensors.get(f"{table['q']}.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
+        return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
+    if "qkv" in table and leaf[1:] in ("q", "k", "v"):
+        widths, part = (spec.d_attn, spec.d_kv, spec.d_kv), "qkv".index(leaf[1])
+        start = sum(widths[:part])
+        return tensors.projection(leaf, table["qkv"])[..., start:start + widths[part]]
+    return tensors.projection(leaf, table[leaf[1:]])
+
+
+def gguf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a GGUF block (`tensors`: an engine.loading.gguf_model.GGUFBlock): a llama file's
+    q/k rows unpermuted (llama.cpp's converter permutes them for its interleaved RoPE, as transformers undoes when it
+    loads one); a gated attention's attn_q, q_proj, each head's query rows then its gate's."""
+    spec = tensors.spec
+    if tensors.permuted and leaf in ("wq", "wk"):
+        w, heads = tensors.stored(leaf), spec.n_heads if leaf == "wq" else spec.n_kv_heads
+        if w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
+            w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
+        return w.T
+    if spec.attn_gate and leaf in ("wq", "wgate"):
+        w = tensors.stored(leaf)
+        if w.ndim == 2:
+            rows = w.reshape(spec.n_heads, 2, -1, w.shape[-1])
+            w = rows[:, int(leaf == "wgate")].reshape(-1, w.shape[-1])
+        return w if w.ndim == 1 else w.T
+    return tensors.weight(leaf)
+
+
+def gguf_locate(leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int] | None:
+    """The tensor, row and column of a llama file's q/k weight at `index` ([in, out]): its rows permuted (None: the
+    transposed index of its tensor, as any other)."""
+    if not (tensors.permuted and leaf in ("wq", "wk")):
+        return None
+    tensor, (row, col) = tensors.name(leaf), index[::-1]
+    heads = tensors.spec.n_heads if leaf == "wq" else tensors.spec.n_kv_heads
+    return tensor, int(unpermute(np.arange(tensors.shape(leaf)[0])[:, None], heads)[row, 0]), col
+
+
+def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's reshape(n_head, 2, rows/n_head/2, in).swapaxes(1, 2) of q/k rows ([out, in])."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the

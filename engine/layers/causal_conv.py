@@ -32,6 +32,7 @@ from engine.caches import array_bytes
 from engine.state import DumpLayout, Size, StateView
 
 Array = Any
+KERNEL = "kernel"  # the layer option (engine.spec.LayerSpec.option) of a causal conv's taps K
 DUMP_ITEM = "conv_state"  # blocks.L.<module>.conv_state: (K−1, C), oldest input first, rows before the first token 0
 
 
@@ -83,7 +84,7 @@ class ConvShiftedTwice:
 
 def _no_window(scenario) -> tuple[str, dict] | None:
     """Why a wrong conv window changes nothing: a window of two rows or more must be read by a later round."""
-    kernels = [block.conv_kernel or 0 for block in scenario.model.blocks]
+    kernels = [block.option(KERNEL, 0) for block in scenario.model.blocks]
     if max(kernels, default=0) < 3:
         return ("fault.conv_taps", {})
     if max(r.max_new_tokens for r in scenario.requests) < 3:

@@ -20,6 +20,7 @@ Array = Any
 NAME, MODULE = "dense", "mlp"
 HF = {"llama": {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"},
       "lfm2": {"_gate": "feed_forward.w1", "_up": "feed_forward.w3", "_down": "feed_forward.w2"},
+      "phi3": {"_gate_up": "mlp.gate_up_proj", "_down": "mlp.down_proj"},  # _gate_up: gate | up side by side
       "gpt2": {"_in": "mlp.c_fc", "_out": "mlp.c_proj"},
       "bert": {"_in": "intermediate.dense", "_out": "output.dense"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
@@ -37,6 +38,15 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
         biases = {f"{prefix}.b_in": (f,), f"{prefix}.b_out": (d,)}
     return shapes | biases if model.has_bias("mlp") else shapes
 
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors); a fused
+    `_gate_up` module (Phi-3's) holds the gate's and the up projection's columns side by side."""
+    table, f = tensors.table(HF), tensors.spec.d_ff
+    if "_gate_up" in table and leaf in ("w_gate", "w_up"):
+        fused = tensors.linear(table["_gate_up"])
+        return fused[:, :f] if leaf == "w_gate" else fused[:, f:2 * f]
+    return tensors.projection(leaf, table[leaf[1:]])
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     """Its hooks' columns where every dense layer has the same width (Gemma 4's KV-shared layers' are double)."""

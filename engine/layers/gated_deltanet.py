@@ -35,8 +35,8 @@ Array = Any
 NAME, MODULE = "gated_deltanet", "linear_attn"
 HF = {"llama": {"_qkv": "linear_attn.in_proj_qkv", "_z": "linear_attn.in_proj_z", "_b": "linear_attn.in_proj_b",
                 "_a": "linear_attn.in_proj_a", "_out": "linear_attn.out_proj"}}
-HF_RAW = {"conv.w": "linear_attn.conv1d.weight", "dt_bias": "linear_attn.dt_bias", "A_log": "linear_attn.A_log",
-          "norm.w": "linear_attn.norm.weight"}  # read as they are stored (the conv's [C, 1, K] squeezed)
+HF_RAW = {"llama": {"conv.w": "linear_attn.conv1d.weight", "dt_bias": "linear_attn.dt_bias",
+                    "A_log": "linear_attn.A_log", "norm.w": "linear_attn.norm.weight"}}  # as stored (the conv squeezed)
 HF_LAYER_TYPES = {"linear_attention": False}
 GGUF = {"linear_attn.w_qkv": "attn_qkv", "linear_attn.w_z": "attn_gate", "linear_attn.w_b": "ssm_beta",
         "linear_attn.w_a": "ssm_alpha", "linear_attn.conv.w": "ssm_conv1d", "linear_attn.dt_bias": "ssm_dt",
@@ -342,6 +342,29 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
             f"{p}.w_a": (d, net.v_heads), f"{p}.conv.w": (net.kernel, net.conv_dim), f"{p}.dt_bias": (net.v_heads,),
             f"{p}.A_log": (net.v_heads,), f"{p}.norm.w": (net.d_v,), f"{p}.w_out": (net.d_values, d)}
 
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors); the conv's
+    weight [C, 1, K] as the taps [K, C]."""
+    stored = tensors.table(HF_RAW).get(leaf)
+    if stored is None:
+        return tensors.projection(leaf, tensors.table(HF)[leaf[1:]])
+    found = tensors.get(stored)
+    return found.reshape(tensors.spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
+
+
+def gguf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a GGUF block (`tensors`: an engine.loading.gguf_model.GGUFBlock), undoing what
+    llama.cpp's converter does ([out, in] as read): A as −exp(A_log), the value heads tiled; its norm is stored as w
+    (not 1 + w, as the architecture's other norms)."""
+    w = tensors.stored(leaf)
+    if leaf == "A_log":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = np.log(-w)  # −exp(A_log) < 0 always: anything else reads as NaN, refused by the engine's check
+    where = GGUF_VALUE_HEADS.get(f"{MODULE}.{leaf}")
+    if where is not None and tensors.spec.deltanet is not None:
+        w = value_heads_grouped(w, tensors.spec.deltanet, where)
+    return w if w.ndim == 1 else w.T
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     net = model.deltanet

@@ -21,10 +21,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from engine import ops
 from engine.backend import namespace
 from engine.caches import LayerCache, Read
-from engine.hooks import HookSite
+from engine.hooks import Hook, HookSite
 from engine.layers.attention import Attention
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import KindOptions, LayerSpec, ModelSpec
@@ -38,10 +40,11 @@ HF = {"deepseek": {"q": "self_attn.q_proj", "q_a": "self_attn.q_a_proj", "q_b": 
                    "q_a_norm": "self_attn.q_a_layernorm", "kv_a_norm": "self_attn.kv_a_layernorm"}}
 HF_LAYER_TYPES: dict[str, bool] = {}
 CHECKPOINT_ONLY = True  # its shape (engine.spec.MlaSpec) comes from a DeepSeek checkpoint's config, not a scenario
-# llama.cpp's deepseek2 tensors (engine/loading/gguf_deepseek.py reads them; kv_b from attn_k_b and attn_v_b)
+# llama.cpp's deepseek2 tensors (its wq and wo: attention's; kv_b from attn_k_b and attn_v_b: gguf_tensor)
 GGUF = {"attn.wq_a": "attn_q_a", "attn.q_a_norm.w": "attn_q_a_norm", "attn.wq_b": "attn_q_b",
         "attn.wkv_a": "attn_kv_a_mqa", "attn.kv_a_norm.w": "attn_kv_a_norm", "attn.wkv_b": "attn_k_b"}
 PER_HEAD = ("hook_z_latent",)  # with the attention's scores, pattern, z and result
+LATENT = "cache_latent"  # its state's latent rows, as an operand of the keys and values expanded from them
 STACKED_HEADS = True  # its q, k, v, rope parts and z have heads of different widths: dumped stacked
 
 
@@ -176,9 +179,11 @@ def in_form(model: ModelSpec, form: str) -> ModelSpec:
 
 
 def explanation_key(operator) -> str | None:
-    """Its keys and values, expanded from its latent cache: filed apart from attention's."""
-    name, inputs = operator.hook.name, operator.inputs
-    return f"{name}(latent)" if name in ("hook_k", "hook_v") and inputs and inputs[0].name.endswith(".cache_latent") else None
+    """Its keys and values, expanded from its latent cache (the input named as its layer's LATENT hook): filed apart
+    from attention's."""
+    hook, inputs = operator.hook, operator.inputs
+    latent = Hook(hook.layer, MODULE, LATENT).text
+    return f"{hook.name}(latent)" if hook.name in ("hook_k", "hook_v") and inputs and inputs[0].name == latent else None
 
 
 class RopeKeyUnrotated:
@@ -242,7 +247,7 @@ class LatentCache(LayerCache):
                 StateView("K", keys, self.d_nope + int(self.v.shape[1])), StateView("V", values, self.d_v))
 
     def dump_items(self) -> dict[str, Array]:
-        return {"cache_latent": self.k, "cache_rope_key": self.v}
+        return {LATENT: self.k, "cache_rope_key": self.v}
 
 
 def expand(xp, latent: Array, rope_key: Array, kv_b: Array, d_nope: int, d_v: int) -> tuple[Array, Array]:
@@ -254,6 +259,69 @@ def expand(xp, latent: Array, rope_key: Array, kv_b: Array, d_nope: int, d_v: in
     keys = xp.concat([kv[..., :d_nope], rope], axis=-1)
     return xp.reshape(keys, (s, heads * keys.shape[2])), xp.reshape(kv[..., d_nope:], (s, heads * d_v))
 
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors): the
+    projections (`wq_b` from q_b_proj, `wkv_a` from kv_a_proj_with_mqa, …, their rope columns in the half-split
+    layout) and the norms."""
+    table = tensors.table(HF)
+    if leaf.endswith("_norm.w"):
+        return tensors.get(f"{table[leaf[:-2]]}.weight")
+    return half_split_rope(tensors.linear(table[leaf[1:]]), leaf, tensors.spec)
+
+
+def gguf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a GGUF block (`tensors`: an engine.loading.gguf_model.GGUFBlock) of llama.cpp's
+    deepseek2, whose converter writes kv_b_proj split per head into attn_k_b ([heads, kv_lora_rank, d_nope]: W_UK
+    already transposed, for the absorbed form) and attn_v_b ([heads, d_v, kv_lora_rank]), and leaves the rope
+    columns on interleaved pairs (llama.cpp's NORM rope): reordered to the half-split layout, as for Hugging Face."""
+    if leaf == "wkv_b":
+        return _kv_b(tensors.get("attn_k_b.weight"), tensors.get("attn_v_b.weight"), tensors.spec)
+    w = tensors.stored(leaf)
+    return w if w.ndim == 1 else half_split_rope(w.T, leaf, tensors.spec)
+
+
+def _kv_b(k_b: Array, v_b: Array, spec: ModelSpec) -> Array:
+    """kv_b as the engine keeps it, (kv_lora_rank, heads·(d_nope + d_v)), each head's W_UK then W_UV columns,
+    from the split attn_k_b ([heads, kv_lora_rank, d_nope]) and attn_v_b ([heads, d_v, kv_lora_rank])."""
+    heads = [np.concatenate([k_b[h], np.swapaxes(v_b[h], 0, 1)], axis=1) for h in range(spec.n_heads)]
+    return np.concatenate(heads, axis=1)
+
+
+def gguf_locate(leaf: str, index: tuple[int, int], tensors) -> tuple[str, int, int]:
+    """The tensor, row and column (its rows as a 2-D [rows, in] table) that hold its matrix `leaf` at `index`
+    ([in, out]): rope columns reordered, kv_b's in attn_k_b or attn_v_b."""
+    row, col = index
+    mla = tensors.spec.mla
+    if leaf == "wkv_b":
+        head, part = divmod(col, mla.d_nope + mla.d_v)
+        if part < mla.d_nope:  # attn_k_b [heads, kv_lora_rank, d_nope]: W_UK transposed
+            return tensors.tensor("attn_k_b.weight"), head * mla.kv_lora_rank + row, part
+        return tensors.tensor("attn_v_b.weight"), head * mla.d_v + part - mla.d_nope, row
+    columns = rope_columns(leaf, tensors.spec, tensors.shape(leaf)[-2])
+    return tensors.name(leaf), col if columns is None else int(columns[col]), row
+
+def half_split_rope(weight: np.ndarray, leaf: str, spec: ModelSpec) -> np.ndarray:
+    """DeepSeek rotates interleaved pairs (x0, x1), (x2, x3), … and writes the result half-split: the rope
+    columns of `wq`/`wq_b` (each head's last d_rope) and of `wkv_a` (its last d_rope) reordered evens first, then
+    odds, make the engine's half-split RoPE give the same rotated rows. Other weights pass as they are."""
+    columns = rope_columns(leaf, spec, weight.shape[1])
+    return weight if columns is None else weight[:, columns]
+
+
+def rope_columns(leaf: str, spec: ModelSpec, width: int) -> np.ndarray | None:
+    """Engine column j of a DeepSeek projection `leaf` is the checkpoint's column `rope_columns(…)[j]` (None: the
+    same column)."""
+    mla = spec.mla
+    if leaf not in ("wq", "wq_b", "wkv_a"):
+        return None
+    order = np.concatenate([np.arange(0, mla.d_rope, 2), np.arange(1, mla.d_rope, 2)])
+    starts = ([mla.kv_lora_rank] if leaf == "wkv_a" else
+              [h * (mla.d_nope + mla.d_rope) + mla.d_nope for h in range(spec.n_heads)])
+    columns = np.arange(width)
+    for start in starts:
+        columns[start:start + mla.d_rope] = start + order
+    return columns
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
     mla, p, d, heads = model.mla, f"blocks.{layer}.attn", model.d_model, model.n_heads
@@ -314,7 +382,7 @@ class LatentAttention(Attention):
         self.model, self.layer, self.block, self.spec, self.mla = model, layer, block, model.spec, model.spec.mla
         self.prefix = f"blocks.{layer}.attn"
         self.hooks = {name: model.hook(layer, MODULE, name) for name in self.NAMES}
-        self.cache_names = tuple(model.hook(layer, MODULE, name).text for name in ("cache_latent", "cache_rope_key"))
+        self.cache_names = tuple(model.hook(layer, MODULE, name).text for name in (LATENT, "cache_rope_key"))
 
     def fresh_state(self) -> LatentCache:
         model, mla = self.model, self.mla

@@ -39,21 +39,26 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "moe", "mlp"
-HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf.py)
+HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf_tensor)
                "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"},
-      "deepseek": {"router": "mlp.gate", "experts": "mlp.experts", "shared": "mlp.shared_experts"}}
+      "deepseek": {"router": "mlp.gate", "experts": "mlp.experts", "shared": "mlp.shared_experts"},
+      "gpt_oss": {"router": "mlp.router", "experts": "mlp.experts"}}  # its experts: fused, interleaved (_gpt_oss)
+EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}  # an expert's modules
 HF_LAYER_TYPES: dict[str, bool] = {}
 PER_HEAD = ()
 # llama.cpp's merged tensors: every expert's matrix (or bias) of a projection in one, expert first
 GGUF = {"mlp.router": "ffn_gate_inp", "mlp.b_router": "ffn_gate_inp", **{f"mlp.experts.{w}_{name}": f"ffn_{name}_exps"
                                                                           for w in "wb" for name in ("gate", "up", "down")},
         **{f"mlp.shared.w_{name}": f"ffn_{name}_shexp" for name in ("gate", "up", "down")},
-        "mlp.shared_gate": "ffn_gate_inp_shexp"}  # (the shared expert's gate: a [d, 1] matrix, as the engine's)
+        "mlp.shared_gate": "ffn_gate_inp_shexp",  # (the shared expert's gate: a [d, 1] matrix, as the engine's)
+        "mlp.score_bias": "exp_probs_b"}  # DeepSeek's selection bias
+GGUF_SUFFIX = {"mlp.score_bias": ".bias"}
 SCORES, TOPK = "hook_router_scores", "hook_topk"  # what top-k reads (an ablation's hook), what it chooses
 SELECTION = ("hook_selection_scores", "hook_group_scores")  # DeepSeek-V3: what top-k reads instead of the scores
 ROUTING = ("hook_router_logits", SCORES, *SELECTION, TOPK, "hook_topk_scores", "hook_topk_weights")
 EXPERT_HOOKS = ("hook_pre", "hook_pre_linear", "hook_post", "hook_out")
 SHARED = f"{MODULE}.shared"  # the shared expert's hooks and parameters
+EXPERTS = f"{MODULE}.experts"  # under it, expert E's (expert_module)
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,8 @@ class RouteError(ValueError):
 
 
 def expert_module(expert: int) -> str:
-    return f"{MODULE}.experts.{expert}"
+    """Expert E's part of its hooks' names, `mlp.experts.E`: a hook's module that reads as a hook name itself."""
+    return Hook(None, EXPERTS, str(expert)).text
 
 
 def _swiglu_shapes(prefix: str, d: int, f: int, bias: bool = False) -> dict[str, tuple[int, ...]]:
@@ -107,6 +113,47 @@ def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str
         shapes |= {f"{prefix}.shared_gate": (d, 1)} if moe.shared_gate else {}
     return shapes
 
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors): the router
+    (mlp.gate) and DeepSeek's selection bias, the shared expert (Qwen2-MoE's with its gate) and expert E's
+    projections: mlp.experts.E.gate_proj.weight … as the Hub stores them, else transformers 5's fused
+    mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and mlp.experts.down_proj (E × d × f)."""
+    family = tensors.family(HF)
+    table = HF[family]
+    if family == "gpt_oss":
+        return _gpt_oss(leaf, table, tensors)
+    if leaf in ("router", "shared_gate"):
+        return tensors.linear(table[leaf])
+    if leaf == "score_bias":
+        return tensors.get(f"{table['router']}.e_score_correction_bias")
+    if leaf.startswith("shared."):
+        return tensors.linear(f"{table['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}")
+    _, expert, projection = leaf.split(".")
+    experts, e, f = table["experts"], int(expert), tensors.spec.moe.d_expert
+
+    def fused() -> Array:
+        if projection == "w_down":
+            return tensors.get(f"{experts}.down_proj")[e].T
+        both = tensors.get(f"{experts}.gate_up_proj")[e]
+        return (both[:f] if projection == "w_gate" else both[f:]).T
+
+    return tensors.either(lambda: tensors.linear(f"{experts}.{expert}.{EXPERT_PROJECTIONS[projection]}"), fused)
+
+
+def _gpt_oss(leaf: str, table: dict, tensors) -> Array:
+    """gpt-oss's mlp.router (weight, bias) and its fused experts, stored [in, out]: mlp.experts.gate_up_proj
+    (E × d × 2f, the gate's and the up projection's columns interleaved: gate even, up odd) and its bias (E × 2f),
+    mlp.experts.down_proj (E × f × d) and its bias (E × d); the Hub's checkpoints store both matrices as MXFP4."""
+    if leaf in ("router", "b_router"):
+        return tensors.linear(table["router"]) if leaf == "router" else tensors.get(f"{table['router']}.bias")
+    _, expert, name = leaf.split(".")
+    kind, projection = name.split("_")  # w_gate -> ("w", "gate")
+    suffix = "" if kind == "w" else "_bias"
+    if projection == "down":
+        return tensors.get(f"{table['experts']}.down_proj{suffix}", int(expert))
+    fused = tensors.get(f"{table['experts']}.gate_up_proj{suffix}", int(expert))  # MXFP4: only this expert dequantized
+    return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     moe = model.moe
@@ -221,10 +268,12 @@ def intervention_refusal(hook, action: str, values: tuple, model) -> tuple[str, 
 
 
 def routed_expert(hook) -> int | None:
-    """The expert whose hooks `hook` (an engine.hooks.Hook) is one of (None for another)."""
-    prefix = f"{MODULE}.experts."
-    number = hook.module[len(prefix):] if hook.module.startswith(prefix) else ""
-    return int(number) if number.isdigit() else None
+    """The expert whose hooks `hook` (an engine.hooks.Hook) is one of (None for another): its module read as the
+    hook name expert_module wrote."""
+    if not hook.module:
+        return None
+    module = Hook.parse(hook.module)
+    return int(module.name) if module.module == EXPERTS and module.name.isdigit() else None
 
 
 # the words of its causes (engine.causes: a code and facts), per language; the English is the CLI's

@@ -14,9 +14,9 @@ from typing import Any
 
 from engine.hooks import HookSite
 from engine.layers import causal_conv
-from engine.layers.causal_conv import ConvFaultPoints, ConvWindow, convolve
+from engine.layers.causal_conv import KERNEL, ConvFaultPoints, ConvWindow, convolve
 from engine.operators import Op, Operand, OpStream, op
-from engine.spec import LayerSpec, ModelSpec
+from engine.spec import LayerOption, LayerSpec, ModelSpec
 from engine.state import StaleCacheError
 from engine.trace import OpKind
 
@@ -27,7 +27,9 @@ HF = {"lfm2": {"_in": "conv.in_proj", "_out": "conv.out_proj", "_conv": "conv.co
 HF_LAYER_TYPES = {"conv": False}
 GGUF = {"conv.w_in": "shortconv.in_proj", "conv.w_conv": "shortconv.conv", "conv.w_out": "shortconv.out_proj"}
 PER_HEAD = ()
-CONV_KERNEL = 3  # a scenario's layer without `kernel:` (LFM2's conv_L_cache)
+# a scenario's `kernel: K`, the conv's taps (without one: LFM2's conv_L_cache, 3)
+LAYER_OPTIONS = {KERNEL: LayerOption(parse=lambda node, context: node.integer(minimum=1), default=3,
+                                     elsewhere="a {mixer} layer has no convolution")}
 PARTS = ("hook_b", "hook_c", "hook_x")  # in_proj's output, in its column order
 HOOKS = ("hook_in", *PARTS, "hook_bx", "hook_conv", "hook_y")
 
@@ -43,11 +45,19 @@ DUMP_LAYOUTS = causal_conv.DUMP_LAYOUTS
 
 def parameter_shapes(model: ModelSpec, layer: int, block: LayerSpec) -> dict[str, tuple[int, ...]]:
     prefix, d = f"blocks.{layer}.{MODULE}", model.d_model
-    shapes = {f"{prefix}.w_in": (d, 3 * d), f"{prefix}.w_conv": (block.conv_kernel, d), f"{prefix}.w_out": (d, d)}
+    shapes = {f"{prefix}.w_in": (d, 3 * d), f"{prefix}.w_conv": (block.option(KERNEL), d), f"{prefix}.w_out": (d, d)}
     if model.has_bias("conv"):
         shapes.update({f"{prefix}.b_in": (3 * d,), f"{prefix}.b_conv": (d,), f"{prefix}.b_out": (d,)})
     return shapes
 
+
+def hf_tensor(leaf: str, tensors) -> Array:
+    """Its parameter `leaf` from a Hugging Face block (`tensors`: an engine.loading.hf.BlockTensors); the conv, a
+    depthwise Conv1d stored (channels, 1, K), as its taps (K, channels)."""
+    module = tensors.table(HF)[leaf[1:]]
+    if leaf == "w_conv":
+        return tensors.get(f"{module}.weight")[:, 0, :].T
+    return tensors.projection(leaf, module)
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:
     return {f"{MODULE}.{name}": (3 if name == "hook_in" else 1) * model.d_model for name in HOOKS}
@@ -126,7 +136,7 @@ class ShortConv:
 
     def fresh_state(self) -> ConvWindow:
         model = self.model
-        return ConvWindow.empty(model.xp, self.block.conv_kernel, model.spec.d_model, model.backend.dtype,
+        return ConvWindow.empty(model.xp, self.block.option(KERNEL), model.spec.d_model, model.backend.dtype,
                                 model.fingerprint, MODULE)
 
     def forward(self, h: Op, states: list, positions: list[int], padded_keys: list[bool] | None, out) -> OpStream:

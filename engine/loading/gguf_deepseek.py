@@ -3,10 +3,11 @@
 The converter (conversion/deepseek.py) writes MLA's kv_b_proj split per head into `attn_k_b` ([heads, kv_lora_rank,
 d_nope]: W_UK already transposed, for the absorbed form) and `attn_v_b` ([heads, d_v, kv_lora_rank]), the routed
 experts merged into `ffn_{gate,up,down}_exps` ([experts, out, in]), the selection bias as `exp_probs_b.bias`, the
-shared experts as `ffn_*_shexp`; the rope columns stay on interleaved pairs (llama.cpp's NORM rope), reordered here
-to the half-split layout as for a Hugging Face folder. `head_count_kv` is 1 (MLA read as MQA) and `key_length` the
-latent's width: the heads' own widths are `key_length_mla` and `value_length_mla`. YaRN is read as llama.cpp reads
-it: `yarn_log_multiplier` is 0.1 · mscale_all_dim, and mscale is taken equal to it (the rotated q/k unscaled).
+shared experts as `ffn_*_shexp`; the rope columns stay on interleaved pairs (llama.cpp's NORM rope). The kinds read
+their tensors (engine.layers.mla's and moe_ffn's GGUF tables, latent attention's gguf_tensor); this module reads the
+metadata: `head_count_kv` is 1 (MLA read as MQA) and `key_length` the latent's width: the heads' own widths are
+`key_length_mla` and `value_length_mla`. YaRN is read as llama.cpp reads it: `yarn_log_multiplier` is
+0.1 · mscale_all_dim, and mscale is taken equal to it (the rotated q/k unscaled).
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from engine.causes import cause
-from engine.layers import mla
-from engine.loading.hf import half_split_rope, rope_columns
 from engine.loading.yarn import mscale, yarn_divisors
 from engine.layers.mla import MlaSpec
 from engine.layers.moe_ffn import MoeSpec
@@ -23,10 +22,6 @@ from engine.spec import FfnKind, ModelSpec, NormKind, NormPlacement, NormSpec, P
 
 ARCH = "deepseek2"
 SIGMOID = 2  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
-ATTENTION = {"wq": "attn_q", "wo": "attn_output", **{name.removeprefix("attn."): found for name, found in mla.GGUF.items()}}
-FFN = {"w_gate": "ffn_gate", "w_up": "ffn_up", "w_down": "ffn_down", "router": "ffn_gate_inp"}
-SHARED_TENSORS = {"w_gate": "ffn_gate_shexp", "w_up": "ffn_up_shexp", "w_down": "ffn_down_shexp"}
-EXPERTS = {"w_gate": "ffn_gate_exps", "w_up": "ffn_up_exps", "w_down": "ffn_down_exps"}
 
 
 def spec(model) -> ModelSpec:
@@ -85,58 +80,3 @@ def _moe(model, layers: int) -> MoeSpec:
                    d_expert * model._count(key("expert_shared_count")), shared_gate=False, sigmoid=True,
                    groups=groups, topk_groups=model._size(key("expert_group_used_count"), 1),
                    routed_scale=model._number(key("expert_weights_scale"), 1.0))
-
-
-def tensor(name: str) -> tuple[str, int | None]:
-    """The GGUF tensor behind a block parameter (`blocks.L.attn.wq_b`) and, for a routed expert's, its index."""
-    _, layer, part, leaf = name.split(".", 3)
-    blk = f"blk.{layer}"
-    if part == "attn":
-        return f"{blk}.{ATTENTION[leaf]}.weight", None
-    if part.startswith("ln"):
-        return f"{blk}.{'attn_norm' if part == 'ln1' else 'ffn_norm'}.weight", None
-    if leaf == "score_bias":
-        return f"{blk}.exp_probs_b.bias", None
-    if leaf.startswith("experts."):
-        _, expert, projection = leaf.split(".")
-        return f"{blk}.{EXPERTS[projection]}.weight", int(expert)
-    if leaf.startswith("shared."):
-        return f"{blk}.{SHARED_TENSORS[leaf[7:]]}.weight", None
-    return f"{blk}.{FFN[leaf]}.weight", None
-
-
-def weight(name: str, spec: ModelSpec, get) -> np.ndarray:
-    """The engine parameter `name` ([in, out] for matrices) from `get(tensor name)`."""
-    if name.endswith(".attn.wkv_b"):
-        return _kv_b(name.split(".")[1], spec, get)
-    found, expert = tensor(name)
-    w = get(found) if expert is None else get(found)[expert]
-    if w.ndim == 1:
-        return w
-    return half_split_rope(w.T, name.rsplit(".", 1)[-1], spec)
-
-
-def _kv_b(layer: str, spec: ModelSpec, get) -> np.ndarray:
-    """kv_b as the engine keeps it, (kv_lora_rank, heads·(d_nope + d_v)), each head's W_UK then W_UV columns,
-    from the split attn_k_b ([heads, kv_lora_rank, d_nope]) and attn_v_b ([heads, d_v, kv_lora_rank])."""
-    k_b, v_b = get(f"blk.{layer}.attn_k_b.weight"), get(f"blk.{layer}.attn_v_b.weight")
-    heads = [np.concatenate([k_b[h], np.swapaxes(v_b[h], 0, 1)], axis=1) for h in range(spec.n_heads)]
-    return np.concatenate(heads, axis=1)
-
-
-def locate(name: str, index: tuple[int, int], spec: ModelSpec, shape: tuple[int, ...]) -> tuple[str, int, int]:
-    """The tensor, row and column (its rows as a 2-D [rows, in] table) that hold matrix parameter `name` at
-    `index` ([in, out]): a routed expert's rows after the experts before it, rope columns reordered, kv_b's in
-    attn_k_b or attn_v_b. `shape`: the tensor's shape (of attn_k_b for kv_b)."""
-    row, col = index
-    mla, leaf = spec.mla, name.rsplit(".", 1)[-1]
-    if leaf == "wkv_b":
-        head, part = divmod(col, mla.d_nope + mla.d_v)
-        layer = name.split(".")[1]
-        if part < mla.d_nope:  # attn_k_b [heads, kv_lora_rank, d_nope]: W_UK transposed
-            return f"blk.{layer}.attn_k_b.weight", head * mla.kv_lora_rank + row, part
-        return f"blk.{layer}.attn_v_b.weight", head * mla.d_v + part - mla.d_nope, row
-    found, expert = tensor(name)
-    columns = rope_columns(leaf, spec, shape[-2])
-    out = col if columns is None else int(columns[col])
-    return found, out + (expert or 0) * shape[-2], row

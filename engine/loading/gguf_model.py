@@ -4,9 +4,10 @@ qwen35moe, qwen3moe, gpt-oss and deepseek2 (gguf_deepseek.py) architectures.
 Metadata and the tensor table come from `GGUFFile` (a memory map); each tensor is dequantized by
 gguf-py (`gguf.quants`, llama.cpp's own reference code, every type it has) when first used.
 llama.cpp's converter permutes the rows of a llama model's attn_q / attn_k for its interleaved
-RoPE; they are permuted back here (as transformers does when it loads a GGUF), so RoPE is the
-half-split rotate_half form again. qwen2, qwen3 and Gemma files are written unpermuted (llama.cpp
-runs them with its NEOX RoPE, the half-split form); llama.cpp stores Gemma's norm gains as 1 + w
+RoPE; they are permuted back (by attention's gguf_tensor: a block's tensors are read by their kinds, through a
+GGUFBlock), as transformers does when it loads a GGUF, so RoPE is the half-split rotate_half form again. qwen2,
+qwen3 and Gemma files are written unpermuted (llama.cpp runs them with its NEOX RoPE, the half-split form);
+llama.cpp stores Gemma's norm gains as 1 + w
 (undone here, as transformers does). An lfm2 file names its short-conv layers by a key/value head count of 0
 (`attention.head_count_kv` is one count per layer), their taps by `shortconv.l_cache`, and its last norm
 token_embd_norm; its conv kernel is stored (channels, K), squeezed from transformers' (channels, 1, K).
@@ -26,7 +27,9 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.layers import gated_deltanet, gguf_tensors, per_layer_input
+from engine.hooks import Hook
+from engine.layers import (gguf_locate, gguf_suffixes, gguf_tensor, gguf_tensors, hf_layer_kinds, per_layer_input,
+                           routed_expert)
 from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.causes import Cause, cause
 from engine.loading.document import ScenarioError
@@ -34,6 +37,7 @@ from engine.loading.gguf_blocks import EncodedBlock, block_of, dequantize_into
 from engine.loading.gguf_file import GGUFFile, TensorInfo
 from engine.parameters import format_shape
 from engine.loading.yarn import mscale, yarn_divisors
+from engine.layers.causal_conv import KERNEL
 from engine.layers.gated_deltanet import DeltaNetSpec
 from engine.layers.moe_ffn import MoeSpec
 from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
@@ -43,7 +47,7 @@ QWEN35, QWEN35_MOE = "qwen35", "qwen35moe"  # Qwen3.5's layers; the second's FFN
 QWEN35S = (QWEN35, QWEN35_MOE)
 SPARSE = ("qwen3moe", "gpt-oss", QWEN35_MOE)
 ARCHITECTURES = ("llama", "qwen2", "qwen3", *GEMMA, gguf_gemma4.ARCH, "lfm2", QWEN35, *SPARSE, gguf_deepseek.ARCH)
-OFFSET_NORMS = {*GEMMA, *QWEN35S}  # llama.cpp stores their norm gains as 1 + w (a Gated DeltaNet's ssm_norm as w)
+OFFSET_NORMS = {*GEMMA, *QWEN35S}  # llama.cpp stores their norm gains as 1 + w (Gated DeltaNet reads its ssm_norm: w)
 ARCH_TENSORS = {"gpt-oss": {"ln2.w": "post_attention_norm"}}  # where an architecture names a block tensor its own way
 GPT_OSS_SWIGLU = (1.702, 7.0)  # llama.cpp's constants for gpt-oss's clamped SwiGLU (alpha, limit): not in the file
 UNSUPPORTED = {  # metadata (under the architecture) that would change what the model computes, with the value it
@@ -162,7 +166,7 @@ class GGUFModel:
         dims = self._size(f"{arch}.rope.dimension_count", spec.d_head)
         if dims > spec.d_head or dims % 2:
             raise self.error(f"{arch}.rope.dimension_count", cause("gguf.rotary_dims", d_head=spec.d_head, dims=dims))
-        blocks = tuple(LayerSpec(mixer=gated_deltanet.NAME, ffn=block.ffn, conv_kernel=net.kernel) if linear else
+        blocks = tuple(LayerSpec(mixer=net.KIND, ffn=block.ffn, options={KERNEL: net.kernel}) if linear else
                        LayerSpec(ffn=block.ffn) for linear, block in zip(recurrent, spec.blocks))
         return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net,
                        rope_dims=dims, layers=blocks)
@@ -183,8 +187,8 @@ class GGUFModel:
         kernel = self._size(f"{self.arch}.shortconv.l_cache")
         for biased in (name for name in self.tensors if ".shortconv." in name and name.endswith(".bias")):
             raise self.error(biased, cause("gguf.conv_bias"))
-        return tuple(LayerSpec(mixer="attention") if count else LayerSpec(mixer="short_conv", conv_kernel=kernel)
-                     for count in counts)
+        conv = hf_layer_kinds()["conv"]  # the kind of Hugging Face's LFM2 `conv` layers
+        return tuple(LayerSpec() if count else LayerSpec(mixer=conv, options={KERNEL: kernel}) for count in counts)
 
     def _layer_counts(self, key: str) -> list[int]:
         counts = self._key(key)  # GGUFFile reads an array of integers as one NumPy array
@@ -291,34 +295,27 @@ class GGUFModel:
         return value
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-        """The engine parameter `name` from `get(tensor name)`, unpermuted, as [in, out] for matrices."""
-        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
-            return gguf_deepseek.weight(name, spec, get)
-        tensor, expert = self.tensor_name(name), expert_of(name)
-        w = get(tensor) if expert is None else get(tensor, expert)  # one expert's slice of a merged tensor
-        kind = tensor.split(".")[-2]
-        heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
-        if self.arch == "llama" and kind in ("attn_q", "attn_k") and w.ndim == 2 and w.shape[0] % (2 * heads) == 0:
-            w = unpermute(w, heads)  # (a shape it cannot be is refused by the shape check, as it is)
-        if self.arch in OFFSET_NORMS and kind.endswith("norm") and kind != "ssm_norm":  # stored as 1 + w
-            w = w - 1
-        if self.arch in QWEN35S:
-            w = self._qwen35_weight(name, w, spec)
-        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
+        """The engine parameter `name` from `get(tensor name)`, as [in, out] for matrices: a block's read by its kinds
+        (engine.layers.gguf_tensor), the rest as stored (`stored_weight`)."""
+        parts = name.split(".", 3)
+        if parts[0] == "blocks" and len(parts) == 4:
+            tensors = GGUFBlock(self, spec, get, parts[1], parts[2])
+            return gguf_tensor(spec.blocks[int(parts[1])], parts[2], parts[3], tensors)
+        return self.stored_weight(name, get)
 
-    def _qwen35_weight(self, name: str, w: np.ndarray, spec: ModelSpec) -> np.ndarray:
-        """Undo what llama.cpp's converter does to Qwen3.5 ([out, in] as read): A as −exp(A_log), the value heads
-        tiled; attn_q is q_proj, each head's query rows then its gate's."""
-        leaf = name.split(".", 2)[-1]
-        if leaf in ("attn.wq", "attn.wgate") and w.ndim == 2:
-            rows = w.reshape(spec.n_heads, 2, -1, w.shape[-1])
-            w = rows[:, int(leaf == "attn.wgate")].reshape(-1, w.shape[-1])
-        if leaf == "linear_attn.A_log":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                w = np.log(-w)  # −exp(A_log) < 0 always: anything else reads as NaN, refused by the engine's check
-        where = gated_deltanet.GGUF_VALUE_HEADS.get(leaf)
-        return w if where is None or spec.deltanet is None else gated_deltanet.value_heads_grouped(w, spec.deltanet,
-                                                                                                    where)
+    def stored(self, name: str, get: Getter) -> np.ndarray:
+        """The tensor behind engine parameter `name` as the file stores it ([out, in]; an expert's slice of a merged
+        tensor)."""
+        tensor, expert = self.tensor_name(name), expert_of(name)
+        return get(tensor) if expert is None else get(tensor, expert)
+
+    def stored_weight(self, name: str, get: Getter) -> np.ndarray:
+        """Engine parameter `name` as stored, a norm's 1 + w undone where the architecture stores it so, as [in, out]
+        for matrices."""
+        w = self.stored(name, get)
+        if self.arch in OFFSET_NORMS and self.tensor_name(name).split(".")[-2].endswith("norm"):
+            w = w - 1
+        return w if w.ndim == 1 or name in ("embed", "per_layer_embed") else w.T
 
     def block(self, name: str, index: tuple[int, ...], spec: ModelSpec) -> EncodedBlock | None:
         """The quantisation block behind engine parameter `name` at `index` (None if unquantized)."""
@@ -340,14 +337,13 @@ class GGUFModel:
             return self.tensor_name(name), 0, index[0]
         if name == "embed":
             return "token_embd.weight", index[0], index[1]
-        if self.arch == gguf_deepseek.ARCH and name.startswith("blocks."):
-            return gguf_deepseek.locate(name, index, spec, self.info(self.tensor_name(name)).shape)
+        parts = name.split(".", 3)
+        if parts[0] == "blocks" and len(parts) == 4:
+            found = gguf_locate(spec.blocks[int(parts[1])], parts[2], parts[3], index,
+                                GGUFBlock(self, spec, None, parts[1], parts[2]))
+            if found is not None:
+                return found
         tensor, (row, col) = self.tensor_name(name), index[::-1]
-        kind = tensor.split(".")[-2]
-        if self.arch == "llama" and kind in ("attn_q", "attn_k"):
-            rows = self.tensors[tensor].shape[0]
-            heads = spec.n_heads if kind == "attn_q" else spec.n_kv_heads
-            row = int(unpermute(np.arange(rows)[:, None], heads)[row, 0])
         return tensor, row, col
 
     def tensor_name(self, name: str) -> str:
@@ -356,16 +352,14 @@ class GGUFModel:
                  **{name: f"{tensor}.weight" for name, tensor in per_layer_input.GGUF.items()}}
         if name in fixed:
             return fixed[name]
-        if self.arch == gguf_deepseek.ARCH:
-            return gguf_deepseek.tensor(name)[0]
         _, layer, leaf = name.split(".", 2)
         if expert_of(name) is not None:  # mlp.experts.E.w_gate: expert E of the merged ffn_gate_exps
-            leaf = f"mlp.experts.{leaf.rsplit('.', 1)[1]}"
+            leaf = merged(leaf)
         if self.arch in QWEN35S and leaf == "ln2.w":  # written as the block's post_attention_layernorm
             return f"blk.{layer}.post_attention_norm.weight"
         tensor = ARCH_TENSORS.get(self.arch, {}).get(leaf) or LAYER_TENSORS[leaf]
         bias = leaf.startswith("attn.b") or leaf.rsplit(".", 1)[-1].startswith("b_")  # mlp.b_router, experts' b_gate
-        suffix = gated_deltanet.GGUF_SUFFIX.get(leaf, ".bias" if bias else ".weight")
+        suffix = gguf_suffixes().get(leaf, ".bias" if bias else ".weight")
         return f"blk.{layer}.{tensor}{suffix}"
 
     def info(self, name: str) -> TensorInfo:
@@ -423,11 +417,53 @@ class Quantisation:
 
 
 def expert_of(name: str) -> int | None:
-    """The expert an engine parameter belongs to (blocks.L.mlp.experts.E.…), or None."""
-    parts = name.split(".")
-    return int(parts[4]) if len(parts) > 5 and parts[2:4] == ["mlp", "experts"] else None
+    """The routed expert an engine parameter belongs to (blocks.L.mlp.experts.E.…), or None: its kind's
+    routed_expert of the name read as a hook's (a parameter's module is its hooks')."""
+    return routed_expert(Hook.parse(name))
 
 
-def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """Undo llama.cpp's reshape(n_head, 2, rows/n_head/2, in).swapaxes(1, 2) of q/k rows ([out, in])."""
-    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+def merged(name: str) -> str:
+    """A routed expert's parameter within its block as the merged tensor of every expert's is named in the kinds'
+    GGUF tables: its expert's number dropped (`mlp.experts.3.w_gate` -> `mlp.experts.w_gate`)."""
+    parameter = Hook.parse(name)
+    return f"{Hook.parse(parameter.module).module}.{parameter.name}"
+
+
+@dataclass(frozen=True)
+class GGUFBlock:
+    """One kind's tensors in a block of a GGUF file (`part`: its module, `attn`), as its `gguf_tensor(leaf, tensors)`
+    and `gguf_locate(leaf, index, tensors)` read them: `name(leaf)` the tensor of its parameter `leaf` (by the kinds'
+    GGUF tables), `stored(leaf)` that tensor as the file stores it ([out, in]), `weight(leaf)` as the engine reads
+    a tensor it stores plainly, `get(tensor)` the block's tensor `tensor` (`attn_k_b.weight`), `spec` the model's."""
+
+    model: GGUFModel
+    spec: ModelSpec
+    getter: Getter | None  # None: only names and shapes are asked (locate)
+    layer: str
+    part: str
+
+    @property
+    def permuted(self) -> bool:
+        """Whether llama.cpp's converter permuted the q/k rows for its interleaved RoPE (a llama file)."""
+        return self.model.arch == "llama"
+
+    def _param(self, leaf: str) -> str:
+        return f"blocks.{self.layer}.{self.part}.{leaf}"
+
+    def name(self, leaf: str) -> str:
+        return self.model.tensor_name(self._param(leaf))
+
+    def shape(self, leaf: str) -> tuple[int, ...]:
+        return self.model.info(self.name(leaf)).shape
+
+    def tensor(self, tensor: str) -> str:
+        return f"blk.{self.layer}.{tensor}"
+
+    def get(self, tensor: str) -> np.ndarray:
+        return self.getter(self.tensor(tensor))
+
+    def stored(self, leaf: str) -> np.ndarray:
+        return self.model.stored(self._param(leaf), self.getter)
+
+    def weight(self, leaf: str) -> np.ndarray:
+        return self.model.stored_weight(self._param(leaf), self.getter)

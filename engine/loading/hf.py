@@ -5,7 +5,8 @@ and the Hub's composites of six (qwen3_5, qwen3_5_moe, gemma4, gemma3, lfm2_vl, 
 the text model under `text_config` and `model.language_model.`, Gemma 3's and Mistral 3's under llava's
 `language_model.model.`), read as their text model.
 
-config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor
+config.json becomes a ModelSpec; each engine parameter is read from its Hugging Face tensor, a block's by the
+kind it is of (its hf_tensor, through the block's BlockTensors) and its family's norms here
 (linear weights are stored [out, in] and transposed to the engine's [in, out]; GPT-2's Conv1D
 weights are already [in, out] and its fused `c_attn` is split into q | k | v; Phi-3's fused
 `qkv_proj` and `gate_up_proj` are split by rows; Qwen2/3-MoE's experts are read one tensor each, as the Hub
@@ -18,18 +19,19 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from engine.layers import gated_deltanet, hf_layer_kinds, hf_layer_types, hf_modules
+from engine.layers import hf_layer_kinds, hf_layer_types, hf_tensor
 from engine.loading import hf_gemma4, hf_mxfp4
 from engine.causes import Cause, cause
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.loading.yarn import mscale, yarn_divisors
+from engine.layers.causal_conv import KERNEL
 from engine.layers.gated_deltanet import DeltaNetSpec
 from engine.layers.mla import MlaSpec
 from engine.layers.moe_ffn import MoeSpec
@@ -39,6 +41,7 @@ MOE = ("qwen2_moe", "qwen3_moe")
 GPT_OSS = "gpt_oss"  # sparse too: its router and experts with biases, a clamped SwiGLU, attention sinks, YaRN
 QWEN35, QWEN35_MOE = "qwen3_5_text", "qwen3_5_moe_text"  # the second: Qwen3.5's layers, every FFN sparse
 QWEN35S = (QWEN35, QWEN35_MOE)
+QWEN35_LAYER_TYPES = ("full_attention", "linear_attention")  # its config's layer_types (the kinds': HF_LAYER_TYPES)
 SPARSE = (*MOE, GPT_OSS, QWEN35_MOE)  # the architectures whose FFNs may be experts
 LLAMA_FAMILY = ("llama", "qwen2", "qwen3", *MOE, GPT_OSS, "mistral", "phi3", "gemma2",
                 "gemma3_text", hf_gemma4.ARCH, *QWEN35S, "deepseek_v3")  # RoPE, RMSNorm, gated MLP
@@ -220,7 +223,8 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
         types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(spec.n_layers)]
     if not isinstance(types, list) or len(types) != spec.n_layers:
         raise ConfigError(file, "layer_types", cause("hf.layer_types", n_layers=spec.n_layers, types=types))
-    mixers = {"full_attention": "attention", **{kind: gated_deltanet.NAME for kind in gated_deltanet.HF_LAYER_TYPES}}
+    kinds = hf_layer_kinds()
+    mixers = {kind: kinds[kind] for kind in QWEN35_LAYER_TYPES}
     for i, kind in enumerate(types):
         if kind not in mixers:
             raise ConfigError(file, f"layer_types[{i}]", cause("hf.layer_type", kind=kind, supported=', '.join(mixers)))
@@ -237,8 +241,8 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     if factor > 1 or dims < 2 or dims % 2:
         raise ConfigError(file, key, cause("hf.rotary_odd", factor=factor, d_head=spec.d_head))
     return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net, rope_dims=dims,
-                   layers=tuple(LayerSpec(mixer=mixers[kind], ffn=block.ffn, conv_kernel=net.kernel
-                                          if kind == "linear_attention" else None)
+                   layers=tuple(LayerSpec(mixer=mixers[kind], ffn=block.ffn, options={KERNEL: net.kernel}
+                                          if kind == "linear_attention" else ())
                                 for kind, block in zip(types, spec.blocks)))  # (the FFNs: dense, or on moe's layers)
 
 
@@ -254,8 +258,9 @@ def _lfm2(config: dict, file: Path) -> ModelSpec:
     theta, divisors = _rope(config, file, d // heads)
     kernel = get("conv_L_cache", 3)
     kinds = hf_layer_kinds()
-    blocks = tuple(LayerSpec(mixer="attention", rope_divisors=divisors) if kinds[kind] == "attention" else
-                   LayerSpec(mixer=kinds[kind], conv_kernel=kernel) for kind in _lfm2_layer_types(config, file, layers))
+    blocks = tuple(LayerSpec(mixer=kinds[kind], rope_divisors=divisors) if kind == "full_attention" else
+                   LayerSpec(mixer=kinds[kind], options={KERNEL: kernel})
+                   for kind in _lfm2_layer_types(config, file, layers))
     tied = config.get("tie_word_embeddings", config.get("tie_embedding", True))
     return ModelSpec(
         d_model=d, n_layers=layers, n_heads=heads, d_head=d // heads, d_ff=_lfm2_ff(config, file),
@@ -438,7 +443,7 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
         return window, None
     if not isinstance(types, list) or len(types) != layers:
         raise ConfigError(file, "layer_types", cause("hf.attention_types", layers=layers, types=types))
-    known = hf_layer_types("attention")  # what each attention type stands for: whether it slides
+    known = hf_layer_types(hf_layer_kinds()["full_attention"])  # the attention types: whether each slides
     for i, kind in enumerate(types):
         if kind not in known:
             raise ConfigError(file, f"layer_types[{i}]", cause("hf.attention_type", kind=kind, supported=', '.join(known)))
@@ -718,7 +723,8 @@ FIXED = {  # engine parameter -> tensor, outside the blocks
 
 
 def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndarray:
-    """The engine parameter `name`, read through `get(hf_name)`."""
+    """The engine parameter `name`, read through `get(hf_name)`: outside the blocks by the family's names, a block's
+    norms by its family's, the rest by the block's kinds (engine.layers.hf_tensor)."""
     family = "llama" if arch in LLAMA_FAMILY else arch
     tensor = hf_gemma4.tensor(name) if arch == hf_gemma4.ARCH else None  # its per-layer inputs, layer scalars
     if tensor is not None:
@@ -728,167 +734,66 @@ def engine_weight(arch: str, spec: ModelSpec, name: str, get: Getter) -> np.ndar
     if name == "unembed":
         return _linear(get, "lm_head.weight")
     _, layer, part, leaf = name.split(".", 3)
-    if arch == "phi3" and leaf in FUSED:
-        return _phi3_fused(layer, leaf, spec, get)
-    block = {"llama": _llama_block, "lfm2": _lfm2_block, "gpt2": _gpt2_block, "bert": _bert_block}[family]
-    return block(layer, part, leaf, spec, get, arch)
+    tensors = BlockTensors(f"{BLOCKS[family]}.{layer}", TABLES.get(arch, (family,)), spec, get, family != "gpt2")
+    if part.startswith("ln"):
+        norms = GEMMA_NORMS if arch in GEMMA else NORMS[family]
+        return tensors.get(f"{norms[part]}.{'weight' if leaf == 'w' else 'bias'}")
+    return hf_tensor(spec.blocks[int(layer)], part, leaf, tensors)
 
 
 def _linear(get: Getter, key: str) -> np.ndarray:
     return get(key).T
 
 
-LLAMA_NORMS = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+BLOCKS = {"llama": "layers", "lfm2": "layers", "gpt2": "h", "bert": "encoder.layer"}  # a family's block L: BLOCKS.L
+NORMS = {"llama": {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"},
+         "lfm2": {"ln1": "operator_norm", "ln2": "ffn_norm"}, "gpt2": {"ln1": "ln_1", "ln2": "ln_2"},
+         "bert": {"ln1": "attention.output.LayerNorm", "ln2": "output.LayerNorm"}}  # a block's norms, by family
 GEMMA_NORMS = {"ln1": "input_layernorm", "ln1_post": "post_attention_layernorm",
                "ln2": "pre_feedforward_layernorm", "ln2_post": "post_feedforward_layernorm"}
-LLAMA_MODULES, LFM2_MODULES, GPT2_MODULES, BERT_MODULES = (hf_modules(family)
-                                                           for family in ("llama", "lfm2", "gpt2", "bert"))
-LFM2_NORMS = {"ln1": "operator_norm", "ln2": "ffn_norm", "q_norm.w": "self_attn.q_layernorm",
-              "k_norm.w": "self_attn.k_layernorm"}
-FUSED = {"wq": ("qkv_proj", 0), "wk": ("qkv_proj", 1), "wv": ("qkv_proj", 2),
-         "w_gate": ("gate_up_proj", 0), "w_up": ("gate_up_proj", 1)}  # Phi-3: (fused module, which part)
+# an architecture -> the kinds' tables (their HF) it is read by, the first a kind has: a layout of its own, then its
+# family's (Phi-3's fused qkv_proj and gate_up_proj, DeepSeek's latent attention and experts, gpt-oss's experts)
+TABLES = {"phi3": ("phi3", "llama"), "deepseek_v3": ("deepseek", "llama"), GPT_OSS: ("gpt_oss", "llama")}
 
 
-def _llama_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"layers.{layer}"
-    if part.startswith("ln"):
-        return get(f"{base}.{(GEMMA_NORMS if arch in GEMMA else LLAMA_NORMS)[part]}.weight")
-    if arch == "deepseek_v3":
-        return _deepseek_block(base, part, leaf, spec, get)
-    if leaf in gated_deltanet.HF_RAW:
-        found = get(f"{base}.{gated_deltanet.HF_RAW[leaf]}")  # the conv: [C, 1, K] -> the taps [K, C]
-        return found.reshape(spec.deltanet.conv_dim, -1).T if leaf == "conv.w" else found
-    if arch in QWEN35S and leaf in ("wq", "wgate"):  # q_proj: each head's query rows, then its gate's
-        rows = get(f"{base}.self_attn.q_proj.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
-        return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
-    if leaf in ("q_norm.w", "k_norm.w"):
-        return get(f"{base}.self_attn.{leaf[0]}_norm.weight")
-    if leaf == "sinks":
-        return get(f"{base}.self_attn.sinks")
-    if arch == GPT_OSS and (leaf in ("router", "b_router") or leaf.startswith("experts.")):
-        return _gpt_oss_moe_weight(base, leaf, get)
-    if leaf in ("router", "shared_gate") or leaf.startswith(("experts.", "shared.")):
-        return _moe_weight(base, leaf, spec, get)
-    module = LLAMA_MODULES[leaf[1:]]
-    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
+@dataclass(frozen=True)
+class BlockTensors:
+    """One block's tensors in a Hugging Face checkpoint, as a kind's `hf_tensor(leaf, tensors)` reads them:
+    `get(name[, expert])` the tensor `name` under the block's prefix (`layers.3`, `h.3`, `encoder.layer.3`),
+    `table(HF)` the kind's table (its HF) of the first of `families` it has, `spec` the model's ModelSpec."""
 
+    base: str
+    families: tuple[str, ...]
+    spec: ModelSpec
+    getter: Getter
+    transposed: bool = True  # linear weights stored [out, in] (GPT-2's Conv1D: already [in, out])
 
-EXPERT_PROJECTIONS = {"w_gate": "gate_proj", "w_up": "up_proj", "w_down": "down_proj"}
-DEEPSEEK_MODULES = hf_modules("deepseek")
+    def get(self, name: str, *expert: int) -> np.ndarray:
+        return self.getter(f"{self.base}.{name}", *expert)
 
+    def family(self, tables: dict) -> str | None:
+        """The first of the families that `tables` (a kind's HF) has."""
+        return next((family for family in self.families if family in tables), None)
 
-def _deepseek_block(base: str, part: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    """MLA's projections (`wq_b` from q_b_proj, `wkv_a` from kv_a_proj_with_mqa, …, their rope columns in the
-    half-split layout) and norms, the dense MLP, the router with its selection bias, the experts and the shared
-    experts."""
-    if part == "attn":
-        if leaf.endswith("_norm.w"):
-            return get(f"{base}.{DEEPSEEK_MODULES[leaf[:-2]]}.weight")
-        return half_split_rope(_linear(get, f"{base}.{DEEPSEEK_MODULES[leaf[1:]]}.weight"), leaf, spec)
-    if leaf == "score_bias":
-        return get(f"{base}.{DEEPSEEK_MODULES['router']}.e_score_correction_bias")
-    if leaf == "router" or leaf.startswith(("experts.", "shared.")):
-        return _moe_weight(base, leaf, spec, get, DEEPSEEK_MODULES)
-    return _linear(get, f"{base}.{LLAMA_MODULES[leaf[1:]]}.weight")
+    def table(self, tables: dict) -> dict:
+        return tables.get(self.family(tables), {})
 
+    def linear(self, module: str) -> np.ndarray:
+        """A linear module's weight, [in, out] as the engine keeps it."""
+        weight = self.get(f"{module}.weight")
+        return weight.T if self.transposed else weight
 
-def half_split_rope(weight: np.ndarray, leaf: str, spec: ModelSpec) -> np.ndarray:
-    """DeepSeek rotates interleaved pairs (x0, x1), (x2, x3), … and writes the result half-split: the rope
-    columns of `wq`/`wq_b` (each head's last d_rope) and of `wkv_a` (its last d_rope) reordered evens first, then
-    odds, make the engine's half-split RoPE give the same rotated rows. Other weights pass as they are."""
-    columns = rope_columns(leaf, spec, weight.shape[1])
-    return weight if columns is None else weight[:, columns]
+    def projection(self, leaf: str, module: str) -> np.ndarray:
+        """`module`'s weight (a leaf `w…`) or bias (`b…`)."""
+        return self.linear(module) if leaf.startswith("w") else self.get(f"{module}.bias")
 
-
-def rope_columns(leaf: str, spec: ModelSpec, width: int) -> np.ndarray | None:
-    """Engine column j of a DeepSeek projection `leaf` is the checkpoint's column `rope_columns(…)[j]` (None: the
-    same column)."""
-    mla = spec.mla
-    if leaf not in ("wq", "wq_b", "wkv_a"):
-        return None
-    order = np.concatenate([np.arange(0, mla.d_rope, 2), np.arange(1, mla.d_rope, 2)])
-    starts = ([mla.kv_lora_rank] if leaf == "wkv_a" else
-              [h * (mla.d_nope + mla.d_rope) + mla.d_nope for h in range(spec.n_heads)])
-    columns = np.arange(width)
-    for start in starts:
-        columns[start:start + mla.d_rope] = start + order
-    return columns
-
-
-def _moe_weight(base: str, leaf: str, spec: ModelSpec, get: Getter, modules: dict = LLAMA_MODULES) -> np.ndarray:
-    """The router (mlp.gate), Qwen2-MoE's shared expert and its gate, and expert E's projections:
-    mlp.experts.E.gate_proj.weight … as the Hub stores them, else transformers 5's fused
-    mlp.experts.gate_up_proj (E × 2f × d, the gate's rows first) and mlp.experts.down_proj (E × d × f)."""
-    if leaf in ("router", "shared_gate"):
-        return _linear(get, f"{base}.{modules[leaf]}.weight")
-    if leaf.startswith("shared."):
-        return _linear(get, f"{base}.{modules['shared']}.{EXPERT_PROJECTIONS[leaf[7:]]}.weight")
-    _, expert, projection = leaf.split(".")
-    experts, e, f = f"{base}.{modules['experts']}", int(expert), spec.moe.d_expert
-    try:
-        return _linear(get, f"{experts}.{expert}.{EXPERT_PROJECTIONS[projection]}.weight")
-    except ScenarioError as missing:
+    def either(self, first: Callable[[], np.ndarray], second: Callable[[], np.ndarray]) -> np.ndarray:
+        """`first()`, or where a tensor it reads is missing, `second()` (where that is missing too: `first`'s
+        refusal)."""
         try:
-            if projection == "w_down":
-                return get(f"{experts}.down_proj")[e].T
-            fused = get(f"{experts}.gate_up_proj")[e]
-        except ScenarioError:
-            raise missing from None
-        return (fused[:f] if projection == "w_gate" else fused[f:]).T
-
-
-def _gpt_oss_moe_weight(base: str, leaf: str, get: Getter) -> np.ndarray:
-    """gpt-oss's mlp.router (weight, bias) and its fused experts, stored [in, out]: mlp.experts.gate_up_proj
-    (E × d × 2f, the gate's and the up projection's columns interleaved: gate even, up odd) and its bias (E × 2f),
-    mlp.experts.down_proj (E × f × d) and its bias (E × d); the Hub's checkpoints store both matrices as MXFP4."""
-    if leaf in ("router", "b_router"):
-        return _linear(get, f"{base}.mlp.router.weight") if leaf == "router" else get(f"{base}.mlp.router.bias")
-    _, expert, name = leaf.split(".")
-    kind, projection = name.split("_")  # w_gate -> ("w", "gate")
-    suffix = "" if kind == "w" else "_bias"
-    if projection == "down":
-        return get(f"{base}.mlp.experts.down_proj{suffix}", int(expert))
-    fused = get(f"{base}.mlp.experts.gate_up_proj{suffix}", int(expert))  # MXFP4: only this expert is dequantized
-    return fused[..., 0::2] if projection == "gate" else fused[..., 1::2]
-
-
-def _phi3_fused(layer: str, leaf: str, spec: ModelSpec, get: Getter) -> np.ndarray:
-    """Phi-3 stores q | k | v as the rows of one qkv_proj, and gate | up as the rows of gate_up_proj."""
-    module, index = FUSED[leaf]
-    sections = ((spec.d_attn, spec.d_kv, spec.d_kv) if module == "qkv_proj" else (spec.d_ff, spec.d_ff))
-    start = sum(sections[:index])
-    mlp = "mlp" if module == "gate_up_proj" else "self_attn"
-    return get(f"layers.{layer}.{mlp}.{module}.weight")[start:start + sections[index]].T
-
-
-def _lfm2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"layers.{layer}"
-    norm = LFM2_NORMS.get(part if part.startswith("ln") else leaf)
-    if norm is not None:
-        return get(f"{base}.{norm}.weight")
-    module = LFM2_MODULES[leaf[1:]]
-    if leaf == "w_conv":  # a depthwise Conv1d: (channels, 1, K) -> the taps (K, channels)
-        return get(f"{base}.{module}.weight")[:, 0, :].T
-    return _linear(get, f"{base}.{module}.weight")
-
-
-def _gpt2_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"h.{layer}"
-    if part.startswith("ln"):
-        return get(f"{base}.ln_{part[-1]}.{'weight' if leaf == 'w' else 'bias'}")
-    kind = "weight" if leaf.startswith("w") else "bias"
-    if leaf[1:] in ("q", "k", "v"):  # c_attn holds q | k | v side by side
-        fused = get(f"{base}.attn.c_attn.{kind}")
-        third = "qkv".index(leaf[1]) * spec.d_model
-        return fused[..., third:third + spec.d_model]
-    module = GPT2_MODULES[leaf[1:]]
-    return get(f"{base}.{module}.{kind}")
-
-
-def _bert_block(layer: str, part: str, leaf: str, spec: ModelSpec, get: Getter, arch: str) -> np.ndarray:
-    base = f"encoder.layer.{layer}"
-    if part.startswith("ln"):
-        norm = "attention.output.LayerNorm" if part == "ln1" else "output.LayerNorm"
-        return get(f"{base}.{norm}.{'weight' if leaf == 'w' else 'bias'}")
-    module = BERT_MODULES[leaf[1:]]
-    return _linear(get, f"{base}.{module}.weight") if leaf.startswith("w") else get(f"{base}.{module}.bias")
+            return first()
+        except ScenarioError as missing:
+            try:
+                return second()
+            except ScenarioError:
+                raise missing from None

@@ -25,11 +25,13 @@ from engine.loading.document import Node, ScenarioError, inner, joined, parse, r
 from engine.compare.expect import parse_expectations
 from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
 from engine.progress import WEIGHTS, report
-from engine.layers import FFNS, MIXERS
+from engine.layers import FFNS, MIXERS, layer_options
 from engine.spec import (
     Chat,
     DecodeRule,
     FfnKind,
+    LayerContext,
+    LayerOption,
     LayerSpec,
     Message,
     ModelSpec,
@@ -231,7 +233,7 @@ MODEL_KEYS = {
     "kv_heads", "window", "rope",
 }
 ROPE_KEYS = {"theta", "rotary_dims"}
-LAYER_KEYS = {"mixer", "ffn", "window", "rope_theta", "kernel"}
+LAYER_KEYS = {"mixer", "ffn", "window", "rope_theta"}  # every layer's; beside them, its kinds' LAYER_OPTIONS
 
 
 def writable_mixers() -> tuple[str, ...]:
@@ -330,17 +332,19 @@ def _window_size(node: Node, causal: bool) -> int:
 
 
 def _layers(node: Node, positions: Positions, causal: bool) -> dict:
-    """`layers: [{mixer: attention, window: 4}, {mixer: attention}]`: each block's kinds and their options;
-    the blocks' windows also set the model's sliding window where they share one."""
-    blocks = []
+    """`layers: [{mixer: attention, window: 4}, {mixer: short_conv, kernel: 2}]`: each block's kinds and their
+    options; the blocks' windows also set the model's sliding window where they share one."""
+    blocks, offered = [], _offered_options()
     for item in node.items():
-        item.mapping(LAYER_KEYS)
+        item.mapping(LAYER_KEYS | set(offered))
         mixer = item.get("mixer").choice(writable_mixers()) if item.has("mixer") else LayerSpec.mixer
+        ffn = item.get("ffn").choice(tuple(FFNS)) if item.has("ffn") else LayerSpec.ffn
         blocks.append(LayerSpec(
             mixer=mixer,
-            ffn=item.get("ffn").choice(tuple(FFNS)) if item.has("ffn") else LayerSpec.ffn,
+            ffn=ffn,
             window=_window_size(item.get("window"), causal) if item.has("window") else None,
-            rope_theta=_layer_theta(item, positions), conv_kernel=_kernel(item, mixer)))
+            rope_theta=_layer_theta(item, positions),
+            options=_kind_options(item, mixer, ffn, offered, LayerContext(positions, causal))))
     if not blocks:
         raise node.error("expected at least one layer")
     windows = {block.window for block in blocks} - {None}
@@ -350,14 +354,21 @@ def _layers(node: Node, positions: Positions, causal: bool) -> dict:
             "sliding_layers": tuple(i for i, block in enumerate(blocks) if block.window is not None)}
 
 
-def _kernel(item: Node, mixer: str) -> int | None:
-    """A mixer with a causal conv: its taps (`kernel: 3`), else its kind's default (CONV_KERNEL)."""
-    default = getattr(MIXERS[mixer], "CONV_KERNEL", None)
-    if not item.has("kernel"):
-        return default
-    if default is None:
-        raise item.get("kernel").error(f"a {mixer} layer has no convolution")
-    return item.get("kernel").integer(minimum=1)
+def _offered_options() -> dict[str, LayerOption]:
+    """The per-layer options of every kind a scenario can write (their modules' LAYER_OPTIONS), by key."""
+    kinds = [*(MIXERS[name] for name in writable_mixers()), *FFNS.values()]
+    return {key: option for kind in kinds for key, option in getattr(kind, "LAYER_OPTIONS", {}).items()}
+
+
+def _kind_options(item: Node, mixer: str, ffn: str, offered: dict[str, LayerOption],
+                  context: LayerContext) -> dict:
+    """The options the layer's kinds take (`kernel: 3`), each given or its default; another kind's is refused."""
+    taken = layer_options(mixer, ffn)
+    for key in sorted(set(offered) - set(taken)):
+        if item.has(key):
+            raise item.get(key).error(offered[key].elsewhere.format(mixer=mixer, ffn=ffn))
+    return {key: option.parse(item.get(key), context) if item.has(key) else option.default
+            for key, option in taken.items()}
 
 
 def _layer_theta(item: Node, positions: Positions) -> float | None:

@@ -385,11 +385,17 @@ class Debugger:
         """Switch to the next deliberate bug (or none) and replay to the same step.
 
         A bug that cannot run on this model (layer 1's cache in a one-layer model, positions past a
-        learned table) is skipped."""
-        names = [None, *(name for name, fault in FAULTS.items() if not fault.cannot_run(self.scenario))]
-        self.inject = names[(names.index(self.inject) + 1) % len(names)]
+        learned table) is skipped, and the result says why."""
+        names = [None, *FAULTS]
+        skipped = []
+        for name in names[names.index(self.inject) + 1:] + [None]:
+            why = name and FAULTS[name].cannot_run(self.scenario)
+            if not why:
+                break
+            skipped.append((name, why))
+        self.inject = name
         self._adopt(self._new_run(self.history.cursor, progress))
-        return InjectionChanged(self.inject)
+        return InjectionChanged(self.inject, tuple(skipped))
 
     # -- weight edits ----------------------------------------------------------------------------------
     def edit_asks_about_the_cache(self) -> bool:
@@ -637,7 +643,7 @@ class Debugger:
     @owning
     def lens(self, k: int = 3):
         """The logit lens of the current round, and its choice's attribution once chosen (readings.round_lens)."""
-        return round_lens(self.session.model, self.history.round_states(), k)
+        return round_lens(self.session.model, self.history.round_states(), self.scenario.vocab, k)
 
     def glance(self) -> Glance:
         """Heads at a glance of the round the cursor is in, as the last move published it."""

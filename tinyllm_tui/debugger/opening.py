@@ -93,8 +93,9 @@ def check_options(options: ModelOptions):
     if options.inject is not None and options.inject not in INJECTIONS:
         raise OptionError("--inject", cause("option.bug", bug=options.inject, names=", ".join(INJECTIONS)))
     for name, form in _forms(options).items():
-        if form not in layers.forms()[name]:
-            raise OptionError(f"--{name}", cause("option.form", form=form, forms=" or ".join(layers.forms()[name])))
+        *others, last = layers.forms()[name]
+        if form not in (*others, last):
+            raise OptionError(f"--{name}", cause("option.form", form=form, forms=", ".join(others), last=last))
     for text in options.breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before anything loads
     _max_memory(options.max_memory)

@@ -5,8 +5,9 @@ Computed on demand (in a worker: the lens unembeds every residual stream), never
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,17 +17,27 @@ from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
 from engine.layers import route
 from engine.model import Transformer
+from engine.scenario import Vocab
 from engine.trace import OpState
 from tinyllm_tui.debugger.results import Reason, Refused
 
 
-def round_lens(model: Transformer, states: Iterable[OpState], k: int = 3
-               ) -> tuple[Pass, list[LensRow], Attribution | None] | Refused:
+class LensReading(NamedTuple):
+    """One round's logit lens, its choice's attribution (None before the choice), and the vocabulary to word
+    their tokens with."""
+
+    run: Pass
+    rows: list[LensRow]
+    attribution: Attribution | None
+    vocab: Vocab
+
+
+def round_lens(model: Transformer, states: Iterable[OpState], vocab: Vocab, k: int = 3) -> LensReading | Refused:
     """The lens of the round `states` belong to, and the chosen token's attribution once it is chosen;
     refused, with the reason `run --lens` gives, for a model without one (an encoder, a post-norm model)."""
     run = next(passes(states))
     try:
-        return (run, *pass_lens(model, run, k))
+        return LensReading(run, *pass_lens(model, run, k), vocab)
     except AnalysisError as error:
         return Refused(Reason.NO_LENS, (error.cause,))
 
@@ -48,37 +59,38 @@ def pattern_hook(layer: int) -> Hook:
     return Hook(layer, "attn", "hook_pattern")
 
 
-def layer_patterns(states: Iterable[OpState], layer: int, chunk: int = 0) -> list[np.ndarray]:
-    """Every head's attention pattern of `layer` in one chunk of the round, head 0 first."""
-    site = pattern_hook(layer)
-    found = {s.head: to_host(s.values) for s in states if s.op.hook == site and s.chunk == chunk}
-    return [found[head] for head in sorted(found)]
+def pattern_sites(states: Iterable[OpState], chunk: int) -> dict[int, dict[int, tuple[int, object]]]:
+    """Layer -> head -> (its pattern's step, its pattern as the backend holds it), heads in order, for one chunk."""
+    sites: dict[int, dict[int, tuple[int, object]]] = {}
+    for s in states:
+        if s.chunk == chunk and s.layer is not None and s.op.hook == pattern_hook(s.layer):
+            sites.setdefault(s.layer, {})[s.head] = (s.step, s.values)
+    return {layer: dict(sorted(heads.items())) for layer, heads in sites.items()}
 
 
 @dataclass(frozen=True)
 class Glance:
     """Every head's attention pattern, layer by layer, in one chunk of the round the cursor is in (heads at a
-    glance): read a layer at a time, as the window moves to it."""
+    glance): each layer's copied to the host as the window moves to it."""
 
     layer: int  # the cursor's layer (0 outside one): shown first
     layers: int
     keys: tuple[str, ...]  # the text of each key position's token
-    states: Sequence[OpState] = field(repr=False)  # the round's operators, as the move that published them left them
-    chunk: int = 0
+    sites: Mapping[int, Mapping[int, tuple[int, object]]] = field(repr=False)  # pattern_sites of the round
 
     def patterns(self, layer: int) -> list[np.ndarray]:
-        return layer_patterns(self.states, layer, self.chunk)
+        return [to_host(values) for _, values in self.sites.get(layer, {}).values()]
 
     def step(self, layer: int, head: int) -> int | None:
         """Where `head`'s pattern of `layer` is (None: not in this chunk of the round)."""
-        site = pattern_hook(layer)
-        return next((s.step for s in self.states if s.op.hook == site and s.head == head and s.chunk == self.chunk),
-                    None)
+        site = self.sites.get(layer, {}).get(head)
+        return None if site is None else site[0]
 
 
 def round_glance(states: Sequence[OpState], state: OpState, layers: int, tokens: Sequence[str]) -> Glance:
     """Heads at a glance of the chunk `state` is in, starting at its layer; `tokens`: the vocabulary's texts."""
-    return Glance(state.layer or 0, layers, tuple(tokens[token] for token in state.context), states, state.chunk)
+    return Glance(state.layer or 0, layers, tuple(tokens[token] for token in state.context),
+                  pattern_sites(states, state.chunk))
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,8 @@ class BreakpointsCleared:
 @dataclass(frozen=True)
 class InjectionChanged:
     name: str | None  # None: no injected bug
+    skipped: tuple[tuple[str, object], ...] = ()  # the bugs passed over to reach it, each with why it cannot run
+    # here (a cause, engine.causes)
 
 
 class EditKind(StrEnum):

@@ -79,6 +79,8 @@ EN = {
     "result.breakpoint_removed": "removed breakpoint {text}", "result.breakpoints_cleared": "removed {count} breakpoints",
     "result.breakpoints_cleared.one": "removed {count} breakpoint",
     "result.inject": "now: {name}: {description}", "result.no_inject": "no injected bug",
+    "result.inject.skipped": " · skipped {count} that cannot run here: {bugs}",
+    "result.inject.bug": "{name}: {why}", "result.inject.between": "; ",
     "result.edited": "edited {name}", "result.restored": "restored {count} unsaved edits", "result.restored.one": "restored {count} unsaved edit",
     "result.undone": "undid the edit of {name}", "result.redone": "redid the edit of {name}",
     "result.recomputed": "recomputed the cache with the current weights", "result.saved": "saved to {path}",
@@ -182,7 +184,6 @@ EN = {
     "matrix.no_finite": "{label}: no finite value",
     "where.prefill": "prefill", "where.decode": "decode {round}",
     "label.slot": "s{slot}", "label.empty": "empty", "label.batch_row": "r{request}",
-    "label.sink": "sink", "label.scale": "scale", "label.scale_head": "scale h{head}", "label.token_id": "token id",
     # the KV cache
     "cache.none": "This model keeps no KV cache (no layer has run yet).",
     "cache.where": "KV · layer {layer} of 0–{last_layer} · head {head} of 0–{last_head}",
@@ -216,6 +217,7 @@ EN = {
     # the diff dialog
     "diff.title": "Full recompute vs KV-cached run · Enter: go to the operator · Esc: close",
     "diff.injected": "injected bug {name}: {description}",
+    "cli.invalid": "Invalid value for {option}: {why}", "cli.invalid_value": "Invalid value: {why}",
     "diff.flip": "⚠ first routing flip against the float64 exact-cache run: {where} · layer {layer} · token {token}: "
                  "reference chose {ours} (margin {margin}), {other} {theirs}",
     "diff.agrees": "✓ cached equals full recompute: every operator within {tolerance:g}",
@@ -337,6 +339,8 @@ ZH = {
     "breakpoint.misnamed.in": "断点 {text!r}：{why}",
     "result.breakpoint_removed": "已删除断点 {text}", "result.breakpoints_cleared": "已删除 {count} 个断点",
     "result.inject": "现在：{name}：{description}", "result.no_inject": "没有注入错误",
+    "result.inject.skipped": " · 跳过 {count} 个无法在此运行的错误：{bugs}",
+    "result.inject.bug": "{name}：{why}", "result.inject.between": "；",
     "result.edited": "已修改 {name}", "result.restored": "已恢复 {count} 处未保存的修改",
     "result.undone": "已撤销对 {name} 的修改", "result.redone": "已重做对 {name} 的修改",
     "result.recomputed": "已用当前权重重新计算缓存", "result.saved": "已保存到 {path}",
@@ -420,7 +424,6 @@ ZH = {
     "matrix.no_finite": "{label}：没有有限值",
     "where.prefill": "预填充", "where.decode": "解码 {round}",
     "label.slot": "槽{slot}", "label.empty": "空", "label.batch_row": "请求{request}",
-    "label.sink": "汇聚", "label.scale": "尺度", "label.scale_head": "尺度 h{head}", "label.token_id": "Token编号",
     "cache.none": "此模型没有KV缓存（还没有层运行）。",
     "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.fed": "已输入 {rows} 个Token，{new} 个新增（+）", "cache.current": "来自当前权重",
@@ -446,6 +449,7 @@ ZH = {
     "expect.summary": "{passed}/{tables} 张表完全一致；{agreeing}/{cells} 个印出的单元格一致",
     "diff.title": "完整重算 与 KV缓存运行 对比 · Enter：跳转到算子 · Esc：关闭",
     "diff.injected": "注入的错误 {name}：{description}",
+    "cli.invalid": "{option} 的值无效：{why}", "cli.invalid_value": "值无效：{why}",
     "diff.flip": "⚠ 与float64精确缓存运行相比，首次路由翻转：{where} · 第{layer}层 · Token {token}：参考选择 {ours}"
                  "（差距 {margin}），{other} 选择 {theirs}",
     "diff.agrees": "✓ 缓存结果等于完整重算：每个算子都在 {tolerance:g} 之内",
@@ -508,6 +512,8 @@ ZH = {
 for part in (i18n_causes, i18n_loading):
     EN |= {f"cause.{code}": text for code, text in part.EN.items()}
     ZH |= {f"cause.{code}": text for code, text in part.ZH.items()}
+EN |= {code: text for code, text in i18n_causes.EN.items() if code.startswith("label.")}  # in views' labels too
+ZH |= {code: text for code, text in i18n_causes.ZH.items() if code.startswith("label.")}
 
 CATALOGUES = {"en": EN, "zh": ZH}
 

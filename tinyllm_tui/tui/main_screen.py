@@ -684,11 +684,10 @@ class DebuggerScreen(Screen):
         if isinstance(reading, Refused):  # no lens for this model, or the expect: check held the generator a moment
             self.say(reading)
             return
-        run, rows, attribution = reading
-        frame = self.debugger.frame
+        run, frame = reading.run, self.debugger.frame
         title = tr("lens.title", self.lang, request=run.request, where=where(frame.phase, run.round, self.lang))
         self.set_status()
-        self.app.push_screen(LensScreen(title, run, rows, attribution, self.debugger.scenario.vocab, self.lang))
+        self.app.push_screen(LensScreen(title, reading, self.lang))
 
     @when_idle
     def action_glance(self) -> None:

@@ -69,10 +69,14 @@ def describe(result: Result, lang: str, *, pieces: bool = False) -> str:
             return tr("result.breakpoint_removed", lang, text=text)
         case BreakpointsCleared(count=count):
             return tr("result.breakpoints_cleared", lang, count=count)
-        case InjectionChanged(name=None):
-            return tr("result.no_inject", lang)
-        case InjectionChanged(name=name):
-            return tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang))
+        case InjectionChanged(name=name, skipped=skipped):
+            now = (tr("result.no_inject", lang) if name is None else
+                   tr("result.inject", lang, name=name, description=tr(f"inject.{name}", lang)))
+            if not skipped:
+                return now
+            bugs = tr("result.inject.between", lang).join(tr("result.inject.bug", lang, name=bug, why=words(why, lang))
+                                                   for bug, why in skipped)
+            return now + tr("result.inject.skipped", lang, count=len(skipped), bugs=bugs)
         case Intervened(change=change, text=text, choice=choice, unreached=unreached, unmasked=unmasked):
             pending = "" if unreached is None else tr("result.intervention.unreached", lang, layer=unreached[0],
                                                       expert=unreached[1])

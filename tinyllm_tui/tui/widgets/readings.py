@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from tinyllm_tui.presentation.glance import GUTTER, heads_glance_lines, head_width
 from tinyllm_tui.presentation.lens import CELL, attribution_lines, lens_lines
-from tinyllm_tui.debugger.readings import Glance, Routing
+from tinyllm_tui.debugger.readings import Glance, LensReading, Routing
 from tinyllm_tui.presentation.routing import experts_glance_lines, routing_lines
 from tinyllm_tui.tui.i18n import tr
 
@@ -62,10 +62,10 @@ class LensScreen(_Window):
 
     BINDINGS = [Binding("escape,l,q", "dismiss", "Close"), *MOVES]
 
-    def __init__(self, title: str, run, rows: list, attribution, vocab, lang: str = "en"):
-        """`run`, `rows`, `attribution`: what the Debugger's lens read (tinyllm_tui.debugger.readings.round_lens)."""
+    def __init__(self, title: str, reading: LensReading, lang: str = "en"):
+        """`reading`: what the Debugger's lens read."""
         super().__init__(title, lang)
-        self._run, self._rows, self._attribution, self._vocab = run, rows, attribution, vocab
+        self._run, self._rows, self._attribution, self._vocab = reading
 
     def lines(self, width: int, height: int) -> list[str]:
         label = max((len(row.hook) for row in self._rows), default=0)

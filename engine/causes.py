@@ -34,7 +34,7 @@ LOADING = frozenset({
     "scenario.prompt_keys", "scenario.empty_request", "scenario.positions", "scenario.vectors_decoder",
     "scenario.text_needs_tokenizer", "scenario.cannot_encode", "scenario.chat_needs_template", "scenario.no_messages",
     "scenario.chat_token", "scenario.pad_token", "scenario.pad_short", "scenario.forbid_all", "scenario.positive",
-    "scenario.probability",
+    "scenario.probability", "scenario.no_layers", "scenario.layer_theta", "scenario.option_elsewhere",
     # a weight file: safetensors or npz (engine/loading/weightfile.py)
     "weightfile.suffix", "weightfile.missing", "weightfile.missing_more", "weightfile.extra", "weightfile.not_float",
     "weightfile.unreadable", "weightfile.header_length", "weightfile.header_big", "weightfile.header_cut",

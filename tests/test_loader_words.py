@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import ROOT
-from engine import ScenarioError, load_scenario
+from engine import ScenarioError, load_scenario, load_scenario_text
 from loader_mutations import mutant
 from said_before import SEED
 from tinyllm_tui.cli import app
@@ -56,12 +56,9 @@ def test_the_sentence_finder_finds_sentences():
     assert [worded_in_place(call.args[-1]) for call in calls] == [True, True, False, False]
 
 
-PENDING = {"scenario_file.py"}  # _layers, _kernel, _layer_theta: helper C rewrites them
-
-
 @pytest.mark.parametrize("path", LOADERS, ids=[path.name for path in LOADERS])
 def test_no_loader_words_a_refusal_itself(path):
-    assert (sentences(path) != []) == (path.name in PENDING)  # a file done leaves PENDING
+    assert sentences(path) == []
 
 
 def said(args: list[str]) -> list[str]:
@@ -173,3 +170,16 @@ def test_open_with_lang_zh_refuses_a_bad_file_in_chinese(monkeypatch, on_a_termi
     assert (result.exit_code, result.stderr) == (2, f"tinyllm-tui: error: {case}{ZH_REFUSALS[case.name]}\n")
     english = CliRunner().invoke(app, ["open", str(case), "--lang", "en"])
     assert english.stderr == "\n".join(BEFORE[f"bad/{case.name}"]).replace("{bad}", str(BAD)) + "\n"
+
+
+def test_a_layer_option_another_kind_takes_is_refused_in_its_kinds_words():
+    """`kernel:` on an attention layer: the short conv's cause, worded in its module in both languages."""
+    from said import said
+    from test_layer_kinds import GQA_TEXT
+
+    text = GQA_TEXT.replace("{mixer: attention, window: 4}", "{mixer: attention, kernel: 3}", 1)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario_text(text, "gqa.yaml")
+    where = f"gqa.yaml:{caught.value.line}: model.layers[0].kernel: "
+    assert said(caught.value, "zh") == where + "attention 层没有卷积"
+    assert said(caught.value, "en") == where + "a attention layer has no convolution"

@@ -346,7 +346,7 @@ def _layers(node: Node, positions: Positions, causal: bool) -> dict:
             rope_theta=_layer_theta(item, positions),
             options=_kind_options(item, mixer, ffn, offered, LayerContext(positions, causal))))
     if not blocks:
-        raise node.error("expected at least one layer")
+        raise node.error(cause("scenario.no_layers"))
     windows = {block.window for block in blocks} - {None}
     if len(windows) != 1:
         return {"layers": tuple(blocks)}
@@ -366,7 +366,7 @@ def _kind_options(item: Node, mixer: str, ffn: str, offered: dict[str, LayerOpti
     taken = layer_options(mixer, ffn)
     for key in sorted(set(offered) - set(taken)):
         if item.has(key):
-            raise item.get(key).error(offered[key].elsewhere.format(mixer=mixer, ffn=ffn))
+            raise item.get(key).error(cause(offered[key].elsewhere, mixer=mixer, ffn=ffn))
     return {key: option.parse(item.get(key), context) if item.has(key) else option.default
             for key, option in taken.items()}
 
@@ -375,7 +375,7 @@ def _layer_theta(item: Node, positions: Positions) -> float | None:
     if not item.has("rope_theta"):
         return None
     if positions is not Positions.ROPE:
-        raise item.get("rope_theta").error("rope_theta needs positions: rope")
+        raise item.get("rope_theta").error(cause("scenario.layer_theta"))
     return _positive(item.get("rope_theta"))
 
 

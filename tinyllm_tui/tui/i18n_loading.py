@@ -84,6 +84,8 @@ EN = {
     "scenario.forbid_all": "forbids every one of the {tokens} tokens: decoding would have none to choose",
     "scenario.positive": "expected a number > 0, got {value}",
     "scenario.probability": "expected a number in (0, 1], got {value}",
+    "scenario.no_layers": "expected at least one layer", "scenario.layer_theta": "rope_theta needs positions: rope",
+    "scenario.option_elsewhere": "a layer of mixer {mixer} and FFN {ffn} takes no such option",
     # a weight file
     "weightfile.suffix": "expected a {suffixes} file",
     "weightfile.missing": "missing from the weight file",
@@ -404,6 +406,8 @@ ZH = {
     "scenario.forbid_all": "禁止了全部 {tokens} 个词元：解码将无词可选",
     "scenario.positive": "应为 > 0 的数字，实际是 {value}",
     "scenario.probability": "应为 (0, 1] 内的数字，实际是 {value}",
+    "scenario.no_layers": "至少需要一层", "scenario.layer_theta": "rope_theta 需要 positions: rope",
+    "scenario.option_elsewhere": "mixer 为 {mixer}、FFN 为 {ffn} 的层不接受这个选项",
     "weightfile.suffix": "应为 {suffixes} 文件",
     "weightfile.missing": "权重文件中缺少它",
     "weightfile.missing_more": "权重文件中缺少它（另有 {more} 个）",

@@ -114,6 +114,7 @@ CODES = frozenset({
     "fault.not_left_padded", "fault.no_positions", "fault.no_per_layer_input",
     # an option the front ends refuse (tinyllm_tui/debugger/opening.py, standalone.py: OptionError)
     "option.bug", "option.form", "option.cannot_run", "option.system", "option.ids", "option.unwritable",
+    "option.no_tables", "option.serve_relative",
     # a size (--max-memory: engine/loading/budget.py)
     "size.syntax",
     # a head the gradient check cannot take (engine/compare/gradcheck.py)

@@ -127,7 +127,8 @@ def fields(text: str) -> set[str]:
 CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
                   r"|gradcheck|cache|view|label|value|doc|scenario|weightfile|checkpoint|chat|tok|gguf|hf|cacheopt|budget"
                   r"|dump|llamacpp|exact)(\.[a-z_]+)+")  # a cause's code
-NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
+NAMING = ("engine", "tinyllm_tui/debugger", "tinyllm_tui/serve")  # where codes are named: the engine, the options
+# the Debugger refuses, the lessons serve refuses
 
 
 def kinds_words() -> dict[str, dict[str, str]]:

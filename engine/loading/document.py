@@ -54,9 +54,9 @@ class ScenarioError(ValueError):
     """An invalid scenario: names the file, the line and the path inside the document. Its text is always
     one printable line, whatever names or values from the file it holds."""
 
-    def __init__(self, file: str, line: int | None, path: str, message: str | Cause):
-        """`message`: a cause (engine.causes) a front end words (tinyllm_tui.debugger.errors.bad_input), or, from a
-        front end, its own sentence; `str(error)` holds the cause unworded."""
+    def __init__(self, file: str, line: int | None, path: str, message: Cause):
+        """`message`: a cause (engine.causes) a front end words (tinyllm_tui.debugger.errors.bad_input);
+        `str(error)` holds it unworded."""
         self.file, self.line, self.path, self.message = file, line, path, message
         super().__init__(located(file, line, path, str(message)))
 

@@ -29,7 +29,7 @@ class OptionError(ValueError):
 def bad_input(error: BaseException, word: Callable[[Cause], str]) -> str | None:
     """The one line a bad input says (a file, a breakpoint, an edit, an intervention, a reading), its cause in the
     words `word` gives it (the front end's catalogue); None for an error that is not a bad input."""
-    if isinstance(error, ScenarioError) and isinstance(error.message, Cause):  # a file's breakpoint, intervention
+    if isinstance(error, ScenarioError):  # a file's refusal, located
         return located(error.file, error.line, error.path, word(error.message))
     if isinstance(error, CausedError):
         return word(error.cause)

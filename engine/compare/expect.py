@@ -126,7 +126,8 @@ def _check_reachable(node: Node, e: Expectation, requests: Sequence[Request], mo
         if position not in positions:
             raise node.get("rows").items()[i].error(cause("expect.position", position=position, where=where))
     if e.rows is None and len(e.printed) > len(positions):
-        raise node.get("values").error(cause("expect.row_count", rows=len(e.printed), where=where, computed=len(positions)))
+        raise node.get("values").error(cause("expect.row_count", rows=len(e.printed), where=where,
+                                             computed=len(positions)))
 
 
 def _expectation(node: Node, index: int) -> Expectation:
@@ -149,9 +150,9 @@ def _expectation(node: Node, index: int) -> Expectation:
         tolerances = [tuple(tolerance for _ in row) for row in printed]
     picked = {key: _indices(node.get(key)) if node.has(key) else None for key in ("rows", "cols")}
     if picked["rows"] is not None and len(picked["rows"]) != len(printed):
-        raise node.get("rows").error(cause("expect.named_rows", named=len(picked['rows']), rows=len(printed)))
+        raise node.get("rows").error(cause("expect.named_rows", named=len(picked["rows"]), rows=len(printed)))
     if picked["cols"] is not None and len(picked["cols"]) != len(printed[0]):
-        raise node.get("cols").error(cause("expect.named_columns", named=len(picked['cols']), columns=len(printed[0])))
+        raise node.get("cols").error(cause("expect.named_columns", named=len(picked["cols"]), columns=len(printed[0])))
     return Expectation(
         op=node.get("op").text(),
         request=node.get("request").integer(minimum=0) if node.has("request") else 0,

@@ -84,7 +84,8 @@ def _folder_template(folder: Path) -> ChatTemplate:
     if isinstance(text, list):
         text = next((t.get("template") for t in text if isinstance(t, dict) and t.get("name") == "default"), None)
     if not isinstance(text, str) or not text.strip():
-        raise ScenarioError(str(folder), None, "chat_template", cause("chat.no_template", template_file=TEMPLATE_FILE, config_file=CONFIG_FILE))
+        raise ScenarioError(str(folder), None, "chat_template", cause("chat.no_template", template_file=TEMPLATE_FILE,
+                                                                      config_file=CONFIG_FILE))
     return ChatTemplate(str(config_file), "chat_template", text, specials)
 
 
@@ -130,7 +131,8 @@ def render(template: ChatTemplate, messages: list[Message] | tuple[Message, ...]
     except jinja2.TemplateError as error:  # raise_exception, an undefined name used, the sandbox's refusals
         raise template.error(cause("chat.refused", at=_template_line(error), why=_one_line(str(error)))) from None
     except Exception as error:  # the template's own code: a wrong type, a missing key, a recursion
-        raise template.error(cause("chat.failed", at=_template_line(error), error=type(error).__name__, why=_one_line(str(error)))) from None
+        raise template.error(cause("chat.failed", at=_template_line(error), error=type(error).__name__,
+                                   why=_one_line(str(error)))) from None
 
 
 @cache

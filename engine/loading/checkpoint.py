@@ -186,7 +186,8 @@ def _gguf(path: Path, budget: tuple[int, str]):
     tokens = model.meta["tokenizer.ggml.tokens"]  # an array of strings: gguf_tokenizer checked it
     size, distinct = len(tokens), len(set(tokens))
     if distinct < size:  # each text then encodes as the last of its ids, the others only decode
-        warn(str(path), "tokenizer.ggml.tokens", cause("checkpoint.repeated_tokens", repeated=size - distinct, size=size))
+        warn(str(path), "tokenizer.ggml.tokens", cause("checkpoint.repeated_tokens", repeated=size - distinct,
+                                                       size=size))
     special = {"eos": token_id(model.meta, "tokenizer.ggml.eos_token_id", size, model.error), "pad": None}
     as_dtype = DTYPES[budget[1]]
     tensors = (model.stand_in, lambda name, expert=None: model.dequantized(name, as_dtype, expert))
@@ -216,7 +217,8 @@ def _hf_tokenizer(file: Path) -> Tokenizer | None:
     """The folder's tokenizer; None without tokenizer.json (ids need no tokenizer: each id's text is `#id`)."""
     if not file.exists():
         return None
-    with tokenizer_errors(lambda message: ScenarioError(str(file), None, "", cause("checkpoint.tokenizer", why=message))):
+    with tokenizer_errors(lambda message: ScenarioError(str(file), None, "",
+                                                        cause("checkpoint.tokenizer", why=message))):
         tokenizer = Tokenizer.from_file(str(file))
     tokenizer.no_padding()
     return tokenizer

@@ -61,7 +61,8 @@ class _Reader:
         count = self.scalar(10, where)
         room = (len(self.data) - self.at) // smallest
         if count > room:
-            raise Damage(where, cause("gguf.count", count=count, what=what, remaining=len(self.data) - self.at, room=room))
+            raise Damage(where, cause("gguf.count", count=count, what=what, remaining=len(self.data) - self.at,
+                                      room=room))
         return count
 
     def value(self, kind: int, where: str, depth: int = 0):
@@ -122,7 +123,9 @@ def _walk(reader: _Reader) -> None:
                 raise Damage(key, alignment_problem(value))
             alignment = value
     if tensors * SMALLEST["tensor info"] > len(reader.data) - reader.at:
-        raise Damage("header.tensor_count", cause("gguf.tensor_count", tensors=tensors, remaining=len(reader.data) - reader.at, room=(len(reader.data) - reader.at) // SMALLEST['tensor info']))
+        raise Damage("header.tensor_count", cause("gguf.tensor_count", tensors=tensors,
+                                                  remaining=len(reader.data) - reader.at,
+                                                  room=(len(reader.data) - reader.at) // SMALLEST['tensor info']))
     infos = [_tensor_info(reader, i) for i in range(tensors)]
     start = -(-reader.at // alignment) * alignment
     for name, dims, kind, offset in infos:
@@ -152,4 +155,5 @@ def _check_extent(name: str, dims: list[int], kind: GGMLQuantizationType, start:
     need = count // block * block_bytes
     if start + need > size:
         held = max(size - start, 0)
-        raise Damage(f"tensor {name}", cause("gguf.extent", need=need, name=kind.name, shape=shape, start=start, held=held, size=size))
+        raise Damage(f"tensor {name}", cause("gguf.extent", need=need, name=kind.name, shape=shape, start=start,
+                                             held=held, size=size))

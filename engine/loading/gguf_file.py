@@ -176,4 +176,6 @@ class GGUFFile:
         placed = sorted((info for info in self.tensors.values() if info.nbytes), key=lambda info: info.offset)
         for before, after in zip(placed, placed[1:]):
             if after.offset < before.offset + before.nbytes:
-                raise self.error(f"tensor {after.name}", cause("gguf.overlap", start=after.offset, name=before.name, first=before.offset, last=before.offset + before.nbytes - 1))
+                raise self.error(f"tensor {after.name}", cause("gguf.overlap", start=after.offset, name=before.name,
+                                                               first=before.offset,
+                                                               last=before.offset + before.nbytes - 1))

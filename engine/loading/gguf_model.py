@@ -85,7 +85,8 @@ class GGUFModel:
     def spec(self) -> ModelSpec:
         arch = self.arch
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
-            raise self.error("general.architecture", cause("gguf.architecture", arch=arch, supported=', '.join(ARCHITECTURES)))
+            raise self.error("general.architecture", cause("gguf.architecture", arch=arch,
+                                                           supported=', '.join(ARCHITECTURES)))
         if arch == gguf_gemma4.ARCH:
             return gguf_gemma4.spec(self)
         if arch == gguf_deepseek.ARCH:
@@ -126,7 +127,7 @@ class GGUFModel:
         arch = self.arch
         for key, allowed in UNSUPPORTED.items():
             if self.meta.get(f"{arch}.{key}", allowed) != allowed:
-                raise self.error(f"{arch}.{key}", cause("gguf.only", value=self.meta[f'{arch}.{key}'], allowed=allowed))
+                raise self.error(f"{arch}.{key}", cause("gguf.only", value=self.meta[f"{arch}.{key}"], allowed=allowed))
         experts, used = self._size(f"{arch}.expert_count"), self._size(f"{arch}.expert_used_count")
         if used > experts:
             raise self.error(f"{arch}.expert_used_count", cause("gguf.top_k", used=used, experts=experts))
@@ -152,7 +153,8 @@ class GGUFModel:
         k_heads, v_heads = self._size(f"{key}.group_count"), self._size(f"{key}.time_step_rank")
         inner = self._size(f"{key}.inner_size")
         if v_heads % k_heads or inner % v_heads:
-            raise self.error(f"{key}.time_step_rank", cause("gguf.value_heads", v_heads=v_heads, k_heads=k_heads, inner=inner))
+            raise self.error(f"{key}.time_step_rank", cause("gguf.value_heads", v_heads=v_heads, k_heads=k_heads,
+                                                            inner=inner))
         net = DeltaNetSpec(k_heads, v_heads, self._size(f"{key}.state_size"), inner // v_heads,
                            self._size(f"{key}.conv_kernel"))
         recurrent = self.meta.get(f"{arch}.attention.recurrent_layers")
@@ -162,7 +164,8 @@ class GGUFModel:
         recurrent = recurrent.tolist() if isinstance(recurrent, np.ndarray) else recurrent
         if not isinstance(recurrent, list) or len(recurrent) != spec.n_layers or \
                 not all(isinstance(flag, bool) for flag in recurrent):
-            raise self.error(f"{arch}.attention.recurrent_layers", cause("gguf.recurrent", n_layers=spec.n_layers, recurrent=recurrent))
+            raise self.error(f"{arch}.attention.recurrent_layers",
+                             cause("gguf.recurrent", n_layers=spec.n_layers, recurrent=recurrent))
         dims = self._size(f"{arch}.rope.dimension_count", spec.d_head)
         if dims > spec.d_head or dims % 2:
             raise self.error(f"{arch}.rope.dimension_count", cause("gguf.rotary_dims", d_head=spec.d_head, dims=dims))
@@ -213,7 +216,8 @@ class GGUFModel:
             return None if factor == 1.0 else (float(factor),) * (d_head // 2)
         freqs = self.dequantized("rope_freqs.weight", np.float64)
         if freqs.shape != (d_head // 2,) or not np.all(np.isfinite(freqs) & (freqs > 0)):
-            raise self.error("rope_freqs.weight", cause("gguf.freqs", d_head=d_head // 2, shape=format_shape(freqs.shape)))
+            raise self.error("rope_freqs.weight", cause("gguf.freqs", d_head=d_head // 2,
+                                                        shape=format_shape(freqs.shape)))
         return tuple(float(f) * factor for f in freqs)
 
     def _yarn(self, d_head: int) -> tuple[float, ...]:
@@ -256,10 +260,12 @@ class GGUFModel:
         """The depth and the query width against what the file holds, before RoPE's divisors (one per
         frequency) and the sliding layers' list are made from them: 2^31 would take gigabytes."""
         if layers > len(self.tensors):
-            raise self.error(f"{self.arch}.block_count", cause("gguf.layers_held", layers=layers, n_tensors=len(self.tensors)))
+            raise self.error(f"{self.arch}.block_count", cause("gguf.layers_held", layers=layers,
+                                                               n_tensors=len(self.tensors)))
         size = self.path.stat().st_size
         if query_numbers > 8 * size:  # no ggml type takes under a bit a number
-            raise self.error(f"{self.arch}.attention.key_length", cause("gguf.query_held", query_numbers=query_numbers, size=size))
+            raise self.error(f"{self.arch}.attention.key_length",
+                             cause("gguf.query_held", query_numbers=query_numbers, size=size))
 
     def _epsilon(self) -> float:
         """RMSNorm's epsilon: a number in [0, 1), as config.json's rms_norm_eps is read."""

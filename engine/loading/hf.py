@@ -92,11 +92,13 @@ def text_model(config: dict, file: Path) -> dict:
     kind, tied = COMPOSITES[config["model_type"]]
     text = config.get("text_config")
     if "text_config" not in config:
-        raise ConfigError(file, "text_config", cause("hf.no_text_config", model_type=config['model_type']))
+        raise ConfigError(file, "text_config", cause("hf.no_text_config", model_type=config["model_type"]))
     if not isinstance(text, dict):
         raise ConfigError(file, "text_config", cause("hf.text_config", text=text))
     if text.get("model_type", kind) != kind:
-        raise ConfigError(file, "text_config.model_type", cause("hf.text_model_type", kind=kind, model_type=config['model_type'], given=text['model_type']))
+        raise ConfigError(file, "text_config.model_type", cause("hf.text_model_type", kind=kind,
+                                                                model_type=config["model_type"],
+                                                                given=text["model_type"]))
     tied = config.get("tie_embedding", config.get("tie_word_embeddings", tied))  # (LFM2-VL's older key wins)
     return {**text, "model_type": kind, "tie_word_embeddings": tied}
 
@@ -104,7 +106,8 @@ def text_model(config: dict, file: Path) -> dict:
 def _read_spec(file: Path, config: dict, held: tuple[int, int]) -> tuple[str, ModelSpec, dict]:
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise ConfigError(file, "model_type", cause("hf.architecture", arch=arch, supported=', '.join((*ARCHITECTURES, *COMPOSITES))))
+        raise ConfigError(file, "model_type", cause("hf.architecture", arch=arch,
+                                                    supported=', '.join((*ARCHITECTURES, *COMPOSITES))))
     hf_mxfp4.check_config(config, file)
     if arch in LLAMA_FAMILY or arch == "lfm2":
         _check_held(config, file, *held)
@@ -209,7 +212,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
     if arch == "deepseek_v3":
         return _deepseek(config, file, spec)
     if config.get("hidden_act", "silu") != "silu":
-        raise ConfigError(file, "hidden_act", cause("hf.silu", hidden_act=config['hidden_act']))
+        raise ConfigError(file, "hidden_act", cause("hf.silu", hidden_act=config["hidden_act"]))
     return _qwen35(config, file, spec) if arch in QWEN35S else spec
 
 
@@ -227,11 +230,12 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     mixers = {kind: kinds[kind] for kind in QWEN35_LAYER_TYPES}
     for i, kind in enumerate(types):
         if kind not in mixers:
-            raise ConfigError(file, f"layer_types[{i}]", cause("hf.layer_type", kind=kind, supported=', '.join(mixers)))
+            raise ConfigError(file, f"layer_types[{i}]", cause("hf.layer_type", kind=kind, supported=", ".join(mixers)))
     net = DeltaNetSpec(get("linear_num_key_heads"), get("linear_num_value_heads"), get("linear_key_head_dim"),
                        get("linear_value_head_dim"), get("linear_conv_kernel_dim", 4))
     if net.v_heads % net.k_heads:
-        raise ConfigError(file, "linear_num_value_heads", cause("hf.value_heads", v_heads=net.v_heads, k_heads=net.k_heads))
+        raise ConfigError(file, "linear_num_value_heads", cause("hf.value_heads", v_heads=net.v_heads,
+                                                                k_heads=net.k_heads))
     if config.get("attention_bias"):
         raise ConfigError(file, "attention_bias", cause("hf.qwen_bias"))
     params = config.get("rope_parameters") or {}
@@ -371,7 +375,7 @@ def _deepseek(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     if experts % groups:
         raise ConfigError(file, "n_group", cause("hf.groups_divide", groups=groups, experts=experts))
     if get("topk_group", 1) > groups:
-        raise ConfigError(file, "topk_group", cause("hf.topk_group", topk_group=config['topk_group'], groups=groups))
+        raise ConfigError(file, "topk_group", cause("hf.topk_group", topk_group=config["topk_group"], groups=groups))
     first = config.get("first_k_dense_replace", 0)
     if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= layers:
         raise ConfigError(file, "first_k_dense_replace", cause("hf.dense_layers", layers=layers, first=first))
@@ -446,7 +450,8 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
     known = hf_layer_types(hf_layer_kinds()["full_attention"])  # the attention types: whether each slides
     for i, kind in enumerate(types):
         if kind not in known:
-            raise ConfigError(file, f"layer_types[{i}]", cause("hf.attention_type", kind=kind, supported=', '.join(known)))
+            raise ConfigError(file, f"layer_types[{i}]", cause("hf.attention_type", kind=kind,
+                                                               supported=', '.join(known)))
     return window, tuple(i for i, kind in enumerate(types) if known[kind])
 
 
@@ -473,7 +478,8 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None,
     for key, table in tables:
         kind = table.get("rope_type", table.get("type", "default"))
         if kind not in SCALINGS:
-            raise ConfigError(file, f"{key}.rope_type", cause("hf.rope_scaling", kind=kind, supported=', '.join(SCALINGS)))
+            raise ConfigError(file, f"{key}.rope_type", cause("hf.rope_scaling", kind=kind,
+                                                              supported=', '.join(SCALINGS)))
         if kind != "default":
             read = _Reader(table, file, key)
             if kind == "llama3":
@@ -556,7 +562,7 @@ SCALINGS = {"default": None, "linear": _linear_divisors, "llama3": _llama3_divis
 def _activation(config: dict, key: str, file: Path, default: str) -> FfnKind:
     name = config.get(key, default)
     if not isinstance(name, str) or name not in ACTIVATIONS:
-        raise ConfigError(file, key, cause("hf.activation", name=name, supported=', '.join(ACTIVATIONS)))
+        raise ConfigError(file, key, cause("hf.activation", name=name, supported=", ".join(ACTIVATIONS)))
     return ACTIVATIONS[name]
 
 
@@ -678,7 +684,7 @@ class Tensors:
         file, name, entry = self._entry(key)
         dtype = STAND_IN_DTYPES.get(entry["dtype"])
         if dtype is None:
-            raise ScenarioError(str(file), None, name, cause("hf.not_float", dtype=entry['dtype']))
+            raise ScenarioError(str(file), None, name, cause("hf.not_float", dtype=entry["dtype"]))
         whole = np.broadcast_to(np.zeros((), dtype), entry["shape"])
         return whole if expert is None else whole[expert]
 

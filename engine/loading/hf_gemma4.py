@@ -32,13 +32,13 @@ def read(config: dict, size, eps, positive, error) -> ModelSpec:
         if config.get(key, ok) not in (ok, False, None):
             raise error(key, cause("hf.only_value", value=config[key], ok=ok))
     if config.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-        raise error("hidden_activation", cause("hf.gelu", act=config['hidden_activation']))
+        raise error("hidden_activation", cause("hf.gelu", act=config["hidden_activation"]))
     d, heads, n = get("hidden_size"), get("num_attention_heads"), get("num_hidden_layers")
     p = config.get("hidden_size_per_layer_input") or 0
     if p:
         p = get("hidden_size_per_layer_input")
         if config.get("vocab_size_per_layer_input", config.get("vocab_size")) != config.get("vocab_size"):
-            raise error("vocab_size_per_layer_input", cause("hf.per_layer_vocab", vocab_size=config.get('vocab_size')))
+            raise error("vocab_size_per_layer_input", cause("hf.per_layer_vocab", vocab_size=config.get("vocab_size")))
     types = _layer_types(config, n, error)
     blocks = _blocks(config, types, size, positive, error)
     cap = config.get("final_logit_softcapping")
@@ -113,7 +113,7 @@ def _rope(config: dict, kind: str, d_head: int, positive, error) -> tuple[float,
         raise error(where, cause("hf.rope_table", table=params))
     kind_of = params.get("rope_type", "default")
     if kind_of not in ROPE_TYPES:
-        raise error(f"{where}.rope_type", cause("hf.rope_type", kind_of=kind_of, supported=', '.join(ROPE_TYPES)))
+        raise error(f"{where}.rope_type", cause("hf.rope_type", kind_of=kind_of, supported=", ".join(ROPE_TYPES)))
     theta = positive(params, "rope_theta", None, f"{where}.")
     if kind_of == "default":
         return theta, None

@@ -38,7 +38,8 @@ def check_config(config: dict, file: Path) -> None:
     if not isinstance(table, dict) or not isinstance(method, str):
         raise ScenarioError(str(file), None, "quantization_config.quant_method", cause("hf.quant_method", table=table))
     if method != "mxfp4" or config.get("model_type") != "gpt_oss":
-        raise ScenarioError(str(file), None, "quantization_config.quant_method", cause("hf.quant_unsupported", method=method))
+        raise ScenarioError(str(file), None, "quantization_config.quant_method",
+                            cause("hf.quant_unsupported", method=method))
 
 
 class Packed:
@@ -144,7 +145,8 @@ class Quantisation:
 
 def _expect(file: Path, name: str, entry: dict, shape: tuple[int, ...], meaning: Cause) -> None:
     if entry["dtype"] != "U8" or tuple(entry["shape"]) != shape:
-        raise ScenarioError(str(file), None, name, cause("hf.packed_entry", shape=format_shape(shape), meaning=meaning, dtype=entry['dtype'], got=format_shape(entry['shape'])))
+        raise ScenarioError(str(file), None, name, cause("hf.packed_entry", shape=format_shape(shape), meaning=meaning,
+                                                         dtype=entry["dtype"], got=format_shape(entry['shape'])))
 
 
 def ggml_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:

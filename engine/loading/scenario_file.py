@@ -549,7 +549,7 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
         try:
             return encoder.encode(node.text())
         except TokenizerError as error:
-            raise node.error(cause("scenario.cannot_encode", why=str(error)))  # tokenizers' words from None
+            raise node.error(cause("scenario.cannot_encode", why=str(error))) from None  # tokenizers' words
     items = node.items()
     if node.path.endswith(".ids"):
         for item in items:

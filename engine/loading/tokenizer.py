@@ -204,7 +204,7 @@ def gguf_tokenizer(meta: dict, error) -> Tokenizer:
     kind = meta.get("tokenizer.ggml.model")
     builders = {"gpt2": _byte_level, "llama": _sentencepiece, "gemma4": _gemma_sentencepiece}  # gemma4: BPE, merges
     if not isinstance(kind, str) or kind not in builders:
-        raise error("tokenizer.ggml.model", cause("tok.unsupported", kind=kind, supported=', '.join(builders)))
+        raise error("tokenizer.ggml.model", cause("tok.unsupported", kind=kind, supported=", ".join(builders)))
     tokens = _token_texts(meta, error)
     types = _numbers(meta, "tokenizer.ggml.token_type", len(tokens), error)
     gemma = kind == "llama" and meta.get("general.architecture") in GEMMA
@@ -253,7 +253,7 @@ def token_id(meta: dict, key: str, count: int, error) -> int | None:
 def _byte_level(meta: dict, tokens: list[str], error) -> Tokenizer:
     pre = meta.get("tokenizer.ggml.pre", "default")
     if not isinstance(pre, str) or pre not in SPLITS:
-        raise error("tokenizer.ggml.pre", cause("tok.pre", pre=pre, known=', '.join(SPLITS)))
+        raise error("tokenizer.ggml.pre", cause("tok.pre", pre=pre, known=", ".join(SPLITS)))
     tokenizer = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=_merges(meta, error)))
     split, gpt2_regex = SPLITS[pre]
     byte_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=gpt2_regex)

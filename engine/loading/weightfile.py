@@ -69,7 +69,8 @@ def file_identity(path: Path) -> str:
 def _check_names(path: Path, names: list[str], shapes: dict[str, Shape]) -> None:
     missing = [name for name in shapes if name not in names]
     if missing:
-        why = cause("weightfile.missing_more", more=len(missing) - 1) if len(missing) > 1 else cause("weightfile.missing")
+        why = cause("weightfile.missing_more",
+                    more=len(missing) - 1) if len(missing) > 1 else cause("weightfile.missing")
         raise ScenarioError(str(path), None, missing[0], why)
     extra = [name for name in names if name not in shapes]
     if extra:
@@ -128,7 +129,8 @@ def safetensors_damage(path: Path) -> ScenarioError | None:
         try:
             header = json.loads(file.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            return ScenarioError(str(path), None, "header", cause("weightfile.not_json_why", why=str(error)))  # json's words
+            return ScenarioError(str(path), None, "header", cause("weightfile.not_json_why",
+                                                                  why=str(error)))  # json's words
     if not isinstance(header, dict):
         return ScenarioError(str(path), None, "header", cause("weightfile.not_json"))
     entries = [(name, entry) for name, entry in header.items() if name != "__metadata__"]

@@ -188,7 +188,8 @@ EN = {
     "hf.rope_theta": "expected a number > 1, got {theta!r}",
     "hf.rope_scaling": "RoPE scaling type {kind!r} is not supported (supported: {supported})",
     "hf.freq_band": "expected at least low_freq_factor ({low}), got {high}",
-    "hf.freq_equal": "equals low_freq_factor ({low}): no band of frequencies is blended, they step from scaled to unscaled",
+    "hf.freq_equal": "equals low_freq_factor ({low}): no band of frequencies is blended, they step from scaled to "
+                     "unscaled",
     "hf.activation": "unsupported activation {name!r} (supported: {supported})",
     "hf.only_flag": "only {value} is supported",
     "hf.bert_positions": "only 'absolute' positions are supported",
@@ -203,21 +204,24 @@ EN = {
     "hf.not_regular": "expected a safetensors file, this is not a regular file",
     # a GGUF file's layout, walked byte by byte (engine/loading/gguf_checks.py)
     "gguf.ends": "expected {size} bytes at byte {at}, the file ends at byte {size_} (truncated?)",
-    "gguf.count": "the file claims {count} {what}, but its remaining {remaining} bytes hold at most {room} (truncated, or a damaged count?)",
+    "gguf.count": "the file claims {count} {what}, but its remaining {remaining} bytes hold at most {room} "
+                  "(truncated, or a damaged count?)",
     "gguf.nested": "arrays nested more than {limit} deep",
     "gguf.item_type": "expected an item type 0..12, the file holds {item}",
     "gguf.value_type": "expected a value type 0..12, the file holds {kind}",
     "gguf.unreadable": "cannot read the file ({why})",
     "gguf.magic": "expected the bytes 'GGUF', the file starts with {magic!r}",
     "gguf.version": "expected version {versions}, the file holds {version}",
-    "gguf.tensor_count": "the file claims {tensors} tensors, but its remaining {remaining} bytes hold the infos of at most {room}",
+    "gguf.tensor_count": "the file claims {tensors} tensors, but its remaining {remaining} bytes hold the infos of "
+                         "at most {room}",
     "gguf.dims": "expected 1..{limit} dimensions, the file holds {n_dims}",
     "gguf.ggml_type": "expected a ggml type, the file holds type code {type_code}",
     "gguf.blocks": "{shape} = {count} numbers are not whole {name} blocks of {block}",
     "gguf.items": "items", "gguf.fields": "metadata fields", "gguf.an_array": "an array",
     "gguf.alignment_type": "expected an integer, a power of two, got {held}",
     "gguf.alignment": "expected a power of two, got {alignment}",
-    "gguf.extent": "expected {need} bytes ({name} {shape}) from byte {start}, the file holds {held} there (it ends at byte {size}: truncated?)",
+    "gguf.extent": "expected {need} bytes ({name} {shape}) from byte {start}, the file holds {held} there (it ends "
+                   "at byte {size}: truncated?)",
     # a GGUF file's header and tensor table (engine/loading/gguf_file.py)
     "gguf.not_gguf": "not a GGUF file (it does not start with 'GGUF')",
     "gguf.unsupported_version": "GGUF version {version} is not supported (2 or 3)",
@@ -226,7 +230,8 @@ EN = {
     "gguf.offset_alignment": "its data offset {offset} is not a multiple of the alignment {alignment}",
     "gguf.header_cut": "the file ends inside its header (truncated?)",
     "gguf.unknown_value_type": "unknown value type {kind}",
-    "gguf.claims": "the file claims {count} items, its remaining {remaining} bytes hold at most {room} (truncated, or a damaged count?)",
+    "gguf.claims": "the file claims {count} items, its remaining {remaining} bytes hold at most {room} (truncated, "
+                   "or a damaged count?)",
     "gguf.array_cut": "the file ends inside this array (truncated?)",
     "gguf.too_many_dims": "{n_dims} dimensions (at most {limit})",
     "gguf.unknown_tensor_type": "unknown tensor type {kind}",
@@ -235,11 +240,13 @@ EN = {
     "gguf.overlap": "its data (from byte {start}) overlaps tensor {name}'s (bytes {first}..{last})",
     # a GGUF checkpoint's metadata and tensors (engine/loading/gguf_model.py)
     "gguf.architecture": "unsupported architecture {arch!r} (supported: {supported})",
-    "gguf.heads": "{heads} heads of {d} wide with {kv_heads} key/value heads: the heads must divide the width and the key/value heads the heads",
+    "gguf.heads": "{heads} heads of {d} wide with {kv_heads} key/value heads: the heads must divide the width and "
+                  "the key/value heads the heads",
     "gguf.only": "{value!r} is not supported (only {allowed!r})",
     "gguf.top_k": "{used} experts per token, of {experts}",
     "gguf.mtp": "multi-token prediction layers are not supported (convert with --no-mtp)",
-    "gguf.value_heads": "{v_heads} value heads over {k_heads} key heads and an inner size of {inner}: the value heads must be a multiple of the key heads and divide it",
+    "gguf.value_heads": "{v_heads} value heads over {k_heads} key heads and an inner size of {inner}: the value "
+                        "heads must be a multiple of the key heads and divide it",
     "gguf.recurrent": "expected {n_layers} true/false, one per layer, got {recurrent!r}",
     "gguf.rotary_dims": "expected an even number ≤ {d_head}, got {dims}",
     "gguf.kv_counts": "expected one key/value head count on the attention layers, got {counts}",
@@ -275,7 +282,8 @@ EN = {
     "gguf.sliding_partial_rope": "partial RoPE on the sliding layers is not supported",
     "gguf.shared_kv": "layer {i} would share the K/V of no earlier layer",
     "gguf.per_layer": "expected {n} values, one per layer, got {value!r}",
-    "gguf.full_freqs": "expected {d_head} positive numbers (one per RoPE frequency of the full layers), got shape {shape}",
+    "gguf.full_freqs": "expected {d_head} positive numbers (one per RoPE frequency of the full layers), got shape "
+                       "{shape}",
     # a GGUF DeepSeek checkpoint (engine/loading/gguf_deepseek.py)
     "gguf.mla_width": "{width} is not wider than the rope part ({rope})",
     "gguf.deepseek_rope": "RoPE scaling {kind!r} is not supported (none, yarn)",
@@ -286,8 +294,10 @@ EN = {
     "chat.at_line": " at line {line}", "chat.no_line": "",
     "hf.packed_blocks": "experts × rows × blocks of {block} values × {packed} bytes",
     "hf.packed_scale_bytes": "experts × rows × blocks: one scale byte each",
-    "chat.no_gguf_template": "missing: --chat needs the checkpoint's chat template (a base model has none; give --prompt instead)",
-    "chat.no_template": "missing: --chat needs the checkpoint's chat template, in {template_file} or {config_file}'s chat_template (a base model has none; give --prompt instead)",
+    "chat.no_gguf_template": "missing: --chat needs the checkpoint's chat template (a base model has none; give "
+                             "--prompt instead)",
+    "chat.no_template": "missing: --chat needs the checkpoint's chat template, in {template_file} or {config_file}'s "
+                        "chat_template (a base model has none; give --prompt instead)",
     "chat.unreadable": "cannot read the chat template ({error})",
     "chat.not_json": "not JSON: {msg}",
     "chat.not_object": "expected a JSON object",
@@ -299,7 +309,8 @@ EN = {
     "chat.cannot_encode": "the tokenizer cannot encode the rendered chat ({why})",
     # a Hugging Face Gemma 4 config (engine/loading/hf_gemma4.py)
     "hf.only_value": "{value!r} is not supported (only {ok!r})",
-    "hf.per_layer_vocab": "a per-layer table of another vocabulary size than vocab_size ({vocab_size}) is not supported",
+    "hf.per_layer_vocab": "a per-layer table of another vocabulary size than vocab_size ({vocab_size}) is not "
+                          "supported",
     "hf.gemma_attention_type": "attention type {kind!r} is not supported (supported: {sliding}, {full})",
     "hf.shared_layers": "expected a number of layers in 0..{n}, got {shared!r}",
     "hf.shared_kv": "layer {i} ({kind}) would share the K/V of no earlier layer",
@@ -307,12 +318,14 @@ EN = {
     "hf.fraction": "expected a number in [0, 1], got {fraction!r}",
     # a Hugging Face checkpoint's quantization: gpt-oss's MXFP4 experts (engine/loading/hf_mxfp4.py)
     "hf.quant_method": "expected a quantization method, got {table!r}",
-    "hf.quant_unsupported": "{method!r} checkpoints are not read (only gpt-oss's mxfp4 experts are; a GGUF file takes llama.cpp's quantizations)",
+    "hf.quant_unsupported": "{method!r} checkpoints are not read (only gpt-oss's mxfp4 experts are; a GGUF file "
+                            "takes llama.cpp's quantizations)",
     "hf.packed_rows": "rows of {inputs} inputs cannot be MXFP4 blocks of {block} values",
     "hf.packed_scales": "missing from the checkpoint: MXFP4 blocks need their scales",
     "hf.packed_entry": "expected U8 {shape} ({meaning}), got {dtype} {got}",
     # an expect: table the run cannot be compared with (engine/compare/expect.py)
-    "expect.in_prefill": "prefill (positions 0..{last})", "expect.in_decode": "decode round {round} (position {position})",
+    "expect.in_prefill": "prefill (positions 0..{last})",
+    "expect.in_decode": "decode round {round} (position {position})",
     "expect.hook": "{why}",
     "expect.request": "request {request} does not exist (the scenario has {requests})",
     "expect.round": "round {round} does not exist: request {request} runs rounds 0..{last_round}",
@@ -593,7 +606,8 @@ ZH = {
     "hf.packed_blocks": "专家 × 行 × 每块 {block} 个值的块 × {packed} 字节",
     "hf.packed_scale_bytes": "专家 × 行 × 块：每块一个缩放字节",
     "chat.no_gguf_template": "缺少：--chat 需要检查点的对话模板（基础模型没有；请改用 --prompt）",
-    "chat.no_template": "缺少：--chat 需要检查点的对话模板，位于 {template_file} 或 {config_file} 的 chat_template 中（基础模型没有；请改用 --prompt）",
+    "chat.no_template": "缺少：--chat 需要检查点的对话模板，位于 {template_file} 或 {config_file} 的 chat_template 中（基础模型没有；请改用 "
+                        "--prompt）",
     "chat.unreadable": "无法读取对话模板（{error}）",
     "chat.not_json": "不是 JSON：{msg}",
     "chat.not_object": "应为 JSON 对象",

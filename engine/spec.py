@@ -117,12 +117,12 @@ class LayerContext(NamedTuple):
 class LayerOption:
     """A per-layer option a kind declares in its module (its `LAYER_OPTIONS`: the `layers:` key -> this): how a
     scenario's value is read (`parse(node, context)`: an engine.loading.document.Node and a LayerContext; its
-    errors name the node), the value of a layer that gives none, and what is said of the key on a layer whose
-    kinds take no such option (formatted with `mixer` and `ffn`)."""
+    errors name the node), the value of a layer that gives none, and the code of the cause said of the key on a
+    layer whose kinds take no such option (facts `mixer` and `ffn`; engine.causes' or the kind's CAUSES)."""
 
     parse: Callable[[Any, LayerContext], Hashable]
     default: Hashable
-    elsewhere: str = "a layer of mixer {mixer} and FFN {ffn} takes no such option"
+    elsewhere: str = "scenario.option_elsewhere"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from said import refused
 from safetensors.numpy import load_file
 
 from engine import ScenarioError
@@ -158,9 +159,9 @@ def test_cli_names_the_first_divergence_and_exits_1(tmp_path):
 
 
 def test_unreadable_dump_is_one_error(tmp_path):
-    with pytest.raises(ScenarioError, match="cannot read"):
+    with refused(ScenarioError, "cannot read"):
         load_dump(tmp_path / "absent.npz")
-    with pytest.raises(ScenarioError, match="expected a .safetensors or .npz"):
+    with refused(ScenarioError, "expected a .safetensors or .npz"):
         load_dump(tmp_path / "dump.pt")
     result = cli("check", LLAMA, "--ids", "1,2", "--against", tmp_path / "absent.npz")
     assert result.exit_code == 2 and "absent.npz" in result.output and "Traceback" not in result.output

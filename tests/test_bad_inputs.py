@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, peak_bytes
+from said import said
 from typer.testing import CliRunner
 
 from engine import ScenarioError, load_scenario, load_scenario_text
@@ -103,7 +104,7 @@ def test_expect_problem_is_not_a_disagreement():
 def refusal(action) -> str:
     with pytest.raises(ScenarioError) as caught:
         action()
-    return str(caught.value)
+    return said(caught.value)
 
 
 def test_200_megabyte_scenario_is_refused_quickly_without_reading_it(tmp_path):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
+from said import said
 from engine import Session, load_scenario_text, make_backend
 from engine.causes import Cause
 from engine.caches import CacheSpec, Layout, PagedFacts, Quantize, RingFacts, ScaleAxis
@@ -233,7 +234,7 @@ def test_a_bad_cache_key_names_its_line_and_path(cache, expected):
     with pytest.raises(ScenarioError) as caught:
         load_scenario_text(text, "x.yaml")
     line = text.count("\n")  # the cache line is the last one
-    assert str(caught.value).startswith(f"x.yaml:{line}: {expected}")
+    assert said(caught.value).startswith(f"x.yaml:{line}: {expected}")
 
 
 def test_scenario_keys_choose_the_layout_and_give_a_windowless_model_the_rings_window():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from said import said
 from test_real_models import cached
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
@@ -24,6 +25,7 @@ from engine.loading.scenario_file import load_scenario
 from engine.loading.tokenizer import gguf_tokenizer
 from engine.spec import DecodeRule
 from tinyllm_tui import cli
+from tinyllm_tui.tui.i18n import cause_words
 
 FIXTURES = ROOT / "tests" / "fixtures"
 GOLDENS = json.loads((ROOT / "tests" / "data" / "chat_goldens.json").read_text(encoding="utf-8"))["goldens"]
@@ -146,7 +148,7 @@ def test_a_template_that_fails_is_refused_in_one_line_naming_it(text, words):
     template = ChatTemplate("model/tokenizer_config.json", "chat_template", text, ())
     with pytest.raises(ScenarioError) as raised:
         render(template, [Message("user", "Hi")])
-    message = str(raised.value)
+    message = said(raised.value)
     assert message.startswith("model/tokenizer_config.json: chat_template: the chat template ")
     assert words in message and "\n" not in message
 
@@ -209,7 +211,7 @@ def test_a_bad_message_is_refused_at_its_line(tmp_path, messages, line, where, w
     with pytest.raises(ScenarioError) as raised:
         load_scenario(path)
     assert (raised.value.line, raised.value.path) == (line, where)
-    assert words in raised.value.message and "\n" not in str(raised.value)
+    assert words in cause_words(raised.value.message, "en") and "\n" not in said(raised.value)
 
 
 def test_the_timeline_starts_with_the_chat_its_messages_and_control_tokens():
@@ -261,6 +263,6 @@ def test_a_tokenizer_that_cannot_encode_the_rendered_chat_is_refused_in_one_line
     template = ChatTemplate("bert/tokenizer_config.json", "chat_template", "{{ messages[0].content }}", ())
     with pytest.raises(ScenarioError) as raised:
         tokenize_chat(template, wordpiece, [Message("user", "hi there")])
-    assert str(raised.value).startswith("bert/tokenizer_config.json: chat_template: the tokenizer cannot encode the "
+    assert said(raised.value).startswith("bert/tokenizer_config.json: chat_template: the tokenizer cannot encode the "
                                         "rendered chat (")
-    assert "\n" not in str(raised.value)
+    assert "\n" not in said(raised.value)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from said import refused
 
 from engine import Session, make_backend, to_host
 from engine.compare.diff import diff_scenario
@@ -202,5 +203,5 @@ def test_yarns_attention_factor_when_null_is_computed_from_factor_as_transformer
 @pytest.mark.parametrize("key, value", [("rope_parameters.truncate", "no"), ("rope_parameters.beta_fast", -1),
                                         ("swiglu_limit", 0), ("swiglu_alpha", "x"), ("num_local_experts", 0.5)])
 def test_a_bad_gpt_oss_setting_is_refused_naming_its_key(tmp_path, key, value):
-    with pytest.raises(ScenarioError, match=key.replace(".", r"\.")):
+    with refused(ScenarioError, key.replace(".", r"\.")):
         load_checkpoint(edited_config(tmp_path, **{key: value}), ids=[1, 2])

@@ -315,7 +315,7 @@ def test_a_kinds_layer_option_is_unknown_until_its_kind_is_registered():
 
 
 def refuses(text: str, said: str):
-    with pytest.raises(ScenarioError, match=re.escape(said)):
+    with refused(ScenarioError, re.escape(said)):
         load_scenario_text(text)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, peak_bytes
+from said import said, warned
 from safetensors.numpy import save_file
 from typer.testing import CliRunner
 
@@ -98,7 +99,7 @@ def test_metadata_arrays_nested_1100_deep_are_refused(tmp_path):
     path = gguf(tmp_path, lambda g: g.set("x.deep", gb.ARRAY, nested))
     where = "x.deep" + "[0]" * 8
     assert refused(path) == f"{path}: {where}: arrays nested more than 8 deep"
-    assert str(gguf_damage(path)) == f"{path}: {where}: arrays nested more than 8 deep"  # it raised RecursionError
+    assert said(gguf_damage(path)) == f"{path}: {where}: arrays nested more than 8 deep"  # it raised RecursionError
 
 
 # -- 3. alignment ----------------------------------------------------------------------------------
@@ -255,14 +256,14 @@ def test_llama3_scaling_with_equal_frequency_factors_warns_once_and_divides_by_n
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         factors = load_checkpoint(llama3, ids=[1]).model.rope_factors
-    assert [(w.category, str(w.message)) for w in caught] == [(LoaderWarning, (
+    assert [(w.category, warned(w.message)) for w in caught] == [(LoaderWarning, (
         f"{llama3 / 'config.json'}: rope_parameters.high_freq_factor: equals low_freq_factor (1.0): no band of "
         "frequencies is blended, they step from scaled to unscaled"))]  # and no NumPy divide-by-zero
     inv_freq = 1.0 / 10000.0 ** (np.arange(0, 8, 2) / 8)
     wavelen = 2 * math.pi / inv_freq
     assert factors == tuple(8.0 if w > 256 else 1.0 for w in wavelen)  # the step the blend tends to
     result = CliRunner().invoke(app, ["run", str(llama3), "--ids", "1,2"])
-    assert result.exit_code == 0 and result.stderr == f"tinyllm-tui: warning: {caught[0].message}\n"
+    assert result.exit_code == 0 and result.stderr == f"tinyllm-tui: warning: {warned(caught[0].message)}\n"
 
 
 def test_llama3_scaling_with_the_factors_reversed_is_refused(tmp_path):

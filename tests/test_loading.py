@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, X01
+from said import said
 from tui_helpers import screen_text
 from textual.app import App
 from textual.widgets import ProgressBar, Static
@@ -151,7 +152,7 @@ async def test_a_bad_file_ends_the_app_with_its_located_error():
     app = app_on(loading(BAD))
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.load_error is not None)
-    assert str(app.load_error) == f"{BAD}:25: model.causal: this key appears twice"
+    assert said(app.load_error) == f"{BAD}:25: model.causal: this key appears twice"
 
 
 def open_headless(monkeypatch, auto_pilot=None) -> None:

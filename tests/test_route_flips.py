@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from said import refused
 from typer.testing import CliRunner
 
 from engine import Session, make_backend, to_host
@@ -221,7 +222,7 @@ def test_check_against_llama_cpp_without_llama_cpp_python_says_what_it_needs():
     from engine.compare.llama_cpp import llama_cpp_dump
     from engine.loading import ScenarioError
 
-    with pytest.raises(ScenarioError, match="needs the llama-cpp-python package"):
+    with refused(ScenarioError, "needs the llama-cpp-python package"):
         llama_cpp_dump("model.gguf", [1], [])
 
 

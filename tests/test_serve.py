@@ -217,3 +217,19 @@ async def test_a_start_page_lists_several_files_and_an_idle_learner_is_sent_away
         assert await learner.ended(5), "the idle session was not ended"
         await learner.close()
         assert await served.settled()
+
+
+def test_a_lesson_naming_a_file_outside_its_folder_is_refused_in_the_catalogues_words(tmp_path):
+    from engine import ScenarioError, load_scenario
+    from engine.loading.edits import convert_scenario
+    from said import said
+    from tinyllm_tui.serve.lessons import lesson as lesson_on
+
+    (tmp_path / "sub").mkdir()
+    file = convert_scenario(load_scenario(X01), tmp_path / "w.safetensors", tmp_path / "sub" / "x.yaml")
+    with pytest.raises(ScenarioError) as caught:
+        lesson_on(file)
+    assert said(caught.value) == (f"{file}: weights.file: serve copies the files a scenario names into each learner's "
+                                  "folder: name '../w.safetensors' relative to the scenario, beside it or below")
+    assert said(caught.value, "zh") == (f"{file}: weights.file: serve 会把场景指定的文件复制到每个学习者的文件夹中："
+                                        "请用相对于场景的路径指定 '../w.safetensors'，放在它旁边或下面")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, X01
+from said import refused, said
 from safetensors.numpy import save_file
 
 from engine import Session, load_scenario, to_host
@@ -113,7 +114,7 @@ def test_a_bad_weight_file_is_one_located_error(tmp_path, name, change, message)
     yaml_path, weight_path = _shapes_file(tmp_path, arrays, name)
     with pytest.raises(ScenarioError) as caught:
         load_scenario(yaml_path)
-    assert str(caught.value).startswith(f"{weight_path}: {message}"), str(caught.value)
+    assert said(caught.value).startswith(f"{weight_path}: {message}"), said(caught.value)
 
 
 @pytest.mark.parametrize("name", ["x01.safetensors", "x01.npz"])
@@ -123,14 +124,14 @@ def test_a_truncated_weight_file_is_refused(tmp_path, name):
     with pytest.raises(ScenarioError) as caught:
         load_scenario(yaml_path)
     start = f"{weight_path}: embed: its data ends at byte" if name.endswith(".safetensors") else f"{weight_path}: not a readable "
-    assert str(caught.value).startswith(start), str(caught.value)
+    assert said(caught.value).startswith(start), said(caught.value)
 
 
 def test_a_missing_weight_file_is_reported_at_its_line(tmp_path):
     yaml_path, weight_path = _shapes_file(tmp_path, _x01_arrays())
     weight_path.unlink()
     line = yaml_path.read_text(encoding="utf-8").splitlines().index("weights: {file: x01.safetensors}") + 1
-    with pytest.raises(ScenarioError, match=rf"^{yaml_path}:{line}: weights.file: no weight file "):
+    with refused(ScenarioError, rf"^{yaml_path}:{line}: weights.file: no weight file "):
         load_scenario(yaml_path)
 
 
@@ -186,10 +187,10 @@ def test_a_model_over_budget_is_refused_before_its_weights_are_read(tmp_path):
     (path.parent / "model.safetensors").unlink()
     with pytest.raises(ScenarioError) as caught:
         load_scenario(path, max_memory=need - 1)
-    message = str(caught.value)
+    message = said(caught.value)
     assert message.startswith(f"{path}:") and "model: the weights alone need about" in message
     assert "--max-memory" in message and f"{need / 2**20:.1f} MiB" in message
-    with pytest.raises(ScenarioError, match="no weight file"):  # at the budget it goes on to read the file
+    with refused(ScenarioError, "no weight file"):  # at the budget it goes on to read the file
         load_scenario(path, max_memory=need)
 
 

@@ -18,7 +18,7 @@ from engine import ScenarioError, Session, load_scenario, load_scenario_text
 from engine.breakpoints import BreakpointError
 from engine.loading import open_model
 from engine import layers
-from engine.causes import CODES, Cause
+from engine.causes import CODES, LOADING, Cause
 from engine.faults import FAULTS
 from engine.trace import OpKind
 from tinyllm_tui.debugger.debugger import Debugger
@@ -31,7 +31,7 @@ from tinyllm_tui.presentation.numbers import display_width
 from tinyllm_tui.presentation.printed import outcome_lines
 from tinyllm_tui.presentation.routing import EXPERT_CELL, LABEL, MARGIN
 from tinyllm_tui.presentation.summaries import diff_summary
-from tinyllm_tui.tui import i18n_causes
+from tinyllm_tui.tui import i18n_causes, i18n_loading
 from tinyllm_tui.tui.i18n import CATALOGUES, EN, ZH, cause_words
 from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.widgets.diffview import diff_list_line, report_summary
@@ -125,8 +125,10 @@ def fields(text: str) -> set[str]:
 
 
 CODE = re.compile(r"(breakpoint|edit|intervention|diff|expect|analysis|part|against|side|fault|option|size|mla"
-                  r"|gradcheck|cache|view|label|backend)(\.[a-z_]+)+")  # a cause's code
-NAMING = ("engine", "tinyllm_tui/debugger")  # where codes are named: the engine, and the options the Debugger refuses
+                  r"|gradcheck|cache|view|label|value|doc|scenario|weightfile|checkpoint|chat|tok|gguf|hf|cacheopt|budget"
+                  r"|dump|llamacpp|exact|backend)(\.[a-z_]+)+")  # a cause's code
+NAMING = ("engine", "tinyllm_tui/debugger", "tinyllm_tui/serve")  # where codes are named: the engine, the options
+# the Debugger refuses, the lessons serve refuses
 
 
 def kinds_words() -> dict[str, dict[str, str]]:
@@ -171,7 +173,8 @@ def raised_causes() -> list[tuple[str, str, set[str]]]:
 def test_every_cause_the_engine_has_is_worded_in_english_and_chinese():
     for code in sorted(CODES):
         assert f"cause.{code}" in EN and f"cause.{code}" in ZH, code  # not the fallback: each language its own
-    assert set(i18n_causes.EN) == set(i18n_causes.ZH) == CODES  # no wording of a code the engine no longer has
+    assert set(i18n_causes.EN) == set(i18n_causes.ZH) == CODES - LOADING  # no wording of a code the engine no longer has
+    assert set(i18n_loading.EN) == set(i18n_loading.ZH) == LOADING  # the loaders' refusals
     kinds = kinds_words()
     assert kinds and not set(kinds) & CODES  # a kind's code is worded in its module only
     for code, words in kinds.items():

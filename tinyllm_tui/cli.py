@@ -25,7 +25,7 @@ from typer._click.exceptions import ClickException, UsageError  # Typer >= 0.26 
 from typer.core import TyperGroup
 
 from tinyllm_tui.debugger import Debugger
-from tinyllm_tui.debugger.errors import OptionError, bad_input, cancelled
+from tinyllm_tui.debugger.errors import OptionError, bad_input, cancelled, warning_words
 from tinyllm_tui.debugger.opening import (ModelOptions, Opening, check_options, fault_names, load,
                                           opening, prepare_process)
 from tinyllm_tui.debugger.standalone import convert as convert_weights
@@ -90,7 +90,7 @@ _DEFERRED: list[str] = []  # warnings raised while the TUI held the terminal, sa
 
 def _warning_line(message, category, *where, **_) -> None:
     """A warning (a loader's, or NumPy's on a checkpoint's NaN weights) as one line, without the source line."""
-    line = f"tinyllm-tui: warning: {' '.join(str(message).split())}"
+    line = f"tinyllm-tui: warning: {' '.join(warning_words(message, lambda cause: cause_words(cause, 'en')).split())}"
     if getattr(sys.stderr, "__module__", "").startswith("textual"):  # the app's capture of stderr, shown nowhere
         _DEFERRED.append(line)
     else:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.causes import Cause
+from engine.causes import Cause, cause
 from engine.layout import Key, parse_key
 from engine.loading.document import ScenarioError
 from engine.loading.weightfile import map_safetensors  # widens raw BF16 bits, as the weight loader does
@@ -50,18 +50,18 @@ class Dump:
 def load_dump(path: str | Path) -> Dump:
     path = Path(path)
     if path.suffix not in SUFFIXES:
-        raise ScenarioError(str(path), None, "", "expected a .safetensors or .npz file of activations")
+        raise ScenarioError(str(path), None, "", cause("dump.suffix"))
     try:
         named = _read_npz(path) if path.suffix == ".npz" else _read_safetensors(path)
     except ScenarioError:
         raise
     except Exception as error:  # OSError, zipfile and safetensors errors: all "cannot read it"
-        raise ScenarioError(str(path), None, "", f"cannot read the activations ({error})") from None
+        raise ScenarioError(str(path), None, "", cause("dump.unreadable", why=str(error))) from None
     arrays, dtypes = {}, {}
     for text, (array, dtype) in named.items():
         key = parse_key(text)
         if key in arrays:
-            raise ScenarioError(str(path), None, text, f"names the same activation as another key ({key.text()})")
+            raise ScenarioError(str(path), None, text, cause("dump.same_activation", other=key.text()))
         arrays[key], dtypes[key] = array, dtype
     return Dump(str(path), arrays, dtypes)
 
@@ -89,7 +89,7 @@ def _read_safetensors(path: Path) -> dict[str, tuple[np.ndarray, str]]:
 
 def _checked(path: Path, key: str, array: np.ndarray, dtype: str) -> tuple[np.ndarray, str]:
     if not np.issubdtype(array.dtype, np.floating) and not np.issubdtype(array.dtype, np.integer):
-        raise ScenarioError(str(path), None, key, f"expected numbers, got {array.dtype}")
+        raise ScenarioError(str(path), None, key, cause("dump.not_numbers", dtype=str(array.dtype)))
     return array, dtype
 
 
@@ -97,7 +97,7 @@ def save_dump(arrays: dict[str, np.ndarray], path: str | Path) -> None:
     """Write arrays keyed by their full names (`decode.2.blocks.0.attn.hook_k`) as .safetensors or .npz."""
     path = Path(path)
     if path.suffix not in SUFFIXES:
-        raise ScenarioError(str(path), None, "", "expected a .safetensors or .npz file name for the activations")
+        raise ScenarioError(str(path), None, "", cause("dump.name"))
     if path.suffix == ".npz":
         np.savez(path, **arrays)
         return

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.arrays import to_host
-from engine.causes import Cause
+from engine.causes import Cause, cause
 from engine.hooks import Hook, HookError
 from yaml.nodes import SequenceNode
 
@@ -105,27 +105,29 @@ def parse_expectations(node: Node, requests: Sequence[Request] = (), model: Mode
 
 def _check_reachable(node: Node, e: Expectation, requests: Sequence[Request], model: ModelSpec) -> None:
     if e.request >= len(requests):
-        raise node.get("request").error(f"request {e.request} does not exist (the scenario has {len(requests)})")
+        raise node.get("request").error(cause("expect.request", request=e.request, requests=len(requests)))
     request = requests[e.request]
     last_round = request.max_new_tokens - 1 if model.lm_head else 0
     if e.round > last_round:
-        raise node.get("round").error(f"round {e.round} does not exist: request {e.request} runs rounds 0..{last_round}")
+        raise node.get("round").error(cause("expect.round", round=e.round, request=e.request, last_round=last_round))
     if e.head is not None and e.head >= model.n_heads:
-        raise node.get("head").error(f"head {e.head} does not exist (the model has {model.n_heads})")
+        raise node.get("head").error(cause("expect.head", head=e.head, heads=model.n_heads))
     try:
         layer = Hook.parse(e.op).layer
     except HookError as error:  # no operator is named so: say it where the name stands
-        raise node.get("op").error(str(error)) from None
+        raise node.get("op").error(cause("expect.hook", why=str(error))) from None  # engine.hooks' words
     if layer is not None and layer >= model.n_layers:
-        raise node.get("op").error(f"layer {layer} does not exist (the model has {model.n_layers})")
+        raise node.get("op").error(cause("expect.layer", layer=layer, layers=model.n_layers))
     n = len(request.tokens)
     positions = range(n) if e.round == 0 else range(n + e.round - 1, n + e.round)
-    where = f"prefill (positions 0..{n - 1})" if e.round == 0 else f"decode round {e.round} (position {positions[0]})"
+    where = (cause("expect.in_prefill", last=n - 1) if e.round == 0 else
+             cause("expect.in_decode", round=e.round, position=positions[0]))
     for i, position in enumerate(e.rows or ()):
         if position not in positions:
-            raise node.get("rows").items()[i].error(f"position {position} is not computed in {where}")
+            raise node.get("rows").items()[i].error(cause("expect.position", position=position, where=where))
     if e.rows is None and len(e.printed) > len(positions):
-        raise node.get("values").error(f"the table has {len(e.printed)} rows, {where} computes {len(positions)}")
+        raise node.get("values").error(cause("expect.row_count", rows=len(e.printed), where=where,
+                                             computed=len(positions)))
 
 
 def _expectation(node: Node, index: int) -> Expectation:
@@ -133,25 +135,24 @@ def _expectation(node: Node, index: int) -> Expectation:
     rows = node.get("values").items()
     cells = sum(len(row.raw.value) for row in rows if isinstance(row.raw, SequenceNode))
     if cells > MAX_SCENARIO_VALUES:  # rows that are aliases of one long row: never walk them
-        raise node.get("values").error(f"the table has {cells} cells, more than the {MAX_SCENARIO_VALUES} "
-                                       "a scenario may hold")
+        raise node.get("values").error(cause("expect.cells", cells=cells, limit=MAX_SCENARIO_VALUES))
     printed, tolerances = [], []
     for row in rows:
         cells = row.items()
         printed.append(tuple(_printed(cell) for cell in cells))
         tolerances.append(tuple(_half_unit(cell) for cell in cells))
     if not printed or len({len(r) for r in printed}) != 1:
-        raise node.get("values").error("expected a table: rows of equal length")
+        raise node.get("values").error(cause("expect.ragged"))
     if node.has("tolerance"):
         tolerance = node.get("tolerance").number()
         if tolerance <= 0:
-            raise node.get("tolerance").error(f"expected a number > 0, got {tolerance:g}")
+            raise node.get("tolerance").error(cause("expect.tolerance", tolerance=f"{tolerance:g}"))
         tolerances = [tuple(tolerance for _ in row) for row in printed]
     picked = {key: _indices(node.get(key)) if node.has(key) else None for key in ("rows", "cols")}
     if picked["rows"] is not None and len(picked["rows"]) != len(printed):
-        raise node.get("rows").error(f"names {len(picked['rows'])} rows but the table has {len(printed)}")
+        raise node.get("rows").error(cause("expect.named_rows", named=len(picked["rows"]), rows=len(printed)))
     if picked["cols"] is not None and len(picked["cols"]) != len(printed[0]):
-        raise node.get("cols").error(f"names {len(picked['cols'])} columns but the table has {len(printed[0])}")
+        raise node.get("cols").error(cause("expect.named_columns", named=len(picked["cols"]), columns=len(printed[0])))
     return Expectation(
         op=node.get("op").text(),
         request=node.get("request").integer(minimum=0) if node.has("request") else 0,

@@ -31,6 +31,7 @@ from engine.compare.against import Report, compare_generation
 from engine.compare.dump import LLAMA_CPP, Dump
 from engine.hooks import Hook
 from engine.layout import Key, parse_key
+from engine.causes import cause
 from engine.loading.document import ScenarioError
 from engine.scenario import Scenario
 from engine.session import Session
@@ -95,8 +96,7 @@ def llama_cpp_dump(path: str | Path, prompt: list[int], fed: list[int], threads:
         import llama_cpp
         from llama_cpp._ggml import libggml
     except ImportError as error:
-        raise ScenarioError(str(path), None, "--against-llama-cpp", "needs the llama-cpp-python package "
-                            f"(pip install llama-cpp-python; not importable here: {error})") from None
+        raise ScenarioError(str(path), None, "--against-llama-cpp", cause("llamacpp.missing", why=str(error))) from None
     _declare(libggml)
     with _LlamaRun(llama_cpp, libggml, str(path), len(prompt) + len(fed), threads, float32_cache, windows) as run:
         run.feed(prompt, 0)
@@ -158,7 +158,7 @@ class _LlamaRun:
         lib.llama_log_set(self._quiet, None)
         self.model = lib.llama_model_load_from_file(path.encode(), lib.llama_model_default_params())
         if not self.model:
-            raise ScenarioError(path, None, "", "llama.cpp could not load this GGUF file")
+            raise ScenarioError(path, None, "", cause("llamacpp.cannot_load"))
         self.collector = _Collector(ggml, self._geometry(path, windows))
         self._callback = lib.ggml_backend_sched_eval_callback(self.collector.callback)
         params = lib.llama_context_default_params()

@@ -29,7 +29,7 @@ GGUF = {"conv.w_in": "shortconv.in_proj", "conv.w_conv": "shortconv.conv", "conv
 PER_HEAD = ()
 # a scenario's `kernel: K`, the conv's taps (without one: LFM2's conv_L_cache, 3)
 LAYER_OPTIONS = {KERNEL: LayerOption(parse=lambda node, context: node.integer(minimum=1), default=3,
-                                     elsewhere="a {mixer} layer has no convolution")}
+                                     elsewhere="scenario.no_convolution")}
 PARTS = ("hook_b", "hook_c", "hook_x")  # in_proj's output, in its column order
 HOOKS = ("hook_in", *PARTS, "hook_bx", "hook_conv", "hook_y")
 
@@ -39,7 +39,8 @@ class FaultPoints(ConvFaultPoints):
 
 
 BUGS = causal_conv.BUGS
-CAUSES = causal_conv.CAUSES
+CAUSES = {"en": {**causal_conv.CAUSES["en"], "scenario.no_convolution": "a {mixer} layer has no convolution"},
+          "zh": {**causal_conv.CAUSES["zh"], "scenario.no_convolution": "{mixer} 层没有卷积"}}  # the kernel: refused
 DUMP_LAYOUTS = causal_conv.DUMP_LAYOUTS
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from engine.causes import cause
 from engine.loading.document import ScenarioError
 from engine.loading.file_kinds import SCENARIO_SUFFIXES, is_checkpoint
 from engine.loading.scenario_file import load_scenario, load_scenario_text
@@ -30,8 +31,7 @@ def open_model(path: str | Path, *, prompt: str | list[str] | None = None,
     options = (("--prompt", prompt), ("--ids", ids), ("--chat", chat), ("--max-new-tokens", max_new_tokens))
     for option, value in options:
         if value is not None:
-            raise ScenarioError(str(path), None, option, "only a checkpoint (a .gguf file or a folder with "
-                                "config.json) takes it; a scenario file states its own requests")
+            raise ScenarioError(str(path), None, option, cause("checkpoint.only"))
     return load_scenario(path, dtype=dtype, max_memory=max_memory)
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from engine.causes import CausedError
+from engine.causes import Cause, CausedError, cause
 from engine.loading.document import Node
 from engine.parameters import parameter_shapes
 from engine.spec import ModelSpec
@@ -88,12 +88,12 @@ def tensor_count(spec: ModelSpec, vocab_size: int) -> int:
     return len(rest) + sum(len(block) * count for block, count in blocks)
 
 
-def too_many_tensors(spec: ModelSpec, vocab_size: int) -> str:
-    """Why a model has too many weight tensors to hold (~1 KB of Python objects each), or ""."""
+def too_many_tensors(spec: ModelSpec, vocab_size: int) -> Cause | None:
+    """Why a model has too many weight tensors to hold (~1 KB of Python objects each), or None."""
     count = tensor_count(spec, vocab_size)
     if count <= MAX_TENSORS:
-        return ""
-    return f"{spec.n_layers} layers make {count} weight tensors, more than the {MAX_TENSORS} this opens"
+        return None
+    return cause("budget.tensors", layers=spec.n_layers, count=count, limit=MAX_TENSORS)
 
 
 def check_budget(node: Node, spec: ModelSpec, vocab_size: int, dtype: str, budget: int) -> None:
@@ -102,6 +102,5 @@ def check_budget(node: Node, spec: ModelSpec, vocab_size: int, dtype: str, budge
         raise node.get("layers").error(too_many_tensors(spec, vocab_size))
     need = weight_bytes(spec, vocab_size, dtype)
     if need > budget:
-        raise node.error(f"the weights alone need about {format_size(need)} as {dtype}, over the memory budget "
-                         f"of {format_size(budget)}; raise it with --max-memory (e.g. --max-memory "
-                         f"{math.ceil(need * 1.5 / UNITS['G'])}G)")
+        raise node.error(cause("budget.scenario", need=format_size(need), dtype=dtype, budget=format_size(budget),
+                               suggest=math.ceil(need * 1.5 / UNITS["G"])))

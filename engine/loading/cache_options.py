@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from engine.caches import CacheSpec, Layout, Quantize, ScaleAxis
+from engine.causes import cause
 from engine.loading.document import Node
 from engine.spec import ModelSpec
 
@@ -26,14 +27,14 @@ def cache_options(node: Node, model: ModelSpec) -> tuple[CacheSpec, ModelSpec]:
     layout = Layout(node.get("layout").choice(tuple(Layout))) if node.has("layout") else Layout.CONTIGUOUS
     for key, needs in ONLY_WITH.items():
         if node.has(key) and layout is not needs:
-            raise node.get(key).error(f"only a {needs} cache takes {key} (this one is {layout})")
+            raise node.get(key).error(cause("cacheopt.only_with", needs=str(needs), key=key, layout=str(layout)))
     quantize = Quantize(node.get("quantize").choice(tuple(Quantize))) if node.has("quantize") else Quantize.NONE
     if quantize is not Quantize.NONE and layout is not Layout.CONTIGUOUS:
-        raise node.get("quantize").error(f"a quantized cache is contiguous; remove layout: {layout}")
+        raise node.get("quantize").error(cause("cacheopt.quantized", layout=str(layout)))
     scales = (ScaleAxis.PER_HEAD, ScaleAxis.PER_TOKEN)
     scale = ScaleAxis(node.get("scale").choice(scales)) if node.has("scale") else ScaleAxis.PER_HEAD
     if node.has("scale") and quantize is not Quantize.INT8:
-        raise node.get("scale").error("only an int8 cache has a choice of scale (float8 scales per head)")
+        raise node.get("scale").error(cause("cacheopt.scale"))
     spec = CacheSpec(layout, sinks=node.get("sinks").integer(minimum=0) if node.has("sinks") else 0,
                      block_size=node.get("block_size").integer(minimum=1) if node.has("block_size") else 16,
                      quantize=quantize, scale=scale)
@@ -46,12 +47,12 @@ def cache_options(node: Node, model: ModelSpec) -> tuple[CacheSpec, ModelSpec]:
 def _with_window(node: Node, model: ModelSpec) -> ModelSpec:
     if not node.has("window"):
         if model.sliding_window is None:
-            raise node.error("a ring cache needs a window: the model has no sliding window, give cache.window")
+            raise node.error(cause("cacheopt.ring_window"))
         return model
     window = node.get("window").integer(minimum=1)
     if model.sliding_window is not None and model.sliding_window != window:
-        raise node.get("window").error(f"the model's sliding window is {model.sliding_window}, not {window}")
+        raise node.get("window").error(cause("cacheopt.window", model=model.sliding_window, window=window))
     if not model.causal:
-        raise node.get("window").error("a bidirectional model has no sliding window to keep")
+        raise node.get("window").error(cause("cacheopt.bidirectional"))
     blocks = None if model.layers is None else tuple(dataclasses.replace(b, window=window) for b in model.layers)
     return dataclasses.replace(model, sliding_window=window, layers=blocks)

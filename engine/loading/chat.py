@@ -24,6 +24,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Encoding, Tokenizer
 
+from engine.causes import Cause, cause
 from engine.loading.document import ScenarioError
 from engine.spec import Chat, Message
 from engine.loading.gguf_file import GGUFFile
@@ -43,7 +44,7 @@ class ChatTemplate:
     text: str
     specials: tuple[tuple[str, str], ...]  # ("bos_token", "<s>") … as the template sees them
 
-    def error(self, message: str) -> ScenarioError:
+    def error(self, message: Cause) -> ScenarioError:
         return ScenarioError(self.file, None, self.key, message)
 
 
@@ -60,8 +61,7 @@ def _gguf_template(path: Path) -> ChatTemplate:
     meta = GGUFFile(path).meta
     text = meta.get(GGUF_KEY)
     if not isinstance(text, str) or not text.strip():
-        raise ScenarioError(str(path), None, GGUF_KEY, "missing: --chat needs the checkpoint's chat template "
-                            "(a base model has none; give --prompt instead)")
+        raise ScenarioError(str(path), None, GGUF_KEY, cause("chat.no_gguf_template"))
     tokens = meta.get("tokenizer.ggml.tokens", ())
     specials = []
     for name, gguf_name in SPECIALS.items():
@@ -84,9 +84,8 @@ def _folder_template(folder: Path) -> ChatTemplate:
     if isinstance(text, list):
         text = next((t.get("template") for t in text if isinstance(t, dict) and t.get("name") == "default"), None)
     if not isinstance(text, str) or not text.strip():
-        raise ScenarioError(str(folder), None, "chat_template", f"missing: --chat needs the checkpoint's chat "
-                            f"template, in {TEMPLATE_FILE} or {CONFIG_FILE}'s chat_template (a base model has none; "
-                            "give --prompt instead)")
+        raise ScenarioError(str(folder), None, "chat_template", cause("chat.no_template", template_file=TEMPLATE_FILE,
+                                                                      config_file=CONFIG_FILE))
     return ChatTemplate(str(config_file), "chat_template", text, specials)
 
 
@@ -94,16 +93,16 @@ def _read(file: Path) -> str:
     try:
         return file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise ScenarioError(str(file), None, "", f"cannot read the chat template ({type(error).__name__})") from None
+        raise ScenarioError(str(file), None, "", cause("chat.unreadable", error=type(error).__name__)) from None
 
 
 def _json(file: Path) -> dict:
     try:
         value = json.loads(_read(file))
     except json.JSONDecodeError as error:
-        raise ScenarioError(str(file), error.lineno, "", f"not JSON: {error.msg}") from None
+        raise ScenarioError(str(file), error.lineno, "", cause("chat.not_json", msg=error.msg)) from None
     if not isinstance(value, dict):
-        raise ScenarioError(str(file), None, "", "expected a JSON object")
+        raise ScenarioError(str(file), None, "", cause("chat.not_object"))
     return value
 
 
@@ -127,14 +126,13 @@ def render(template: ChatTemplate, messages: list[Message] | tuple[Message, ...]
         return compiled.render(messages=conversation, tools=None, documents=None,
                                add_generation_prompt=add_generation_prompt, **names)
     except jinja2.TemplateSyntaxError as error:
-        raise template.error(f"the chat template does not parse: line {error.lineno}: {_one_line(error.message)}") \
+        raise template.error(cause("chat.syntax", lineno=error.lineno, why=_one_line(error.message))) \
             from None
     except jinja2.TemplateError as error:  # raise_exception, an undefined name used, the sandbox's refusals
-        raise template.error(f"the chat template refused the conversation{_template_line(error)}: "
-                             f"{_one_line(str(error))}") from None
+        raise template.error(cause("chat.refused", at=_template_line(error), why=_one_line(str(error)))) from None
     except Exception as error:  # the template's own code: a wrong type, a missing key, a recursion
-        raise template.error(f"the chat template failed{_template_line(error)}: {type(error).__name__}: "
-                             f"{_one_line(str(error))}") from None
+        raise template.error(cause("chat.failed", at=_template_line(error), error=type(error).__name__,
+                                   why=_one_line(str(error)))) from None
 
 
 @cache
@@ -207,14 +205,14 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
-def _template_line(error: BaseException) -> str:
+def _template_line(error: BaseException) -> Cause:
     """" at line N" of the template where jinja2's traceback says the error happened."""
     trace, line = error.__traceback__, None
     while trace is not None:
         if trace.tb_frame.f_code.co_filename == "<template>":
             line = trace.tb_lineno
         trace = trace.tb_next
-    return "" if line is None else f" at line {line}"
+    return cause("chat.no_line") if line is None else cause("chat.at_line", line=line)
 
 
 def _one_line(text: str) -> str:
@@ -228,11 +226,11 @@ def tokenize_chat(template: ChatTemplate, tokenizer: Tokenizer, messages: list[M
                   **variables) -> Chat:
     """The conversation rendered with the generation prompt, tokenized as apply_chat_template tokenizes it."""
     if not messages:
-        raise template.error("a chat needs at least one message")
+        raise template.error(cause("chat.no_messages"))
     text = render(template, messages, **variables)
     encoding = _encoded(template, tokenizer, text)
     if not encoding.ids:
-        raise template.error("the chat template gives no text for this conversation")
+        raise template.error(cause("chat.no_text"))
     specials = _special_ids(tokenizer)
     spans = _content_spans(text, messages)
     sources = tuple(next((i for i, (start, end) in spans if start < token_end and token_start < end), None)
@@ -244,7 +242,7 @@ def tokenize_chat(template: ChatTemplate, tokenizer: Tokenizer, messages: list[M
 def _encoded(template: ChatTemplate, tokenizer: Tokenizer, text: str) -> Encoding:
     """The rendered text's encoding; what `tokenizers` raises (a WordPiece vocabulary without its [UNK], a
     panic) refused in one line."""
-    with tokenizer_errors(lambda message: template.error(f"the tokenizer cannot encode the rendered chat ({message})")):
+    with tokenizer_errors(lambda message: template.error(cause("chat.cannot_encode", why=message))):
         return tokenizer.encode(text, add_special_tokens=False)
 
 

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 
 from engine.loading.chat import Chat, Message, find_template, tokenize_chat
 from engine.loading.budget import DEFAULT_BUDGET, format_size, resident_weight_bytes, too_many_tensors
+from engine.causes import cause
 from engine.loading.document import ScenarioError, library_text, warn
 from engine.parameters import format_shape, parameter_shapes
 from engine.progress import WEIGHTS, report
@@ -59,8 +60,7 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
         path = path.parent
     budget = (DEFAULT_BUDGET if max_memory is None else max_memory, dtype)
     if path.suffix != ".gguf" and not (path / "config.json").exists():
-        raise ScenarioError(str(path), None, "config.json", "missing: a checkpoint folder holds config.json, "
-                            "its weights (model.safetensors) and tokenizer.json; a GGUF checkpoint is one .gguf file")
+        raise ScenarioError(str(path), None, "config.json", cause("checkpoint.no_config"))
     try:
         read = _gguf if path.suffix == ".gguf" else _hf
         spec, weights, tokenizer, special = read(path, budget)
@@ -69,10 +69,11 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
     except LayoutError as error:  # the walk of the layout says where a truncated or damaged file goes wrong
         raise gguf_damage(path) or ScenarioError(str(path), None, error.key, error.message) from None
     except OSError as error:
-        raise ScenarioError(error.filename or str(path), None, "", f"cannot read ({error.strerror or error})") from None
+        raise ScenarioError(error.filename or str(path), None, "", cause("doc.unreadable",
+                                                                            why=error.strerror or str(error))) from None
     except Exception as error:  # a check this reader lacks: said as such rather than as a traceback
-        raise ScenarioError(str(path), None, "", f"internal error while reading the checkpoint, a check is missing "
-                            f"({type(error).__name__}: {library_text(error)})") from None
+        raise ScenarioError(str(path), None, "", cause("checkpoint.internal", error=type(error).__name__,
+                                                       why=library_text(error))) from None
     rows = weights.shapes["embed"][0]
     vocab = make_vocab(tokenizer, rows, **special) if tokenizer else numbered_vocab(rows, **special)
     if chat:
@@ -84,8 +85,9 @@ def load_checkpoint(path: str | Path, *, prompt: str | list[str] | None = None,
     limit = max_new_tokens if spec.lm_head else 1
     longest = max(map(len, tokens))
     if spec.positions == Positions.LEARNED and longest + limit - 1 > spec.max_positions:
-        raise ScenarioError(str(path), None, "--max-new-tokens", f"needs {longest + limit - 1} positions, "
-                            f"the model has {spec.max_positions}")
+        raise ScenarioError(str(path), None, "--max-new-tokens", cause("checkpoint.positions",
+                                                                      needed=longest + limit - 1,
+                                                                      positions=spec.max_positions))
     return Scenario(
         path=str(path), title=path.stem if path.suffix == ".gguf" else path.name, vocab=vocab, model=spec,
         weights=weights,
@@ -98,7 +100,7 @@ def _one_each(path: Path, prompt: str | list[str] | None,
               ids: list[int] | list[list[int]] | None) -> list[tuple[str | None, list[int] | None]]:
     """(prompt, ids) for each request: one per prompt given, or one per list of ids."""
     if isinstance(prompt, list) and isinstance(ids, list) and prompt and ids:
-        raise ScenarioError(str(path), None, "--prompt/--ids", "give prompts or token ids, not both")
+        raise ScenarioError(str(path), None, "--prompt/--ids", cause("checkpoint.prompts_and_ids"))
     if isinstance(prompt, list) and prompt:
         return [(text, None) for text in prompt]
     if ids and isinstance(ids[0], list):
@@ -109,20 +111,21 @@ def _one_each(path: Path, prompt: str | list[str] | None,
 def _request_ids(path: Path, tokenizer: Tokenizer | None, size: int, prompt: str | None,
                  ids: list[int] | None) -> tuple[int, ...]:
     if (prompt is None) == (ids is None):
-        raise ScenarioError(str(path), None, "--prompt/--ids", "give exactly one of a prompt or token ids")
+        raise ScenarioError(str(path), None, "--prompt/--ids", cause("checkpoint.prompt_or_ids"))
     if tokenizer is None and prompt is not None:
-        raise ScenarioError(str(path), None, "tokenizer.json", "missing: --prompt needs it to turn text into ids "
-                            "(--ids needs none)")
+        raise ScenarioError(str(path), None, "tokenizer.json", cause("checkpoint.prompt_tokenizer"))
     try:
         tokens = encode(tokenizer, prompt) if ids is None else tuple(ids)
     except TokenizerError as error:
         source = path if path.suffix == ".gguf" else path / "tokenizer.json"
-        raise ScenarioError(str(source), None, "--prompt", f"its tokenizer cannot encode the prompt ({error})") from None
+        raise ScenarioError(str(source), None, "--prompt", cause("checkpoint.cannot_encode",
+                                                                            why=str(error))) from None
     bad = [t for t in tokens if not 0 <= t < size]
     if bad:
-        raise ScenarioError(str(path), None, "--ids", f"token id {bad[0]} is out of range 0..{size - 1}")
+        raise ScenarioError(str(path), None, "--ids", cause("scenario.token_id_range", id=bad[0],
+                                                                             last=size - 1))
     if not tokens:
-        raise ScenarioError(str(path), None, "--prompt", "the prompt gives no tokens")
+        raise ScenarioError(str(path), None, "--prompt", cause("checkpoint.no_tokens"))
     return tokens
 
 
@@ -130,14 +133,14 @@ def _chats(path: Path, tokenizer: Tokenizer | None, size: int, conversations: li
            given) -> list[Chat]:
     """Each conversation through the checkpoint's own chat template and tokenizer."""
     if given:
-        raise ScenarioError(str(path), None, "--chat", "give conversations, prompts or token ids, not two of them")
+        raise ScenarioError(str(path), None, "--chat", cause("checkpoint.chat_and"))
     if tokenizer is None:
-        raise ScenarioError(str(path), None, "tokenizer.json", "missing: --chat needs it to turn text into ids")
+        raise ScenarioError(str(path), None, "tokenizer.json", cause("checkpoint.chat_tokenizer"))
     template = find_template(path)
     chats = [tokenize_chat(template, tokenizer, [Message(*m) for m in messages]) for messages in conversations]
     bad = [t for c in chats for t in c.ids if t >= size]
     if bad:
-        raise template.error(f"the chat gives token id {bad[0]}, past the model's {size} embedding rows")
+        raise template.error(cause("scenario.chat_token", id=bad[0], rows=size))
     return chats
 
 
@@ -152,8 +155,8 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
         raise ScenarioError(str(path), None, "layers", too_many_tensors(spec, vocab_size))
     need = resident_weight_bytes(spec, vocab_size, dtype)  # a sparse model's experts: only those a token uses
     if need > limit:
-        raise ScenarioError(str(path), None, "--max-memory", f"the weights need {format_size(need)} as {dtype}, "
-                            f"more than the budget of {format_size(limit)}")
+        raise ScenarioError(str(path), None, "--max-memory", cause("checkpoint.budget", need=format_size(need),
+                                                                              dtype=dtype, budget=format_size(limit)))
     shapes = parameter_shapes(spec, vocab_size)
     for done, (name, shape) in enumerate(shapes.items(), 1):
         try:
@@ -161,14 +164,13 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
         except ScenarioError:  # already located (a missing tensor, an unreadable type)
             raise
         except ValueError as error:  # a file layout undone by reshaping (llama.cpp's tiled heads) on a wrong shape
-            raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]); "
-                                f"the checkpoint's tensor cannot be laid out as that ({error})") from None
+            raise ScenarioError(str(path), None, name, cause("checkpoint.layout", shape=format_shape(shape),
+                                                                why=str(error))) from None
         if not np.issubdtype(probe.dtype, np.floating):
-            raise ScenarioError(str(path), None, name, f"expected floating-point numbers, the checkpoint gives "
-                                f"{probe.dtype}")
+            raise ScenarioError(str(path), None, name, cause("checkpoint.not_float", dtype=str(probe.dtype)))
         if tuple(probe.shape) != shape:
-            raise ScenarioError(str(path), None, name, f"expected {format_shape(shape)} (engine layout [in, out]), "
-                                f"the checkpoint gives {format_shape(probe.shape)}")
+            raise ScenarioError(str(path), None, name, cause("checkpoint.shape", shape=format_shape(shape),
+                                                                got=format_shape(probe.shape)))
         report(WEIGHTS, done, len(shapes))
     as_dtype = DTYPES[dtype]
     read_rows = None if rows is None else lambda name, ids: np.asarray(weight(name, rows(ids)), dtype=as_dtype)
@@ -184,7 +186,8 @@ def _gguf(path: Path, budget: tuple[int, str]):
     tokens = model.meta["tokenizer.ggml.tokens"]  # an array of strings: gguf_tokenizer checked it
     size, distinct = len(tokens), len(set(tokens))
     if distinct < size:  # each text then encodes as the last of its ids, the others only decode
-        warn(str(path), "tokenizer.ggml.tokens", f"{size - distinct} of the {size} tokens repeat another's text")
+        warn(str(path), "tokenizer.ggml.tokens", cause("checkpoint.repeated_tokens", repeated=size - distinct,
+                                                       size=size))
     special = {"eos": token_id(model.meta, "tokenizer.ggml.eos_token_id", size, model.error), "pad": None}
     as_dtype = DTYPES[budget[1]]
     tensors = (model.stand_in, lambda name, expert=None: model.dequantized(name, as_dtype, expert))
@@ -214,7 +217,8 @@ def _hf_tokenizer(file: Path) -> Tokenizer | None:
     """The folder's tokenizer; None without tokenizer.json (ids need no tokenizer: each id's text is `#id`)."""
     if not file.exists():
         return None
-    with tokenizer_errors(lambda message: ScenarioError(str(file), None, "", f"not a readable tokenizer ({message})")):
+    with tokenizer_errors(lambda message: ScenarioError(str(file), None, "",
+                                                        cause("checkpoint.tokenizer", why=message))):
         tokenizer = Tokenizer.from_file(str(file))
     tokenizer.no_padding()
     return tokenizer

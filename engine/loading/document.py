@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from engine.causes import Cause
+from engine.causes import Cause, cause
 from engine.progress import READING, report
 
 if TYPE_CHECKING:
@@ -54,8 +54,9 @@ class ScenarioError(ValueError):
     """An invalid scenario: names the file, the line and the path inside the document. Its text is always
     one printable line, whatever names or values from the file it holds."""
 
-    def __init__(self, file: str, line: int | None, path: str, message: str | Cause):
-        """`message`: a sentence, or a cause (engine.causes) a front end words."""
+    def __init__(self, file: str, line: int | None, path: str, message: Cause):
+        """`message`: a cause (engine.causes) a front end words (tinyllm_tui.debugger.errors.bad_input);
+        `str(error)` holds it unworded."""
         self.file, self.line, self.path, self.message = file, line, path, message
         super().__init__(located(file, line, path, str(message)))
 
@@ -67,12 +68,32 @@ def located(file: str, line: int | None, path: str, message: str) -> str:
     return f"{where}: {one_line(path, MAX_PATH_CHARS)}: {message}" if path else f"{where}: {message}"
 
 
+def inner(error: ScenarioError) -> Cause:
+    """A refusal said inside another's (a chat template's, at the request it refused): where it is, and why."""
+    where = f"{error.file}:{error.line}" if error.line else error.file
+    if error.path:
+        return cause("doc.at_path", where=where, path=error.path, why=error.message)
+    return cause("doc.at", where=where, why=error.message)
+
+
+def joined(names, code: str) -> str | Cause:
+    """`tokens and ids and text` (code doc.and), `.safetensors or .npz` (doc.or): the names as a cause, which
+    the words join."""
+    first, *rest = names
+    return cause(code, first=first, rest=joined(rest, code)) if rest else first
+
+
 class LoaderWarning(UserWarning):
-    """Something a file holds that is legal but almost certainly not meant (one located line)."""
+    """Something a file holds that is legal but almost certainly not meant: where, and why (a cause a front end
+    words: tinyllm_tui.debugger.errors.warning_words); `str(warning)` is located, its cause unworded."""
+
+    def __init__(self, file: str, path: str, why: Cause):
+        super().__init__(located(file, None, path, str(why)))
+        self.file, self.path, self.cause = file, path, why
 
 
-def warn(file: str, path: str, message: str) -> None:
-    warnings.warn(located(file, None, path, message), LoaderWarning, stacklevel=3)
+def warn(file: str, path: str, why: Cause) -> None:
+    warnings.warn(LoaderWarning(file, path, why), stacklevel=3)
 
 
 def round_trip_yaml() -> YAML:
@@ -143,20 +164,23 @@ def read_text(path: Path) -> str:
             # read(n) reserves n bytes up front: ask for the size the file has (a pipe or device says 0)
             data = b"" if size > MAX_SCENARIO_BYTES else file.read(size + 1) if size else _read_capped(file)
     except OSError as error:
-        raise ScenarioError(str(path), None, "", f"cannot read ({error.strerror or error})") from None
+        raise ScenarioError(str(path), None, "", cause("doc.unreadable", why=error.strerror or str(error))) from None
     if size > MAX_SCENARIO_BYTES or len(data) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(str(path), None, "", f"larger than the {MAX_SCENARIO_BYTES >> 20} MiB a scenario file "
-                            "may hold; put big weights in a weight file (weights: {file: model.safetensors})")
+        raise ScenarioError(str(path), None, "", cause("doc.too_big", mib=MAX_SCENARIO_BYTES >> 20))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
-        raise ScenarioError(str(path), line, "", f"not UTF-8 text (byte {error.start})") from None
+        raise ScenarioError(str(path), line, "", cause("doc.not_text", byte=error.start)) from None
 
 
-def _within(context: str) -> str:
-    """What the parser was in, from its context: 'while parsing a flow sequence' → 'in the flow sequence'."""
-    return re.sub(r"^while (?:parsing|scanning) an? ", "in the ", context)
+def _opened(problem: str, context: str, line: int) -> Cause:
+    """The problem, and where what the parser was in opened: its context 'while parsing a flow sequence' says
+    'in the flow sequence opened at line 3' (PyYAML's words for the thing, the catalogue's for the rest)."""
+    within = re.match(r"^while (?:parsing|scanning) an? (.*)$", context)
+    if within is None:
+        return cause("doc.yaml_opened_context", problem=problem, context=context, line=line)
+    return cause("doc.yaml_opened", problem=problem, thing=within.group(1), line=line)
 
 
 def _read_capped(file) -> bytes:
@@ -172,26 +196,25 @@ def parse(text: str, file: str) -> yaml.Node | None:
     """Compose scenario text into PyYAML's node tree, or raise ScenarioError."""
     values = text.count(",") + text.count("\n") + text.count("- ")  # at least one per node (C speed)
     if values > MAX_SCENARIO_VALUES:
-        raise ScenarioError(file, None, "", f"holds up to {values} values, more than the {MAX_SCENARIO_VALUES} a "
-                            "scenario file may (each takes ~300 bytes to parse); put big weights in a weight file "
-                            "(weights: {file: model.safetensors})")
+        raise ScenarioError(file, None, "", cause("doc.too_many_values", values=values,
+                                                        limit=MAX_SCENARIO_VALUES))
     try:
         return yaml.compose(_Reading(text), Loader=_Loader)
     except yaml.MarkedYAMLError as error:
-        problem, opened = error.problem or str(error), error.context_mark
-        mark = error.problem_mark or opened
+        problem, opened = error.problem or str(error), error.context_mark  # PyYAML's words
+        mark, why = error.problem_mark or opened, cause("doc.yaml_syntax", problem=problem)
         if error.context and "end of stream" in problem:  # an unclosed quote or bracket: say where it opened
-            problem, mark = f"{error.context}: {problem}", opened
+            mark, why = opened, cause("doc.yaml_unclosed", context=error.context, problem=problem)
         elif error.context and opened and opened.line != mark.line:  # found later than the cause: say both lines
-            problem = f"{problem} ({_within(error.context)} opened at line {opened.line + 1})"
+            why = _opened(problem, error.context, opened.line + 1)
         line = mark.line + 1 if mark else None
-        raise ScenarioError(file, line, "", f"YAML syntax: {problem}") from None
+        raise ScenarioError(file, line, "", why) from None
     except yaml.reader.ReaderError as error:  # a control character: its own message spans two lines
         line = text.encode("utf-8")[: error.position].count(b"\n") + 1  # the position counts UTF-8 bytes
-        raise ScenarioError(file, line, "", f"YAML: character #x{error.character:04x} is not allowed "
-                            f"({error.reason})") from None
+        raise ScenarioError(file, line, "", cause("doc.yaml_character", character=f"{error.character:04x}",
+                                                        reason=error.reason)) from None
     except yaml.YAMLError as error:
-        raise ScenarioError(file, None, "", f"YAML: {' '.join(str(error).split())}") from None
+        raise ScenarioError(file, None, "", cause("doc.yaml", problem=library_text(error))) from None
 
 
 class _Reading:
@@ -258,7 +281,7 @@ class Node:
     line: int | None
     file: str
 
-    def error(self, message: str | Cause) -> ScenarioError:
+    def error(self, message: Cause) -> ScenarioError:
         return ScenarioError(self.file, self.line, self.path, message)
 
     @cached_property
@@ -288,7 +311,7 @@ class Node:
         for key, value in self.raw.value if self.is_mapping else ():
             name = key.value if isinstance(key, ScalarNode) else "?"
             if name in entries:
-                raise self._child(name, key).error("this key appears twice")
+                raise self._child(name, key).error(cause("doc.duplicate_key"))
             entries[name] = (key, value)
         return entries
 
@@ -296,13 +319,14 @@ class Node:
         """Check this is a mapping with only `allowed` keys and all `required` ones."""
         _refuse_tag(self)
         if not self.is_mapping:
-            raise self.error(f"expected a mapping, got {_kind(self)}")
+            raise self.error(cause("doc.mapping", got=_kind(self)))
         for name, (key, _) in self._entries.items():
             if name not in allowed:
-                raise self._child(name, key).error(f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+                raise self._child(name, key).error(cause("doc.unknown_key",
+                                                                        keys=", ".join(sorted(allowed))))
         missing = sorted(required - set(self._entries))
         if missing:
-            raise self.error(f"missing required key {missing[0]!r}")
+            raise self.error(cause("doc.missing_key", key=missing[0]))
         return self
 
     def has(self, key: str) -> bool:
@@ -320,7 +344,7 @@ class Node:
     def items(self) -> list[Node]:
         _refuse_tag(self)
         if not isinstance(self.raw, SequenceNode):
-            raise self.error(f"expected a list, got {_kind(self)}")
+            raise self.error(cause("doc.list", got=_kind(self)))
         return [self._child(i, item) for i, item in enumerate(self.raw.value)]
 
     def numbers(self, ndim: int) -> np.ndarray | None:
@@ -351,35 +375,35 @@ class Node:
         _refuse_tag(self)
         value = self.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(f"expected a number, got {_kind(self)}")
+            raise self.error(cause("doc.number", got=_kind(self)))
         if not math.isfinite(value):
-            raise self.error(f"expected a finite number, got {value}")
+            raise self.error(cause("doc.finite", value=value))
         return float(value)
 
     def integer(self, minimum: int | None = None) -> int:
         _refuse_tag(self)
         if isinstance(self.value, bool) or not isinstance(self.value, int):
-            raise self.error(f"expected an integer, got {_kind(self)}")
+            raise self.error(cause("doc.integer", got=_kind(self)))
         if minimum is not None and self.value < minimum:
-            raise self.error(f"expected an integer ≥ {minimum}, got {self.value}")
+            raise self.error(cause("doc.integer_min", minimum=minimum, value=self.value))
         return int(self.value)
 
     def boolean(self) -> bool:
         _refuse_tag(self)
         if not isinstance(self.value, bool):
-            raise self.error(f"expected true or false, got {_kind(self)}")
+            raise self.error(cause("doc.boolean", got=_kind(self)))
         return self.value
 
     def text(self) -> str:
         _refuse_tag(self)
         if not isinstance(self.value, str):
-            raise self.error(f"expected text, got {_kind(self)}")
+            raise self.error(cause("doc.text", got=_kind(self)))
         return self.value
 
     def choice(self, options: tuple[str, ...]) -> str:
         value = self.text()
         if value not in options:
-            raise self.error(f"expected one of {', '.join(options)}, got {value!r}")
+            raise self.error(cause("doc.choice", options=", ".join(options), value=value))
         return value
 
 
@@ -399,19 +423,23 @@ def _plain_number(cell: yaml.Node) -> str:
 def _refuse_tag(node: Node) -> None:
     """Refuse explicit tags (`!!python/object`, `!custom`): a scenario is plain data."""
     if node.raw is not None and node.raw.tag not in PLAIN_TAGS:
-        raise node.error(f"tag {node.raw.tag} is not allowed: a scenario holds plain data only")
+        raise node.error(cause("doc.tag", tag=node.raw.tag))
 
 
-def _kind(node: Node) -> str:
+def _kind(node: Node) -> Cause:
+    """What the node holds, as a refusal names it (`got text 'x'`)."""
     value = node.value
     if value is None:
-        return "nothing"
+        return cause("value.nothing")
     if isinstance(value, bool):
-        return f"boolean {value}"
+        return cause("value.boolean", value=value)
     if isinstance(value, (int, float)):
-        return f"number {value}"
+        return cause("value.number", value=value)
     if isinstance(value, str):
-        return f"text {value!r}" if len(value) <= 40 else f"text {value[:40]!r}… ({len(value)} characters)"
+        return cause("value.text", value=value) if len(value) <= 40 else cause("value.text_long", start=value[:40],
+                                                                                 length=len(value))
     if node.is_mapping:
-        return "a mapping"
-    return "a list" if isinstance(node.raw, SequenceNode) else type(value).__name__
+        return cause("value.mapping")
+    if isinstance(node.raw, SequenceNode):
+        return cause("value.list")
+    return cause("value.other", name=type(value).__name__)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine.loading.document import ScenarioError
+from engine.causes import Cause, cause
+from engine.loading.document import ScenarioError, joined
 
 VERSIONS = (2, 3)
 MAX_DIMS = 4  # ggml's GGML_MAX_DIMS
@@ -29,7 +30,7 @@ SMALLEST = {"metadata field": 8 + 4 + 1, "tensor info": 8 + 4 + 4 + 8}  # bytes 
 
 
 class Damage(Exception):
-    def __init__(self, where: str, message: str):
+    def __init__(self, where: str, message: Cause):
         super().__init__(message)
         self.where, self.message = where, message
 
@@ -42,8 +43,7 @@ class _Reader:
 
     def take(self, size: int, where: str) -> bytes:
         if self.at + size > len(self.data):
-            raise Damage(where, f"expected {size} bytes at byte {self.at}, the file ends at byte {len(self.data)} "
-                         f"(truncated?)")
+            raise Damage(where, cause("gguf.ends", size=size, at=self.at, size_=len(self.data)))
         self.at += size
         return self.data[self.at - size : self.at]
 
@@ -56,13 +56,13 @@ class _Reader:
         raw = self.take(size, f"{where} (a string of {size} bytes)")
         return raw.decode("utf-8", errors="replace")
 
-    def count(self, what: str, where: str, smallest: int) -> int:
+    def count(self, what: Cause, where: str, smallest: int) -> int:
         """A count the file claims, checked against what the rest of the file could hold."""
         count = self.scalar(10, where)
         room = (len(self.data) - self.at) // smallest
         if count > room:
-            raise Damage(where, f"the file claims {count} {what}s, but its remaining {len(self.data) - self.at} "
-                         f"bytes hold at most {room} (truncated, or a damaged count?)")
+            raise Damage(where, cause("gguf.count", count=count, what=what, remaining=len(self.data) - self.at,
+                                      room=room))
         return count
 
     def value(self, kind: int, where: str, depth: int = 0):
@@ -72,25 +72,25 @@ class _Reader:
             return self.string(where)
         if kind == ARRAY:
             if depth == MAX_NESTING:
-                raise Damage(where, f"arrays nested more than {MAX_NESTING} deep")
+                raise Damage(where, cause("gguf.nested", limit=MAX_NESTING))
             item = self.scalar(4, f"{where} (its item type)")
             if item not in SCALARS and item not in (STRING, ARRAY):
-                raise Damage(where, f"expected an item type 0..12, the file holds {item}")
+                raise Damage(where, cause("gguf.item_type", item=item))
             smallest = struct.calcsize(SCALARS[item]) if item in SCALARS else 8
-            for i in range(self.count("item", f"{where} (its length)", smallest)):
+            for i in range(self.count(cause("gguf.items"), f"{where} (its length)", smallest)):
                 self.value(item, f"{where}[{i}]", depth + 1)
             return None
-        raise Damage(where, f"expected a value type 0..12, the file holds {kind}")
+        raise Damage(where, cause("gguf.value_type", kind=kind))
 
 
-def alignment_problem(alignment) -> str:
-    """What is wrong with a `general.alignment` value ("" if nothing): llama.cpp takes only powers of two."""
+def alignment_problem(alignment) -> Cause | None:
+    """What is wrong with a `general.alignment` value (None if nothing): llama.cpp takes only powers of two."""
     if isinstance(alignment, bool) or not isinstance(alignment, int):
-        held = repr(alignment) if isinstance(alignment, (str, float, bool)) else "an array"
-        return f"expected an integer, a power of two, got {held}"
+        held = repr(alignment) if isinstance(alignment, (str, float, bool)) else cause("gguf.an_array")
+        return cause("gguf.alignment_type", held=held)
     if alignment < 1 or alignment & (alignment - 1):
-        return f"expected a power of two, got {alignment}"
-    return ""
+        return cause("gguf.alignment", alignment=alignment)
+    return None
 
 
 def gguf_damage(path: str | Path) -> ScenarioError | None:
@@ -101,19 +101,19 @@ def gguf_damage(path: str | Path) -> ScenarioError | None:
     except Damage as damage:
         return ScenarioError(str(path), None, damage.where, damage.message)
     except (OSError, ValueError) as error:  # unreadable, or empty (mmap refuses a 0-byte file)
-        return ScenarioError(str(path), None, "", f"cannot read the file ({error})")
+        return ScenarioError(str(path), None, "", cause("gguf.unreadable", why=str(error)))
     return None
 
 
 def _walk(reader: _Reader) -> None:
     magic = reader.take(4, "header.magic")
     if magic != b"GGUF":
-        raise Damage("header.magic", f"expected the bytes 'GGUF', the file starts with {bytes(magic)!r}")
+        raise Damage("header.magic", cause("gguf.magic", magic=bytes(magic)))
     version = reader.scalar(4, "header.version")
     if version not in VERSIONS:
-        raise Damage("header.version", f"expected version {' or '.join(map(str, VERSIONS))}, the file holds {version}")
+        raise Damage("header.version", cause("gguf.version", versions=joined(VERSIONS, "doc.or"), version=version))
     tensors = reader.scalar(10, "header.tensor_count")
-    fields = reader.count("metadata field", "header.kv_count", SMALLEST["metadata field"])
+    fields = reader.count(cause("gguf.fields"), "header.kv_count", SMALLEST["metadata field"])
     alignment = DEFAULT_ALIGNMENT
     for i in range(fields):
         key = reader.string(f"metadata[{i}].key")
@@ -123,9 +123,9 @@ def _walk(reader: _Reader) -> None:
                 raise Damage(key, alignment_problem(value))
             alignment = value
     if tensors * SMALLEST["tensor info"] > len(reader.data) - reader.at:
-        raise Damage("header.tensor_count", f"the file claims {tensors} tensors, but its remaining "
-                     f"{len(reader.data) - reader.at} bytes hold the infos of at most "
-                     f"{(len(reader.data) - reader.at) // SMALLEST['tensor info']}")
+        raise Damage("header.tensor_count", cause("gguf.tensor_count", tensors=tensors,
+                                                  remaining=len(reader.data) - reader.at,
+                                                  room=(len(reader.data) - reader.at) // SMALLEST['tensor info']))
     infos = [_tensor_info(reader, i) for i in range(tensors)]
     start = -(-reader.at // alignment) * alignment
     for name, dims, kind, offset in infos:
@@ -136,13 +136,13 @@ def _tensor_info(reader: _Reader, index: int) -> tuple[str, list[int], GGMLQuant
     name = reader.string(f"tensor[{index}].name")
     n_dims = reader.scalar(4, f"tensor {name} (its number of dimensions)")
     if not 1 <= n_dims <= MAX_DIMS:
-        raise Damage(f"tensor {name}", f"expected 1..{MAX_DIMS} dimensions, the file holds {n_dims}")
+        raise Damage(f"tensor {name}", cause("gguf.dims", limit=MAX_DIMS, n_dims=n_dims))
     dims = [reader.scalar(10, f"tensor {name} (dimension {d})") for d in range(n_dims)]
     code = reader.scalar(4, f"tensor {name} (its type)")
     try:
         kind = GGMLQuantizationType(code)
     except ValueError:
-        raise Damage(f"tensor {name}", f"expected a ggml type, the file holds type code {code}") from None
+        raise Damage(f"tensor {name}", cause("gguf.ggml_type", type_code=code)) from None
     return name, dims, kind, reader.scalar(10, f"tensor {name} (its offset)")
 
 
@@ -151,9 +151,9 @@ def _check_extent(name: str, dims: list[int], kind: GGMLQuantizationType, start:
     count = math.prod(dims)
     shape = "×".join(map(str, dims))
     if count % block:
-        raise Damage(f"tensor {name}", f"{shape} = {count} numbers are not whole {kind.name} blocks of {block}")
+        raise Damage(f"tensor {name}", cause("gguf.blocks", shape=shape, count=count, name=kind.name, block=block))
     need = count // block * block_bytes
     if start + need > size:
         held = max(size - start, 0)
-        raise Damage(f"tensor {name}", f"expected {need} bytes ({kind.name} {shape}) from byte {start}, the file holds "
-                     f"{held} there (it ends at byte {size}: truncated?)")
+        raise Damage(f"tensor {name}", cause("gguf.extent", need=need, name=kind.name, shape=shape, start=start,
+                                             held=held, size=size))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.causes import cause
 from engine.loading.yarn import mscale, yarn_divisors
 from engine.layers.mla import MlaSpec
 from engine.layers.moe_ffn import MoeSpec
@@ -31,7 +32,7 @@ def spec(model) -> ModelSpec:
     rope, width = size("rope.dimension_count"), size("attention.key_length_mla")
     model._check_held(layers, heads * width)  # before anything is made per layer or per frequency
     if width <= rope:
-        raise model.error(key("attention.key_length_mla"), f"{width} is not wider than the rope part ({rope})")
+        raise model.error(key("attention.key_length_mla"), cause("gguf.mla_width", width=width, rope=rope))
     q_lora = size("attention.q_lora_rank") if key("attention.q_lora_rank") in model.meta else None
     mla = MlaSpec(size("attention.kv_lora_rank"), width - rope, rope, size("attention.value_length_mla"), q_lora)
     theta = model._number(key("rope.freq_base"), 10000.0, lowest=1.0)
@@ -49,7 +50,7 @@ def _yarn(model, theta: float, rope: int, width: int) -> tuple[tuple[float, ...]
     prefix = f"{ARCH}.rope.scaling"
     kind = model.meta.get(f"{prefix}.type", "none")
     if kind not in ("none", "yarn"):
-        raise model.error(f"{prefix}.type", f"RoPE scaling {kind!r} is not supported (none, yarn)")
+        raise model.error(f"{prefix}.type", cause("gguf.deepseek_rope", kind=kind))
     if kind == "none":
         return None, width**-0.5
     factor = model._number(f"{prefix}.factor", 1.0)
@@ -66,14 +67,14 @@ def _moe(model, layers: int) -> MoeSpec:
     key = lambda name: f"{ARCH}.{name}"  # noqa: E731
     gating = model.meta.get(key("expert_gating_func"))
     if gating != SIGMOID:  # llama.cpp takes a missing one as a softmax, DeepSeek-V3's is a sigmoid
-        raise model.error(key("expert_gating_func"), f"only the sigmoid gating ({SIGMOID}) is supported, got {gating!r}")
+        raise model.error(key("expert_gating_func"), cause("gguf.gating", sigmoid=SIGMOID, gating=gating))
     first = model._count(key("leading_dense_block_count"))
     if first > layers:
-        raise model.error(key("leading_dense_block_count"), f"{first} dense layers, of {layers}")
+        raise model.error(key("leading_dense_block_count"), cause("gguf.dense_layers", first=first, layers=layers))
     d_expert = model._size(key("expert_feed_forward_length"))
     experts, groups = model._size(key("expert_count")), model._size(key("expert_group_count"), 1)
     if experts % groups:
-        raise model.error(key("expert_group_count"), f"{groups} groups do not divide {experts} experts")
+        raise model.error(key("expert_group_count"), cause("gguf.groups_divide", groups=groups, experts=experts))
     norm = model.meta.get(key("expert_weights_norm"), False)
     return MoeSpec(experts, model._size(key("expert_used_count")), d_expert, bool(norm), tuple(range(first, layers)),
                    d_expert * model._count(key("expert_shared_count")), shared_gate=False, sigmoid=True,

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from engine.causes import Cause, cause
 from engine.loading.gguf_checks import MAX_NESTING, alignment_problem
 
 
@@ -26,8 +27,8 @@ class LayoutError(ValueError):
     """The file is not a sound GGUF (at `key`); engine.loading.gguf_checks then says more precisely
     where a truncated or damaged layout goes wrong."""
 
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}" if key else message)
+    def __init__(self, key: str, message: Cause):
+        super().__init__(f"{key}: {message}" if key else str(message))
         self.key, self.message = key, message
 
 
@@ -55,16 +56,16 @@ class GGUFFile:
             self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         self._pos = 4
         if self._map[:4] != b"GGUF":
-            raise self.error("", "not a GGUF file (it does not start with 'GGUF')")
+            raise self.error("", cause("gguf.not_gguf"))
         version = self._read(U32)
         if version not in (2, 3):
-            raise self.error("", f"GGUF version {version} is not supported (2 or 3)")
+            raise self.error("", cause("gguf.unsupported_version", version=version))
         n_tensors, n_keys = self._read(U64), self._read(U64)
         self.meta: dict[str, object] = {}
         for _ in range(n_keys):
             key = self._string("metadata key")
             if key in self.meta:
-                raise self.error(key, "this key appears twice in the metadata")
+                raise self.error(key, cause("gguf.key_twice"))
             self.meta[key] = self._value(self._read(U32, key), key)
         infos = [self._tensor_info() for _ in range(n_tensors)]
         alignment = self.meta.get("general.alignment", 32)
@@ -74,14 +75,13 @@ class GGUFFile:
         self.tensors: dict[str, TensorInfo] = {}
         for name, shape, kind, offset in infos:
             if name in self.tensors:
-                raise self.error(f"tensor {name}", "listed twice in the tensor table")
+                raise self.error(f"tensor {name}", cause("gguf.tensor_twice"))
             if offset % alignment:
-                raise self.error(f"tensor {name}", f"its data offset {offset} is not a multiple of the alignment "
-                                 f"{alignment}")
+                raise self.error(f"tensor {name}", cause("gguf.offset_alignment", offset=offset, alignment=alignment))
             self.tensors[name] = self._place(name, shape, kind, start + offset)
         self._check_overlaps()
 
-    def error(self, key: str, message: str) -> LayoutError:
+    def error(self, key: str, message: Cause) -> LayoutError:
         return LayoutError(key, message)
 
     def tensor_bytes(self, info: TensorInfo) -> np.ndarray:
@@ -93,7 +93,7 @@ class GGUFFile:
     def _take(self, size: int, what: str) -> int:
         start = self._pos
         if size < 0 or start + size > len(self._map):
-            raise self.error(what, "the file ends inside its header (truncated?)")
+            raise self.error(what, cause("gguf.header_cut"))
         self._pos += size
         return start
 
@@ -112,9 +112,9 @@ class GGUFFile:
             form = struct.Struct(SCALARS[kind])
             return self._read(form, key)
         if kind != ARRAY:
-            raise self.error(key, f"unknown value type {kind}")
+            raise self.error(key, cause("gguf.unknown_value_type", kind=kind))
         if depth == MAX_NESTING:
-            raise self.error(key, f"arrays nested more than {MAX_NESTING} deep")
+            raise self.error(key, cause("gguf.nested", limit=MAX_NESTING))
         item, count = self._read(U32, key), self._read(U64, key)
         if item == STRING:
             return self._strings(count, key)
@@ -129,8 +129,7 @@ class GGUFFile:
         """Refuse a count of items the rest of the file cannot hold, before anything is made for them."""
         room = (len(self._map) - self._pos) // smallest
         if count > room:
-            raise self.error(key, f"the file claims {count} items, its remaining {len(self._map) - self._pos} "
-                             f"bytes hold at most {room} (truncated, or a damaged count?)")
+            raise self.error(key, cause("gguf.claims", count=count, remaining=len(self._map) - self._pos, room=room))
 
     def _strings(self, count: int, key: str) -> list[str]:
         """One tight loop over length-prefixed strings: no object but the `str` per entry."""
@@ -139,13 +138,13 @@ class GGUFFile:
         out = [""] * count
         for i in range(count):
             if pos + 8 > end:
-                raise self.error(key, "the file ends inside this array (truncated?)")
+                raise self.error(key, cause("gguf.array_cut"))
             size = size_of(data, pos)[0]
             pos += 8
             out[i] = data[pos:pos + size].decode("utf-8", errors="replace")
             pos += size
         if pos > end:
-            raise self.error(key, "the file ends inside this array (truncated?)")
+            raise self.error(key, cause("gguf.array_cut"))
         self._pos = pos
         return out
 
@@ -153,7 +152,7 @@ class GGUFFile:
         name = self._string("tensor table")
         n_dims = self._read(U32, name)
         if n_dims > MAX_DIMS:
-            raise self.error(name, f"{n_dims} dimensions (at most {MAX_DIMS})")
+            raise self.error(name, cause("gguf.too_many_dims", n_dims=n_dims, limit=MAX_DIMS))
         dims = [self._read(U64, name) for _ in range(n_dims)]
         kind, offset = self._read(U32, name), self._read(U64, name)
         return name, tuple(reversed(dims)), kind, offset
@@ -162,15 +161,14 @@ class GGUFFile:
         try:
             kind = GGMLQuantizationType(kind)
         except ValueError:
-            raise self.error(name, f"unknown tensor type {kind}") from None
+            raise self.error(name, cause("gguf.unknown_tensor_type", kind=kind)) from None
         block, size = GGML_QUANT_SIZES[kind]
         row = shape[-1] if shape else 1
         if row % block:
-            raise self.error(name, f"rows of {row} values do not fill whole {kind.name} blocks of {block}")
+            raise self.error(name, cause("gguf.rows_blocks", row=row, name=kind.name, block=block))
         nbytes = math.prod(shape[:-1]) * (row // block) * size  # Python ints: dims claimed near 2^64 do not wrap
         if offset + nbytes > len(self._map):
-            raise self.error(name, f"its data ({nbytes} bytes at {offset}) runs past the end of the file "
-                             f"({len(self._map)} bytes; truncated?)")
+            raise self.error(name, cause("gguf.past_end", nbytes=nbytes, offset=offset, size=len(self._map)))
         return TensorInfo(name, shape, kind, offset, nbytes)
 
     def _check_overlaps(self) -> None:
@@ -178,5 +176,6 @@ class GGUFFile:
         placed = sorted((info for info in self.tensors.values() if info.nbytes), key=lambda info: info.offset)
         for before, after in zip(placed, placed[1:]):
             if after.offset < before.offset + before.nbytes:
-                raise self.error(f"tensor {after.name}", f"its data (from byte {after.offset}) overlaps tensor "
-                                 f"{before.name}'s (bytes {before.offset}..{before.offset + before.nbytes - 1})")
+                raise self.error(f"tensor {after.name}", cause("gguf.overlap", start=after.offset, name=before.name,
+                                                               first=before.offset,
+                                                               last=before.offset + before.nbytes - 1))

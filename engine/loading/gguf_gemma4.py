@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from engine.causes import cause
 from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
 ARCH = "gemma4"
@@ -29,14 +30,14 @@ def spec(model) -> ModelSpec:
         a + "block_count")
     model._check_held(n, d * heads * model._size(a + "attention.key_length"))
     if any(name.endswith(("ffn_gate_inp.weight", "ffn_gate_up_exps.weight")) for name in model.tensors):
-        raise model.error(a + "expert_count", "Gemma 4's mixture-of-experts block is not supported")
+        raise model.error(a + "expert_count", cause("gguf.gemma_moe"))
     sliding = [bool(s) for s in _per_layer(model, a + "attention.sliding_window_pattern", n)]
     sliding[-1] = False  # transformers' rule: the last layer attends to everything
     ff = _per_layer(model, a + "feed_forward_length", n)
     kv = _per_layer(model, a + "attention.head_count_kv", n)
     width = {True: model._size(a + "attention.key_length_swa"), False: model._size(a + "attention.key_length")}
     if model.meta.get(a + "rope.dimension_count_swa", width[True]) != width[True]:
-        raise model.error(a + "rope.dimension_count_swa", "partial RoPE on the sliding layers is not supported")
+        raise model.error(a + "rope.dimension_count_swa", cause("gguf.sliding_partial_rope"))
     first_shared = n - model._count(a + "attention.shared_kv_layers")
     full_divisors = _proportional(model, width[False])
     theta = {True: model._number(a + "rope.freq_base_swa", 10000.0, lowest=1.0),
@@ -47,7 +48,7 @@ def spec(model) -> ModelSpec:
         slides = sliding[i]
         earlier = [j for j in range(first_shared) if sliding[j] == slides]
         if i >= first_shared and not earlier:
-            raise model.error(a + "attention.shared_kv_layers", f"layer {i} would share the K/V of no earlier layer")
+            raise model.error(a + "attention.shared_kv_layers", cause("gguf.shared_kv", i=i))
         source = earlier[-1] if i >= first_shared else None
         own_v = f"blk.{i}.attn_v.weight" in model.tensors
         blocks.append(LayerSpec(
@@ -74,11 +75,11 @@ def _per_layer(model, key: str, n: int) -> np.ndarray:
     """A per-layer array (or one number for every layer), each an integer ≥ 1 (a bool for the pattern)."""
     value = model.meta.get(key)
     if value is None:
-        raise model.error(key, "missing from the file's metadata")
+        raise model.error(key, cause("gguf.missing"))
     values = np.full(n, value) if isinstance(value, int) else value
     if not isinstance(values, np.ndarray) or values.shape != (n,) or not (values.dtype == bool or (
             np.issubdtype(values.dtype, np.integer) and (values >= 1).all())):
-        raise model.error(key, f"expected {n} values, one per layer, got {value!r}")
+        raise model.error(key, cause("gguf.per_layer", n=n, value=value))
     return values
 
 
@@ -88,6 +89,5 @@ def _proportional(model, d_head: int) -> tuple[float, ...] | None:
         return None
     freqs = model.dequantized("rope_freqs.weight", np.float64)
     if freqs.shape != (d_head // 2,) or not np.all(np.isfinite(freqs) & (freqs > 0)):
-        raise model.error("rope_freqs.weight", f"expected {d_head // 2} positive numbers (one per RoPE frequency of "
-                          f"the full layers), got shape {freqs.shape}")
+        raise model.error("rope_freqs.weight", cause("gguf.full_freqs", d_head=d_head // 2, shape=freqs.shape))
     return tuple(math.inf if f >= 1e30 else float(f) for f in freqs)

@@ -31,6 +31,7 @@ from engine.hooks import Hook
 from engine.layers import (gguf_locate, gguf_suffixes, gguf_tensor, gguf_tensors, hf_layer_kinds, per_layer_input,
                            routed_expert)
 from engine.loading import gguf_deepseek, gguf_gemma4
+from engine.causes import Cause, cause
 from engine.loading.document import ScenarioError
 from engine.loading.gguf_blocks import EncodedBlock, block_of, dequantize_into
 from engine.loading.gguf_file import GGUFFile, TensorInfo
@@ -79,14 +80,14 @@ class GGUFModel:
         self.meta, self.tensors = self.file.meta, self.file.tensors
         self.arch = self.meta.get("general.architecture")
 
-    def error(self, key: str, message: str) -> ScenarioError:
+    def error(self, key: str, message: Cause) -> ScenarioError:
         return ScenarioError(str(self.path), None, key, message)
 
     def spec(self) -> ModelSpec:
         arch = self.arch
         if not isinstance(arch, str) or arch not in ARCHITECTURES:
-            raise self.error("general.architecture", f"unsupported architecture {arch!r} "
-                             f"(supported: {', '.join(ARCHITECTURES)})")
+            raise self.error("general.architecture", cause("gguf.architecture", arch=arch,
+                                                           supported=', '.join(ARCHITECTURES)))
         if arch == gguf_gemma4.ARCH:
             return gguf_gemma4.spec(self)
         if arch == gguf_deepseek.ARCH:
@@ -97,8 +98,7 @@ class GGUFModel:
         kv_heads = self._lfm2_kv_heads() if arch == "lfm2" else self._size(f"{arch}.attention.head_count_kv", heads)
         d_head = self._size(f"{arch}.attention.key_length", d // heads)
         if (f"{arch}.attention.key_length" not in self.meta and d % heads) or heads % kv_heads:
-            raise self.error(f"{arch}.attention.head_count", f"{heads} heads of {d} wide with {kv_heads} key/value "
-                             "heads: the heads must divide the width and the key/value heads the heads")
+            raise self.error(f"{arch}.attention.head_count", cause("gguf.heads", heads=heads, d=d, kv_heads=kv_heads))
         self._check_held(layers, d * heads * d_head)
         if f"{arch}.vocab_size" in self.meta:  # llama.cpp counts the tokens instead; a number is all it may be
             self._size(f"{arch}.vocab_size")
@@ -128,10 +128,10 @@ class GGUFModel:
         arch = self.arch
         for key, allowed in UNSUPPORTED.items():
             if self.meta.get(f"{arch}.{key}", allowed) != allowed:
-                raise self.error(f"{arch}.{key}", f"{self.meta[f'{arch}.{key}']!r} is not supported (only {allowed!r})")
+                raise self.error(f"{arch}.{key}", cause("gguf.only", value=self.meta[f"{arch}.{key}"], allowed=allowed))
         experts, used = self._size(f"{arch}.expert_count"), self._size(f"{arch}.expert_used_count")
         if used > experts:
-            raise self.error(f"{arch}.expert_used_count", f"{used} experts per token, of {experts}")
+            raise self.error(f"{arch}.expert_used_count", cause("gguf.top_k", used=used, experts=experts))
         sparse = tuple(i for i in range(spec.n_layers) if f"blk.{i}.ffn_gate_inp.weight" in self.tensors)
         gpt_oss = arch == "gpt-oss"
         shared = f"{arch}.expert_shared_feed_forward_length"
@@ -150,13 +150,12 @@ class GGUFModel:
         arch = self.arch
         key = f"{arch}.ssm"
         if self.meta.get(f"{arch}.nextn_predict_layers", 0):
-            raise self.error(f"{arch}.nextn_predict_layers", "multi-token prediction layers are not supported "
-                             "(convert with --no-mtp)")
+            raise self.error(f"{arch}.nextn_predict_layers", cause("gguf.mtp"))
         k_heads, v_heads = self._size(f"{key}.group_count"), self._size(f"{key}.time_step_rank")
         inner = self._size(f"{key}.inner_size")
         if v_heads % k_heads or inner % v_heads:
-            raise self.error(f"{key}.time_step_rank", f"{v_heads} value heads over {k_heads} key heads and an inner "
-                             f"size of {inner}: the value heads must be a multiple of the key heads and divide it")
+            raise self.error(f"{key}.time_step_rank", cause("gguf.value_heads", v_heads=v_heads, k_heads=k_heads,
+                                                            inner=inner))
         net = DeltaNetSpec(k_heads, v_heads, self._size(f"{key}.state_size"), inner // v_heads,
                            self._size(f"{key}.conv_kernel"))
         recurrent = self.meta.get(f"{arch}.attention.recurrent_layers")
@@ -166,11 +165,11 @@ class GGUFModel:
         recurrent = recurrent.tolist() if isinstance(recurrent, np.ndarray) else recurrent
         if not isinstance(recurrent, list) or len(recurrent) != spec.n_layers or \
                 not all(isinstance(flag, bool) for flag in recurrent):
-            raise self.error(f"{arch}.attention.recurrent_layers", f"expected {spec.n_layers} true/false, one "
-                             f"per layer, got {recurrent!r}")
+            raise self.error(f"{arch}.attention.recurrent_layers",
+                             cause("gguf.recurrent", n_layers=spec.n_layers, recurrent=recurrent))
         dims = self._size(f"{arch}.rope.dimension_count", spec.d_head)
         if dims > spec.d_head or dims % 2:
-            raise self.error(f"{arch}.rope.dimension_count", f"expected an even number ≤ {spec.d_head}, got {dims}")
+            raise self.error(f"{arch}.rope.dimension_count", cause("gguf.rotary_dims", d_head=spec.d_head, dims=dims))
         blocks = tuple(LayerSpec(mixer=net.KIND, ffn=block.ffn, options={KERNEL: net.kernel}) if linear else
                        LayerSpec(ffn=block.ffn) for linear, block in zip(recurrent, spec.blocks))
         return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net,
@@ -181,17 +180,17 @@ class GGUFModel:
         key = f"{self.arch}.attention.head_count_kv"
         counts = set(self._layer_counts(key)) - {0}
         if len(counts) != 1:
-            raise self.error(key, f"expected one key/value head count on the attention layers, got {sorted(counts)}")
+            raise self.error(key, cause("gguf.kv_counts", counts=sorted(counts)))
         return counts.pop()
 
     def _lfm2_blocks(self, layers: int) -> tuple[LayerSpec, ...]:
         """LFM2's layers: attention where the key/value head count is above 0, else a short conv."""
         key, counts = f"{self.arch}.attention.head_count_kv", self._layer_counts(f"{self.arch}.attention.head_count_kv")
         if len(counts) != layers:
-            raise self.error(key, f"expected one count per layer ({layers}), got {len(counts)}")
+            raise self.error(key, cause("gguf.layer_counts", layers=layers, n_counts=len(counts)))
         kernel = self._size(f"{self.arch}.shortconv.l_cache")
         for biased in (name for name in self.tensors if ".shortconv." in name and name.endswith(".bias")):
-            raise self.error(biased, "biases in the short convolutions are not supported")
+            raise self.error(biased, cause("gguf.conv_bias"))
         conv = hf_layer_kinds()["conv"]  # the kind of Hugging Face's LFM2 `conv` layers
         return tuple(LayerSpec() if count else LayerSpec(mixer=conv, options={KERNEL: kernel}) for count in counts)
 
@@ -199,7 +198,7 @@ class GGUFModel:
         counts = self._key(key)  # GGUFFile reads an array of integers as one NumPy array
         counts = counts.tolist() if isinstance(counts, np.ndarray) else [counts]
         if not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 2**31 for c in counts):
-            raise self.error(key, f"expected integers in 0..2^31, got {counts!r}")
+            raise self.error(key, cause("gguf.count_values", counts=counts))
         return counts
 
     def _rope_factors(self, d_head: int) -> tuple[float, ...] | None:
@@ -208,25 +207,25 @@ class GGUFModel:
         key = f"{self.arch}.rope.scaling"
         kind = self.meta.get(f"{key}.type", "none")
         if not isinstance(kind, str) or kind not in ("none", "linear", "yarn"):
-            raise self.error(f"{key}.type", f"RoPE scaling {kind!r} is not supported (none, linear, yarn)")
+            raise self.error(f"{key}.type", cause("gguf.rope_scaling", kind=kind))
         if kind == "yarn":
             return self._yarn(d_head)
         factor = self.meta.get(f"{key}.factor", 1.0) if kind == "linear" else 1.0
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
-            raise self.error(f"{key}.factor", f"expected a number > 0, got {factor!r}")
+            raise self.error(f"{key}.factor", cause("gguf.positive", value=factor))
         if "rope_freqs.weight" not in self.tensors:
             return None if factor == 1.0 else (float(factor),) * (d_head // 2)
         freqs = self.dequantized("rope_freqs.weight", np.float64)
         if freqs.shape != (d_head // 2,) or not np.all(np.isfinite(freqs) & (freqs > 0)):
-            raise self.error("rope_freqs.weight", f"expected {d_head // 2} positive numbers (one per RoPE "
-                             f"frequency), got shape {format_shape(freqs.shape)}")
+            raise self.error("rope_freqs.weight", cause("gguf.freqs", d_head=d_head // 2,
+                                                        shape=format_shape(freqs.shape)))
         return tuple(float(f) * factor for f in freqs)
 
     def _yarn(self, d_head: int) -> tuple[float, ...]:
         """YaRN's divisors as llama.cpp computes them (the ramp's ends always floored and ceiled)."""
         key = f"{self.arch}.rope.scaling"
         if "rope_freqs.weight" in self.tensors:
-            raise self.error("rope_freqs.weight", "a frequency tensor beside YaRN scaling is not supported")
+            raise self.error("rope_freqs.weight", cause("gguf.yarn_freqs"))
         return yarn_divisors(self._number(f"{self.arch}.rope.freq_base", 10000.0, lowest=1.0), d_head,
                              self._number(f"{key}.factor", 1.0), self._number(f"{key}.original_context_length", 0.0),
                              self._number(f"{key}.yarn_beta_fast", 32.0), self._number(f"{key}.yarn_beta_slow", 1.0),
@@ -262,44 +261,44 @@ class GGUFModel:
         """The depth and the query width against what the file holds, before RoPE's divisors (one per
         frequency) and the sliding layers' list are made from them: 2^31 would take gigabytes."""
         if layers > len(self.tensors):
-            raise self.error(f"{self.arch}.block_count", f"{layers} layers, but the file's tensor table lists "
-                             f"{len(self.tensors)} tensors")
+            raise self.error(f"{self.arch}.block_count", cause("gguf.layers_held", layers=layers,
+                                                               n_tensors=len(self.tensors)))
         size = self.path.stat().st_size
         if query_numbers > 8 * size:  # no ggml type takes under a bit a number
-            raise self.error(f"{self.arch}.attention.key_length", f"a query projection of {query_numbers} numbers "
-                             f"is more than the file's {size} bytes hold")
+            raise self.error(f"{self.arch}.attention.key_length",
+                             cause("gguf.query_held", query_numbers=query_numbers, size=size))
 
     def _epsilon(self) -> float:
         """RMSNorm's epsilon: a number in [0, 1), as config.json's rms_norm_eps is read."""
         key = f"{self.arch}.attention.layer_norm_rms_epsilon"
         value = self._key(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise self.error(key, f"expected a number in [0, 1), got {value!r}")
+            raise self.error(key, cause("gguf.eps", value=value))
         return float(value)
 
     def _count(self, key: str) -> int:
         """A count that may be absent or 0 (unknown), never negative."""
         value = self.meta.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31:
-            raise self.error(key, f"expected an integer in 0..2^31, got {value!r}")
+            raise self.error(key, cause("gguf.count_key", value=value))
         return value
 
     def _number(self, key: str, default: float, lowest: float = 0.0) -> float:
         """A finite number above `lowest` (RoPE's base, a soft cap)."""
         value = self.meta.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not lowest < value < math.inf:
-            raise self.error(key, f"expected a number > {lowest:g}, got {value!r}")
+            raise self.error(key, cause("gguf.above", lowest=f"{lowest:g}", value=value))
         return float(value)
 
     def _key(self, key: str) -> int | float:
         if key not in self.meta:
-            raise self.error(key, "missing from the file's metadata")
+            raise self.error(key, cause("gguf.missing"))
         return self.meta[key]
 
     def _size(self, key: str, default: int | None = None) -> int:
         value = self.meta.get(key, default) if default is not None else self._key(key)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31:
-            raise self.error(key, f"expected an integer in 1..2^31, got {value!r}")
+            raise self.error(key, cause("gguf.size_key", value=value))
         return value
 
     def weight(self, name: str, spec: ModelSpec, get: Getter) -> np.ndarray:
@@ -374,11 +373,11 @@ class GGUFModel:
     def info(self, name: str) -> TensorInfo:
         """A tensor's entry, refused (naming it) when missing or of a type gguf-py cannot dequantize."""
         if name not in self.tensors:
-            raise self.error(name, "tensor missing from the file")
+            raise self.error(name, cause("gguf.tensor_missing"))
         info = self.tensors[name]
         if info.kind not in dequantizable():
             known = ", ".join(sorted(kind.name for kind in dequantizable()))
-            raise self.error(name, f"tensor type {info.kind.name} cannot be dequantized by gguf-py ({known})")
+            raise self.error(name, cause("gguf.dequantize", name=info.kind.name, known=known))
         return info
 
     def stand_in(self, name: str, expert: int | None = None) -> np.ndarray:
@@ -391,8 +390,7 @@ class GGUFModel:
         if expert is None:
             return shape
         if len(shape) < 2 or expert >= shape[0]:
-            raise self.error(name, f"expected one slice per expert (at least {expert + 1}), the tensor is "
-                             f"{format_shape(shape)}")
+            raise self.error(name, cause("gguf.experts_slices", expert=expert + 1, shape=format_shape(shape)))
         return shape[1:]
 
     def dequantized(self, name: str, dtype: np.dtype, expert: int | None = None,

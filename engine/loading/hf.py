@@ -27,6 +27,7 @@ from safetensors import SafetensorError, safe_open
 
 from engine.layers import hf_layer_kinds, hf_layer_types, hf_tensor
 from engine.loading import hf_gemma4, hf_mxfp4
+from engine.causes import Cause, cause
 from engine.loading.document import ScenarioError, read_text, warn
 from engine.loading.weightfile import SAFETENSORS_DTYPES, safetensors_header, safetensors_refusal, widen_bf16
 from engine.loading.yarn import mscale, yarn_divisors
@@ -64,7 +65,7 @@ ACTIVATIONS = {"gelu": FfnKind.GELU, "gelu_new": FfnKind.GELU_TANH, "gelu_pytorc
 
 
 class ConfigError(ScenarioError):
-    def __init__(self, file: Path, key: str, message: str):
+    def __init__(self, file: Path, key: str, message: Cause):
         super().__init__(str(file), None, key, message)
 
 
@@ -75,7 +76,7 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
     file = folder / "config.json"
     config = read_json(file)
     if not isinstance(config, dict):
-        raise ConfigError(file, "", "expected a JSON object of settings")
+        raise ConfigError(file, "", cause("hf.not_object"))
     if config.get("model_type") in COMPOSITES:
         text = text_model(config, file)
         try:
@@ -91,13 +92,13 @@ def text_model(config: dict, file: Path) -> dict:
     kind, tied = COMPOSITES[config["model_type"]]
     text = config.get("text_config")
     if "text_config" not in config:
-        raise ConfigError(file, "text_config", f"missing: a {config['model_type']} checkpoint's language model is "
-                          "described there")
+        raise ConfigError(file, "text_config", cause("hf.no_text_config", model_type=config["model_type"]))
     if not isinstance(text, dict):
-        raise ConfigError(file, "text_config", f"expected a JSON object of the language model's settings, got {text!r}")
+        raise ConfigError(file, "text_config", cause("hf.text_config", text=text))
     if text.get("model_type", kind) != kind:
-        raise ConfigError(file, "text_config.model_type", f"expected {kind!r} in a {config['model_type']} checkpoint, "
-                          f"got {text['model_type']!r}")
+        raise ConfigError(file, "text_config.model_type", cause("hf.text_model_type", kind=kind,
+                                                                model_type=config["model_type"],
+                                                                given=text["model_type"]))
     tied = config.get("tie_embedding", config.get("tie_word_embeddings", tied))  # (LFM2-VL's older key wins)
     return {**text, "model_type": kind, "tie_word_embeddings": tied}
 
@@ -105,8 +106,8 @@ def text_model(config: dict, file: Path) -> dict:
 def _read_spec(file: Path, config: dict, held: tuple[int, int]) -> tuple[str, ModelSpec, dict]:
     arch = config.get("model_type")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        raise ConfigError(file, "model_type", f"unsupported architecture {arch!r} (supported: "
-                          f"{', '.join((*ARCHITECTURES, *COMPOSITES))})")
+        raise ConfigError(file, "model_type", cause("hf.architecture", arch=arch,
+                                                    supported=', '.join((*ARCHITECTURES, *COMPOSITES))))
     hf_mxfp4.check_config(config, file)
     if arch in LLAMA_FAMILY or arch == "lfm2":
         _check_held(config, file, *held)
@@ -123,7 +124,7 @@ def _read_spec(file: Path, config: dict, held: tuple[int, int]) -> tuple[str, Mo
         ids = special if isinstance(special, list) else [special]
         if any(i is not None and (isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size)
                for i in ids):
-            raise ConfigError(file, key, f"expected a token id in 0..{vocab_size - 1} (or null), got {special!r}")
+            raise ConfigError(file, key, cause("hf.special_token", vocab_size=vocab_size - 1, special=special))
     return arch, spec, config
 
 
@@ -131,7 +132,7 @@ def read_json(file: Path):
     try:
         return json.loads(read_text(file))  # at most 64 MiB read; its own error if not UTF-8
     except (json.JSONDecodeError, RecursionError) as error:  # (RecursionError: arrays nested thousands deep)
-        raise ConfigError(file, "", f"not a readable JSON file ({error})") from None
+        raise ConfigError(file, "", cause("hf.not_json", error=str(error))) from None
 
 
 def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
@@ -139,45 +140,43 @@ def _check_held(config: dict, file: Path, tensors: int, nbytes: int) -> None:
     frequency) and the sliding layers' list are made from them: 2^31 would take gigabytes."""
     layers = _get(config, "num_hidden_layers", file)
     if layers > tensors:
-        raise ConfigError(file, "num_hidden_layers", f"{layers} layers, but the weight files hold {tensors} tensors")
+        raise ConfigError(file, "num_hidden_layers", cause("hf.layers_held", layers=layers, tensors=tensors))
     d, heads = _get(config, "hidden_size", file), _get(config, "num_attention_heads", file)
     key = "head_dim" if config.get("head_dim") is not None else "hidden_size"
     width = heads * (_get(config, "head_dim", file) if key == "head_dim" else d // heads)
     if d * width > nbytes:
-        raise ConfigError(file, key, f"a {d}×{width} query projection has more numbers than the weight files' "
-                          f"{nbytes} bytes hold")
+        raise ConfigError(file, key, cause("hf.query_held", d=d, width=width, nbytes=nbytes))
     experts = "num_experts" if "num_experts" in config else "num_local_experts"
     if config["model_type"] in SPARSE and config.get(experts):  # one layer's experts, before their tables
         count, f = _get(config, experts, file), _get(config, _expert_width(config), file)
         if 3 * count * f * d > nbytes:
-            raise ConfigError(file, experts, f"{count} experts of {3 * f * d} numbers each are more than the weight "
-                              f"files' {nbytes} bytes hold")
+            raise ConfigError(file, experts, cause("hf.experts_held", count=count, numbers=3 * f * d, nbytes=nbytes))
 
 
 def _get(config: dict, key: str, file: Path, default=None):
     """A size (an integer ≥ 1), the only kind of value the architectures read with `get`."""
     if key not in config and default is None:
-        raise ConfigError(file, key, "missing")
+        raise ConfigError(file, key, cause("hf.missing"))
     value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(file, key, f"expected an integer ≥ 1, got {value!r}")
+        raise ConfigError(file, key, cause("hf.integer", value=value))
     if value > MAX_SIZE:
-        raise ConfigError(file, key, f"{value} is beyond any model this opens (at most {MAX_SIZE})")
+        raise ConfigError(file, key, cause("hf.too_big", value=value, limit=MAX_SIZE))
     return value
 
 
 def _eps(config: dict, key: str, file: Path, default: float) -> float:
     value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ConfigError(file, key, f"expected a number in [0, 1), got {value!r}")
+        raise ConfigError(file, key, cause("hf.eps", value=value))
     return float(value)
 
 
 def _heads(file: Path, d: int, heads: int, kv_heads: int, key: str = "num_attention_heads") -> None:
     if d % heads:
-        raise ConfigError(file, key, f"{heads} heads do not divide the width {d}")
+        raise ConfigError(file, key, cause("hf.heads_divide", heads=heads, d=d))
     if heads % kv_heads:
-        raise ConfigError(file, "num_key_value_heads", f"{kv_heads} key/value heads do not divide {heads} heads")
+        raise ConfigError(file, "num_key_value_heads", cause("hf.kv_heads_divide", kv_heads=kv_heads, heads=heads))
 
 
 def _llama(config: dict, file: Path) -> ModelSpec:
@@ -213,7 +212,7 @@ def _llama(config: dict, file: Path) -> ModelSpec:
     if arch == "deepseek_v3":
         return _deepseek(config, file, spec)
     if config.get("hidden_act", "silu") != "silu":
-        raise ConfigError(file, "hidden_act", f"only 'silu' is supported, got {config['hidden_act']!r}")
+        raise ConfigError(file, "hidden_act", cause("hf.silu", hidden_act=config["hidden_act"]))
     return _qwen35(config, file, spec) if arch in QWEN35S else spec
 
 
@@ -226,26 +225,25 @@ def _qwen35(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
         interval = get("full_attention_interval", 4)
         types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(spec.n_layers)]
     if not isinstance(types, list) or len(types) != spec.n_layers:
-        raise ConfigError(file, "layer_types", f"expected a list of {spec.n_layers} layer types, got {types!r}")
+        raise ConfigError(file, "layer_types", cause("hf.layer_types", n_layers=spec.n_layers, types=types))
     kinds = hf_layer_kinds()
     mixers = {kind: kinds[kind] for kind in QWEN35_LAYER_TYPES}
     for i, kind in enumerate(types):
         if kind not in mixers:
-            raise ConfigError(file, f"layer_types[{i}]", f"layer type {kind!r} is not supported "
-                              f"(supported: {', '.join(mixers)})")
+            raise ConfigError(file, f"layer_types[{i}]", cause("hf.layer_type", kind=kind, supported=", ".join(mixers)))
     net = DeltaNetSpec(get("linear_num_key_heads"), get("linear_num_value_heads"), get("linear_key_head_dim"),
                        get("linear_value_head_dim"), get("linear_conv_kernel_dim", 4))
     if net.v_heads % net.k_heads:
-        raise ConfigError(file, "linear_num_value_heads", f"{net.v_heads} value heads are not a multiple of "
-                          f"{net.k_heads} key heads")
+        raise ConfigError(file, "linear_num_value_heads", cause("hf.value_heads", v_heads=net.v_heads,
+                                                                k_heads=net.k_heads))
     if config.get("attention_bias"):
-        raise ConfigError(file, "attention_bias", "Qwen3.5's attention has no biases")
+        raise ConfigError(file, "attention_bias", cause("hf.qwen_bias"))
     params = config.get("rope_parameters") or {}
     key = "rope_parameters.partial_rotary_factor" if "partial_rotary_factor" in params else "partial_rotary_factor"
     factor = _positive(params if "partial_rotary_factor" in params else config, "partial_rotary_factor", file, 0.25)
     dims = int(spec.d_head * factor)
     if factor > 1 or dims < 2 or dims % 2:
-        raise ConfigError(file, key, f"{factor} of a {spec.d_head}-wide head is not an even number of features")
+        raise ConfigError(file, key, cause("hf.rotary_odd", factor=factor, d_head=spec.d_head))
     return replace(spec, norm=replace(spec.norm, weight_offset=True), attn_gate=True, deltanet=net, rope_dims=dims,
                    layers=tuple(LayerSpec(mixer=mixers[kind], ffn=block.ffn, options={KERNEL: net.kernel}
                                           if kind == "linear_attention" else ())
@@ -260,7 +258,7 @@ def _lfm2(config: dict, file: Path) -> ModelSpec:
     kv_heads = get("num_key_value_heads", heads) if config.get("num_key_value_heads") is not None else heads
     _heads(file, d, heads, kv_heads)
     if config.get("conv_bias"):
-        raise ConfigError(file, "conv_bias", "biases in the short convolutions are not supported")
+        raise ConfigError(file, "conv_bias", cause("hf.conv_bias"))
     theta, divisors = _rope(config, file, d // heads)
     kernel = get("conv_L_cache", 3)
     kinds = hf_layer_kinds()
@@ -284,14 +282,13 @@ def _lfm2_layer_types(config: dict, file: Path, layers: int) -> list[str]:
         full = config.get("full_attn_idxs")
         full = range(layers) if full is None else full
         if not isinstance(full, (list, range)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in full):
-            raise ConfigError(file, "full_attn_idxs", f"expected a list of layer numbers, got {full!r}")
+            raise ConfigError(file, "full_attn_idxs", cause("hf.layer_numbers", value=full))
         return ["full_attention" if i in full else "conv" for i in range(layers)]
     if not isinstance(types, list) or len(types) != layers:
-        raise ConfigError(file, "layer_types", f"expected a list of {layers} layer types, got {types!r}")
+        raise ConfigError(file, "layer_types", cause("hf.layer_types", n_layers=layers, types=types))
     for i, kind in enumerate(types):
         if kind not in ("conv", "full_attention"):
-            raise ConfigError(file, f"layer_types[{i}]", f"layer type {kind!r} is not supported in lfm2 "
-                              "(supported: conv, full_attention)")
+            raise ConfigError(file, f"layer_types[{i}]", cause("hf.conv_layer_type", kind=kind))
     return types
 
 
@@ -314,7 +311,7 @@ def _lfm2_ff(config: dict, file: Path) -> int:
 
 def _checked_width(width: int, file: Path, key: str) -> int:
     if not 1 <= width <= MAX_SIZE:
-        raise ConfigError(file, key, f"makes an FFN {width} wide")
+        raise ConfigError(file, key, cause("hf.ffn_width", width=width))
     return width
 
 
@@ -330,12 +327,12 @@ def _moe(config: dict, file: Path, layers: int) -> MoeSpec | None:
     experts = _get(config, key, file)
     top_k = _get(config, "num_experts_per_tok", file)
     if top_k > experts:
-        raise ConfigError(file, "num_experts_per_tok", f"{top_k} experts per token, of {experts}")
+        raise ConfigError(file, "num_experts_per_tok", cause("hf.top_k", top_k=top_k, experts=experts))
     arch = config["model_type"]
     gpt_oss = arch == GPT_OSS  # a softmax over its top k logits: the chosen scores renormalised
     norm = True if arch == QWEN35_MOE else config.get("norm_topk_prob", gpt_oss)
     if not isinstance(norm, bool):
-        raise ConfigError(file, "norm_topk_prob", f"expected true or false, got {norm!r}")
+        raise ConfigError(file, "norm_topk_prob", cause("hf.boolean", value=norm))
     sparse = tuple(range(layers)) if arch == QWEN35_MOE else _sparse_layers(config, file, layers)
     shared = _get(config, "shared_expert_intermediate_size", file) if arch in ("qwen2_moe", QWEN35_MOE) else 0
     clamp = tuple(_positive(config, key, file, default) for key, default in (("swiglu_alpha", 1.702),
@@ -348,7 +345,7 @@ def _sparse_layers(config: dict, file: Path, layers: int) -> tuple[int, ...]:
     step = _get(config, "decoder_sparse_step", file, 1)
     dense = config.get("mlp_only_layers") or []
     if not isinstance(dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in dense):
-        raise ConfigError(file, "mlp_only_layers", f"expected a list of layer numbers, got {dense!r}")
+        raise ConfigError(file, "mlp_only_layers", cause("hf.layer_numbers", value=dense))
     return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
 
 
@@ -364,9 +361,9 @@ def _deepseek(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
     for key, supported in (("scoring_func", "sigmoid"), ("topk_method", "noaux_tc")):  # older remote-code configs
         if config.get(key, supported) != supported:
-            raise ConfigError(file, key, f"only {supported!r} is supported, got {config[key]!r}")
+            raise ConfigError(file, key, cause("hf.only", supported=supported, value=config[key]))
     if config.get("rope_interleave", True) is not True:  # the weights' rope columns are read as interleaved pairs
-        raise ConfigError(file, "rope_interleave", "only interleaved rope pairs (true, DeepSeek's own) are supported")
+        raise ConfigError(file, "rope_interleave", cause("hf.rope_interleave"))
     q_lora = None if config.get("q_lora_rank") is None else get("q_lora_rank")
     nope, rope, layers = get("qk_nope_head_dim"), get("qk_rope_head_dim"), spec.n_layers
     params = config.get("rope_parameters") or config.get("rope_scaling") or {}
@@ -376,12 +373,12 @@ def _deepseek(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     mla = MlaSpec(get("kv_lora_rank"), nope, rope, get("v_head_dim"), q_lora)
     experts, top_k, groups = get("n_routed_experts"), get("num_experts_per_tok"), get("n_group", 1)
     if experts % groups:
-        raise ConfigError(file, "n_group", f"{groups} groups do not divide {experts} experts")
+        raise ConfigError(file, "n_group", cause("hf.groups_divide", groups=groups, experts=experts))
     if get("topk_group", 1) > groups:
-        raise ConfigError(file, "topk_group", f"{config['topk_group']} groups kept, of {groups}")
+        raise ConfigError(file, "topk_group", cause("hf.topk_group", topk_group=config["topk_group"], groups=groups))
     first = config.get("first_k_dense_replace", 0)
     if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= layers:
-        raise ConfigError(file, "first_k_dense_replace", f"expected a layer count in 0..{layers}, got {first!r}")
+        raise ConfigError(file, "first_k_dense_replace", cause("hf.dense_layers", layers=layers, first=first))
     scaling = _positive(config, "routed_scaling_factor", file, 1.0)
     d_expert = get("moe_intermediate_size")
     moe = MoeSpec(experts, top_k, d_expert, bool(config.get("norm_topk_prob", True)), tuple(range(first, layers)),
@@ -398,9 +395,9 @@ def _gemma(config: dict, file: Path, spec: ModelSpec) -> ModelSpec:
     and its own RoPE base on sliding layers."""
     act = config.get("hidden_activation", config.get("hidden_act", "gelu_pytorch_tanh"))
     if act != "gelu_pytorch_tanh":
-        raise ConfigError(file, "hidden_activation", f"only 'gelu_pytorch_tanh' is supported, got {act!r}")
+        raise ConfigError(file, "hidden_activation", cause("hf.gelu", act=act))
     if config.get("use_bidirectional_attention"):
-        raise ConfigError(file, "use_bidirectional_attention", "bidirectional attention is not supported")
+        raise ConfigError(file, "use_bidirectional_attention", cause("hf.bidirectional"))
     gemma2 = config["model_type"] == "gemma2"
     scalar = _positive(config, "query_pre_attn_scalar", file, 256)
     caps = {key: config.get(key, default if gemma2 else None)
@@ -418,15 +415,14 @@ def _local_theta(config: dict, file: Path, d_head: int) -> float:
     """Gemma 3's sliding layers: their own RoPE base, never scaled."""
     theta, divisors = _rope(config, file, d_head, "sliding_attention")
     if divisors is not None:
-        raise ConfigError(file, "rope_parameters.sliding_attention.rope_type", "Gemma 3's sliding layers are "
-                          "expected unscaled")
+        raise ConfigError(file, "rope_parameters.sliding_attention.rope_type", cause("hf.gemma_sliding"))
     return theta
 
 
 def _positive(config: dict, key: str, file: Path, default, where: str = "") -> float:
     value = config.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(file, where + key, f"expected a number > 0, got {value!r}")
+        raise ConfigError(file, where + key, cause("hf.positive", value=value))
     return float(value)
 
 
@@ -450,12 +446,12 @@ def _sliding(config: dict, file: Path, layers: int) -> tuple[int | None, tuple[i
             return window, tuple(range(_get(config, "max_window_layers", file, layers), layers))
         return window, None
     if not isinstance(types, list) or len(types) != layers:
-        raise ConfigError(file, "layer_types", f"expected a list of {layers} attention types, got {types!r}")
+        raise ConfigError(file, "layer_types", cause("hf.attention_types", layers=layers, types=types))
     known = hf_layer_types(hf_layer_kinds()["full_attention"])  # the attention types: whether each slides
     for i, kind in enumerate(types):
         if kind not in known:
-            raise ConfigError(file, f"layer_types[{i}]", f"attention type {kind!r} is not supported "
-                              f"(supported: {', '.join(known)})")
+            raise ConfigError(file, f"layer_types[{i}]", cause("hf.attention_type", kind=kind,
+                                                               supported=', '.join(known)))
     return window, tuple(i for i, kind in enumerate(types) if known[kind])
 
 
@@ -469,21 +465,21 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None,
     if layer_type is not None and isinstance(params, dict) and isinstance(params.get(layer_type), dict):
         params, prefix = params[layer_type], f"rope_parameters.{layer_type}"
     if not partial and config.get("partial_rotary_factor", 1.0) != 1.0:
-        raise ConfigError(file, "partial_rotary_factor", "partial RoPE is not supported")
+        raise ConfigError(file, "partial_rotary_factor", cause("hf.partial_rope"))
     tables = ((prefix, params), ("rope_scaling", config.get("rope_scaling") or {}))
     for key, table in tables:
         if not isinstance(table, dict):
-            raise ConfigError(file, key, f"expected a JSON object, got {table!r}")
+            raise ConfigError(file, key, cause("hf.rope_table", table=table))
     fallback = config.get("rope_local_base_freq", 10000.0) if layer_type == "sliding_attention" else 10000.0
     theta = params.get("rope_theta", config.get("rope_theta", fallback))
     if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 1 < theta < math.inf:
-        raise ConfigError(file, f"{prefix}.rope_theta", f"expected a number > 1, got {theta!r}")
+        raise ConfigError(file, f"{prefix}.rope_theta", cause("hf.rope_theta", theta=theta))
     divisors = None
     for key, table in tables:
         kind = table.get("rope_type", table.get("type", "default"))
         if kind not in SCALINGS:
-            raise ConfigError(file, f"{key}.rope_type", f"RoPE scaling type {kind!r} is not supported "
-                              f"(supported: {', '.join(SCALINGS)})")
+            raise ConfigError(file, f"{key}.rope_type", cause("hf.rope_scaling", kind=kind,
+                                                              supported=', '.join(SCALINGS)))
         if kind != "default":
             read = _Reader(table, file, key)
             if kind == "llama3":
@@ -495,10 +491,9 @@ def _rope(config: dict, file: Path, d_head: int, layer_type: str | None = None,
 def _check_band(low: float, high: float, file: Path, key: str) -> None:
     """Llama 3 blends the frequencies whose wavelengths lie between original/high and original/low."""
     if high < low:
-        raise ConfigError(file, f"{key}.high_freq_factor", f"expected at least low_freq_factor ({low}), got {high}")
+        raise ConfigError(file, f"{key}.high_freq_factor", cause("hf.freq_band", low=low, high=high))
     if high == low:
-        warn(str(file), f"{key}.high_freq_factor", f"equals low_freq_factor ({low}): no band of frequencies is "
-             "blended, they step from scaled to unscaled")
+        warn(str(file), f"{key}.high_freq_factor", cause("hf.freq_equal", low=low))
 
 
 class _Reader:
@@ -513,7 +508,7 @@ class _Reader:
     def flag(self, name: str, default: bool) -> bool:
         value = self.table.get(name, default)
         if not isinstance(value, bool):
-            raise ConfigError(self.file, f"{self.key}.{name}", f"expected true or false, got {value!r}")
+            raise ConfigError(self.file, f"{self.key}.{name}", cause("hf.boolean", value=value))
         return value
 
 
@@ -567,7 +562,7 @@ SCALINGS = {"default": None, "linear": _linear_divisors, "llama3": _llama3_divis
 def _activation(config: dict, key: str, file: Path, default: str) -> FfnKind:
     name = config.get(key, default)
     if not isinstance(name, str) or name not in ACTIVATIONS:
-        raise ConfigError(file, key, f"unsupported activation {name!r} (supported: {', '.join(ACTIVATIONS)})")
+        raise ConfigError(file, key, cause("hf.activation", name=name, supported=", ".join(ACTIVATIONS)))
     return ACTIVATIONS[name]
 
 
@@ -576,7 +571,7 @@ def _gpt2(config: dict, file: Path) -> ModelSpec:
     for key, ok in (("scale_attn_by_inverse_layer_idx", False), ("scale_attn_weights", True),
                     ("add_cross_attention", False)):
         if config.get(key, ok) != ok:
-            raise ConfigError(file, key, f"only {str(ok).lower()} is supported")
+            raise ConfigError(file, key, cause("hf.only_flag", value=str(ok).lower()))
     d, heads = get("n_embd"), get("n_head")
     _heads(file, d, heads, heads, "n_head")
     return ModelSpec(
@@ -592,9 +587,9 @@ def _gpt2(config: dict, file: Path) -> ModelSpec:
 def _bert(config: dict, file: Path) -> ModelSpec:
     get = lambda key, default=None: _get(config, key, file, default)  # noqa: E731
     if config.get("position_embedding_type", "absolute") != "absolute":
-        raise ConfigError(file, "position_embedding_type", "only 'absolute' positions are supported")
+        raise ConfigError(file, "position_embedding_type", cause("hf.bert_positions"))
     if config.get("is_decoder"):
-        raise ConfigError(file, "is_decoder", "BERT as a decoder is not supported")
+        raise ConfigError(file, "is_decoder", cause("hf.bert_decoder"))
     d, heads = get("hidden_size"), get("num_attention_heads")
     _heads(file, d, heads, heads)
     return ModelSpec(
@@ -616,8 +611,7 @@ def tensor_files(folder: Path) -> dict[str, Path]:
         return _shards(index)
     single = folder / "model.safetensors"
     if not single.exists():
-        raise ScenarioError(str(folder), None, "", "no model.safetensors or model.safetensors.index.json "
-                            "(pickled .bin checkpoints are never loaded)")
+        raise ScenarioError(str(folder), None, "", cause("hf.no_weights"))
     return {name: single for name in _header(single)[1] if name != "__metadata__"}
 
 
@@ -626,14 +620,14 @@ def _shards(index: Path) -> dict[str, Path]:
     document = read_json(index)
     weight_map = document.get("weight_map") if isinstance(document, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ConfigError(index, "weight_map", "expected a JSON object naming each tensor's file")
+        raise ConfigError(index, "weight_map", cause("hf.weight_map"))
     folder, files = index.parent.resolve(), {}
     for name, shard in weight_map.items():
         file = (index.parent / shard).resolve() if isinstance(shard, str) and shard else None
         if file is None or file.parent != folder:
-            raise ConfigError(index, f"weight_map.{name}", f"expected the name of a file in the folder, got {shard!r}")
+            raise ConfigError(index, f"weight_map.{name}", cause("hf.shard_name", shard=shard))
         if not file.is_file():
-            raise ConfigError(index, f"weight_map.{name}", f"names {shard!r}, which is not in the folder")
+            raise ConfigError(index, f"weight_map.{name}", cause("hf.shard_missing", shard=shard))
         files[name] = index.parent / shard
     return files
 
@@ -656,7 +650,7 @@ class Tensors:
         for name, file in self.files.items():
             if name not in self._headers[file][1]:
                 raise ScenarioError(str(folder / "model.safetensors.index.json"), None, f"weight_map.{name}",
-                                    f"names {file.name}, which holds no such tensor")
+                                    cause("hf.shard_tensor", name=file.name))
 
     def held(self) -> tuple[int, int]:
         """How many tensors the files hold, and how many bytes of data."""
@@ -674,7 +668,7 @@ class Tensors:
     def _entry(self, key: str) -> tuple[Path, str, dict]:
         found = self.find(key)
         if found is None:
-            raise ScenarioError(str(self.folder), None, self._expected(key), "tensor missing from the checkpoint")
+            raise ScenarioError(str(self.folder), None, self._expected(key), cause("hf.tensor_missing"))
         return found
 
     def _expected(self, key: str) -> str:
@@ -690,7 +684,7 @@ class Tensors:
         file, name, entry = self._entry(key)
         dtype = STAND_IN_DTYPES.get(entry["dtype"])
         if dtype is None:
-            raise ScenarioError(str(file), None, name, f"expected floating-point numbers, got {entry['dtype']}")
+            raise ScenarioError(str(file), None, name, cause("hf.not_float", dtype=entry["dtype"]))
         whole = np.broadcast_to(np.zeros((), dtype), entry["shape"])
         return whole if expert is None else whole[expert]
 
@@ -712,7 +706,7 @@ class Tensors:
 def _header(file: Path) -> tuple[int, dict]:
     """Where the data starts and each tensor's entry; `safe_open` validates the header first."""
     if not file.is_file():  # (safe_open says "No such device" of a folder, without naming it)
-        raise ScenarioError(str(file), None, "", "expected a safetensors file, this is not a regular file")
+        raise ScenarioError(str(file), None, "", cause("hf.not_regular"))
     try:
         with safe_open(file, framework="numpy"):
             pass

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from engine.causes import cause
 from engine.layers import per_layer_input
 from engine.spec import FfnKind, LayerSpec, ModelSpec, NormKind, NormPlacement, NormSpec, Positions
 
@@ -29,16 +30,15 @@ def read(config: dict, size, eps, positive, error) -> ModelSpec:
     get = lambda key, default=None: size(config, key, default)  # noqa: E731
     for key, ok in (("enable_moe_block", False), ("use_bidirectional_attention", None), ("attention_bias", False)):
         if config.get(key, ok) not in (ok, False, None):
-            raise error(key, f"{config[key]!r} is not supported (only {ok!r})")
+            raise error(key, cause("hf.only_value", value=config[key], ok=ok))
     if config.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
-        raise error("hidden_activation", f"only 'gelu_pytorch_tanh' is supported, got {config['hidden_activation']!r}")
+        raise error("hidden_activation", cause("hf.gelu", act=config["hidden_activation"]))
     d, heads, n = get("hidden_size"), get("num_attention_heads"), get("num_hidden_layers")
     p = config.get("hidden_size_per_layer_input") or 0
     if p:
         p = get("hidden_size_per_layer_input")
         if config.get("vocab_size_per_layer_input", config.get("vocab_size")) != config.get("vocab_size"):
-            raise error("vocab_size_per_layer_input", "a per-layer table of another vocabulary size than "
-                        f"vocab_size ({config.get('vocab_size')}) is not supported")
+            raise error("vocab_size_per_layer_input", cause("hf.per_layer_vocab", vocab_size=config.get("vocab_size")))
     types = _layer_types(config, n, error)
     blocks = _blocks(config, types, size, positive, error)
     cap = config.get("final_logit_softcapping")
@@ -59,10 +59,10 @@ def _layer_types(config: dict, n: int, error) -> list[str]:
     if types is None:
         types = [SLIDING if (i + 1) % 6 else FULL for i in range(n)]
     if not isinstance(types, list) or len(types) != n:
-        raise error("layer_types", f"expected a list of {n} attention types, got {types!r}")
+        raise error("layer_types", cause("hf.attention_types", layers=n, types=types))
     for i, kind in enumerate(types):
         if kind not in (SLIDING, FULL):
-            raise error(f"layer_types[{i}]", f"attention type {kind!r} is not supported (supported: {SLIDING}, {FULL})")
+            raise error(f"layer_types[{i}]", cause("hf.gemma_attention_type", kind=kind, sliding=SLIDING, full=FULL))
     return [*types[:-1], FULL]
 
 
@@ -71,7 +71,7 @@ def _blocks(config: dict, types: list[str], size, positive, error) -> tuple[Laye
     n, window = len(types), get("sliding_window", 512)
     shared = config.get("num_kv_shared_layers") or 0
     if isinstance(shared, bool) or not isinstance(shared, int) or not 0 <= shared < n:
-        raise error("num_kv_shared_layers", f"expected a number of layers in 0..{n - 1}, got {shared!r}")
+        raise error("num_kv_shared_layers", cause("hf.shared_layers", n=n - 1, shared=shared))
     first_shared, k_eq_v = n - shared, bool(config.get("attention_k_eq_v"))
     double = bool(config.get("use_double_wide_mlp"))
     blocks = []
@@ -82,7 +82,7 @@ def _blocks(config: dict, types: list[str], size, positive, error) -> tuple[Laye
         if i >= first_shared:  # the last earlier layer of its type that keeps a cache
             earlier = [j for j in range(first_shared) if types[j] == kind]
             if not earlier:
-                raise error("num_kv_shared_layers", f"layer {i} ({kind}) would share the K/V of no earlier layer")
+                raise error("num_kv_shared_layers", cause("hf.shared_kv", i=i, kind=kind))
             source = earlier[-1]
         blocks.append(LayerSpec(window=window if kind == SLIDING else None, rope_theta=theta, rope_divisors=divisors,
                                 d_head=d_head, kv_heads=kv_heads, k_eq_v=k_eq_v and kind == FULL and source is None, kv_source=source,
@@ -110,16 +110,16 @@ def _rope(config: dict, kind: str, d_head: int, positive, error) -> tuple[float,
     where = f"rope_parameters.{kind}"
     params = (config.get("rope_parameters") or {}).get(kind)
     if not isinstance(params, dict):
-        raise error(where, f"expected a JSON object, got {params!r}")
+        raise error(where, cause("hf.rope_table", table=params))
     kind_of = params.get("rope_type", "default")
     if kind_of not in ROPE_TYPES:
-        raise error(f"{where}.rope_type", f"RoPE type {kind_of!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+        raise error(f"{where}.rope_type", cause("hf.rope_type", kind_of=kind_of, supported=", ".join(ROPE_TYPES)))
     theta = positive(params, "rope_theta", None, f"{where}.")
     if kind_of == "default":
         return theta, None
     fraction = params.get("partial_rotary_factor", 1.0)
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
-        raise error(f"{where}.partial_rotary_factor", f"expected a number in [0, 1], got {fraction!r}")
+        raise error(f"{where}.partial_rotary_factor", cause("hf.fraction", fraction=fraction))
     factor = positive(params, "factor", 1.0, f"{where}.")
     turned = int(fraction * d_head // 2)
     return theta, (factor,) * turned + (math.inf,) * (d_head // 2 - turned)

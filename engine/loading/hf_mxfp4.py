@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.causes import Cause, cause
 from engine.hooks import Hook
 from engine.layers import hf_fused_experts, routed_expert
 from engine.loading.document import ScenarioError
@@ -37,11 +38,10 @@ def check_config(config: dict, file: Path) -> None:
         return
     method = table.get("quant_method") if isinstance(table, dict) else None
     if not isinstance(table, dict) or not isinstance(method, str):
-        raise ScenarioError(str(file), None, "quantization_config.quant_method", f"expected a quantization method, got "
-                            f"{table!r}")
+        raise ScenarioError(str(file), None, "quantization_config.quant_method", cause("hf.quant_method", table=table))
     if method != "mxfp4" or config.get("model_type") != "gpt_oss":
-        raise ScenarioError(str(file), None, "quantization_config.quant_method", f"{method!r} checkpoints are not "
-                            "read (only gpt-oss's mxfp4 experts are; a GGUF file takes llama.cpp's quantizations)")
+        raise ScenarioError(str(file), None, "quantization_config.quant_method",
+                            cause("hf.quant_unsupported", method=method))
 
 
 class Packed:
@@ -109,15 +109,13 @@ class Packed:
     def _check_pair(self, key: str, leading: tuple[int, int], inputs: int) -> None:
         file, name, entry = self.tensors.find(f"{key}_blocks")
         if inputs % BLOCK:
-            raise ScenarioError(str(file), None, name, f"rows of {inputs} inputs cannot be MXFP4 blocks of {BLOCK} "
-                                "values")
+            raise ScenarioError(str(file), None, name, cause("hf.packed_rows", inputs=inputs, block=BLOCK))
         expected = (*leading, inputs // BLOCK)
-        _expect(file, name, entry, (*expected, PACKED), f"experts × rows × blocks of {BLOCK} values × {PACKED} bytes")
+        _expect(file, name, entry, (*expected, PACKED), cause("hf.packed_blocks", block=BLOCK, packed=PACKED))
         scales = self.tensors.find(f"{key}_scales")
         if scales is None:
-            raise ScenarioError(str(file), None, f"{name[:-len('_blocks')]}_scales", "missing from the checkpoint: "
-                                "MXFP4 blocks need their scales")
-        _expect(*scales, expected, "experts × rows × blocks: one scale byte each")
+            raise ScenarioError(str(file), None, f"{name[:-len('_blocks')]}_scales", cause("hf.packed_scales"))
+        _expect(*scales, expected, cause("hf.packed_scale_bytes"))
 
 
 class Quantisation:
@@ -153,10 +151,10 @@ class Quantisation:
         return key, expert, first + step * out, column
 
 
-def _expect(file: Path, name: str, entry: dict, shape: tuple[int, ...], meaning: str) -> None:
+def _expect(file: Path, name: str, entry: dict, shape: tuple[int, ...], meaning: Cause) -> None:
     if entry["dtype"] != "U8" or tuple(entry["shape"]) != shape:
-        raise ScenarioError(str(file), None, name, f"expected U8 {format_shape(shape)} ({meaning}), got "
-                            f"{entry['dtype']} {format_shape(entry['shape'])}")
+        raise ScenarioError(str(file), None, name, cause("hf.packed_entry", shape=format_shape(shape), meaning=meaning,
+                                                         dtype=entry["dtype"], got=format_shape(entry['shape'])))
 
 
 def ggml_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:

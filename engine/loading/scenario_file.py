@@ -20,7 +20,8 @@ from engine.breakpoints import BreakpointError, parse_breakpoint
 from engine.interventions import Intervention, InterventionError, check_intervention, parse_any
 from engine.loading.file_kinds import is_checkpoint
 from engine.loading.budget import DEFAULT_BUDGET, check_budget
-from engine.loading.document import Node, ScenarioError, parse, read_text
+from engine.causes import cause
+from engine.loading.document import Node, ScenarioError, inner, joined, parse, read_text
 from engine.compare.expect import parse_expectations
 from engine.parameters import Shape, format_shape, name_parts, parameter_shapes
 from engine.progress import WEIGHTS, report
@@ -102,7 +103,7 @@ def _batch(root: Node, model: ModelSpec) -> bool:
         return False
     node = root.get("batch")
     if node.boolean() and not model.lm_head:
-        raise node.error("an encoder has no decode rounds to batch")
+        raise node.error(cause("scenario.encoder_batch"))
     return node.boolean()
 
 
@@ -142,14 +143,13 @@ def _checkpoint(root: Node, max_memory: int | None, dtype: str) -> tuple[Scenari
     """Vocabulary, model and weights from the checkpoint that `checkpoint:` names (relative to this file)."""
     for key in INLINE_MODEL_KEYS:
         if root.has(key):
-            raise root.get(key).error("a scenario with a checkpoint takes its vocab, model and weights from it; "
-                                      f"remove {key} or checkpoint")
+            raise root.get(key).error(cause("scenario.inline_and_checkpoint", key=key))
     node = root.get("checkpoint")
     path = Path(node.file).parent / Path(node.text()).expanduser()
     if not path.exists():
-        raise node.error(f"no checkpoint {str(path)!r}")
+        raise node.error(cause("scenario.no_checkpoint", path=str(path)))
     if not is_checkpoint(path):
-        raise node.error(f"{str(path)!r} is not a checkpoint: expected a .gguf file or a folder with config.json")
+        raise node.error(cause("scenario.not_checkpoint", path=str(path)))
     from engine.loading.checkpoint import load_checkpoint  # its readers load only for a checkpoint
 
     base = load_checkpoint(path, ids=[0], dtype=dtype, max_memory=max_memory)  # the requests come from this file
@@ -206,9 +206,9 @@ def _vocab(node: Node) -> Vocab:
     if len(set(tokens)) != len(tokens):
         seen: set[str] = set()
         item = next(item for item, token in zip(listed.items(), tokens) if token in seen or seen.add(token))
-        raise item.error(f"token {item.value!r} appears twice")
+        raise item.error(cause("scenario.token_twice", token=item.value))
     if not tokens:
-        raise listed.error("the vocabulary is empty")
+        raise listed.error(cause("scenario.empty_vocab"))
     vocab = Vocab(tokens)
     special = {key: _token_id(node.get(key), vocab) for key in ("pad", "eos") if node.has(key)}
     return Vocab(tokens, **special)
@@ -218,11 +218,11 @@ def _token_id(node: Node, vocab: Vocab) -> int:
     """A token given as its text (`爱`) or its id (`2`)."""
     if isinstance(node.value, int) and not isinstance(node.value, bool):
         if not 0 <= node.value < len(vocab):
-            raise node.error(f"token id {node.value} is out of range 0..{len(vocab) - 1}")
+            raise node.error(cause("scenario.token_id_range", id=node.value, last=len(vocab) - 1))
         return node.value
     text = node.text()
     if text not in vocab.tokens:
-        raise node.error(f"token {text!r} is not in the vocabulary")
+        raise node.error(cause("scenario.unknown_token", token=text))
     return vocab.tokens.index(text)
 
 
@@ -254,13 +254,13 @@ def _model(node: Node) -> ModelSpec:
     if node.has("d_head"):
         d_head = node.get("d_head").integer(minimum=1)
     elif d_model % heads:
-        raise heads_node.error(f"{heads} heads do not divide d_model {d_model}")
+        raise heads_node.error(cause("scenario.heads_divide", heads=heads, d_model=d_model))
     else:
         d_head = d_model // heads
     norm = _norm(node.get("norm")) if node.has("norm") else NormSpec()
     positions = Positions(node.get("positions").choice(tuple(Positions))) if node.has("positions") else Positions.NONE
     if positions is Positions.LEARNED and not node.has("max_positions"):
-        raise node.error("missing required key 'max_positions' for learned positions")
+        raise node.error(cause("scenario.max_positions"))
     ffn_node = node.get("ffn").mapping(FFN_KEYS, FFN_KEYS)
     causal = _flag(node, "causal", True)
     attention = {**_kv_heads(node, heads), **_rope(node, positions, d_head), **_window(node, causal)}
@@ -294,25 +294,25 @@ def _kv_heads(node: Node, heads: int) -> dict:
     kv_node = node.get("kv_heads")
     kv_heads = kv_node.integer(minimum=1)
     if heads % kv_heads:
-        raise kv_node.error(f"{kv_heads} kv heads do not divide the {heads} query heads")
+        raise kv_node.error(cause("scenario.kv_heads_divide", kv_heads=kv_heads, heads=heads))
     return {"kv_heads": kv_heads}
 
 
 def _rope(node: Node, positions: Positions, d_head: int) -> dict:
     """`rope: {theta: 10000, rotary_dims: 4}` under `positions: rope` (rotary_dims: partial rotary)."""
     if positions is Positions.ROPE and d_head % 2:
-        raise node.get("positions").error(f"RoPE turns pairs of features: d_head {d_head} is odd")
+        raise node.get("positions").error(cause("scenario.rope_odd", d_head=d_head))
     if not node.has("rope"):
         return {}
     rope = node.get("rope").mapping(ROPE_KEYS)
     if positions is not Positions.ROPE:
-        raise rope.error("rope: needs positions: rope")
+        raise rope.error(cause("scenario.rope_positions"))
     found = {"rope_theta": _positive(rope.get("theta"))} if rope.has("theta") else {}
     if rope.has("rotary_dims"):
         dims_node = rope.get("rotary_dims")
         dims = dims_node.integer(minimum=2)
         if dims % 2 or dims > d_head:
-            raise dims_node.error(f"expected an even number of features ≤ d_head {d_head}, got {dims}")
+            raise dims_node.error(cause("scenario.rotary_dims", d_head=d_head, dims=dims))
         found["rope_dims"] = dims
     return found
 
@@ -327,7 +327,7 @@ def _window(node: Node, causal: bool) -> dict:
 def _window_size(node: Node, causal: bool) -> int:
     window = node.integer(minimum=1)
     if not causal:
-        raise node.error("a bidirectional model (causal: false) has no sliding window")
+        raise node.error(cause("scenario.bidirectional_window"))
     return window
 
 
@@ -346,7 +346,7 @@ def _layers(node: Node, positions: Positions, causal: bool) -> dict:
             rope_theta=_layer_theta(item, positions),
             options=_kind_options(item, mixer, ffn, offered, LayerContext(positions, causal))))
     if not blocks:
-        raise node.error("expected at least one layer")
+        raise node.error(cause("scenario.no_layers"))
     windows = {block.window for block in blocks} - {None}
     if len(windows) != 1:
         return {"layers": tuple(blocks)}
@@ -366,7 +366,7 @@ def _kind_options(item: Node, mixer: str, ffn: str, offered: dict[str, LayerOpti
     taken = layer_options(mixer, ffn)
     for key in sorted(set(offered) - set(taken)):
         if item.has(key):
-            raise item.get(key).error(offered[key].elsewhere.format(mixer=mixer, ffn=ffn))
+            raise item.get(key).error(cause(offered[key].elsewhere, mixer=mixer, ffn=ffn))
     return {key: option.parse(item.get(key), context) if item.has(key) else option.default
             for key, option in taken.items()}
 
@@ -375,7 +375,7 @@ def _layer_theta(item: Node, positions: Positions) -> float | None:
     if not item.has("rope_theta"):
         return None
     if positions is not Positions.ROPE:
-        raise item.get("rope_theta").error("rope_theta needs positions: rope")
+        raise item.get("rope_theta").error(cause("scenario.layer_theta"))
     return _positive(item.get("rope_theta"))
 
 
@@ -389,7 +389,7 @@ def _dropout(node: Node) -> dict:
     node.mapping(DROPOUT_KEYS, {"rate"})
     rate = node.get("rate").number()
     if not 0 <= rate < 1:
-        raise node.get("rate").error(f"expected a rate in [0, 1), got {rate}")
+        raise node.get("rate").error(cause("scenario.dropout_rate", rate=rate))
     return {
         "dropout": rate,
         "dropout_seed": node.get("seed").integer(minimum=0) if node.has("seed") else 0,
@@ -401,7 +401,7 @@ def _norm(node: Node) -> NormSpec:
     node.mapping(NORM_KEYS, {"kind"})
     eps = node.get("eps").number() if node.has("eps") else NormSpec.eps
     if eps < 0:
-        raise node.get("eps").error(f"expected eps ≥ 0, got {eps}")
+        raise node.get("eps").error(cause("scenario.eps", eps=eps))
     return NormSpec(
         kind=_kind(node.get("kind"), NormKind),
         placement=_kind(node.get("placement"), NormPlacement) if node.has("placement") else NormPlacement.PRE,
@@ -422,7 +422,7 @@ def _weights(node: Node, shapes: dict[str, Shape]) -> tuple[dict[str, np.ndarray
         name = node.get("file")
         path = Path(node.file).parent / name.text()
         if not path.is_file():
-            raise name.error(f"no weight file {str(path)!r}")
+            raise name.error(cause("scenario.no_weight_file", path=str(path)))
         source = read_weights(path, shapes)
         return dict(source.arrays), source
     _check_layout(node, _layout(shapes))
@@ -453,7 +453,7 @@ def _check_layout(node: Node, tree: dict) -> None:
     if all(isinstance(key, int) for key in tree):
         items = node.items()
         if len(items) != len(tree):
-            raise node.error(f"expected {len(tree)} entries (one per layer), got {len(items)}")
+            raise node.error(cause("scenario.layer_entries", expected=len(tree), got=len(items)))
         for i, item in enumerate(items):
             _check_layout(item, tree[i])
         return
@@ -480,7 +480,7 @@ def parse_tensor(node: Node, shape: Shape) -> np.ndarray:
     if got != shape:
         bad_row = next((row for row, n in zip(rows, map(len, cells)) if len(shape) == 2 and n != shape[1]), node)
         where = Node(node.raw, node.path, bad_row.line, node.file)  # the matrix, at its first wrong row
-        raise where.error(f"expected {format_shape(shape)}, got {format_shape(got)}")
+        raise where.error(cause("scenario.tensor_shape", expected=format_shape(shape), got=format_shape(got)))
     numbers = [[cell.number() for cell in row] for row in cells]
     return np.array(numbers[0] if len(shape) == 1 else numbers, dtype=np.float64)
 
@@ -492,9 +492,9 @@ def _shorthand(node: Node, word: str, shape: Shape) -> np.ndarray:
         return np.ones(shape)
     if word == "identity":
         if len(shape) != 2 or shape[0] != shape[1]:
-            raise node.error(f"identity needs a square matrix, this one is {format_shape(shape)}")
+            raise node.error(cause("scenario.identity_square", shape=format_shape(shape)))
         return np.eye(shape[0])
-    raise node.error(f"expected numbers or one of identity, zeros, ones, {{scale: s}}; got {word!r}")
+    raise node.error(cause("scenario.shorthand", word=word))
 
 
 # -- requests and decoding --------------------------------------------------------
@@ -507,7 +507,7 @@ def _requests(node: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec,
               encoder: Encoder | None) -> tuple[Request, ...]:
     items = node.items()
     if not items:
-        raise node.error("expected at least one request")
+        raise node.error(cause("scenario.no_requests"))
     return tuple(_request(item, vocab, decode, model, encoder) for item in items)
 
 
@@ -515,25 +515,25 @@ def _request(item: Node, vocab: Vocab, decode: DecodeRule, model: ModelSpec, enc
     item.mapping(REQUEST_KEYS)
     given = [key for key in PROMPT_KEYS if item.has(key)]
     if not given:
-        raise item.error("missing required key 'tokens' (or ids, or text or messages with a checkpoint)")
+        raise item.error(cause("scenario.no_prompt"))
     if len(given) > 1:
-        raise item.get(given[1]).error(f"give one of {', '.join(PROMPT_KEYS)}, not {' and '.join(given)}")
+        raise item.get(given[1]).error(cause("scenario.prompt_keys", keys=", ".join(PROMPT_KEYS),
+                                                         given=joined(given, "doc.and")))
     chat = _chat(item.get("messages"), vocab, encoder) if given[0] == "messages" else None
     tokens = chat.ids if chat else _prompt(item.get(given[0]), vocab, encoder)
     if not tokens:
-        raise item.get(given[0]).error("a request needs at least one token")
+        raise item.get(given[0]).error(cause("scenario.empty_request"))
     if item.has("pad_to"):
         tokens = _padded(item.get("pad_to"), tokens, vocab)
     limit = item.get("max_new_tokens").integer(minimum=1) if item.has("max_new_tokens") else decode.max_new_tokens
     needed = len(tokens) + limit - 1  # the last chosen token is never fed
     if model.positions == Positions.LEARNED and needed > model.max_positions:
-        raise item.error(f"needs {needed} positions ({len(tokens)} tokens + {limit - 1} fed back) "
-                         f"but model.max_positions is {model.max_positions}")
+        raise item.error(cause("scenario.positions", needed=needed, tokens=len(tokens), fed=limit - 1,
+                               max_positions=model.max_positions))
     vectors = None
     if item.has("vectors"):
         if model.lm_head:
-            raise item.get("vectors").error("input vectors are for encoders (model.lm_head: false): "
-                                            "a decoder must embed the tokens it generates")
+            raise item.get("vectors").error(cause("scenario.vectors_decoder"))
         array = parse_tensor(item.get("vectors"), (len(tokens), model.d_model))
         vectors = tuple(tuple(float(x) for x in row) for row in array)
     return Request(tokens=tokens, max_new_tokens=limit, vectors=vectors, chat=chat)
@@ -543,14 +543,13 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
     """`tokens: [pieces or ids]`, `ids: [ids]`, or `text: "…"` for the checkpoint's tokenizer."""
     if node.path.endswith(".text"):
         if encoder is None:
-            raise node.error("text needs a checkpoint's tokenizer (checkpoint: PATH; a folder's tokenizer.json); "
-                             "list tokens or ids instead")
+            raise node.error(cause("scenario.text_needs_tokenizer"))
         from engine.loading.tokenizer import TokenizerError
 
         try:
             return encoder.encode(node.text())
         except TokenizerError as error:
-            raise node.error(f"the checkpoint's tokenizer cannot encode it ({error})") from None
+            raise node.error(cause("scenario.cannot_encode", why=str(error))) from None  # tokenizers' words
     items = node.items()
     if node.path.endswith(".ids"):
         for item in items:
@@ -561,28 +560,28 @@ def _prompt(node: Node, vocab: Vocab, encoder: Encoder | None) -> tuple[int, ...
 def _chat(node: Node, vocab: Vocab, encoder: Encoder | None) -> Chat:
     """`messages: [{role: user, content: "…"}]`, through the checkpoint's chat template."""
     if encoder is None:
-        raise node.error("messages need a checkpoint's tokenizer and chat template (checkpoint: PATH)")
+        raise node.error(cause("scenario.chat_needs_template"))
     messages = []
     for item in node.items():
         item.mapping(MESSAGE_KEYS, MESSAGE_KEYS)
         messages.append(Message(item.get("role").text(), item.get("content").text()))
     if not messages:
-        raise node.error("expected at least one message")
+        raise node.error(cause("scenario.no_messages"))
     try:
         chat = encoder.chat(messages)
     except ScenarioError as error:  # the template's refusal, said at the request it refused
-        raise node.error(str(error)) from None
+        raise node.error(inner(error)) from None
     if max(chat.ids) >= len(vocab):
-        raise node.error(f"the chat gives token id {max(chat.ids)}, past the model's {len(vocab)} embedding rows")
+        raise node.error(cause("scenario.chat_token", id=max(chat.ids), rows=len(vocab)))
     return chat
 
 
 def _padded(node: Node, tokens: tuple[int, ...], vocab: Vocab) -> tuple[int, ...]:
     length = node.integer(minimum=1)
     if vocab.pad is None:
-        raise node.error("pad_to needs a pad token in vocab.pad")
+        raise node.error(cause("scenario.pad_token"))
     if length < len(tokens):
-        raise node.error(f"pad_to {length} is shorter than the request's {len(tokens)} tokens")
+        raise node.error(cause("scenario.pad_short", length=length, tokens=len(tokens)))
     return tokens + (vocab.pad,) * (length - len(tokens))
 
 
@@ -613,19 +612,19 @@ def _decode(node: Node, vocab: Vocab) -> DecodeRule:
 def _forbidden(node: Node, vocab: Vocab) -> tuple[int, ...]:
     forbid = tuple(_token_id(item, vocab) for item in node.items())
     if len(set(forbid)) == len(vocab.tokens):
-        raise node.error(f"forbids every one of the {len(vocab.tokens)} tokens: decoding would have none to choose")
+        raise node.error(cause("scenario.forbid_all", tokens=len(vocab.tokens)))
     return forbid
 
 
 def _positive(node: Node) -> float:
     value = node.number()
     if value <= 0:
-        raise node.error(f"expected a number > 0, got {value}")
+        raise node.error(cause("scenario.positive", value=value))
     return value
 
 
 def _probability(node: Node) -> float:
     value = node.number()
     if not 0 < value <= 1:
-        raise node.error(f"expected a number in (0, 1], got {value}")
+        raise node.error(cause("scenario.probability", value=value))
     return value

@@ -21,6 +21,7 @@ from typing import overload
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from engine.causes import cause
 from engine.loading.document import ScenarioError, library_text
 from engine.spec import Vocab
 
@@ -203,13 +204,13 @@ def gguf_tokenizer(meta: dict, error) -> Tokenizer:
     kind = meta.get("tokenizer.ggml.model")
     builders = {"gpt2": _byte_level, "llama": _sentencepiece, "gemma4": _gemma_sentencepiece}  # gemma4: BPE, merges
     if not isinstance(kind, str) or kind not in builders:
-        raise error("tokenizer.ggml.model", f"unsupported tokenizer {kind!r} (supported: {', '.join(builders)})")
+        raise error("tokenizer.ggml.model", cause("tok.unsupported", kind=kind, supported=", ".join(builders)))
     tokens = _token_texts(meta, error)
     types = _numbers(meta, "tokenizer.ggml.token_type", len(tokens), error)
     gemma = kind == "llama" and meta.get("general.architecture") in GEMMA
     bos = token_id(meta, "tokenizer.ggml.bos_token_id", len(tokens), error)
     build = (_gemma_sentencepiece if gemma else builders[kind])
-    with tokenizer_errors(lambda message: error("tokenizer.ggml", f"its tokenizer cannot be built ({message})")):
+    with tokenizer_errors(lambda message: error("tokenizer.ggml", cause("tok.cannot_build", why=message))):
         tokenizer = build(meta, tokens, error)
         tokenizer.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                                       for i in np.flatnonzero(types == CONTROL)])
@@ -223,9 +224,9 @@ def gguf_tokenizer(meta: dict, error) -> Tokenizer:
 def _token_texts(meta: dict, error) -> list[str]:
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is None:
-        raise error("tokenizer.ggml.tokens", "missing: a GGUF file lists its vocabulary there")
+        raise error("tokenizer.ggml.tokens", cause("tok.no_tokens"))
     if not isinstance(tokens, list) or not tokens or not isinstance(tokens[0], str):
-        raise error("tokenizer.ggml.tokens", "expected a non-empty array of strings")
+        raise error("tokenizer.ggml.tokens", cause("tok.tokens"))
     return tokens
 
 
@@ -235,7 +236,7 @@ def _numbers(meta: dict, key: str, count: int, error) -> np.ndarray:
     if values is None:
         return np.zeros(0)
     if not isinstance(values, np.ndarray) or len(values) != count:
-        raise error(key, f"expected an array of {count} numbers (one per token)")
+        raise error(key, cause("tok.per_token", count=count))
     return values
 
 
@@ -245,14 +246,14 @@ def token_id(meta: dict, key: str, count: int, error) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
-        raise error(key, f"expected a token id in 0..{count - 1}, got {value!r}")
+        raise error(key, cause("tok.token_id", count=count - 1, value=value))
     return value
 
 
 def _byte_level(meta: dict, tokens: list[str], error) -> Tokenizer:
     pre = meta.get("tokenizer.ggml.pre", "default")
     if not isinstance(pre, str) or pre not in SPLITS:
-        raise error("tokenizer.ggml.pre", f"unknown pre-tokenizer {pre!r} (known: {', '.join(SPLITS)})")
+        raise error("tokenizer.ggml.pre", cause("tok.pre", pre=pre, known=", ".join(SPLITS)))
     tokenizer = Tokenizer(models.BPE(vocab=_vocab(tokens), merges=_merges(meta, error)))
     split, gpt2_regex = SPLITS[pre]
     byte_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=gpt2_regex)
@@ -295,13 +296,13 @@ def _vocab(tokens: list[str]) -> dict[str, int]:
 def _merges(meta: dict, error) -> list[tuple[str, str]]:
     merges = meta.get("tokenizer.ggml.merges", [])
     if not isinstance(merges, list) or not all(isinstance(merge, str) and " " in merge for merge in merges):
-        raise error("tokenizer.ggml.merges", "expected an array of strings, each two pieces with a space between")
+        raise error("tokenizer.ggml.merges", cause("tok.merges"))
     return [tuple(merge.split(" ", 1)) for merge in merges]
 
 
 def _merges_from_scores(tokens: list[str], vocab: dict[str, int], meta: dict, error) -> list[tuple[str, str]]:
     if "tokenizer.ggml.scores" not in meta:
-        raise error("tokenizer.ggml.scores", "a SentencePiece vocabulary without merges needs one score per token")
+        raise error("tokenizer.ggml.scores", cause("tok.scores"))
     return _merges_by_score(tokens, vocab, _numbers(meta, "tokenizer.ggml.scores", len(tokens), error))
 
 

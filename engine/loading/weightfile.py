@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.loading.document import ScenarioError, library_text
+from engine.causes import Cause, cause
+from engine.loading.document import ScenarioError, joined, library_text
 from engine.parameters import Shape, format_shape
 from engine.progress import WEIGHTS, report
 
@@ -45,13 +46,13 @@ class WeightSource:
 def read_weights(path: Path, shapes: dict[str, Shape]) -> WeightSource:
     """Every parameter of `shapes` from `path`, checked for presence, floating dtype and shape."""
     if path.suffix not in SUFFIXES:
-        raise ScenarioError(str(path), None, "", f"expected a {' or '.join(SUFFIXES)} file")
+        raise ScenarioError(str(path), None, "", cause("weightfile.suffix", suffixes=joined(SUFFIXES, "doc.or")))
     read = _read_safetensors if path.suffix == ".safetensors" else _read_npz
     try:
         arrays = read(path, shapes)
         identity = file_identity(path)
     except OSError as error:
-        raise ScenarioError(str(path), None, "", f"cannot read ({error.strerror or error})") from None
+        raise ScenarioError(str(path), None, "", cause("doc.unreadable", why=error.strerror or str(error))) from None
     return WeightSource(path, identity, arrays)
 
 
@@ -68,21 +69,23 @@ def file_identity(path: Path) -> str:
 def _check_names(path: Path, names: list[str], shapes: dict[str, Shape]) -> None:
     missing = [name for name in shapes if name not in names]
     if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise ScenarioError(str(path), None, missing[0], f"missing from the weight file{more}")
+        why = cause("weightfile.missing_more",
+                    more=len(missing) - 1) if len(missing) > 1 else cause("weightfile.missing")
+        raise ScenarioError(str(path), None, missing[0], why)
     extra = [name for name in names if name not in shapes]
     if extra:
-        raise ScenarioError(str(path), None, extra[0], "not a parameter of this model "
-                            f"(its {len(shapes)} parameters are named like {next(iter(shapes))})")
+        raise ScenarioError(str(path), None, extra[0], cause("weightfile.extra", count=len(shapes),
+                                                                  like=next(iter(shapes))))
 
 
 def _not_float(path: Path, name: str, kind: str) -> ScenarioError:
-    return ScenarioError(str(path), None, name, f"expected floating-point numbers, got {kind}")
+    return ScenarioError(str(path), None, name, cause("weightfile.not_float", kind=kind))
 
 
 def _check_shape(path: Path, name: str, shape: Shape, expected: Shape) -> None:
     if tuple(shape) != expected:
-        raise ScenarioError(str(path), None, name, f"expected {format_shape(expected)}, got {format_shape(shape)}")
+        raise ScenarioError(str(path), None, name, cause("scenario.tensor_shape", expected=format_shape(expected),
+                                                         got=format_shape(shape)))
 
 
 def _read_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
@@ -105,8 +108,8 @@ def _read_safetensors(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndar
 
 def safetensors_refusal(path: Path, error: Exception) -> ScenarioError:
     """Why `safetensors` refused the file: the header entry at fault, named, or else the library's own words."""
-    return safetensors_damage(path) or ScenarioError(str(path), None, "", f"not a readable safetensors file "
-                                                     f"({library_text(error)})")
+    return safetensors_damage(path) or ScenarioError(str(path), None, "", cause("weightfile.unreadable",
+                                                                                   why=library_text(error)))
 
 
 def safetensors_damage(path: Path) -> ScenarioError | None:
@@ -116,19 +119,20 @@ def safetensors_damage(path: Path) -> ScenarioError | None:
     with path.open("rb") as file:
         length = int.from_bytes(file.read(8), "little") if size >= 8 else None
         if length is None:
-            return ScenarioError(str(path), None, "header", f"expected 8 bytes of header length, the file holds {size}")
+            return ScenarioError(str(path), None, "header", cause("weightfile.header_length", size=size))
         if length > MAX_HEADER:
-            return ScenarioError(str(path), None, "header", f"its length field claims {length} bytes, more than the "
-                                 f"{MAX_HEADER >> 20} MiB safetensors allows")
+            return ScenarioError(str(path), None, "header", cause("weightfile.header_big", length=length,
+                                                                           mib=MAX_HEADER >> 20))
         if length > size - 8:
-            return ScenarioError(str(path), None, "header", f"its length field claims {length} bytes, the file holds "
-                                 f"{size - 8} after it (truncated?)")
+            return ScenarioError(str(path), None, "header", cause("weightfile.header_cut", length=length,
+                                                                           size=size - 8))
         try:
             header = json.loads(file.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            return ScenarioError(str(path), None, "header", f"not a JSON object ({error})")
+            return ScenarioError(str(path), None, "header", cause("weightfile.not_json_why",
+                                                                  why=str(error)))  # json's words
     if not isinstance(header, dict):
-        return ScenarioError(str(path), None, "header", "not a JSON object")
+        return ScenarioError(str(path), None, "header", cause("weightfile.not_json"))
     entries = [(name, entry) for name, entry in header.items() if name != "__metadata__"]
     for name, entry in entries:
         problem = _entry_problem(entry, size - 8 - length)
@@ -138,30 +142,30 @@ def safetensors_damage(path: Path) -> ScenarioError | None:
     end = 0
     for (begin, stop), name in spans:
         if begin != end:
-            return ScenarioError(str(path), None, name, f"its data starts at byte {begin} of the data, where "
-                                 f"{'the previous tensor ends at' if end else 'the data starts at'} {end} (bytes "
-                                 "overlapping or unaccounted for)")
+            gap = cause("weightfile.gap", begin=begin, end=end) if end else cause("weightfile.gap_start", begin=begin)
+            return ScenarioError(str(path), None, name, gap)
         end = stop
     return None
 
 
-def _entry_problem(entry, room: int) -> str:
+def _entry_problem(entry, room: int) -> Cause | None:
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
-        return "expected an entry {dtype, shape, data_offsets}"
+        return cause("weightfile.entry")
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(dtype, str) or dtype not in ITEMSIZES:
-        return f"unknown dtype {dtype!r}"
+        return cause("weightfile.dtype", dtype=dtype)
     if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
-        return f"expected a shape of sizes ≥ 0, got {shape!r}"
+        return cause("weightfile.shape", shape=shape)
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(type(n) is int for n in offsets)
             and 0 <= offsets[0] <= offsets[1]):
-        return f"expected data_offsets [begin, end], got {offsets!r}"
+        return cause("weightfile.offsets", offsets=offsets)
     need = math.prod(shape) * ITEMSIZES[dtype]
     if offsets[1] - offsets[0] != need:
-        return f"{dtype} {format_shape(shape)} takes {need} bytes, its data_offsets {offsets} span {offsets[1] - offsets[0]}"
+        return cause("weightfile.span", dtype=dtype, shape=format_shape(shape), need=need, offsets=offsets,
+                     span=offsets[1] - offsets[0])
     if offsets[1] > room:
-        return f"its data ends at byte {offsets[1]} of the data, the file holds {room} bytes of data (truncated?)"
-    return ""
+        return cause("weightfile.data_cut", end=offsets[1], room=room)
+    return None
 
 
 def widen_bf16(bits: np.ndarray) -> np.ndarray:
@@ -177,7 +181,7 @@ def safetensors_header(path: Path) -> tuple[int, dict]:
         if len(entries) < len(pairs):
             seen: set[str] = set()
             twice = next(name for name, _ in pairs if name in seen or seen.add(name))
-            raise ScenarioError(str(path), None, twice, "listed twice in the header")
+            raise ScenarioError(str(path), None, twice, cause("weightfile.twice"))
         return entries
 
     with path.open("rb") as file:
@@ -212,7 +216,7 @@ def _read_npz(path: Path, shapes: dict[str, Shape]) -> dict[str, np.ndarray]:
     except ScenarioError:
         raise
     except (ValueError, KeyError, zipfile.BadZipFile, EOFError, zlib.error) as error:
-        raise ScenarioError(str(path), None, "", f"not a readable npz file ({error})") from None
+        raise ScenarioError(str(path), None, "", cause("weightfile.npz", why=str(error))) from None
     return arrays
 
 
@@ -232,7 +236,7 @@ def write_weights(weights: dict[str, np.ndarray], path: Path) -> Path:
     """Write every array to `path` (.safetensors or .npz, by its suffix), atomically."""
     path = Path(path)
     if path.suffix not in SUFFIXES:
-        raise ScenarioError(str(path), None, "", f"a weight file's name ends in {' or '.join(SUFFIXES)}")
+        raise ScenarioError(str(path), None, "", cause("weightfile.name", suffixes=joined(SUFFIXES, "doc.or")))
     arrays = {name: np.ascontiguousarray(array) for name, array in weights.items()}
     if path.suffix == ".safetensors":
         from safetensors.numpy import save_file

@@ -17,7 +17,7 @@ from pathlib import Path
 from engine import Scenario, ScenarioError, Session
 from engine.backend import make_backend
 from engine.caches import CacheSpec, Quantize
-from engine.causes import Cause
+from engine.causes import Cause, cause
 from engine.compare.against import Against, Report
 from engine.compare.check import check_scenario
 from engine.compare.diff import TOLERANCE, OpDiff, diff_batch, diff_scenario, first_divergence
@@ -144,9 +144,7 @@ class Comparisons:
         never computes, raises ScenarioError (a bad file, not a disagreement)."""
         scenario = self._now().scenario
         if not scenario.expect:
-            raise ScenarioError(str(scenario.path), None, "expect", "no expect: tables to check (check compares a "
-                                "scenario's expect: tables; --against DUMP compares your own activations; run prints "
-                                "every operator)")
+            raise ScenarioError(str(scenario.path), None, "expect", cause("option.no_tables"))
         outcomes = self.expectations(scenario)
         malformed = next((o for o in outcomes if o.problem is not None), None)
         if malformed is not None:

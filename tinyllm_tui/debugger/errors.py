@@ -10,7 +10,7 @@ from engine.analysis import AnalysisError
 from engine.breakpoints import BreakpointError
 from engine.causes import Cause, CausedError
 from engine.interventions import InterventionError
-from engine.loading.document import located
+from engine.loading.document import LoaderWarning, located
 from engine.loading.edits import EditError
 from engine.progress import LoadCancelled
 
@@ -29,11 +29,18 @@ class OptionError(ValueError):
 def bad_input(error: BaseException, word: Callable[[Cause], str]) -> str | None:
     """The one line a bad input says (a file, a breakpoint, an edit, an intervention, a reading), its cause in the
     words `word` gives it (the front end's catalogue); None for an error that is not a bad input."""
-    if isinstance(error, ScenarioError) and isinstance(error.message, Cause):  # a file's breakpoint, intervention
+    if isinstance(error, ScenarioError):  # a file's refusal, located
         return located(error.file, error.line, error.path, word(error.message))
     if isinstance(error, CausedError):
         return word(error.cause)
     return str(error) if isinstance(error, BAD_INPUT) else None
+
+
+def warning_words(warning: Warning, word: Callable[[Cause], str]) -> str:
+    """A warning as one line: a loader's located, its cause in the words `word` gives it; any other as it says."""
+    if isinstance(warning, LoaderWarning):
+        return located(warning.file, None, warning.path, word(warning.cause))
+    return str(warning)
 
 
 def cancelled(error: BaseException) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from engine import ScenarioError
-from engine.causes import CausedError
+from engine.causes import CausedError, cause
 from engine.loading import open_model
 from engine.loading.budget import parse_size
 from tinyllm_tui.tui.i18n import cause_words
@@ -72,8 +72,7 @@ def lesson(file: Path) -> Lesson:
             continue
         relative = Path(str(text))
         if relative.is_absolute() or ".." in relative.parts or str(text).startswith("~"):
-            raise ScenarioError(str(file), None, key, f"serve copies the files a scenario names into each learner's "
-                                f"folder: name {text!r} relative to the scenario, beside it or below")
+            raise ScenarioError(str(file), None, key, cause("option.serve_relative", text=text))
         companions.append(relative)
     return Lesson(file, tuple(companions))
 

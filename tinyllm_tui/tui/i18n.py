@@ -9,7 +9,7 @@ tinyllm_tui.tui.result_words words a Debugger result. It imports nothing of the 
 
 from __future__ import annotations
 
-from tinyllm_tui.tui import i18n_causes
+from tinyllm_tui.tui import i18n_causes, i18n_loading
 
 EN = {
     # bindings (the footer and the help screen)
@@ -507,9 +507,11 @@ ZH = {
     "report.their_scores": "（分数 {scores}）",
 }
 
-# -- the engine's causes (engine/causes.py), worded in tinyllm_tui/tui/i18n_causes.py: `cause.CODE` ------------
-EN |= {f"cause.{code}": text for code, text in i18n_causes.EN.items()}
-ZH |= {f"cause.{code}": text for code, text in i18n_causes.ZH.items()}
+# -- the engine's causes (engine/causes.py), worded in tinyllm_tui/tui/i18n_causes.py and, the loaders' refusals,
+# i18n_loading.py: `cause.CODE` ----------------------------------------------------------------------------------
+for part in (i18n_causes, i18n_loading):
+    EN |= {f"cause.{code}": text for code, text in part.EN.items()}
+    ZH |= {f"cause.{code}": text for code, text in part.ZH.items()}
 EN |= {code: text for code, text in i18n_causes.EN.items() if code.startswith("label.")}  # in views' labels too
 ZH |= {code: text for code, text in i18n_causes.ZH.items() if code.startswith("label.")}
 
@@ -532,7 +534,7 @@ def cause_words(cause, lang: str) -> str:
     facts = {name: words(value, lang) for name, value in cause.facts.items()}
     if cause.words:
         return (cause.words.get(lang) or cause.words["en"]).format(**facts)
-    return tr(f"cause.{cause.code}", lang, **facts)
+    return tr(f"cause.{cause.code}", lang).format(**facts)  # formatted even without facts: `{{` is a brace
 
 
 def words(fact, lang: str):

@@ -89,6 +89,10 @@ EN = {
                              "operator's queries and keys (latent attention, a soft cap or attention sinks); gradcheck "
                              "checks a plain softmax attention head",
     "option.unwritable": "cannot write {weights} or {target} ({error})",
+    "option.no_tables": "no expect: tables to check (check compares a scenario's expect: tables; --against DUMP "
+                        "compares your own activations; run prints every operator)",
+    "option.serve_relative": "serve copies the files a scenario names into each learner's folder: name {text!r} "
+                             "relative to the scenario, beside it or below",
 }
 
 ZH = {
@@ -169,4 +173,8 @@ ZH = {
     "gradcheck.not_softmax": "第 {layer} 层（{mixer}）：它的头不是其分数算子的查询与键的 softmax(Q·Kᵀ·scale)·V（潜在注意力、"
                              "软上限或注意力汇点）；gradcheck 检查的是普通的 softmax 注意力头",
     "option.unwritable": "无法写入 {weights} 或 {target}（{error}）",
+    "option.no_tables": "没有可检查的 expect: 表（check 比较场景的 expect: 表；--against DUMP 比较你自己的激活值；"
+                        "run 打印每个算子）",
+    "option.serve_relative": "serve 会把场景指定的文件复制到每个学习者的文件夹中：请用相对于场景的路径指定 {text!r}，"
+                             "放在它旁边或下面",
 }

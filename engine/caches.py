@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from engine import ops
 from engine.arrays import namespace, to_host
-from engine.state import DumpLayout, LayerState, StateView
+from engine.state import DumpLayout, LayerState, Phrase, Positions, Size, StateView, evicted_positions
 
 Array = Any
 K_ITEM, V_ITEM = "cache_k", "cache_v"  # a K/V cache's dump items: blocks.L.attn.cache_k
@@ -104,10 +104,18 @@ class RingFacts:
     """What a cache view shows of a ring buffer."""
 
     layout: ClassVar[str] = "ring"
+    slots: ClassVar[bool] = True  # its rows are slots written round robin, not positions in order (engine.state)
     window: int
     sinks: int
     write: int  # the slot the next token goes to
     evicted: int  # fed tokens no slot holds any more
+    gone: tuple[int, ...] = field(default=(), compare=False)  # which positions those are (the line spans them);
+    # not compared: they follow from the cache as the count does
+
+    def words(self) -> tuple[str, dict]:
+        sinks = Phrase("cache.ring.sinks", {"count": self.sinks}) if self.sinks else ""
+        return "cache.ring", {"window": self.window, "sinks": sinks, "write": self.write,
+                              "evicted": Positions(self.gone)}
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,13 @@ class PagedFacts:
     shared: tuple[bool, ...]  # per table entry: another request's table points at it too
     blocks: int  # physical blocks in the pool
 
+    def words(self) -> tuple[str, dict]:
+        table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(self.table, self.shared))
+        return "cache.paged", {"size": self.block_size, "table": table, "blocks": self.blocks}
+
+
+SCALE_WORDS = {ScaleAxis.PER_HEAD: "cache.scale.per_head", ScaleAxis.PER_TOKEN: "cache.scale.per_token"}
+
 
 @dataclass(frozen=True)
 class QuantizedFacts:
@@ -128,6 +143,10 @@ class QuantizedFacts:
     scale: ScaleAxis
     nbytes: int  # codes and scales, what the cache really stores
     exact_nbytes: int  # the same rows unquantized
+
+    def words(self) -> tuple[str, dict]:
+        return "cache.quantized", {"kind": self.quantize.value, "scale": Phrase(SCALE_WORDS[self.scale]),
+                                   "stored": Size(self.nbytes), "exact": Size(self.exact_nbytes)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,7 +324,11 @@ class RingCache(LayerCache):
 
     @property
     def facts(self) -> RingFacts:
-        return RingFacts(self.window, self.sinks, self.write_position, self.evicted)
+        return RingFacts(self.window, self.sinks, self.write_position, self.evicted, evicted_positions(self))
+
+    def row_place(self, row: int) -> tuple[str, dict]:
+        """Row `row` is slot `row`; `next`: the next token is written to it."""
+        return "slot", {"slot": row, "next": row == self.write_position}
 
     def fresh(self, fingerprint: str) -> RingCache:
         return dataclasses.replace(self, slots=(-1,) * len(self.slots), written=0, fingerprint=fingerprint)
@@ -384,6 +407,11 @@ class PagedCache(LayerCache):
         """(physical block, row in it) of the token at `position`."""
         logical, row = divmod(position, self.block_size)
         return self.table[logical], row
+
+    def row_place(self, row: int) -> tuple[str, dict]:
+        """Row `row` (position `row`) lies in a physical block of the pool, at a row of it."""
+        block, offset = self.slot_of(row)
+        return "block", {"block": block, "row": offset}
 
     def fresh(self, fingerprint: str) -> PagedCache:
         return dataclasses.replace(super().fresh(fingerprint), table=())

@@ -144,6 +144,8 @@ CODES = frozenset({
     "backend.unknown", "backend.dtype", "backend.missing", "backend.no_gpu",
     # a head the gradient check cannot take (engine/compare/gradcheck.py)
     "gradcheck.no_head", "gradcheck.not_softmax",
+    # the line beside a K/V cache's rows: its layout's facts (engine/caches.py: RingFacts, PagedFacts, QuantizedFacts)
+    "cache.ring", "cache.ring.sinks", "cache.paged", "cache.quantized", "cache.scale.per_head", "cache.scale.per_token",
     # the words inside a row's or a column's label (engine.labels.WORDS), where a cause names the cell
     "label.sink", "label.scale", "label.scale_head", "label.token_id",
 }) | LOADING

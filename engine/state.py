@@ -10,7 +10,7 @@ The K/V caches of engine.caches (contiguous, ring, paged, quantized) are its fir
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 Array = Any
@@ -25,10 +25,23 @@ class Size(int):
     """A count of bytes among the facts a state's line is worded with (`words()`), which a view shows as a size."""
 
 
+class Positions(tuple):
+    """Positions among the facts a state's line is worded with, which a view shows as spans ("1–4 9")."""
+
+
+@dataclass(frozen=True)
+class Phrase:
+    """A fact of a state's line worded by a code of its own and its facts (a ring's "+2 sinks"), as the line is."""
+
+    code: str
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
 # A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files them under ("ring",
 # "recurrent"; the K/V caches' own are worded by the catalogue); `fed` (True: the state counts the tokens
 # fed and holds no rows of them); `words()`, the code of its kind's CAUSES and the facts of the line beside its rows;
-# `heading`, the code of its kind's CAUSES the panel's heading is worded with (none: the K/V caches' "KV · layer …").
+# `heading`, the code of its kind's CAUSES the panel's heading is worded with (none: the K/V caches' "KV · layer …");
+# `slots` (True: its rows are slots written round robin, not positions in order: a view has no newest end).
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,9 +130,18 @@ class LayerState(Protocol):
         """The positions whose rows differ from another run's dump items `theirs` (aligned to ours, host
         arrays; a missing item is not compared): what "the same" means for this state."""
 
+    # optional: `row_place(row) -> (code, facts)`, where row `row` of its views lies in its layout, which a view words
+    # before the row's position: a ring's slot ("slot", {slot, next}), a paged cache's block ("block", {block, row});
+    # absent: its rows are marked by their positions alone
     # optional: `cell(item, row, col, position) -> (code, facts) | None`, a cell of one of its dump items as a
     # comparison names it, a cause code and its facts (`position`: the words of the position row `row` holds; None,
     # or absent: as a position and a channel)
+
+
+def evicted_positions(state: LayerState) -> tuple[int, ...]:
+    """The positions fed through `state` that it holds no more (a ring's evicted tokens)."""
+    held = set(state.row_positions)
+    return tuple(p for p in range(state.seen) if p not in held)
 
 
 def tokens_held(states) -> int:

@@ -19,12 +19,11 @@ import numpy as np
 
 from engine import OpState, to_host
 from engine.breakpoints import short_name
-from engine.caches import PagedFacts, RingFacts
 from engine.causes import Cause, cause
 from engine.compare.expect import Outcome
 from engine.labels import WORDS, resolve_some
 from engine.layers import explanation, explanation_key
-from engine.state import tokens_held
+from engine.state import Phrase, evicted_positions, tokens_held
 from engine.trace import OpKind, Phase, Status
 from tinyllm_tui.debugger.row_labels import RowWords, row_label
 
@@ -353,12 +352,12 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     head = min(head, heads - 1)
     timeline, new_from, positions = state.timeline, state.chunk_past, cache.row_positions
     # their labels carry the marks: rows are not positions 0, 1, … (a ring's slots, a paged table, a conv window)
-    marked = isinstance(cache.facts, (RingFacts, PagedFacts)) or positions != tuple(range(len(positions)))
+    marked = hasattr(cache, "row_place") or positions != tuple(range(len(positions)))
     if marked:
         rows = Labels(len(positions), lambda i: row_label(cache, i, timeline, new_from, differing, words))
     else:
         rows = Labels(len(positions), lambda i: position_label(positions[i], timeline))
-    ring = isinstance(cache.facts, RingFacts)  # slots, not positions: no newest end
+    slots = getattr(cache.facts, "slots", False)  # slots written round robin, not positions: no newest end
 
     def matrix(view) -> MatrixFrame:
         values, at = to_host(view.values)[:, _part(view, head)], min(head, _heads(view) - 1)
@@ -367,26 +366,30 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
             return matrix_frame(view.name, values, Labels(values.shape[0], lambda i: f"{row}{i}"),
                                 Labels(count, lambda j: f"{col}{j}"), head=at)
         return matrix_frame(view.name, values, rows, Labels(count, lambda j: f"{col}{j}"), head=at,
-                            newest_first=not ring, new_from=None if marked else new_from,
+                            newest_first=not slots, new_from=None if marked else new_from,
                             differing=frozenset() if marked else differing)
 
     matrices = tuple(matrix(view) for view in views)
-    held = set(positions)
-    evicted = tuple(p for p in range(cache.seen) if p not in held)
     titles = tuple(cause(view.title) if view.title else view.name for view in views)
     heading = state_heading(cache.facts, layer, len(state.caches), head, heads)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
-                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted,
+                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted_positions(cache),
                       state_line(cache.facts), heading, titles)
 
 
 def state_line(facts) -> Cause | None:
-    """The line a layer kind's state is worded with beside its rows: its facts' `words()` (a code of its kind's
-    CAUSES and the facts) as a cause carrying its kind's words; None where its facts have none (engine.caches')."""
+    """The line a layer state is worded with beside its rows: its facts' `words()` (a code of its kind's CAUSES, or
+    of the stack's for a K/V cache's layout, and the facts) as a cause; None where its facts have none (a contiguous
+    K/V cache's)."""
     if not hasattr(facts, "words"):
         return None
-    code, found = facts.words()
-    return cause(code, **found)
+    return _said(*facts.words())
+
+
+def _said(code: str, facts) -> Cause:
+    """A code and its facts as a cause, a fact that is a phrase of its own (engine.state.Phrase) a cause too."""
+    return cause(code, **{name: _said(value.code, value.facts) if isinstance(value, Phrase) else value
+                          for name, value in facts.items()})
 
 
 def state_heading(facts, layer: int, layers: int, head: int, heads: int) -> Cause | None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.caches import LayerCache, PagedCache, RingCache
 from engine.labels import WORDS
+from engine.state import LayerState
 from engine.trace import TokenState
 
 
@@ -30,20 +30,24 @@ class RowWords:
 MARKS = RowWords("#{slot}", "–", "#{request}")  # no language's: for a subscriber that hands no words
 
 
-def row_label(cache: LayerCache, row: int, timeline: Sequence[TokenState], new_from: int, differing: frozenset[int],
+PLACES = {  # where a row lies in its state's layout (LayerState.row_place), before its position
+    "slot": lambda words, slot, next: f"{words.slot.format(slot=slot)}{'↺' if next else ' '} ",  # a ring's slot
+    "block": lambda words, block, row: f"b{block}.{row} ",  # a paged cache's physical block and row in it
+}
+
+
+def row_label(state: LayerState, row: int, timeline: Sequence[TokenState], new_from: int, differing: frozenset[int],
               words: RowWords) -> str:
     """Row `row` of a state's views: ✗ where it differs from a --against dump, + where this chunk added it, its
-    position and token, after a ring's slot or a paged row's block (`words.empty` where no token is held yet)."""
-    position = cache.row_positions[row]
+    position and token, after where it lies in the state's layout (its `row_place`: a ring's slot, a paged row's
+    block; `words.empty` where no token is held yet)."""
+    position = state.row_positions[row]
     mark = "✗" if position in differing else "+" if position >= new_from else " "
     token = timeline[position].text if 0 <= position < len(timeline) else "?"  # an injected bug added a row
     text = f"{mark}{position} · {token}"
-    if isinstance(cache, RingCache):
-        slot = f"{words.slot.format(slot=row)}{'↺' if row == cache.write_position else ' '} "
-        return slot + (words.empty if position < 0 else text)
+    if hasattr(state, "row_place"):
+        code, facts = state.row_place(row)
+        return PLACES[code](words, **facts) + (words.empty if position < 0 else text)
     if position < 0:  # a conv window before as many tokens as it holds were fed
         return f" {words.empty}"
-    if isinstance(cache, PagedCache):
-        block, offset = cache.slot_of(position)
-        return f"b{block}.{offset} {text}"
     return text

@@ -1,5 +1,5 @@
 """A layer state's layout as a view words it: the words it hands the Debugger for row labels (row_words; the
-labels themselves: tinyllm_tui.debugger.row_labels), position spans, and the line its kind words it with."""
+labels themselves: tinyllm_tui.debugger.row_labels), position spans, and the line it is worded with."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import replace
 
 from engine.loading.budget import format_size
 from engine.labels import WORDS
-from engine.state import Size
+from engine.state import Positions, Size
 from tinyllm_tui.debugger.row_labels import RowWords
 from tinyllm_tui.tui.i18n import cause_words, tr
 
-__all__ = ["counts_fed", "layout_kind", "row_words", "spans", "state_line"]
+__all__ = ["counts_fed", "row_words", "spans", "state_line"]
 
 
 def row_words(lang: str) -> RowWords:
@@ -33,22 +33,23 @@ def spans(positions: Sequence[int]) -> str:
     return " ".join(parts)
 
 
-def layout_kind(facts) -> str | None:
-    """The word a cache frame's `layout` facts are filed under (their `layout`, engine.state): a serving layout
-    ("ring", "paged", "quantized") or a layer kind's state that is not a K/V cache ("conv", "recurrent",
-    "shared"); None: a contiguous K/V cache."""
-    return getattr(facts, "layout", None)
-
-
 def counts_fed(facts) -> bool:
     """Whether the state counts the tokens fed through it, holding no rows of them (a recurrent state)."""
     return bool(getattr(facts, "fed", False))
 
 
 def state_line(line, lang: str) -> str:
-    """The line a layer kind's state is worded with beside its rows (a cache frame's `line`: a cause carrying its
-    kind's words) in `lang`, byte counts as sizes; "" where it has none."""
+    """The line a layer state is worded with beside its rows (a cache frame's `line`: a cause carrying its kind's
+    words, or the catalogue's for a K/V cache's layout) in `lang`, byte counts as sizes, positions as spans; "" where
+    it has none."""
     if line is None:
         return ""
-    facts = {name: format_size(value) if isinstance(value, Size) else value for name, value in line.facts.items()}
-    return cause_words(replace(line, facts=facts), lang)
+    return cause_words(replace(line, facts={name: _fact(value, lang) for name, value in line.facts.items()}), lang)
+
+
+def _fact(value, lang: str):
+    if isinstance(value, Size):
+        return format_size(value)
+    if isinstance(value, Positions):
+        return spans(value) or tr("cache.no_positions", lang)
+    return value

@@ -190,11 +190,7 @@ EN = {
     "cache.rows": "{rows} rows, {new} new (+)", "cache.fed": "{rows} tokens fed, {new} new (+)", "cache.current": "from the current weights",
     "cache.stale": "⚠ stale: old weights, r recomputes",
     "cache.differ": "✗ {count} rows differ from your dump", "cache.differ.one": "✗ {count} row differs from your dump",
-    "cache.ring": "ring w{window}{sinks} · next s{write} · evicted {evicted}", "cache.ring.sinks": "+{count} sinks",
-    "cache.ring.sinks.one": "+{count} sink", "cache.ring.none": "none",
-    "cache.paged": "paged ×{size} · table [{table}] (*shared) · pool {blocks}",
-    "cache.quantized": "{kind} {scale}: {stored} stored (exact {exact})",
-    "cache.scale.per_head": "per head", "cache.scale.per_token": "per token",
+    "cause.cache.ring.sinks.one": "+{count} sink", "cache.no_positions": "none",  # the ring's line's (cause.cache.*)
     # the timeline
     "timeline.place": "request {request} (of {requests}) · {where}", "timeline.chunk": " · chunk {chunk}",
     "timeline.cache": " · cache {length}  ", "timeline.processed": "processed (K/V cached)", "timeline.processed.uncached": "processed",
@@ -428,10 +424,7 @@ ZH = {
     "cache.where": "KV · 第 {layer} 层（0–{last_layer}）· 第 {head} 头（0–{last_head}）",
     "cache.rows": "{rows} 行，{new} 行新增（+）", "cache.fed": "已输入 {rows} 个Token，{new} 个新增（+）", "cache.current": "来自当前权重",
     "cache.stale": "⚠ 过期：旧权重，r 重新计算", "cache.differ": "✗ {count} 行与你的转储不同",
-    "cache.ring": "环形 窗口{window}{sinks} · 下一槽 s{write} · 已逐出 {evicted}", "cache.ring.sinks": "+{count} 个汇聚位",
-    "cache.ring.none": "无", "cache.paged": "分页 ×{size} · 块表 [{table}]（*共享）· 池 {blocks} 块",
-    "cache.quantized": "{kind} {scale}：存 {stored}（精确 {exact}）",
-    "cache.scale.per_head": "每头", "cache.scale.per_token": "每词元",
+    "cache.no_positions": "无",
     "timeline.place": "请求 {request}（共 {requests}）· {where}", "timeline.chunk": " · 块 {chunk}",
     "timeline.cache": " · 缓存 {length}  ", "timeline.processed": "已处理（K/V已缓存）", "timeline.processed.uncached": "已处理",
     "timeline.current": "正在输入", "timeline.selected": "已选出，尚未输入", "timeline.pending": "待处理",
@@ -521,11 +514,16 @@ CATALOGUES = {"en": EN, "zh": ZH}
 def tr(key: str, lang: str, /, *args, **facts) -> str:
     """The text of `key` in `lang` with the facts filled in; English where `lang` lacks it.
     A count of one takes the `key.one` form where the language has one (English: "1 breakpoint")."""
-    catalogue = CATALOGUES.get(lang, EN)
-    if facts.get("count") == 1 and f"{key}.one" in catalogue:
-        key = f"{key}.one"
-    text = catalogue.get(key) or EN[key]
+    text = _text(key, lang, facts.get("count"))
     return text.format(*args, **facts) if args or facts else text
+
+
+def _text(key: str, lang: str, count) -> str:
+    """The words of `key` in `lang` before the facts are filled in, in the `key.one` form for a `count` of one."""
+    catalogue = CATALOGUES.get(lang, EN)
+    if count == 1 and f"{key}.one" in catalogue:
+        key = f"{key}.one"
+    return catalogue.get(key) or EN[key]
 
 
 def cause_words(cause, lang: str) -> str:
@@ -534,7 +532,8 @@ def cause_words(cause, lang: str) -> str:
     facts = {name: words(value, lang) for name, value in cause.facts.items()}
     if cause.words:
         return (cause.words.get(lang) or cause.words["en"]).format(**facts)
-    return tr(f"cause.{cause.code}", lang).format(**facts)  # formatted even without facts: `{{` is a brace
+    return _text(f"cause.{cause.code}", lang, cause.facts.get("count")).format(**facts)  # formatted even without
+    # facts: `{{` is a brace
 
 
 def words(fact, lang: str):

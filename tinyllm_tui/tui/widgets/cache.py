@@ -14,8 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from tinyllm_tui.debugger.frame import CacheFrame
-from tinyllm_tui.presentation.cache_layout import counts_fed, layout_kind, spans, state_line
-from tinyllm_tui.presentation.summaries import size_text
+from tinyllm_tui.presentation.cache_layout import counts_fed, state_line
 from tinyllm_tui.tui.i18n import cause_words, tr, words
 from tinyllm_tui.tui.widgets.blank import Box
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
@@ -85,19 +84,9 @@ class CacheView(Vertical):
 
 
 def layout_line(cache: CacheFrame, lang: str) -> str:
-    """What the layout holds beside its rows ("" for a contiguous cache)."""
-    facts, kind = cache.layout, layout_kind(cache.layout)
-    if kind == "ring":
-        sinks = tr("cache.ring.sinks", lang, count=facts.sinks) if facts.sinks else ""
-        return tr("cache.ring", lang, window=facts.window, sinks=sinks, write=facts.write,
-                  evicted=spans(cache.evicted) or tr("cache.ring.none", lang))
-    if kind == "paged":
-        table = " ".join(f"{block}{'*' * shared}" for block, shared in zip(facts.table, facts.shared))
-        return tr("cache.paged", lang, size=facts.block_size, table=table, blocks=facts.blocks)
-    if kind == "quantized":
-        return tr("cache.quantized", lang, kind=facts.quantize, scale=tr(f"cache.scale.{facts.scale}", lang),
-                  stored=size_text(facts.nbytes), exact=size_text(facts.exact_nbytes))
-    return state_line(cache.line, lang)  # a layer kind's state: worded by its kind
+    """What the state holds beside its rows, worded by its kind or, a K/V cache's layout, by the catalogue ("" for a
+    contiguous cache)."""
+    return state_line(cache.line, lang)
 
 
 def _same(old: CacheFrame, new: CacheFrame) -> bool:

@@ -143,7 +143,8 @@ def test_a_kv_shared_layers_state_holds_nothing_and_says_where_it_reads_through_
     debugger.goto_step(middle.step)  # back in time, into decode round 2, before layer 2 read this round
     debugger.move_cache(layers=2 - debugger.frame.cache.layer)
     cache = debugger.frame.cache
-    assert (cache.layer, cache.views, cache.layout, cache.length) == (2, (), SharedFacts(0), 0)
+    assert (cache.layer, cache.views, cache.line.code, cache.line.facts, cache.length) == (2, (), "cache.shared",
+                                                                                           {"source": 0}, 0)
     debugger.move_cache(layers=-2)  # its source, time-travelled as ever
     head = debugger.frame.cache.head
     np.testing.assert_array_equal(debugger.frame.cache.views[0].values,

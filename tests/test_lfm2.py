@@ -213,10 +213,11 @@ def test_the_cache_view_shows_the_conv_window_rows_by_position_and_token_and_its
     assert list(shown.views[0].rows) == [f" {label(newest - 1)}", f"+{label(newest)}"]  # + : this round's input
     bx = next(s for s in states if s.round == 2 and s.name == "blocks.0.conv.hook_bx")
     np.testing.assert_array_equal(shown.views[0].values[-1], to_host(bx.values)[0])
-    assert (shown.length, shown.appended, shown.layout.kernel, shown.layout.nbytes) == (2, 1, KERNEL, 2 * WIDTH * 8)
+    assert (shown.length, shown.appended, shown.line.facts["kernel"], shown.line.facts["size"]) == (2, 1, KERNEL,
+                                                                                                 2 * WIDTH * 8)
     first = next(s for s in states if s.name == "blocks.0.conv.hook_conv")
     debugger.goto_step(first.step)  # time travel back to the prefill: the same bytes, other rows
-    assert debugger.frame.cache.layout.nbytes == shown.layout.nbytes
+    assert debugger.frame.cache.line.facts["size"] == shown.line.facts["size"]
     assert list(debugger.frame.cache.views[0].rows)[0] == f"+{label(len(IDS) - 2)}"
 
 

@@ -137,9 +137,10 @@ class CacheFrame:
     stale: bool  # computed with other weights than the current ones
     differing: frozenset[int]  # positions whose row in some view differs from a --against dump
     views: tuple[MatrixFrame, ...]  # the state's views (engine.state.StateView), one head's columns: K and V
-    layout: object = None  # what it holds beside its rows: its state's facts (engine.state), None for nothing
+    fed: bool = False  # its state counts the tokens fed through it, holding no rows of them (a recurrent state)
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
-    line: Cause | None = None  # its state's line beside its rows, in its kind's words (state_line); None: none
+    line: Cause | None = None  # its state's line beside its rows (state_line): its kind's words, or the catalogue's for a
+    # K/V layout; None: none
     heading: Cause | None = None  # its kind's heading, with where it is (state_heading); None: the K/V caches' own
     titles: tuple[Cause | str, ...] = ()  # each view's title: a Cause of its kind's words, or its name (notation: K)
 
@@ -346,7 +347,7 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     views = cache.views()
     if not views:  # a state of no rows of its own (a KV-shared layer): its facts say where it reads
         return CacheFrame(layer, len(state.caches), 0, 1, cache.length, 0, cache.fingerprint != fingerprint,
-                          differing, (), cache.facts, line=state_line(cache.facts),
+                          differing, (), fed(cache.facts), line=state_line(cache.facts),
                           heading=state_heading(cache.facts, layer, len(state.caches), 0, 1))
     heads = max(_heads(view) for view in views)  # views may differ in heads: the most of them
     head = min(head, heads - 1)
@@ -373,8 +374,13 @@ def cache_frame(state: OpState, fingerprint: str, layer: int, head: int,
     titles = tuple(cause(view.title) if view.title else view.name for view in views)
     heading = state_heading(cache.facts, layer, len(state.caches), head, heads)
     return CacheFrame(layer, len(state.caches), head, heads, cache.length, sum(p >= new_from for p in positions),
-                      cache.fingerprint != fingerprint, differing, matrices, cache.facts, evicted_positions(cache),
+                      cache.fingerprint != fingerprint, differing, matrices, fed(cache.facts), evicted_positions(cache),
                       state_line(cache.facts), heading, titles)
+
+
+def fed(facts) -> bool:
+    """Whether a state's facts say it counts the tokens fed, holding no rows of them (their `fed`, engine.state)."""
+    return bool(getattr(facts, "fed", False))
 
 
 def state_line(facts) -> Cause | None:

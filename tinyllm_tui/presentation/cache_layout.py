@@ -12,7 +12,7 @@ from engine.state import Positions, Size
 from tinyllm_tui.debugger.row_labels import RowWords
 from tinyllm_tui.tui.i18n import cause_words, tr
 
-__all__ = ["counts_fed", "row_words", "spans", "state_line"]
+__all__ = ["row_words", "spans", "state_line"]
 
 
 def row_words(lang: str) -> RowWords:
@@ -31,11 +31,6 @@ def spans(positions: Sequence[int]) -> str:
             parts.append(str(p) if p == start else f"{start}–{p}")
             start = None
     return " ".join(parts)
-
-
-def counts_fed(facts) -> bool:
-    """Whether the state counts the tokens fed through it, holding no rows of them (a recurrent state)."""
-    return bool(getattr(facts, "fed", False))
 
 
 def state_line(line, lang: str) -> str:

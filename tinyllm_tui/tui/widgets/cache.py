@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from tinyllm_tui.debugger.frame import CacheFrame
-from tinyllm_tui.presentation.cache_layout import counts_fed, state_line
+from tinyllm_tui.presentation.cache_layout import state_line
 from tinyllm_tui.tui.i18n import cause_words, tr, words
 from tinyllm_tui.tui.widgets.blank import Box
 from tinyllm_tui.tui.widgets.matrix import MatrixWindow
@@ -57,7 +57,7 @@ class CacheView(Vertical):
             "cache.where", lang, layer=cache.layer, last_layer=cache.layers - 1, head=cache.head,
             last_head=cache.heads - 1), style="bold")
         where.append(" ([ ] { })\n")
-        rows = tr("cache.fed" if counts_fed(cache.layout) else "cache.rows", lang, rows=cache.length, new=cache.appended)
+        rows = tr("cache.fed" if cache.fed else "cache.rows", lang, rows=cache.length, new=cache.appended)
         layout = layout_line(cache, lang)
         rows = f"{layout} · {rows}" if layout else rows  # the layout first: a ring's write slot must show
         if cache.stale:  # the warning first: it must survive a narrow panel
@@ -94,5 +94,5 @@ def _same(old: CacheFrame, new: CacheFrame) -> bool:
         return False
     first, other = old.views[0].values, new.views[0].values
     return (first.base is other.base and first.base is not None and len(old.views) == len(new.views)
-            and (old.layer, old.head, old.length, old.appended, old.stale, old.differing, old.layout, old.evicted)
-            == (new.layer, new.head, new.length, new.appended, new.stale, new.differing, new.layout, new.evicted))
+            and (old.layer, old.head, old.length, old.appended, old.stale, old.differing, old.line, old.evicted)
+            == (new.layer, new.head, new.length, new.appended, new.stale, new.differing, new.line, new.evicted))

@@ -29,7 +29,7 @@ from engine.interventions import InterventionError
 from engine.layers import routes
 from engine.session import StaleFrom
 from engine.trace import OpState
-from tinyllm_tui.debugger.results import DiffReport
+from tinyllm_tui.debugger.results import DiffLine, DiffReport, FlipLine, FlipPass
 
 
 class DiffCancelled(RuntimeError):
@@ -94,8 +94,9 @@ class Comparisons:
         """`diff()` with where it first diverges."""
         inject, diffs = self._now().inject, self.diff(alone)
         first = first_divergence(diffs)
-        return DiffReport(tuple(diffs), None if first is None else diffs.index(first), inject,
-                          diffs[0].tolerance if diffs else TOLERANCE, self.route_flip())
+        flip = self.route_flip()
+        return DiffReport(tuple(map(diff_line, diffs)), None if first is None else diffs.index(first), inject,
+                          diffs[0].tolerance if diffs else TOLERANCE, None if flip is None else flip_line(flip))
 
     def route_flip(self) -> RouteFlip | None:
         """A mixture of experts run in another dtype than float64, or over a quantized cache: the first token it
@@ -150,6 +151,16 @@ class Comparisons:
         if malformed is not None:
             raise malformed.error(str(scenario.path))
         return outcomes
+
+
+def diff_line(d: OpDiff) -> DiffLine:
+    return DiffLine(d.step, d.request, d.phase, d.round, d.name, d.layer, d.head, d.max_abs, d.tolerance, d.agrees,
+                    d.mismatch, d.state)
+
+
+def flip_line(flip: RouteFlip) -> FlipLine:
+    return FlipLine(FlipPass(flip.key.request, flip.key.pass_), flip.layer, flip.token, flip.ours, flip.theirs,
+                    flip.our_scores, flip.their_scores, flip.margin, flip.other)
 
 
 def _other_run(dtype: str, quantize: str | None) -> Cause:

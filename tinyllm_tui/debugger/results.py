@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from engine.causes import Cause
+from engine.trace import Phase
+
 
 class Reason(StrEnum):
     """Why a move was refused; `Refused.args` carries the facts its message names."""
@@ -137,14 +140,60 @@ class CacheShown:
 
 
 @dataclass(frozen=True)
-class DiffReport:
-    """The run being debugged against a full recompute: one engine OpDiff per operator."""
+class DiffLine:
+    """One operator of the run against a full recompute (or a layer's state at the end of a round), as the diff
+    views show it (from engine.compare.diff.OpDiff)."""
 
-    diffs: tuple  # engine.compare.diff.OpDiff
+    step: int  # the cached run's step of this operator (the chunk that differs most)
+    request: int
+    phase: Phase
+    round: int
+    name: str
+    layer: int | None
+    head: int | None
+    max_abs: float  # inf where the runs' rows or key columns do not meet (`mismatch` says how)
+    tolerance: float
+    agrees: bool  # max_abs is within the tolerance
+    mismatch: Cause | None = None  # how the runs' rows or key columns do not meet: nothing to subtract
+    state: bool = False  # a layer's state (one of its dump items), not an operator
+
+
+@dataclass(frozen=True)
+class FlipPass:
+    """The pass a routing flip is in."""
+
+    request: int
+    pass_: str  # "prefill", "decode.2"
+
+    def label(self, requests: int = 1) -> str:
+        """As a dump's key names it: the request only when there are several."""
+        return (f"request.{self.request}." if requests > 1 else "") + self.pass_
+
+
+@dataclass(frozen=True)
+class FlipLine:
+    """The first token a run routes to other experts than another (from engine.compare.routes.RouteFlip)."""
+
+    key: FlipPass
+    layer: int
+    token: str  # the token's row label, "22 · +"
+    ours: tuple[int, ...]  # the reference's experts, best first
+    theirs: tuple[int, ...]  # the other run's
+    our_scores: tuple[float, ...]
+    their_scores: tuple[float, ...] | None  # None: the other side holds no router scores
+    margin: float  # the reference's k-th score less its best unchosen one, at that token
+    other: Cause  # what the other side is (engine.causes `side.*`)
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """The run being debugged against a full recompute: one line per operator."""
+
+    diffs: tuple[DiffLine, ...]
     first: int | None  # index of the first divergence, None when every operator agrees
     inject: str | None
     tolerance: float
-    flip: object | None = None  # engine.compare.routes.RouteFlip: a float32 or quantized-cache run's first routing flip
+    flip: FlipLine | None = None  # a float32 or quantized-cache run's first routing flip
 
 
 Result = (Moved | HitBreakpoint | EndOfTrace | Cancelled | Refused | Diverged | BreakpointAdded | BreakpointRemoved

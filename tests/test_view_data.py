@@ -1,15 +1,23 @@
-"""The cache panel's K/V layouts reach the views through the LayerState protocol alone: their facts word their own
-line (`words()`, a cause the catalogue words in each language), a ring or a paged cache places its rows
-(`row_place`), and no module of tinyllm_tui names a cache class."""
+"""What the Debugger hands its views is data, not the engine's objects. The cache panel's K/V layouts reach the
+views through the LayerState protocol alone: their facts word their own line (`words()`, a cause the catalogue
+words in each language), a ring or a paged cache places its rows (`row_place`), and no module of tinyllm_tui names
+a cache class. A diff report holds lines of its own, its routing flip too."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+from collections.abc import Mapping
 
 from conftest import ROOT
-from engine import Session
+from engine import Session, make_backend
 from engine.caches import CacheSpec, Layout, Quantize, ScaleAxis
+from engine.causes import Cause
+from engine.state import Positions, Size
+from engine.trace import Phase
 from test_caches import PROMPT, llama
+from test_route_flips import SCENARIO as MOE
+from tinyllm_tui.debugger.comparisons import Compared, Comparisons
 from tinyllm_tui.debugger.frame import cache_frame
 from tinyllm_tui.presentation.cache_layout import row_words
 from tinyllm_tui.tui.widgets.cache import layout_line
@@ -68,3 +76,30 @@ def test_a_paged_and_a_per_token_quantized_cache_are_worded_in_chinese():
     codes, scales = 9 * 8 * 2, 9 * 8 * 2
     assert shown(quantized, "zh")[0] == f"int8 每词元：存 {codes + scales} B（精确 1.1 KiB）"
     assert shown(quantized, "en")[0] == f"int8 per token: {codes + scales} B stored (exact 1.1 KiB)"
+
+
+WORDED = (Cause, Phase, Size, Positions)  # the engine's words' data: a cause, a phase, a size, positions
+
+
+def engine_objects(value) -> set[str]:
+    """The engine's types found in `value`, through dataclasses, mappings and collections, other than WORDED."""
+    if isinstance(value, WORDED):
+        return set()
+    found = {type(value).__qualname__} if type(value).__module__.startswith("engine") else set()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        parts = [getattr(value, f.name) for f in dataclasses.fields(value)]
+    elif isinstance(value, Mapping):
+        parts = [*value.keys(), *value.values()]
+    elif isinstance(value, (tuple, list, set, frozenset)):
+        parts = list(value)
+    else:
+        parts = []
+    return found.union(*map(engine_objects, parts))
+
+
+def test_a_diff_report_and_a_cache_frame_hold_no_engine_object():
+    report = Comparisons(make_backend("numpy", "float32"), None, lambda: Compared(MOE, None, None)).compare()
+    assert report.flip is not None and report.diffs and engine_objects(report) == set()
+    ring = end_of_prefill(llama(PROMPT, new=1, cache=CacheSpec(Layout.RING, window=4, sinks=1), window=4))
+    frame = cache_frame(ring, ring.caches[0].fingerprint, 0, 0, frozenset(), row_words("en"))
+    assert engine_objects(frame) == set()

@@ -39,7 +39,8 @@ class Phrase:
 
 # A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files them under ("ring",
 # "recurrent"; the K/V caches' own are worded by the catalogue); `fed` (True: the state counts the tokens
-# fed and holds no rows of them); `words()`, the code of its kind's CAUSES and the facts of the line beside its rows;
+# fed and holds no rows of them); `words()`, the code (of its kind's CAUSES, or the stack's for a K/V layout) and the
+# facts of the line beside its rows;
 # `heading`, the code of its kind's CAUSES the panel's heading is worded with (none: the K/V caches' "KV · layer …");
 # `slots` (True: its rows are slots written round robin, not positions in order: a view has no newest end).
 

@@ -103,7 +103,6 @@ class Read:
 class RingFacts:
     """What a cache view shows of a ring buffer."""
 
-    layout: ClassVar[str] = "ring"
     slots: ClassVar[bool] = True  # its rows are slots written round robin, not positions in order (engine.state)
     window: int
     sinks: int
@@ -122,7 +121,6 @@ class RingFacts:
 class PagedFacts:
     """What a cache view shows of a paged cache: the block table and which blocks are shared."""
 
-    layout: ClassVar[str] = "paged"
     block_size: int
     table: tuple[int, ...]  # logical block -> physical block
     shared: tuple[bool, ...]  # per table entry: another request's table points at it too
@@ -138,7 +136,6 @@ SCALE_WORDS = {ScaleAxis.PER_HEAD: "cache.scale.per_head", ScaleAxis.PER_TOKEN: 
 
 @dataclass(frozen=True)
 class QuantizedFacts:
-    layout: ClassVar[str] = "quantized"
     quantize: Quantize
     scale: ScaleAxis
     nbytes: int  # codes and scales, what the cache really stores

@@ -37,8 +37,7 @@ class Phrase:
     facts: Mapping[str, Any] = field(default_factory=dict)
 
 
-# A state's `facts` (LayerState.facts) say how views word them: `layout`, the word a view files them under ("ring",
-# "recurrent"; the K/V caches' own are worded by the catalogue); `fed` (True: the state counts the tokens
+# A state's `facts` (LayerState.facts) say how views word them: `fed` (True: the state counts the tokens
 # fed and holds no rows of them); `words()`, the code (of its kind's CAUSES, or the stack's for a K/V layout) and the
 # facts of the line beside its rows;
 # `heading`, the code of its kind's CAUSES the panel's heading is worded with (none: the K/V caches' "KV · layer …");

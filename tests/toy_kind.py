@@ -72,7 +72,6 @@ class Counted:
     """What the cache view shows beside its one row: it counts the tokens fed (it holds no row of each)."""
 
     count: int
-    layout: ClassVar[str] = "mean"
     fed: ClassVar[bool] = True
     heading: ClassVar[str] = "cache.where.mean"  # the panel's heading, worded by CAUSES
 

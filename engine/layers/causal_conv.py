@@ -112,7 +112,6 @@ class ConvFacts:
 
     kernel: int
     nbytes: int
-    layout: ClassVar[str] = "conv"  # a conv window has no heads (engine.state: how views word facts)
     heading: ClassVar[str] = "cache.where.conv"
 
     def words(self) -> tuple[str, dict]:

@@ -237,7 +237,6 @@ class RecurrentFacts:
     heads: int  # value heads, each a d_k × d_v matrix
     kernel: int  # the conv's K: its window holds K−1 inputs
     nbytes: int  # what it stores, the same at every length
-    layout: ClassVar[str] = "recurrent"  # its heads are its value heads, not K/V (engine.state: how views word facts)
     heading: ClassVar[str] = "cache.where.recurrent"
     fed: ClassVar[bool] = True  # it counts the tokens fed, it holds no rows of them
 

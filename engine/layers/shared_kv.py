@@ -21,7 +21,6 @@ class SharedFacts:
     """What a cache view shows of a KV-shared layer: the layer whose cache it reads."""
 
     source: int
-    layout: ClassVar[str] = "shared"  # engine.state: how views word facts
 
     def words(self) -> tuple[str, dict]:
         return "cache.shared", {"source": self.source}

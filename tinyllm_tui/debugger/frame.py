@@ -139,8 +139,8 @@ class CacheFrame:
     views: tuple[MatrixFrame, ...]  # the state's views (engine.state.StateView), one head's columns: K and V
     fed: bool = False  # its state counts the tokens fed through it, holding no rows of them (a recurrent state)
     evicted: tuple[int, ...] = ()  # positions fed that a ring holds no more
-    line: Cause | None = None  # its state's line beside its rows (state_line): its kind's words, or the catalogue's for a
-    # K/V layout; None: none
+    line: Cause | None = None  # its state's line beside its rows (state_line): its kind's words, or the catalogue's
+    # for a K/V layout; None: none
     heading: Cause | None = None  # its kind's heading, with where it is (state_heading); None: the K/V caches' own
     titles: tuple[Cause | str, ...] = ()  # each view's title: a Cause of its kind's words, or its name (notation: K)
 

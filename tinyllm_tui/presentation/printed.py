@@ -3,11 +3,14 @@ documents (English: the CLI's catalogue)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from engine.arrays import to_host
 from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.export import json_number, json_text
 from engine.trace import OpKind, OpState
+from tinyllm_tui.debugger.results import DiffLine
 from tinyllm_tui.presentation.numbers import text_table
 from tinyllm_tui.tui.i18n import cause_words, where
 from tinyllm_tui.presentation.summaries import diff_measured, matrix_summary, token_text
@@ -58,7 +61,7 @@ def route_without_text(without, state: OpState) -> str:
                                                 else "the same experts for every token")
 
 
-def diff_line(d: OpDiff) -> str:
+def diff_line(d: DiffLine | OpDiff) -> str:
     """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
@@ -86,7 +89,7 @@ def exact_json(rows: list) -> dict:
                                     for r in rows]}
 
 
-def diff_json(diffs: list[OpDiff], inject: str | None) -> dict:
+def diff_json(diffs: Sequence[DiffLine | OpDiff], inject: str | None) -> dict:
     first = first_divergence(diffs)
     return {
         "inject": inject,

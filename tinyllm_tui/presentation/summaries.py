@@ -19,6 +19,7 @@ from engine.progress import READING
 from engine.spec import Request, Vocab
 from engine.trace import Labelled, OpKind, RequestResult
 from tinyllm_tui.debugger.frame import VOCAB_KINDS, top_tokens
+from tinyllm_tui.debugger.results import DiffLine
 from tinyllm_tui.tui.i18n import cause_words, tr
 
 ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
@@ -34,7 +35,8 @@ def token_text(vocab: Vocab, ids: Iterable[int]) -> str:
     return " ".join(vocab.shown(int(t)) for t in ids)
 
 
-def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False, lang: str = "en") -> str:
+def diff_summary(diffs: Sequence[DiffLine | OpDiff], inject: str | None, batch: bool = False,
+                 lang: str = "en") -> str:
     """One line: every operator agrees, or where the cached run first leaves the full recompute
     (with `batch`: where the batch first leaves a request run alone)."""
     injected = tr("diff.injected_mark", lang, name=inject) if inject else ""
@@ -46,7 +48,7 @@ def diff_summary(diffs: list[OpDiff], inject: str | None, batch: bool = False, l
     return tr("diff.first", lang, where=divergence_place(first, lang)) + injected
 
 
-def diff_cell(d: OpDiff, lang: str = "en") -> str:
+def diff_cell(d: DiffLine | OpDiff, lang: str = "en") -> str:
     """The number a diff table shows for one operator, as measured (as the CLI prints it); `shape` where the
     runs' rows or key columns do not meet (OpDiff.mismatch says how)."""
     return f"{d.max_abs:.3e}" if d.mismatch is None else tr("diff.shape", lang)
@@ -109,7 +111,7 @@ def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bo
     return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))
 
 
-def divergence_place(d: OpDiff, lang: str = "en") -> str:
+def divergence_place(d: DiffLine | OpDiff, lang: str = "en") -> str:
     """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`, or how the
     shapes differ, in `lang` (the CLI's: English)."""
     head = "" if d.head is None else tr("diff.head", lang, head=d.head)
@@ -117,7 +119,7 @@ def divergence_place(d: OpDiff, lang: str = "en") -> str:
               head=head, measured=diff_measured(d, lang))
 
 
-def diff_measured(d: OpDiff, lang: str = "en") -> str:
+def diff_measured(d: DiffLine | OpDiff, lang: str = "en") -> str:
     """`max |Δ| = 2.220e-16`, or how the runs' rows or key columns do not meet (OpDiff.mismatch), in `lang`."""
     return f"max |Δ| = {d.max_abs:.3e}" if d.mismatch is None else cause_words(d.mismatch, lang)
 

@@ -432,7 +432,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
         _print_json({**diff_json(diffs, options.inject), **exact_json(lossy), **flip})
     else:
         if options.inject:
-            print(f"injected bug {options.inject}: {tr(f'inject.{options.inject}', 'en')}")
+            print(tr("diff.injected", "en", name=options.inject, description=tr(f"inject.{options.inject}", "en")))
         if lossy:
             print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
             for row in lossy:

@@ -88,9 +88,10 @@ class OpenByDefault(TyperGroup):
 _DEFERRED: list[str] = []  # warnings raised while the TUI held the terminal, said when it has let it go
 
 
-def _warning_line(message, category, *where, **_) -> None:
-    """A warning (a loader's, or NumPy's on a checkpoint's NaN weights) as one line, without the source line."""
-    line = f"tinyllm-tui: warning: {' '.join(warning_words(message, lambda cause: cause_words(cause, 'en')).split())}"
+def _warning_line(message, category, *where, lang: str = "en", **_) -> None:
+    """A warning (a loader's, or NumPy's on a checkpoint's NaN weights) as one line, without the source line, its
+    cause in `lang`'s words."""
+    line = f"tinyllm-tui: warning: {' '.join(warning_words(message, lambda cause: cause_words(cause, lang)).split())}"
     if getattr(sys.stderr, "__module__", "").startswith("textual"):  # the app's capture of stderr, shown nowhere
         _DEFERRED.append(line)
     else:
@@ -269,6 +270,7 @@ def open_tui(
         return opening(load(path, _model(options)), _model(options))  # --set edits start unsaved: shown, undoable
 
     path = file or bundled_x01()
+    warnings.showwarning = functools.partial(_warning_line, lang=lang or default_language())  # main() puts it back
     try:
         array_backend = check_options(_model(options))
         dump, options = _dump(options)

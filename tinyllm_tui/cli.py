@@ -33,11 +33,11 @@ from tinyllm_tui.debugger.standalone import gradcheck as check_gradient
 from tinyllm_tui.debugger.standalone import read_dump
 from tinyllm_tui.presentation.against_words import flip_document, flip_words, report_document, report_lines
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
-from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, diff_line, disagreement_lines,
-                                              exact_json, exact_line, json_line, outcome_json, outcome_lines,
-                                              state_text, state_without_text, without_text)
-from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
-                                                request_results, token_text)
+from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, chat_replies, diff_json, diff_line,
+                                              disagreement_lines, exact_json, exact_line, json_line, outcome_json,
+                                              outcome_lines, request_results, state_text, state_without_text,
+                                              without_text)
+from tinyllm_tui.presentation.summaries import diff_summary, expect_summary, loading_progress, token_text
 from tinyllm_tui.tui.result_words import misnamed_words
 from tinyllm_tui.tui.i18n import cause_words, tr, where  # the catalogue's English: the faults' descriptions, the causes
 

@@ -20,6 +20,7 @@ from engine.state import StateView
 from engine.trace import OpKind
 
 NAME, MODULE = "mean", "mean"
+ADDED = "hook_mean_out"  # the hook of what the residual stream adds: its output
 HF: dict = {}
 HF_LAYER_TYPES: dict = {}
 GGUF: dict = {}

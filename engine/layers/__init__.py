@@ -5,7 +5,8 @@ holds everything about it: `NAME` (what `layers:` and LayerSpec call it), `MODUL
 hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_state()`, and
 `forward(h, states, positions, padded_keys, out)`, a stream of operators that may replace `states[layer]`),
 `parameter_shapes(model, layer, block)`, `hooks(model, layer, block, hook, norm_sites)` (what it yields),
-`hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
+`ADDED` (the hook of what it adds to the residual stream), `hook_widths(model)` and `PER_HEAD` (for
+interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
 (its modules in Hugging Face checkpoints, per family), `HF_LAYER_TYPES` (the config's `layer_types` it
 stands for), `FaultPoints` (where an injected bug may change what it does, with the correct answers) and
 `EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
@@ -68,11 +69,13 @@ def layer_options(mixer: str, ffn: str) -> dict:
 
 
 def hook_widths(model) -> dict[str, int]:
-    """Every kind's hook widths under `model` (an engine.spec.ModelSpec)."""
+    """Every kind's hook widths under `model` (an engine.spec.ModelSpec), with what each adds to the residual
+    stream (its ADDED: d_model wide)."""
     widths: dict[str, int] = {}
     for block in dict.fromkeys(model.blocks):
         for module in block_kinds(block):
             widths.update(module.hook_widths(model))
+            widths[module.ADDED] = model.d_model
     return widths
 
 

@@ -31,6 +31,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "attention", "attn"
+ADDED = "hook_attn_out"  # the hook of what the residual stream adds: its output
 # Hugging Face's module of each projection (w·/b· without the letter) per family, GGUF's tensor (under blk.N),
 # and the config's layer_types this kind stands for (whether the layer slides)
 HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},

@@ -18,6 +18,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "dense", "mlp"
+ADDED = "hook_mlp_out"  # the hook of what the residual stream adds: its output
 HF = {"llama": {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"},
       "lfm2": {"_gate": "feed_forward.w1", "_up": "feed_forward.w3", "_down": "feed_forward.w2"},
       "phi3": {"_gate_up": "mlp.gate_up_proj", "_down": "mlp.down_proj"},  # _gate_up: gate | up side by side

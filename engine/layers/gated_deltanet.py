@@ -34,6 +34,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "gated_deltanet", "linear_attn"
+ADDED = "hook_linear_attn_out"  # the hook of what the residual stream adds: its output
 HF = {"llama": {"_qkv": "linear_attn.in_proj_qkv", "_z": "linear_attn.in_proj_z", "_b": "linear_attn.in_proj_b",
                 "_a": "linear_attn.in_proj_a", "_out": "linear_attn.out_proj"}}
 HF_RAW = {"llama": {"conv.w": "linear_attn.conv1d.weight", "dt_bias": "linear_attn.dt_bias",

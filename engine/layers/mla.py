@@ -35,6 +35,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "mla", "attn"
+ADDED = "hook_attn_out"  # the hook of what the residual stream adds: its output
 HF = {"deepseek": {"q": "self_attn.q_proj", "q_a": "self_attn.q_a_proj", "q_b": "self_attn.q_b_proj",
                    "kv_a": "self_attn.kv_a_proj_with_mqa", "kv_b": "self_attn.kv_b_proj", "o": "self_attn.o_proj",
                    "q_a_norm": "self_attn.q_a_layernorm", "kv_a_norm": "self_attn.kv_a_layernorm"}}

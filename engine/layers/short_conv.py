@@ -22,6 +22,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "short_conv", "conv"
+ADDED = "hook_conv_out"  # the hook of what the residual stream adds: its output
 # Hugging Face's module of each projection (w·/b· without the letter), GGUF's tensor (under blk.N)
 HF = {"lfm2": {"_in": "conv.in_proj", "_out": "conv.out_proj", "_conv": "conv.conv"}}
 HF_LAYER_TYPES = {"conv": False}

@@ -118,6 +118,12 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
 # hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    ADDED: {
+        "en": ("Mix the heads into the residual stream's features.", "Σ heads' results (+ bo) = concat · Wo (+ bo).",
+               "Forgetting Wo only works when Wo = I, as in X01.", "Shape: new tokens × d_model."),
+        "zh": ("把各头结果映射回残差特征。", "各头结果之和（+bo）= concat·Wo（+bo）。", "省略Wo只在Wo=I时成立。",
+               "形状：新Token数×d_model。"),
+    },
     "hook_q": {
         "en": ("Q says what the current position is looking for.", "Q = LN(X) · Wq, split into heads by columns.",
                "Q is never cached: only the new positions need queries.", "Columns h·dh…(h+1)·dh belong to head h."),

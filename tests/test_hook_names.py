@@ -25,7 +25,6 @@ ALLOWED = {  # (file, function; None: every function): why it stays
     ("engine/parameters.py", "parameter_shapes"): "weight names (blocks.L.ln1.w), which are no hooks",
     ("engine/parameters.py", "name_parts"): "a weight's name as the keys of the weights document",
     ("engine/model.py", "_norm_hooks"): "the norm's gain's and bias's weight names beside its hooks (made with Hook)",
-    ("engine/analysis.py", "_terms"): "the output bias's weight name (blocks.L.attn.bo)",
     ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with a dump's keys, as a user's own "
                                           "code does with tinyllm_tui.Recorder: the writer's side of the format, "
                                           "which runs only where torch and transformers are",

@@ -50,6 +50,19 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
         "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
+# how a dump lays out its per-head operators (engine.layout): one [query, key] matrix per head as [head, query, key];
+# a row per position of every head's vectors as [pos, head, d_head]
+HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")
+HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")
+MASKED = ("hook_attn_scores",)  # where a masked cell is −∞ (a dump holds its dtype's lowest there)
+PATTERN_HOOKS = ((MODULE, "hook_pattern"),)  # each head's attention pattern (a view's glance)
+HEAD_RESULT = "hook_result"  # each head's contribution to the residual (engine.analysis's attribution)
+
+
+def output_bias(layer: int) -> str:
+    """The weight added once to the heads' results (its parameter bo, where the checkpoint has one)."""
+    return f"blocks.{layer}.{MODULE}.bo"
+
 DUMP_LAYOUTS = caches.DUMP_LAYOUTS  # its state's K/V rows: [kv_head, position, d_head] in a dump
 
 

@@ -32,9 +32,6 @@ ALLOWED = {  # (file, function; None: every function): why it stays
     ("engine/parameters.py", "parameter_shapes"): "weight names (blocks.L.ln1.w), which are no hooks",
     ("engine/parameters.py", "name_parts"): "a weight's name as the keys of the weights document",
     ("engine/model.py", "_norm_hooks"): "the norm's gain's and bias's weight names beside its hooks (made with Hook)",
-    ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with a dump's keys, as a user's own "
-                                          "code does with tinyllm_tui.Recorder: the writer's side of the format, "
-                                          "which runs only where torch and transformers are",
 }
 
 
@@ -161,8 +158,9 @@ LITERALS_ALLOWED = {  # (file, literal; None: every literal): why it stays
                                            "attention's scores and z by what it checks",
     ("engine/compare/against.py", "hook_in"): "TransformerLens's bridge's own extras (BRIDGE_SUFFIXES), which "
                                               "short_conv's hook_in only shares a name with",
-    ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with the engine's hook names: the "
-                                          "writer's side of the dump format (see ALLOWED)",
+    ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with the engine's hook names, as a "
+                                          "user's own code does with tinyllm_tui.Recorder: the writer's side of the "
+                                          "dump format, which runs only where torch and transformers are",
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import layers
 from engine.arrays import to_host
 from engine.causes import CausedError
 from engine.decoding import CHOICE, PROBS
@@ -24,7 +25,6 @@ from engine.trace import OpState
 Array = Any
 RESIDUALS = ("hook_resid_pre", "hook_resid_mid", "hook_resid_post")
 STREAMS = ("pre", "mid", "post")  # what a lens row calls each of RESIDUALS
-HEAD_RESULT = "hook_result"  # a mixer's per-head contribution to the residual (attention's, latent attention's)
 FINAL_SCALE = Hook(None, "ln_final", "hook_scale")  # the final norm's divisor of each row
 _WANTED = {hook.text for hook in (FINAL_SCALE, LOGITS, PROBS, CHOICE)}
 Key = tuple[str, int | None]  # (hook name, head)
@@ -81,7 +81,9 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
 def _wanted(hook: Hook) -> bool:
     """Outside a block, the final scale, logits and choice; in a block, what the residual stream is made of: the
     residuals and each sublayer's output (the block's own hooks) and the heads' results."""
-    return (not hook.module or hook.name == HEAD_RESULT) if hook.in_block else hook.text in _WANTED
+    if not hook.in_block:
+        return hook.text in _WANTED
+    return not hook.module or (hook.module, hook.name) in layers.head_results()
 
 
 def decisions(states: Iterable[OpState]) -> dict[tuple[int, int], tuple[int, float]]:
@@ -217,11 +219,13 @@ def _terms(model: Transformer, run: Pass, row: int) -> Iterator[tuple[str, np.nd
     for block in model.blocks:
         layer = block.layer
         for part in block.parts:
-            heads = Hook(layer, part.module, HEAD_RESULT).text
+            result = layers.head_result(block.spec, part.module)
+            heads = None if result is None else Hook(layer, part.module, result).text
             if (heads, 0) not in run.values:
                 yield f"L{layer}.{part.module}", run.get(part.added.text)[row]
                 continue
             for head in range(model.spec.n_heads):
                 yield f"L{layer}.H{head}", run.get(heads, head)[row]
-            if f"blocks.{layer}.{part.module}.bo" in model.weights:
-                yield f"L{layer}.{part.module}_bias", _weight(model, f"blocks.{layer}.{part.module}.bo")
+            bias = layers.output_bias(block.spec, part.module, layer)
+            if bias is not None and bias in model.weights:
+                yield f"L{layer}.{part.module}_bias", _weight(model, bias)

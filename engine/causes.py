@@ -16,8 +16,8 @@ from engine import layers
 # Why a file is refused, by the loader that reads it (engine/loading/*, engine/compare/*; worded in
 # tinyllm_tui/tui/i18n_loading.py). A fact that needs words is itself a cause: `value.*` says what a file holds.
 LOADING = frozenset({
-    # what a YAML value is, as a refusal names it (engine/loading/document.py: _kind)
-    "value.nothing", "value.boolean", "value.number", "value.text", "value.text_long", "value.mapping",
+    # what a YAML value is, as a refusal names it (engine/loading/document.py: _kind; a scalar shape: parameters.py)
+    "value.nothing", "value.scalar", "value.boolean", "value.number", "value.text", "value.text_long", "value.mapping",
     "value.list", "value.other",
     # a YAML document and its values (engine/loading/document.py)
     "doc.unreadable", "doc.too_big", "doc.not_text", "doc.too_many_values", "doc.yaml_syntax", "doc.yaml_unclosed",

@@ -16,7 +16,11 @@ _TEXT = re.compile(r"^(?:blocks\.(\d+)\.)?(?:(.+)\.)?([^.\s]+)(?: h(\d+))?$")
 
 
 class HookError(ValueError):
-    """A text that is not a hook name."""
+    """A text that is not a hook name: `text`, which the refusal that catches it words."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +44,7 @@ class Hook:
         """The hook `render()` wrote (a trailing ` hN` is its head)."""
         match = _TEXT.match(text.strip())
         if match is None:
-            raise HookError(f"{text!r} is not a hook name (like blocks.0.attn.hook_q or unembed.hook_out)")
+            raise HookError(text)
         layer, module, name, head = match.groups()
         return cls(None if layer is None else int(layer), module or "", name,
                    None if head is None else int(head))

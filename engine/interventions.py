@@ -219,8 +219,8 @@ def _where(text: str, spec: str) -> tuple[str | None, int | None]:
 def hook_width(hook: str, model, vocab: int) -> int | None:
     """How many columns `hook`'s operator has, where the spec alone says (None: keys, or a hook not listed)."""
     d = model.d_model
-    widths = dict.fromkeys(("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_attn_out", "hook_mlp_out",
-                            "hook_embed"), d) | layers.hook_widths(model) | {"unembed.hook_out": vocab}
+    stack = dict.fromkeys(("hook_resid_pre", "hook_resid_mid", "hook_resid_post", "hook_embed"), d)
+    widths = stack | layers.hook_widths(model) | {"unembed.hook_out": vocab}
     return widths.get(Hook.parse(hook).local)
 
 

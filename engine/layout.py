@@ -27,8 +27,6 @@ import numpy as np
 from engine import layers
 from engine.hooks import Hook
 
-PER_HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")  # [head, query, key]
-HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")  # [pos, head, d_head]
 DECODE_RULE = ("filter", "probs", "choice")  # engine.trace.OpKind values of the sample.* operators
 _KEY = re.compile(r"(?:request\.(\d+)\.)?(prefill\.chunk\.\d+|prefill|decode\.\d+)\.(.+)")
 
@@ -103,14 +101,14 @@ def align(theirs: np.ndarray, name: str, head: int | None, shape: tuple[int, ...
     candidates = [theirs] + ([theirs[0]] if theirs.ndim >= 2 and theirs.shape[0] == 1 else [])
     state_item = layers.dump_layouts().get(name)  # a kind's state item in a layout of its own
     for array in candidates:
-        if head is not None and name in PER_HEAD_MATRICES and array.ndim == 3:
+        if head is not None and name in layers.head_matrices() and array.ndim == 3:
             array = array[head] if head < array.shape[0] else array
         elif head is not None and array.ndim == 3:  # hook_z: [pos, head, d_head]
             array = array[:, head] if head < array.shape[1] else array
         elif head is not None and array.ndim == 2 and array.shape[1] > shape[1]:  # stacked heads
             width = shape[1]
             array = array[:, head * width:(head + 1) * width]
-        elif name in HEAD_AXIS and array.ndim == 3:
+        elif name in layers.head_axis() and array.ndim == 3:
             array = array.reshape(array.shape[0], -1)
         elif state_item is not None:
             array = state_item.align(array, shape)
@@ -124,11 +122,11 @@ def dump_index(name: str, head: int | None, row: int, col: int, d_head: int) -> 
     hook's name, as for `align`."""
     if (state_item := layers.dump_layouts().get(name)) is not None:
         return state_item.index(row, col, d_head)
-    if head is not None and name in PER_HEAD_MATRICES:
+    if head is not None and name in layers.head_matrices():
         return (head, row, col)
     if head is not None:  # hook_z of one head
         return (row, head, col)
-    if name in HEAD_AXIS and d_head:
+    if name in layers.head_axis() and d_head:
         return (row, col // d_head, col % d_head)
     return (row, col)
 
@@ -138,7 +136,7 @@ def to_dump(name: str, values: np.ndarray, d_head: int) -> np.ndarray:
     with a batch axis of 1; `name`: the hook's name, as for `align`."""
     if (state_item := layers.dump_layouts().get(name)) is not None:
         return state_item.dumped(values, d_head)[None]
-    if name in HEAD_AXIS and d_head:
+    if name in layers.head_axis() and d_head:
         return values.reshape(values.shape[0], -1, d_head)[None]
     return values[None]
 
@@ -146,4 +144,4 @@ def to_dump(name: str, values: np.ndarray, d_head: int) -> np.ndarray:
 def stack_heads(name: str, heads: list[np.ndarray]) -> np.ndarray:
     """One operator's per-head matrices as one array: [head, query, key] or hook_z's [pos, head, d_head] (`name`: the
     hook's name)."""
-    return np.stack(heads, axis=0 if name in PER_HEAD_MATRICES else 1)[None]
+    return np.stack(heads, axis=0 if name in layers.head_matrices() else 1)[None]

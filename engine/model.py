@@ -43,7 +43,7 @@ class Part(NamedTuple):
     norm: str  # the norm before it (after it with post-LN): ln1, ln2
     post_norm: str  # Gemma's norm of its output: ln1_post, ln2_post
     out: Hook  # its body's output: the kind's hook_out under post-norms, else `added`
-    added: Hook  # what the residual adds (TransformerLens: hook_attn_out, hook_mlp_out)
+    added: Hook  # what the residual adds (the kind's ADDED; TransformerLens: hook_attn_out, hook_mlp_out)
     residual: Hook  # the sum
 
 
@@ -62,13 +62,13 @@ class Block:
         # residual is the block's output
         self.tail = per_layer_input.Tail(model, layer) if per_layer_input.has_tail(model.spec) else None
         ffn_residual = "hook_resid_post" if self.tail is None else per_layer_input.FFN_RESIDUAL
-        self.parts = tuple(_part(hook, layer, sub, kind.MODULE, norm, residual, post)
+        self.parts = tuple(_part(hook, layer, sub, kind, norm, residual, post)
                            for sub, kind, norm, residual in ((self.mixer, mixer, "ln1", "hook_resid_mid"),
                                                              (self.ffn, ffn, "ln2", ffn_residual)))
 
 
-def _part(hook: Interned, layer: int, sub, module: str, norm: str, residual: str, post: bool) -> Part:
-    added = hook(layer, "", f"hook_{module}_out")
+def _part(hook: Interned, layer: int, sub, kind, norm: str, residual: str, post: bool) -> Part:
+    added, module = hook(layer, "", kind.ADDED), kind.MODULE
     return Part(sub, module, norm, f"{norm}_post", hook(layer, module, "hook_out") if post else added, added,
                 hook(layer, "", residual))
 

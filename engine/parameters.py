@@ -11,6 +11,7 @@ One naming scheme serves the scenario file, the engine, messages and edits:
 from __future__ import annotations
 
 from engine import layers
+from engine.causes import Cause
 from engine.layers import per_layer_input
 from engine.spec import ModelSpec, NormKind, Positions
 
@@ -57,8 +58,9 @@ def _norm_shapes(model: ModelSpec, prefix: str) -> dict[str, Shape]:
     return shapes
 
 
-def format_shape(shape: Shape) -> str:
-    return "×".join(map(str, shape)) or "a single number (no dimensions)"
+def format_shape(shape: Shape) -> str | Cause:
+    """`4×8`, as a fact of a cause; a scalar's shape is a cause itself, which a front end words."""
+    return "×".join(map(str, shape)) or Cause("value.scalar")
 
 
 def name_parts(name: str) -> list[str | int]:

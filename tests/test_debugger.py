@@ -587,3 +587,20 @@ def test_the_weights_browser_lists_shapes_and_reads_a_cell():
     assert shapes["embed"] == (6, 4) and shapes["blocks.0.attn.wk"] == (4, 4) and list(shapes) == list(debugger.weights)
     debugger.apply(CellEdit("blocks.0.attn.wk", (0, 1), 0.5))
     assert debugger.browser.value("blocks.0.attn.wk", (0, 1)) == 0.5
+
+
+def test_moving_headless_builds_no_frame(monkeypatch):
+    """Only a view subscribes to frames: the moves of a Debugger no view watches (a script's, the CLI's) answer from
+    the history, and no frame is ever built for them."""
+    from tinyllm_tui.debugger import frames
+
+    def no_frame(*_):
+        raise AssertionError("a frame was built for a headless move")
+
+    monkeypatch.setattr(frames.FrameBuilder, "__init__", no_frame)
+    debugger = Debugger(load_scenario(X01), breakpoints=["softmax"])
+    assert debugger.step() == Moved(1) and debugger.back() == Moved(0)
+    assert debugger.continue_() == HitBreakpoint(8, ("softmax",))
+    assert debugger.play_step() == Moved(9)
+    assert debugger.search("attn.z") == Moved(12)  # head 1's, after head 0's at 9
+    assert debugger.goto_step(3) == Moved(3) and debugger.search("12") == Moved(12)

@@ -3,8 +3,10 @@ function, and every name a module takes from another module of the project (so t
 through a debugger module to a view counts as the import it is).
 
 - the engine imports no UI package and nothing from tinyllm_tui;
-- the engine's numerics (engine/*.py) import nothing from engine/loading or engine/compare;
-- no module under tinyllm_tui/tui/, and not cli.py, imports engine, directly or through a re-export;
+- the engine's numerics and its layer kinds (engine/*.py, engine/layers/) import nothing from engine/loading or
+  engine/compare;
+- no front end (tinyllm_tui/tui/, tinyllm_tui/serve/, cli.py) imports engine, directly, through a re-export, or by
+  reading an attribute of a debugger module;
 - nothing under tinyllm_tui/debugger/ imports tinyllm_tui.tui, directly or through the modules it imports (the
   presentation's wording reads the views' catalogue): the headless Debugger loads no view;
 - no import circle anywhere.
@@ -47,18 +49,37 @@ def absolute(module: str, node: ast.ImportFrom) -> str:
 @cache
 def imports(module: str) -> tuple[tuple[str, str | None, str | None], ...]:
     """(module imported, name taken from it, name it is bound to here) for every import statement anywhere in
-    `module` (the names None for a whole module); a `from package import submodule` names the submodule."""
-    found = []
-    for node in ast.walk(ast.parse(sources()[module].read_text(encoding="utf-8"))):
+    `module` (the names None for a whole module); a `from package import submodule` names the submodule, and each
+    attribute read of such a module (`frame.RingFacts`) takes that name from it; `importlib.import_module("x")` and
+    `__import__("x")` of a literal import x."""
+    found, aliases = [], {}
+    tree = ast.parse(sources()[module].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(alias.name, None, None) for alias in node.names]
+            aliases.update({alias.asname: alias.name for alias in node.names if alias.asname})
         elif isinstance(node, ast.ImportFrom):
             source = absolute(module, node)
             for alias in node.names:
                 submodule = f"{source}.{alias.name}"
-                found.append((submodule, None, None) if submodule in sources()
-                             else (source, alias.name, alias.asname or alias.name))
+                if submodule in sources():
+                    found.append((submodule, None, None))
+                    aliases[alias.asname or alias.name] = submodule
+                else:
+                    found.append((source, alias.name, alias.asname or alias.name))
+        elif isinstance(node, ast.Call) and dynamic_import(node):
+            found.append((node.args[0].value, None, None))
+    found += [(aliases[node.value.id], node.attr, None) for node in ast.walk(tree)
+              if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+              and f"{aliases[node.value.id]}.{node.attr}" not in sources()]
     return tuple(found)
+
+
+def dynamic_import(call: ast.Call) -> bool:
+    """`importlib.import_module("x")` or `__import__("x")` with a literal name."""
+    named = (isinstance(call.func, ast.Attribute) and call.func.attr == "import_module"
+             or isinstance(call.func, ast.Name) and call.func.id == "__import__")
+    return named and bool(call.args) and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
 
 
 def origin(module: str, name: str, seen: frozenset = frozenset()) -> str:
@@ -87,8 +108,15 @@ def is_engine(module: str) -> bool:
 
 
 def is_numerics(module: str) -> bool:
-    """A module of engine/ itself (engine/*.py), not of a subpackage nor a package's face."""
-    return module.count(".") == 1 and is_engine(module) and sources()[module].name != "__init__.py"
+    """A module of the engine's numerics: engine/*.py and its layer kinds (engine/layers/), not the package's face
+    (engine/__init__.py, which offers the loaders too) nor loading/ and compare/ themselves."""
+    parts = module.split(".")
+    return parts[0] == "engine" and len(parts) > 1 and parts[1] not in ("loading", "compare")
+
+
+def is_front_end(module: str) -> bool:
+    """What a person drives: the views, the command line, the classroom server."""
+    return module.startswith(("tinyllm_tui.tui", "tinyllm_tui.serve")) or module == "tinyllm_tui.cli"
 
 
 def violations() -> list[str]:
@@ -99,7 +127,7 @@ def violations() -> list[str]:
                 found.append(f"{module} imports {target}: the engine imports no UI")
             if is_numerics(module) and target.startswith(("engine.loading", "engine.compare")):
                 found.append(f"{module} imports {target}: the numerics reach up into loading/compare")
-            if (module.startswith("tinyllm_tui.tui") or module == "tinyllm_tui.cli") and is_engine(target):
+            if is_front_end(module) and is_engine(target):
                 found.append(f"{module} imports {target}: a view drives the Debugger, never the engine")
         if module.startswith("tinyllm_tui.debugger"):
             found += [f"{module} loads {target}: the Debugger is headless, the views hand it their words"
@@ -173,6 +201,10 @@ def test_the_walk_sees_imports_in_functions_and_through_re_exports(tmp_path, mon
             "tinyllm_tui.debugger.frames": "from tinyllm_tui.presentation.words import WORDS\n",
             "tinyllm_tui.presentation.words": "from tinyllm_tui.tui.other import TEXT as WORDS\n",
             "tinyllm_tui.debugger": "from .shim import Thing\n",
+            "tinyllm_tui.tui.alias": "from tinyllm_tui.debugger import shim\n\ndef f():\n    return shim.Thing\n",
+            "tinyllm_tui.serve.dynamic": "import importlib\n\nLOADED = importlib.import_module('engine.trace')\n",
+            "engine.layers.kind": "from engine.loading.reader import read\n",
+            "engine.loading.reader": "def read(): ...\n",
             "engine.trace": "class Thing: ...\n"}
     paths = {}
     for name, text in fake.items():
@@ -187,6 +219,10 @@ def test_the_walk_sees_imports_in_functions_and_through_re_exports(tmp_path, mon
         assert reaches("tinyllm_tui.tui.view") == {"engine.trace"}
         assert reaches("tinyllm_tui.debugger") == {"engine.trace"}
         assert reaches("tinyllm_tui.tui.other") == {"engine.trace"}  # renamed on its way
+        assert reaches("tinyllm_tui.tui.alias") == {"tinyllm_tui.debugger.shim", "engine.trace"}  # an attribute
+        assert reaches("tinyllm_tui.serve.dynamic") == {"importlib", "engine.trace"}
+        assert "engine.layers.kind imports engine.loading.reader: the numerics reach up into loading/compare" in \
+            violations()
         assert any("tinyllm_tui.tui.view imports engine.trace" in v for v in violations())
         assert loads("tinyllm_tui.tui.view") == {"tinyllm_tui.debugger.shim", "engine.trace"}
         assert [v for v in violations() if v.startswith("tinyllm_tui.debugger")] == [  # through the presentation

@@ -8,14 +8,21 @@ engine/loading/, whose names are weights' and tensors', and tinyllm_tui/), less 
 - a name cut: split, rsplit, partition, rpartition, removeprefix, removesuffix, startswith, endswith or replace
   with an argument holding `blocks`, `hook_` or `cache_`, or the head's ` h`, or splitting a hook or a name at a dot;
 - a name parsed by a regular expression: a pattern given to `re` that holds `blocks`, `hook_` or `cache_`.
-Docstrings may show hook names.
+Docstrings may show hook names. Nor does a generic module name one kind's hook (a string that is the name of a hook
+the kinds yield and the stack does not, `"hook_attn_scores"`): it asks engine.layers which hooks are masked, per head,
+a pattern, a head's result.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 
 from test_kind_names import ROOT, _docstrings, generic_modules
+
+from engine import layers
+from engine.loading import open_model
+from engine.session import Session
 
 REGEXES = {"compile", "match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer"}
 CUTS = {"split", "rsplit", "partition", "rpartition", "removeprefix", "removesuffix", "startswith", "endswith",
@@ -25,12 +32,6 @@ ALLOWED = {  # (file, function; None: every function): why it stays
     ("engine/parameters.py", "parameter_shapes"): "weight names (blocks.L.ln1.w), which are no hooks",
     ("engine/parameters.py", "name_parts"): "a weight's name as the keys of the weights document",
     ("engine/model.py", "_norm_hooks"): "the norm's gain's and bias's weight names beside its hooks (made with Hook)",
-    ("engine/model.py", "_part"): "where the model defines a block's own hooks, as a kind's module does its own: what a "
-                                  "sublayer adds, TransformerLens's hook_<module>_out",
-    ("engine/analysis.py", "_terms"): "the output bias's weight name (blocks.L.attn.bo)",
-    ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with a dump's keys, as a user's own "
-                                          "code does with tinyllm_tui.Recorder: the writer's side of the format, "
-                                          "which runs only where torch and transformers are",
 }
 
 
@@ -147,3 +148,72 @@ def f(layer, hook, name, key, state, pass_, word):
 '''
     assert surgery(source) == [(4, "f"), (5, "f"), (6, "f"), (7, "f"), (8, "f"), (9, "f"), (9, "f"), (10, "f"),
                                (11, "f"), (12, "f"), (13, "f"), (13, "f")]
+
+
+# -- a kind's hook names, as literals ----------------------------------------------------------------------------------
+LITERALS_ALLOWED = {  # (file, literal; None: every literal): why it stays
+    ("engine/compare/llama_cpp.py", None): "llama.cpp's tensor names mapped onto the engine's hooks, and their "
+                                           "layouts: the bridge from another program's names, as a dump's writer",
+    ("engine/compare/gradcheck.py", None): "a finite-difference check of one attention head's softmax gradient: "
+                                           "attention's scores and z by what it checks",
+    ("engine/compare/against.py", "hook_in"): "TransformerLens's bridge's own extras (BRIDGE_SUFFIXES), which "
+                                              "short_conv's hook_in only shares a name with",
+    ("tinyllm_tui/recorder_hf.py", None): "names transformers' modules' outputs with the engine's hook names, as a "
+                                          "user's own code does with tinyllm_tui.Recorder: the writer's side of the "
+                                          "dump format, which runs only where torch and transformers are",
+}
+
+
+@functools.cache
+def kind_hook_names() -> frozenset[str]:
+    """The names of the hooks the kinds yield (within their module, or what they add to the residual) in every fixture
+    checkpoint, less those the stack yields too (a norm's hook_normalized, hook_out)."""
+    kinds = [module for roles in layers.ROLES.values() for module in roles.values()]
+    modules, added = {module.MODULE for module in kinds}, {module.ADDED for module in kinds}
+    theirs, stack = set(), set()
+    for folder in sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if (p / "config.json").exists()):
+        for site in Session(open_model(folder, ids=[1], max_new_tokens=1)).hooks:
+            hook = site.hook
+            owned = hook.in_block and (hook.module.split(".")[0] in modules or hook.name in added)
+            (theirs if owned else stack).add(hook.name)
+    return frozenset(theirs - stack)
+
+
+def kind_literals(source: str, names: frozenset[str]) -> list[tuple[int, str]]:
+    """(line, literal) of each string (not a docstring) in `source` that is one of a kind's hook names `names`."""
+    tree = ast.parse(source)
+    docstrings = _docstrings(tree)
+    return [(node.lineno, node.value) for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and node.value in names and id(node) not in docstrings]
+
+
+def test_no_generic_module_names_a_kinds_hook():
+    """A generic module asks the kinds for their hooks (engine.layers: masked, head_matrices, pattern_hooks, …)
+    rather than comparing against one kind's hook name."""
+    names, leaks, allowed = kind_hook_names(), [], set()
+    for path in generic_modules():
+        where = path.relative_to(ROOT).as_posix()
+        for line, literal in kind_literals(path.read_text(encoding="utf-8"), names):
+            key = next((k for k in ((where, literal), (where, None)) if k in LITERALS_ALLOWED), None)
+            if key is None:
+                leaks.append(f"{where}:{line}: {literal}")
+            else:
+                allowed.add(key)
+    assert leaks == [], "a kind's hook names in generic modules (ask engine.layers):\n" + "\n".join(leaks)
+    assert allowed == set(LITERALS_ALLOWED), f"allow-list entries nothing needs any more: {set(LITERALS_ALLOWED) - allowed}"
+
+
+def test_the_kinds_hook_names_are_told_from_the_stacks():
+    names = kind_hook_names()
+    assert {"hook_attn_scores", "hook_pattern", "hook_conv_out", "hook_linear_attn_out", "hook_mlp_out",
+            "hook_topk", "hook_latent"} <= names
+    assert not names & {"hook_resid_mid", "hook_embed", "hook_normalized", "hook_scale", "hook_out"}
+
+
+def test_the_literal_scan_sees_a_comparison_a_tuple_and_a_default_but_not_a_docstring():
+    source = '''"""Compares against hook_pattern."""
+def f(key, name="hook_z"):
+    """hook_attn_scores in a docstring"""
+    return key.hook.name == "hook_attn_scores" or name in ("hook_q", "hook_resid_mid")
+'''
+    assert sorted(kind_literals(source, kind_hook_names())) == [(2, "hook_z"), (4, "hook_attn_scores"), (4, "hook_q")]

@@ -253,6 +253,22 @@ def test_a_row_of_the_wrong_width_is_refused_before_the_run_where_the_spec_says_
     check_intervention(parse_intervention("blocks.0.attn.hook_k[0,2:4]=[1, 2]"), scenario.model, 1, 300)
 
 
+@pytest.mark.parametrize("folder, text", [
+    ("lfm2", "blocks.0.hook_conv_out[0,:]=[1, 2]"),  # a short convolution's output, as the residual adds it
+    ("qwen3_5", "blocks.0.hook_linear_attn_out[0,:]=[1, 2]"),  # a Gated DeltaNet's
+    ("qwen3_5", "blocks.2.hook_attn_out[0,:]=[1, 2]"),  # gated attention's, beside them
+])
+def test_a_row_of_the_wrong_width_on_any_mixers_output_is_refused_before_the_run(folder, text):
+    """Every mixer's output is d_model wide (32 in both fixtures): refused up front as attention's is, in the words
+    the run would refuse it with."""
+    scenario = open_model(FIXTURES / folder, ids=[1, 2], max_new_tokens=1)
+    with refused(InterventionError, "2 numbers for 32 columns"):
+        check_intervention(parse_intervention(text), scenario.model, 1, len(scenario.vocab))
+    unchecked = dataclasses.replace(scenario, interventions=(parse_intervention(text),))
+    with refused(InterventionError, "2 numbers for 32 columns"):
+        list(Session(unchecked).steps())
+
+
 def test_a_row_of_the_wrong_width_is_refused_when_met():
     scenario = open_model(FIXTURES / "llama", prompt="The cat", max_new_tokens=1)
     unchecked = dataclasses.replace(scenario, interventions=(parse_intervention("blocks.0.hook_resid_post[0,:]=[1, 2]"),))

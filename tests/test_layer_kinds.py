@@ -202,6 +202,18 @@ def test_a_new_kind_runs_cached_equal_to_full_and_computes_the_running_mean(toy)
         (site.hook.text, None) for site in model.hooks}
 
 
+def test_what_a_new_kind_adds_is_explained_and_its_width_checked_from_its_module_alone(toy):
+    """Its ADDED names the hook of its output (blocks.L.hook_mean_out): the views explain every one of its operators
+    from its EXPLANATIONS, and an intervention there is held to d_model (4) before the run."""
+    from test_explanations import unexplained
+
+    from engine.interventions import InterventionError, check_intervention, parse_intervention
+
+    assert unexplained(toy) == {}
+    with refused(InterventionError, "2 numbers for 4 columns"):
+        check_intervention(parse_intervention("blocks.1.hook_mean_out[0,:]=[1, 2]"), toy.model, 1, len(toy.vocab))
+
+
 def test_a_new_kinds_state_is_shown_dumped_compared_and_travelled_without_touching_their_code(toy):
     debugger = Debugger(toy)
     states = list(Session(toy).steps())

@@ -184,3 +184,19 @@ def test_a_layer_option_another_kind_takes_is_refused_in_its_kinds_words():
     where = f"gqa.yaml:{caught.value.line}: model.layers[0].kernel: "
     assert said(caught.value, "zh") == where + "attention 层没有卷积"
     assert said(caught.value, "en") == where + "a attention layer has no convolution"
+
+
+def test_the_debugger_commands_warnings_are_said_in_its_language(tmp_path):
+    """`open --lang zh` says a loader's warning in Chinese, the app's language."""
+    from test_loader_defects import folder
+
+    from tinyllm_tui.cli import app
+
+    def equal(config):
+        config["rope_parameters"]["high_freq_factor"] = config["rope_parameters"]["low_freq_factor"]
+
+    llama3 = folder(tmp_path, "llama3", config=equal)
+    bad_set = ["--ids", "1", "--set", "nonsense[0,0]=1"]  # refused once loaded: the command ends before the app
+    opened = CliRunner().invoke(app, [str(llama3), "--lang", "zh", *bad_set])
+    assert opened.exit_code == 2
+    assert "tinyllm-tui: warning: " + f"{llama3 / 'config.json'}: rope_parameters.high_freq_factor: 等于" in opened.stderr

@@ -14,8 +14,8 @@ from tinyllm_tui.debugger import Debugger
 from engine.labels import Axis
 from engine.spec import Vocab
 from tinyllm_tui.presentation.numbers import format_number, number_texts, text_table
-from tinyllm_tui.presentation.summaries import (diff_cell, diff_summary, expect_summary, request_results, shape_text,
-                                                token_text)
+from tinyllm_tui.presentation.printed import request_results
+from tinyllm_tui.presentation.summaries import diff_cell, diff_summary, expect_summary, shape_text, token_text
 from tinyllm_tui.tui.i18n import where
 from tinyllm_tui.tui.main_screen import matrix_title
 from tinyllm_tui.tui.widgets.timeline import round_line

@@ -351,3 +351,13 @@ def test_a_backend_this_machine_cannot_use_is_refused_in_the_readers_language():
     said = {lang: bad_input(refused.value, lambda cause: cause_words(cause, lang)) for lang in ("en", "zh")}
     assert said == {"en": "unknown backend 'torch' (expected one of numpy, cupy, array_api_strict)",
                     "zh": "未知的后端 'torch'（应为 numpy, cupy, array_api_strict 之一）"}
+
+
+def test_a_scalars_shape_is_worded_by_the_catalogue():
+    from engine.causes import cause
+    from engine.parameters import format_shape
+    from tinyllm_tui.tui.i18n import cause_words
+
+    refused = cause("scenario.tensor_shape", expected=format_shape((4, 2)), got=format_shape(()))
+    assert cause_words(refused, "en").endswith("4×2, got a single number (no dimensions)")
+    assert cause_words(refused, "zh").endswith("单个数（没有维度）")

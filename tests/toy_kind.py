@@ -20,6 +20,7 @@ from engine.state import StateView
 from engine.trace import OpKind
 
 NAME, MODULE = "mean", "mean"
+ADDED = "hook_mean_out"  # the hook of what the residual stream adds: its output
 HF: dict = {}
 HF_LAYER_TYPES: dict = {}
 GGUF: dict = {}
@@ -29,7 +30,11 @@ LAYER_OPTIONS = {"scale": LayerOption(parse=lambda node, context: node.integer(m
 EXPLANATIONS = {"hook_running_mean": {
     "en": ("Mix tokens by their running mean.", "sum of the tokens so far / their count.",
            "Forgetting the count grows the values with the sequence.", "Row t is the mean of rows 0..t."),
-    "zh": ("用累计均值混合Token。", "到目前为止的Token之和除以个数。", "忘记除以个数会让数值随序列增长。", "第t行是0..t行的均值。")}}
+    "zh": ("用累计均值混合Token。", "到目前为止的Token之和除以个数。", "忘记除以个数会让数值随序列增长。", "第t行是0..t行的均值。")},
+    ADDED: {
+    "en": ("What the residual adds: the mean, scaled per feature.", "g ⊙ mean × the layer's scale.",
+           "The gain is per feature, not one number.", "Zero where g is zero."),
+    "zh": ("残差加上的内容：按特征缩放的均值。", "g ⊙ 均值 × 本层的scale。", "增益按特征给出，不是一个数。", "g为0处为0。")}}
 
 
 class FaultPoints:

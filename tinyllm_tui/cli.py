@@ -33,11 +33,11 @@ from tinyllm_tui.debugger.standalone import gradcheck as check_gradient
 from tinyllm_tui.debugger.standalone import read_dump
 from tinyllm_tui.presentation.against_words import flip_document, flip_words, report_document, report_lines
 from tinyllm_tui.presentation.lens import attribution_lines, lens_json, lens_lines
-from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, diff_json, diff_line, disagreement_lines,
-                                              exact_json, exact_line, json_line, outcome_json, outcome_lines,
-                                              state_text, state_without_text, without_text)
-from tinyllm_tui.presentation.summaries import (chat_replies, diff_summary, expect_summary, loading_progress,
-                                                request_results, token_text)
+from tinyllm_tui.presentation.printed import (BIG_COLS, BIG_ROWS, chat_replies, diff_json, diff_line,
+                                              disagreement_lines, exact_json, exact_line, json_line, outcome_json,
+                                              outcome_lines, request_results, state_text, state_without_text,
+                                              without_text)
+from tinyllm_tui.presentation.summaries import diff_summary, expect_summary, loading_progress, token_text
 from tinyllm_tui.tui.result_words import misnamed_words
 from tinyllm_tui.tui.i18n import cause_words, tr, where  # the catalogue's English: the faults' descriptions, the causes
 
@@ -88,9 +88,10 @@ class OpenByDefault(TyperGroup):
 _DEFERRED: list[str] = []  # warnings raised while the TUI held the terminal, said when it has let it go
 
 
-def _warning_line(message, category, *where, **_) -> None:
-    """A warning (a loader's, or NumPy's on a checkpoint's NaN weights) as one line, without the source line."""
-    line = f"tinyllm-tui: warning: {' '.join(warning_words(message, lambda cause: cause_words(cause, 'en')).split())}"
+def _warning_line(message, category, *where, lang: str = "en", **_) -> None:
+    """A warning (a loader's, or NumPy's on a checkpoint's NaN weights) as one line, without the source line, its
+    cause in `lang`'s words."""
+    line = f"tinyllm-tui: warning: {' '.join(warning_words(message, lambda cause: cause_words(cause, lang)).split())}"
     if getattr(sys.stderr, "__module__", "").startswith("textual"):  # the app's capture of stderr, shown nowhere
         _DEFERRED.append(line)
     else:
@@ -269,6 +270,7 @@ def open_tui(
         return opening(load(path, _model(options)), _model(options))  # --set edits start unsaved: shown, undoable
 
     path = file or bundled_x01()
+    warnings.showwarning = functools.partial(_warning_line, lang=lang or default_language())  # main() puts it back
     try:
         array_backend = check_options(_model(options))
         dump, options = _dump(options)
@@ -432,7 +434,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
         _print_json({**diff_json(diffs, options.inject), **exact_json(lossy), **flip})
     else:
         if options.inject:
-            print(f"injected bug {options.inject}: {tr(f'inject.{options.inject}', 'en')}")
+            print(tr("diff.injected", "en", name=options.inject, description=tr(f"inject.{options.inject}", "en")))
         if lossy:
             print(f"{debugger.scenario.cache.quantize} cache against the exact cache (max |Δ|):")
             for row in lossy:

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 import torch
 
+from engine.hooks import Hook
+
 
 class Recorder(Protocol):
     """What the hooks write into: tinyllm_tui.recorder.Recorder (named here, not imported: it imports this module)."""
@@ -27,7 +29,7 @@ class Recorder(Protocol):
     def record(self, name: str, array: Any) -> None: ...
 
 
-Hook = tuple[Any, str, Callable]  # module, "pre" | "post", what to record from (input, output)
+Tap = tuple[Any, str, Callable]  # module, "pre" | "post", what to record from (input, output)
 
 
 def generate_recorded(model: Any, ids: list[int], max_new_tokens: int, rec: Recorder) -> Recorder:
@@ -45,11 +47,11 @@ def generate_recorded(model: Any, ids: list[int], max_new_tokens: int, rec: Reco
                 past = out.cache if hasattr(out, "cache") else out.past_key_values
                 seen = len(ids) + round_  # the keys every query of this pass may read
                 for layer, pattern in zip(attention, out.attentions or ()):
-                    rec.record(f"blocks.{layer}.attn.hook_pattern", _whole_pattern(pattern[0], seen, layer in sinks))
+                    rec.record(Hook(layer, "attn", "hook_pattern").text, _whole_pattern(pattern[0], seen, layer in sinks))
                 for layer, (name, state) in enumerate(_cache_layers(past, latent)):
                     for item, array in state.items():
                         if item not in CACHES or array.shape[-2] == seen:  # a sliding cache drops its oldest rows
-                            rec.record(f"blocks.{layer}.{name}.{item}", array)
+                            rec.record(Hook(layer, name, item).text, array)
                 tokens = out.logits[:, -1:].argmax(-1)
     finally:
         for handle in handles:
@@ -129,17 +131,25 @@ def _attention_layers(model: Any) -> tuple[list[int], set[int], set[int]]:
             {i for i, attn in found if hasattr(attn, "kv_a_proj_with_mqa")})
 
 
-def hooks(model: Any) -> list[Hook]:
+def hooks(model: Any) -> list[Tap]:
     config = model.config
     if hasattr(model, "transformer"):
         heads = config.num_attention_heads
         return _gpt2_hooks(model, heads, getattr(config, "head_dim", None) or config.hidden_size // heads)
     base = model.model
-    found = [(base.embed_tokens, "post", _output("hook_embed")), *_per_layer_embedding_hooks(base)]
+    found = [(base.embed_tokens, "post", _output(_name(None, "", "hook_embed"))), *_per_layer_embedding_hooks(base)]
     for index, layer in enumerate(base.layers):
-        found += _block_hooks(f"blocks.{index}.", layer, config)
+        found += _block_hooks(index, layer, config)
     final = getattr(base, "norm", None) or base.embedding_norm  # LFM2 names its final norm embedding_norm
-    return found + [*_norm("ln_final", final), (model.lm_head, "post", _output("unembed.hook_out"))]
+    return found + [*_norm(None, "ln_final", final), (model.lm_head, "post", _output(LOGITS))]
+
+
+LOGITS = Hook(None, "unembed", "hook_out").text
+
+
+def _name(layer: int | None, module: str, name: str) -> str:
+    """The engine's name of the hook (layer, module, name), as a dump's key holds it."""
+    return Hook(layer, module, name).text
 
 
 # -- what a hook records ---------------------------------------------------------------------------------
@@ -173,9 +183,9 @@ def _split(x, heads: int, d_head: int):
     return x.reshape(x.shape[0], heads, d_head) if heads else x
 
 
-def _norm(prefix: str, module: Any, out: str | None = None) -> list[Hook]:
+def _norm(layer: int | None, norm: str, module: Any, out: str | None = None) -> list[Tap]:
     """TransformerLens's three names of a norm: hook_scale (the divisor), hook_normalized (before the
-    affine) and hook_out (after it; `out`: the name the engine gives it, "" for none). A LayerNorm centres
+    affine) and hook_out (after it; `out`: the name the engine gives it, "" for none) of the norm `norm` of `layer`. A LayerNorm centres
     first; an RMSNorm does not. A norm over each head ([pos, head, d_head]) records a scale per head: [pos, head]."""
     centred = isinstance(module, torch.nn.LayerNorm)
     eps = getattr(module, "variance_epsilon", None) or getattr(module, "eps")
@@ -184,48 +194,49 @@ def _norm(prefix: str, module: Any, out: str | None = None) -> list[Hook]:
         x = x[0][0] - x[0][0].mean(-1, keepdim=True) if centred else x[0][0]
         scale = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
         rows = x.shape[0]
-        rec.record(f"{prefix}.hook_scale", scale.reshape(rows, -1))
-        rec.record(f"{prefix}.hook_normalized", (x / scale).reshape(rows, -1))
+        rec.record(_name(layer, norm, "hook_scale"), scale.reshape(rows, -1))
+        rec.record(_name(layer, norm, "hook_normalized"), (x / scale).reshape(rows, -1))
         if out != "":
-            rec.record(out or f"{prefix}.hook_out", y[0][0].reshape(rows, -1))
+            rec.record(out or _name(layer, norm, "hook_out"), y[0][0].reshape(rows, -1))
     return [(module, "post", record)]
 
 
 # -- a decoder layer ---------------------------------------------------------------------------------------
-def _block_hooks(b: str, layer: Any, config: Any) -> list[Hook]:
+def _block_hooks(b: int, layer: Any, config: Any) -> list[Tap]:
     sandwich = hasattr(layer, "pre_feedforward_layernorm")  # Gemma: a norm after each sublayer too
-    found = [(layer, "pre", _input(b + "hook_resid_pre")),
-             *_norm(b + "ln1", getattr(layer, "input_layernorm", None) or layer.operator_norm)]
+    found = [(layer, "pre", _input(_name(b, "", "hook_resid_pre"))),
+             *_norm(b, "ln1", getattr(layer, "input_layernorm", None) or layer.operator_norm)]
     found += _mixer_hooks(b, layer, config, sandwich)
     if sandwich:
-        found += [*_norm(b + "ln1_post", layer.post_attention_layernorm, b + "hook_attn_out"),
-                  (layer.pre_feedforward_layernorm, "pre", _input(b + "hook_resid_mid")),
-                  *_norm(b + "ln2", layer.pre_feedforward_layernorm),
-                  *_norm(b + "ln2_post", layer.post_feedforward_layernorm, b + "hook_mlp_out")]
+        found += [*_norm(b, "ln1_post", layer.post_attention_layernorm, _name(b, "", "hook_attn_out")),
+                  (layer.pre_feedforward_layernorm, "pre", _input(_name(b, "", "hook_resid_mid"))),
+                  *_norm(b, "ln2", layer.pre_feedforward_layernorm),
+                  *_norm(b, "ln2_post", layer.post_feedforward_layernorm, _name(b, "", "hook_mlp_out"))]
     else:
         ln2 = getattr(layer, "post_attention_layernorm", None) or layer.ffn_norm
-        found += [(ln2, "pre", _input(b + "hook_resid_mid")), *_norm(b + "ln2", ln2)]
+        found += [(ln2, "pre", _input(_name(b, "", "hook_resid_mid"))), *_norm(b, "ln2", ln2)]
     ffn = getattr(layer, "mlp", None) or layer.feed_forward
-    found += _ffn_hooks(b, ffn, b + ("mlp.hook_out" if sandwich else "hook_mlp_out"))
+    found += _ffn_hooks(b, ffn, _name(b, "mlp", "hook_out") if sandwich else _name(b, "", "hook_mlp_out"))
     if getattr(layer, "per_layer_input_gate", None) is not None:
         found += _per_layer_input_hooks(b, layer)
-    return found + [(layer, "post", _output(b + "hook_resid_post"))]
+    return found + [(layer, "post", _output(_name(b, "", "hook_resid_post")))]
 
 
-def _mixer_hooks(b: str, layer: Any, config: Any, sandwich: bool) -> list[Hook]:
+def _mixer_hooks(b: int, layer: Any, config: Any, sandwich: bool) -> list[Tap]:
     if hasattr(layer, "linear_attn"):
         return _deltanet_hooks(b, layer.linear_attn)
     if hasattr(layer, "conv"):
         conv = layer.conv
-        return [(conv.in_proj, "post", _output(b + "conv.hook_in")), (conv.out_proj, "pre", _input(b + "conv.hook_y")),
-                (conv.out_proj, "post", _output(b + "hook_conv_out"))]
+        return [(conv.in_proj, "post", _output(_name(b, "conv", "hook_in"))),
+                (conv.out_proj, "pre", _input(_name(b, "conv", "hook_y"))),
+                (conv.out_proj, "post", _output(_name(b, "", "hook_conv_out")))]
     attn = layer.self_attn
     if hasattr(attn, "kv_a_proj_with_mqa"):
         return _latent_attention_hooks(b, attn)
-    return _attention_hooks(b, attn, config, b + ("attn.hook_out" if sandwich else "hook_attn_out"))
+    return _attention_hooks(b, attn, config, _name(b, "attn", "hook_out") if sandwich else _name(b, "", "hook_attn_out"))
 
 
-def _attention_hooks(b: str, attn: Any, config: Any, out: str) -> list[Hook]:
+def _attention_hooks(b: int, attn: Any, config: Any, out: str) -> list[Tap]:
     """Softmax attention: q, k, v per head, the q/k (and v) norms where the model has them, the mix into o_proj.
     A q_proj twice as wide (Qwen3.5) holds each head's query and its output gate side by side; then what
     o_proj reads is the gated mix (`hook_gated`), not hook_z."""
@@ -234,49 +245,51 @@ def _attention_hooks(b: str, attn: Any, config: Any, out: str) -> list[Hook]:
     kv = attn.k_proj.out_features // dh if hasattr(attn, "k_proj") else 0  # 0: a KV-shared layer (Gemma 4)
     gated = attn.q_proj.out_features == 2 * heads * dh
     o_proj = getattr(attn, "o_proj", None) or attn.out_proj
-    found = [(attn.q_proj, "post", _gated_query(b + "attn.", heads, dh) if gated else
-              _output(b + "attn.hook_q", heads, dh))]
+    found = [(attn.q_proj, "post", _gated_query(b, heads, dh) if gated else
+              _output(_name(b, "attn", "hook_q"), heads, dh))]
     if kv:
-        found += [(attn.k_proj, "post", _output(b + "attn.hook_k", kv, dh))]
+        found += [(attn.k_proj, "post", _output(_name(b, "attn", "hook_k"), kv, dh))]
     if getattr(attn, "v_proj", None) is not None:
-        found += [(attn.v_proj, "post", _output(b + "attn.hook_v", kv, dh))]
-    for name in ("q", "k"):  # Qwen3 and Gemma call them q_norm / k_norm, LFM2 q_layernorm / k_layernorm
+        found += [(attn.v_proj, "post", _output(_name(b, "attn", "hook_v"), kv, dh))]
+    for name, normed in (("q", "hook_q_normed"), ("k", "hook_k_normed")):  # Qwen3, Gemma: q_norm; LFM2: q_layernorm
         norm = getattr(attn, f"{name}_norm", None) or getattr(attn, f"{name}_layernorm", None)
         if norm is not None:
-            found += _norm(f"{b}attn.{name}_norm", norm, f"{b}attn.hook_{name}_normed")
+            found += _norm(b, f"attn.{name}_norm", norm, _name(b, "attn", normed))
     if getattr(attn, "v_norm", None) is not None:
-        found += _norm(b + "attn.v_norm", attn.v_norm, "")  # Gemma 4's, without gain: its output is hook_normalized
-    mixed = _input(b + "attn.hook_gated") if gated else _input(b + "attn.hook_z", heads, dh)
+        found += _norm(b, "attn.v_norm", attn.v_norm, "")  # Gemma 4's, without gain: its output is hook_normalized
+    mixed = _input(_name(b, "attn", "hook_gated")) if gated else _input(_name(b, "attn", "hook_z"), heads, dh)
     return found + [(o_proj, "pre", mixed), (o_proj, "post", _output(out))]
 
 
-def _gated_query(prefix: str, heads: int, dh: int) -> Callable:
+def _gated_query(b: int, heads: int, dh: int) -> Callable:
     """Qwen3.5's q_proj: per head [query | gate]; the gate goes through a sigmoid before it multiplies the mix."""
     def record(rec: Recorder, x, y) -> None:
         both = y[0][0].reshape(y[0].shape[1], heads, 2 * dh)
-        rec.record(prefix + "hook_q", both[..., :dh])
-        rec.record(prefix + "hook_gate", torch.sigmoid(both[..., dh:]).reshape(both.shape[0], -1))
+        rec.record(_name(b, "attn", "hook_q"), both[..., :dh])
+        rec.record(_name(b, "attn", "hook_gate"), torch.sigmoid(both[..., dh:]).reshape(both.shape[0], -1))
     return record
 
 
-def _latent_attention_hooks(b: str, attn: Any) -> list[Hook]:
+def _latent_attention_hooks(b: int, attn: Any) -> list[Tap]:
     """DeepSeek's MLA: the query (through its low-rank pair where q_lora_rank is set), the compressed latent with
     the rope key (kv_a_proj_with_mqa), the latent's norm, and the mix of every head into o_proj. Its heads'
     widths differ, so q is recorded stacked [pos, head·width]. With `rope_interleave` (DeepSeek's own) the rope
     columns of q and kv_a are on interleaved pairs, which RoPE writes half-split: they are recorded half-split
     (evens, then odds), as the engine and transformers' cache hold the rotated rope key."""
-    p, nope, rope = b + "attn.", attn.qk_nope_head_dim, attn.qk_rope_head_dim
+    nope, rope = attn.qk_nope_head_dim, attn.qk_rope_head_dim
     interleaved = getattr(attn.config, "rope_interleave", False)
     q_starts = [h * (nope + rope) + nope for h in range(attn.num_heads)]
-    query = _rope_half_split(p + "hook_q", q_starts if interleaved else [], rope)
-    found = [(attn.kv_a_proj_with_mqa, "post", _rope_half_split(p + "hook_kv_a", [attn.kv_lora_rank] * interleaved,
-                                                                rope)),
-             *_norm(p + "kv_a_norm", attn.kv_a_layernorm, p + "hook_latent"),
-             (attn.o_proj, "pre", _input(p + "hook_concat")), (attn.o_proj, "post", _output(b + "hook_attn_out"))]
+    query = _rope_half_split(_name(b, "attn", "hook_q"), q_starts if interleaved else [], rope)
+    kv_a = _rope_half_split(_name(b, "attn", "hook_kv_a"), [attn.kv_lora_rank] * interleaved, rope)
+    found = [(attn.kv_a_proj_with_mqa, "post", kv_a),
+             *_norm(b, "attn.kv_a_norm", attn.kv_a_layernorm, _name(b, "attn", "hook_latent")),
+             (attn.o_proj, "pre", _input(_name(b, "attn", "hook_concat"))),
+             (attn.o_proj, "post", _output(_name(b, "", "hook_attn_out")))]
     if attn.q_proj is not None:
         return [(attn.q_proj, "post", query), *found]
-    return [(attn.q_a_proj, "post", _output(p + "hook_q_a")),
-            *_norm(p + "q_a_norm", attn.q_a_layernorm, p + "hook_q_a_normed"), (attn.q_b_proj, "post", query), *found]
+    return [(attn.q_a_proj, "post", _output(_name(b, "attn", "hook_q_a"))),
+            *_norm(b, "attn.q_a_norm", attn.q_a_layernorm, _name(b, "attn", "hook_q_a_normed")),
+            (attn.q_b_proj, "post", query), *found]
 
 
 def _rope_half_split(name: str, starts: list[int], rope: int) -> Callable:
@@ -291,85 +304,88 @@ def _rope_half_split(name: str, starts: list[int], rope: int) -> Callable:
     return record
 
 
-def _deltanet_hooks(b: str, net: Any) -> list[Hook]:
+def _deltanet_hooks(b: int, net: Any) -> list[Tap]:
     """Qwen3.5's Gated DeltaNet: its four input projections, what the delta rule read for each value head (the
     gated norm's input, [pos·v_head, d_v] as transformers flattens it), the gated norm and out_proj. The conv
     and the rule themselves are functions, not modules: their results are seen in the state after the pass."""
-    p = b + "linear_attn."
-
     def reads(rec: Recorder, x, y) -> None:
-        rec.record(p + "hook_read", x[0].reshape(-1, net.num_v_heads, net.head_v_dim))
+        rec.record(_name(b, "linear_attn", "hook_read"), x[0].reshape(-1, net.num_v_heads, net.head_v_dim))
 
-    return [*[(getattr(net, f"in_proj_{name}"), "post", _output(p + hook)) for name, hook in
+    return [*[(getattr(net, f"in_proj_{name}"), "post", _output(_name(b, "linear_attn", hook))) for name, hook in
               (("qkv", "hook_qkv"), ("z", "hook_in_z"), ("b", "hook_in_b"), ("a", "hook_in_a"))],
-            (net.norm, "pre", reads), (net.out_proj, "pre", _input(p + "hook_gated_norm")),
-            (net.out_proj, "post", _output(b + "hook_linear_attn_out"))]
+            (net.norm, "pre", reads), (net.out_proj, "pre", _input(_name(b, "linear_attn", "hook_gated_norm"))),
+            (net.out_proj, "post", _output(_name(b, "", "hook_linear_attn_out")))]
 
 
 # -- the FFN -----------------------------------------------------------------------------------------------
-def _ffn_hooks(b: str, ffn: Any, out: str) -> list[Hook]:
+def _ffn_hooks(b: int, ffn: Any, out: str) -> list[Tap]:
     router = getattr(ffn, "router", None) or getattr(ffn, "gate", None)
     if router is None or not hasattr(ffn, "experts"):
-        return _dense_hooks(b + "mlp.", ffn, out)
-    found = [(router, "post", _flat_output(b + "mlp.hook_router_logits")),
-             (router, "post", _flat_output(b + "mlp.hook_topk", 2)), (ffn, "post", _output(b + "hook_mlp_out"))]
+        return _dense_hooks(b, "mlp", ffn, out)
+    found = [(router, "post", _flat_output(_name(b, "mlp", "hook_router_logits"))),
+             (router, "post", _flat_output(_name(b, "mlp", "hook_topk"), 2)),
+             (ffn, "post", _output(_name(b, "", "hook_mlp_out")))]
     shared = getattr(ffn, "shared_experts", None)  # DeepSeek's, ungated
-    return found + (_dense_hooks(b + "mlp.shared.", shared, b + "mlp.shared.hook_out") if shared is not None else [])
+    if shared is None:
+        return found
+    return found + _dense_hooks(b, "mlp.shared", shared, _name(b, "mlp.shared", "hook_out"))
 
 
-def _dense_hooks(p: str, ffn: Any, out: str) -> list[Hook]:
-    """A gated MLP: gate (hook_pre), up (hook_pre_linear), what down reads (hook_post), down's output (`out`)."""
+def _dense_hooks(b: int, p: str, ffn: Any, out: str) -> list[Tap]:
+    """A gated MLP (its hooks under module `p` of layer `b`): gate (hook_pre), up (hook_pre_linear), what down reads
+    (hook_post), down's output (`out`)."""
     gate, up, down = (ffn.gate_proj, ffn.up_proj, ffn.down_proj) if hasattr(ffn, "gate_proj") else (ffn.w1, ffn.w3,
                                                                                                       ffn.w2)
-    return [(gate, "post", _output(p + "hook_pre")), (up, "post", _output(p + "hook_pre_linear")),
-            (down, "pre", _input(p + "hook_post")), (down, "post", _output(out))]
+    return [(gate, "post", _output(_name(b, p, "hook_pre"))), (up, "post", _output(_name(b, p, "hook_pre_linear"))),
+            (down, "pre", _input(_name(b, p, "hook_post"))), (down, "post", _output(out))]
 
 
 # -- Gemma 4's per-layer inputs -----------------------------------------------------------------------------
-def _per_layer_embedding_hooks(base: Any) -> list[Hook]:
+def _per_layer_embedding_hooks(base: Any) -> list[Tap]:
     """The packed per-layer table's rows, the residual's projection (scaled, before its norm) and that norm."""
     table = getattr(base, "embed_tokens_per_layer", None)
     if table is None:
         return []
 
     def projected(rec: Recorder, x, y) -> None:
-        rec.record("hook_per_layer_proj", x[0][0].reshape(x[0].shape[1], -1))
+        rec.record(_name(None, "", "hook_per_layer_proj"), x[0][0].reshape(x[0].shape[1], -1))
 
     norm = base.per_layer_projection_norm
-    return [(table, "post", _output("hook_per_layer_embed")), (norm, "pre", projected), *_norm("ln_per_layer", norm)]
+    return [(table, "post", _output(_name(None, "", "hook_per_layer_embed"))), (norm, "pre", projected),
+            *_norm(None, "ln_per_layer", norm)]
 
 
-def _per_layer_input_hooks(b: str, layer: Any) -> list[Hook]:
+def _per_layer_input_hooks(b: int, layer: Any) -> list[Tap]:
     """What a Gemma 4 layer adds after its FFN: its slice of the per-layer inputs, gated by the residual,
     projected back and normed."""
-    return [(layer, "pre", _argument(b + "hook_per_layer_input", 1, "per_layer_input")),
-            (layer.per_layer_input_gate, "pre", _input(b + "hook_resid_post_mlp")),
-            (layer.per_layer_input_gate, "post", _output(b + "hook_per_layer_gate")),
-            (layer.per_layer_projection, "pre", _input(b + "hook_per_layer_gated")),
-            (layer.per_layer_projection, "post", _output(b + "hook_per_layer_projected")),
-            *_norm(b + "ln3_post", layer.post_per_layer_input_norm, b + "hook_per_layer_out")]
+    return [(layer, "pre", _argument(_name(b, "", "hook_per_layer_input"), 1, "per_layer_input")),
+            (layer.per_layer_input_gate, "pre", _input(_name(b, "", "hook_resid_post_mlp"))),
+            (layer.per_layer_input_gate, "post", _output(_name(b, "", "hook_per_layer_gate"))),
+            (layer.per_layer_projection, "pre", _input(_name(b, "", "hook_per_layer_gated"))),
+            (layer.per_layer_projection, "post", _output(_name(b, "", "hook_per_layer_projected"))),
+            *_norm(b, "ln3_post", layer.post_per_layer_input_norm, _name(b, "", "hook_per_layer_out"))]
 
 
-def _gpt2_hooks(model: Any, heads: int, d_head: int) -> list[Hook]:
+def _gpt2_hooks(model: Any, heads: int, d_head: int) -> list[Tap]:
     t = model.transformer
-    found = [(t.wte, "post", _output("hook_embed")), (t.wpe, "post", _output("hook_pos_embed"))]
-    for index, block in enumerate(t.h):
-        b = f"blocks.{index}."
-        found += [(block, "pre", _input(b + "hook_resid_pre")), *_norm(b + "ln1", block.ln_1),
-                  (block.attn.c_attn, "post", _qkv(b + "attn.", heads, d_head)),
-                  (block.attn.c_proj, "pre", _input(b + "attn.hook_z", heads, d_head)),
-                  (block.attn.c_proj, "post", _output(b + "hook_attn_out")),
-                  (block.ln_2, "pre", _input(b + "hook_resid_mid")), *_norm(b + "ln2", block.ln_2),
-                  (block.mlp.c_fc, "post", _output(b + "mlp.hook_pre")),
-                  (block.mlp.c_proj, "pre", _input(b + "mlp.hook_post")),
-                  (block.mlp.c_proj, "post", _output(b + "hook_mlp_out")),
-                  (block, "post", _output(b + "hook_resid_post"))]
-    return found + [*_norm("ln_final", t.ln_f), (model.lm_head, "post", _output("unembed.hook_out"))]
+    found = [(t.wte, "post", _output(_name(None, "", "hook_embed"))),
+             (t.wpe, "post", _output(_name(None, "", "hook_pos_embed")))]
+    for b, block in enumerate(t.h):
+        found += [(block, "pre", _input(_name(b, "", "hook_resid_pre"))), *_norm(b, "ln1", block.ln_1),
+                  (block.attn.c_attn, "post", _qkv(b, heads, d_head)),
+                  (block.attn.c_proj, "pre", _input(_name(b, "attn", "hook_z"), heads, d_head)),
+                  (block.attn.c_proj, "post", _output(_name(b, "", "hook_attn_out"))),
+                  (block.ln_2, "pre", _input(_name(b, "", "hook_resid_mid"))), *_norm(b, "ln2", block.ln_2),
+                  (block.mlp.c_fc, "post", _output(_name(b, "mlp", "hook_pre"))),
+                  (block.mlp.c_proj, "pre", _input(_name(b, "mlp", "hook_post"))),
+                  (block.mlp.c_proj, "post", _output(_name(b, "", "hook_mlp_out"))),
+                  (block, "post", _output(_name(b, "", "hook_resid_post")))]
+    return found + [*_norm(None, "ln_final", t.ln_f), (model.lm_head, "post", _output(LOGITS))]
 
 
-def _qkv(prefix: str, heads: int, d_head: int) -> Callable:
+def _qkv(b: int, heads: int, d_head: int) -> Callable:
     """GPT-2's fused c_attn: q | k | v along the features."""
     def record(rec: Recorder, x, y) -> None:
-        for name, part in zip("qkv", y[0][0].split(heads * d_head, dim=-1)):
-            rec.record(f"{prefix}hook_{name}", _split(part, heads, d_head))
+        for name, part in zip(("hook_q", "hook_k", "hook_v"), y[0][0].split(heads * d_head, dim=-1)):
+            rec.record(_name(b, "attn", name), _split(part, heads, d_head))
     return record

@@ -29,7 +29,7 @@ from engine.compare.dump import Dump, load_dump
 from engine.compare.routes import RouteFlip, route_flip
 from engine import layers
 from engine.hooks import Hook, HookError
-from engine.layout import HEAD_AXIS, PER_HEAD_MATRICES, Key, Passes, align, dump_index
+from engine.layout import Key, Passes, align, dump_index
 from engine.labels import resolve_some
 from engine.scenario import Scenario
 from engine.session import Session
@@ -146,7 +146,7 @@ class Against:
         if aligned is None:
             return None
         aligned = np.asarray(aligned, dtype=np.float64)
-        if key.hook.name == "hook_attn_scores":
+        if key.hook.name in layers.masked():
             aligned = np.where(aligned <= _lowest(self.dump.dtypes[key]), -np.inf, aligned)
         return aligned
 
@@ -301,10 +301,10 @@ def _cell_labels(state: OpState, row: int, col: int, d_head: int) -> Cause:
     (row,), (col_label,) = (resolve_some(axis, [i], LABEL_WORDS) for axis, i in ((output.row_axis, row),
                                                                                    (output.col_axis, col)))
     kind = state.op.hook.name
-    if kind in PER_HEAD_MATRICES:
+    if kind in layers.head_matrices():
         return Cause("against.pattern", {"head": state.head, "query": row, "key": col_label})
     if state.head is not None:
         return Cause("against.head", {"position": row, "head": state.head, "d_head": col})
-    if kind in HEAD_AXIS and d_head:
+    if kind in layers.head_axis() and d_head:
         return Cause("against.head", {"position": row, "head": col // d_head, "d_head": col % d_head})
     return Cause("against.row", {"row": row, "col": col_label})

@@ -115,7 +115,7 @@ def _check_reachable(node: Node, e: Expectation, requests: Sequence[Request], mo
     try:
         layer = Hook.parse(e.op).layer
     except HookError as error:  # no operator is named so: say it where the name stands
-        raise node.get("op").error(cause("expect.hook", why=str(error))) from None  # engine.hooks' words
+        raise node.get("op").error(cause("expect.hook", text=error.text)) from None
     if layer is not None and layer >= model.n_layers:
         raise node.get("op").error(cause("expect.layer", layer=layer, layers=model.n_layers))
     n = len(request.tokens)

@@ -5,7 +5,8 @@ holds everything about it: `NAME` (what `layers:` and LayerSpec call it), `MODUL
 hook and parameter names: `attn`, `mlp`), `Layer` (made once per layer: `fresh_state()`, and
 `forward(h, states, positions, padded_keys, out)`, a stream of operators that may replace `states[layer]`),
 `parameter_shapes(model, layer, block)`, `hooks(model, layer, block, hook, norm_sites)` (what it yields),
-`hook_widths(model)` and `PER_HEAD` (for interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
+`ADDED` (the hook of what it adds to the residual stream), `hook_widths(model)` and `PER_HEAD` (for
+interventions), `GGUF` (its tensors' names in a GGUF file), `HF`
 (its modules in Hugging Face checkpoints, per family), `HF_LAYER_TYPES` (the config's `layer_types` it
 stands for), `FaultPoints` (where an injected bug may change what it does, with the correct answers) and
 `EXPLANATIONS` (what each of its operators computes, en and zh: catalogue data the views render). Where it has
@@ -68,11 +69,13 @@ def layer_options(mixer: str, ffn: str) -> dict:
 
 
 def hook_widths(model) -> dict[str, int]:
-    """Every kind's hook widths under `model` (an engine.spec.ModelSpec)."""
+    """Every kind's hook widths under `model` (an engine.spec.ModelSpec), with what each adds to the residual
+    stream (its ADDED: d_model wide)."""
     widths: dict[str, int] = {}
     for block in dict.fromkeys(model.blocks):
         for module in block_kinds(block):
             widths.update(module.hook_widths(model))
+            widths[module.ADDED] = model.d_model
     return widths
 
 
@@ -166,6 +169,50 @@ def in_form(model, name: str, form: str):
     """`model` (an engine.spec.ModelSpec) with its layers of the kind `name` in `form` (the kind's `in_form`:
     ValueError(a code of the kind's CAUSES) where the model has none)."""
     return next(module for module in _every_kind() if module.NAME == name).in_form(model, form)
+
+
+def head_matrices() -> tuple[str, ...]:
+    """The hook names whose operators are one [query, key] matrix per head, dumped [head, query, key] (a kind's
+    HEAD_MATRICES: attention's scores and pattern)."""
+    return _every(lambda module: getattr(module, "HEAD_MATRICES", ()))
+
+
+def head_axis() -> tuple[str, ...]:
+    """The hook names whose operators a dump lays out [pos, head, d_head] (a kind's HEAD_AXIS: attention's q, k, v,
+    z)."""
+    return _every(lambda module: getattr(module, "HEAD_AXIS", ()))
+
+
+def masked() -> tuple[str, ...]:
+    """The hook names whose masked cells hold −∞, a dump's dtype's lowest value in another program's (MASKED)."""
+    return _every(lambda module: getattr(module, "MASKED", ()))
+
+
+def pattern_hooks() -> frozenset[tuple[str, str]]:
+    """(module, name) of each head's attention pattern, where a kind has one (its PATTERN_HOOKS)."""
+    return frozenset(_every(lambda module: getattr(module, "PATTERN_HOOKS", ())))
+
+
+def head_results() -> frozenset[tuple[str, str]]:
+    """(module, name) of each head's contribution to the residual, where a kind adds its heads' (HEAD_RESULT)."""
+    return frozenset((module.MODULE, module.HEAD_RESULT) for module in _every_kind() if hasattr(module, "HEAD_RESULT"))
+
+
+def head_result(block, part: str) -> str | None:
+    """The hook name of each head's contribution to the residual in the kind of `block` (an engine.spec.LayerSpec)
+    whose module is `part`; None where its heads are not added one by one."""
+    return getattr(_part_of(block, part), "HEAD_RESULT", None)
+
+
+def output_bias(block, part: str, layer: int) -> str | None:
+    """The weight the kind of `block` whose module is `part` adds once to its heads' results in `layer` (its
+    `output_bias`), None where it has none."""
+    bias = getattr(_part_of(block, part), "output_bias", None)
+    return None if bias is None else bias(layer)
+
+
+def _every(read) -> tuple:
+    return tuple(dict.fromkeys(item for module in _every_kind() for item in read(module)))
 
 
 def gguf_tensors() -> dict[str, str]:

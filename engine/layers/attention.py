@@ -31,6 +31,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "attention", "attn"
+ADDED = "hook_attn_out"  # the hook of what the residual stream adds: its output
 # Hugging Face's module of each projection (w·/b· without the letter) per family, GGUF's tensor (under blk.N),
 # and the config's layer_types this kind stands for (whether the layer slides)
 HF = {"llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj"},
@@ -49,6 +50,19 @@ GGUF = {"attn.wq": "attn_q", "attn.wk": "attn_k", "attn.wv": "attn_v", "attn.wo"
         "attn.wgate": "attn_q"}  # Qwen3.5: attn_q holds each head's query, then gate
 PER_HEAD = ("hook_attn_scores", "hook_pattern", "hook_z", "hook_result")  # what an intervention names a head of
 ABLATES = "hook_z"  # what `blocks.L.attn head H` zeroes: head H's output, before the output projection
+# how a dump lays out its per-head operators (engine.layout): one [query, key] matrix per head as [head, query, key];
+# a row per position of every head's vectors as [pos, head, d_head]
+HEAD_MATRICES = ("hook_attn_scores", "hook_pattern")
+HEAD_AXIS = ("hook_q", "hook_k", "hook_v", "hook_z", "hook_rot_q", "hook_rot_k")
+MASKED = ("hook_attn_scores",)  # where a masked cell is −∞ (a dump holds its dtype's lowest there)
+PATTERN_HOOKS = ((MODULE, "hook_pattern"),)  # each head's attention pattern (a view's glance)
+HEAD_RESULT = "hook_result"  # each head's contribution to the residual (engine.analysis's attribution)
+
+
+def output_bias(layer: int) -> str:
+    """The weight added once to the heads' results (its parameter bo, where the checkpoint has one)."""
+    return f"blocks.{layer}.{MODULE}.bo"
+
 DUMP_LAYOUTS = caches.DUMP_LAYOUTS  # its state's K/V rows: [kv_head, position, d_head] in a dump
 
 
@@ -117,6 +131,12 @@ def unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
 # hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    ADDED: {
+        "en": ("Mix the heads into the residual stream's features.", "Σ heads' results (+ bo) = concat · Wo (+ bo).",
+               "Forgetting Wo only works when Wo = I, as in X01.", "Shape: new tokens × d_model."),
+        "zh": ("把各头结果映射回残差特征。", "各头结果之和（+bo）= concat·Wo（+bo）。", "省略Wo只在Wo=I时成立。",
+               "形状：新Token数×d_model。"),
+    },
     "hook_q": {
         "en": ("Q says what the current position is looking for.", "Q = LN(X) · Wq, split into heads by columns.",
                "Q is never cached: only the new positions need queries.", "Columns h·dh…(h+1)·dh belong to head h."),

@@ -18,6 +18,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "dense", "mlp"
+ADDED = "hook_mlp_out"  # the hook of what the residual stream adds: its output
 HF = {"llama": {"_gate": "mlp.gate_proj", "_up": "mlp.up_proj", "_down": "mlp.down_proj"},
       "lfm2": {"_gate": "feed_forward.w1", "_up": "feed_forward.w3", "_down": "feed_forward.w2"},
       "phi3": {"_gate_up": "mlp.gate_up_proj", "_down": "mlp.down_proj"},  # _gate_up: gate | up side by side
@@ -64,6 +65,12 @@ def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> l
 # What each of its operators computes, en and zh (why, how, pitfall, check): the views file it under the
 # hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts.
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    ADDED: {
+        "en": ("Project the FFN back to d_model.", "post · W_down (or W_out).",
+               "X01's 0.25·I makes each output 0.25·SiLU(z)·z.", "Shape: new tokens × d_model."),
+        "zh": ("把前馈结果投影回d_model。", "post·W_down（或W_out）。",
+               "X01中0.25·I使输出为0.25×SiLU(z)×z。", "形状：新Token数×d_model。"),
+    },
     "hook_dropout": {
         "en": ("Training only: drop features so the model cannot lean on any single one.",
                "Each feature is kept with probability 1−p (a seeded mask) and scaled by 1/(1−p).",

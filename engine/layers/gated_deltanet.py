@@ -34,6 +34,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "gated_deltanet", "linear_attn"
+ADDED = "hook_linear_attn_out"  # the hook of what the residual stream adds: its output
 HF = {"llama": {"_qkv": "linear_attn.in_proj_qkv", "_z": "linear_attn.in_proj_z", "_b": "linear_attn.in_proj_b",
                 "_a": "linear_attn.in_proj_a", "_out": "linear_attn.out_proj"}}
 HF_RAW = {"llama": {"conv.w": "linear_attn.conv1d.weight", "dt_bias": "linear_attn.dt_bias",
@@ -78,6 +79,14 @@ DUMP_LAYOUTS = {**causal_conv.DUMP_LAYOUTS, RECURRENT: DumpLayout(
 EPS_L2 = 1e-6  # the L2 norm's ε (FLA's and transformers' l2norm), not the config's rms_norm_eps
 
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    ADDED: {
+        "en": ("Map every value head's gated read back into the residual stream's features.",
+               "concat of the heads' hook_gated_norm · W_out (no bias; Hugging Face: linear_attn.out_proj).",
+               "W_out reads the normalised, gated reads (hook_gated_norm), not the raw ones (hook_read).",
+               "Shape: new tokens × d_model; hook_resid_mid = hook_resid_pre + this row."),
+        "zh": ("把各值头门控后的读出映射回残差特征。", "各头hook_gated_norm按序拼接后·W_out（无偏置；Hugging Face中为linear_attn.out_proj）。",
+               "W_out读取的是归一化并门控后的读出（hook_gated_norm），而不是原始读出（hook_read）。", "形状：新Token数×d_model；hook_resid_mid = hook_resid_pre + 这一行。"),
+    },
     "hook_qkv": {
         "en": ("One projection makes the queries, keys and values of every linear-attention head.",
                "h · W_qkv (in_proj_qkv): the columns are q (k_heads·d_k), then k (k_heads·d_k), then v (v_heads·d_v).",

@@ -27,6 +27,7 @@ from engine import ops
 from engine.arrays import namespace
 from engine.caches import LayerCache, Read
 from engine.hooks import Hook, HookSite
+from engine.layers import attention
 from engine.layers.attention import Attention
 from engine.operators import Op, Operand, OpStream, op
 from engine.spec import KindOptions, LayerSpec, ModelSpec
@@ -35,6 +36,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "mla", "attn"
+ADDED = "hook_attn_out"  # the hook of what the residual stream adds: its output
 HF = {"deepseek": {"q": "self_attn.q_proj", "q_a": "self_attn.q_a_proj", "q_b": "self_attn.q_b_proj",
                    "kv_a": "self_attn.kv_a_proj_with_mqa", "kv_b": "self_attn.kv_b_proj", "o": "self_attn.o_proj",
                    "q_a_norm": "self_attn.q_a_layernorm", "kv_a_norm": "self_attn.kv_a_layernorm"}}
@@ -44,6 +46,9 @@ CHECKPOINT_ONLY = True  # its shape (engine.spec.MlaSpec) comes from a DeepSeek 
 GGUF = {"attn.wq_a": "attn_q_a", "attn.q_a_norm.w": "attn_q_a_norm", "attn.wq_b": "attn_q_b",
         "attn.wkv_a": "attn_kv_a_mqa", "attn.kv_a_norm.w": "attn_kv_a_norm", "attn.wkv_b": "attn_k_b"}
 PER_HEAD = ("hook_z_latent",)  # with the attention's scores, pattern, z and result
+# its scores, pattern, per-head vectors and results are attention's (engine.layers.attention)
+HEAD_MATRICES, HEAD_AXIS, MASKED = attention.HEAD_MATRICES, attention.HEAD_AXIS, attention.MASKED
+PATTERN_HOOKS, HEAD_RESULT, output_bias = attention.PATTERN_HOOKS, attention.HEAD_RESULT, attention.output_bias
 LATENT = "cache_latent"  # its state's latent rows, as an operand of the keys and values expanded from them
 STACKED_HEADS = True  # its q, k, v, rope parts and z have heads of different widths: dumped stacked
 

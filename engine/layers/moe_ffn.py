@@ -39,6 +39,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "moe", "mlp"
+ADDED = "hook_mlp_out"  # the hook of what the residual stream adds: its output
 HF = {"llama": {"router": "mlp.gate", "experts": "mlp.experts",  # under it: per expert or fused (hf_tensor)
                "shared": "mlp.shared_expert", "shared_gate": "mlp.shared_expert_gate"},
       "deepseek": {"router": "mlp.gate", "experts": "mlp.experts", "shared": "mlp.shared_experts"},
@@ -226,7 +227,7 @@ def explanation_key(operator) -> str | None:
     hook = operator.hook
     if hook.name == "hook_out" and (routed_expert(hook) is not None or hook.module == SHARED):
         return "hook_out(expert)"
-    return "hook_mlp_out(experts)" if hook.name == "hook_mlp_out" and operator.kind == OpKind.MIX else None
+    return "hook_mlp_out(experts)" if hook.name == ADDED and operator.kind == OpKind.MIX else None
 
 
 ROUTE_HOOKS = ((MODULE, TOPK), (MODULE, SCORES))  # what a run's routing is kept as, to compare another run with

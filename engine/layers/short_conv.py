@@ -22,6 +22,7 @@ from engine.trace import OpKind
 
 Array = Any
 NAME, MODULE = "short_conv", "conv"
+ADDED = "hook_conv_out"  # the hook of what the residual stream adds: its output
 # Hugging Face's module of each projection (w·/b· without the letter), GGUF's tensor (under blk.N)
 HF = {"lfm2": {"_in": "conv.in_proj", "_out": "conv.out_proj", "_conv": "conv.conv"}}
 HF_LAYER_TYPES = {"conv": False}
@@ -72,6 +73,14 @@ def hooks(model: ModelSpec, layer: int, block: LayerSpec, hook, norm_sites) -> l
 # hook name's last part (tinyllm_tui.debugger.frame.hook_key) beside the stack's own texts, the conv under
 # conv.hook_conv (Gated DeltaNet's linear_attn.hook_conv is another computation: the conv, then SiLU).
 EXPLANATIONS: dict[str, dict[str, tuple[str, str, str, str]]] = {
+    ADDED: {
+        "en": ("Map the gated convolution back into the residual stream's features.",
+               "y · W_out (+ b_out) (Hugging Face: conv.out_proj).",
+               "It projects y, the conv after C's gate: projecting the conv itself skips the gate.",
+               "Shape: new tokens × d_model; hook_resid_mid = hook_resid_pre + this row."),
+        "zh": ("把门控后的卷积结果映射回残差特征。", "y·W_out（+b_out）（Hugging Face中为conv.out_proj）。",
+               "投影的是经C门控后的y：直接投影卷积输出会跳过门控。", "形状：新Token数×d_model；hook_resid_mid = hook_resid_pre + 这一行。"),
+    },
     "hook_in": {
         "en": ("One projection makes the three parts of the short convolution: B, C and x.",
                "LN(x) · W_in (Hugging Face: conv.in_proj), 3·d columns: B, then C, then x.",

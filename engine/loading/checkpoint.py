@@ -144,6 +144,13 @@ def _chats(path: Path, tokenizer: Tokenizer | None, size: int, conversations: li
     return chats
 
 
+def _refuse_too_many(path: Path, spec: ModelSpec, vocab_size: int) -> None:
+    """A config whose tensors would not fit in memory as Python objects is refused before any of them is listed."""
+    too_many = too_many_tensors(spec, vocab_size)
+    if too_many:
+        raise ScenarioError(str(path), None, "layers", too_many)
+
+
 def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tensors: tuple[Getter, Getter],
              budget: tuple[int, str], identity: str, rows: RowsGetter | None = None) -> LazyWeights:
     """Every parameter the spec needs, its shape checked now through `weight(name, stand_in)` on
@@ -151,8 +158,7 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
     by token id (ROW_TABLES) give some rows alone through `weight(name, rows(ids))` where `rows` is given."""
     stand_in, load = tensors
     limit, dtype = budget
-    if too_many_tensors(spec, vocab_size):
-        raise ScenarioError(str(path), None, "layers", too_many_tensors(spec, vocab_size))
+    _refuse_too_many(path, spec, vocab_size)
     need = resident_weight_bytes(spec, vocab_size, dtype)  # a sparse model's experts: only those a token uses
     if need > limit:
         raise ScenarioError(str(path), None, "--max-memory", cause("checkpoint.budget", need=format_size(need),
@@ -201,6 +207,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
 def _hf(folder: Path, budget: tuple[int, str]):
     tensors = hf.Tensors(folder)
     arch, spec, config = hf.read_spec(folder, tensors.held())
+    _refuse_too_many(folder, spec, config["vocab_size"])  # before the MXFP4 pairs' check lists the experts
     tensors.packed.check(spec)
     tokenizer = _hf_tokenizer(folder / "tokenizer.json")
     identity = ";".join(file_identity(file) for file in sorted(set(tensors.files.values())))

@@ -97,6 +97,8 @@ class Packed:
     def check(self, spec: ModelSpec) -> None:
         """Every MXFP4 pair a parameter is read from: uint8 blocks and scales, each with the other, of the shape the
         config's parameters need (the experts × rows × inputs that their last cells lie in, by `_locate`)."""
+        if not self.stored():
+            return
         extents: dict[str, tuple[int, ...]] = {}
         for name, shape in parameter_shapes(spec, 0).items():  # (the vocabulary's size changes no expert's)
             found = Quantisation(self)._locate(name, tuple(n - 1 for n in shape))

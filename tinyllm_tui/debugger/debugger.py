@@ -251,7 +251,7 @@ class Debugger:
         """Compute the current round to its end, unless `stop()` turns true first (a key waits), and publish the
         frame listing its operators computed (`round_pending` until all are); the cursor stays."""
         self._publish(ahead=self.history.complete_round(stop))
-        return Moved(self.frame.step)
+        return Moved(self.history.cursor)
 
     @owning
     def step(self) -> Result:
@@ -259,14 +259,14 @@ class Debugger:
         are its matrix's batch axis)."""
         moved = navigation.step(self.history)
         self._publish()
-        return Moved(self.frame.step) if moved else self.end_of_trace()
+        return Moved(self.history.cursor) if moved else self.end_of_trace()
 
     @owning
     def back(self) -> Result:
         """To the previous operator: in a batch, to its last row's state."""
         moved = navigation.back(self.history)
         self._publish()
-        return Moved(self.frame.step) if moved else Refused(Reason.FIRST_STEP)
+        return Moved(self.history.cursor) if moved else Refused(Reason.FIRST_STEP)
 
     @owning
     def goto_step(self, step: int) -> Result:
@@ -291,15 +291,14 @@ class Debugger:
     def continue_(self, progress: Progress | None = None) -> Result:
         result = self.run_until(lambda state: bool(self.hits(state)), progress)
         if isinstance(result, Moved):
-            return HitBreakpoint(result.step, self.frame.status.hits)
+            return HitBreakpoint(result.step, self.hits(self.history.current))
         return result
 
     def play_step(self) -> Result:
         """One step of play: Moved, or where play must stop (a breakpoint, the end, Refused)."""
         result = self.step()
-        if isinstance(result, Moved) and self.frame.status.hits:
-            return HitBreakpoint(result.step, self.frame.status.hits)
-        return result
+        hits = self.hits(self.history.current) if isinstance(result, Moved) else ()
+        return HitBreakpoint(result.step, hits) if hits else result
 
     @owning
     def search(self, text: str, backward: bool = False, *, progress: Progress | None = None) -> Result:
@@ -316,7 +315,7 @@ class Debugger:
         found, wrapped = navigation.search(self.history, matcher(text), backward, self._cancel, progress)
         self._publish()
         if self._cancel.is_set():
-            return Cancelled(self.frame.step)
+            return Cancelled(self.history.cursor)
         if found is None:
             return Refused(Reason.NO_MATCH, (text,))
         return Moved(found, wrapped)

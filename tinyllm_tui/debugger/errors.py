@@ -8,7 +8,7 @@ from collections.abc import Callable
 from engine import BackendError, ScenarioError
 from engine.analysis import AnalysisError
 from engine.breakpoints import BreakpointError
-from engine.causes import Cause, CausedError
+from engine.causes import Cause, CausedError, cause
 from engine.interventions import InterventionError
 from engine.loading.document import LoaderWarning, located
 from engine.loading.edits import EditError
@@ -41,6 +41,11 @@ def warning_words(warning: Warning, word: Callable[[Cause], str]) -> str:
     if isinstance(warning, LoaderWarning):
         return located(warning.file, None, warning.path, word(warning.cause))
     return str(warning)
+
+
+def file_error(file: str, path: str, code: str, **facts) -> ScenarioError:
+    """A front end's refusal of a file, located as the loaders locate theirs (`path`: where in the document)."""
+    return ScenarioError(file, None, path, cause(code, **facts))
 
 
 def cancelled(error: BaseException) -> bool:

@@ -98,7 +98,7 @@ def check_options(options: ModelOptions):
             raise OptionError(f"--{name}", cause("option.form", form=form, forms=", ".join(others), last=last))
     for text in options.breakpoints or []:
         parse_breakpoint(text)  # a bad --break is reported before anything loads
-    _max_memory(options.max_memory)
+    memory_limit(options.max_memory)
     return make_backend(options.backend, options.dtype)
 
 
@@ -110,7 +110,7 @@ def load(file: str | Path, options: ModelOptions, report: Listener | None = None
     with listening(report) if report is not None else nullcontext():
         scenario = open_model(file, prompt=options.prompt, ids=ids, chat=_conversations(options),
                               max_new_tokens=options.max_new_tokens, dtype=options.dtype,
-                              max_memory=_max_memory(options.max_memory))
+                              max_memory=memory_limit(options.max_memory))
     scenario = dataclasses.replace(scenario, batch=True) if options.batch else scenario
     scenario = with_forms(scenario, _forms(options))
     scenario = with_interventions(scenario, options.patches, options.ablations)
@@ -161,7 +161,7 @@ def opening(scenario: Scenario, options: ModelOptions) -> Opening:
                                             why=why))
     return Opening(scenario, [*scenario.breakpoints, *(options.breakpoints or [])],
                    [parse_set(text, scenario.weights) for text in options.sets or []],
-                   history_budget(scenario, options.dtype, _max_memory(options.max_memory)))
+                   history_budget(scenario, options.dtype, memory_limit(options.max_memory)))
 
 
 def history_budget(scenario: Scenario, dtype: str, max_memory: int | None) -> int:
@@ -185,7 +185,8 @@ def _ids(text: str) -> list[int]:
         raise OptionError("--ids", cause("option.ids", text=text)) from None
 
 
-def _max_memory(text: str | None) -> int | None:
+def memory_limit(text: str | None) -> int | None:
+    """--max-memory's size in bytes (None: not given); OptionError for one that is not a size."""
     try:
         return None if text is None else parse_size(text)
     except CausedError as error:

@@ -15,7 +15,7 @@ from engine.analysis import AnalysisError, Attribution, LensRow, Pass, attributi
 from engine.arrays import to_host
 from engine.decoding import CHOICE, PROBS
 from engine.hooks import Hook
-from engine.layers import route
+from engine.layers import pattern_hooks, route
 from engine.model import Transformer
 from engine.scenario import Vocab
 from engine.trace import OpState
@@ -54,16 +54,16 @@ def parameter_readers(states: Iterable[OpState], name: str) -> list[str]:
     return list(dict.fromkeys(s.name for s in states if any(o.name.removesuffix(".T") == name for o in s.inputs)))
 
 
-def pattern_hook(layer: int) -> Hook:
-    """Where `layer`'s attention patterns are (one operator per head)."""
-    return Hook(layer, "attn", "hook_pattern")
+def is_pattern(hook: Hook) -> bool:
+    """Whether `hook` is where a layer's attention patterns are (one operator per head; its kind's PATTERN_HOOKS)."""
+    return (hook.module, hook.name) in pattern_hooks()
 
 
 def pattern_sites(states: Iterable[OpState], chunk: int) -> dict[int, dict[int, tuple[int, object]]]:
     """Layer -> head -> (its pattern's step, its pattern as the backend holds it), heads in order, for one chunk."""
     sites: dict[int, dict[int, tuple[int, object]]] = {}
     for s in states:
-        if s.chunk == chunk and s.layer is not None and s.op.hook == pattern_hook(s.layer):
+        if s.chunk == chunk and s.layer is not None and is_pattern(s.op.hook):
             sites.setdefault(s.layer, {})[s.head] = (s.step, s.values)
     return {layer: dict(sorted(heads.items())) for layer, heads in sites.items()}
 

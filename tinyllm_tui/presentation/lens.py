@@ -7,14 +7,9 @@ from engine.export import json_number
 from engine.interventions import pass_name
 from engine.spec import Vocab
 from tinyllm_tui.presentation.numbers import fit_cells, left_aligned
+from tinyllm_tui.tui.i18n import tr
 
 CELL = 14  # a lens cell: a token's text cut to fit, and its probability
-# the words of the tables, as the CLI prints them; the TUI passes its catalogue's (tinyllm_tui.tui.i18n)
-TOP = "top {k} at position {position}:"
-WHOLE_VOCABULARY = "p: softmax of the whole vocabulary's logits (no decode filter or temperature)"
-ATTRIBUTION = ("direct logit attribution: {token} (id {id}) at position {position}: "
-               "logit {logit} = terms {terms} + final norm bias {bias}")
-MORE = "  … {count} more"
 
 
 def short_token(vocab: Vocab, token: int, width: int = CELL - 5) -> str:
@@ -28,39 +23,36 @@ def lens_cell(vocab: Vocab, token: int, probability: float) -> str:
 
 
 def lens_lines(rows: list[LensRow], run: Pass, context: tuple[int, ...], vocab: Vocab, *,
-               first: int = 0, count: int | None = None, top: str = TOP,
-               whole: str = WHOLE_VOCABULARY) -> list[str]:
+               first: int = 0, count: int | None = None, lang: str = "en") -> list[str]:
     """A layer × position table of each residual stream's most likely token and its probability,
-    then the last position's top-k per layer; `first`, `count`: the window of the pass's positions shown;
-    `top`: the words over the top-k (fields k, position); `whole`: the first line, saying the probabilities are
-    the whole vocabulary's, not those the decode rule chose by (a lens reads no filter, no temperature)."""
+    then the last position's top-k per layer; `first`, `count`: the window of the pass's positions shown. Its
+    first line says the probabilities are the whole vocabulary's, not those the decode rule chose by (a lens reads
+    no filter, no temperature); the words are the catalogue's in `lang` (the CLI's: English)."""
     total = rows[0].top.shape[0] if rows else 0
     shown = range(first, total if count is None else min(total, first + count))
     label = max((len(r.label) for r in rows), default=0)
-    lines = [whole, " " * label + "  " + " ".join(left_aligned(f"{run.first + i}·" + short_token(vocab, context[run.first + i],
+    lines = [tr("lens.whole", lang), " " * label + "  " + " ".join(left_aligned(f"{run.first + i}·" + short_token(vocab, context[run.first + i],
                                                                                         CELL - 3), CELL)
                                               for i in shown)]
     for row in rows:
         cells = (lens_cell(vocab, int(row.top[i, 0]), float(row.probs[i, 0])) for i in shown)
         lines.append(f"{row.label:<{label}}  " + " ".join(cells))
-    lines.append(top.format(k=rows[0].top.shape[1] if rows else 0, position=run.first + total - 1))
+    lines.append(tr("lens.top", lang, k=rows[0].top.shape[1] if rows else 0, position=run.first + total - 1))
     for row in rows:
         cells = (lens_cell(vocab, int(t), float(p)) for t, p in zip(row.top[-1], row.probs[-1]))
         lines.append(f"{row.label:<{label}}  " + " ".join(cells))
     return [line.rstrip() for line in lines]
 
 
-def attribution_lines(attribution: Attribution, vocab: Vocab, count: int = 12, *, title: str = ATTRIBUTION,
-                      more: str = MORE) -> list[str]:
-    """The largest terms of the chosen token's logit, both ways, and what they sum to; `title` and `more`: the
-    words (fields token, id, position, logit, terms, bias; count)."""
+def attribution_lines(attribution: Attribution, vocab: Vocab, count: int = 12, *, lang: str = "en") -> list[str]:
+    """The largest terms of the chosen token's logit, both ways, and what they sum to, in `lang`'s words."""
     a, total = attribution, sum(value for _, value in attribution.terms)
-    lines = [title.format(token=short_token(vocab, a.token, 24), id=a.token, position=a.position,
-                          logit=f"{a.logit:.6f}", terms=f"{total:.6f}", bias=f"{a.bias_term:.6f}")]
+    lines = [tr("lens.attribution", lang, token=short_token(vocab, a.token, 24), id=a.token, position=a.position,
+                logit=f"{a.logit:.6f}", terms=f"{total:.6f}", bias=f"{a.bias_term:.6f}")]
     shown = a.terms if len(a.terms) <= count else a.terms[: count // 2] + a.terms[-(count - count // 2):]
     for index, (label, value) in enumerate(shown):
         if len(a.terms) > count and index == count // 2:
-            lines.append(more.format(count=len(a.terms) - count))
+            lines.append(tr("lens.more", lang, count=len(a.terms) - count))
         lines.append(f"  {label:<14} {value:+.6f}")
     return lines
 

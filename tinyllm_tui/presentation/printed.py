@@ -3,17 +3,23 @@ documents (English: the CLI's catalogue)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from engine.arrays import to_host
 from engine.compare.diff import OpDiff, first_divergence
 from engine.compare.expect import Outcome
 from engine.export import json_number, json_text
-from engine.trace import OpKind, OpState
+from engine.labels import resolve_some
+from engine.spec import Request, Vocab
+from engine.trace import Labelled, OpKind, OpState, RequestResult
+from tinyllm_tui.debugger.frame import VOCAB_KINDS, top_tokens
 from tinyllm_tui.debugger.results import DiffLine
 from tinyllm_tui.presentation.numbers import text_table
+from tinyllm_tui.presentation.summaries import diff_measured, shape_text, token_text
 from tinyllm_tui.tui.i18n import cause_words, where
-from tinyllm_tui.presentation.summaries import diff_measured, matrix_summary, token_text
 
 BIG_ROWS, BIG_COLS = 64, 32  # `run` summarises a larger matrix (its lines would pass ~350 columns)
 KEPT_EDGE = 4  # a summarised matrix shows its first and last 4 rows and columns
@@ -140,3 +146,57 @@ def outcome_json(outcome: Outcome) -> dict:
             for c in outcome.cells if not c.agrees
         ],
     }
+
+
+ROWS_SUMMARISED = 4  # argmax lines for the first and last rows of a large matrix
+
+
+def request_results(results: list[RequestResult], vocab: Vocab) -> str:
+    """"request 0 generated 爱 爱 (max_new_tokens); request 1 generated 你 (max_new_tokens)"."""
+    return "; ".join(
+        f"request {i} generated {token_text(vocab, r.generated) if r.generated else 'nothing'} ({r.stop})"
+        for i, r in enumerate(results)
+    )
+
+
+def chat_replies(requests: Sequence[Request], results: list[RequestResult], vocab: Vocab) -> list[str]:
+    """"request 0 · assistant: The capital of France is Paris." for each request made from a chat: the reply
+    decoded (each token's text, as the TUI shows it), without the end-of-turn token that closed it."""
+    lines = []
+    for i, (request, result) in enumerate(zip(requests, results)):
+        if request.chat is not None:
+            reply = result.generated
+            if reply and reply[-1] == request.chat.end_of_turn:
+                reply = reply[:-1]
+            lines.append(f"request {i} · assistant: {''.join(vocab.tokens[t] for t in reply)}")
+    return lines
+
+
+def matrix_summary(matrix: Labelled, kind: str) -> list[str]:
+    """A large matrix in a few lines: shape and range, each end row's argmax, and for
+    logits and probabilities the last row's top tokens with their probabilities."""
+    values = to_host(matrix.values)
+    flat = values.reshape(-1)
+    low, high = flat.min(initial=np.inf), flat.max(initial=-np.inf)  # both finite: every entry is (no mask to make)
+    finite = flat
+    if not (math.isfinite(low) and math.isfinite(high)):
+        finite = values[np.isfinite(values)]
+        low, high = finite.min(initial=np.inf), finite.max(initial=-np.inf)
+    lines = [f"shape {shape_text(values.shape)} · min {low:.6f} · "
+             f"max {high:.6f} · mean {finite.mean() if finite.size else np.nan:.6f}"
+             + (f" · {values.size - finite.size} entries not finite" if finite.size < values.size else "")]
+    n = values.shape[0]
+    rows = sorted({*range(min(ROWS_SUMMARISED, n)), *range(max(n - ROWS_SUMMARISED, 0), n)})
+    best = values.take(rows, 0).argmax(1).tolist()
+    names = zip(resolve_some(matrix.row_axis, rows), resolve_some(matrix.col_axis, best))
+    lines.append("argmax per row: " + ", ".join(f"{row} → {col}" for row, col in names))
+    if kind in VOCAB_KINDS:
+        lines.append(_top_tokens(matrix, n - 1, values[-1], probabilities=kind == OpKind.PROBS))
+    return lines
+
+
+def _top_tokens(matrix: Labelled, index: int, row: np.ndarray, probabilities: bool) -> str:
+    top = top_tokens(row, probabilities)
+    names = resolve_some(matrix.col_axis, [t for t, _ in top])
+    label = resolve_some(matrix.row_axis, [index])[0]
+    return f"top {len(top)} of row {label}: " + ", ".join(f"{n} p={p:.6f}" for n, (_, p) in zip(names, top))

@@ -14,10 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from engine import ScenarioError
-from engine.causes import CausedError, cause
-from engine.loading import open_model
-from engine.loading.budget import parse_size
+from tinyllm_tui.debugger.errors import OptionError, file_error
+from tinyllm_tui.debugger.opening import ModelOptions, load, memory_limit
 from tinyllm_tui.tui.i18n import cause_words
 
 DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h)?\s*", re.IGNORECASE)
@@ -59,7 +57,7 @@ class Lesson:
 
 def lesson(file: Path) -> Lesson:
     """The lesson on `file`, once the file has opened as the debugger would open it (a bad one is refused)."""
-    open_model(file)
+    load(file, ModelOptions())
     if file.is_dir() or file.suffix == ".gguf":
         return Lesson(file)
     document = yaml.load(file.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader) or {}
@@ -72,7 +70,7 @@ def lesson(file: Path) -> Lesson:
             continue
         relative = Path(str(text))
         if relative.is_absolute() or ".." in relative.parts or str(text).startswith("~"):
-            raise ScenarioError(str(file), None, key, cause("option.serve_relative", text=text))
+            raise file_error(str(file), key, "option.serve_relative", text=text)
         companions.append(relative)
     return Lesson(file, tuple(companions))
 
@@ -98,7 +96,7 @@ def limits(max_sessions: int, idle_timeout: str, max_memory: str) -> Limits:
     except ValueError as error:
         raise ValueError(f"--idle-timeout: {error}") from None
     try:
-        memory = parse_size(max_memory)
-    except CausedError as error:
-        raise ValueError(f"--max-memory: {cause_words(error.cause, 'en')}") from None
+        memory = memory_limit(max_memory)
+    except OptionError as error:
+        raise ValueError(f"{error.option}: {cause_words(error.cause, 'en')}") from None
     return Limits(max_sessions, idle, memory)

@@ -35,6 +35,22 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("请求直接给出输入向量（如004文中所示），而不是Token编号。", "每行就是该位置给定的输入向量，不读取Embedding表。",
                "这些向量已经代表Token，再到E中查表是错误的。", "每行与请求给出的输入向量完全相同。"),
     },
+    "hook_token_type_embed": {
+        "en": ("BERT's segment term: which sentence of a pair each token belongs to.",
+               "Row 0 of the token-type table for every token (a single segment), added to the embeddings.",
+               "It is added to every row, not only the first: leaving it out shifts every position alike.",
+               "Every row equals the token-type table's row 0."),
+        "zh": ("BERT的句段项：每个Token属于句对中的哪一句。", "每个Token取句段表的第0行（单一句段），加到Embedding上。",
+               "它加到每一行，而不只是第一行：漏掉它会让每个位置同样偏移。", "每行都等于句段表的第0行。"),
+    },
+    "hook_sum": {
+        "en": ("The summed embeddings, before the embedding norm.",
+               "token embedding + position term (+ token-type term), elementwise.",
+               "The embedding norm reads this sum, not the token embedding alone.",
+               "Row = hook_embed + hook_pos_embed (+ hook_token_type_embed)."),
+        "zh": ("Embedding归一化之前的各项之和。", "Token向量 + 位置项（+ 句段项），逐元素相加。",
+               "Embedding归一化读取的是这个和，而不只是Token向量。", "每行=hook_embed + hook_pos_embed（+ hook_token_type_embed）。"),
+    },
     "hook_pos_embed": {
         "en": ("Without positions attention cannot tell order apart.",
                "A term that depends only on the absolute position is added to each row.",
@@ -89,22 +105,12 @@ TEXTS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "zh": ("Gemma 2最终的软上限：解码读取的logits保持在(−cap, cap)内。", "对unembed.hook_out做cap·tanh(logit/cap)。",
                "用未加上限的logits采样会得到不同概率（贪心顺序不变）。", "|logit|<cap；argmax与上限前相同。"),
     },
-    "hook_attn_out": {
-        "en": ("Mix the heads into the residual stream's features.", "Σ heads' results (+ bo) = concat · Wo (+ bo).",
-               "Forgetting Wo only works when Wo = I, as in X01.", "Shape: new tokens × d_model."),
-        "zh": ("把各头结果映射回残差特征。", "各头结果之和（+bo）= concat·Wo（+bo）。", "省略Wo只在Wo=I时成立。",
-               "形状：新Token数×d_model。"),
-    },
     "hook_resid_mid": {
-        "en": ("Keep the input and add what attention found.", "x + attention output, elementwise.",
+        "en": ("Keep the input and add what the layer's token mixer computed (attention, a convolution, a "
+               "recurrent state's read).", "x + the mixer's output (hook_<mixer>_out), elementwise.",
                "The residual adds to this layer's input, not to the embedding.", "Same row, same feature added."),
-        "zh": ("保留输入并加上注意力结果。", "x + 注意力输出，逐元素。", "残差加的是本层输入。", "同位置同特征相加。"),
-    },
-    "hook_mlp_out": {
-        "en": ("Project the FFN back to d_model.", "post · W_down (or W_out).",
-               "X01's 0.25·I makes each output 0.25·SiLU(z)·z.", "Shape: new tokens × d_model."),
-        "zh": ("把前馈结果投影回d_model。", "post·W_down（或W_out）。",
-               "X01中0.25·I使输出为0.25×SiLU(z)×z。", "形状：新Token数×d_model。"),
+        "zh": ("保留输入并加上本层Token混合器（注意力、卷积或循环状态的读出）的结果。", "x + 混合器输出（hook_<混合器>_out），逐元素。",
+               "残差加的是本层输入。", "同位置同特征相加。"),
     },
     "hook_resid_post": {
         "en": ("The layer's output: the next layer's input.", "resid_mid + FFN output.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 EN = {
     # what a YAML value is
-    "value.nothing": "nothing", "value.boolean": "boolean {value}", "value.number": "number {value}",
+    "value.nothing": "nothing", "value.scalar": "a single number (no dimensions)", "value.boolean": "boolean {value}", "value.number": "number {value}",
     "value.text": "text {value!r}", "value.text_long": "text {start!r}… ({length} characters)",
     "value.mapping": "a mapping", "value.list": "a list", "value.other": "{name}",
     # a YAML document
@@ -326,7 +326,7 @@ EN = {
     # an expect: table the run cannot be compared with (engine/compare/expect.py)
     "expect.in_prefill": "prefill (positions 0..{last})",
     "expect.in_decode": "decode round {round} (position {position})",
-    "expect.hook": "{why}",
+    "expect.hook": "{text!r} is not a hook name (like blocks.0.attn.hook_q or unembed.hook_out)",
     "expect.request": "request {request} does not exist (the scenario has {requests})",
     "expect.round": "round {round} does not exist: request {request} runs rounds 0..{last_round}",
     "expect.head": "head {head} does not exist (the model has {heads})",
@@ -350,7 +350,7 @@ EN = {
 }
 
 ZH = {
-    "value.nothing": "空值", "value.boolean": "布尔值 {value}", "value.number": "数字 {value}",
+    "value.nothing": "空值", "value.scalar": "单个数（没有维度）", "value.boolean": "布尔值 {value}", "value.number": "数字 {value}",
     "value.text": "文本 {value!r}", "value.text_long": "文本 {start!r}…（共 {length} 个字符）",
     "value.mapping": "一个映射", "value.list": "一个列表", "value.other": "{name}",
     "doc.unreadable": "无法读取（{why}）",
@@ -630,7 +630,7 @@ ZH = {
     "hf.packed_scales": "检查点中缺少：MXFP4 块需要它们的缩放值",
     "hf.packed_entry": "应为 U8 {shape}（{meaning}），实际是 {dtype} {got}",
     "expect.in_prefill": "预填充（位置 0..{last}）", "expect.in_decode": "解码第 {round} 轮（位置 {position}）",
-    "expect.hook": "{why}",
+    "expect.hook": "{text!r} 不是算子名（应形如 blocks.0.attn.hook_q 或 unembed.hook_out）",
     "expect.request": "请求 {request} 不存在（场景有 {requests} 个请求）",
     "expect.round": "轮次 {round} 不存在：请求 {request} 运行轮次 0..{last_round}",
     "expect.head": "头 {head} 不存在（模型有 {heads} 个头）",

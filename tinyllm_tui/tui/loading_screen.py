@@ -17,20 +17,12 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import ProgressBar, Static
 
-from tinyllm_tui.debugger.opening import PREPARING, Loading, Opening, is_reading, open_file
-from tinyllm_tui.presentation.summaries import size_text
+from tinyllm_tui.debugger.opening import Loading, Opening, open_file
+from tinyllm_tui.presentation.summaries import loading_progress
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.runner import RunDone, RunProgress
 
 __all__ = ["Loading", "LoadingScreen", "Opening"]
-
-
-def stage_text(stage: str, done: int, total: int, lang: str) -> str:
-    if stage == PREPARING:
-        return tr("loading.preparing", lang)
-    if is_reading(stage):
-        return tr("loading.yaml", lang, done=size_text(done), total=size_text(total))
-    return tr("loading.tensors", lang, done=done, total=total)
 
 
 class LoadingScreen(Screen):
@@ -59,7 +51,7 @@ class LoadingScreen(Screen):
 
     def on_run_progress(self, message: RunProgress) -> None:
         stage, done, total = message.progress
-        self.query_one("#loading-stage", Static).update(stage_text(stage, done, total, self.lang))
+        self.query_one("#loading-stage", Static).update(loading_progress(stage, done, total, self.lang))
         self.query_one(ProgressBar).update(total=total or None, progress=done)
 
     def action_cancel(self) -> None:

@@ -74,13 +74,12 @@ class LensScreen(_Window):
         self.first_col = min(self.first_col, max(total - count, 0))
         lang, first = self.lang, self._run.first
         lines = lens_lines(self._rows, self._run, self._run.context, self._vocab, first=self.first_col, count=count,
-                           top=tr("lens.top", lang), whole=tr("lens.whole", lang))
+                           lang=lang)
         lines.insert(0, tr("lens.positions", lang, first=first + self.first_col,
                            last=first + min(self.first_col + count, total) - 1, total=total))
         if self._attribution is None:
             return lines
-        return lines + [""] + attribution_lines(self._attribution, self._vocab, title=tr("lens.attribution", lang),
-                                                more=tr("lens.more", lang))
+        return lines + [""] + attribution_lines(self._attribution, self._vocab, lang=lang)
 
 
 class GlanceScreen(_Window):

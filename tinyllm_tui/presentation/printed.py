@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from engine.arrays import to_host
-from engine.compare.diff import OpDiff, first_divergence
+from engine.compare.diff import first_divergence
 from engine.compare.expect import Outcome
 from engine.export import json_number, json_text
 from engine.labels import resolve_some
@@ -67,7 +67,7 @@ def route_without_text(without, state: OpState) -> str:
                                                 else "the same experts for every token")
 
 
-def diff_line(d: DiffLine | OpDiff) -> str:
+def diff_line(d: DiffLine) -> str:
     """`✓ request 0 decode 1  blocks.0.hook_resid_post  max|Δ| 2.220e-16 (≤ 1e-12)`: the number as measured."""
     head = "" if d.head is None else f" head {d.head}"
     mark, compared = ("✓", "≤") if d.agrees else ("✗", ">")
@@ -95,7 +95,7 @@ def exact_json(rows: list) -> dict:
                                     for r in rows]}
 
 
-def diff_json(diffs: Sequence[DiffLine | OpDiff], inject: str | None) -> dict:
+def diff_json(diffs: Sequence[DiffLine], inject: str | None) -> dict:
     first = first_divergence(diffs)
     return {
         "inject": inject,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from engine.loading.budget import format_size
-from engine.compare.diff import RELATIVE_STEPS, TOLERANCE, OpDiff, first_divergence
+from engine.compare.diff import RELATIVE_STEPS, TOLERANCE, first_divergence
 from engine.compare.expect import Outcome
 from engine.spec import Vocab
 from tinyllm_tui.debugger.opening import PREPARING, is_reading
@@ -26,7 +26,7 @@ def token_text(vocab: Vocab, ids: Iterable[int]) -> str:
     return " ".join(vocab.shown(int(t)) for t in ids)
 
 
-def diff_summary(diffs: Sequence[DiffLine | OpDiff], inject: str | None, batch: bool = False,
+def diff_summary(diffs: Sequence[DiffLine], inject: str | None, batch: bool = False,
                  lang: str = "en") -> str:
     """One line: every operator agrees, or where the cached run first leaves the full recompute
     (with `batch`: where the batch first leaves a request run alone)."""
@@ -39,7 +39,7 @@ def diff_summary(diffs: Sequence[DiffLine | OpDiff], inject: str | None, batch: 
     return tr("diff.first", lang, where=divergence_place(first, lang)) + injected
 
 
-def diff_cell(d: DiffLine | OpDiff, lang: str = "en") -> str:
+def diff_cell(d: DiffLine, lang: str = "en") -> str:
     """The number a diff table shows for one operator, as measured (as the CLI prints it); `shape` where the
     runs' rows or key columns do not meet (OpDiff.mismatch says how)."""
     return f"{d.max_abs:.3e}" if d.mismatch is None else tr("diff.shape", lang)
@@ -51,7 +51,7 @@ def expect_summary(outcomes: list[Outcome], lang: str = "en") -> str:
               agreeing=sum(o.agreeing for o in outcomes), cells=sum(len(o.cells) for o in outcomes))
 
 
-def divergence_place(d: DiffLine | OpDiff, lang: str = "en") -> str:
+def divergence_place(d: DiffLine, lang: str = "en") -> str:
     """`request 0 prefill round 0 blocks.0.attn.hook_attn_scores head 0 (max |Δ| = 1.250e-01)`, or how the
     shapes differ, in `lang` (the CLI's: English)."""
     head = "" if d.head is None else tr("diff.head", lang, head=d.head)
@@ -59,7 +59,7 @@ def divergence_place(d: DiffLine | OpDiff, lang: str = "en") -> str:
               head=head, measured=diff_measured(d, lang))
 
 
-def diff_measured(d: DiffLine | OpDiff, lang: str = "en") -> str:
+def diff_measured(d: DiffLine, lang: str = "en") -> str:
     """`max |Δ| = 2.220e-16`, or how the runs' rows or key columns do not meet (OpDiff.mismatch), in `lang`."""
     return f"max |Δ| = {d.max_abs:.3e}" if d.mismatch is None else cause_words(d.mismatch, lang)
 

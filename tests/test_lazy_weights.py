@@ -137,3 +137,27 @@ def test_the_first_step_of_a_gguf_dequantizes_only_the_prompts_embedding_rows(mo
     assert table == [[5, 3, 5], [0, 1, 2, 3]]  # the prompt's rows, then the inputs panel's corner; never all rows
     embedded = debugger.history.current.values
     assert np.array_equal(embedded, scenario.weights["embed"][[5, 3, 5]])  # the same numbers as the whole table's
+
+
+def test_the_weights_browser_lists_a_checkpoints_shapes_reading_no_tensor(monkeypatch):
+    """Opening the weights browser (its list of names and shapes) dequantized every tensor on the UI thread."""
+    from engine import make_backend
+    from engine.loading.gguf_model import GGUFModel
+    from tinyllm_tui.debugger.debugger import Debugger
+
+    read: list[str] = []
+    whole = GGUFModel.dequantized
+
+    def spy(self, name, *args, **kwargs):
+        read.append(name)
+        return whole(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(GGUFModel, "dequantized", spy)
+    scenario = load_checkpoint(FIXTURES / "gguf-qwen3" / "qwen3.gguf", ids=[5, 3, 5], max_new_tokens=2)
+    debugger = Debugger(scenario, make_backend("numpy", "float64"), quick_start=True)
+    before = list(read)
+    shapes = debugger.browser.shapes()
+    assert read == before  # no tensor read for the list
+    assert len(shapes) == len(scenario.weights) > 10
+    assert shapes == {name: scenario.weights[name].shape for name in scenario.weights}  # each read, for the check
+    assert len(read) > len(before)  # (the check above did read them: the spy sees reads)

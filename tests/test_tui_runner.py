@@ -7,14 +7,18 @@ import asyncio
 import threading
 import time
 
+import pytest
+from textual.app import App
 from textual.message import Message
 from textual.message_pump import MessagePump
 from textual.screen import Screen
 from test_tui_edits import grid_cell, open_cell, type_value
-from tui_helpers import make_app, settle
+from tui_helpers import make_app, settle, status
 
 from tinyllm_tui.debugger.results import Moved
+from tinyllm_tui.debugger.weights import WeightsBrowser
 from tinyllm_tui.tui.runner import RunDone, RunProgress
+from tinyllm_tui.tui.widgets.dialogs import PromptScreen
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 
@@ -83,3 +87,105 @@ async def test_every_message_a_run_posts_is_data_and_names_its_handler_by_type(m
     kinds = {type(message).__name__ for _, message in posted}
     assert {"LongRunDone", "LensRead", "DiffDone", "RunWorded"} <= kinds, kinds
     assert [type(m).__name__ for screen, m in posted if screen is browser] == ["RunWorded"] * 2  # edit, undo
+
+
+def recording_threads(monkeypatch, owner, name: str) -> list[threading.Thread]:
+    """The threads `owner.name` runs in from now on (an instance's method or a class's)."""
+    threads, method = [], getattr(owner, name)
+
+    def recorded(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return method(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return threads
+
+
+async def test_a_goto_by_number_drives_the_history_in_the_runner_and_the_prompt_says_its_refusal(monkeypatch):
+    """`g 30` went through History.goto on the UI thread (it can replay from a round start or compute ahead);
+    a step past the trace is still refused in the prompt, which stays open to correct it."""
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        threads = recording_threads(monkeypatch, app.debugger.history, "goto")
+        await pilot.press("g", *"30", "enter")
+        await settle(pilot)
+        assert app.debugger.view.state.step == 30 and not isinstance(app.screen, PromptScreen)
+        await pilot.press("g", *"9999", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, PromptScreen)
+        assert "no step 9999: the trace has steps 0–92" in str(app.screen.query_one("#prompt-error").render())
+        await pilot.press("escape")
+        assert app.debugger.view.state.step == 30
+    assert len(threads) >= 2 and threading.main_thread() not in threads
+
+
+async def test_the_weights_browser_reads_its_tensor_off_the_ui_thread(monkeypatch):
+    """The chosen tensor (a checkpoint's is dequantized on first read) is read in a worker and shown when the
+    message it posts back arrives; one overtaken by a later choice is not shown, even when it comes last."""
+    frame, release = WeightsBrowser.frame, threading.Event()
+    threads: list[tuple[str, threading.Thread]] = []
+
+    def slow_for_wq(self, name, word):
+        threads.append((name, threading.current_thread()))
+        if name == "blocks.0.attn.wq":
+            release.wait(10)
+        return frame(self, name, word)
+
+    monkeypatch.setattr(WeightsBrowser, "frame", slow_for_wq)
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(pilot)
+        await pilot.press("w", "tab", "down")  # blocks.0.attn.wq: its read waits
+        await pilot.press("down")  # blocks.0.attn.wk, read and shown meanwhile
+        while not any(name == "blocks.0.attn.wk" for name, _ in threads):
+            await asyncio.sleep(0.01)
+        await pilot.pause(0.1)
+        grid = app.screen.query_one("#weight-grid")
+        assert grid.matrix.name == "blocks.0.attn.wk" and app.screen.selected == "blocks.0.attn.wk"
+        release.set()
+        await settle(pilot)
+        assert grid.matrix.name == "blocks.0.attn.wk"
+    assert [name for name, _ in threads][-2:] == ["blocks.0.attn.wq", "blocks.0.attn.wk"]
+    assert threading.main_thread() not in {thread for _, thread in threads}
+
+
+async def test_the_expect_check_reports_by_a_message_not_a_call_from_its_thread(monkeypatch):
+    posted: list[tuple[object, Message]] = []
+    post = MessagePump.post_message
+
+    def recording(self, message: Message) -> bool:
+        posted.append((self, message))
+        return post(self, message)
+
+    monkeypatch.setattr(MessagePump, "post_message", recording)
+    monkeypatch.setattr(App, "call_from_thread", lambda *_: pytest.fail("a closure run on the UI thread"))
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.debugger.outcomes is not None
+    assert [screen for screen, m in posted if type(m).__name__ == "ExpectationsChecked"] == [app.main]
+
+
+async def test_the_app_tells_its_screens_by_messages_what_a_save_did(x01_copy, monkeypatch):
+    """Saved from the weights browser: the browser redraws (no number differs from the file now) and the main
+    screen says where it went: the app posts each screen a message (it called their methods, checking
+    `hasattr(screen, "refresh_matrix")`)."""
+    posted: list[tuple[object, str]] = []
+    post = MessagePump.post_message
+    monkeypatch.setattr(MessagePump, "post_message",
+                        lambda self, message: posted.append((self, type(message).__name__)) or post(self, message))
+    app = make_app(x01_copy)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
+        await type_value(pilot, "0.5")
+        await settle(pilot)
+        browser = app.screen
+        await pilot.press("ctrl+s", "y")
+        await settle(pilot)
+        words = str(browser.query_one("#weight-status").render())
+        assert f"saved to {x01_copy}" in words and "0 cells differ from the file" in words
+        await pilot.press("escape")
+        assert f"saved to {x01_copy}" in status(app)
+    saved = [screen for screen, kind in posted if kind == "WeightsSaved"]
+    assert browser in saved and app.main in saved

@@ -96,8 +96,12 @@ class WeightsBrowser:
         self._edits, self._round_states = edits, round_states
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        """Every parameter's shape, in the order the weights list them."""
-        return {name: array.shape for name, array in self._edits.current.items()}
+        """Every parameter's shape, in the order the weights list them, reading no array (a checkpoint's are
+        read on first use: listing them must not dequantize them all)."""
+        current = self._edits.current
+        if isinstance(current, LazyWeights):
+            return {name: tuple(shape) for name, shape in current.shapes.items()}
+        return {name: array.shape for name, array in current.items()}
 
     def value(self, name: str, index: tuple[int, ...]) -> float:
         """The current value of `name[index]`."""

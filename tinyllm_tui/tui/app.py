@@ -21,6 +21,7 @@ from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
+from tinyllm_tui.tui.messages import RestoreAsked, StatusSaid, WeightsSaved
 from tinyllm_tui.tui.runner import Runner
 from tinyllm_tui.tui.served import Served
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
@@ -52,6 +53,7 @@ class DebuggerApp(App):
         self.loading = scenario if isinstance(scenario, Loading) else None
         self.load_error: BaseException | None = None  # what ended a load: launch raises it once the terminal is back
         self.debugger: Debugger | None = None
+        self._main: DebuggerScreen | None = None  # made once the Debugger is (see `main`)
         if self.loading is None:
             self._adopt(self.prepare(Opening(scenario, breakpoints, edits, budget)))
         else:
@@ -85,7 +87,8 @@ class DebuggerApp(App):
 
     def _open(self, show) -> None:
         """The main screen, then the question about an earlier session's unsaved edits, if it left any."""
-        show(DebuggerScreen(self.debugger, self.lang))
+        self._main = DebuggerScreen(self.debugger, self.lang)
+        show(self._main)
         unsaved = self.debugger.found_unsaved
         if unsaved is not None:
             question = tr("ask.restore", self.lang, count=len(unsaved.edits), written=unsaved.written)
@@ -95,19 +98,20 @@ class DebuggerApp(App):
 
     def _after_restore_question(self, answer: str) -> None:
         if answer == "r":
-            self.main.in_background(tr("screen.restoring", self.lang), self.debugger.restore,
-                                    self.debugger.found_unsaved)
+            self.main.post_message(RestoreAsked(self.debugger.found_unsaved))
         elif answer == "d":
             self.debugger.drop_unsaved()
             self.notify_status(tr("screen.discarded", self.lang))
 
     @property
-    def main(self) -> DebuggerScreen:
-        return next(s for s in self.screen_stack if isinstance(s, DebuggerScreen))
+    def main(self) -> DebuggerScreen | None:
+        """The main screen: the app made it and keeps it (never looked up in the screen stack), and tells it
+        things by messages (tinyllm_tui.tui.messages), which it handles once mounted, in its own loop."""
+        return self._main
 
     def notify_status(self, message: str) -> None:
         """Say something on the main screen's status line (it shows when that screen is back on top)."""
-        self.main.set_status(message)
+        self.main.post_message(StatusSaid(message))
 
     # -- saving ------------------------------------------------------------------------------------------
     def action_save(self) -> None:
@@ -153,9 +157,8 @@ class DebuggerApp(App):
             return describe(result, self.lang)
         self.sub_title = self.debugger.opened.name
         self.offer(result)
-        self.main.show(describe(result, self.lang))
-        if hasattr(self.screen, "refresh_matrix"):
-            self.screen.refresh_matrix(describe(result, self.lang))
+        for screen in self.screen_stack:  # those showing the weights handle it
+            screen.post_message(WeightsSaved(describe(result, self.lang)))
         return None
 
     # -- quitting ----------------------------------------------------------------------------------------

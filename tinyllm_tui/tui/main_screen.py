@@ -14,6 +14,7 @@ from functools import wraps
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import ProgressBar, TabbedContent
 
@@ -24,7 +25,7 @@ from tinyllm_tui.tui.i18n import cause_words, tr, where
 from tinyllm_tui.tui.result_words import describe, misnamed_words
 from tinyllm_tui.tui.widgets.blank import Column, Pane, Row, Tabs
 from tinyllm_tui.tui.widgets.cache import CacheView
-from tinyllm_tui.tui.widgets.dialogs import BreakpointsScreen, HelpScreen, PromptScreen
+from tinyllm_tui.tui.widgets.dialogs import LATER, BreakpointsScreen, HelpScreen, Later, PromptScreen
 from tinyllm_tui.tui.widgets.diffview import DiffScreen
 from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.linelist import LineList
@@ -37,6 +38,7 @@ from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 from tinyllm_tui.tui.widgets.weights import WeightsScreen
+from tinyllm_tui.tui.messages import RestoreAsked, StatusSaid, WeightsSaved
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunWorded
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
@@ -89,6 +91,14 @@ class WentFromDiff(RunDone):
 
 class LensRead(RunDone):
     """The logit lens of the round is read."""
+
+
+class WentTo(RunDone):
+    """The go-to by number typed in a prompt is done: a refusal goes back to that prompt while it is open."""
+
+
+class ExpectationsChecked(Message, bubble=False):
+    """The expect: tables and the --against dump are checked (outside the runner: see check_expectations)."""
 
 
 def when_idle(action: Callable[..., None]) -> Callable[..., None]:
@@ -173,6 +183,7 @@ class DebuggerScreen(Screen):
         self.said: Result | None = None  # the last result worded on the status line
         self.pieces = False  # generated text as its tokens' pieces instead of decoded
         self._asker: Screen | None = None  # the other screen that asked for the run in flight
+        self._goto_prompt: PromptScreen | None = None  # the prompt waiting for the go-to in flight
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -238,9 +249,9 @@ class DebuggerScreen(Screen):
             return
         if debugger.outcomes is None:
             debugger.check_outcomes()
-        self.app.call_from_thread(self._checked)
+        self.post_message(ExpectationsChecked())
 
-    def _checked(self) -> None:
+    def on_expectations_checked(self) -> None:
         if self.is_current:
             self.show(self.message)
 
@@ -270,6 +281,12 @@ class DebuggerScreen(Screen):
             self.query_one(InputsPanel).frame = frame
         else:
             self.query_one(ExpectPanel).outcomes = frame.outcomes
+
+    def on_status_said(self, message: StatusSaid) -> None:
+        self.set_status(message.text)
+
+    def on_weights_saved(self, message: WeightsSaved) -> None:
+        self.show(message.text)
 
     def on_tabbed_content_tab_activated(self) -> None:
         self._show_panels()
@@ -500,13 +517,15 @@ class DebuggerScreen(Screen):
     def action_search(self, backward: bool) -> None:
         """The prompt opens even while a run is in flight: what is typed goes into it, never to the keys."""
         question = tr("ask.search_back" if backward else "ask.goto", self.lang)
-        self.app.push_screen(PromptScreen(question, lambda text: self._accept_search(text, backward)))
+        prompt = PromptScreen(question, lambda text: self._accept_search(text, backward, prompt))
+        self.app.push_screen(prompt)
 
-    def _accept_search(self, text: str, backward: bool) -> str | None:
-        """What the prompt answers (it stays open to correct the text), or None once the search is on its way.
-        Sent while a quick move is in flight, the search waits its turn and answers on the status line."""
+    def _accept_search(self, text: str, backward: bool, prompt: PromptScreen) -> str | Later | None:
+        """What the prompt answers (it stays open to correct the text), or None once the search is on its way
+        (LATER: a go-to by number, whose refusal goes back to the prompt). Sent while a quick move is in flight,
+        the search waits its turn and answers on the status line."""
         if not self.runner.running:
-            return self._search(text, backward)
+            return self._search(text, backward, prompt)
         if self._queue(lambda: self._status_unless_none(self._search(text, backward))):
             return None
         return tr("refused.busy", self.lang)
@@ -515,20 +534,29 @@ class DebuggerScreen(Screen):
         if text is not None:
             self.set_status(text)
 
-    def _search(self, text: str, backward: bool) -> str | None:
+    def _search(self, text: str, backward: bool, prompt: PromptScreen | None = None) -> str | Later | None:
+        """`prompt`: the one still open, waiting for what a go-to by number refuses (a step past the trace)."""
         refused = self.debugger.check_query(text)
         if refused is not None:  # the prompt stays open to correct it, as B's does
             return describe(refused, self.lang)
-        if text.isdigit():  # at once: no run needed
-            result = self.debugger.search(text, backward)
-            if isinstance(result, Refused):
-                return describe(result, self.lang)
-            self.say(result)
-            self._list_round()
-            return None
-
+        if text.isdigit():  # a quick move: going there may replay or compute ahead
+            self._goto_prompt = prompt
+            self.runner.start(self, lambda report: self.debugger.goto_step(int(text)), WentTo, quick=True)
+            return None if prompt is None else LATER
         self.in_background(tr("screen.searching", self.lang, text=text), self.debugger.search, text, backward)
         return None
+
+    def on_went_to(self, message: WentTo) -> None:
+        result, prompt, self._goto_prompt = message.result, self._goto_prompt, None
+        if isinstance(result, BaseException):
+            raise result
+        if isinstance(result, Refused) and prompt is not None and prompt.is_active:
+            prompt.post_message(PromptScreen.Answered(describe(result, self.lang)))  # to be corrected there
+        else:
+            if prompt is not None:
+                prompt.post_message(PromptScreen.Answered(None))
+            self.say(result)
+        self._next_queued()
 
     def on_line_list_chosen(self, event: LineList.Chosen) -> None:
         if isinstance(event.list, OperatorList):
@@ -629,6 +657,9 @@ class DebuggerScreen(Screen):
 
     def action_recompute(self) -> None:
         self.in_background(tr("screen.recomputing", self.lang), self.debugger.recompute)
+
+    def on_restore_asked(self, message: RestoreAsked) -> None:
+        self.in_background(tr("screen.restoring", self.lang), self.debugger.restore, message.unsaved)
 
     def on_weights_screen_edit_asked(self, message: WeightsScreen.EditAsked) -> None:
         edit = message.edit

@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -40,12 +41,27 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text(tr("help.close", self._lang), style="dim"))
 
 
+class Later:
+    """What a prompt's `accept` returns when the answer comes afterwards, posted as a PromptScreen.Answered."""
+
+
+LATER = Later()
+
+
 class PromptScreen(ModalScreen[None]):
-    """Asks for one line; `accept` returns an error message (stay open) or None (close)."""
+    """Asks for one line; `accept` returns an error message (stay open), None (close), or LATER: the prompt
+    stays open until a PromptScreen.Answered says which (a move run off the UI thread that may refuse)."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel")]
 
-    def __init__(self, question: str, accept: Callable[[str], str | None], value: str = ""):
+    class Answered(Message):
+        """The answer to a line `accept` sent away: an error to show, or None to close."""
+
+        def __init__(self, error: str | None) -> None:
+            super().__init__()
+            self.error = error
+
+    def __init__(self, question: str, accept: Callable[[str], str | Later | None], value: str = ""):
         """Args: value: the line as it starts (the cursor at its end)."""
         super().__init__()
         self._question, self._accept, self._value = question, accept, value
@@ -58,9 +74,16 @@ class PromptScreen(ModalScreen[None]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         error = self._accept(event.value.strip())
+        if error is not LATER:
+            self._answer(error)
+
+    def on_prompt_screen_answered(self, message: Answered) -> None:
+        self._answer(message.error)
+
+    def _answer(self, error: str | None) -> None:
         if error:
             self.query_one("#prompt-error", Static).update(Text(error, style="bold red"))
-        else:
+        elif self.is_active:  # not closed with Escape while the answer was on its way
             self.dismiss()
 
 

@@ -17,10 +17,12 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from tinyllm_tui.debugger import Debugger
+from tinyllm_tui.debugger.frame import MatrixFrame
 from tinyllm_tui.debugger.results import Refused
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.result_words import describe
+from tinyllm_tui.tui.messages import WeightsSaved
 from tinyllm_tui.tui.runner import RunWorded
 from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
@@ -84,13 +86,23 @@ class WeightsScreen(Screen):
     class RedoAsked(Asked):
         """Redo what was undone last."""
 
+    class TensorRead(Message, bubble=False):
+        """Parameter `name`, which `refresh_matrix` asked for (its `asked`-th ask), is read: `matrix` shows it,
+        with `message`."""
+
+        def __init__(self, asked: int, name: str, matrix: MatrixFrame, message: str) -> None:
+            super().__init__()
+            self.asked, self.name, self.matrix, self.message = asked, name, matrix, message
+
     def __init__(self, debugger: Debugger, opener: MessagePump, lang: str = "en"):
         """`opener`: the screen that runs edits, undo and redo (it handles this screen's `Asked` messages)."""
         super().__init__()
         self.debugger, self.opener, self.lang = debugger, opener, lang
         self._bindings = translated_bindings(self._bindings, lang)
         self._shapes = debugger.browser.shapes()  # an edit changes values, never a shape
-        self.selected = next(iter(self._shapes))
+        self.selected = next(iter(self._shapes))  # the parameter the grid shows
+        self._wanted = self.selected  # the one highlighted in the list, shown once read
+        self._asked = 0  # how many redraws were asked for: only the latest one's tensor is shown
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -120,17 +132,37 @@ class WeightsScreen(Screen):
         self.refresh_matrix()
 
     def on_line_list_highlighted(self, event: LineList.Highlighted) -> None:
-        if event.key != self.selected:
-            self.selected = event.key
-            self.query_one(CursorMatrix).cursor = (0, 0)
+        if event.key != self._wanted:
+            self._wanted = event.key
             self.refresh_matrix()
 
     def on_line_list_chosen(self) -> None:
         self.query_one(CursorMatrix).focus()
 
     def refresh_matrix(self, message: str = "") -> None:
+        """Redraw the parameter highlighted in the list, saying `message`. Its tensor (a checkpoint's is read on
+        first use) is read in a worker of this screen's, not the runner: the browser redraws while the main
+        screen's edit is in flight. It is shown, and becomes `selected`, when the TensorRead it posts back is the
+        latest asked for; until then the grid, the cursor and the keys are still the last tensor's."""
+        self._asked += 1
+        asked, name, lang, browser = self._asked, self._wanted, self.lang, self.debugger.browser
+
+        def read() -> None:
+            matrix = browser.frame(name, lambda axis, i: tr(f"weights.{axis}", lang, index=i))
+            self.post_message(self.TensorRead(asked, name, matrix, message))
+
+        self.run_worker(read, thread=True, group="tensor")
+
+    def on_weights_screen_tensor_read(self, event: TensorRead) -> None:
+        if event.asked != self._asked:  # another redraw is on its way
+            return
+        if event.name != self.selected:  # another parameter: its cursor starts at [0, 0]
+            self.selected = event.name
+            self.query_one(CursorMatrix).cursor = (0, 0)
+        self._show_matrix(event.matrix, event.message)
+
+    def _show_matrix(self, matrix: MatrixFrame, message: str) -> None:
         name, lang = self.selected, self.lang
-        matrix = self.debugger.browser.frame(name, lambda axis, i: tr(f"weights.{axis}", lang, index=i))
         readers = ", ".join(self.debugger.browser.readers(name)) or tr("weights.no_reader", lang)
         kind = self.debugger.browser.kind(name)  # a GGUF tensor's type, e.g. Q4_K
         self.query_one("#weight-title", Static).update(tr("weights.read_by", lang, readers=readers))
@@ -171,6 +203,9 @@ class WeightsScreen(Screen):
         answers = {"r": tr("answer.recompute", self.lang), "k": tr("answer.keep", self.lang)}
         choice = ChoiceScreen(tr("ask.stale", self.lang), answers, "r", lambda answer: apply(answer == "k"), self.lang)
         self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
+
+    def on_weights_saved(self, message: WeightsSaved) -> None:
+        self.refresh_matrix(message.text)
 
     def on_run_worded(self, message: RunWorded) -> None:
         """A move asked for is done (or refused) and the opener has worded it: this screen redraws."""

@@ -142,7 +142,8 @@ class CacheShown:
 @dataclass(frozen=True)
 class DiffLine:
     """One operator of the run against a full recompute (or a layer's state at the end of a round), as the diff
-    views show it (from engine.compare.diff.OpDiff)."""
+    views show it: engine.compare.diff.OpDiff's fields, copied at the Debugger's edge so that no engine object
+    reaches a view (tests/test_view_data.py)."""
 
     step: int  # the cached run's step of this operator (the chunk that differs most)
     request: int

@@ -147,6 +147,10 @@ def test_the_tui_diff_summary_names_the_flip_in_english_and_chinese():
                          f"token {POSITION} · ")
     assert f"reference chose {tie_choice(REF['step_topk'])}" in en and "float32 run" in en
     assert f"第{LAYER}层" in zh and "参考选择" in zh and "float32 运行 选择" in zh and "run" not in zh  # issue 24
+    twice = dataclasses.replace(SCENARIO, requests=SCENARIO.requests * 2)  # a pass names its request now
+    report = Comparisons(make_backend("numpy", "float32"), None, lambda: Compared(twice, None, None)).compare()
+    assert report_summary(report, "en").plain.startswith("⚠ first routing flip against the float64 exact-cache run: "
+                                                         f"request.0.decode.{ROUND} · layer {LAYER} · ")
 
 
 class _Ggml:

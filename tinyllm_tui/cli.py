@@ -427,8 +427,7 @@ def diff(file: ScenarioFile, as_json: JsonFlag = False, *, options: Options) -> 
     debugger = _debugger(file, options)
     lossy = debugger.exact_cache_error()
     report = debugger.compare(alone=options.batch)
-    diffs = list(report.diffs)
-    requests = len(debugger.scenario.requests)
+    diffs, requests = list(report.diffs), report.requests
     if as_json:
         flip = {} if report.flip is None else {"first_route_flip": flip_document(report.flip, requests)}
         _print_json({**diff_json(diffs, options.inject), **exact_json(lossy), **flip})

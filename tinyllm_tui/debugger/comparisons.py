@@ -92,11 +92,12 @@ class Comparisons:
 
     def compare(self, alone: bool = False) -> DiffReport:
         """`diff()` with where it first diverges."""
-        inject, diffs = self._now().inject, self.diff(alone)
+        now, diffs = self._now(), self.diff(alone)
         first = first_divergence(diffs)
         flip = self.route_flip()
-        return DiffReport(tuple(map(diff_line, diffs)), None if first is None else diffs.index(first), inject,
-                          diffs[0].tolerance if diffs else TOLERANCE, None if flip is None else flip_line(flip))
+        return DiffReport(tuple(map(diff_line, diffs)), None if first is None else diffs.index(first), now.inject,
+                          diffs[0].tolerance if diffs else TOLERANCE, None if flip is None else flip_line(flip),
+                          len(now.scenario.requests))
 
     def route_flip(self) -> RouteFlip | None:
         """A mixture of experts run in another dtype than float64, or over a quantized cache: the first token it

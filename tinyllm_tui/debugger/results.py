@@ -195,6 +195,7 @@ class DiffReport:
     inject: str | None
     tolerance: float
     flip: FlipLine | None = None  # a float32 or quantized-cache run's first routing flip
+    requests: int = 1  # how many requests the scenario has (a pass names its request when there are several)
 
 
 Result = (Moved | HitBreakpoint | EndOfTrace | Cancelled | Refused | Diverged | BreakpointAdded | BreakpointRemoved

@@ -32,7 +32,7 @@ def report_summary(report: DiffReport, lang: str) -> Text:
                        + "\n", style="bold yellow")
     if report.flip is not None:
         flip = report.flip
-        summary.append(tr("diff.flip", lang, where=flip.key.label(), layer=flip.layer, token=flip.token,
+        summary.append(tr("diff.flip", lang, where=flip.key.label(report.requests), layer=flip.layer, token=flip.token,
                           ours=list(flip.ours), theirs=list(flip.theirs), margin=f"{flip.margin:.2e}",
                           other=cause_words(flip.other, lang)) + "\n", style="bold yellow")
     if report.first is None:

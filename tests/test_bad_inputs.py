@@ -177,6 +177,7 @@ CONFIG_CASES = [  # (fixture, config changes, key in the message, fragment)
     ("llama", {"vocab_size": None}, "vocab_size", "missing"),
     ("llama", {"eos_token_id": 300}, "eos_token_id", "expected a token id in 0..299"),
     ("llama", {"model_type": "mamba"}, "model_type", "unsupported architecture 'mamba'"),
+    ("bert", {"model_type": {}}, "model_type", "unsupported architecture {}"),  # not a name: refused, not a TypeError
     ("llama", {"rope_scaling": {"rope_type": "longrope"}}, "rope_scaling.rope_type", "RoPE scaling type 'longrope'"),
     ("llama", {"rope_parameters": "fast"}, "rope_parameters", "expected a JSON object"),
     ("gpt2", {"n_head": 5}, "n_head", "5 heads do not divide the width 16"),

@@ -77,7 +77,7 @@ def read_spec(folder: Path, held: tuple[int, int]) -> tuple[str, ModelSpec, dict
     config = read_json(file)
     if not isinstance(config, dict):
         raise ConfigError(file, "", cause("hf.not_object"))
-    if config.get("model_type") in COMPOSITES:
+    if isinstance(config.get("model_type"), str) and config["model_type"] in COMPOSITES:  # else refused below
         text = text_model(config, file)
         try:
             return _read_spec(file, text, held)

@@ -27,11 +27,13 @@ import numpy as np
 from engine.causes import CausedError
 from engine.arrays import to_host
 from engine import layers
+from engine.trace import Phase
 from engine.hooks import Hook
 from engine.trace import OpKind, OpState
 
 KINDS = tuple(kind.value for kind in OpKind)
 FIELDS = ("phase", "round", "request", "layer", "head")
+PHASES = tuple(Phase)
 MASKED_KINDS = ("scores", "filter")  # −∞ there is a mask, not an overflow
 
 
@@ -85,6 +87,7 @@ def _condition(part: str, text: str) -> Condition:
         field, value = match.groups()
         if field not in FIELDS:
             raise BreakpointError("breakpoint.field", text=text, field=field, fields=", ".join(FIELDS))
+        _check_value(field, value, text)
         return lambda s: str(getattr(s, field)) == value
     if match := re.fullmatch(r"abs>(.+)", part):
         threshold = _number(match.group(1), text)
@@ -100,6 +103,14 @@ def _condition(part: str, text: str) -> Condition:
     forms = ["nan", "inf", "abs>N", *(form for _, form, _, _ in layers.breakpoint_conditions())]
     raise BreakpointError("breakpoint.part", text=text, part=part, kinds=", ".join(KINDS), others=", ".join(forms[:-1]),
                           last=forms[-1])
+
+
+def _check_value(field: str, value: str, text: str) -> None:
+    """A field's value as a state can hold it: `phase` a phase, the others a whole number (else nothing would hit)."""
+    if field == "phase" and value not in PHASES:
+        raise BreakpointError("breakpoint.phase", text=text, value=value, phases=" | ".join(PHASES))
+    if field != "phase" and not value.isdigit():
+        raise BreakpointError("breakpoint.whole", text=text, field=field, value=value)
 
 
 def _number(text: str, breakpoint: str) -> float:

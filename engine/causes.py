@@ -106,7 +106,8 @@ LOADING = frozenset({
 
 CODES = frozenset({
     # breakpoints (engine/breakpoints.py)
-    "breakpoint.empty", "breakpoint.field", "breakpoint.part", "breakpoint.number",
+    "breakpoint.empty", "breakpoint.field", "breakpoint.part", "breakpoint.number", "breakpoint.phase",
+    "breakpoint.whole",
     # weight edits (engine/loading/edits.py)
     "edit.number", "edit.finite", "edit.syntax", "edit.in_set", "edit.unknown", "edit.index", "edit.square",
     "edit.record",

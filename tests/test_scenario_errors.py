@@ -116,6 +116,8 @@ def test_missing_file(tmp_path):
     (["diff"], "Missing argument"),
     (["open", str(X01), "--break", "abs>lots"], "breakpoint 'abs>lots': 'lots' is not a number"),
     (["open", str(X01), "--break", "colour=red"], "unknown field 'colour'"),
+    (["run", str(X01), "--break", "round=x"], "breakpoint 'round=x': round is a whole number ≥ 0, got 'x'"),  # no
+    (["run", str(X01), "--break", "phase=pre"], "'pre' is no phase (expected prefill | decode)"),  # silent never
     ([str(X01), "--lang", "fr"], "expected en or zh, got 'fr'"),
 ])
 def test_bad_flags(args, message):

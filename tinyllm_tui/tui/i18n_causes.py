@@ -14,6 +14,8 @@ EN = {
     "breakpoint.part": "breakpoint {text!r}: {part!r} is not an operator name glob, a kind ({kinds}), a field=value, "
                        "{others} or {last}",
     "breakpoint.number": "breakpoint {text!r}: {value!r} is not a number",
+    "breakpoint.phase": "breakpoint {text!r}: {value!r} is no phase (expected {phases})",
+    "breakpoint.whole": "breakpoint {text!r}: {field} is a whole number ≥ 0, got {value!r}",
     "edit.number": "expected a number, got {text!r}",
     "edit.finite": "expected a finite number, got {text!r}",
     "edit.syntax": "--set {text!r}: expected NAME[ROW,COL]=VALUE, e.g. blocks.0.attn.wk[0,1]=0.5",
@@ -105,6 +107,8 @@ ZH = {
     "breakpoint.part": "断点 {text!r}：{part!r} 既不是算子名通配符、算子类型（{kinds}），也不是 字段=值、{others} 或 "
                        "{last}",
     "breakpoint.number": "断点 {text!r}：{value!r} 不是数",
+    "breakpoint.phase": "断点 {text!r}：{value!r} 不是阶段（应为 {phases}）",
+    "breakpoint.whole": "断点 {text!r}：{field} 应为 ≥ 0 的整数，得到的是 {value!r}",
     "edit.number": "应为一个数，得到的是 {text!r}",
     "edit.finite": "应为一个有限的数，得到的是 {text!r}",
     "edit.syntax": "--set {text!r}：应写成 名称[行,列]=值，例如 blocks.0.attn.wk[0,1]=0.5",

@@ -479,3 +479,15 @@ async def test_a_breakpoint_that_names_no_operator_is_said_at_start():
         await settle(pilot)
         assert ("1 breakpoint · breakpoint 'attn.patern': no operator is named 'attn.patern' (did you mean "
                 "'attn.pattern'?) · start · n/→ step") in status(app)
+
+
+async def test_the_status_line_wraps_again_when_the_terminal_widens():
+    """Widened, the status line is drawn at its new width at once (it kept its narrow lines until a key)."""
+    app = make_app()
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.press("I")  # a long line: the bug's description
+        await settle(pilot)
+        await pilot.resize_terminal(160, 30)
+        await pilot.pause()
+        top = screen_text(app).splitlines()[0]
+        assert top.startswith(" step 0/? embed · ⚠ injected bug: chunk-mask · 0 breakpoints · now: chunk-mask: ")

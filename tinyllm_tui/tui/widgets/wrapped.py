@@ -28,6 +28,7 @@ class Wrapped(TextLines, Static):
 
     def on_resize(self) -> None:
         self._fit()
+        self.refresh()  # wrapped again to the new width: a repaint before this handler drew the old lines
 
     def _fit(self) -> None:
         width = self.content_size.width

@@ -62,3 +62,15 @@ async def test_w_saves_the_interventions_into_the_scenario_file(x01_copy):
         await pilot.press("W")
         assert f"saved to {x01_copy}" in status(app)
     assert [i.text for i in load_scenario(x01_copy).interventions] == ["blocks.0.hook_resid_mid[1,:]*=0.5"]
+
+
+async def test_the_lens_wraps_a_sentence_wider_than_its_window_by_display_cells():
+    """At 100 columns the attribution's line (its token 爱 two cells wide) wraps: its last words stay on screen."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("g", *"29", "enter")  # request 0's prefill choice: the attribution is there
+        await settle(pilot)
+        await pilot.press("l")
+        await settle(pilot)
+        assert isinstance(app.screen, LensScreen)
+        assert "norm bias 0.000000" in screen_text(app)  # the line wrapped inside the window

@@ -51,7 +51,8 @@ class _Window(ModalScreen):
         width, height = max(body.size.width, 20), max(body.size.height, 4)
         lines = self.lines(width, height)
         self.first_row = min(self.first_row, max(len(lines) - height, 0))
-        body.update(Text("\n".join(line[:width] for line in lines[self.first_row:self.first_row + height])))
+        body.update(Text("\n".join(lines[self.first_row:self.first_row + height])))  # a sentence too wide wraps, by
+        # display cells (the tables are made to fit): cut by characters, a line with 学 lost its last words
 
     def lines(self, width: int, height: int) -> list[str]:
         raise NotImplementedError

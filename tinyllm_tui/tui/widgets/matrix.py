@@ -39,6 +39,16 @@ EDITED = Segment("•", Style(bold=True, color="yellow"))
 AGREES, DISAGREES = Segment("✓", Style(bold=True, color="green")), Segment("✗", Style(bold=True, color="red"))
 
 
+def _marked_edited(mark: Segment, number: Segment) -> tuple[Segment, ...]:
+    """A changed cell: its • right before its number, in the number's padding (one column left of it, the • looked
+    like the mark of the cell before); before the verdict mark where the number fills its width."""
+    digits = number.text.lstrip()
+    pad = len(number.text) - len(digits)
+    if mark is not BLANK or not pad:
+        return EDITED, mark, number
+    return BLANK, BLANK, Segment(" " * (pad - 1)), EDITED, Segment(digits, number.style)
+
+
 def heat_style(x: float, scale: float, sequential: bool) -> Style:
     """Diverging red/blue for signed values, one green ramp for probabilities."""
     if not math.isfinite(x):
@@ -210,8 +220,9 @@ class MatrixWindow(TextLines):
                 x = float(values[i, j])
                 style = heat_style(x, scale, matrix.sequential) if heat else (DIM if not math.isfinite(x) else PLAIN)
                 mark = BLANK if agrees is None or not verdicts.judged[i, j] else (AGREES if agrees[i, j] else DISAGREES)
-                segments += [EDITED if changed is not None and changed[i, j] else BLANK, mark,
-                             *self._number(i, j, x, CURSOR if cursor == (i, j) else style), BLANK]
+                number = self._number(i, j, x, CURSOR if cursor == (i, j) else style)
+                edited = changed is not None and changed[i, j]
+                segments += [*(_marked_edited(mark, *number) if edited else (BLANK, mark, *number)), BLANK]
             lines.append(Strip(segments))
         return lines
 

@@ -112,6 +112,7 @@ async def test_ctrl_s_saves_after_confirmation(x01_copy):
         await pilot.press("ctrl+s")  # asks first
         assert isinstance(app.screen, ChoiceScreen)
         await pilot.press("y")
+        await settle(pilot)  # written in the runner
         assert load_scenario(path).weights["blocks.0.attn.wk"][0, 1] == 0.5
         assert app.debugger.unsaved() == 0
 
@@ -127,6 +128,7 @@ async def test_a_failed_save_says_why_and_keeps_the_edit(tmp_path):
         await type_value(pilot, "0.5")
         shutil.rmtree(folder)
         await pilot.press("ctrl+s", "y")
+        await settle(pilot)
         assert app.debugger.unsaved() == 1 and app.debugger.weights["blocks.0.attn.wk"][0, 1] == 0.5
         await pilot.press("escape")
         assert "not saved: No such file or directory" in status(app)
@@ -187,6 +189,7 @@ async def test_save_as_writes_a_new_file_and_refuses_a_bad_path(tmp_path):
         assert isinstance(app.screen, PromptScreen)
         assert "existing folder" in str(app.screen.query_one("#prompt-error").render())
         await pilot.press("home", "shift+end", "backspace", *str(tmp_path / "copy.yaml"), "enter")  # clear, retype
+        await settle(pilot)
         assert load_scenario(tmp_path / "copy.yaml").weights["blocks.0.attn.wk"][0, 1] == 0.5
         assert load_scenario(X01).weights["blocks.0.attn.wk"][0, 1] == 1.0  # the original is untouched
 

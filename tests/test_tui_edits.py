@@ -148,6 +148,25 @@ async def test_quit_with_unsaved_edits_asks_first():
         assert not app.is_running
 
 
+async def test_save_and_quit_ends_the_app_once_written_and_stays_when_the_write_fails(tmp_path, x01_copy):
+    """q, then s: the app quits only after the runner has written the file."""
+    app = make_app(x01_copy)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_cell(pilot, "embed", 1, 0)
+        await type_value(pilot, "0.3")
+        shutil.move(x01_copy, tmp_path / "moved.yaml")
+        x01_copy.mkdir()  # the file to write is now a folder: the write fails
+        await pilot.press("escape", "q", "s")
+        await settle(pilot)
+        assert app.is_running and app.debugger.unsaved() == 1
+        assert "not saved: Is a directory" in status(app)
+        x01_copy.rmdir()
+        await pilot.press("q", "s")
+        await settle(pilot)
+        assert not app.is_running
+    assert load_scenario(x01_copy).weights["embed"][1, 0] == 0.3
+
+
 async def test_matrix_actions_reset_and_before_after():
     """0 zeroes, 1 sets identity, * sets s·I, R resets to the file; v shows the values before the edit."""
     app = make_app()

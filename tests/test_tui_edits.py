@@ -112,6 +112,7 @@ async def test_ctrl_s_saves_after_confirmation(x01_copy):
         await pilot.press("ctrl+s")  # asks first
         assert isinstance(app.screen, ChoiceScreen)
         await pilot.press("y")
+        await settle(pilot)  # written in the runner
         assert load_scenario(path).weights["blocks.0.attn.wk"][0, 1] == 0.5
         assert app.debugger.unsaved() == 0
 
@@ -127,6 +128,7 @@ async def test_a_failed_save_says_why_and_keeps_the_edit(tmp_path):
         await type_value(pilot, "0.5")
         shutil.rmtree(folder)
         await pilot.press("ctrl+s", "y")
+        await settle(pilot)
         assert app.debugger.unsaved() == 1 and app.debugger.weights["blocks.0.attn.wk"][0, 1] == 0.5
         await pilot.press("escape")
         assert "not saved: No such file or directory" in status(app)
@@ -144,6 +146,25 @@ async def test_quit_with_unsaved_edits_asks_first():
         await pilot.press("ctrl+c", "q")  # ctrl+c asks the same; quit without saving
         await pilot.pause()
         assert not app.is_running
+
+
+async def test_save_and_quit_ends_the_app_once_written_and_stays_when_the_write_fails(tmp_path, x01_copy):
+    """q, then s: the app quits only after the runner has written the file."""
+    app = make_app(x01_copy)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await open_cell(pilot, "embed", 1, 0)
+        await type_value(pilot, "0.3")
+        shutil.move(x01_copy, tmp_path / "moved.yaml")
+        x01_copy.mkdir()  # the file to write is now a folder: the write fails
+        await pilot.press("escape", "q", "s")
+        await settle(pilot)
+        assert app.is_running and app.debugger.unsaved() == 1
+        assert "not saved: Is a directory" in status(app)
+        x01_copy.rmdir()
+        await pilot.press("q", "s")
+        await settle(pilot)
+        assert not app.is_running
+    assert load_scenario(x01_copy).weights["embed"][1, 0] == 0.3
 
 
 async def test_matrix_actions_reset_and_before_after():
@@ -187,6 +208,7 @@ async def test_save_as_writes_a_new_file_and_refuses_a_bad_path(tmp_path):
         assert isinstance(app.screen, PromptScreen)
         assert "existing folder" in str(app.screen.query_one("#prompt-error").render())
         await pilot.press("home", "shift+end", "backspace", *str(tmp_path / "copy.yaml"), "enter")  # clear, retype
+        await settle(pilot)
         assert load_scenario(tmp_path / "copy.yaml").weights["blocks.0.attn.wk"][0, 1] == 0.5
         assert load_scenario(X01).weights["blocks.0.attn.wk"][0, 1] == 1.0  # the original is untouched
 

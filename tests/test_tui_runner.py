@@ -4,6 +4,7 @@ widgets are gone (issue 24: `NoMatches 'StatusBar'` from a progress report, once
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
 
@@ -15,6 +16,8 @@ from textual.screen import Screen
 from test_tui_edits import grid_cell, open_cell, type_value
 from tui_helpers import make_app, settle, status
 
+from engine import load_scenario
+from tinyllm_tui.debugger import weights as weights_module
 from tinyllm_tui.debugger.results import Moved
 from tinyllm_tui.debugger.weights import WeightsBrowser
 from tinyllm_tui.tui.runner import RunDone, RunProgress
@@ -167,14 +170,32 @@ async def test_the_expect_check_reports_by_a_message_not_a_call_from_its_thread(
     assert [screen for screen, m in posted if type(m).__name__ == "ExpectationsChecked"] == [app.main]
 
 
-async def test_the_app_tells_its_screens_by_messages_what_a_save_did(x01_copy, monkeypatch):
-    """Saved from the weights browser: the browser redraws (no number differs from the file now) and the main
-    screen says where it went: the app posts each screen a message (it called their methods, checking
-    `hasattr(screen, "refresh_matrix")`)."""
+def posted_kinds(monkeypatch) -> list[tuple[object, str]]:
+    """(receiver, message type name) of every message posted from now on."""
     posted: list[tuple[object, str]] = []
     post = MessagePump.post_message
     monkeypatch.setattr(MessagePump, "post_message",
                         lambda self, message: posted.append((self, type(message).__name__)) or post(self, message))
+    return posted
+
+
+async def test_a_save_writes_in_the_runner_and_keys_wait_as_during_any_long_run(x01_copy, monkeypatch):
+    """ctrl+s wrote the file on the UI thread (a big weights file, a GGUF model's conversion: seconds with every
+    key frozen). The writer now runs in the runner: held there, the UI still answers; an edit asked meanwhile
+    is refused (and counted), ctrl+c neither cancels nor quits. Once written, the app tells each screen by a
+    message (it once called their methods): the browser redraws (no number differs from the file now) and the
+    main screen says where it went."""
+    writing, release, threads = threading.Event(), threading.Event(), []
+    write = weights_module.save
+
+    def held_write(*args):
+        threads.append(threading.current_thread())
+        writing.set()
+        release.wait(10)
+        return write(*args)
+
+    monkeypatch.setattr(weights_module, "save", held_write)
+    posted = posted_kinds(monkeypatch)
     app = make_app(x01_copy)
     async with app.run_test(size=(160, 48)) as pilot:
         await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
@@ -182,10 +203,54 @@ async def test_the_app_tells_its_screens_by_messages_what_a_save_did(x01_copy, m
         await settle(pilot)
         browser = app.screen
         await pilot.press("ctrl+s", "y")
+        while not writing.is_set():
+            await asyncio.sleep(0.01)
+        await pilot.press("0", "ctrl+c")  # zero Wk: refused; ctrl+c: waits for the write
+        await pilot.pause(0.1)
+        assert app.is_running and app.debugger.unsaved() == 1
+        assert load_scenario(x01_copy).weights["blocks.0.attn.wk"][0, 1] == 1.0  # not written yet
+        assert f"saving to {x01_copy}: quit once it is written" in status(app)
+        release.set()
         await settle(pilot)
+        assert app.is_running and app.debugger.unsaved() == 0
+        assert load_scenario(x01_copy).weights["blocks.0.attn.wk"][0, 1] == 0.5
+        assert app.debugger.weights["blocks.0.attn.wk"].any()  # the zeroing was refused, not queued
         words = str(browser.query_one("#weight-status").render())
         assert f"saved to {x01_copy}" in words and "0 cells differ from the file" in words
         await pilot.press("escape")
-        assert f"saved to {x01_copy}" in status(app)
+        assert f"saved to {x01_copy} · 1 key refused" in status(app)
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()
     saved = [screen for screen, kind in posted if kind == "WeightsSaved"]
     assert browser in saved and app.main in saved
+
+
+async def test_a_failed_write_says_why_in_the_prompt_and_keeps_the_edits_unsaved(tmp_path, monkeypatch):
+    """Save as into a folder that is gone by the time the runner writes (a read-only folder fails the same way;
+    the tests run as root, for whom none is read-only): the prompt stays open with the one-line error, the main
+    screen says it too, the edit stays unsaved, and saving it elsewhere then keeps it."""
+    folder, write = tmp_path / "out", weights_module.save
+    folder.mkdir()
+
+    def into_a_gone_folder(*args):
+        shutil.rmtree(folder, ignore_errors=True)
+        return write(*args)
+
+    monkeypatch.setattr(weights_module, "save", into_a_gone_folder)
+    posted = posted_kinds(monkeypatch)
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
+        await type_value(pilot, "0.5")
+        await pilot.press("escape", "S", *str(folder / "copy.yaml"), "enter")
+        await settle(pilot)
+        prompt = app.screen
+        assert isinstance(prompt, PromptScreen)
+        error = f"not saved: No such file or directory ({folder / 'copy.yaml'})"
+        assert error in str(prompt.query_one("#prompt-error").render()) and error in status(app)
+        assert app.debugger.unsaved() == 1 and app.debugger.weights["blocks.0.attn.wk"][0, 1] == 0.5
+        monkeypatch.setattr(weights_module, "save", write)
+        await pilot.press("home", "shift+end", "backspace", *str(tmp_path / "copy.yaml"), "enter")
+        await settle(pilot)
+        assert not isinstance(app.screen, PromptScreen) and app.debugger.unsaved() == 0
+    assert load_scenario(tmp_path / "copy.yaml").weights["blocks.0.attn.wk"][0, 1] == 0.5
+    assert "NotSaved" in {kind for screen, kind in posted if screen is app.main}

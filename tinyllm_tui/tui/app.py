@@ -1,12 +1,14 @@
 """The step debugger's Textual app: a thin shell around the main screen and a headless Debugger.
 
 The app owns what spans screens: loading (a `Loading` opens on the loading screen, which
-builds the Debugger in a thread and gives way to the main screen), saving, and quitting
-(asking first when edits are unsaved; ctrl+c cancels a load or a run in flight, or quits like q).
+builds the Debugger in a thread and gives way to the main screen), saving (written in the runner, told to
+every screen by a message), and quitting (asking first when edits are unsaved; ctrl+c cancels a load or a
+run in flight, or quits like q; both wait for a save in flight).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from textual.app import App
@@ -21,12 +23,28 @@ from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
-from tinyllm_tui.tui.messages import RestoreAsked, StatusSaid, WeightsSaved
-from tinyllm_tui.tui.runner import Runner
+from tinyllm_tui.tui.messages import NotSaved, RestoreAsked, StatusSaid, WeightsSaved
+from tinyllm_tui.tui.runner import RunDone, Runner
 from tinyllm_tui.tui.served import Served
-from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
+from tinyllm_tui.tui.widgets.dialogs import LATER, ChoiceScreen, Later, PromptScreen
 
 HORIZONTAL = [(0, "-narrow"), (120, "-wide")]  # from 120 columns the KV cache sits beside the matrix
+
+
+class Written(RunDone):
+    """A save is over: `result` is the Saved, the OSError that failed the write, or the refusal."""
+
+
+class WrittenToQuit(RunDone):
+    """The save asked for on quitting is over: the app ends once the file is written."""
+
+
+@dataclass(frozen=True)
+class Saving:
+    """The save in flight: the file it writes, and the save-as prompt that waits for its answer."""
+
+    target: Path
+    prompt: PromptScreen | None
 
 
 class DebuggerApp(App):
@@ -54,6 +72,7 @@ class DebuggerApp(App):
         self.load_error: BaseException | None = None  # what ended a load: launch raises it once the terminal is back
         self.debugger: Debugger | None = None
         self._main: DebuggerScreen | None = None  # made once the Debugger is (see `main`)
+        self._saving: Saving | None = None
         if self.loading is None:
             self._adopt(self.prepare(Opening(scenario, breakpoints, edits, budget)))
         else:
@@ -126,16 +145,20 @@ class DebuggerApp(App):
 
     def action_save_as(self) -> None:
         question = "ask.save_as.served" if self.served else "ask.save_as"
-        self.push_screen(PromptScreen(tr(question, self.lang), self._accept_save_as))
+        prompt = PromptScreen(tr(question, self.lang), lambda text: self._accept_save_as(text, prompt))
+        self.push_screen(prompt)
 
-    def _accept_save_as(self, text: str) -> str | None:
+    def _accept_save_as(self, text: str, prompt: PromptScreen) -> str | Later:
+        """What is wrong with the file name (the prompt stays open to correct it), or LATER: the save's answer."""
         if self.served:  # a bare name in the session's folder, nothing else
             target = Served.save_as_target(text)
-            return tr("screen.bad_name", self.lang, text=text) if target is None else self._save_to(target)
-        target = Path(text).expanduser()
-        if not text or target.is_dir() or not target.parent.is_dir():
-            return tr("screen.bad_path", self.lang, text=text)
-        return self._save_to(target)
+            if target is None:
+                return tr("screen.bad_name", self.lang, text=text)
+        else:
+            target = Path(text).expanduser()
+            if not text or target.is_dir() or not target.parent.is_dir():
+                return tr("screen.bad_path", self.lang, text=text)
+        return LATER if self._save_to(target, prompt=prompt) else tr("refused.busy", self.lang)
 
     def offer(self, result: Result) -> None:
         """Served: the file a save wrote, and the weight file it names, offered as a browser download."""
@@ -143,26 +166,51 @@ class DebuggerApp(App):
             source = self.debugger.opened.weights_file
             self.served.deliver(self, [Path(result.path), *([] if source is None else [source])])
 
-    def _save_to(self, path: Path | None) -> str | None:
-        """None when saved; else what went wrong (the edits stay in memory)."""
-        try:
-            result = self.debugger.save(path)
-        except OSError as error:
-            problem = tr("screen.not_saved", self.lang, error=error.strerror,
-                         path=path or self.debugger.opened.path)
-            self.notify_status(problem)
-            return problem
-        if isinstance(result, Refused):
-            self.notify_status(describe(result, self.lang))
-            return describe(result, self.lang)
-        self.sub_title = self.debugger.opened.name
-        self.offer(result)
-        for screen in self.screen_stack:  # those showing the weights handle it
-            screen.post_message(WeightsSaved(describe(result, self.lang)))
-        return None
+    def _save_to(self, path: Path | None, done: type[RunDone] = Written, prompt: PromptScreen | None = None) -> bool:
+        """Write the edited weights in the runner, off the UI thread; `done` brings the outcome back here.
+        False, and said, while another run is in flight."""
+        debugger = self.debugger
+        if not self.runner.start(self, lambda report: debugger.save(path), done):
+            self.notify_status(tr("refused.busy", self.lang))
+            return False
+        self._saving = Saving(Path(path or debugger.opened.path), prompt)
+        self.notify_status(tr("screen.saving", self.lang, path=self._saving.target))
+        return True
+
+    def on_written(self, message: Written) -> None:
+        self._tell_saved(message.result)
+
+    def on_written_to_quit(self, message: WrittenToQuit) -> None:
+        if self._tell_saved(message.result):
+            self.exit()
+
+    def _tell_saved(self, result: object) -> bool:
+        """Tell every screen (and the save-as prompt) what the save did; True when the file is written. A write
+        that failed changed nothing: the edits stay in memory, unsaved."""
+        saving, self._saving = self._saving, None
+        problem = self._save_problem(result, saving.target)
+        if problem is None:
+            self.sub_title = self.debugger.opened.name
+            self.offer(result)
+        told = WeightsSaved(describe(result, self.lang)) if problem is None else NotSaved(problem)
+        for screen in self.screen_stack:  # those showing the weights or the status line handle it
+            screen.post_message(told)
+        if saving.prompt is not None:  # stays open with the problem, to correct the name
+            saving.prompt.post_message(PromptScreen.Answered(problem))
+        return problem is None
+
+    def _save_problem(self, result: object, target: Path) -> str | None:
+        """Why a save wrote nothing, in one line (None: it wrote)."""
+        if isinstance(result, OSError):
+            return tr("screen.not_saved", self.lang, error=result.strerror, path=target)
+        if isinstance(result, BaseException):
+            raise result
+        return describe(result, self.lang) if isinstance(result, Refused) else None
 
     # -- quitting ----------------------------------------------------------------------------------------
     async def action_interrupt(self) -> None:
+        if self._waits_for_save():
+            return
         if self.debugger is None:
             self._cancel_loading()
         elif self.debugger.cancel():
@@ -171,6 +219,8 @@ class DebuggerApp(App):
             await self.action_quit()
 
     async def action_quit(self) -> None:
+        if self._waits_for_save():
+            return
         if self.debugger is None:
             self._cancel_loading()
             return
@@ -187,8 +237,15 @@ class DebuggerApp(App):
     def _after_quit_question(self, answer: str) -> None:
         if answer == "q":
             self.debugger.drop_unsaved()  # quitting without saving, on purpose
-        if answer == "q" or (answer == "s" and self._save_to(None) is None):
             self.exit()
+        elif answer == "s":
+            self._save_to(None, WrittenToQuit)
+
+    def _waits_for_save(self) -> bool:
+        """A write in flight cannot be cancelled, and quitting then would race it: both wait until it is over."""
+        if self._saving is not None:
+            self.notify_status(tr("screen.saving_quit", self.lang, path=self._saving.target))
+        return self._saving is not None
 
     def _cancel_loading(self) -> None:
         if isinstance(self.screen, LoadingScreen):

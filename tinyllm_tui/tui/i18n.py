@@ -126,6 +126,7 @@ EN = {
     "screen.discarded": "discarded the unsaved edits of the earlier session",
     "screen.before": "showing values BEFORE the last edit", "screen.after": "showing current values",
     "screen.dump": "showing your dump's values (✓ ✗ as judged against the reference's)",
+    "screen.saving": "saving to {path}…", "screen.saving_quit": "saving to {path}: quit once it is written",
     "screen.not_saved": "not saved: {error} ({path})", "screen.bad_path": "cannot write {text!r}: give a file name in an existing folder",
     # prompts and questions
     "ask.break": "Break on (glob, kind, field=value, nan, inf, abs>N, expert=E, route_margin<N; & combines):",
@@ -371,6 +372,7 @@ ZH = {
     "screen.applying": "正在应用 {name} 并重放到此步骤…（Esc 取消）", "screen.restoring": "正在恢复未保存的修改…（Esc 取消）",
     "screen.discarded": "已丢弃上次会话未保存的修改",
     "screen.before": "显示上次修改之前的值", "screen.after": "显示当前值", "screen.dump": "显示你的转储中的值（✓ ✗ 为与参考值比较的结果）",
+    "screen.saving": "正在保存到 {path}…", "screen.saving_quit": "正在保存到 {path}：写完后再退出",
     "screen.not_saved": "未保存：{error}（{path}）", "screen.bad_path": "无法写入 {text!r}：请给出已存在文件夹中的文件名",
     "ask.break": "在以下位置中断（通配符、类型、字段=值、nan、inf、abs>N、expert=E、route_margin<N；用&组合）：",
     "ask.goto": "跳转到步骤编号、算子（通配符或简称）、算子类型或条件（round=2、nan、abs>5，用&组合）：",

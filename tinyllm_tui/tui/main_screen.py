@@ -38,7 +38,7 @@ from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 from tinyllm_tui.tui.widgets.weights import WeightsScreen
-from tinyllm_tui.tui.messages import RestoreAsked, StatusSaid, WeightsSaved
+from tinyllm_tui.tui.messages import NotSaved, RestoreAsked, StatusSaid, WeightsSaved
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunWorded
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
@@ -286,7 +286,17 @@ class DebuggerScreen(Screen):
         self.set_status(message.text)
 
     def on_weights_saved(self, message: WeightsSaved) -> None:
-        self.show(message.text)
+        self._save_over(message.text)
+
+    def on_not_saved(self, message: NotSaved) -> None:
+        self._save_over(message.text)
+
+    def _save_over(self, text: str) -> None:
+        """The app's save, a long run of the runner, is over: said as a long run's result is."""
+        self.refusal = ""
+        self.show(text)
+        self._say_refused()
+        self._next_queued()
 
     def on_tabbed_content_tab_activated(self) -> None:
         self._show_panels()
@@ -425,13 +435,17 @@ class DebuggerScreen(Screen):
         if isinstance(result, BaseException):
             raise result
         self.say(result)
-        if self._refused:  # the result took the status line: the keys refused meanwhile are said after it
-            refused, self._refused = self._refused, 0
-            self._add_to_status(tr("screen.refused", self.lang, count=refused))
+        self._say_refused()
         if asker is not None:  # a message: dropped if that screen has closed meanwhile
             asker.post_message(RunWorded(result, self.message))
         self.check_expectations()  # a rebuild (edit, undo, fault) needs them checked again
         self._next_queued()  # a run started from the queue: what was queued after it
+
+    def _say_refused(self) -> None:
+        """After a long run's result: how many keys were refused meanwhile."""
+        if self._refused:
+            refused, self._refused = self._refused, 0
+            self._add_to_status(tr("screen.refused", self.lang, count=refused))
 
     def _refuse(self) -> None:
         """Say a key is refused; one refused during a long run is counted (a full queue's are: `_dropped`)."""

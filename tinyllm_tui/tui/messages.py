@@ -30,3 +30,11 @@ class WeightsSaved(Message, bubble=False):
     def __init__(self, text: str) -> None:
         super().__init__()
         self.text = text
+
+
+class NotSaved(Message, bubble=False):
+    """The save is over without writing (`text` says why, in one line): the edits are still unsaved."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text

@@ -1,14 +1,15 @@
 """One runner for every long action on every screen: continue, search, the replay after an edit,
-undo/redo, the injected bug, the diff, the load.
+undo/redo, the injected bug, the diff, the load, and the app's save (a scenario with a big weights file,
+a GGUF-opened model's conversion: seconds of writing).
 
 Quick moves (a step, back, go to) run here too, so that the frame a move publishes is built off the
 UI thread: the UI thread only hands it to the widgets. A run is a thread worker that owns the
 Debugger's generator while it works (the Debugger refuses other moves meanwhile). Its progress and its
-result are typed messages, data only, posted to the screen that started it, which handles them in its
-own message loop: a screen still composing gets them once mounted, a screen being removed (its widgets
-going first) never does. Which handler a result reaches is the message's type (a `RunDone` subclass
-the screen declares), never a function carried along. Esc / ctrl+c cancel through `Debugger.cancel()`;
-one run at a time.
+result are typed messages, data only, posted to the screen that started it (the app, for a save), which
+handles them in its own message loop: a screen still composing gets them once mounted, a screen being
+removed (its widgets going first) never does. Which handler a result reaches is the message's type (a
+`RunDone` subclass the screen declares), never a function carried along. Esc / ctrl+c cancel through
+`Debugger.cancel()` (a save is never cancelled: it writes atomically or not at all); one run at a time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from textual.message import Message
-from textual.screen import Screen
+from textual.message_pump import MessagePump
 
 Work = Callable[[Callable[[object], None]], object]  # work(report) -> result; report(progress) from the thread
 
@@ -44,7 +45,7 @@ class Runner:
         self.running = False
         self.quick = False  # the run in flight is a quick move: another may wait for it
 
-    def start(self, screen: Screen, work: Work, done: type[RunDone], *, quick: bool = False) -> bool:
+    def start(self, screen: MessagePump, work: Work, done: type[RunDone], *, quick: bool = False) -> bool:
         """Run `work` in a thread, posting `screen` a RunProgress for each report and `done(result)` at the end.
         False (nothing started) while another run is in flight."""
         if not (isinstance(done, type) and issubclass(done, RunDone)):

@@ -152,18 +152,16 @@ EN = {
                     "Tab moves focus between the operator list and the panels.",
     "help.mouse": "Mouse: click an operator in the list to go there; click a tab to switch panels.",
     "help.close": "Esc, q or ? closes this screen.",
-    "help.breakpoints": ('Breakpoints: where `continue` stops.\n'
-        '\n'
-        'A breakpoint is one or more conditions joined by `&`, each one of:\n'
-        '  `blocks.*.attn.hook_pattern`  an operator name glob, or a short name as the TUI lists it\n'
-        '                                (`attn.pattern h1`, `ln_final.normalized`) or its first parts\n'
-        '  `softmax`                     an operator kind: embed, positions, norm, linear, scores, softmax,\n'
-        '                                mix, concat, residual, activation, dropout, logits, filter, probs,\n'
-        '                                choice\n'
-        '  `phase=decode`, `round=1`, `request=0`, `layer=0`, `head=1`\n'
-        '  `nan`                         any NaN in the output\n'
-        '  `inf`                         any ±∞ in the output, except the −∞ that masking puts into scores\n'
-        '  `abs>5`                       max |x| of the output above a threshold'),
+    "help.breakpoints": "Breakpoints: where `continue` stops.\n\nA breakpoint is one or more conditions joined by `&`, "
+                        "each one of:",
+    "help.break_forms": ("`blocks.*.attn.hook_pattern`\tan operator name glob, or a short name as the TUI lists it "
+                         "(`attn.pattern h1`, `ln_final.normalized`) or its first parts\n"
+                         "`softmax`\tan operator kind: embed, positions, norm, linear, scores, softmax, mix, concat, "
+                         "residual, activation, dropout, logits, filter, probs, choice\n"
+                         "`phase=decode`, `round=1`, `request=0`, `layer=0`, `head=1`\twhere it runs\n"
+                         "`nan`\tany NaN in the output\n"
+                         "`inf`\tany ±∞ in the output, except the −∞ that masking puts into scores\n"
+                         "`abs>5`\tmax |x| of the output above a threshold"),
     "breakpoints.title": "Breakpoints · d: delete · C: clear all · Esc: close", "breakpoints.none": "no breakpoints",
     "breakpoints.nothing": "no breakpoint to delete",
     # the matrix window
@@ -393,18 +391,15 @@ ZH = {
                     "t 按概率排序词表行的列。KV缓存：[ ] 换层，{ } 换头。Tab 在算子列表和面板之间切换焦点。",
     "help.mouse": "鼠标：点击列表中的算子跳转到该处；点击标签切换面板。",
     "help.close": "Esc、q 或 ? 关闭本页。",
-    "help.breakpoints": ('断点：`continue` 停下的地方。\n'
-        '\n'
-        '一个断点由一个或多个以 `&` 连接的条件组成，每个条件是下列之一：\n'
-        '  `blocks.*.attn.hook_pattern`  算子名的通配模式，或算子列表中的短名\n'
-        '                                （`attn.pattern h1`、`ln_final.normalized`）或其开头几段\n'
-        '  `softmax`                     一种算子：embed、positions、norm、linear、scores、softmax、\n'
-        '                                mix、concat、residual、activation、dropout、logits、filter、probs、\n'
-        '                                choice\n'
-        '  `phase=decode`、`round=1`、`request=0`、`layer=0`、`head=1`\n'
-        '  `nan`                         输出中有 NaN\n'
-        '  `inf`                         输出中有 ±∞（掩码放进 scores 的 −∞ 除外）\n'
-        '  `abs>5`                       输出的 max |x| 超过阈值'),
+    "help.breakpoints": "断点：`continue` 停下的地方。\n\n一个断点由一个或多个以 `&` 连接的条件组成，每个条件是下列之一：",
+    "help.break_forms": ("`blocks.*.attn.hook_pattern`\t算子名的通配模式，或算子列表中的短名"
+                         "（`attn.pattern h1`、`ln_final.normalized`）或其开头几段\n"
+                         "`softmax`\t一种算子：embed、positions、norm、linear、scores、softmax、mix、concat、residual、"
+                         "activation、dropout、logits、filter、probs、choice\n"
+                         "`phase=decode`、`round=1`、`request=0`、`layer=0`、`head=1`\t在哪里运行\n"
+                         "`nan`\t输出中有 NaN\n"
+                         "`inf`\t输出中有 ±∞（掩码放进 scores 的 −∞ 除外）\n"
+                         "`abs>5`\t输出的 max |x| 超过阈值"),
     "breakpoints.title": "断点 · d：删除 · C：全部清除 · Esc：关闭", "breakpoints.none": "没有断点",
     "breakpoints.nothing": "没有可删除的断点",
     "matrix.title": "{name}{head} · 请求 {request} · {where}",

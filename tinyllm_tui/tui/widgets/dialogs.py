@@ -26,6 +26,15 @@ class HelpScreen(ModalScreen[None]):
         super().__init__()
         self._listed, self._lang = bindings, lang
 
+    def _breakpoint_forms(self) -> Table:
+        """A breakpoint's forms and what each means, in two columns: a meaning wraps beside its form."""
+        table = Table(box=None, show_header=False)
+        table.add_column(style="italic cyan", max_width=40)
+        table.add_column(style="italic")
+        for line in tr("help.break_forms", self._lang).splitlines():
+            table.add_row(*line.split("\t"))
+        return table
+
     def compose(self) -> ComposeResult:
         table = Table(title=tr("help.keys", self._lang), title_justify="left", box=None)
         table.add_column(tr("help.key", self._lang), style="bold cyan")
@@ -38,6 +47,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text(tr("help.windows", self._lang)))
             yield Static(Text(tr("help.mouse", self._lang)))
             yield Static(Text(tr("help.breakpoints", self._lang), style="italic"))
+            yield Static(self._breakpoint_forms())
             yield Static(Text(tr("help.close", self._lang), style="dim"))
 
 

@@ -6,7 +6,6 @@ import dataclasses
 import json
 
 import numpy as np
-import pytest
 from conftest import SCENARIOS, X01
 from said import refused
 from hypothesis import given, settings

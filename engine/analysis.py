@@ -61,11 +61,12 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
     """Each pass of a run, with the residual streams, head results, MLP outputs, final scale, logits
     and choice it produced (the other operators are not kept)."""
     current: Pass | None = None
+    head_results = layers.head_results()  # the kinds' registry, read once a pass list
     for state in states:
         if current is not None and (state.request, state.round) != (current.request, current.round):
             yield current
             current = None
-        if not _wanted(state.op.hook):
+        if not _wanted(state.op.hook, head_results):
             continue
         rows = to_host(state.values)
         if current is None:
@@ -78,12 +79,13 @@ def passes(states: Iterable[OpState]) -> Iterator[Pass]:
         yield current
 
 
-def _wanted(hook: Hook) -> bool:
+def _wanted(hook: Hook, head_results: frozenset[tuple[str, str]]) -> bool:
     """Outside a block, the final scale, logits and choice; in a block, what the residual stream is made of: the
-    residuals and each sublayer's output (the block's own hooks) and the heads' results."""
+    residuals and each sublayer's output (the block's own hooks) and the heads' results (`head_results`: the
+    kinds' (module, name) of them)."""
     if not hook.in_block:
         return hook.text in _WANTED
-    return not hook.module or (hook.module, hook.name) in layers.head_results()
+    return not hook.module or (hook.module, hook.name) in head_results
 
 
 def decisions(states: Iterable[OpState]) -> dict[tuple[int, int], tuple[int, float]]:

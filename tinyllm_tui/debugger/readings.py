@@ -14,7 +14,6 @@ import numpy as np
 from engine.analysis import AnalysisError, Attribution, LensRow, Pass, attribution, logit_lens, passes
 from engine.arrays import to_host
 from engine.decoding import CHOICE, PROBS
-from engine.hooks import Hook
 from engine.layers import pattern_hooks, route
 from engine.model import Transformer
 from engine.scenario import Vocab
@@ -54,16 +53,12 @@ def parameter_readers(states: Iterable[OpState], name: str) -> list[str]:
     return list(dict.fromkeys(s.name for s in states if any(o.name.removesuffix(".T") == name for o in s.inputs)))
 
 
-def is_pattern(hook: Hook) -> bool:
-    """Whether `hook` is where a layer's attention patterns are (one operator per head; its kind's PATTERN_HOOKS)."""
-    return (hook.module, hook.name) in pattern_hooks()
-
-
 def pattern_sites(states: Iterable[OpState], chunk: int) -> dict[int, dict[int, tuple[int, object]]]:
     """Layer -> head -> (its pattern's step, its pattern as the backend holds it), heads in order, for one chunk."""
     sites: dict[int, dict[int, tuple[int, object]]] = {}
+    patterns = pattern_hooks()  # where a layer's attention patterns are: its kinds' PATTERN_HOOKS
     for s in states:
-        if s.chunk == chunk and s.layer is not None and is_pattern(s.op.hook):
+        if s.chunk == chunk and s.layer is not None and (s.op.hook.module, s.op.hook.name) in patterns:
             sites.setdefault(s.layer, {})[s.head] = (s.step, s.values)
     return {layer: dict(sorted(heads.items())) for layer, heads in sites.items()}
 

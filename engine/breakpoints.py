@@ -27,9 +27,8 @@ import numpy as np
 from engine.causes import CausedError
 from engine.arrays import to_host
 from engine import layers
-from engine.trace import Phase
 from engine.hooks import Hook
-from engine.trace import OpKind, OpState
+from engine.trace import OpKind, OpState, Phase
 
 KINDS = tuple(kind.value for kind in OpKind)
 FIELDS = ("phase", "round", "request", "layer", "head")
@@ -87,8 +86,8 @@ def _condition(part: str, text: str) -> Condition:
         field, value = match.groups()
         if field not in FIELDS:
             raise BreakpointError("breakpoint.field", text=text, field=field, fields=", ".join(FIELDS))
-        _check_value(field, value, text)
-        return lambda s: str(getattr(s, field)) == value
+        wanted = _field_value(field, value, text)
+        return lambda s: getattr(s, field) == wanted
     if match := re.fullmatch(r"abs>(.+)", part):
         threshold = _number(match.group(1), text)
         return lambda s: bool(np.max(np.abs(_finite(s)), initial=0.0) > threshold)
@@ -105,12 +104,16 @@ def _condition(part: str, text: str) -> Condition:
                           last=forms[-1])
 
 
-def _check_value(field: str, value: str, text: str) -> None:
-    """A field's value as a state can hold it: `phase` a phase, the others a whole number (else nothing would hit)."""
-    if field == "phase" and value not in PHASES:
-        raise BreakpointError("breakpoint.phase", text=text, value=value, phases=" | ".join(PHASES))
-    if field != "phase" and not value.isdigit():
+def _field_value(field: str, value: str, text: str) -> str | int:
+    """A field's value as a state holds it: `phase` a phase, the others a whole number (`head=01` is head 1);
+    anything else is refused, since nothing would ever hit it."""
+    if field == "phase":
+        if value not in PHASES:
+            raise BreakpointError("breakpoint.phase", text=text, value=value, phases=" | ".join(PHASES))
+        return value
+    if not value.isdigit():
         raise BreakpointError("breakpoint.whole", text=text, field=field, value=value)
+    return int(value)
 
 
 def _number(text: str, breakpoint: str) -> float:

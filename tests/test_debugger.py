@@ -604,3 +604,12 @@ def test_moving_headless_builds_no_frame(monkeypatch):
     assert debugger.play_step() == Moved(9)
     assert debugger.search("attn.z") == Moved(12)  # head 1's, after head 0's at 9
     assert debugger.goto_step(3) == Moved(3) and debugger.search("12") == Moved(12)
+
+
+def test_a_field_breakpoint_compares_values_as_a_state_holds_them():
+    """`head=01` is head 1, as `layer=0 & head=1` is (compared as text, it never hit)."""
+    from engine.breakpoints import parse_breakpoint
+
+    states = list(Session(load_scenario(X01)).steps())
+    hits = {text: [s.step for s in states if parse_breakpoint(text).hits(s)] for text in ("head=01", "head=1")}
+    assert hits["head=01"] == hits["head=1"] == [s.step for s in states if s.head == 1] != []

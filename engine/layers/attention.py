@@ -75,7 +75,8 @@ def hf_tensor(leaf: str, tensors) -> Array:
     if stored is not None:
         return tensors.get(stored)
     if spec.attn_gate and leaf in ("wq", "wgate"):
-        return gated_rows(tensors.get(f"{table['q']}.weight"), spec.n_heads, leaf).T
+        rows = tensors.get(f"{table['q']}.weight").reshape(spec.n_heads, 2, spec.d_head, -1)
+        return rows[:, int(leaf == "wgate")].reshape(spec.d_attn, -1).T
     if "qkv" in table and leaf[1:] in ("q", "k", "v"):
         widths, part = (spec.d_attn, spec.d_kv, spec.d_kv), "qkv".index(leaf[1])
         start = sum(widths[:part])

@@ -158,7 +158,6 @@ def _checked(path: Path, spec: ModelSpec, vocab_size: int, weight: Weight, tenso
     by token id (ROW_TABLES) give some rows alone through `weight(name, rows(ids))` where `rows` is given."""
     stand_in, load = tensors
     limit, dtype = budget
-    _refuse_too_many(path, spec, vocab_size)
     need = resident_weight_bytes(spec, vocab_size, dtype)  # a sparse model's experts: only those a token uses
     if need > limit:
         raise ScenarioError(str(path), None, "--max-memory", cause("checkpoint.budget", need=format_size(need),
@@ -198,6 +197,7 @@ def _gguf(path: Path, budget: tuple[int, str]):
     as_dtype = DTYPES[budget[1]]
     tensors = (model.stand_in, lambda name, expert=None: model.dequantized(name, as_dtype, expert))
     rows = lambda ids: lambda name: model.dequantized(name, as_dtype, ids=ids)  # noqa: E731
+    _refuse_too_many(path, spec, size)
     weights = _checked(path, spec, size, lambda name, get: model.weight(name, spec, get), tensors, budget,
                        file_identity(path), rows)
     weights.quantisation = Quantisation(model, spec)

@@ -17,7 +17,6 @@ numbers either way, which is what a full-vs-cached diff checks. Its state (`Delt
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -382,10 +381,14 @@ def gguf_locate(leaf: str, index: tuple[int, ...], tensors) -> tuple[str, int, i
     where = GGUF_VALUE_HEADS.get(f"{MODULE}.{leaf}")
     if where is None or tensors.spec.deltanet is None:
         return None
-    shape = tensors.shape(leaf)
-    elements = value_heads_grouped(np.arange(math.prod(shape)).reshape(shape), tensors.spec.deltanet, where)
-    row, col = divmod(int((elements if elements.ndim == 1 else elements.T)[index]), shape[-1])
-    return tensors.name(leaf), row, col
+    shape, name = tensors.shape(leaf), tensors.name(leaf)
+    columns = where == "columns"  # out_proj's inputs are tiled, else the stored rows (the engine's outputs)
+    order = value_heads_grouped(np.arange(shape[-1] if columns else shape[0]), tensors.spec.deltanet,
+                                "rows" if columns else where)  # the stored place of each head-grouped one
+    if len(shape) == 1:
+        return name, 0, int(order[index[0]])
+    inputs, out = index
+    return (name, out, int(order[inputs])) if columns else (name, int(order[out]), inputs)
 
 
 def hook_widths(model: ModelSpec) -> dict[str, int]:

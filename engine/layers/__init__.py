@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from engine.hooks import Hook
 from engine.layers import attention, dense_ffn, gated_deltanet, mla, moe_ffn, per_layer_input, short_conv
 
 MIXERS: dict[str, ModuleType] = {attention.NAME: attention, short_conv.NAME: short_conv,
@@ -147,6 +148,13 @@ def routed_expert(hook) -> int | None:
     """The routed part (an expert) whose hooks `hook` is one of, by its kind's `routed_expert`; None for another."""
     return next((found for module in _every_kind() if hasattr(module, "routed_expert")
                  and (found := module.routed_expert(hook)) is not None), None)
+
+
+def routed_name(parameter) -> str:
+    """A routed expert's parameter (a Hook) within its block, its expert's number dropped: the name of the tensor
+    that holds every expert's (`mlp.experts.3.w_gate` -> `mlp.experts.w_gate`), in a GGUF file or a Hugging Face
+    fused one."""
+    return f"{Hook.parse(parameter.module).module}.{parameter.name}"
 
 
 def dump_layouts() -> dict:

@@ -29,7 +29,7 @@ from gguf.quants import dequantize
 
 from engine.hooks import Hook
 from engine.layers import (gguf_locate, gguf_suffixes, gguf_tensor, gguf_tensors, hf_layer_kinds, per_layer_input,
-                           routed_expert)
+                           routed_expert, routed_name)
 from engine.loading import gguf_deepseek, gguf_gemma4
 from engine.causes import Cause, cause
 from engine.loading.document import ScenarioError
@@ -362,7 +362,7 @@ class GGUFModel:
             return fixed[name]
         _, layer, leaf = name.split(".", 2)
         if expert_of(name) is not None:  # mlp.experts.E.w_gate: expert E of the merged ffn_gate_exps
-            leaf = merged(leaf)
+            leaf = routed_name(Hook.parse(leaf))
         if self.arch in QWEN35S and leaf == "ln2.w":  # written as the block's post_attention_layernorm
             return f"blk.{layer}.post_attention_norm.weight"
         tensor = ARCH_TENSORS.get(self.arch, {}).get(leaf) or LAYER_TENSORS[leaf]
@@ -428,13 +428,6 @@ def expert_of(name: str) -> int | None:
     """The routed expert an engine parameter belongs to (blocks.L.mlp.experts.E.…), or None: its kind's
     routed_expert of the name read as a hook's (a parameter's module is its hooks')."""
     return routed_expert(Hook.parse(name))
-
-
-def merged(name: str) -> str:
-    """A routed expert's parameter within its block as the merged tensor of every expert's is named in the kinds'
-    GGUF tables: its expert's number dropped (`mlp.experts.3.w_gate` -> `mlp.experts.w_gate`)."""
-    parameter = Hook.parse(name)
-    return f"{Hook.parse(parameter.module).module}.{parameter.name}"
 
 
 @dataclass(frozen=True)

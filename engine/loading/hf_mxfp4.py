@@ -23,7 +23,7 @@ import numpy as np
 
 from engine.causes import Cause, cause
 from engine.hooks import Hook
-from engine.layers import hf_fused_experts, routed_expert
+from engine.layers import hf_fused_experts, routed_expert, routed_name
 from engine.loading.document import ScenarioError
 from engine.parameters import format_shape, parameter_shapes
 from engine.spec import ModelSpec
@@ -142,7 +142,7 @@ class Quantisation:
         expert = routed_expert(parameter)
         if expert is None or len(index) != 2:
             return None
-        fused = hf_fused_experts().get(f"{Hook.parse(parameter.module).module}.{parameter.name}")
+        fused = hf_fused_experts().get(routed_name(parameter))
         if fused is None:
             return None
         tensor, first, step = fused

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from engine.hooks import Hook
+from engine.model import LOGITS
 
 
 class Recorder(Protocol):
@@ -141,10 +142,7 @@ def hooks(model: Any) -> list[Tap]:
     for index, layer in enumerate(base.layers):
         found += _block_hooks(index, layer, config)
     final = getattr(base, "norm", None) or base.embedding_norm  # LFM2 names its final norm embedding_norm
-    return found + [*_norm(None, "ln_final", final), (model.lm_head, "post", _output(LOGITS))]
-
-
-LOGITS = Hook(None, "unembed", "hook_out").text
+    return found + [*_norm(None, "ln_final", final), (model.lm_head, "post", _output(LOGITS.text))]
 
 
 def _name(layer: int | None, module: str, name: str) -> str:
@@ -380,7 +378,7 @@ def _gpt2_hooks(model: Any, heads: int, d_head: int) -> list[Tap]:
                   (block.mlp.c_proj, "pre", _input(_name(b, "mlp", "hook_post"))),
                   (block.mlp.c_proj, "post", _output(_name(b, "", "hook_mlp_out"))),
                   (block, "post", _output(_name(b, "", "hook_resid_post")))]
-    return found + [*_norm(None, "ln_final", t.ln_f), (model.lm_head, "post", _output(LOGITS))]
+    return found + [*_norm(None, "ln_final", t.ln_f), (model.lm_head, "post", _output(LOGITS.text))]
 
 
 def _qkv(b: int, heads: int, d_head: int) -> Callable:

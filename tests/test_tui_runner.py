@@ -170,12 +170,17 @@ async def test_the_expect_check_reports_by_a_message_not_a_call_from_its_thread(
     assert [screen for screen, m in posted if type(m).__name__ == "ExpectationsChecked"] == [app.main]
 
 
-def posted_kinds(monkeypatch) -> list[tuple[object, str]]:
-    """(receiver, message type name) of every message posted from now on."""
-    posted: list[tuple[object, str]] = []
+def posted_saves(monkeypatch) -> list[tuple[object, bool]]:
+    """(receiver, whether it was written) of every SaveOver posted from now on."""
+    posted: list[tuple[object, bool]] = []
     post = MessagePump.post_message
-    monkeypatch.setattr(MessagePump, "post_message",
-                        lambda self, message: posted.append((self, type(message).__name__)) or post(self, message))
+
+    def posting(self, message):
+        if type(message).__name__ == "SaveOver":
+            posted.append((self, message.written))
+        return post(self, message)
+
+    monkeypatch.setattr(MessagePump, "post_message", posting)
     return posted
 
 
@@ -195,7 +200,7 @@ async def test_a_save_writes_in_the_runner_and_keys_wait_as_during_any_long_run(
         return write(*args)
 
     monkeypatch.setattr(weights_module, "save", held_write)
-    posted = posted_kinds(monkeypatch)
+    posted = posted_saves(monkeypatch)
     app = make_app(x01_copy)
     async with app.run_test(size=(160, 48)) as pilot:
         await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
@@ -220,7 +225,7 @@ async def test_a_save_writes_in_the_runner_and_keys_wait_as_during_any_long_run(
         await pilot.press("escape")
         assert f"saved to {x01_copy} · 1 key refused" in status(app)
     assert len(threads) == 1 and threads[0] is not threading.main_thread()
-    saved = [screen for screen, kind in posted if kind == "WeightsSaved"]
+    saved = [screen for screen, written in posted if written]
     assert browser in saved and app.main in saved
 
 
@@ -236,7 +241,7 @@ async def test_a_failed_write_says_why_in_the_prompt_and_keeps_the_edits_unsaved
         return write(*args)
 
     monkeypatch.setattr(weights_module, "save", into_a_gone_folder)
-    posted = posted_kinds(monkeypatch)
+    posted = posted_saves(monkeypatch)
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await open_cell(pilot, "blocks.0.attn.wk", 0, 1)
@@ -253,4 +258,4 @@ async def test_a_failed_write_says_why_in_the_prompt_and_keeps_the_edits_unsaved
         await settle(pilot)
         assert not isinstance(app.screen, PromptScreen) and app.debugger.unsaved() == 0
     assert load_scenario(tmp_path / "copy.yaml").weights["blocks.0.attn.wk"][0, 1] == 0.5
-    assert "NotSaved" in {kind for screen, kind in posted if screen is app.main}
+    assert (app.main, False) in posted  # told it was not written

@@ -23,7 +23,7 @@ from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.result_words import describe
 from tinyllm_tui.tui.loading_screen import LoadingScreen
 from tinyllm_tui.tui.main_screen import DebuggerScreen
-from tinyllm_tui.tui.messages import NotSaved, RestoreAsked, StatusSaid, WeightsSaved
+from tinyllm_tui.tui.messages import RestoreAsked, SaveOver, StatusSaid
 from tinyllm_tui.tui.runner import RunDone, Runner
 from tinyllm_tui.tui.served import Served
 from tinyllm_tui.tui.widgets.dialogs import LATER, ChoiceScreen, Later, PromptScreen
@@ -192,7 +192,7 @@ class DebuggerApp(App):
         if problem is None:
             self.sub_title = self.debugger.opened.name
             self.offer(result)
-        told = WeightsSaved(describe(result, self.lang)) if problem is None else NotSaved(problem)
+        told = SaveOver(describe(result, self.lang) if problem is None else problem, problem is None)
         for screen in self.screen_stack:  # those showing the weights or the status line handle it
             screen.post_message(told)
         if saving.prompt is not None:  # stays open with the problem, to correct the name

@@ -38,7 +38,7 @@ from tinyllm_tui.presentation.cache_layout import spans
 from tinyllm_tui.tui.widgets.statusbar import StatusBar
 from tinyllm_tui.tui.widgets.timeline import Timeline
 from tinyllm_tui.tui.widgets.weights import WeightsScreen
-from tinyllm_tui.tui.messages import NotSaved, RestoreAsked, StatusSaid, WeightsSaved
+from tinyllm_tui.tui.messages import RestoreAsked, SaveOver, StatusSaid
 from tinyllm_tui.tui.runner import RunDone, RunProgress, RunWorded
 
 PLAY_SPEEDS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0)  # steps per second
@@ -285,16 +285,10 @@ class DebuggerScreen(Screen):
     def on_status_said(self, message: StatusSaid) -> None:
         self.set_status(message.text)
 
-    def on_weights_saved(self, message: WeightsSaved) -> None:
-        self._save_over(message.text)
-
-    def on_not_saved(self, message: NotSaved) -> None:
-        self._save_over(message.text)
-
-    def _save_over(self, text: str) -> None:
+    def on_save_over(self, message: SaveOver) -> None:
         """The app's save, a long run of the runner, is over: said as a long run's result is."""
         self.refusal = ""
-        self.show(text)
+        self.show(message.text)
         self._say_refused()
         self._next_queued()
 

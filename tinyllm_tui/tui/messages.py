@@ -24,17 +24,10 @@ class RestoreAsked(Message, bubble=False):
         self.unsaved = unsaved
 
 
-class WeightsSaved(Message, bubble=False):
-    """The weights are saved (`text` says where): every screen that shows them redraws."""
+class SaveOver(Message, bubble=False):
+    """The app's save is over (`text` says where it wrote, or why it did not, in one line; `written`: which): every
+    screen that shows the weights or the status line redraws. A failed write leaves the edits unsaved."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, written: bool) -> None:
         super().__init__()
-        self.text = text
-
-
-class NotSaved(Message, bubble=False):
-    """The save is over without writing (`text` says why, in one line): the edits are still unsaved."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
+        self.text, self.written = text, written

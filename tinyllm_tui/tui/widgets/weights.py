@@ -22,7 +22,7 @@ from tinyllm_tui.debugger.results import Refused
 from tinyllm_tui.presentation.summaries import shape_text
 from tinyllm_tui.tui.i18n import tr
 from tinyllm_tui.tui.result_words import describe
-from tinyllm_tui.tui.messages import NotSaved, WeightsSaved
+from tinyllm_tui.tui.messages import SaveOver
 from tinyllm_tui.tui.runner import RunWorded
 from tinyllm_tui.tui.widgets.footer import KeyFooter, translated_bindings
 from tinyllm_tui.tui.widgets.dialogs import ChoiceScreen, PromptScreen
@@ -204,10 +204,7 @@ class WeightsScreen(Screen):
         choice = ChoiceScreen(tr("ask.stale", self.lang), answers, "r", lambda answer: apply(answer == "k"), self.lang)
         self.app.call_after_refresh(self.app.push_screen, choice)  # the editor that called us closes first
 
-    def on_weights_saved(self, message: WeightsSaved) -> None:
-        self.refresh_matrix(message.text)
-
-    def on_not_saved(self, message: NotSaved) -> None:
+    def on_save_over(self, message: SaveOver) -> None:
         self.refresh_matrix(message.text)
 
     def on_run_worded(self, message: RunWorded) -> None:
